@@ -1,0 +1,51 @@
+// A loaded model file: its configuration and its weights under GGUF tensor
+// names (token_embd.weight, blk.N.attn_q.weight, ...), whether it came from a
+// GGUF file or from a Hugging Face safetensors checkpoint with config.json.
+// LoadModelFile validates that every tensor the architecture needs is present
+// with the shape the config implies, and names the first that is not.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+#include "model/model_config.h"
+#include "model/tensor.h"
+
+namespace braid {
+
+class GgufFile;
+
+class ModelFile {
+ public:
+  virtual ~ModelFile() = default;
+  const ModelConfig& config() const { return config_; }
+  // nullptr when absent.
+  const TensorInfo* Find(std::string_view gguf_name) const;
+  // The GGUF file when the model came from one (tokenizer metadata lives there).
+  virtual const GgufFile* gguf() const { return nullptr; }
+  // The directory holding tokenizer.json for safetensors checkpoints ("" for GGUF).
+  virtual std::string tokenizer_json_path() const { return ""; }
+  const std::string& path() const { return path_; }
+
+ protected:
+  ModelConfig config_;
+  std::map<std::string, TensorInfo, std::less<>> tensors_;
+  std::string path_;
+  friend Result<std::unique_ptr<ModelFile>> LoadModelFile(const std::string& path);
+};
+
+// `path` is a .gguf file, a directory with config.json and model.safetensors
+// (or model.safetensors.index.json with shards), or a config.json path.
+Result<std::unique_ptr<ModelFile>> LoadModelFile(const std::string& path);
+
+// Checks names and shapes of every tensor the architecture reads; used by
+// LoadModelFile and exposed for tests.
+Status ValidateTensors(const ModelConfig& config,
+                       const std::map<std::string, TensorInfo, std::less<>>& tensors,
+                       const std::string& path);
+
+}  // namespace braid

@@ -1,0 +1,12 @@
+// Entry points of the braid subcommands. Each returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace braid::cli {
+
+int GenerateMain(const std::vector<std::string>& args, bool chat);
+int BenchMain(const std::vector<std::string>& args);
+
+}  // namespace braid::cli

@@ -1,0 +1,39 @@
+// braid: the command line. Subcommands are dispatched here; each lives in its
+// own file (generate_cmd.cpp, bench_cmd.cpp, ...).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+void PrintUsage() {
+  std::printf(
+      "usage: braid <command> [options]\n"
+      "\n"
+      "commands:\n"
+      "  generate   complete a prompt:   braid generate [-m MODEL] -p TEXT [-n N] [--temp T] ...\n"
+      "  chat       interactive chat:    braid chat [-m MODEL]\n"
+      "  bench      llama-bench style:   braid bench [-m MODEL] [-p 512] [-n 128] [-t THREADS]\n"
+      "\n"
+      "Run 'braid <command> --help' for the options of one command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    PrintUsage();
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "generate") return braid::cli::GenerateMain(args, /*chat=*/false);
+  if (cmd == "chat") return braid::cli::GenerateMain(args, /*chat=*/true);
+  if (cmd == "bench") return braid::cli::BenchMain(args);
+  std::fprintf(stderr, "braid: unknown command '%s'\n", cmd.c_str());
+  PrintUsage();
+  return 2;
+}

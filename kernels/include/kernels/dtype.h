@@ -1,0 +1,51 @@
+// Element types of weight tensors, with GGUF's numeric ids, and the block
+// layout of each (elements per block, bytes per block). Facts follow ggml's
+// ggml-common.h; see docs/formats.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace braid::kernels {
+
+enum class DType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kQ8_1 = 9,   // activation type only (the Q4_1 dot product partner)
+  kQ4_K = 12,
+  kQ6_K = 14,
+  kQ8_K = 15,  // activation type only (the K-quant dot product partner)
+  kBF16 = 30,
+};
+
+struct DTypeInfo {
+  const char* name;     // "q4_1"
+  int block_elems;      // elements per block (1 for plain floats)
+  int block_bytes;      // bytes per block
+};
+
+// Info for a GGUF type id, or nullptr when Braid does not support that id.
+const DTypeInfo* GetDTypeInfo(uint32_t type_id);
+inline const DTypeInfo& Info(DType t) { return *GetDTypeInfo(static_cast<uint32_t>(t)); }
+
+// Bytes taken by n elements (n must be a multiple of the block size).
+inline size_t RowBytes(DType t, int64_t n) {
+  const DTypeInfo& i = Info(t);
+  return static_cast<size_t>(n / i.block_elems) * static_cast<size_t>(i.block_bytes);
+}
+
+// IEEE half and bfloat16 conversions (round to nearest even on the way down).
+float Fp16ToFp32(uint16_t h);
+uint16_t Fp32ToFp16(float f);
+inline float Bf16ToFp32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t Fp32ToBf16(float f);
+
+}  // namespace braid::kernels

@@ -1,0 +1,37 @@
+// Quantized rows: dequantization (the scalar reference is the source of truth,
+// checked against the `gguf` Python package), activation quantization, and dot
+// products between a weight row and a quantized activation row.
+//
+// The fast path never dequantizes a weight matrix: activations are quantized to
+// the weight type's partner (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and the dot
+// product runs on integers. Dispatch picks AVX-512 VNNI, AVX2 or scalar code at
+// run time from what the CPU reports.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace braid::kernels {
+
+// dst[0..n) = the values stored in `src` (n a multiple of the block size).
+void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
+
+// The activation type whose dot product with `weight_type` is implemented:
+// Q4_0, Q8_0 -> Q8_0; Q4_1 -> Q8_1; Q4_K, Q6_K -> Q8_K; F32, F16, BF16 -> F32.
+DType ActivationType(DType weight_type);
+
+// Quantizes x[0..n) into `dst` in ActivationType layout (`act_type`).
+// For kF32 it copies. n must be a multiple of the activation block size.
+void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n);
+
+// dot(w_row, x) over n elements: `w_row` in `weight_type` layout, `x` already
+// quantized with QuantizeActivations(ActivationType(weight_type), ...).
+float VecDot(DType weight_type, int64_t n, const void* w_row, const void* x);
+
+// Which implementation VecDot and the matmuls use ("avx512vnni", "avx2", "scalar").
+const char* KernelIsa();
+// Forces the scalar code (tests compare both); returns the previous setting.
+bool ForceScalarKernels(bool force);
+
+}  // namespace braid::kernels
