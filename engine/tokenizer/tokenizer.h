@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/chat.h"
 #include "engine/status.h"
 
 namespace braid {
@@ -42,6 +43,9 @@ class Tokenizer {
   virtual std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
   // The bytes one token stands for (the empty string for an out-of-range id).
   virtual std::string TokenBytes(int32_t id) const = 0;
+  // Whether `id` is a control token (bos, eos, <|im_start|>, ...): the tokens
+  // Decode and StreamDecoder leave out when asked to skip special tokens.
+  virtual bool IsSpecial(int32_t id) const = 0;
 
   int n_vocab() const { return n_vocab_; }
   int32_t bos_id() const { return bos_id_; }  // -1 when none
@@ -84,11 +88,6 @@ class StreamDecoder {
 // ---- chat templates ------------------------------------------------------
 
 enum class ChatFormat { kChatML, kLlama3, kLlama2, kMistral };
-
-struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"
-  std::string content;
-};
 
 // Recognises the family of a Jinja chat template by its markers; `fallback`
 // when the template is empty or unknown.

@@ -1,0 +1,103 @@
+// The embedded inference engine's model API: open a model file, tokenize,
+// format chats, evaluate token sequences and generate.
+//
+// A Model is immutable after Open and may be shared by threads for
+// tokenization; evaluation runs on the Model's own thread pool, so at most one
+// Sequence::Eval runs at a time per Model (callers serialise; the serving
+// engine's step loop is that caller).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/chat.h"
+#include "engine/sampling.h"
+#include "engine/status.h"
+
+namespace braid {
+
+struct ModelOptions {
+  std::string path;          // .gguf file, or a safetensors checkpoint directory
+  int threads = 0;           // 0 = one per core
+  // true: fp32 activations everywhere (the parity path); false: activations
+  // quantized to 8 bits for integer dot products (the fast path, as llama.cpp).
+  bool exact = false;
+  int context = 0;           // per-sequence capacity; 0 = min(trained context, 4096)
+};
+
+struct ModelInfo {
+  std::string path;
+  std::string arch;          // "llama", "mistral", "qwen2"
+  std::string weight_types;  // e.g. "q4_1 x210, q8_0 x1, f32 x61"
+  int n_vocab = 0, n_ctx_train = 0, context = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0;
+  int64_t n_params = 0;
+  uint64_t weight_bytes = 0;     // bytes of all weight tensors
+  uint64_t bytes_per_token = 0;  // weight bytes read to decode one token (no embedding table)
+  std::string isa;               // kernels in use
+  int threads = 0;
+};
+
+class Sequence;
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> Open(const ModelOptions& options);
+  virtual ~Model() = default;
+
+  virtual const ModelInfo& info() const = 0;
+
+  // Text -> ids (special-token text becomes special ids; BOS added when the
+  // model asks for it).
+  virtual std::vector<int32_t> Tokenize(std::string_view text) const = 0;
+  virtual std::string Detokenize(std::span<const int32_t> ids) const = 0;
+  // The bytes of one token (for streaming, see TextStream).
+  virtual std::string TokenBytes(int32_t id) const = 0;
+  virtual bool IsEndOfGeneration(int32_t id) const = 0;
+  // Renders messages with the model's chat template.
+  virtual std::string FormatChat(std::span<const ChatMessage> messages,
+                                 bool add_generation_prompt) const = 0;
+
+  // A new empty sequence with its own KV cache.
+  virtual std::unique_ptr<Sequence> NewSequence() = 0;
+};
+
+// One sequence's evaluation state (its KV cache). Not thread-safe.
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  // Tokens evaluated so far.
+  virtual int position() const = 0;
+  virtual int capacity() const = 0;
+  // Evaluates `tokens` after the current position. `logits` receives
+  // n_vocab floats for the last token, or for every token when all_logits
+  // (row-major [tokens.size(), n_vocab]). Errors: empty input, ids out of
+  // range, capacity exceeded — the sequence is unchanged then.
+  virtual Status Eval(std::span<const int32_t> tokens, std::vector<float>* logits,
+                      bool all_logits = false) = 0;
+  // Forgets every position >= n (n <= position()).
+  virtual void Truncate(int n) = 0;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (stop string tokens included)
+  std::string text;             // generated text, stop string removed
+  std::string finish_reason;    // "stop" (EOG or stop string), "length"
+  int prompt_tokens = 0;
+  double prefill_seconds = 0;   // evaluating the prompt
+  double decode_seconds = 0;    // everything after the first token
+};
+
+// Generates from `prompt` on a fresh sequence. `on_text` receives UTF-8-safe
+// text pieces as they are produced (never a broken character, never a partial
+// stop string); returning false stops generation ("cancelled" is then not an
+// error: finish_reason is "stop").
+Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
+                                const SamplingParams& params,
+                                const std::function<bool(std::string_view)>& on_text = {});
+
+}  // namespace braid

@@ -1,0 +1,538 @@
+// LoadModelFile: a GGUF file, or a Hugging Face checkpoint (config.json plus
+// safetensors), turned into one ModelConfig and one tensor table under GGUF
+// names. Key names and defaults: docs/formats.md.
+#include "model/model_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+#include "model/gguf_reader.h"
+#include "model/safetensors_reader.h"
+
+namespace braid {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// Sanity bounds on hyper-parameters: far above any Llama-family model, low
+// enough that products like n_layer * n_ctx * kv_dim cannot overflow int64.
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxEmbd = int64_t{1} << 16;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxFf = int64_t{1} << 18;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr uint64_t kMaxConfigJsonBytes = 16 << 20;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Result<Arch> ParseArch(const std::string& name, const std::string& path, const char* field) {
+  if (name == "llama") return Arch::kLlama;
+  if (name == "mistral") return Arch::kMistral;
+  if (name == "qwen2") return Arch::kQwen2;
+  return Status::Unsupported(path + ": " + field + " '" + name +
+                             "' is not supported (llama, mistral, qwen2)");
+}
+
+// ---- GGUF ----------------------------------------------------------------------
+
+// Reads an integer key, NotFound-free: `fallback` when absent (nullopt: required).
+Result<int64_t> GgufInt(const GgufFile& g, const std::string& key, std::optional<int64_t> fallback,
+                        int64_t lo, int64_t hi) {
+  if (g.Find(key) == nullptr) {
+    if (fallback) return *fallback;
+    return Status::Corruption(g.path() + ": missing key '" + key + "'");
+  }
+  Result<int64_t> v = g.GetInt(key);
+  if (!v.ok()) return v.status();
+  if (*v < lo || *v > hi) {
+    return Status::Corruption(g.path() + ": key '" + key + "' is " + std::to_string(*v) +
+                              ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return *v;
+}
+
+Result<double> GgufPositiveFloat(const GgufFile& g, const std::string& key, double fallback) {
+  if (g.Find(key) == nullptr) return fallback;
+  Result<double> v = g.GetFloat(key);
+  if (!v.ok()) return v.status();
+  if (!std::isfinite(*v) || *v <= 0) {
+    return Status::Corruption(g.path() + ": key '" + key + "' is " + std::to_string(*v) +
+                              ", expected a positive number");
+  }
+  return *v;
+}
+
+Status GgufRopeScaling(const GgufFile& g, const std::string& p, ModelConfig* c) {
+  const std::string type_key = p + "rope.scaling.type";
+  if (g.Find(type_key) == nullptr) return Status::Ok();
+  BRAID_ASSIGN_OR_RETURN(std::string type, g.GetString(type_key));
+  BRAID_ASSIGN_OR_RETURN(double factor, GgufPositiveFloat(g, p + "rope.scaling.factor", 1.0));
+  if (type == "none" || (type == "linear" && factor == 1.0)) return Status::Ok();
+  if (type != "llama3") {
+    return Status::Unsupported(g.path() + ": rope scaling type '" + type + "' is not supported");
+  }
+  c->rope_scaling.factor = static_cast<float>(factor);
+  BRAID_ASSIGN_OR_RETURN(double low, GgufPositiveFloat(g, p + "rope.scaling.low_freq_factor", 1.0));
+  BRAID_ASSIGN_OR_RETURN(double high,
+                         GgufPositiveFloat(g, p + "rope.scaling.high_freq_factor", 4.0));
+  BRAID_ASSIGN_OR_RETURN(
+      int64_t orig, GgufInt(g, p + "rope.scaling.original_context_length", 8192, 1, kMaxContext));
+  c->rope_scaling.low_freq_factor = static_cast<float>(low);
+  c->rope_scaling.high_freq_factor = static_cast<float>(high);
+  c->rope_scaling.original_context = static_cast<int>(orig);
+  return Status::Ok();
+}
+
+Result<ModelConfig> ConfigFromGguf(const GgufFile& g) {
+  ModelConfig c;
+  if (g.Find("general.architecture") == nullptr) {
+    return Status::Corruption(g.path() + ": missing key 'general.architecture'");
+  }
+  BRAID_ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
+  BRAID_ASSIGN_OR_RETURN(c.arch, ParseArch(arch, g.path(), "architecture"));
+  const std::string p = arch + ".";
+  BRAID_ASSIGN_OR_RETURN(int64_t n_ctx,
+                         GgufInt(g, p + "context_length", std::nullopt, 1, kMaxContext));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_embd,
+                         GgufInt(g, p + "embedding_length", std::nullopt, 1, kMaxEmbd));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_layer,
+                         GgufInt(g, p + "block_count", std::nullopt, 1, kMaxLayers));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_ff,
+                         GgufInt(g, p + "feed_forward_length", std::nullopt, 1, kMaxFf));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_head,
+                         GgufInt(g, p + "attention.head_count", std::nullopt, 1, kMaxHeads));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_head_kv,
+                         GgufInt(g, p + "attention.head_count_kv", n_head, 1, kMaxHeads));
+  if (g.Find(p + "attention.key_length") == nullptr && n_embd % n_head != 0) {
+    return Status::Corruption(g.path() + ": embedding_length " + std::to_string(n_embd) +
+                              " is not a multiple of head_count " + std::to_string(n_head));
+  }
+  BRAID_ASSIGN_OR_RETURN(int64_t head_dim,
+                         GgufInt(g, p + "attention.key_length", n_embd / n_head, 1, kMaxHeadDim));
+  BRAID_ASSIGN_OR_RETURN(int64_t v_dim,
+                         GgufInt(g, p + "attention.value_length", head_dim, 1, kMaxHeadDim));
+  if (v_dim != head_dim) {
+    return Status::Unsupported(g.path() + ": attention.value_length " + std::to_string(v_dim) +
+                               " differs from key_length " + std::to_string(head_dim));
+  }
+  BRAID_ASSIGN_OR_RETURN(int64_t n_rot,
+                         GgufInt(g, p + "rope.dimension_count", head_dim, 1, kMaxHeadDim));
+  BRAID_ASSIGN_OR_RETURN(double base, GgufPositiveFloat(g, p + "rope.freq_base", 10000.0));
+  BRAID_ASSIGN_OR_RETURN(double eps,
+                         GgufPositiveFloat(g, p + "attention.layer_norm_rms_epsilon", 1e-5));
+
+  // Vocabulary size: the explicit key, else the token list, else the embedding.
+  int64_t n_vocab = 0;
+  const GgufValue* tokens = g.Find("tokenizer.ggml.tokens");
+  const TensorInfo* embd = g.FindTensor("token_embd.weight");
+  if (g.Find(p + "vocab_size") != nullptr) {
+    BRAID_ASSIGN_OR_RETURN(n_vocab, GgufInt(g, p + "vocab_size", std::nullopt, 1, kMaxVocab));
+  } else if (tokens != nullptr && std::holds_alternative<std::vector<std::string>>(tokens->value)) {
+    n_vocab = static_cast<int64_t>(std::get<std::vector<std::string>>(tokens->value).size());
+  } else if (embd != nullptr && embd->shape.size() == 2) {
+    n_vocab = embd->shape[1];
+  } else {
+    return Status::Corruption(g.path() + ": cannot tell the vocabulary size (no " + p +
+                              "vocab_size, token list or token_embd.weight)");
+  }
+
+  c.n_vocab = static_cast<int>(std::min(n_vocab, kMaxVocab + 1));  // CheckConfig reports it
+  c.n_embd = static_cast<int>(n_embd);
+  c.n_layer = static_cast<int>(n_layer);
+  c.n_head = static_cast<int>(n_head);
+  c.n_head_kv = static_cast<int>(n_head_kv);
+  c.head_dim = static_cast<int>(head_dim);
+  c.n_ff = static_cast<int>(n_ff);
+  c.n_ctx = static_cast<int>(n_ctx);
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_base = static_cast<float>(base);
+  c.n_rot = static_cast<int>(n_rot);
+  BRAID_RETURN_IF_ERROR(GgufRopeScaling(g, p, &c));
+  // llama.cpp permutes Q/K rows of llama-style models for adjacent-pair
+  // rotation; qwen2 keeps the HF layout and rotates split halves.
+  c.rope_neox = c.arch == Arch::kQwen2;
+  c.qkv_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.tied_embeddings = g.FindTensor("output.weight") == nullptr;
+  return c;
+}
+
+class GgufModelFile final : public ModelFile {
+ public:
+  GgufModelFile(std::unique_ptr<GgufFile> gguf, const ModelConfig& config,
+                std::map<std::string, TensorInfo, std::less<>> tensors)
+      : gguf_(std::move(gguf)) {
+    config_ = config;
+    tensors_ = std::move(tensors);
+    path_ = gguf_->path();
+  }
+  const GgufFile* gguf() const override { return gguf_.get(); }
+
+ private:
+  std::unique_ptr<GgufFile> gguf_;
+};
+
+Result<std::unique_ptr<ModelFile>> LoadGguf(const std::string& path) {
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
+  BRAID_ASSIGN_OR_RETURN(ModelConfig config, ConfigFromGguf(*g));
+  std::map<std::string, TensorInfo, std::less<>> tensors;
+  for (const TensorInfo& t : g->tensors()) tensors.emplace(t.name, t);
+  BRAID_RETURN_IF_ERROR(ValidateTensors(config, tensors, path));
+  return std::unique_ptr<ModelFile>(new GgufModelFile(std::move(g), config, std::move(tensors)));
+}
+
+// ---- Hugging Face --------------------------------------------------------------
+
+// Reads config.json field `key`: an integer in [lo, hi]; `fallback` when absent
+// or null (nullopt: required).
+Result<int64_t> JsonInt(const Json& j, const std::string& path, const char* key,
+                        std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return Status::Corruption(path + ": missing '" + key + "'");
+  }
+  if (!it->is_number_integer())
+    return Status::Corruption(path + ": '" + key + "' is not an integer");
+  const bool too_big = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t v = too_big ? hi : it->get<int64_t>();
+  if (too_big || v < lo || v > hi) {
+    return Status::Corruption(path + ": '" + key + "' is " + it->dump() + ", outside [" +
+                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+Result<double> JsonPositive(const Json& j, const std::string& path, const char* key,
+                            double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) return Status::Corruption(path + ": '" + key + "' is not a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v <= 0) {
+    return Status::Corruption(path + ": '" + key + "' is " + it->dump() +
+                              ", expected a positive number");
+  }
+  return v;
+}
+
+Status HfRopeScaling(const Json& j, const std::string& path, ModelConfig* c) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object()) return Status::Corruption(path + ": 'rope_scaling' is not an object");
+  const Json& rs = *it;
+  std::string type;
+  for (const char* k : {"rope_type", "type"}) {
+    auto t = rs.find(k);
+    if (t != rs.end() && t->is_string()) {
+      type = t->get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") return Status::Ok();
+  if (type != "llama3") {
+    return Status::Unsupported(path + ": rope_scaling type '" + type + "' is not supported");
+  }
+  BRAID_ASSIGN_OR_RETURN(double factor, JsonPositive(rs, path, "factor", 0.0));
+  if (factor == 0.0) return Status::Corruption(path + ": llama3 rope_scaling has no 'factor'");
+  BRAID_ASSIGN_OR_RETURN(double low, JsonPositive(rs, path, "low_freq_factor", 1.0));
+  BRAID_ASSIGN_OR_RETURN(double high, JsonPositive(rs, path, "high_freq_factor", 4.0));
+  BRAID_ASSIGN_OR_RETURN(
+      int64_t orig, JsonInt(rs, path, "original_max_position_embeddings", 8192, 1, kMaxContext));
+  c->rope_scaling.factor = static_cast<float>(factor);
+  c->rope_scaling.low_freq_factor = static_cast<float>(low);
+  c->rope_scaling.high_freq_factor = static_cast<float>(high);
+  c->rope_scaling.original_context = static_cast<int>(orig);
+  return Status::Ok();
+}
+
+Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
+  ModelConfig c;
+  if (!j.is_object()) return Status::Corruption(path + ": config is not a JSON object");
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) {
+    return Status::Corruption(path + ": missing string 'model_type'");
+  }
+  BRAID_ASSIGN_OR_RETURN(c.arch, ParseArch(mt->get<std::string>(), path, "model_type"));
+  auto act = j.find("hidden_act");
+  if (act != j.end() && !(act->is_string() && act->get<std::string>() == "silu")) {
+    return Status::Unsupported(path + ": hidden_act " + act->dump() + " is not supported (silu)");
+  }
+  BRAID_ASSIGN_OR_RETURN(int64_t n_embd,
+                         JsonInt(j, path, "hidden_size", std::nullopt, 1, kMaxEmbd));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_ff,
+                         JsonInt(j, path, "intermediate_size", std::nullopt, 1, kMaxFf));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_layer,
+                         JsonInt(j, path, "num_hidden_layers", std::nullopt, 1, kMaxLayers));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_head,
+                         JsonInt(j, path, "num_attention_heads", std::nullopt, 1, kMaxHeads));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_head_kv,
+                         JsonInt(j, path, "num_key_value_heads", n_head, 1, kMaxHeads));
+  const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+  if (!has_head_dim && n_embd % n_head != 0) {
+    return Status::Corruption(path + ": hidden_size " + std::to_string(n_embd) +
+                              " is not a multiple of num_attention_heads " +
+                              std::to_string(n_head));
+  }
+  BRAID_ASSIGN_OR_RETURN(int64_t head_dim,
+                         JsonInt(j, path, "head_dim", n_embd / n_head, 1, kMaxHeadDim));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_vocab,
+                         JsonInt(j, path, "vocab_size", std::nullopt, 1, kMaxVocab));
+  BRAID_ASSIGN_OR_RETURN(int64_t n_ctx,
+                         JsonInt(j, path, "max_position_embeddings", 2048, 1, kMaxContext));
+  BRAID_ASSIGN_OR_RETURN(double eps, JsonPositive(j, path, "rms_norm_eps", 1e-6));
+  BRAID_ASSIGN_OR_RETURN(double base, JsonPositive(j, path, "rope_theta", 10000.0));
+  bool tie = false;
+  auto tw = j.find("tie_word_embeddings");
+  if (tw != j.end() && !tw->is_null()) {
+    if (!tw->is_boolean())
+      return Status::Corruption(path + ": 'tie_word_embeddings' is not a bool");
+    tie = tw->get<bool>();
+  }
+  c.n_vocab = static_cast<int>(n_vocab);
+  c.n_embd = static_cast<int>(n_embd);
+  c.n_layer = static_cast<int>(n_layer);
+  c.n_head = static_cast<int>(n_head);
+  c.n_head_kv = static_cast<int>(n_head_kv);
+  c.head_dim = static_cast<int>(head_dim);
+  c.n_rot = c.head_dim;
+  c.n_ff = static_cast<int>(n_ff);
+  c.n_ctx = static_cast<int>(n_ctx);
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_base = static_cast<float>(base);
+  BRAID_RETURN_IF_ERROR(HfRopeScaling(j, path, &c));
+  c.rope_neox = true;  // HF checkpoints rotate split halves
+  c.qkv_bias = c.arch == Arch::kQwen2;
+  c.tied_embeddings = tie;
+  return c;
+}
+
+// Hugging Face Llama-family tensor name -> GGUF name; nullopt for names we do not use.
+std::optional<std::string> HfToGgufName(std::string_view hf) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  constexpr std::string_view kLayers = "model.layers.";
+  if (hf.substr(0, kLayers.size()) != kLayers) return std::nullopt;
+  hf.remove_prefix(kLayers.size());
+  size_t digits = 0;
+  while (digits < hf.size() && digits < 7 && hf[digits] >= '0' && hf[digits] <= '9') ++digits;
+  if (digits == 0 || digits >= hf.size() || hf[digits] != '.') return std::nullopt;
+  const std::string layer(hf.substr(0, digits));
+  if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
+  const std::string_view rest = hf.substr(digits + 1);
+  static const std::pair<std::string_view, std::string_view> kMap[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  for (const auto& [from, to] : kMap) {
+    if (rest == from) return "blk." + layer + "." + std::string(to);
+  }
+  return std::nullopt;
+}
+
+class SafetensorsModelFile final : public ModelFile {
+ public:
+  SafetensorsModelFile(std::unique_ptr<SafetensorsCheckpoint> ck, const ModelConfig& config,
+                       std::map<std::string, TensorInfo, std::less<>> tensors, std::string path,
+                       std::string tokenizer_json)
+      : checkpoint_(std::move(ck)), tokenizer_json_(std::move(tokenizer_json)) {
+    config_ = config;
+    tensors_ = std::move(tensors);
+    path_ = std::move(path);
+  }
+  std::string tokenizer_json_path() const override { return tokenizer_json_; }
+
+ private:
+  std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
+  std::string tokenizer_json_;
+};
+
+Result<Json> ReadConfigJson(const std::string& path) {
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  if (file->size() > kMaxConfigJsonBytes) {
+    return Status::Corruption(path + ": larger than 16 MiB, not a config.json");
+  }
+  const std::string_view text(reinterpret_cast<const char*>(file->data()), file->size());
+  BRAID_RETURN_IF_ERROR(CheckJsonText(path, text));
+  try {
+    Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Status::Corruption(path + ": invalid JSON");
+    return j;
+  } catch (const std::exception& e) {  // bad_alloc: nothing else can be thrown here
+    return Status::Corruption(path + ": cannot parse: " + e.what());
+  }
+}
+
+// `dir` holds config.json; `weights` is the .safetensors file or index to read.
+Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::path& dir,
+                                          const fs::path& weights) {
+  const std::string config_path = (dir / "config.json").string();
+  BRAID_ASSIGN_OR_RETURN(Json j, ReadConfigJson(config_path));
+  Result<ModelConfig> read = Status::Internal(config_path + ": not read");
+  try {
+    read = ConfigFromHf(j, config_path);
+  } catch (const std::exception& e) {
+    return Status::Corruption(config_path + ": " + e.what());
+  }
+  BRAID_ASSIGN_OR_RETURN(ModelConfig config, std::move(read));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ck,
+                         SafetensorsCheckpoint::Open(weights.string()));
+  std::map<std::string, TensorInfo, std::less<>> tensors;
+  for (const auto& [hf_name, info] : ck->tensors()) {
+    std::optional<std::string> name = HfToGgufName(hf_name);
+    if (!name) continue;  // rotary caches and other tensors the runner does not read
+    TensorInfo t = info;
+    t.name = *name;
+    tensors.emplace(*name, std::move(t));
+  }
+  if (tensors.count("blk.0.attn_q.bias") != 0) config.qkv_bias = true;
+  // An lm_head stored next to tie_word_embeddings is used as is.
+  config.tied_embeddings = tensors.count("output.weight") == 0 && config.tied_embeddings;
+  BRAID_RETURN_IF_ERROR(ValidateTensors(config, tensors, path));
+  return std::unique_ptr<ModelFile>(new SafetensorsModelFile(
+      std::move(ck), config, std::move(tensors), path, (dir / "tokenizer.json").string()));
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// ---- validation ----------------------------------------------------------------
+
+Status CheckConfig(const ModelConfig& c, const std::string& path) {
+  auto bad = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) {
+      return bad(std::string(name) + " is " + std::to_string(v) + ", outside [" +
+                 std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return Status::Ok();
+  };
+  BRAID_RETURN_IF_ERROR(in_range("n_vocab", c.n_vocab, 1, kMaxVocab));
+  BRAID_RETURN_IF_ERROR(in_range("n_embd", c.n_embd, 1, kMaxEmbd));
+  BRAID_RETURN_IF_ERROR(in_range("n_layer", c.n_layer, 1, kMaxLayers));
+  BRAID_RETURN_IF_ERROR(in_range("n_head", c.n_head, 1, kMaxHeads));
+  BRAID_RETURN_IF_ERROR(in_range("n_head_kv", c.n_head_kv, 1, kMaxHeads));
+  BRAID_RETURN_IF_ERROR(in_range("head_dim", c.head_dim, 2, kMaxHeadDim));
+  BRAID_RETURN_IF_ERROR(in_range("n_ff", c.n_ff, 1, kMaxFf));
+  BRAID_RETURN_IF_ERROR(in_range("n_ctx", c.n_ctx, 1, kMaxContext));
+  BRAID_RETURN_IF_ERROR(in_range("n_rot", c.n_rot, 2, c.head_dim));
+  if (c.n_head % c.n_head_kv != 0) {
+    return bad("n_head (" + std::to_string(c.n_head) + ") is not a multiple of n_head_kv (" +
+               std::to_string(c.n_head_kv) + ")");
+  }
+  if (c.head_dim % 2 != 0) return bad("head_dim " + std::to_string(c.head_dim) + " is odd");
+  if (c.n_rot % 2 != 0) return bad("n_rot " + std::to_string(c.n_rot) + " is odd");
+  if (!(c.rms_eps > 0) || !std::isfinite(c.rms_eps)) return bad("rms_eps is not positive");
+  if (!(c.rope_base > 0) || !std::isfinite(c.rope_base)) return bad("rope_base is not positive");
+  if (c.rope_scaling.factor != 0.0f &&
+      (!(c.rope_scaling.factor > 0) || !std::isfinite(c.rope_scaling.factor) ||
+       !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor) ||
+       c.rope_scaling.original_context <= 0)) {
+    return bad(
+        "rope scaling needs factor > 0, high_freq_factor > low_freq_factor and a "
+        "positive original context");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTensors(const ModelConfig& c,
+                       const std::map<std::string, TensorInfo, std::less<>>& tensors,
+                       const std::string& path) {
+  BRAID_RETURN_IF_ERROR(CheckConfig(c, path));
+  auto expect = [&](const std::string& name, std::vector<int64_t> shape,
+                    bool required = true) -> Status {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      if (!required) return Status::Ok();
+      return Status::NotFound(path + ": missing tensor '" + name + "'");
+    }
+    if (it->second.shape != shape) {
+      return Status::Corruption(path + ": tensor '" + name + "' has shape " +
+                                ShapeString(it->second.shape) + ", expected " + ShapeString(shape));
+    }
+    return Status::Ok();
+  };
+  const int64_t n_embd = c.n_embd;
+  const int64_t q_dim = int64_t{c.n_head} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.n_head_kv} * c.head_dim;
+  BRAID_RETURN_IF_ERROR(expect("token_embd.weight", {n_embd, c.n_vocab}));
+  BRAID_RETURN_IF_ERROR(expect("output_norm.weight", {n_embd}));
+  BRAID_RETURN_IF_ERROR(expect("output.weight", {n_embd, c.n_vocab}, !c.tied_embeddings));
+  // Llama 3.1 GGUFs carry per-frequency rope divisors instead of scaling keys.
+  BRAID_RETURN_IF_ERROR(expect("rope_freqs.weight", {c.n_rot / 2}, false));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_norm.weight", {n_embd}));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_q.weight", {n_embd, q_dim}));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_k.weight", {n_embd, kv_dim}));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_v.weight", {n_embd, kv_dim}));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_output.weight", {q_dim, n_embd}));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_q.bias", {q_dim}, c.qkv_bias));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_k.bias", {kv_dim}, c.qkv_bias));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_v.bias", {kv_dim}, c.qkv_bias));
+    BRAID_RETURN_IF_ERROR(expect(b + "attn_output.bias", {n_embd}, false));
+    BRAID_RETURN_IF_ERROR(expect(b + "ffn_norm.weight", {n_embd}));
+    BRAID_RETURN_IF_ERROR(expect(b + "ffn_gate.weight", {n_embd, c.n_ff}));
+    BRAID_RETURN_IF_ERROR(expect(b + "ffn_up.weight", {n_embd, c.n_ff}));
+    BRAID_RETURN_IF_ERROR(expect(b + "ffn_down.weight", {c.n_ff, n_embd}));
+  }
+  return Status::Ok();
+}
+
+const TensorInfo* ModelFile::Find(std::string_view gguf_name) const {
+  auto it = tensors_.find(gguf_name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Result<std::unique_ptr<ModelFile>> LoadModelFile(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "model.safetensors.index.json", ec)) {
+      return LoadHf(path, p, p / "model.safetensors.index.json");
+    }
+    if (fs::exists(p / "model.safetensors", ec)) return LoadHf(path, p, p / "model.safetensors");
+    return Status::NotFound(path +
+                            ": directory has neither model.safetensors nor "
+                            "model.safetensors.index.json");
+  }
+  if (p.filename() == "config.json") {
+    const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    if (fs::exists(dir / "model.safetensors.index.json", ec)) {
+      return LoadHf(path, dir, dir / "model.safetensors.index.json");
+    }
+    return LoadHf(path, dir, dir / "model.safetensors");
+  }
+  if (EndsWith(path, ".safetensors") || EndsWith(path, ".safetensors.index.json")) {
+    const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    return LoadHf(path, dir, p);
+  }
+  return LoadGguf(path);
+}
+
+}  // namespace braid

@@ -1,0 +1,551 @@
+#include "model/model_file.h"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "model/gguf_reader.h"
+#include "model/test_files.h"
+
+namespace braid {
+namespace {
+
+using test::GgufBuilder;
+using test::TinyModel;
+
+// Loads `bytes` written as DIR/m.gguf.
+struct Loaded {
+  test::TempDir dir;
+  std::string path;
+  Result<std::unique_ptr<ModelFile>> model = Status::Internal("not loaded");
+};
+
+std::unique_ptr<Loaded> LoadGgufBytes(const std::string& bytes) {
+  auto l = std::make_unique<Loaded>();
+  l->path = l->dir.Write("m.gguf", bytes);
+  l->model = LoadModelFile(l->path);
+  return l;
+}
+
+void ExpectLoadError(const Loaded& l, StatusCode code, const std::string& needle) {
+  const Status& s = l.model.status();
+  INFO("message: ", s.message());
+  REQUIRE_FALSE(l.model.ok());
+  CHECK(s.code() == code);
+  CHECK(s.message().rfind(l.path + ": ", 0) == 0);
+  CHECK(s.message().find(needle) != std::string::npos);
+}
+
+// Removes tensor `name` from a builder.
+void Drop(GgufBuilder* g, const std::string& name) {
+  auto& t = g->tensors();
+  t.erase(std::remove_if(t.begin(), t.end(), [&](const auto& x) { return x.name == name; }),
+          t.end());
+}
+
+GgufBuilder::Tensor& Get(GgufBuilder* g, const std::string& name) {
+  for (auto& t : g->tensors()) {
+    if (t.name == name) return t;
+  }
+  FAIL("no tensor " << name);
+  return g->tensors().front();
+}
+
+// ---- the bundled model -----------------------------------------------------------------
+
+TEST_CASE("model file: the bundled SmolLM2 GGUF has the expected configuration") {
+  const std::string path = BRAID_MODEL_PATH;
+  if (!std::filesystem::exists(path)) {
+    MESSAGE("skipped: " << path << " not found (run scripts/setup.sh)");
+    return;
+  }
+  auto m = LoadModelFile(path);
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  const ModelConfig& c = m.value()->config();
+  CHECK(c.arch == Arch::kLlama);
+  CHECK(c.n_layer == 30);
+  CHECK(c.n_embd == 576);
+  CHECK(c.n_ff == 1536);
+  CHECK(c.n_head == 9);
+  CHECK(c.n_head_kv == 3);
+  CHECK(c.head_dim == 64);
+  CHECK(c.n_rot == 64);
+  CHECK(c.n_vocab == 49152);
+  CHECK(c.n_ctx == 8192);
+  CHECK(c.rope_base == 100000.0f);
+  CHECK(c.rms_eps == doctest::Approx(1e-5f));
+  CHECK(c.tied_embeddings);
+  CHECK_FALSE(c.rope_neox);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK(c.rope_scaling.factor == 0.0f);
+  const GgufFile* g = m.value()->gguf();
+  REQUIRE(g != nullptr);
+  CHECK(g->version() == 3);
+  CHECK(g->alignment() == 32);
+  CHECK(m.value()->tokenizer_json_path().empty());
+  // Facts read with the gguf Python package: 272 tensors, 210 Q4_1, 61 F32, 1 Q8_0.
+  int q4_1 = 0, f32 = 0, q8_0 = 0, other = 0;
+  for (const TensorInfo& t : g->tensors()) {
+    switch (t.type) {
+      case kernels::DType::kQ4_1:
+        ++q4_1;
+        break;
+      case kernels::DType::kF32:
+        ++f32;
+        break;
+      case kernels::DType::kQ8_0:
+        ++q8_0;
+        break;
+      default:
+        ++other;
+    }
+  }
+  CHECK(g->tensors().size() == 272);
+  CHECK(q4_1 == 30 * 7);
+  CHECK(f32 == 61);
+  CHECK(q8_0 == 1);
+  CHECK(other == 0);
+  const TensorInfo* embd = m.value()->Find("token_embd.weight");
+  REQUIRE(embd != nullptr);
+  CHECK(embd->type == kernels::DType::kQ8_0);
+  CHECK(embd->shape == std::vector<int64_t>{576, 49152});
+  CHECK(embd->nbytes == size_t{49152} * 18 * 34);
+  CHECK(m.value()->Find("output.weight") == nullptr);
+  CHECK(m.value()->Find("blk.29.ffn_down.weight")->shape == std::vector<int64_t>{1536, 576});
+  CHECK(g->GetStringArray("tokenizer.ggml.tokens").value().size() == 49152);
+  CHECK(g->GetString("tokenizer.ggml.model").value() == "gpt2");
+}
+
+// ---- GGUF configs ------------------------------------------------------------------------
+
+TEST_CASE("model file: a tiny llama GGUF loads with its config and tensors") {
+  TinyModel tm;
+  auto l = LoadGgufBytes(test::TinyGguf(tm).Build());
+  REQUIRE_MESSAGE(l->model.ok(), l->model.status().message());
+  const ModelFile& m = *l->model.value();
+  const ModelConfig& c = m.config();
+  CHECK(c.arch == Arch::kLlama);
+  CHECK(std::string(ArchName(c.arch)) == "llama");
+  CHECK(c.n_vocab == 10);  // from the token list
+  CHECK(c.n_embd == 8);
+  CHECK(c.n_layer == 2);
+  CHECK(c.n_head == 2);
+  CHECK(c.n_head_kv == 1);
+  CHECK(c.head_dim == 4);
+  CHECK(c.n_rot == 4);
+  CHECK(c.n_ff == 16);
+  CHECK(c.n_ctx == 64);
+  CHECK(c.rope_base == 500000.0f);
+  CHECK(c.rms_eps == 1e-6f);
+  CHECK_FALSE(c.tied_embeddings);
+  CHECK_FALSE(c.rope_neox);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK(m.path() == l->path);
+  REQUIRE(m.gguf() != nullptr);
+  const TensorInfo* q = m.Find("blk.1.attn_q.weight");
+  REQUIRE(q != nullptr);
+  CHECK(q->shape == std::vector<int64_t>{8, 8});
+  CHECK(q->data == m.gguf()->FindTensor("blk.1.attn_q.weight")->data);
+  CHECK(m.Find("nope") == nullptr);
+}
+
+TEST_CASE("model file: GGUF defaults and optional keys") {
+  TinyModel tm;
+  tm.tied = true;
+  tm.n_head_kv = 2;
+  GgufBuilder g;
+  g.KvString("general.architecture", "mistral");
+  g.KvU32("mistral.context_length", 32);
+  g.Kv<uint64_t>("mistral.embedding_length", test::kTU64, 8);  // counts may be u64
+  g.KvU32("mistral.block_count", 2);
+  g.KvU32("mistral.feed_forward_length", 16);
+  g.KvU32("mistral.attention.head_count", 2);
+  g.KvU32("mistral.attention.key_length", 4);
+  g.KvU32("mistral.rope.dimension_count", 2);
+  for (const auto& t : test::TinyTensors(tm)) g.AddTensor(t.gguf_name, 0, t.ne);
+  auto l = LoadGgufBytes(g.Build());
+  REQUIRE_MESSAGE(l->model.ok(), l->model.status().message());
+  const ModelConfig& c = l->model.value()->config();
+  CHECK(c.arch == Arch::kMistral);
+  CHECK(c.n_head_kv == 2);         // defaults to head_count
+  CHECK(c.rope_base == 10000.0f);  // default
+  CHECK(c.rms_eps == 1e-5f);       // default
+  CHECK(c.n_vocab == 10);          // from token_embd.weight
+  CHECK(c.head_dim == 4);
+  CHECK(c.n_rot == 2);
+  CHECK(c.tied_embeddings);
+}
+
+TEST_CASE("model file: qwen2 GGUF uses neox rope and QKV bias") {
+  TinyModel tm;
+  tm.arch = "qwen2";
+  tm.qkv_bias = true;
+  auto l = LoadGgufBytes(test::TinyGguf(tm).Build());
+  REQUIRE_MESSAGE(l->model.ok(), l->model.status().message());
+  CHECK(l->model.value()->config().arch == Arch::kQwen2);
+  CHECK(l->model.value()->config().rope_neox);
+  CHECK(l->model.value()->config().qkv_bias);
+
+  GgufBuilder g = test::TinyGguf(tm);
+  Drop(&g, "blk.1.attn_v.bias");
+  ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kNotFound,
+                  "missing tensor 'blk.1.attn_v.bias'");
+  GgufBuilder wrong = test::TinyGguf(tm);
+  Get(&wrong, "blk.0.attn_k.bias").ne = {8};
+  ExpectLoadError(*LoadGgufBytes(wrong.Build()), StatusCode::kCorruption,
+                  "tensor 'blk.0.attn_k.bias' has shape [8], expected [4]");
+}
+
+TEST_CASE("model file: Llama 3 rope scaling keys are read") {
+  TinyModel tm;
+  GgufBuilder g = test::TinyGguf(tm);
+  g.KvString("llama.rope.scaling.type", "llama3");
+  g.KvF32("llama.rope.scaling.factor", 8.0f);
+  g.KvF32("llama.rope.scaling.low_freq_factor", 1.0f);
+  g.KvF32("llama.rope.scaling.high_freq_factor", 4.0f);
+  g.KvU32("llama.rope.scaling.original_context_length", 8192);
+  auto l = LoadGgufBytes(g.Build());
+  REQUIRE_MESSAGE(l->model.ok(), l->model.status().message());
+  const RopeScaling& rs = l->model.value()->config().rope_scaling;
+  CHECK(rs.factor == 8.0f);
+  CHECK(rs.low_freq_factor == 1.0f);
+  CHECK(rs.high_freq_factor == 4.0f);
+  CHECK(rs.original_context == 8192);
+
+  GgufBuilder yarn = test::TinyGguf(tm);
+  yarn.KvString("llama.rope.scaling.type", "yarn");
+  yarn.KvF32("llama.rope.scaling.factor", 4.0f);
+  ExpectLoadError(*LoadGgufBytes(yarn.Build()), StatusCode::kUnsupported,
+                  "rope scaling type 'yarn' is not supported");
+}
+
+TEST_CASE("model file: bad GGUF configurations are named") {
+  TinyModel tm;
+  {
+    GgufBuilder g;
+    g.KvString("general.architecture", "gpt2");
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kUnsupported,
+                    "architecture 'gpt2' is not supported");
+  }
+  {
+    GgufBuilder g;
+    g.KvU32("general.architecture", 1);
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kInvalidArgument,
+                    "key 'general.architecture' has type u32");
+  }
+  {
+    GgufBuilder g;
+    g.KvString("general.name", "x");
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "missing key 'general.architecture'");
+  }
+  {
+    GgufBuilder g;
+    g.KvString("general.architecture", "llama");
+    g.KvU32("llama.context_length", 8);
+    g.KvU32("llama.embedding_length", 8);
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "missing key 'llama.block_count'");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    g.KvU32("llama.block_count", 5000);  // a second, duplicate key is a parse error
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "duplicate metadata key 'llama.block_count'");
+  }
+  {
+    GgufBuilder g;
+    g.KvString("general.architecture", "llama");
+    g.KvU32("llama.context_length", 8);
+    g.KvU32("llama.embedding_length", 8);
+    g.KvU32("llama.block_count", 5000);
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "key 'llama.block_count' is 5000, outside [1, 1024]");
+  }
+  {
+    // head_count_kv must divide head_count.
+    TinyModel odd = tm;
+    odd.n_head = 4;
+    odd.n_head_kv = 3;
+    odd.n_embd = 8;
+    GgufBuilder g = test::TinyGguf(odd);
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "n_head (4) is not a multiple of n_head_kv (3)");
+  }
+  {
+    // Odd head_dim: 3 heads of 3.
+    TinyModel odd = tm;
+    odd.n_embd = 9;
+    odd.n_head = 3;
+    odd.n_head_kv = 3;
+    ExpectLoadError(*LoadGgufBytes(test::TinyGguf(odd).Build()), StatusCode::kCorruption,
+                    "head_dim 3 is odd");
+  }
+}
+
+TEST_CASE("model file: missing tensors and wrong shapes are named") {
+  TinyModel tm;
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    Drop(&g, "blk.1.attn_k.weight");
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kNotFound,
+                    "missing tensor 'blk.1.attn_k.weight'");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    Get(&g, "blk.1.ffn_up.weight").ne = {8, 15};
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "tensor 'blk.1.ffn_up.weight' has shape [8, 15], expected [8, 16]");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    Get(&g, "token_embd.weight").ne = {8, 11};
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "tensor 'token_embd.weight' has shape [8, 11], expected [8, 10]");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    Get(&g, "blk.0.attn_output.weight").ne = {8, 8, 1};
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "has shape [8, 8, 1], expected [8, 8]");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    Drop(&g, "output_norm.weight");
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kNotFound,
+                    "missing tensor 'output_norm.weight'");
+  }
+  {
+    GgufBuilder g = test::TinyGguf(tm);
+    g.AddTensor("rope_freqs.weight", 0, {3});
+    ExpectLoadError(*LoadGgufBytes(g.Build()), StatusCode::kCorruption,
+                    "tensor 'rope_freqs.weight' has shape [3], expected [2]");
+  }
+}
+
+TEST_CASE("ValidateTensors checks the configuration first") {
+  ModelConfig c;
+  c.n_vocab = 10;
+  c.n_embd = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_head_kv = 2;
+  c.head_dim = 4;
+  c.n_rot = 6;
+  c.n_ff = 16;
+  c.n_ctx = 8;
+  std::map<std::string, TensorInfo, std::less<>> none;
+  Status s = ValidateTensors(c, none, "p");
+  CHECK(s.message() == "p: n_rot is 6, outside [2, 4]");
+  c.n_rot = 4;
+  c.n_ctx = 0;
+  CHECK(ValidateTensors(c, none, "p").message() == "p: n_ctx is 0, outside [1, 16777216]");
+  c.n_ctx = 8;
+  CHECK(ValidateTensors(c, none, "p").message() == "p: missing tensor 'token_embd.weight'");
+}
+
+// ---- Hugging Face checkpoints ------------------------------------------------------------
+
+// Writes config.json and model.safetensors for `tm` into a fresh directory.
+struct HfDir {
+  test::TempDir dir;
+  Result<std::unique_ptr<ModelFile>> Load(const std::string& which = "") {
+    return LoadModelFile(which.empty() ? dir.path() : dir.path() + "/" + which);
+  }
+};
+
+std::unique_ptr<HfDir> MakeHf(const TinyModel& tm, const std::string& config_extra = "",
+                              test::SafetensorsBuilder* weights = nullptr) {
+  auto d = std::make_unique<HfDir>();
+  d->dir.Write("config.json", test::TinyHfConfig(tm, config_extra));
+  test::SafetensorsBuilder st = weights ? *weights : test::TinySafetensors(tm);
+  d->dir.Write("model.safetensors", st.Build());
+  return d;
+}
+
+TEST_CASE("model file: a Hugging Face checkpoint maps names and shapes to GGUF") {
+  TinyModel tm;
+  test::SafetensorsBuilder st = test::TinySafetensors(tm);
+  st.AddTensor("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {2});
+  auto d = MakeHf(tm, "", &st);
+  for (const std::string which : {"", "config.json", "model.safetensors"}) {
+    auto m = d->Load(which);
+    REQUIRE_MESSAGE(m.ok(), m.status().message());
+    const ModelConfig& c = m.value()->config();
+    CHECK(c.arch == Arch::kLlama);
+    CHECK(c.n_vocab == 10);
+    CHECK(c.n_embd == 8);
+    CHECK(c.n_layer == 2);
+    CHECK(c.n_head_kv == 1);
+    CHECK(c.head_dim == 4);
+    CHECK(c.n_ff == 16);
+    CHECK(c.n_ctx == 64);
+    CHECK(c.rope_base == 1e6f);
+    CHECK(c.rms_eps == 1e-6f);
+    CHECK(c.rope_neox);
+    CHECK_FALSE(c.qkv_bias);
+    CHECK_FALSE(c.tied_embeddings);
+    CHECK(m.value()->gguf() == nullptr);
+    CHECK(m.value()->tokenizer_json_path() == d->dir.path() + "/tokenizer.json");
+    const TensorInfo* k = m.value()->Find("blk.1.attn_k.weight");
+    REQUIRE(k != nullptr);
+    CHECK(k->name == "blk.1.attn_k.weight");
+    CHECK(k->type == kernels::DType::kBF16);
+    CHECK(k->shape == std::vector<int64_t>{8, 4});
+    CHECK(m.value()->Find("output.weight") != nullptr);
+    CHECK(m.value()->Find("blk.0.ffn_down.weight")->shape == std::vector<int64_t>{16, 8});
+    CHECK(m.value()->Find("model.layers.0.self_attn.rotary_emb.inv_freq") == nullptr);
+  }
+}
+
+TEST_CASE("model file: Hugging Face tied embeddings, qwen2 biases and rope scaling") {
+  TinyModel tied;
+  tied.tied = true;
+  auto t = MakeHf(tied);
+  auto m = t->Load();
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  CHECK(m.value()->config().tied_embeddings);
+
+  // tie_word_embeddings false and no lm_head: the output head is missing.
+  test::SafetensorsBuilder no_head = test::TinySafetensors(tied);
+  auto u = MakeHf(TinyModel{}, "", &no_head);
+  auto um = u->Load();
+  REQUIRE_FALSE(um.ok());
+  CHECK(um.status().message() == u->dir.path() + ": missing tensor 'output.weight'");
+
+  TinyModel qwen;
+  qwen.arch = "qwen2";
+  qwen.qkv_bias = true;
+  auto q = MakeHf(qwen);
+  auto qm = q->Load();
+  REQUIRE_MESSAGE(qm.ok(), qm.status().message());
+  CHECK(qm.value()->config().qkv_bias);
+  CHECK(qm.value()->config().rope_neox);
+  CHECK(qm.value()->Find("blk.1.attn_q.bias")->shape == std::vector<int64_t>{8});
+
+  TinyModel nobias;
+  nobias.arch = "qwen2";
+  auto nb = MakeHf(nobias);
+  auto nbm = nb->Load();
+  REQUIRE_FALSE(nbm.ok());
+  CHECK(nbm.status().message() == nb->dir.path() + ": missing tensor 'blk.0.attn_q.bias'");
+
+  TinyModel l3;
+  auto r =
+      MakeHf(l3,
+             ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":32.0,\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192},\"head_dim\":4");
+  auto rm = r->Load();
+  REQUIRE_MESSAGE(rm.ok(), rm.status().message());
+  CHECK(rm.value()->config().rope_scaling.factor == 32.0f);
+  CHECK(rm.value()->config().rope_scaling.original_context == 8192);
+}
+
+TEST_CASE("model file: bad Hugging Face configs and weights are named") {
+  TinyModel tm;
+  auto expect = [](HfDir* d, StatusCode code, const std::string& needle) {
+    auto m = d->Load();
+    INFO("message: ", m.status().message());
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().code() == code);
+    CHECK(m.status().message().find(needle) != std::string::npos);
+  };
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"gemma\"}");
+    expect(d.get(), StatusCode::kUnsupported, "config.json: model_type 'gemma' is not supported");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\",\"hidden_size\":8");
+    expect(d.get(), StatusCode::kCorruption, "config.json: invalid JSON at byte");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\"}");
+    expect(d.get(), StatusCode::kCorruption, "config.json: missing 'hidden_size'");
+  }
+  {
+    auto d = MakeHf(tm, ",\"num_key_value_heads\":-1");  // duplicate key in config.json
+    expect(d.get(), StatusCode::kCorruption, "duplicate key 'num_key_value_heads'");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\",\"hidden_size\":8.5}");
+    expect(d.get(), StatusCode::kCorruption, "'hidden_size' is not an integer");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\",\"hidden_size\":99999999999999999999}");
+    expect(d.get(), StatusCode::kCorruption, "'hidden_size' is not an integer");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\",\"hidden_size\":1000000}");
+    expect(d.get(), StatusCode::kCorruption, "'hidden_size' is 1000000, outside [1, 65536]");
+  }
+  {
+    auto d = MakeHf(tm);
+    d->dir.Write("config.json", "{\"model_type\":\"llama\",\"hidden_act\":\"gelu\"}");
+    expect(d.get(), StatusCode::kUnsupported, "hidden_act \"gelu\" is not supported");
+  }
+  {
+    auto d = MakeHf(tm, ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0}");
+    expect(d.get(), StatusCode::kUnsupported, "rope_scaling type 'yarn' is not supported");
+  }
+  {
+    test::SafetensorsBuilder st = test::TinySafetensors(tm);
+    st.tensors()[3].dtype = "I8";  // the dtype is checked before the sizes
+    auto d = MakeHf(tm, "", &st);
+    expect(d.get(), StatusCode::kUnsupported, "has dtype I8");
+  }
+  {
+    test::SafetensorsBuilder st;
+    for (const auto& t : test::TinyTensors(tm)) {
+      std::vector<uint64_t> shape(t.ne.rbegin(), t.ne.rend());
+      if (t.hf_name == "model.layers.1.mlp.up_proj.weight") shape = {8, 16};  // transposed
+      st.AddTensor(t.hf_name, "F32", shape);
+    }
+    auto d = MakeHf(tm, "", &st);
+    expect(d.get(), StatusCode::kCorruption,
+           "tensor 'blk.1.ffn_up.weight' has shape [16, 8], expected [8, 16]");
+  }
+  {
+    test::TempDir empty;
+    auto m = LoadModelFile(empty.path());
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().code() == StatusCode::kNotFound);
+    CHECK(m.status().message().find(empty.path() + ": directory has neither") == 0);
+  }
+  {
+    auto m = LoadModelFile("/nonexistent/braid/model.gguf");
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().code() == StatusCode::kNotFound);
+    CHECK(m.status().message().find("/nonexistent/braid/model.gguf: ") == 0);
+  }
+}
+
+TEST_CASE("model file: a sharded Hugging Face checkpoint loads from its directory") {
+  TinyModel tm;
+  test::TempDir dir;
+  dir.Write("config.json", test::TinyHfConfig(tm));
+  test::SafetensorsBuilder a, b;
+  std::string map;
+  int i = 0;
+  for (const auto& t : test::TinyTensors(tm)) {
+    const bool first = (i++ % 2) == 0;
+    (first ? a : b).AddTensor(t.hf_name, "F16", std::vector<uint64_t>(t.ne.rbegin(), t.ne.rend()));
+    map += (map.empty() ? "" : ",") + std::string("\"") + t.hf_name + "\":\"" +
+           (first ? "a.safetensors" : "b.safetensors") + "\"";
+  }
+  dir.Write("a.safetensors", a.Build());
+  dir.Write("b.safetensors", b.Build());
+  dir.Write("model.safetensors.index.json", "{\"weight_map\":{" + map + "}}");
+  auto m = LoadModelFile(dir.path());
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  CHECK(m.value()->Find("blk.1.ffn_down.weight")->type == kernels::DType::kF16);
+  CHECK(m.value()->Find("token_embd.weight")->shape == std::vector<int64_t>{8, 10});
+}
+
+}  // namespace
+}  // namespace braid

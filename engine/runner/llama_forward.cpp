@@ -1,0 +1,258 @@
+#include "runner/llama_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+namespace braid {
+
+using kernels::DType;
+using kernels::ThreadPool;
+
+namespace {
+
+// base^(-2i/n_rot) for i < n_rot/2, with Llama 3 frequency scaling when set:
+// long wavelengths are divided by `factor`, short ones kept, the band between
+// interpolated smoothly (Meta's reference implementation).
+std::vector<float> InverseFrequencies(const ModelConfig& c) {
+  std::vector<float> f(c.n_rot / 2);
+  for (int i = 0; i < c.n_rot / 2; ++i)
+    f[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.n_rot));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.factor > 0.0f) {
+    const double pi = 3.14159265358979323846;
+    const double low_wavelen = s.original_context / s.low_freq_factor;
+    const double high_wavelen = s.original_context / s.high_freq_factor;
+    for (float& freq : f) {
+      const double wavelen = 2 * pi / freq;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        freq = static_cast<float>(freq / s.factor);
+      } else {
+        const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        freq = static_cast<float>((1 - smooth) * freq / s.factor + smooth * freq);
+      }
+    }
+  }
+  return f;
+}
+
+bool SameActivation(const kernels::MatrixView& a, const kernels::MatrixView& b) {
+  return kernels::ActivationType(a.type) == kernels::ActivationType(b.type);
+}
+
+void Range(int64_t n, int parts, int i, int64_t align, int64_t* b, int64_t* e) {
+  ThreadPool::Split(n, parts, i, align, b, e);
+}
+
+}  // namespace
+
+LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weights,
+                           ThreadPool& pool, bool exact, int max_chunk, int max_context)
+    : c_(config), w_(weights), pool_(pool), exact_(exact), max_chunk_(max_chunk) {
+  q_dim_ = c_.n_head * c_.head_dim;
+  kv_dim_ = c_.n_head_kv * c_.head_dim;
+  inv_freq_ = InverseFrequencies(c_);
+  const size_t m = static_cast<size_t>(max_chunk_);
+  x_.resize(m * c_.n_embd);
+  xn_.resize(m * c_.n_embd);
+  q_.resize(m * q_dim_);
+  k_.resize(m * kv_dim_);
+  v_.resize(m * kv_dim_);
+  att_.resize(m * q_dim_);
+  h_.resize(m * c_.n_ff);
+  up_.resize(m * c_.n_ff);
+  const int width = std::max({c_.n_embd, c_.n_ff, q_dim_, max_context, 1});
+  scratch_.assign(pool_.size(), std::vector<float>(static_cast<size_t>(width) + 64));
+}
+
+void LlamaForward::Embed(int tid, int n, const int32_t* tokens) {
+  int64_t b, e;
+  Range(n, pool_.size(), tid, 1, &b, &e);
+  const TensorInfo& t = *w_.token_embd;
+  const size_t row = kernels::RowBytes(t.type, c_.n_embd);
+  for (int64_t i = b; i < e; ++i)
+    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * tokens[i],
+                           &x_[i * c_.n_embd], c_.n_embd);
+}
+
+void LlamaForward::Normalize(int tid, int n, const std::vector<float>& w, const float* in,
+                             float* out) {
+  int64_t b, e;
+  Range(n, pool_.size(), tid, 1, &b, &e);
+  for (int64_t i = b; i < e; ++i)
+    kernels::RmsNorm(in + i * c_.n_embd, w.data(), c_.rms_eps, c_.n_embd, out + i * c_.n_embd);
+}
+
+// in: [n, cols] fp32 -> out: [n] rows quantized for `weight_type`'s dot product.
+void LlamaForward::Quantize(int tid, int n, int64_t cols, const float* in, DType weight_type,
+                            std::vector<uint8_t>& out) {
+  if (exact_) return;
+  const DType act = kernels::ActivationType(weight_type);
+  const size_t row = kernels::RowBytes(act, cols);
+  int64_t b, e;
+  Range(n, pool_.size(), tid, 1, &b, &e);
+  for (int64_t i = b; i < e; ++i) kernels::QuantizeActivations(act, in + i * cols, &out[i * row], cols);
+}
+
+// y[t, r] = W[r] . x[t] for this thread's share of W's rows.
+void LlamaForward::MatMul(int tid, const kernels::MatrixView& w, int n, const float* x,
+                          const std::vector<uint8_t>& xq, float* y, int64_t ldy) {
+  int64_t r0, r1;
+  Range(w.rows, pool_.size(), tid, 16, &r0, &r1);
+  if (r0 >= r1) return;
+  if (exact_) {
+    kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tid].data());
+  } else {
+    const size_t row = kernels::RowBytes(kernels::ActivationType(w.type), w.cols);
+    kernels::MatMulQuantized(w, xq.data(), row, n, r0, r1, y, ldy);
+  }
+}
+
+// Adds biases, rotates q and k, and stores k and v at their positions.
+void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, int pos0,
+                                KvCache& kv) {
+  const int hd = c_.head_dim;
+  const int items = n * (c_.n_head + c_.n_head_kv);
+  int64_t b, e;
+  Range(items, pool_.size(), tid, 1, &b, &e);
+  for (int64_t it = b; it < e; ++it) {
+    const int t = static_cast<int>(it / (c_.n_head + c_.n_head_kv));
+    const int h = static_cast<int>(it % (c_.n_head + c_.n_head_kv));
+    const int pos = pos0 + t;
+    if (h < c_.n_head) {
+      float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
+      if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
+      kernels::Rope(q, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
+    } else {
+      const int g = h - c_.n_head;
+      float* k = &k_[static_cast<size_t>(t) * kv_dim_ + g * hd];
+      float* v = &v_[static_cast<size_t>(t) * kv_dim_ + g * hd];
+      if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
+      if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
+      kernels::Rope(k, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
+      std::memcpy(kv.K(layer, pos) + g * hd, k, hd * sizeof(float));
+      std::memcpy(kv.V(layer, pos) + g * hd, v, hd * sizeof(float));
+    }
+  }
+}
+
+// Causal attention of every (token, head) of the chunk over the cache:
+// att[t, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j, j <= pos0 + t.
+void LlamaForward::Attention(int tid, int layer, int n, int pos0, const KvCache& kv) {
+  const int hd = c_.head_dim;
+  const int group = c_.n_head / c_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* scores = scratch_[tid].data();
+  int64_t b, e;
+  Range(static_cast<int64_t>(n) * c_.n_head, pool_.size(), tid, 1, &b, &e);
+  for (int64_t it = b; it < e; ++it) {
+    const int t = static_cast<int>(it / c_.n_head);
+    const int h = static_cast<int>(it % c_.n_head);
+    const int g = h / group;
+    const int len = pos0 + t + 1;
+    const float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
+    for (int j = 0; j < len; ++j) scores[j] = kernels::DotF32(q, kv.K(layer, j) + g * hd, hd) * scale;
+    kernels::Softmax(scores, len);
+    float* out = &att_[static_cast<size_t>(t) * q_dim_ + h * hd];
+    std::fill(out, out + hd, 0.0f);
+    for (int j = 0; j < len; ++j) kernels::Axpy(scores[j], kv.V(layer, j) + g * hd, hd, out);
+  }
+}
+
+void LlamaForward::Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv,
+                           bool all_logits, float* logits) {
+  const int n = static_cast<int>(tokens.size());
+  const int E = c_.n_embd;
+  // Quantized activation buffers, sized on first use for the widest row.
+  auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
+    if (exact_) return;
+    const size_t need = static_cast<size_t>(std::max(n, 1)) *
+                        kernels::RowBytes(kernels::ActivationType(w.type), w.cols);
+    if (buf.size() < need) buf.resize(need);
+  };
+  for (const LayerWeights& l : w_.layers) {
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.w_gate, &l.w_up}) ensure(xq_, *m);
+    ensure(xq_k_, l.wk);
+    ensure(xq_k_, l.w_up);
+    ensure(xq_v_, l.wv);
+    ensure(attq_, l.wo);
+    ensure(hq_, l.w_down);
+  }
+  ensure(xq_, w_.output);
+  const int n_out = all_logits ? n : 1;
+  const int first_out = n - n_out;
+
+  pool_.Run([&](int tid) {
+    Embed(tid, n, tokens.data());
+    pool_.Barrier();
+    for (int layer = 0; layer < c_.n_layer; ++layer) {
+      const LayerWeights& l = w_.layers[layer];
+      // Attention block.
+      Normalize(tid, n, l.attn_norm, x_.data(), xn_.data());
+      Quantize(tid, n, E, xn_.data(), l.wq.type, xq_);
+      // K and V usually share Q's activation type; quantize again if not.
+      const bool k_same = SameActivation(l.wk, l.wq), v_same = SameActivation(l.wv, l.wq);
+      if (!k_same) Quantize(tid, n, E, xn_.data(), l.wk.type, xq_k_);
+      if (!v_same) Quantize(tid, n, E, xn_.data(), l.wv.type, xq_v_);
+      pool_.Barrier();
+      MatMul(tid, l.wq, n, xn_.data(), xq_, q_.data(), q_dim_);
+      MatMul(tid, l.wk, n, xn_.data(), k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
+      MatMul(tid, l.wv, n, xn_.data(), v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
+      pool_.Barrier();
+      RopeAndStore(tid, l, layer, n, pos0, kv);
+      pool_.Barrier();
+      Attention(tid, layer, n, pos0, kv);
+      pool_.Barrier();
+      Quantize(tid, n, q_dim_, att_.data(), l.wo.type, attq_);
+      pool_.Barrier();
+      // x += Wo * att, each thread adding its own output rows.
+      MatMul(tid, l.wo, n, att_.data(), attq_, xn_.data(), E);
+      {
+        int64_t r0, r1;
+        Range(l.wo.rows, pool_.size(), tid, 16, &r0, &r1);
+        for (int t = 0; t < n; ++t)
+          for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+      }
+      pool_.Barrier();
+      // Feed-forward block.
+      Normalize(tid, n, l.ffn_norm, x_.data(), xn_.data());
+      Quantize(tid, n, E, xn_.data(), l.w_gate.type, xq_);
+      const bool up_same = SameActivation(l.w_up, l.w_gate);
+      if (!up_same) Quantize(tid, n, E, xn_.data(), l.w_up.type, xq_k_);
+      pool_.Barrier();
+      MatMul(tid, l.w_gate, n, xn_.data(), xq_, h_.data(), c_.n_ff);
+      MatMul(tid, l.w_up, n, xn_.data(), up_same ? xq_ : xq_k_, up_.data(), c_.n_ff);
+      {
+        int64_t r0, r1;
+        Range(l.w_gate.rows, pool_.size(), tid, 16, &r0, &r1);
+        for (int t = 0; t < n; ++t)
+          kernels::SwiGlu(&h_[t * c_.n_ff + r0], &up_[t * c_.n_ff + r0], r1 - r0,
+                          &h_[t * c_.n_ff + r0]);
+      }
+      pool_.Barrier();
+      Quantize(tid, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
+      pool_.Barrier();
+      MatMul(tid, l.w_down, n, h_.data(), hq_, xn_.data(), E);
+      {
+        int64_t r0, r1;
+        Range(l.w_down.rows, pool_.size(), tid, 16, &r0, &r1);
+        for (int t = 0; t < n; ++t)
+          for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+      }
+      pool_.Barrier();
+    }
+    // Output head on the requested tokens.
+    Normalize(tid, n_out, w_.output_norm, &x_[static_cast<size_t>(first_out) * E], xn_.data());
+    Quantize(tid, n_out, E, xn_.data(), w_.output.type, xq_);
+    pool_.Barrier();
+    MatMul(tid, w_.output, n_out, xn_.data(), xq_, logits, c_.n_vocab);
+  });
+}
+
+}  // namespace braid

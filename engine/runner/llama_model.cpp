@@ -1,0 +1,214 @@
+#include "runner/llama_model.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "kernels/quant.h"
+
+namespace braid {
+namespace {
+
+constexpr int kMaxChunk = 256;  // tokens per forward pass during prefill
+
+class LlamaSequence final : public Sequence {
+ public:
+  LlamaSequence(LlamaModel& model, int capacity)
+      : model_(model),
+        kv_(model.config().n_layer, capacity, model.config().n_head_kv * model.config().head_dim) {}
+
+  int position() const override { return pos_; }
+  int capacity() const override { return kv_.capacity(); }
+
+  Status Eval(std::span<const int32_t> tokens, std::vector<float>* logits,
+              bool all_logits) override {
+    if (tokens.empty()) return Status::InvalidArgument("no tokens to evaluate");
+    const int n_vocab = model_.config().n_vocab;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || tokens[i] >= n_vocab)
+        return Status::InvalidArgument("token id " + std::to_string(tokens[i]) + " at index " +
+                                       std::to_string(i) + " is outside the vocabulary [0, " +
+                                       std::to_string(n_vocab) + ")");
+    if (pos_ + static_cast<int64_t>(tokens.size()) > kv_.capacity())
+      return Status::OutOfRange(std::to_string(pos_) + " + " + std::to_string(tokens.size()) +
+                                " tokens exceed the context of " + std::to_string(kv_.capacity()));
+    const size_t n = tokens.size();
+    if (logits) logits->resize((all_logits ? n : 1) * static_cast<size_t>(n_vocab));
+    for (size_t b = 0; b < n; b += model_.max_chunk()) {
+      const size_t m = std::min<size_t>(model_.max_chunk(), n - b);
+      const bool last = b + m == n;
+      float* out = nullptr;
+      if (logits && all_logits) out = logits->data() + b * n_vocab;
+      else if (logits && last) out = logits->data();
+      // Chunks whose logits nobody wants still compute the last row's head
+      // into scratch; it costs one row of the output matmul.
+      if (!out) {
+        scratch_.resize(n_vocab);
+        out = scratch_.data();
+      }
+      model_.Forward(tokens.subspan(b, m), pos_, kv_, logits && all_logits, out);
+      pos_ += static_cast<int>(m);
+    }
+    return Status::Ok();
+  }
+
+  void Truncate(int n) override { pos_ = std::clamp(n, 0, pos_); }
+
+ private:
+  LlamaModel& model_;
+  KvCache kv_;
+  int pos_ = 0;
+  std::vector<float> scratch_;
+};
+
+std::string DescribeTypes(const ModelFile& f, const ModelConfig& c) {
+  (void)c;
+  std::map<std::string, int> counts;
+  std::vector<std::string> names = {"token_embd.weight", "output_norm.weight", "output.weight"};
+  for (int i = 0; i < c.n_layer; ++i)
+    for (const char* s : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                          "ffn_up.weight", "ffn_down.weight", "attn_q.bias", "attn_k.bias",
+                          "attn_v.bias"})
+      names.push_back("blk." + std::to_string(i) + "." + s);
+  for (const std::string& n : names)
+    if (const TensorInfo* t = f.Find(n)) counts[kernels::Info(t->type).name]++;
+  std::string out;
+  for (const auto& [name, count] : counts)
+    out += (out.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+  return out;
+}
+
+// ChatML templates that open with a default system turn embed its text as a
+// literal: '<|im_start|>system\n' + TEXT + '<|im_end|>'. Returns TEXT or "".
+std::string DefaultSystemPrompt(const std::string& tmpl) {
+  const std::string open = "<|im_start|>system\\n";
+  size_t a = tmpl.find(open);
+  if (a == std::string::npos) return "";
+  a += open.size();
+  size_t b = tmpl.find("<|im_end|>", a);
+  if (b == std::string::npos) return "";
+  std::string text = tmpl.substr(a, b - a);
+  if (text.find('{') != std::string::npos || text.find('\'') != std::string::npos) return "";
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::Open(const ModelOptions& options) {
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> m, LlamaModel::Load(options));
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options) {
+  if (options.threads < 0 || options.threads > 1024)
+    return Status::InvalidArgument("threads must be in [0, 1024], got " +
+                                   std::to_string(options.threads));
+  if (options.context < 0)
+    return Status::InvalidArgument("context must be >= 0, got " + std::to_string(options.context));
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  BRAID_ASSIGN_OR_RETURN(m->file_, LoadModelFile(options.path));
+  const ModelConfig& c = m->file_->config();
+  if (m->file_->gguf()) {
+    BRAID_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->file_->gguf()));
+  } else if (!m->file_->tokenizer_json_path().empty()) {
+    auto tok = Tokenizer::FromJsonFile(m->file_->tokenizer_json_path());
+    if (tok.ok()) {
+      m->tokenizer_ = std::move(tok).value();
+    } else if (tok.status().code() != StatusCode::kNotFound) {
+      return tok.status();
+    }
+  }
+  if (m->tokenizer_ && m->tokenizer_->n_vocab() > c.n_vocab)
+    return Status::Corruption(options.path + ": tokenizer has " +
+                              std::to_string(m->tokenizer_->n_vocab()) +
+                              " tokens but the model only " + std::to_string(c.n_vocab));
+  BRAID_ASSIGN_OR_RETURN(m->weights_, BuildLlamaWeights(*m->file_));
+
+  int threads = options.threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  int context = options.context;
+  if (context == 0) context = std::min(c.n_ctx > 0 ? c.n_ctx : 4096, 4096);
+  m->pool_ = std::make_unique<kernels::ThreadPool>(threads);
+  m->forward_ = std::make_unique<LlamaForward>(c, m->weights_, *m->pool_, options.exact,
+                                               kMaxChunk, context);
+
+  ModelInfo& i = m->info_;
+  i.path = options.path;
+  i.arch = ArchName(c.arch);
+  i.weight_types = DescribeTypes(*m->file_, c);
+  i.n_vocab = c.n_vocab;
+  i.n_ctx_train = c.n_ctx;
+  i.context = context;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.n_embd;
+  i.n_head = c.n_head;
+  i.n_head_kv = c.n_head_kv;
+  auto add = [&](const kernels::MatrixView& w) {
+    i.n_params += w.rows * w.cols;
+    i.bytes_per_token += w.rows * w.row_bytes;
+  };
+  for (const LayerWeights& l : m->weights_.layers) {
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+    i.n_params += static_cast<int64_t>(l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() +
+                                       l.bk.size() + l.bv.size());
+  }
+  add(m->weights_.output);
+  if (!c.tied_embeddings && m->file_->Find("output.weight"))
+    i.n_params += m->weights_.token_embd->elements();
+  for (const char* n : {"token_embd.weight", "output.weight", "output_norm.weight"})
+    if (const TensorInfo* t = m->file_->Find(n)) i.weight_bytes += t->nbytes;
+  for (int l = 0; l < c.n_layer; ++l)
+    for (const char* s : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                          "ffn_up.weight", "ffn_down.weight"})
+      if (const TensorInfo* t = m->file_->Find("blk." + std::to_string(l) + "." + s))
+        i.weight_bytes += t->nbytes;
+  i.isa = options.exact ? std::string("fp32 (") + kernels::KernelIsa() + ")" : kernels::KernelIsa();
+  i.threads = threads;
+
+  if (m->tokenizer_) {
+    const std::string& tmpl = m->tokenizer_->chat_template();
+    ChatFormat fallback = c.arch == Arch::kLlama && m->tokenizer_->pre_tokenizer() ==
+                                                        PreTokenizer::kSentencePiece
+                              ? ChatFormat::kLlama2
+                              : ChatFormat::kChatML;
+    m->chat_format_ = DetectChatFormat(tmpl, fallback);
+    if (m->chat_format_ == ChatFormat::kChatML) m->default_system_ = DefaultSystemPrompt(tmpl);
+  }
+  return m;
+}
+
+std::vector<int32_t> LlamaModel::Tokenize(std::string_view text) const {
+  if (!tokenizer_) return {};
+  return tokenizer_->Encode(text, /*parse_special=*/true, tokenizer_->add_bos_by_default());
+}
+
+std::string LlamaModel::Detokenize(std::span<const int32_t> ids) const {
+  return tokenizer_ ? tokenizer_->Decode(ids) : std::string();
+}
+
+std::string LlamaModel::TokenBytes(int32_t id) const {
+  return tokenizer_ ? tokenizer_->TokenBytes(id) : std::string();
+}
+
+bool LlamaModel::IsEndOfGeneration(int32_t id) const {
+  return tokenizer_ && tokenizer_->IsEog(id);
+}
+
+std::string LlamaModel::FormatChat(std::span<const ChatMessage> messages,
+                                   bool add_generation_prompt) const {
+  return ApplyChatTemplate(chat_format_, messages, add_generation_prompt, default_system_);
+}
+
+std::unique_ptr<Sequence> LlamaModel::NewSequence() {
+  return std::make_unique<LlamaSequence>(*this, info_.context);
+}
+
+void LlamaModel::Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv, bool all_logits,
+                         float* logits) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  forward_->Forward(tokens, pos0, kv, all_logits, logits);
+}
+
+}  // namespace braid

@@ -1,0 +1,33 @@
+// The weights of a Llama-family model (llama, mistral, qwen2) as views into
+// the mapped file, plus fp32 copies of the small vectors (norms, biases).
+#pragma once
+
+#include <vector>
+
+#include "engine/status.h"
+#include "kernels/matmul.h"
+#include "model/model_file.h"
+
+namespace braid {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;           // [n_embd]
+  kernels::MatrixView wq, wk, wv, wo;     // [n_head*hd, n_embd] ... (rows = outputs)
+  std::vector<float> bq, bk, bv;          // qwen2 only; empty otherwise
+  std::vector<float> ffn_norm;            // [n_embd]
+  kernels::MatrixView w_gate, w_up;       // [n_ff, n_embd]
+  kernels::MatrixView w_down;             // [n_embd, n_ff]
+};
+
+struct LlamaWeights {
+  const TensorInfo* token_embd = nullptr;  // [n_vocab rows of n_embd]
+  std::vector<LayerWeights> layers;
+  std::vector<float> output_norm;          // [n_embd]
+  kernels::MatrixView output;              // [n_vocab, n_embd]; token_embd when tied
+};
+
+// Builds views over `file` (which must outlive the result). Errors name the
+// tensor whose type the kernels cannot multiply.
+Result<LlamaWeights> BuildLlamaWeights(const ModelFile& file);
+
+}  // namespace braid

@@ -1,0 +1,13 @@
+#include "engine/system_probe.h"
+
+#include "kernels/membw.h"
+#include "kernels/thread_pool.h"
+
+namespace braid {
+
+double MeasureReadBandwidth(int threads) {
+  kernels::ThreadPool pool(threads < 1 ? 1 : threads);
+  return kernels::MeasureReadBandwidth(pool, size_t{512} << 20, 5);
+}
+
+}  // namespace braid

@@ -1,0 +1,52 @@
+// StreamDecoder and the small non-virtual parts of Tokenizer.
+#include <algorithm>
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace braid {
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Moves the complete characters at the front of `pending` to the result;
+// invalid bytes become U+FFFD; an incomplete sequence at the end stays.
+std::string TakeComplete(std::string& pending) {
+  std::string out;
+  size_t i = 0;
+  while (i < pending.size()) {
+    const int len = unicode::ValidSequenceLength(std::string_view(pending).substr(i));
+    if (len < 0) break;
+    if (len == 0) {
+      out += kReplacement;
+      ++i;
+    } else {
+      out.append(pending, i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
+    }
+  }
+  pending.erase(0, i);
+  return out;
+}
+
+}  // namespace
+
+bool Tokenizer::IsEog(int32_t id) const {
+  return std::find(eog_ids_.begin(), eog_ids_.end(), id) != eog_ids_.end();
+}
+
+std::string StreamDecoder::Push(int32_t id) {
+  if (skip_special_ && tok_.IsSpecial(id)) return {};
+  pending_ += tok_.TokenBytes(id);
+  return TakeComplete(pending_);
+}
+
+std::string StreamDecoder::Flush() {
+  std::string out = TakeComplete(pending_);
+  // What is left is the start of a sequence that never completed.
+  if (!pending_.empty()) out += kReplacement;
+  pending_.clear();
+  return out;
+}
+
+}  // namespace braid

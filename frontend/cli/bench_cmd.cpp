@@ -1,0 +1,174 @@
+// braid bench: llama-bench style prompt-processing (pp) and text-generation
+// (tg) throughput, with the memory read bandwidth measured in the same run
+// and the decode roofline it implies (bandwidth / weight bytes per token).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/model.h"
+#include "engine/system_probe.h"
+
+namespace braid::cli {
+namespace {
+
+const char* kBenchHelp =
+    "usage: braid bench [-m MODEL] [-p 512] [-n 128] [-r 5] [-t THREADS] [--json FILE]\n"
+    "  -p N        prompt tokens per pp test (0 = skip)\n"
+    "  -n N        generated tokens per tg test (0 = skip)\n"
+    "  -r N        repetitions (default 5), after one warm-up\n"
+    "  -t N        threads (default: all cores)\n"
+    "  --exact     fp32 activations\n"
+    "  --no-bw     skip the bandwidth probe\n"
+    "  --json FILE also write the results as JSON\n";
+
+struct Stats {
+  double mean = 0, stddev = 0;
+  std::vector<double> samples;
+};
+
+Stats Summarize(const std::vector<double>& ts) {
+  Stats s;
+  s.samples = ts;
+  for (double t : ts) s.mean += t / ts.size();
+  for (double t : ts) s.stddev += (t - s.mean) * (t - s.mean);
+  s.stddev = ts.size() > 1 ? std::sqrt(s.stddev / (ts.size() - 1)) : 0.0;
+  return s;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Tokens/s of evaluating n random tokens in one batch on a fresh sequence.
+Result<double> RunPrompt(Model& m, int n, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(0, m.info().n_vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = pick(rng);
+  auto seq = m.NewSequence();
+  std::vector<float> logits;
+  double t0 = Now();
+  BRAID_RETURN_IF_ERROR(seq->Eval(ids, &logits));
+  return n / (Now() - t0);
+}
+
+// Tokens/s of n single-token steps on a fresh sequence (logits every step).
+Result<double> RunGenerate(Model& m, int n, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(0, m.info().n_vocab - 1);
+  auto seq = m.NewSequence();
+  std::vector<float> logits;
+  double t0 = Now();
+  for (int i = 0; i < n; ++i) {
+    int32_t id = pick(rng);
+    BRAID_RETURN_IF_ERROR(seq->Eval(std::span<const int32_t>(&id, 1), &logits));
+  }
+  return n / (Now() - t0);
+}
+
+}  // namespace
+
+int BenchMain(const std::vector<std::string>& argv) {
+  Args args(argv);
+  if (args.Flag({"-h", "--help"})) {
+    std::printf("%s", kBenchHelp);
+    return 0;
+  }
+  ModelOptions mo = ReadModelOptions(args);
+  int pp = static_cast<int>(args.Int({"-p", "--n-prompt"}, 512));
+  int tg = static_cast<int>(args.Int({"-n", "--n-gen"}, 128));
+  int reps = static_cast<int>(args.Int({"-r", "--repetitions"}, 5));
+  bool no_bw = args.Flag({"--no-bw"});
+  std::string json = args.Str({"--json"}, "");
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid bench: %s\n", e.c_str());
+    return 2;
+  }
+  if (pp < 0 || tg < 0 || reps < 1) {
+    std::fprintf(stderr, "braid bench: -p and -n must be >= 0 and -r >= 1\n");
+    return 2;
+  }
+  if (mo.context == 0) mo.context = std::max(pp, tg) + 8;
+  auto opened = Model::Open(mo);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  Model& m = **opened;
+  const ModelInfo& info = m.info();
+  std::mt19937 rng(1234);
+
+  struct Row { std::string test; Stats s; };
+  std::vector<Row> rows;
+  auto run = [&](const std::string& name, auto fn, int n) -> bool {
+    if (n == 0) return true;
+    if (auto w = fn(m, std::min(n, 32), rng); !w.ok()) {  // warm-up
+      std::fprintf(stderr, "braid bench: %s\n", w.status().ToString().c_str());
+      return false;
+    }
+    std::vector<double> ts;
+    for (int r = 0; r < reps; ++r) {
+      auto t = fn(m, n, rng);
+      if (!t.ok()) {
+        std::fprintf(stderr, "braid bench: %s\n", t.status().ToString().c_str());
+        return false;
+      }
+      ts.push_back(*t);
+    }
+    rows.push_back({name + std::to_string(n), Summarize(ts)});
+    return true;
+  };
+  if (!run("pp", RunPrompt, pp) || !run("tg", RunGenerate, tg)) return 1;
+
+  std::string name = info.path.substr(info.path.find_last_of('/') + 1);
+  std::printf("| model | size | params | backend | threads | test | t/s |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %.2f MiB | %.2f M | CPU %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+                info.weight_bytes / 1048576.0, info.n_params / 1e6, info.isa.c_str(), info.threads,
+                r.test.c_str(), r.s.mean, r.s.stddev);
+
+  double bw = 0, roofline = 0;
+  if (!no_bw) {
+    bw = MeasureReadBandwidth(info.threads);
+    roofline = bw / static_cast<double>(info.bytes_per_token);
+    std::printf("\nread bandwidth (%d threads): %.1f GB/s; weights read per token: %.1f MB; "
+                "decode roofline: %.1f tok/s\n",
+                info.threads, bw / 1e9, info.bytes_per_token / 1e6, roofline);
+    for (const Row& r : rows)
+      if (r.test.rfind("tg", 0) == 0)
+        std::printf("%s / roofline = %.1f%%\n", r.test.c_str(), 100.0 * r.s.mean / roofline);
+  }
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "braid bench: cannot write '%s'\n", json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\",\n", name.c_str(),
+                 info.threads, info.isa.c_str());
+    std::fprintf(f, "  \"weight_bytes\": %llu, \"bytes_per_token\": %llu,\n",
+                 static_cast<unsigned long long>(info.weight_bytes),
+                 static_cast<unsigned long long>(info.bytes_per_token));
+    std::fprintf(f, "  \"read_bandwidth_bytes_per_s\": %.0f, \"decode_roofline_tok_s\": %.2f,\n",
+                 bw, roofline);
+    std::fprintf(f, "  \"results\": [");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::fprintf(f, "%s\n    {\"test\": \"%s\", \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
+                   i ? "," : "", rows[i].test.c_str(), rows[i].s.mean, rows[i].s.stddev);
+      for (size_t j = 0; j < rows[i].s.samples.size(); ++j)
+        std::fprintf(f, "%s%.3f", j ? ", " : "", rows[i].s.samples[j]);
+      std::fprintf(f, "]}");
+    }
+    std::fprintf(f, "\n  ]\n}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace braid::cli

@@ -1,0 +1,159 @@
+// braid generate / braid chat.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/model.h"
+
+namespace braid::cli {
+namespace {
+
+const char* kGenerateHelp =
+    "usage: braid generate [-m MODEL] -p TEXT [options]\n"
+    "       braid chat [-m MODEL] [-p MESSAGE] [--system TEXT] [options]\n"
+    "\n"
+    "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "  -p, --prompt TEXT       prompt (generate) or a single message (chat; else interactive)\n"
+    "  -f, --file PATH         read the prompt from a file\n"
+    "  -n, --max-tokens N      tokens to generate (default 128)\n"
+    "      --temp T            temperature, 0 = greedy (default 0.8)\n"
+    "      --top-k K           (default 40)   --top-p P (0.95)   --min-p P (0.05)\n"
+    "      --repeat-penalty R  (default 1.0)  --repeat-last-n N (64)\n"
+    "      --frequency-penalty F  --presence-penalty P\n"
+    "      --seed S            sampling seed\n"
+    "      --stop TEXT         stop string (repeatable)\n"
+    "      --ignore-eos        keep going past end-of-generation tokens\n"
+    "      --system TEXT       chat: the system message\n"
+    "      --raw               generate: do not wrap the prompt in the chat template\n"
+    "  -t, --threads N         CPU threads (default: all cores)\n"
+    "      --ctx N             context size per sequence\n"
+    "      --exact             fp32 activations (reference-exact path)\n"
+    "  -v, --verbose           print model info and timings to stderr\n";
+
+bool ReadFile(const std::string& path, std::string* out) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  std::fclose(f);
+  return true;
+}
+
+int RunOnce(Model& model, const std::string& prompt_text, const SamplingParams& sp, bool verbose) {
+  std::vector<int32_t> prompt = model.Tokenize(prompt_text);
+  auto r = Generate(model, prompt, sp, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::printf("\n");
+  if (!r.ok()) {
+    std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  if (verbose) {
+    const GenerateResult& g = *r;
+    std::fprintf(stderr,
+                 "prompt: %d tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s "
+                 "(%.1f tok/s); finish: %s\n",
+                 g.prompt_tokens, g.prefill_seconds, g.prompt_tokens / g.prefill_seconds,
+                 g.tokens.size(), g.decode_seconds,
+                 g.tokens.size() > 1 ? (g.tokens.size() - 1) / g.decode_seconds : 0.0,
+                 g.finish_reason.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int GenerateMain(const std::vector<std::string>& argv, bool chat) {
+  Args args(argv);
+  if (args.Flag({"-h", "--help"})) {
+    std::printf("%s", kGenerateHelp);
+    return 0;
+  }
+  ModelOptions mo = ReadModelOptions(args);
+  std::string prompt = args.Str({"-p", "--prompt"}, "");
+  std::string file = args.Str({"-f", "--file"}, "");
+  SamplingParams sp;
+  sp.max_tokens = static_cast<int>(args.Int({"-n", "--max-tokens"}, 128));
+  sp.temperature = static_cast<float>(args.Num({"--temp", "--temperature"}, sp.temperature));
+  sp.top_k = static_cast<int>(args.Int({"--top-k"}, sp.top_k));
+  sp.top_p = static_cast<float>(args.Num({"--top-p"}, sp.top_p));
+  sp.min_p = static_cast<float>(args.Num({"--min-p"}, sp.min_p));
+  sp.repetition_penalty = static_cast<float>(args.Num({"--repeat-penalty"}, 1.0));
+  sp.penalty_last_n = static_cast<int>(args.Int({"--repeat-last-n"}, 64));
+  sp.frequency_penalty = static_cast<float>(args.Num({"--frequency-penalty"}, 0.0));
+  sp.presence_penalty = static_cast<float>(args.Num({"--presence-penalty"}, 0.0));
+  sp.seed = static_cast<uint64_t>(args.Int({"--seed"}, static_cast<long>(sp.seed)));
+  sp.stop = args.All({"--stop"});
+  sp.ignore_eos = args.Flag({"--ignore-eos"});
+  std::string system = args.Str({"--system"}, "");
+  bool raw = args.Flag({"--raw"});
+  bool verbose = args.Flag({"-v", "--verbose"});
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid %s: %s\n", chat ? "chat" : "generate", e.c_str());
+    return 2;
+  }
+  if (Status s = sp.Validate(); !s.ok()) {
+    std::fprintf(stderr, "braid: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (!file.empty() && !ReadFile(file, &prompt)) {
+    std::fprintf(stderr, "braid: cannot read prompt file '%s'\n", file.c_str());
+    return 2;
+  }
+  if (!chat && prompt.empty()) {
+    std::fprintf(stderr, "braid generate: give a prompt with -p TEXT or -f FILE\n");
+    return 2;
+  }
+  auto model = Model::Open(mo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "braid: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  Model& m = **model;
+  if (verbose) PrintModelInfo(m.info());
+
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  if (!chat) {
+    if (raw) return RunOnce(m, prompt, sp, verbose);
+    messages.push_back({"user", prompt});
+    return RunOnce(m, m.FormatChat(messages, true), sp, verbose);
+  }
+  if (!prompt.empty()) {
+    messages.push_back({"user", prompt});
+    return RunOnce(m, m.FormatChat(messages, true), sp, verbose);
+  }
+  // Interactive chat: one line per user turn; the whole conversation is
+  // re-rendered with the chat template each turn.
+  std::fprintf(stderr, "braid chat: %s — type a message, Ctrl-D to quit\n", m.info().path.c_str());
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    std::vector<int32_t> ids = m.Tokenize(m.FormatChat(messages, true));
+    auto r = Generate(m, ids, sp, [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::printf("\n");
+    if (!r.ok()) {
+      std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());
+      messages.pop_back();
+      continue;
+    }
+    messages.push_back({"assistant", r->text});
+  }
+  return 0;
+}
+
+}  // namespace braid::cli

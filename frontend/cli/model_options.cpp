@@ -1,0 +1,38 @@
+#include "cli/model_options.h"
+
+#include <cstdio>
+#include <filesystem>
+
+namespace braid::cli {
+
+namespace {
+// The bundled model: models/ under the working directory, else the path the
+// build was configured with.
+std::string DefaultModel() {
+  const char* rel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  if (std::filesystem::exists(rel, ec)) return rel;
+  return BRAID_DEFAULT_MODEL;
+}
+}  // namespace
+
+ModelOptions ReadModelOptions(Args& args) {
+  ModelOptions o;
+  o.path = args.Str({"-m", "--model"}, DefaultModel());
+  o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0));
+  o.context = static_cast<int>(args.Int({"--ctx"}, 0));
+  o.exact = args.Flag({"--exact"});
+  return o;
+}
+
+void PrintModelInfo(const ModelInfo& i) {
+  std::fprintf(stderr,
+               "model: %s\n  arch %s, %d layers, n_embd %d, heads %d/%d, vocab %d, context %d "
+               "(trained %d)\n  %.1f M parameters, weights %.1f MB (%s)\n  kernels %s, %d "
+               "threads\n",
+               i.path.c_str(), i.arch.c_str(), i.n_layer, i.n_embd, i.n_head, i.n_head_kv,
+               i.n_vocab, i.context, i.n_ctx_train, i.n_params / 1e6, i.weight_bytes / 1e6,
+               i.weight_types.c_str(), i.isa.c_str(), i.threads);
+}
+
+}  // namespace braid::cli

@@ -1,0 +1,76 @@
+// Weight-matrix x activation-batch products (see kernels/matmul.h), tiled so
+// that both operands of the inner kernel stay in L1: a tile of kTileRows weight
+// rows is swept by groups of kTileTokens activation rows.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "cpu/kernel_table.h"
+#include "ref/ref.h"
+
+namespace braid::kernels {
+namespace {
+
+// Weight rows per tile: 16 rows of 576 Q4_1 columns are ~6 KB, well inside L1.
+constexpr int64_t kTileRows = 16;
+// Longest row the decode path rearranges on the stack (40 KB); longer rows use `dot`.
+constexpr int64_t kMaxDecodeCols = 32768;
+
+}  // namespace
+
+// y[t * ldy + r] = dot(W[r, :], xq[t])     W: [rows, cols], xq: n_tokens quantized rows,
+//                                          r in [r0, r1), t in [0, n_tokens)
+void MatMulQuantized(const MatrixView& w, const void* xq, size_t xq_row_bytes, int n_tokens,
+                     int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const cpu::DotFn dot = cpu::Kernels().dot[static_cast<int>(w.type)];
+  assert(dot != nullptr);
+  const char* base = static_cast<const char*>(w.data);
+  const char* x = static_cast<const char*>(xq);
+  const cpu::DecodeKernel& dk = cpu::Kernels().decode[static_cast<int>(w.type)];
+  if (n_tokens == 1 && dk.rows != nullptr && w.cols <= kMaxDecodeCols) {
+    // Decode: rearrange the one activation row, then stream the weight rows.
+    alignas(64) uint8_t packed[kMaxDecodeCols];
+    alignas(64) float scales[2 * kMaxDecodeCols / 32];
+    dk.prepare(w.cols, xq, packed, scales);
+    dk.rows(w.cols, reinterpret_cast<const uint8_t*>(base) + r0 * w.row_bytes, w.row_bytes, r1 - r0,
+            packed, scales, y + r0);
+    return;
+  }
+  if (n_tokens <= cpu::kTileTokens) {
+    // Decode (and tiny batches): one streaming pass over the rows.
+    for (int64_t r = r0; r < r1; ++r) {
+      dot(w.cols, base + r * w.row_bytes, x, xq_row_bytes, n_tokens, y + r, ldy);
+    }
+    return;
+  }
+  for (int64_t rt = r0; rt < r1; rt += kTileRows) {
+    const int64_t re = std::min(r1, rt + kTileRows);
+    for (int t0 = 0; t0 < n_tokens; t0 += cpu::kTileTokens) {
+      const int nx = std::min(cpu::kTileTokens, n_tokens - t0);
+      const char* xt = x + static_cast<size_t>(t0) * xq_row_bytes;
+      for (int64_t r = rt; r < re; ++r) {
+        dot(w.cols, base + r * w.row_bytes, xt, xq_row_bytes, nx, y + t0 * ldy + r, ldy);
+      }
+    }
+  }
+}
+
+// Dequantizes each weight row once into `scratch` and dots it with every token in fp32.
+void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
+               float* y, int64_t ldy, float* scratch) {
+  const auto dot = cpu::Kernels().dot_f32;
+  const char* base = static_cast<const char*>(w.data);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row;
+    if (w.type == DType::kF32) {
+      row = reinterpret_cast<const float*>(base + r * w.row_bytes);
+    } else {
+      ref::DequantizeRow(w.type, base + r * w.row_bytes, scratch, w.cols);
+      row = scratch;
+    }
+    for (int t = 0; t < n_tokens; ++t) y[t * ldy + r] = dot(row, x + t * w.cols, w.cols);
+  }
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,72 @@
+// Memory read bandwidth probe (see kernels/membw.h).
+#include "kernels/membw.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace braid::kernels {
+namespace cpu {
+uint64_t ReadAllAvx2(const void* p, size_t bytes);
+}  // namespace cpu
+
+namespace {
+
+uint64_t ReadAllScalar(const void* p, size_t bytes) {
+  const auto* v = static_cast<const uint64_t*>(p);
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (size_t i = 0; i < bytes / 8; i += 4) {
+    a0 ^= v[i];
+    a1 ^= v[i + 1];
+    a2 ^= v[i + 2];
+    a3 ^= v[i + 3];
+  }
+  return a0 ^ a1 ^ a2 ^ a3;
+}
+
+bool HasAvx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
+  const int n = pool.size();
+  constexpr size_t kChunk = 4096;  // per-thread parts are whole pages
+  bytes = std::max(bytes / (kChunk * n), size_t{1}) * kChunk * n;
+  auto* buf = static_cast<char*>(std::aligned_alloc(kChunk, bytes));
+  if (buf == nullptr) return 0.0;
+  const size_t part = bytes / n;
+  // First touch by the thread that will read the part (NUMA placement).
+  pool.Run([&](int i) { std::memset(buf + part * i, i + 1, part); });
+
+  const bool avx2 = HasAvx2();
+  std::vector<uint64_t> sink(static_cast<size_t>(n) * 8);  // one cache line per thread
+  double best = 1e30;
+  for (int r = 0; r < std::max(1, repetitions); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.Run([&](int i) {
+      const char* p = buf + part * i;
+      sink[static_cast<size_t>(i) * 8] ^= avx2 ? cpu::ReadAllAvx2(p, part) : ReadAllScalar(p, part);
+    });
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    best = std::min(best, dt.count());
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  volatile uint64_t keep = 0;
+  for (uint64_t s : sink) keep = keep ^ s;
+  (void)keep;
+  std::free(buf);
+  return static_cast<double>(bytes) / best;
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,23 @@
+// Dispatched entry points of kernels/ops.h. RmsNorm, SwiGlu, DotF32 and Axpy
+// have AVX2 versions; Rope and Softmax are small per token and use the reference.
+#include "kernels/ops.h"
+
+#include "cpu/kernel_table.h"
+#include "ref/ref.h"
+
+namespace braid::kernels {
+
+void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y) {
+  cpu::Kernels().rms_norm(x, w, eps, n, y);
+}
+void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox) {
+  ref::Rope(x, n_rot, pos, inv_freq, neox);
+}
+void Softmax(float* x, int64_t n) { ref::Softmax(x, n); }
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  cpu::Kernels().swiglu(gate, up, n, out);
+}
+float DotF32(const float* a, const float* b, int64_t n) { return cpu::Kernels().dot_f32(a, b, n); }
+void Axpy(float a, const float* x, int64_t n, float* y) { cpu::Kernels().axpy(a, x, n, y); }
+
+}  // namespace braid::kernels

@@ -1,0 +1,62 @@
+// Scalar reference ops (see kernels/ops.h). Sums run in double so the
+// reference is more accurate than any SIMD version tested against it.
+#include <algorithm>
+#include <cmath>
+
+#include "ref/ref.h"
+
+namespace braid::kernels::ref {
+
+// y = x / sqrt(mean(x^2) + eps) * w          x, y, w: [n]
+void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+// Rotate pairs by theta_i = pos * inv_freq[i]:
+//   (a, b) -> (a cos - b sin, a sin + b cos)
+// pairs are (x[2i], x[2i+1]) ("norm") or (x[i], x[i + n_rot/2]) ("neox").   x: [head_dim]
+void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const float theta = static_cast<float>(pos) * inv_freq[i];
+    const float c = std::cos(theta), s = std::sin(theta);
+    float* a = neox ? &x[i] : &x[2 * i];
+    float* b = neox ? &x[i + half] : &x[2 * i + 1];
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+  }
+}
+
+// x_i = exp(x_i - max) / sum_j exp(x_j - max)      x: [n]
+void Softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+// out = gate / (1 + exp(-gate)) * up      all: [n]
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(sum);
+}
+
+void Axpy(float a, const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace braid::kernels::ref

@@ -1,0 +1,38 @@
+// Scalar reference kernels: the source of truth that every SIMD version is
+// tested against. Plain C++, no intrinsics. Internal to kernels/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace braid::kernels::ref {
+
+// dst[0..n) = values of the row `src` of `type` (any weight type, plus Q8_0/Q8_1/Q8_K).
+void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
+
+// Activation quantization, as ggml's quantize_row_*_ref: per block
+// d = amax / 127, q = round(x / d) (ties away from zero).   x: [n] -> dst: n/block blocks
+void QuantizeRowQ8_0(const float* x, void* dst, int64_t n);
+void QuantizeRowQ8_1(const float* x, void* dst, int64_t n);
+void QuantizeRowQ8_K(const float* x, void* dst, int64_t n);
+// Dispatches on act_type (kF32 copies).
+void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n);
+
+// Weight quantization (for tests and benchmarks; not ggml's importance-weighted K-quant
+// search, just a plain min/max fit): x: [n] -> dst in `type` layout.
+void QuantizeWeights(DType type, const float* x, void* dst, int64_t n);
+
+// dot(w_row, x): w_row in `weight_type`, x in ActivationType(weight_type) layout.
+float VecDot(DType weight_type, int64_t n, const void* w_row, const void* x);
+
+// Ops (see kernels/ops.h for the math).
+void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y);
+void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox);
+void Softmax(float* x, int64_t n);
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+float DotF32(const float* a, const float* b, int64_t n);
+void Axpy(float a, const float* x, int64_t n, float* y);
+
+}  // namespace braid::kernels::ref
