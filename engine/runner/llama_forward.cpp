@@ -115,16 +115,16 @@ void LlamaForward::MatMul(int tid, const kernels::MatrixView& w, int n, const fl
 }
 
 // Adds biases, rotates q and k, and stores k and v at their positions.
-void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, int pos0,
-                                KvCache& kv) {
+void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv) {
   const int hd = c_.head_dim;
+  const int bs = kv.block_size();
   const int items = n * (c_.n_head + c_.n_head_kv);
   int64_t b, e;
   Range(items, pool_.size(), tid, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
     const int t = static_cast<int>(it / (c_.n_head + c_.n_head_kv));
     const int h = static_cast<int>(it % (c_.n_head + c_.n_head_kv));
-    const int pos = pos0 + t;
+    const int pos = pos_[t];
     if (h < c_.n_head) {
       float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
       if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
@@ -136,16 +136,18 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
       if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
       if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
       kernels::Rope(k, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
-      std::memcpy(kv.K(layer, pos) + g * hd, k, hd * sizeof(float));
-      std::memcpy(kv.V(layer, pos) + g * hd, v, hd * sizeof(float));
+      const int block = table_[t][pos / bs], slot = pos % bs;
+      std::memcpy(kv.K(layer, block, slot) + g * hd, k, hd * sizeof(float));
+      std::memcpy(kv.V(layer, block, slot) + g * hd, v, hd * sizeof(float));
     }
   }
 }
 
-// Causal attention of every (token, head) of the chunk over the cache:
-// att[t, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j, j <= pos0 + t.
-void LlamaForward::Attention(int tid, int layer, int n, int pos0, const KvCache& kv) {
+// Causal attention of every (token, head) of the batch over its own
+// sequence's cache: att[t, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j, j <= pos(t).
+void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const int hd = c_.head_dim;
+  const int bs = kv.block_size();
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* scores = scratch_[tid].data();
@@ -155,19 +157,36 @@ void LlamaForward::Attention(int tid, int layer, int n, int pos0, const KvCache&
     const int t = static_cast<int>(it / c_.n_head);
     const int h = static_cast<int>(it % c_.n_head);
     const int g = h / group;
-    const int len = pos0 + t + 1;
+    const int len = pos_[t] + 1;
+    const int32_t* table = table_[t];
     const float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
-    for (int j = 0; j < len; ++j) scores[j] = kernels::DotF32(q, kv.K(layer, j) + g * hd, hd) * scale;
+    for (int j = 0; j < len; ++j)
+      scores[j] = kernels::DotF32(q, kv.K(layer, table[j / bs], j % bs) + g * hd, hd) * scale;
     kernels::Softmax(scores, len);
     float* out = &att_[static_cast<size_t>(t) * q_dim_ + h * hd];
     std::fill(out, out + hd, 0.0f);
-    for (int j = 0; j < len; ++j) kernels::Axpy(scores[j], kv.V(layer, j) + g * hd, hd, out);
+    for (int j = 0; j < len; ++j)
+      kernels::Axpy(scores[j], kv.V(layer, table[j / bs], j % bs) + g * hd, hd, out);
   }
 }
 
-void LlamaForward::Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv,
-                           bool all_logits, float* logits) {
-  const int n = static_cast<int>(tokens.size());
+void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits) {
+  // Flatten the batch: one row per new token.
+  ids_.clear();
+  pos_.clear();
+  table_.clear();
+  out_rows_.clear();
+  for (const BatchSegment& seg : batch) {
+    for (int i = 0; i < seg.n_tokens; ++i) {
+      if (seg.logits == BatchSegment::Logits::kAll ||
+          (seg.logits == BatchSegment::Logits::kLast && i + 1 == seg.n_tokens))
+        out_rows_.push_back(static_cast<int>(ids_.size()));
+      ids_.push_back(seg.tokens[i]);
+      pos_.push_back(seg.pos0 + i);
+      table_.push_back(seg.block_table);
+    }
+  }
+  const int n = static_cast<int>(ids_.size());
   const int E = c_.n_embd;
   // Quantized activation buffers, sized on first use for the widest row.
   auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
@@ -185,11 +204,10 @@ void LlamaForward::Forward(std::span<const int32_t> tokens, int pos0, KvCache& k
     ensure(hq_, l.w_down);
   }
   ensure(xq_, w_.output);
-  const int n_out = all_logits ? n : 1;
-  const int first_out = n - n_out;
+  const int n_out = static_cast<int>(out_rows_.size());
 
   pool_.Run([&](int tid) {
-    Embed(tid, n, tokens.data());
+    Embed(tid, n, ids_.data());
     pool_.Barrier();
     for (int layer = 0; layer < c_.n_layer; ++layer) {
       const LayerWeights& l = w_.layers[layer];
@@ -205,9 +223,9 @@ void LlamaForward::Forward(std::span<const int32_t> tokens, int pos0, KvCache& k
       MatMul(tid, l.wk, n, xn_.data(), k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
       MatMul(tid, l.wv, n, xn_.data(), v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
       pool_.Barrier();
-      RopeAndStore(tid, l, layer, n, pos0, kv);
+      RopeAndStore(tid, l, layer, n, kv);
       pool_.Barrier();
-      Attention(tid, layer, n, pos0, kv);
+      Attention(tid, layer, n, kv);
       pool_.Barrier();
       Quantize(tid, n, q_dim_, att_.data(), l.wo.type, attq_);
       pool_.Barrier();
@@ -247,8 +265,15 @@ void LlamaForward::Forward(std::span<const int32_t> tokens, int pos0, KvCache& k
       }
       pool_.Barrier();
     }
-    // Output head on the requested tokens.
-    Normalize(tid, n_out, w_.output_norm, &x_[static_cast<size_t>(first_out) * E], xn_.data());
+    // Output head on the requested rows, gathered into xn_.
+    if (n_out == 0) return;
+    {
+      int64_t b, e;
+      Range(n_out, pool_.size(), tid, 1, &b, &e);
+      for (int64_t i = b; i < e; ++i)
+        kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[i]) * E], w_.output_norm.data(),
+                         c_.rms_eps, E, &xn_[i * E]);
+    }
     Quantize(tid, n_out, E, xn_.data(), w_.output.type, xq_);
     pool_.Barrier();
     MatMul(tid, w_.output, n_out, xn_.data(), xq_, logits, c_.n_vocab);

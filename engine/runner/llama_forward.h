@@ -1,8 +1,15 @@
 // The forward pass of the Llama family (llama, mistral, qwen2):
 //   h = x + Wo * attn(rope(Wq*rms(x)+bq), rope(Wk*rms(x)+bk), Wv*rms(x)+bv)
 //   x = h + Wdown * (silu(Wgate*rms(h)) * Wup*rms(h))
-// over a chunk of tokens of one sequence, as one parallel region on a thread
-// pool: every stage splits its work between the threads and ends in a barrier.
+// over a ragged batch of sequences (each a chunk of new tokens after its
+// cached positions, its KV in a paged KvStore), as one parallel region on a
+// thread pool: every stage splits its work between the threads and ends in a
+// barrier.
+//
+// Batch invariance: the numbers computed for a token do not depend on which
+// other tokens share its batch (every per-token reduction runs in the same
+// order whatever the batch), so batched greedy decoding reproduces one
+// sequence at a time exactly.
 //
 // Not thread-safe: one Forward at a time per LlamaForward.
 #pragma once
@@ -14,10 +21,20 @@
 #include "engine/status.h"
 #include "kernels/thread_pool.h"
 #include "model/model_config.h"
-#include "runner/kv_cache.h"
+#include "runner/kv_store.h"
 #include "runner/llama_weights.h"
 
 namespace braid {
+
+// One sequence's share of a batch.
+struct BatchSegment {
+  enum class Logits { kNone, kLast, kAll };
+  const int32_t* tokens = nullptr;  // the new tokens
+  int n_tokens = 0;
+  int pos0 = 0;                     // position of tokens[0]; positions < pos0 are in the store
+  const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
+  Logits logits = Logits::kLast;
+};
 
 class LlamaForward {
  public:
@@ -28,11 +45,11 @@ class LlamaForward {
 
   int max_chunk() const { return max_chunk_; }
 
-  // Evaluates tokens[0..n) at positions pos0.. (n <= max_chunk, all ids valid,
-  // pos0 + n <= kv.capacity()), writing K/V into `kv`. Logits go to `logits`:
-  // all_logits ? [n, n_vocab] : [n_vocab] for the last token.
-  void Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv, bool all_logits,
-               float* logits);
+  // Evaluates every segment (total tokens <= max_chunk, ids valid, block
+  // tables long enough), writing K/V into `kv`. Logits rows go to `logits`
+  // in segment order: none, the last token's, or every token's, as each
+  // segment asks ([rows, n_vocab]).
+  void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
 
  private:
   void Embed(int tid, int n, const int32_t* tokens);
@@ -41,8 +58,8 @@ class LlamaForward {
                 std::vector<uint8_t>& out);
   void MatMul(int tid, const kernels::MatrixView& w, int n, const float* x,
               const std::vector<uint8_t>& xq, float* y, int64_t ldy);
-  void RopeAndStore(int tid, const LayerWeights& l, int layer, int n, int pos0, KvCache& kv);
-  void Attention(int tid, int layer, int n, int pos0, const KvCache& kv);
+  void RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv);
+  void Attention(int tid, int layer, int n, const KvStore& kv);
 
   const ModelConfig& c_;
   const LlamaWeights& w_;
@@ -56,6 +73,11 @@ class LlamaForward {
   std::vector<float> x_, xn_, q_, k_, v_, att_, h_, up_;
   std::vector<uint8_t> xq_, xq_k_, xq_v_, attq_, hq_;  // quantized activations
   std::vector<std::vector<float>> scratch_; // per thread: dequantized row / scores
+  // Per token of the current batch: its position and its segment's block table.
+  std::vector<int> pos_;
+  std::vector<const int32_t*> table_;
+  std::vector<int32_t> ids_;
+  std::vector<int> out_rows_;               // tokens whose logits are wanted
 };
 
 }  // namespace braid

@@ -9,16 +9,23 @@
 namespace braid {
 namespace {
 
-constexpr int kMaxChunk = 256;  // tokens per forward pass during prefill
+constexpr int kMaxChunk = 256;   // tokens per forward pass
+constexpr int kSeqBlockSize = 16;
 
+// A sequence with a private KV store whose block table is the identity.
 class LlamaSequence final : public Sequence {
  public:
   LlamaSequence(LlamaModel& model, int capacity)
       : model_(model),
-        kv_(model.config().n_layer, capacity, model.config().n_head_kv * model.config().head_dim) {}
+        kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize,
+            kSeqBlockSize, model.config().n_head_kv * model.config().head_dim),
+        capacity_(capacity),
+        table_(kv_.n_blocks()) {
+    for (int i = 0; i < kv_.n_blocks(); ++i) table_[i] = i;
+  }
 
   int position() const override { return pos_; }
-  int capacity() const override { return kv_.capacity(); }
+  int capacity() const override { return capacity_; }
 
   Status Eval(std::span<const int32_t> tokens, std::vector<float>* logits,
               bool all_logits) override {
@@ -29,9 +36,9 @@ class LlamaSequence final : public Sequence {
         return Status::InvalidArgument("token id " + std::to_string(tokens[i]) + " at index " +
                                        std::to_string(i) + " is outside the vocabulary [0, " +
                                        std::to_string(n_vocab) + ")");
-    if (pos_ + static_cast<int64_t>(tokens.size()) > kv_.capacity())
+    if (pos_ + static_cast<int64_t>(tokens.size()) > capacity_)
       return Status::OutOfRange(std::to_string(pos_) + " + " + std::to_string(tokens.size()) +
-                                " tokens exceed the context of " + std::to_string(kv_.capacity()));
+                                " tokens exceed the context of " + std::to_string(capacity_));
     const size_t n = tokens.size();
     if (logits) logits->resize((all_logits ? n : 1) * static_cast<size_t>(n_vocab));
     for (size_t b = 0; b < n; b += model_.max_chunk()) {
@@ -46,7 +53,13 @@ class LlamaSequence final : public Sequence {
         scratch_.resize(n_vocab);
         out = scratch_.data();
       }
-      model_.Forward(tokens.subspan(b, m), pos_, kv_, logits && all_logits, out);
+      BatchSegment seg;
+      seg.tokens = tokens.data() + b;
+      seg.n_tokens = static_cast<int>(m);
+      seg.pos0 = pos_;
+      seg.block_table = table_.data();
+      seg.logits = logits && all_logits ? BatchSegment::Logits::kAll : BatchSegment::Logits::kLast;
+      model_.Forward(std::span<const BatchSegment>(&seg, 1), kv_, out);
       pos_ += static_cast<int>(m);
     }
     return Status::Ok();
@@ -56,7 +69,9 @@ class LlamaSequence final : public Sequence {
 
  private:
   LlamaModel& model_;
-  KvCache kv_;
+  KvStore kv_;
+  int capacity_;
+  std::vector<int32_t> table_;
   int pos_ = 0;
   std::vector<float> scratch_;
 };
@@ -205,10 +220,9 @@ std::unique_ptr<Sequence> LlamaModel::NewSequence() {
   return std::make_unique<LlamaSequence>(*this, info_.context);
 }
 
-void LlamaModel::Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv, bool all_logits,
-                         float* logits) {
+void LlamaModel::Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits) {
   std::lock_guard<std::mutex> lock(forward_mu_);
-  forward_->Forward(tokens, pos0, kv, all_logits, logits);
+  forward_->Forward(batch, kv, logits);
 }
 
 }  // namespace braid

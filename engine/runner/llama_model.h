@@ -30,9 +30,8 @@ class LlamaModel final : public Model {
   // nullptr for checkpoints shipped without a tokenizer.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const ModelConfig& config() const { return file_->config(); }
-  // Runs one forward chunk; serialised by a mutex (one pool per model).
-  void Forward(std::span<const int32_t> tokens, int pos0, KvCache& kv, bool all_logits,
-               float* logits);
+  // Runs one forward batch; serialised by a mutex (one pool per model).
+  void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
   int max_chunk() const { return forward_->max_chunk(); }
 
  private:

@@ -1,0 +1,74 @@
+// What a caller asks of the serving engine, and what comes back.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+
+namespace braid {
+
+// The goal a request serves. Latency-class work is admitted first and runs in
+// small steps so its per-token time holds; throughput-class work fills the
+// rest of each step.
+enum class GoalClass { kThroughput = 0, kLatency = 1 };
+const char* GoalClassName(GoalClass g);
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;   // token ids; when empty, prompt_text is tokenized
+  std::string prompt_text;
+  SamplingParams sampling;
+  GoalClass goal = GoalClass::kThroughput;
+  int priority = 0;              // higher runs first within a goal class
+  std::optional<double> deadline_ms;  // relative to submission; earlier deadlines first
+  // Requests share prefix-cache entries only when their salts are equal
+  // (one salt per tenant, or per security domain).
+  uint64_t cache_salt = 0;
+  int top_logprobs = -1;         // -1: none; 0: the sampled token's logprob; k: also the top k
+  std::string client;            // identity for fair sharing and accounting
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the k most likely, descending
+};
+
+// One increment of a request's output.
+struct Delta {
+  std::vector<int32_t> tokens;
+  std::string text;                     // UTF-8-safe, stop strings withheld
+  std::vector<TokenLogprob> logprobs;   // one per token when asked
+  bool finished = false;
+  std::string finish_reason;            // "stop", "length", "cancelled", "error" when finished
+  std::string error;                    // set with finish_reason "error"
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int cached_tokens = 0;     // prompt tokens whose KV came from the prefix cache
+  int generated_tokens = 0;
+};
+
+struct Timings {
+  double queue_ms = 0;       // submission to first scheduled step
+  double ttft_ms = 0;        // submission to first token
+  double total_ms = 0;       // submission to finish
+  std::vector<double> inter_token_ms;  // gaps between consecutive tokens
+};
+
+// Everything a request produced, once finished.
+struct Completion {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;
+  std::string error;
+  Usage usage;
+  Timings timings;
+  int preemptions = 0;
+};
+
+}  // namespace braid

@@ -1,0 +1,464 @@
+#include "kv/radix_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace braid::kv {
+
+// One tree node. A non-root node's edge is a run of whole blocks:
+// tokens.size() == blocks.size() * block_size, blocks nonempty. Roots (one per
+// salt) hold no blocks and are never locked or evicted.
+struct RadixCache::Node {
+  Node* parent = nullptr;
+  uint64_t salt = 0;  // roots only: the key under which Impl::roots holds it
+  std::vector<int32_t> tokens;
+  std::vector<BlockId> blocks;
+  // Keyed by the hash of the child's first block. Siblings always differ in
+  // their first block (matches are whole blocks, so a shared first block
+  // would have been one edge); the multimap only absorbs hash collisions.
+  std::unordered_multimap<uint64_t, std::unique_ptr<Node>> children;
+  // Live locks whose path runs through this node. Locking a node locks all
+  // its ancestors too, so lock_count == 0 means the whole subtree is unlocked.
+  int lock_count = 0;
+  uint64_t last_access = 0;  // Impl::clock at the last operation that used this node
+  uint64_t serial = 0;       // creation order: breaks LRU ties deterministically
+  bool evictable = false;    // listed in Impl::evictable
+};
+
+struct RadixCache::Impl {
+  // Evictable leaves ordered by (last_access, serial): begin() is the LRU one.
+  using EvictKey = std::pair<uint64_t, uint64_t>;
+
+  BlockPool& pool;
+  const size_t bs;  // block size in tokens
+
+  std::unordered_map<uint64_t, std::unique_ptr<Node>> roots;
+  std::unordered_map<LockId, Node*> locks;  // lock -> deepest node of its path
+  std::map<EvictKey, Node*> evictable;      // non-root leaves with lock_count 0
+  uint64_t clock = 0;                       // logical time: +1 per operation
+  uint64_t next_serial = 1;
+  LockId next_lock = 1;
+  int cached_blocks = 0;
+  int unlocked_blocks = 0;  // blocks on nodes with lock_count == 0
+
+  Impl(BlockPool& p, int block_size) : pool(p), bs(static_cast<size_t>(block_size)) {}
+
+  // FNV-1a over the block's token ids, then a final avalanche (splitmix64)
+  // so that nearby token ids spread over the hash table's buckets.
+  static uint64_t HashBlock(std::span<const int32_t> block) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t t : block) {
+      h ^= static_cast<uint32_t>(t);
+      h *= 0x100000001b3ull;
+    }
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h;
+  }
+
+  std::span<const int32_t> FirstBlock(const Node& n) const {
+    return std::span<const int32_t>(n.tokens).first(bs);
+  }
+
+  // The child of `n` whose edge starts with `block`, or nullptr.
+  Node* FindChild(const Node& n, std::span<const int32_t> block) const {
+    auto [lo, hi] = n.children.equal_range(HashBlock(block));
+    for (auto it = lo; it != hi; ++it) {
+      if (std::ranges::equal(FirstBlock(*it->second), block)) return it->second.get();
+    }
+    return nullptr;
+  }
+
+  // How many leading blocks of `c`'s edge equal the blocks of `rest` (which
+  // holds whole blocks only).
+  size_t CommonBlocks(const Node& c, std::span<const int32_t> rest) const {
+    size_t n = std::min(c.blocks.size(), rest.size() / bs);
+    for (size_t k = 0; k < n; ++k) {
+      if (!std::equal(rest.begin() + k * bs, rest.begin() + (k + 1) * bs, c.tokens.begin() + k * bs)) {
+        return k;
+      }
+    }
+    return n;
+  }
+
+  // Brings n's membership in `evictable` in line with its state.
+  void Refresh(Node* n) {
+    bool want = n->parent != nullptr && n->children.empty() && n->lock_count == 0;
+    if (want == n->evictable) return;
+    if (want) {
+      evictable.emplace(EvictKey{n->last_access, n->serial}, n);
+    } else {
+      evictable.erase(EvictKey{n->last_access, n->serial});
+    }
+    n->evictable = want;
+  }
+
+  void Touch(Node* n) {
+    if (n->last_access == clock) return;
+    if (n->evictable) {
+      // Re-key: the LRU position is part of the key.
+      evictable.erase(EvictKey{n->last_access, n->serial});
+      evictable.emplace(EvictKey{clock, n->serial}, n);
+    }
+    n->last_access = clock;
+  }
+
+  // Cuts c's edge after its first k blocks (0 < k < c->blocks.size()) and
+  // returns the new upper node. `c` itself keeps the lower part so that locks
+  // pointing at it, and its place in `evictable`, stay valid; every lock
+  // through c also runs through the new node, so it inherits the lock count.
+  Node* Split(Node* c, size_t k) {
+    assert(k > 0 && k < c->blocks.size());
+    Node* parent = c->parent;
+    auto up = std::make_unique<Node>();
+    up->parent = parent;
+    up->tokens.assign(c->tokens.begin(), c->tokens.begin() + k * bs);
+    up->blocks.assign(c->blocks.begin(), c->blocks.begin() + k);
+    up->lock_count = c->lock_count;
+    up->last_access = c->last_access;
+    up->serial = next_serial++;
+    Node* u = up.get();
+
+    // Same first block, so same key: swap the owner in place.
+    auto [lo, hi] = parent->children.equal_range(HashBlock(FirstBlock(*c)));
+    auto it = std::find_if(lo, hi, [c](const auto& e) { return e.second.get() == c; });
+    assert(it != hi);
+    std::unique_ptr<Node> lower = std::move(it->second);
+    it->second = std::move(up);
+
+    lower->tokens.erase(lower->tokens.begin(), lower->tokens.begin() + k * bs);
+    lower->blocks.erase(lower->blocks.begin(), lower->blocks.begin() + k);
+    lower->parent = u;
+    uint64_t key = HashBlock(FirstBlock(*lower));
+    u->children.emplace(key, std::move(lower));
+    return u;
+  }
+
+  // Adds a new leaf under `parent` for whole blocks `blocks` with `tokens`;
+  // the tree takes a reference on each block.
+  Node* AddLeaf(Node* parent, std::span<const int32_t> tokens, std::span<const BlockId> blocks) {
+    auto leaf = std::make_unique<Node>();
+    leaf->parent = parent;
+    leaf->tokens.assign(tokens.begin(), tokens.end());
+    leaf->blocks.assign(blocks.begin(), blocks.end());
+    leaf->last_access = clock;
+    leaf->serial = next_serial++;
+    for (BlockId b : blocks) pool.AddRef(b);
+    cached_blocks += static_cast<int>(blocks.size());
+    unlocked_blocks += static_cast<int>(blocks.size());
+    Node* n = leaf.get();
+    uint64_t key = HashBlock(FirstBlock(*n));
+    parent->children.emplace(key, std::move(leaf));
+    Refresh(parent);
+    Refresh(n);
+    return n;
+  }
+
+  // Follows `tokens` (whole blocks only) down from the root of `salt` and
+  // returns the deepest node of the longest cached prefix (nullptr if none)
+  // and, when `split`, cuts the last edge so the match ends at a node
+  // boundary. With `touch`, marks the path as used now; with `out`, appends
+  // the matched blocks.
+  Node* Walk(uint64_t salt, std::span<const int32_t> tokens, bool split, bool touch,
+             std::vector<BlockId>* out, int* matched_blocks) {
+    *matched_blocks = 0;
+    auto r = roots.find(salt);
+    if (r == roots.end()) return nullptr;
+    Node* node = r->second.get();
+    std::span<const int32_t> rest = tokens.first(tokens.size() / bs * bs);
+    while (!rest.empty()) {
+      Node* child = FindChild(*node, rest.first(bs));
+      if (child == nullptr) break;
+      size_t k = CommonBlocks(*child, rest);
+      bool partial = k < child->blocks.size();
+      size_t take = k;
+      if (partial && split) child = Split(child, k);
+      if (touch) Touch(child);
+      if (out) out->insert(out->end(), child->blocks.begin(), child->blocks.begin() + take);
+      *matched_blocks += static_cast<int>(take);
+      if (partial) {
+        // Without a split the match ends inside `child`; report its parent
+        // as the deepest whole node (only callers that split use the node).
+        return split ? child : (node->parent ? node : nullptr);
+      }
+      node = child;
+      rest = rest.subspan(take * bs);
+    }
+    return node->parent ? node : nullptr;
+  }
+
+  void LockPath(Node* n) {
+    for (; n->parent != nullptr; n = n->parent) {
+      if (n->lock_count++ == 0) {
+        unlocked_blocks -= static_cast<int>(n->blocks.size());
+        Refresh(n);
+      }
+    }
+  }
+
+  void UnlockPath(Node* n) {
+    for (; n->parent != nullptr; n = n->parent) {
+      assert(n->lock_count > 0);
+      if (--n->lock_count == 0) {
+        unlocked_blocks += static_cast<int>(n->blocks.size());
+        Refresh(n);
+      }
+    }
+  }
+
+  // Drops the last block of an evictable leaf, and the leaf itself when that
+  // was its only block. Returns whether the block went back to the free list
+  // (it does not while a running sequence still holds its own reference).
+  bool EvictTail(Node* leaf) {
+    assert(leaf->evictable);
+    BlockId b = leaf->blocks.back();
+    bool frees = pool.refcount(b) == 1;
+    pool.Release(b);
+    leaf->blocks.pop_back();
+    leaf->tokens.resize(leaf->tokens.size() - bs);
+    --cached_blocks;
+    --unlocked_blocks;
+    if (leaf->blocks.empty()) RemoveLeaf(leaf);
+    return frees;
+  }
+
+  // Unlinks and destroys an empty leaf; its parent may become an evictable
+  // leaf, and a root left without children is dropped.
+  void RemoveLeaf(Node* leaf) {
+    evictable.erase(EvictKey{leaf->last_access, leaf->serial});
+    leaf->evictable = false;
+    Node* parent = leaf->parent;
+    // The key is gone with the tokens, so find the owner by address; a node
+    // has few children and this runs once per evicted node.
+    auto it = std::find_if(parent->children.begin(), parent->children.end(),
+                           [leaf](const auto& e) { return e.second.get() == leaf; });
+    assert(it != parent->children.end());
+    parent->children.erase(it);
+    if (parent->parent == nullptr) {
+      if (parent->children.empty()) roots.erase(parent->salt);
+    } else {
+      Refresh(parent);
+    }
+  }
+
+  // Calls f(node) for every node (roots included), iteratively: a long
+  // prompt makes a deep chain, and recursion would bound the depth by the stack.
+  template <typename F>
+  void ForEachNode(F&& f) const {
+    std::vector<const Node*> stack;
+    for (const auto& [salt, root] : roots) stack.push_back(root.get());
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      f(*n);
+      for (const auto& [key, child] : n->children) stack.push_back(child.get());
+    }
+  }
+};
+
+RadixCache::RadixCache(BlockPool& pool, int block_size)
+    : impl_(std::make_unique<Impl>(pool, block_size)), pool_(pool), block_size_(block_size) {
+  assert(block_size > 0);
+}
+
+RadixCache::~RadixCache() {
+  // Give back the tree's references, and tear the tree down without recursion.
+  std::vector<std::unique_ptr<Node>> doomed;
+  for (auto& [salt, root] : impl_->roots) doomed.push_back(std::move(root));
+  impl_->roots.clear();
+  while (!doomed.empty()) {
+    std::unique_ptr<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    for (BlockId b : n->blocks) pool_.Release(b);
+    for (auto& [key, child] : n->children) doomed.push_back(std::move(child));
+  }
+}
+
+PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tokens,
+                                     LockId* lock) {
+  assert(lock != nullptr);
+  ++impl_->clock;
+  PrefixMatch m;
+  int matched = 0;
+  Node* end = impl_->Walk(salt, tokens, /*split=*/true, /*touch=*/true, &m.blocks, &matched);
+  m.tokens = matched * block_size_;
+  *lock = 0;
+  if (end == nullptr) return m;
+  impl_->LockPath(end);
+  LockId id = impl_->next_lock++;
+  impl_->locks.emplace(id, end);
+  *lock = id;
+  return m;
+}
+
+int RadixCache::Probe(uint64_t salt, std::span<const int32_t> tokens) const {
+  int matched = 0;
+  // Walk without split or touch leaves the tree as it was.
+  const_cast<Impl&>(*impl_).Walk(salt, tokens, false, false, nullptr, &matched);
+  return matched * block_size_;
+}
+
+PrefixMatch RadixCache::Lookup(uint64_t salt, std::span<const int32_t> tokens) const {
+  PrefixMatch m;
+  int matched = 0;
+  const_cast<Impl&>(*impl_).Walk(salt, tokens, false, false, &m.blocks, &matched);
+  m.tokens = matched * block_size_;
+  return m;
+}
+
+void RadixCache::Unlock(LockId lock) {
+  if (lock == 0) return;  // "no lock", as MatchAndLock and Pin return on a miss
+  auto it = impl_->locks.find(lock);
+  assert(it != impl_->locks.end() && "Unlock of an unknown or already released lock");
+  if (it == impl_->locks.end()) return;
+  impl_->UnlockPath(it->second);
+  impl_->locks.erase(it);
+}
+
+int RadixCache::Insert(uint64_t salt, std::span<const int32_t> tokens,
+                       std::span<const BlockId> blocks) {
+  Impl& im = *impl_;
+  // Only whole blocks that have both an id and all their tokens.
+  size_t n = std::min(blocks.size(), tokens.size() / im.bs);
+  if (n == 0) return 0;
+  ++im.clock;
+  auto [r, created] = im.roots.try_emplace(salt);
+  if (created) {
+    r->second = std::make_unique<Node>();
+    r->second->salt = salt;
+    r->second->serial = im.next_serial++;
+  }
+  Node* node = r->second.get();
+  size_t i = 0;  // blocks already on the path
+  while (i < n) {
+    std::span<const int32_t> rest = tokens.subspan(i * im.bs, (n - i) * im.bs);
+    Node* child = im.FindChild(*node, rest.first(im.bs));
+    if (child == nullptr) {
+      im.AddLeaf(node, rest, blocks.subspan(i, n - i));
+      return static_cast<int>(n - i);
+    }
+    size_t k = im.CommonBlocks(*child, rest);
+    if (k < child->blocks.size()) {
+      if (i + k == n) {
+        // The offered range ends inside this edge: all of it is cached.
+        im.Touch(child);
+        return 0;
+      }
+      child = im.Split(child, k);  // diverges after k blocks: branch off there
+    }
+    im.Touch(child);
+    node = child;
+    i += k;
+  }
+  return 0;
+}
+
+LockId RadixCache::Pin(uint64_t salt, std::span<const int32_t> tokens) {
+  LockId lock = 0;
+  MatchAndLock(salt, tokens, &lock);
+  return lock;
+}
+
+int RadixCache::Evict(int n) {
+  Impl& im = *impl_;
+  int freed = 0;
+  while (freed < n && !im.evictable.empty()) {
+    if (im.EvictTail(im.evictable.begin()->second)) ++freed;
+  }
+  return freed;
+}
+
+RadixStats RadixCache::stats() const {
+  RadixStats s;
+  s.cached_blocks = impl_->cached_blocks;
+  s.evictable_blocks = impl_->unlocked_blocks;
+  s.locks = static_cast<int>(impl_->locks.size());
+  return s;
+}
+
+std::vector<BlockId> RadixCache::CachedBlocks() const {
+  std::vector<BlockId> out;
+  impl_->ForEachNode([&](const Node& n) { out.insert(out.end(), n.blocks.begin(), n.blocks.end()); });
+  return out;
+}
+
+Status RadixCache::CheckInvariants() const {
+  const Impl& im = *impl_;
+  std::unordered_map<const Node*, int> want_locks;
+  for (const auto& [id, n] : im.locks) {
+    if (id == 0 || id >= im.next_lock) return Status::Internal("lock id out of range");
+    for (const Node* p = n; p->parent != nullptr; p = p->parent) ++want_locks[p];
+  }
+  std::unordered_set<BlockId> seen;
+  std::unordered_set<const Node*> nodes;
+  int cached = 0, unlocked = 0, leaves = 0;
+  std::string err;
+  auto fail = [&](const std::string& what) {
+    if (err.empty()) err = what;
+  };
+  im.ForEachNode([&](const Node& n) {
+    nodes.insert(&n);
+    for (const auto& [key, child] : n.children) {
+      if (child->parent != &n) fail("child's parent link is wrong");
+      if (child->blocks.empty() || key != im.HashBlock(im.FirstBlock(*child))) {
+        fail("child is keyed by something other than its first block");
+      } else if (im.FindChild(n, im.FirstBlock(*child)) != child.get()) {
+        fail("two siblings share a first block");
+      }
+      if (child->last_access > n.last_access && n.parent != nullptr) {
+        fail("a child was used more recently than its parent");
+      }
+    }
+    if (n.parent == nullptr) {
+      auto r = im.roots.find(n.salt);
+      if (r == im.roots.end() || r->second.get() != &n) fail("root not registered under its salt");
+      if (!n.blocks.empty() || n.lock_count != 0) fail("root holds blocks or locks");
+      if (n.children.empty()) fail("empty root not dropped");
+      if (n.evictable) fail("root marked evictable");
+      return;
+    }
+    if (n.blocks.empty()) fail("non-root node without blocks");
+    if (n.tokens.size() != n.blocks.size() * im.bs) fail("edge tokens do not fill its blocks");
+    auto w = want_locks.find(&n);
+    if (n.lock_count != (w == want_locks.end() ? 0 : w->second)) {
+      fail("lock count differs from the live locks through the node");
+    }
+    cached += static_cast<int>(n.blocks.size());
+    if (n.lock_count == 0) unlocked += static_cast<int>(n.blocks.size());
+    bool should = n.children.empty() && n.lock_count == 0;
+    if (should != n.evictable) fail("evictable flag out of date");
+    if (n.evictable) {
+      ++leaves;
+      auto e = im.evictable.find(Impl::EvictKey{n.last_access, n.serial});
+      if (e == im.evictable.end() || e->second != &n) fail("evictable leaf missing from the LRU index");
+    }
+    for (BlockId b : n.blocks) {
+      if (b < 0 || b >= im.pool.num_blocks()) {
+        fail("block id out of range");
+        continue;
+      }
+      if (!seen.insert(b).second) fail("block " + std::to_string(b) + " is in the tree twice");
+      if (im.pool.refcount(b) < 1) fail("tree block " + std::to_string(b) + " has no pool reference");
+    }
+  });
+  if (!err.empty()) return Status::Internal(err);
+  for (const auto& [id, n] : im.locks) {
+    if (!nodes.count(n)) return Status::Internal("a lock points at a node no longer in the tree");
+  }
+  if (leaves != static_cast<int>(im.evictable.size())) {
+    return Status::Internal("LRU index lists nodes that are not evictable leaves");
+  }
+  if (cached != im.cached_blocks) return Status::Internal("cached_blocks counter is off");
+  if (unlocked != im.unlocked_blocks) return Status::Internal("evictable_blocks counter is off");
+  return Status::Ok();
+}
+
+}  // namespace braid::kv

@@ -1,0 +1,105 @@
+// A radix tree over token blocks for automatic prefix reuse (SGLang's
+// RadixAttention at block granularity).
+//
+// Each tree edge holds a run of *full* blocks: block i of a path holds the KV
+// of tokens [i*block_size, (i+1)*block_size) of every prompt that starts with
+// that path. Partial blocks are never in the tree, so they are never shared.
+// Each tenant's entries live under their own root, chosen by a 64-bit salt:
+// two requests share cache entries only when they carry the same salt.
+//
+// Reference counting: the tree holds one BlockPool reference on every block
+// it contains. A *lock* (taken for a running sequence that uses a cached
+// prefix, or by a pin) marks the nodes of a path as in use; only leaves with
+// no lock are evicted, least recently used first, which releases the tree's
+// reference.
+//
+// Not thread-safe: the step loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/status.h"
+#include "kv/block_pool.h"
+
+namespace braid::kv {
+
+// An opaque handle on a locked path (0 = none).
+using LockId = uint64_t;
+
+struct PrefixMatch {
+  std::vector<BlockId> blocks;  // the cached blocks of the longest prefix, in order
+  int tokens = 0;               // blocks.size() * block_size
+};
+
+struct RadixStats {
+  int cached_blocks = 0;     // blocks held by the tree
+  int evictable_blocks = 0;  // of those, in unlocked subtrees that eviction could free
+  int locks = 0;             // live locks (sequences and pins)
+};
+
+class RadixCache {
+ public:
+  RadixCache(BlockPool& pool, int block_size);
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  int block_size() const { return block_size_; }
+
+  // The longest cached prefix of `tokens` under `salt`, in whole blocks, and
+  // locks it (so it cannot be evicted) until Unlock(*lock). When nothing
+  // matches, *lock is 0 and the result empty. Marks the path as used now (LRU).
+  PrefixMatch MatchAndLock(uint64_t salt, std::span<const int32_t> tokens, LockId* lock);
+  // Length in tokens of the longest cached prefix, without locking or touching LRU order.
+  int Probe(uint64_t salt, std::span<const int32_t> tokens) const;
+  void Unlock(LockId lock);
+
+  // Offers the full blocks of a computed sequence: blocks[i] holds tokens
+  // [i*block_size, (i+1)*block_size), tokens.size() >= blocks.size()*block_size.
+  // Blocks whose range is not yet cached are added (the tree takes a
+  // reference); ranges already cached keep the tree's existing blocks (the
+  // caller keeps and later releases its own copies). Returns how many blocks
+  // were newly added.
+  int Insert(uint64_t salt, std::span<const int32_t> tokens, std::span<const BlockId> blocks);
+
+  // Pins the cached prefix of `tokens` (whole blocks) so that eviction never
+  // takes it until Unpin. Returns 0 when nothing of it is cached.
+  LockId Pin(uint64_t salt, std::span<const int32_t> tokens);
+  void Unpin(LockId pin) { Unlock(pin); }
+
+  // Evicts unlocked leaves, least recently used first, until `n` blocks went
+  // back to the pool's free list or nothing evictable is left. Returns the
+  // number of blocks freed.
+  int Evict(int n);
+
+  // cached_blocks and locks are exact. evictable_blocks counts the tree's
+  // blocks on nodes no lock passes through; a block there that a running
+  // sequence also still holds leaves the tree on eviction but does not go back
+  // to the free list. O(1): kept up to date by every operation.
+  RadixStats stats() const;
+
+  // Diagnostics and tests. None of these locks, splits or touches LRU order.
+  //
+  // The cached blocks of the longest prefix of `tokens` under `salt` (what
+  // MatchAndLock would return).
+  PrefixMatch Lookup(uint64_t salt, std::span<const int32_t> tokens) const;
+  // Every block the tree holds, in no particular order.
+  std::vector<BlockId> CachedBlocks() const;
+  // Walks the whole tree (O(tree)) and checks the structure: edge lengths,
+  // parent links, child keys, lock counts against the live locks, the
+  // evictable-leaf index, the counters behind stats(), no block held twice and
+  // a tree reference on each. Returns Internal with the first violation found.
+  Status CheckInvariants() const;
+
+ private:
+  struct Node;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  BlockPool& pool_;
+  int block_size_;
+};
+
+}  // namespace braid::kv

@@ -1,0 +1,185 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace braid {
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::RadixCache& cache,
+                     const AdmissionPolicy& policy)
+    : config_(config), pool_(pool), cache_(cache), policy_(policy),
+      block_size_(cache.block_size()) {}
+
+void Scheduler::Add(SeqState* s) {
+  s->status = SeqStatus::kWaiting;
+  waiting_.push_back(s);
+}
+
+bool Scheduler::AllocateBlock(kv::BlockId* id) {
+  if (pool_.num_free() == 0) cache_.Evict(1);
+  std::optional<kv::BlockId> b = pool_.Allocate();
+  if (!b) return false;
+  *id = *b;
+  return true;
+}
+
+void Scheduler::ReleaseBlocks(SeqState* s) {
+  for (kv::BlockId b : s->blocks) pool_.Release(b);
+  s->blocks.clear();
+  if (s->lock) cache_.Unlock(s->lock);
+  s->lock = 0;
+  s->num_computed = 0;
+  s->inserted_blocks = 0;
+}
+
+void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
+  // Drop the victim's share of this step, if it had one.
+  auto& items = plan->items;
+  for (auto it = items.begin(); it != items.end(); ++it) {
+    if (it->seq == victim) {
+      plan->n_tokens -= it->n_tokens;
+      items.erase(it);
+      break;
+    }
+  }
+  // Offer what it computed before letting go: recompute may then hit the cache.
+  OfferToCache(victim);
+  ReleaseBlocks(victim);
+  victim->preemptions++;
+  victim->status = SeqStatus::kWaiting;
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  waiting_.push_back(victim);
+  plan->preempted.push_back(victim);
+}
+
+// Gives `s` blocks for its first `tokens` positions. When the pool is dry,
+// preempts running sequences that come after `s` in policy order (latest
+// first); returns false if that is not enough.
+bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_preempt) {
+  const int need = BlocksFor(tokens);
+  while (static_cast<int>(s->blocks.size()) < need) {
+    kv::BlockId id;
+    if (AllocateBlock(&id)) {
+      s->blocks.push_back(id);
+      continue;
+    }
+    if (!may_preempt) return false;
+    SeqState* victim = nullptr;
+    for (SeqState* r : running_)
+      if (r != s && policy_.Before(*s, *r) && (!victim || policy_.Before(*victim, *r))) victim = r;
+    if (!victim) return false;
+    Preempt(victim, plan);
+  }
+  return true;
+}
+
+bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
+  const int total = static_cast<int>(s->tokens.size());
+  // Leave at least the last token to compute: its logits are needed.
+  kv::LockId lock = 0;
+  kv::PrefixMatch match =
+      cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), total - 1), &lock);
+  const int n = std::min(total - match.tokens, budget);
+  // Enough free (or evictable) blocks for this chunk?
+  const int need = BlocksFor(match.tokens + n) - static_cast<int>(match.blocks.size());
+  if (pool_.num_free() < need) cache_.Evict(need - pool_.num_free());
+  if (pool_.num_free() < need) {
+    if (lock) cache_.Unlock(lock);
+    return false;
+  }
+  for (kv::BlockId b : match.blocks) pool_.AddRef(b);
+  s->blocks = match.blocks;
+  s->lock = lock;
+  s->num_computed = match.tokens;
+  s->inserted_blocks = static_cast<int>(match.blocks.size());
+  if (s->preemptions == 0) s->cached_tokens = std::min(match.tokens, s->prompt_len);
+  const bool ok = EnsureBlocks(s, match.tokens + n, plan, /*may_preempt=*/false);
+  assert(ok);
+  (void)ok;
+  s->status = SeqStatus::kRunning;
+  running_.push_back(s);
+  plan->items.push_back({s, s->num_computed, n, match.tokens + n == total});
+  plan->n_tokens += n;
+  return true;
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  auto order = [&](const SeqState* a, const SeqState* b) { return policy_.Before(*a, *b); };
+  std::stable_sort(running_.begin(), running_.end(), order);
+  std::stable_sort(waiting_.begin(), waiting_.end(), order);
+
+  bool latency = false;
+  for (const SeqState* s : running_) latency |= s->goal == GoalClass::kLatency;
+  for (const SeqState* s : waiting_) latency |= s->goal == GoalClass::kLatency;
+  int budget = config_.max_batch_tokens;
+  if (latency) {
+    int latency_decodes = 0;
+    for (const SeqState* s : running_)
+      latency_decodes += s->goal == GoalClass::kLatency &&
+                         s->num_computed + 1 == static_cast<int>(s->tokens.size());
+    budget = std::min(budget, std::max(config_.latency_batch_tokens, latency_decodes));
+  }
+
+  // 1. Decodes, then 2. prefill chunks, each in policy order. Preemption may
+  // shrink running_ while we walk it, so walk a snapshot.
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<SeqState*> snapshot = running_;
+    for (SeqState* s : snapshot) {
+      if (s->status != SeqStatus::kRunning || budget == 0) continue;
+      const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
+      const bool decode = remaining == 1;
+      if (decode != (pass == 0)) continue;
+      const int n = std::min(remaining, budget);
+      if (!EnsureBlocks(s, s->num_computed + n, &plan, /*may_preempt=*/true)) {
+        // Nothing later in policy order is left to preempt: step aside.
+        if (s->num_computed > 0 || !s->blocks.empty()) Preempt(s, &plan);
+        continue;
+      }
+      plan.items.push_back({s, s->num_computed, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
+      plan.n_tokens += n;
+      budget -= n;
+    }
+  }
+
+  // 3. Admission, head of the queue first; stop at the first that does not fit.
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < config_.max_running) {
+    SeqState* s = waiting_.front();
+    if (!Admit(s, budget, &plan)) break;
+    waiting_.erase(waiting_.begin());
+    budget -= plan.items.back().n_tokens;
+  }
+  return plan;
+}
+
+// Offers the full blocks of the computed prefix that the cache has not seen.
+void Scheduler::OfferToCache(SeqState* s) {
+  const int full = s->num_computed / block_size_;
+  if (full <= s->inserted_blocks) return;
+  cache_.Insert(s->salt, std::span<const int32_t>(s->tokens.data(), full * block_size_),
+                std::span<const kv::BlockId>(s->blocks.data(), full));
+  s->inserted_blocks = full;
+}
+
+void Scheduler::Commit(const StepPlan& plan) {
+  for (const ScheduledItem& it : plan.items) {
+    it.seq->num_computed += it.n_tokens;
+    // A completed prompt becomes shareable at once (siblings still waiting
+    // for the same prefix hit the cache); later blocks are offered on Remove.
+    if (it.seq->num_computed >= it.seq->prompt_len && it.seq->inserted_blocks * block_size_ < it.seq->prompt_len)
+      OfferToCache(it.seq);
+  }
+}
+
+void Scheduler::Remove(SeqState* s, bool insert) {
+  if (insert) OfferToCache(s);
+  ReleaseBlocks(s);
+  if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end())
+    running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), s); it != waiting_.end())
+    waiting_.erase(it);
+  s->status = SeqStatus::kFinished;
+}
+
+}  // namespace braid

@@ -1,0 +1,88 @@
+// The step scheduler: decides, once per iteration, which sequences run how
+// many tokens, under a token budget (Sarathi-style stall-free batching):
+//   1. running decodes (one token each),
+//   2. unfinished prefill chunks of running sequences,
+//   3. new requests from the waiting queue, in policy order, with their
+//      cached prefix taken from the radix cache (chunked prefill).
+// When the KV pool runs out, the running sequence that comes last in policy
+// order is preempted by recompute: it loses its blocks and goes back to
+// waiting with its generated tokens kept.
+//
+// Plain data out (StepPlan), no model calls: the engine runs the plan, then
+// calls Commit. Not thread-safe: the step loop owns it.
+#pragma once
+
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/radix_cache.h"
+#include "sched/policy.h"
+#include "sched/sequence.h"
+
+namespace braid {
+
+struct SchedulerConfig {
+  int max_running = 64;         // sequences in the running set
+  int max_batch_tokens = 256;   // tokens per step
+  // While latency-class work is running, steps are capped at this many
+  // tokens (at least the number of latency decodes) so each of its tokens
+  // costs about one small step.
+  int latency_batch_tokens = 4;
+};
+
+struct ScheduledItem {
+  SeqState* seq = nullptr;
+  int start = 0;        // first position computed this step (= seq->num_computed)
+  int n_tokens = 0;
+  bool sample = false;  // the step reaches the end of the sequence: sample a token
+};
+
+struct StepPlan {
+  std::vector<ScheduledItem> items;
+  std::vector<SeqState*> preempted;  // sent back to waiting during this Schedule
+  int n_tokens = 0;
+  bool empty() const { return items.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::RadixCache& cache,
+            const AdmissionPolicy& policy);
+
+  const SchedulerConfig& config() const { return config_; }
+  // Blocks a sequence of `tokens` tokens needs.
+  int BlocksFor(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // Queues a new sequence (status waiting, no blocks).
+  void Add(SeqState* s);
+  // Plans one step. Sequences in the plan have blocks for every position
+  // they compute.
+  StepPlan Schedule();
+  // Records that the plan ran: advances num_computed and offers the blocks
+  // of completed prompts to the prefix cache.
+  void Commit(const StepPlan& plan);
+  // Takes a sequence out (finished or cancelled) and releases its blocks;
+  // with `insert`, its computed full blocks are offered to the cache first.
+  void Remove(SeqState* s, bool insert);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+
+ private:
+  bool EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_preempt);
+  bool AllocateBlock(kv::BlockId* id);
+  void Preempt(SeqState* victim, StepPlan* plan);
+  void ReleaseBlocks(SeqState* s);
+  bool Admit(SeqState* s, int budget, StepPlan* plan);
+  void OfferToCache(SeqState* s);
+
+  SchedulerConfig config_;
+  kv::BlockPool& pool_;
+  kv::RadixCache& cache_;
+  const AdmissionPolicy& policy_;
+  int block_size_;
+  std::vector<SeqState*> waiting_;
+  std::vector<SeqState*> running_;
+};
+
+}  // namespace braid

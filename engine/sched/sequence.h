@@ -1,0 +1,45 @@
+// The scheduler's view of one request: its tokens, how many of them have KV
+// computed, and the blocks that hold that KV. vLLM v1's rule: a request only
+// tracks num_computed against its token count; prefill, chunked prefill,
+// decode and recompute after preemption all follow from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "kv/block_pool.h"
+#include "kv/radix_cache.h"
+
+namespace braid {
+
+using RequestId = uint64_t;
+
+enum class SeqStatus { kWaiting, kRunning, kFinished };
+
+struct SeqState {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int max_tokens = 0;           // generation cap
+  int num_computed = 0;         // tokens whose KV is in `blocks`
+  std::vector<kv::BlockId> blocks;  // block table; this sequence holds one reference on each
+  kv::LockId lock = 0;          // lock on the cached prefix it started from
+  int cached_tokens = 0;        // prompt tokens that came from the cache at (last) admission
+  int inserted_blocks = 0;      // leading blocks already offered to the cache
+
+  GoalClass goal = GoalClass::kThroughput;
+  int priority = 0;
+  double arrival = 0;           // seconds, engine clock
+  std::optional<double> deadline;  // absolute, engine clock
+  uint64_t salt = 0;
+  std::string client;
+  SeqStatus status = SeqStatus::kWaiting;
+  int preemptions = 0;
+
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+};
+
+}  // namespace braid
