@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "runner/llama_model.h"
+#include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 
 namespace braid {
@@ -11,42 +12,6 @@ namespace {
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Holds back text that could still become a stop string, and finds the first
-// completed one.
-class StopMatcher {
- public:
-  explicit StopMatcher(const std::vector<std::string>& stops) : stops_(stops) {}
-
-  // Appends `text`; returns the part now safe to emit. Sets *stopped when a
-  // stop string completed (the returned text then ends right before it).
-  std::string Push(const std::string& text, bool* stopped) {
-    pending_ += text;
-    size_t first = std::string::npos;
-    for (const std::string& s : stops_) first = std::min(first, pending_.find(s));
-    if (first != std::string::npos) {
-      *stopped = true;
-      std::string out = pending_.substr(0, first);
-      pending_.clear();
-      return out;
-    }
-    size_t hold = 0;
-    for (const std::string& s : stops_)
-      for (size_t k = std::min(s.size() - 1, pending_.size()); k > hold; --k)
-        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-    std::string out = pending_.substr(0, pending_.size() - hold);
-    pending_.erase(0, pending_.size() - hold);
-    return out;
-  }
-  std::string Flush() { return std::exchange(pending_, {}); }
-
- private:
-  const std::vector<std::string>& stops_;
-  std::string pending_;
-};
 
 }  // namespace
 

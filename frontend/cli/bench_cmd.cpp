@@ -26,7 +26,12 @@ const char* kBenchHelp =
     "  -t N        threads (default: all cores)\n"
     "  --exact     fp32 activations\n"
     "  --no-bw     skip the bandwidth probe\n"
-    "  --json FILE also write the results as JSON\n";
+    "  --json FILE also write the results as JSON\n"
+    "\n"
+    "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
+    "                   [--shared-prefix 0] [--batch-tokens 256] [-t THREADS] [--json FILE]\n"
+    "  concurrent requests through the serving engine: throughput, TTFT and\n"
+    "  inter-token latency percentiles per concurrency level\n";
 
 struct Stats {
   double mean = 0, stddev = 0;
@@ -79,6 +84,7 @@ int BenchMain(const std::vector<std::string>& argv) {
     std::printf("%s", kBenchHelp);
     return 0;
   }
+  if (args.Flag({"--serve"})) return ServeBenchMain(args);
   ModelOptions mo = ReadModelOptions(args);
   int pp = static_cast<int>(args.Int({"-p", "--n-prompt"}, 512));
   int tg = static_cast<int>(args.Int({"-n", "--n-gen"}, 128));

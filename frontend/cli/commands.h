@@ -9,4 +9,8 @@ namespace braid::cli {
 int GenerateMain(const std::vector<std::string>& args, bool chat);
 int BenchMain(const std::vector<std::string>& args);
 
+class Args;
+// braid bench --serve (options already past --serve).
+int ServeBenchMain(Args& args);
+
 }  // namespace braid::cli

@@ -1,0 +1,87 @@
+// The serving engine: many concurrent callers share one model through an
+// iteration-level step loop (continuous batching, chunked prefill, a paged KV
+// cache with radix prefix sharing, preemption by recompute).
+//
+// Thread safety: every method may be called from any thread. The step loop
+// runs on the engine's own thread; request callbacks run on it too and must
+// not block (hand the data off).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/request.h"
+#include "engine/status.h"
+
+namespace braid {
+
+struct EngineOptions {
+  ModelOptions model;
+  int kv_blocks = 0;             // KV pool size in blocks; 0 = enough for kv_tokens
+  int kv_tokens = 16384;         // used when kv_blocks is 0
+  int block_size = 16;           // tokens per KV block
+  int max_running = 64;          // sequences decoding together
+  int max_batch_tokens = 256;    // tokens per step (chunked prefill budget)
+  int latency_batch_tokens = 4;  // step cap while latency-class work runs
+  int max_waiting = 4096;        // queued requests beyond which Submit refuses
+  std::string policy = "priority";  // admission order: "fcfs" or "priority"
+};
+
+// A submitted request. Deltas arrive through the callback given to Submit,
+// or can be pulled with Next; Wait returns the whole Completion.
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual uint64_t id() const = 0;
+  // The next delta, waiting up to timeout_ms (-1 = forever); nullopt on timeout
+  // or after the final delta was taken.
+  virtual std::optional<Delta> Next(int timeout_ms = -1) = 0;
+  // Blocks until the request finished; the full result.
+  virtual Completion Wait() = 0;
+  virtual bool finished() const = 0;
+  // Asks the engine to stop the request; its blocks are freed at the next
+  // step and it finishes with reason "cancelled". Idempotent.
+  virtual void Cancel() = 0;
+};
+
+using DeltaCallback = std::function<void(const Delta&)>;
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  uint64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
+  uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  uint64_t steps = 0;
+  double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
+  double decode_tokens_per_s = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Validates and queues a request. Errors (the engine keeps serving
+  // everyone else): empty prompt, prompt + max_tokens beyond the context or
+  // the KV pool, invalid sampling values, a full queue.
+  virtual Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request,
+                                                        DeltaCallback on_delta = {}) = 0;
+
+  // Leading tokens of `tokens` already cached under `salt`.
+  virtual int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt) = 0;
+  // Keeps the cached prefix of `tokens` resident until Unpin (0 = nothing cached).
+  virtual uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t salt) = 0;
+  virtual void Unpin(uint64_t pin) = 0;
+
+  virtual EngineStats stats() const = 0;
+  virtual Model& model() = 0;
+  // Stops the step loop; pending requests finish with reason "cancelled".
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace braid

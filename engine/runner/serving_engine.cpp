@@ -1,0 +1,475 @@
+// The serving engine: a step loop on its own thread that admits requests,
+// asks the scheduler for a plan, runs one ragged batch through the model,
+// samples, streams deltas and retires finished requests.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "kv/block_pool.h"
+#include "kv/radix_cache.h"
+#include "runner/kv_store.h"
+#include "runner/llama_model.h"
+#include "runner/stop_matcher.h"
+#include "sampling/sampler.h"
+#include "sched/policy.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace braid {
+
+const char* GoalClassName(GoalClass g) { return g == GoalClass::kLatency ? "latency" : "throughput"; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One request: the caller-facing handle (deltas, result, cancel) and the
+// step loop's working state (sequence, sampler, text streaming).
+class Request final : public RequestHandle {
+ public:
+  Request(uint64_t id, GenerationRequest req, DeltaCallback cb, const Tokenizer* tok)
+      : id_(id), req_(std::move(req)), cb_(std::move(cb)), sampler_(req_.sampling),
+        stops_(req_.sampling.stop) {
+    if (tok) decoder_ = std::make_unique<StreamDecoder>(*tok);
+    submitted_ = Clock::now();
+  }
+
+  // ---- RequestHandle (any thread) ----
+  uint64_t id() const override { return id_; }
+  std::optional<Delta> Next(int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] { return !queue_.empty() || taken_final_ || done_; };
+    if (timeout_ms < 0) cv_.wait(lock, ready);
+    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    if (queue_.empty()) return std::nullopt;
+    Delta d = std::move(queue_.front());
+    queue_.pop_front();
+    if (d.finished) taken_final_ = true;
+    return d;
+  }
+  Completion Wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return result_;
+  }
+  bool finished() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  void Cancel() override { cancel_.store(true); }
+
+  // ---- step loop only ----
+  bool cancel_requested() const { return cancel_.load(); }
+  SeqState& seq() { return seq_; }
+  const GenerationRequest& request() const { return req_; }
+  Sampler& sampler() { return sampler_; }
+
+  // Records a sampled token; returns true when it ends the request.
+  bool OnToken(int32_t id, const TokenLogprob* lp, bool eog, Clock::time_point now) {
+    Delta d;
+    if (!first_token_) {
+      first_token_ = true;
+      result_.timings.ttft_ms = Ms(submitted_, now);
+    } else {
+      result_.timings.inter_token_ms.push_back(Ms(last_token_, now));
+    }
+    last_token_ = now;
+    const SamplingParams& sp = req_.sampling;
+    bool stop_token = eog;
+    for (int32_t s : sp.stop_tokens) stop_token |= s == id;
+    if (stop_token) return Finish("stop", now);
+    seq_.tokens.push_back(id);
+    result_.tokens.push_back(id);
+    d.tokens.push_back(id);
+    if (lp) {
+      d.logprobs.push_back(*lp);
+      result_.logprobs.push_back(*lp);
+    }
+    bool hit = false;
+    if (decoder_) d.text = stops_.Push(decoder_->Push(id), &hit);
+    result_.text += d.text;
+    Emit(std::move(d));
+    if (hit) {
+      stop_hit_ = true;
+      return Finish("stop", now);
+    }
+    if (seq_.generated() >= seq_.max_tokens) return Finish("length", now);
+    return false;
+  }
+
+  // Ends the request: flushes held-back text, fills in usage, wakes waiters.
+  bool Finish(const std::string& reason, Clock::time_point now, const std::string& error = "") {
+    Delta d;
+    if (decoder_ && !stop_hit_ && reason != "cancelled" && reason != "error") {
+      bool hit = false;
+      d.text = stops_.Push(decoder_->Flush(), &hit);
+      if (!hit) d.text += stops_.Flush();
+      result_.text += d.text;
+    }
+    d.finished = true;
+    d.finish_reason = reason;
+    d.error = error;
+    result_.finish_reason = reason;
+    result_.error = error;
+    result_.usage.prompt_tokens = seq_.prompt_len;
+    result_.usage.cached_tokens = seq_.cached_tokens;
+    result_.usage.generated_tokens = static_cast<int>(result_.tokens.size());
+    result_.timings.total_ms = Ms(submitted_, now);
+    result_.preemptions = seq_.preemptions;
+    if (!scheduled_) result_.timings.queue_ms = result_.timings.total_ms;
+    Emit(std::move(d), /*final=*/true);
+    return true;
+  }
+
+  void MarkScheduled(Clock::time_point now) {
+    if (scheduled_) return;
+    scheduled_ = true;
+    result_.timings.queue_ms = Ms(submitted_, now);
+  }
+
+ private:
+  void Emit(Delta d, bool final = false) {
+    if (cb_) cb_(d);
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(d));
+    if (final) done_ = true;
+    cv_.notify_all();
+  }
+
+  const uint64_t id_;
+  GenerationRequest req_;
+  DeltaCallback cb_;
+  SeqState seq_;
+  Sampler sampler_;
+  std::unique_ptr<StreamDecoder> decoder_;
+  StopMatcher stops_;
+  std::atomic<bool> cancel_{false};
+  Clock::time_point submitted_, last_token_;
+  bool first_token_ = false, scheduled_ = false, stop_hit_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Delta> queue_;
+  bool done_ = false, taken_final_ = false;
+  Completion result_;
+};
+
+// log-softmax of a logit row: the sampled token's logprob and the top k.
+TokenLogprob Logprobs(std::span<const float> logits, int32_t id, int k) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l - max));
+  const float log_z = max + static_cast<float>(std::log(z));
+  TokenLogprob lp;
+  lp.id = id;
+  lp.logprob = logits[id] - log_z;
+  if (k > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    k = std::min<int>(k, static_cast<int>(idx.size()));
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (int i = 0; i < k; ++i) lp.top.emplace_back(idx[i], logits[idx[i]] - log_z);
+  }
+  return lp;
+}
+
+class ServingEngine final : public Engine {
+ public:
+  ServingEngine(const EngineOptions& o, std::unique_ptr<LlamaModel> model,
+                std::unique_ptr<AdmissionPolicy> policy, int kv_blocks)
+      : options_(o), model_(std::move(model)), policy_(std::move(policy)),
+        pool_(kv_blocks), cache_(pool_, o.block_size),
+        store_(model_->config().n_layer, kv_blocks, o.block_size,
+               model_->config().n_head_kv * model_->config().head_dim),
+        scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
+                   pool_, cache_, *policy_) {
+    loop_ = std::thread([this] { Loop(); });
+  }
+  ~ServingEngine() override { Shutdown(); }
+
+  Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
+    BRAID_RETURN_IF_ERROR(r.sampling.Validate());
+    if (r.prompt.empty() && !r.prompt_text.empty()) r.prompt = model_->Tokenize(r.prompt_text);
+    if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+    const int n_vocab = model_->config().n_vocab;
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
+        return Status::InvalidArgument("prompt token " + std::to_string(i) + " is " +
+                                       std::to_string(r.prompt[i]) + ", outside the vocabulary [0, " +
+                                       std::to_string(n_vocab) + ")");
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.sampling.max_tokens;
+    const int context = model_->info().context;
+    if (total > context)
+      return Status::OutOfRange("the prompt has " + std::to_string(r.prompt.size()) +
+                                " tokens and max_tokens is " + std::to_string(r.sampling.max_tokens) +
+                                ": together more than the context of " + std::to_string(context));
+    if (scheduler_.BlocksFor(static_cast<int>(total)) > pool_.num_blocks())
+      return Status::OutOfRange("the request needs " + std::to_string(total) +
+                                " tokens of KV cache but the pool holds " +
+                                std::to_string(pool_.num_blocks() * options_.block_size));
+    if (r.top_logprobs > 20)
+      return Status::InvalidArgument("top_logprobs must be at most 20, got " +
+                                     std::to_string(r.top_logprobs));
+    if (r.deadline_ms && !(*r.deadline_ms >= 0))
+      return Status::InvalidArgument("deadline_ms must be >= 0");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Cancelled("the engine is shutting down");
+    if (static_cast<int>(inbox_.size()) + waiting_count_ >= options_.max_waiting)
+      return Status::ResourceExhausted("the queue is full (" + std::to_string(options_.max_waiting) +
+                                       " requests waiting)");
+    auto req = std::make_shared<Request>(++next_id_, std::move(r), std::move(cb),
+                                         model_->tokenizer());
+    inbox_.push_back(req);
+    cv_.notify_one();
+    return std::shared_ptr<RequestHandle>(req);
+  }
+
+  int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt) override {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    return cache_.Probe(salt, tokens);
+  }
+  uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t salt) override {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    return cache_.Pin(salt, tokens);
+  }
+  void Unpin(uint64_t pin) override {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    if (pin) cache_.Unpin(pin);
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+  Model& model() override { return *model_; }
+
+  void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) {
+        if (!loop_.joinable()) return;
+      }
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    if (loop_.joinable()) loop_.join();
+  }
+
+ private:
+  void Loop();
+  void Step(std::vector<std::shared_ptr<Request>>& active);
+  // Copies the queue and pool gauges into stats_ (holding kv_mu_ and stats_mu_).
+  void RefreshGauges() {
+    stats_.running = scheduler_.num_running();
+    stats_.waiting = scheduler_.num_waiting();
+    stats_.kv_blocks_total = pool_.num_blocks();
+    stats_.kv_blocks_free = pool_.num_free();
+    stats_.kv_blocks_cached = cache_.stats().cached_blocks;
+  }
+
+  EngineOptions options_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<AdmissionPolicy> policy_;
+  kv::BlockPool pool_;
+  kv::RadixCache cache_;
+  KvStore store_;
+  Scheduler scheduler_;
+  std::mutex kv_mu_;  // pool, cache and scheduler: the loop holds it during planning
+
+  std::mutex mu_;  // inbox and stop flag
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Request>> inbox_;
+  int waiting_count_ = 0;
+  bool stopping_ = false;
+  uint64_t next_id_ = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::vector<float> logits_;
+  std::thread loop_;
+};
+
+void ServingEngine::Loop() {
+  std::vector<std::shared_ptr<Request>> active;  // admitted to the scheduler, not finished
+  const Clock::time_point origin = Clock::now();
+  for (;;) {
+    std::vector<std::shared_ptr<Request>> fresh;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !active.empty(); });
+      if (stopping_) {
+        for (auto& r : inbox_) active.push_back(r);
+        inbox_.clear();
+        break;
+      }
+      fresh.swap(inbox_);
+    }
+    {
+      std::lock_guard<std::mutex> lock(kv_mu_);
+      for (auto& r : fresh) {
+        SeqState& s = r->seq();
+        const GenerationRequest& g = r->request();
+        s.id = r->id();
+        s.tokens = g.prompt;
+        s.prompt_len = static_cast<int>(g.prompt.size());
+        s.max_tokens = g.sampling.max_tokens;
+        s.goal = g.goal;
+        s.priority = g.priority;
+        s.arrival = Ms(origin, Clock::now()) / 1000.0;
+        if (g.deadline_ms) s.deadline = s.arrival + *g.deadline_ms / 1000.0;
+        s.salt = g.cache_salt;
+        s.client = g.client;
+        if (s.max_tokens == 0) {
+          r->Finish("length", Clock::now());
+          continue;
+        }
+        scheduler_.Add(&s);
+        active.push_back(r);
+      }
+    }
+    Step(active);
+  }
+  // Shutdown: everything still pending is cancelled.
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  for (auto& r : active) {
+    if (r->finished()) continue;
+    scheduler_.Remove(&r->seq(), /*insert=*/false);
+    r->Finish("cancelled", Clock::now());
+  }
+}
+
+void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
+  const auto now = Clock::now();
+  StepPlan plan;
+  uint64_t cancelled = 0, preempted = 0;
+  {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    // Cancellations free their blocks before planning.
+    for (auto& r : active) {
+      if (!r->cancel_requested() || r->finished()) continue;
+      scheduler_.Remove(&r->seq(), /*insert=*/false);
+      r->Finish("cancelled", now);
+      ++cancelled;
+    }
+    std::erase_if(active, [](const auto& r) { return r->finished(); });
+    plan = scheduler_.Schedule();
+    preempted = plan.preempted.size();
+  }
+  if (plan.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(kv_mu_);
+      std::lock_guard<std::mutex> slock(stats_mu_);
+      stats_.requests_cancelled += cancelled;
+      RefreshGauges();
+    }
+    if (!active.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+
+  // Run the batch.
+  std::vector<BatchSegment> segments;
+  int sample_rows = 0;
+  for (const ScheduledItem& it : plan.items) {
+    BatchSegment seg;
+    seg.tokens = it.seq->tokens.data() + it.start;
+    seg.n_tokens = it.n_tokens;
+    seg.pos0 = it.start;
+    seg.block_table = it.seq->blocks.data();
+    seg.logits = it.sample ? BatchSegment::Logits::kLast : BatchSegment::Logits::kNone;
+    sample_rows += it.sample;
+    segments.push_back(seg);
+  }
+  const int n_vocab = model_->config().n_vocab;
+  logits_.resize(static_cast<size_t>(std::max(sample_rows, 1)) * n_vocab);
+  const auto t0 = Clock::now();
+  model_->Forward(segments, store_, logits_.data());
+  const auto t1 = Clock::now();
+
+  // Sample, stream, retire.
+  std::unordered_map<const SeqState*, Request*> by_seq;
+  for (auto& r : active) by_seq[&r->seq()] = r.get();
+  int prefill_tokens = 0, decode_tokens = 0;
+  uint64_t finished = 0, generated = 0, prompt_tokens = 0, cached_tokens = 0;
+  {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    scheduler_.Commit(plan);
+    int row = 0;
+    for (const ScheduledItem& it : plan.items) {
+      Request* r = by_seq[it.seq];
+      r->MarkScheduled(t0);
+      if (it.n_tokens == 1 && it.start >= it.seq->prompt_len) ++decode_tokens;
+      else prefill_tokens += it.n_tokens;
+      if (!it.sample) continue;
+      std::span<float> logits(&logits_[static_cast<size_t>(row++) * n_vocab], n_vocab);
+      const int k = r->request().top_logprobs;
+      std::vector<float> raw;
+      if (k >= 0) raw.assign(logits.begin(), logits.end());
+      const int32_t id = r->sampler().Sample(logits, it.seq->tokens);
+      TokenLogprob lp;
+      if (k >= 0) lp = Logprobs(raw, id, k);
+      const bool eog = !r->request().sampling.ignore_eos && model_->IsEndOfGeneration(id);
+      const bool first = it.seq->generated() == 0;
+      if (first) {
+        prompt_tokens += it.seq->prompt_len;
+        cached_tokens += it.seq->cached_tokens;
+      }
+      if (r->OnToken(id, k >= 0 ? &lp : nullptr, eog, t1)) {
+        scheduler_.Remove(it.seq, /*insert=*/true);
+        ++finished;
+      }
+      if (!eog) ++generated;
+    }
+    std::erase_if(active, [](const auto& r) { return r->finished(); });
+    std::lock_guard<std::mutex> slock(stats_mu_);
+    RefreshGauges();
+    stats_.requests_finished += finished;
+    stats_.requests_cancelled += cancelled;
+    stats_.preemptions += preempted;
+    stats_.prompt_tokens += prompt_tokens;
+    stats_.cached_prompt_tokens += cached_tokens;
+    stats_.generated_tokens += generated;
+    stats_.steps++;
+    const double secs = std::max(1e-9, std::chrono::duration<double>(t1 - t0).count());
+    auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.9 * avg + 0.1 * x; };
+    if (prefill_tokens > 0 && decode_tokens == 0) ema(stats_.prefill_tokens_per_s, prefill_tokens / secs);
+    if (decode_tokens > 0 && prefill_tokens == 0) ema(stats_.decode_tokens_per_s, decode_tokens / secs);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_count_ = scheduler_.num_waiting();
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
+  if (o.block_size < 1 || o.block_size > 1024)
+    return Status::InvalidArgument("block_size must be in [1, 1024], got " + std::to_string(o.block_size));
+  if (o.max_running < 1) return Status::InvalidArgument("max_running must be >= 1");
+  if (o.max_batch_tokens < 1 || o.max_batch_tokens > 256)
+    return Status::InvalidArgument("max_batch_tokens must be in [1, 256], got " +
+                                   std::to_string(o.max_batch_tokens));
+  if (o.latency_batch_tokens < 1) return Status::InvalidArgument("latency_batch_tokens must be >= 1");
+  if (o.kv_blocks < 0 || o.kv_tokens < 0) return Status::InvalidArgument("KV pool size must be >= 0");
+  auto policy = MakePolicy(o.policy);
+  if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(o.model));
+  int blocks = o.kv_blocks > 0 ? o.kv_blocks : (o.kv_tokens + o.block_size - 1) / o.block_size;
+  if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
+  return std::unique_ptr<Engine>(
+      new ServingEngine(o, std::move(model), std::move(policy), blocks));
+}
+
+}  // namespace braid

@@ -1,0 +1,198 @@
+// The serving engine end to end on the bundled model: batching must not
+// change greedy outputs, the prefix cache must serve repeated prefixes,
+// cancellation must free blocks, bad requests must be refused cleanly.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+
+namespace braid {
+namespace {
+
+bool HaveModel() { return std::filesystem::exists(BRAID_MODEL_PATH); }
+
+EngineOptions Options(int kv_tokens) {
+  EngineOptions o;
+  o.model.path = BRAID_MODEL_PATH;
+  o.model.threads = 1;
+  o.model.context = 2048;
+  o.model.exact = getenv("EXACT") != nullptr;
+  o.kv_tokens = kv_tokens;
+  o.max_batch_tokens = 64;
+  return o;
+}
+
+// Prompts of mixed lengths built from real text, as token ids.
+std::vector<std::vector<int32_t>> Prompts(Model& m, int count) {
+  const char* texts[] = {
+      "The history of the printing press begins",
+      "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+      "List three facts about the Moon:",
+      "Once upon a time, in a small village by the sea, there lived",
+      "The quick brown fox",
+      "Photosynthesis is the process by which green plants",
+      "Q: What is 12 times 7?\nA:",
+      "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
+  };
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    std::string t = texts[i % 8];
+    for (int r = 0; r < i / 8; ++r) t += " And then, again:";
+    out.push_back(m.Tokenize(t));
+  }
+  return out;
+}
+
+std::vector<int32_t> Alone(Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
+  SamplingParams sp = SamplingParams::Greedy();
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  auto r = Generate(m, prompt, sp);
+  REQUIRE(r.ok());
+  return r->tokens;
+}
+
+TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {
+  if (!HaveModel()) return;
+  // A pool too small for all 32 at once: forces preemption by recompute.
+  auto engine = Engine::Open(Options(32 * 16 * 2));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  auto prompts = Prompts(e.model(), 32);
+  std::vector<int> lengths;
+  for (int i = 0; i < 32; ++i) lengths.push_back(8 + (i * 7) % 40);
+
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 32; ++i) {
+    GenerationRequest g;
+    g.prompt = prompts[i];
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = lengths[i];
+    g.sampling.ignore_eos = true;
+    auto h = e.Submit(g);
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+    // Half of them arrive while the first ones are decoding.
+    if (i == 15) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  int preemptions = 0;
+  std::vector<Completion> results;
+  for (auto& h : handles) results.push_back(h->Wait());
+  for (auto& c : results) preemptions += c.preemptions;
+  MESSAGE("preemptions: " << preemptions);
+  CHECK(preemptions > 0);
+  for (int i = 0; i < 32; ++i) {
+    CAPTURE(i);
+    CHECK(results[i].finish_reason == "length");
+    CHECK(results[i].tokens == Alone(e.model(), prompts[i], lengths[i]));
+  }
+  EngineStats s = e.stats();
+  CHECK(s.running == 0);
+  CHECK(s.waiting == 0);
+  CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+}
+
+TEST_CASE("a repeated 1,000-token prefix comes from the cache; salts keep tenants apart") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(8192));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  std::mt19937 rng(5);
+  std::vector<int32_t> prefix(1000);
+  for (int32_t& t : prefix) t = 100 + static_cast<int32_t>(rng() % 40000);
+  auto run = [&](std::vector<int32_t> tail, uint64_t salt) {
+    GenerationRequest g;
+    g.prompt = prefix;
+    g.prompt.insert(g.prompt.end(), tail.begin(), tail.end());
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = 4;
+    g.cache_salt = salt;
+    auto h = e.Submit(g);
+    REQUIRE(h.ok());
+    return (*h)->Wait();
+  };
+  Completion first = run({11, 12, 13}, 1);
+  Completion second = run({21, 22, 23, 24, 25}, 1);
+  Completion other_tenant = run({21, 22, 23, 24, 25}, 2);
+  CHECK(first.usage.cached_tokens == 0);
+  CHECK(second.usage.cached_tokens >= 0.95 * second.usage.prompt_tokens);
+  CHECK(other_tenant.usage.cached_tokens == 0);
+  MESSAGE("TTFT cold " << first.timings.ttft_ms << " ms, warm " << second.timings.ttft_ms
+                       << " ms, other salt " << other_tenant.timings.ttft_ms << " ms");
+  CHECK(e.ProbePrefix(prefix, 1) >= 992);
+  CHECK(e.ProbePrefix(prefix, 3) == 0);
+}
+
+TEST_CASE("cancel frees the request's blocks at once") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  GenerationRequest g;
+  g.prompt = e.model().Tokenize("Tell me a long story about a dragon.");
+  g.sampling = SamplingParams::Greedy();
+  g.sampling.max_tokens = 1000;
+  g.sampling.ignore_eos = true;
+  auto h = e.Submit(g);
+  REQUIRE(h.ok());
+  // Let it produce some tokens.
+  for (int i = 0; i < 5; ++i) REQUIRE((*h)->Next(10000).has_value());
+  (*h)->Cancel();
+  Completion c = (*h)->Wait();
+  CHECK(c.finish_reason == "cancelled");
+  CHECK(c.tokens.size() < 1000);
+  EngineStats s = e.stats();
+  CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+  CHECK(s.running == 0);
+}
+
+TEST_CASE("bad requests are refused with a clear error and the engine keeps serving") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  auto expect_error = [&](GenerationRequest g, const std::string& words) {
+    auto h = e.Submit(g);
+    REQUIRE_FALSE(h.ok());
+    CAPTURE(h.status().message());
+    CHECK(h.status().message().find(words) != std::string::npos);
+  };
+  GenerationRequest ok;
+  ok.prompt = e.model().Tokenize("Hello");
+  ok.sampling = SamplingParams::Greedy();
+  ok.sampling.max_tokens = 8;
+
+  GenerationRequest g = ok;
+  g.prompt.clear();
+  expect_error(g, "empty");
+  g = ok;
+  g.prompt.assign(3000, 42);
+  expect_error(g, "context");
+  g = ok;
+  g.sampling.max_tokens = -1;
+  expect_error(g, "max_tokens");
+  g = ok;
+  g.sampling.max_tokens = 100000;
+  expect_error(g, "context");
+  g = ok;
+  g.sampling.top_p = 0;
+  expect_error(g, "top_p");
+  g = ok;
+  g.sampling.temperature = -2;
+  expect_error(g, "temperature");
+  g = ok;
+  g.prompt = {1, 2, 999999};
+  expect_error(g, "vocabulary");
+
+  auto h = e.Submit(ok);
+  REQUIRE(h.ok());
+  Completion c = (*h)->Wait();
+  CHECK(c.finish_reason != "error");
+  CHECK(!c.tokens.empty());
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,170 @@
+// braid bench --serve: N concurrent requests against the serving engine,
+// reporting aggregate throughput, time to first token and inter-token
+// latency percentiles per concurrency level (optionally with a shared
+// prompt prefix).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/engine.h"
+
+namespace braid::cli {
+namespace {
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx)), hi = static_cast<size_t>(std::ceil(idx));
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    out.push_back(std::atoi(s.substr(i, j - i).c_str()));
+    i = j + 1;
+  }
+  return out;
+}
+
+struct LevelResult {
+  int concurrency = 0;
+  double wall_s = 0, gen_tok_s = 0, decode_tok_s = 0;
+  double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
+  double cached_fraction = 0;
+};
+
+}  // namespace
+
+int ServeBenchMain(Args& args) {
+  ModelOptions mo = ReadModelOptions(args);
+  std::vector<int> levels = ParseList(args.Str({"-c", "--concurrency"}, "1,4,16,64"));
+  const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256));
+  const int gen_len = static_cast<int>(args.Int({"--gen-len"}, 128));
+  const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0));
+  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256));
+  std::string json = args.Str({"--json"}, "");
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
+    return 2;
+  }
+  if (levels.empty() || prompt_len < 1 || gen_len < 1 || shared < 0) {
+    std::fprintf(stderr, "braid bench --serve: bad sizes\n");
+    return 2;
+  }
+  const int max_c = *std::max_element(levels.begin(), levels.end());
+  EngineOptions eo;
+  eo.model = mo;
+  eo.model.context = shared + prompt_len + gen_len + 16;
+  eo.kv_tokens = max_c * (shared + prompt_len + gen_len + 32) + 1024;
+  eo.max_running = std::max(max_c, 1);
+  eo.max_batch_tokens = batch_tokens;
+  eo.policy = "fcfs";
+  auto opened = Engine::Open(eo);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  Engine& engine = **opened;
+  const int n_vocab = engine.model().info().n_vocab;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
+  std::vector<int32_t> prefix(shared);
+  for (int32_t& t : prefix) t = pick(rng);
+
+  std::printf("| concurrency | prompt | shared prefix | gen | wall s | gen tok/s | decode tok/s | "
+              "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | cached |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<LevelResult> results;
+  for (int c : levels) {
+    if (c < 1) continue;
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < c; ++i) {
+      GenerationRequest g;
+      g.prompt = prefix;
+      for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
+      g.sampling = SamplingParams::Greedy();
+      g.sampling.max_tokens = gen_len;
+      g.sampling.ignore_eos = true;
+      auto h = engine.Submit(g);
+      if (!h.ok()) {
+        std::fprintf(stderr, "braid bench: %s\n", h.status().message().c_str());
+        return 1;
+      }
+      handles.push_back(*h);
+    }
+    std::vector<double> ttft, itl;
+    double generated = 0, cached = 0, prompt = 0, last_first_token = 0;
+    for (auto& h : handles) {
+      Completion r = h->Wait();
+      ttft.push_back(r.timings.ttft_ms);
+      last_first_token = std::max(last_first_token, r.timings.ttft_ms);
+      itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
+      generated += r.usage.generated_tokens;
+      cached += r.usage.cached_tokens;
+      prompt += r.usage.prompt_tokens;
+    }
+    LevelResult lr;
+    lr.concurrency = c;
+    lr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    lr.gen_tok_s = generated / lr.wall_s;
+    // Decode rate: tokens after each request's first, over the time all were decoding.
+    double decode_window = lr.wall_s - last_first_token / 1000.0;
+    double sum_itl = 0;
+    for (double x : itl) sum_itl += x;
+    lr.decode_tok_s = decode_window > 0 ? (generated - c) / decode_window : 0;
+    (void)sum_itl;
+    lr.ttft_p50 = Percentile(ttft, 50);
+    lr.ttft_p99 = Percentile(ttft, 99);
+    lr.itl_p50 = Percentile(itl, 50);
+    lr.itl_p99 = Percentile(itl, 99);
+    lr.cached_fraction = prompt > 0 ? cached / prompt : 0;
+    results.push_back(lr);
+    std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% |\n", c,
+                prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s, lr.decode_tok_s,
+                lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99, 100 * lr.cached_fraction);
+    std::fflush(stdout);
+  }
+  if (!results.empty() && results.front().concurrency == 1) {
+    for (const LevelResult& r : results)
+      if (r.concurrency > 1)
+        std::printf("decode tok/s at %d concurrent / at 1 = %.2fx\n", r.concurrency,
+                    r.decode_tok_s / results.front().decode_tok_s);
+  }
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "braid bench: cannot write '%s'\n", json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"prompt_len\": %d, "
+                    "\"shared_prefix\": %d, \"gen_len\": %d, \"levels\": [",
+                 engine.model().info().path.c_str(), engine.model().info().threads,
+                 engine.model().info().isa.c_str(), prompt_len, shared, gen_len);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const LevelResult& r = results[i];
+      std::fprintf(f, "%s\n  {\"concurrency\": %d, \"wall_s\": %.3f, \"gen_tok_s\": %.2f, "
+                      "\"decode_tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
+                      "\"itl_p50_ms\": %.3f, \"itl_p99_ms\": %.3f, \"cached_fraction\": %.4f}",
+                   i ? "," : "", r.concurrency, r.wall_s, r.gen_tok_s, r.decode_tok_s, r.ttft_p50,
+                   r.ttft_p99, r.itl_p50, r.itl_p99, r.cached_fraction);
+    }
+    std::fprintf(f, "\n]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace braid::cli
