@@ -18,6 +18,7 @@ struct RadixCache::Node {
   uint64_t salt = 0;  // roots only: the key under which Impl::roots holds it
   std::vector<int32_t> tokens;
   std::vector<BlockId> blocks;
+  uint64_t key = 0;  // HashBlock of the first block: this node's key in parent->children
   // Keyed by the hash of the child's first block. Siblings always differ in
   // their first block (matches are whole blocks, so a shared first block
   // would have been one edge); the multimap only absorbs hash collisions.
@@ -82,7 +83,8 @@ struct RadixCache::Impl {
   size_t CommonBlocks(const Node& c, std::span<const int32_t> rest) const {
     size_t n = std::min(c.blocks.size(), rest.size() / bs);
     for (size_t k = 0; k < n; ++k) {
-      if (!std::equal(rest.begin() + k * bs, rest.begin() + (k + 1) * bs, c.tokens.begin() + k * bs)) {
+      if (!std::equal(rest.begin() + k * bs, rest.begin() + (k + 1) * bs,
+                      c.tokens.begin() + k * bs)) {
         return k;
       }
     }
@@ -125,10 +127,11 @@ struct RadixCache::Impl {
     up->lock_count = c->lock_count;
     up->last_access = c->last_access;
     up->serial = next_serial++;
+    up->key = c->key;
     Node* u = up.get();
 
     // Same first block, so same key: swap the owner in place.
-    auto [lo, hi] = parent->children.equal_range(HashBlock(FirstBlock(*c)));
+    auto [lo, hi] = parent->children.equal_range(c->key);
     auto it = std::find_if(lo, hi, [c](const auto& e) { return e.second.get() == c; });
     assert(it != hi);
     std::unique_ptr<Node> lower = std::move(it->second);
@@ -137,8 +140,8 @@ struct RadixCache::Impl {
     lower->tokens.erase(lower->tokens.begin(), lower->tokens.begin() + k * bs);
     lower->blocks.erase(lower->blocks.begin(), lower->blocks.begin() + k);
     lower->parent = u;
-    uint64_t key = HashBlock(FirstBlock(*lower));
-    u->children.emplace(key, std::move(lower));
+    lower->key = HashBlock(FirstBlock(*lower));
+    u->children.emplace(lower->key, std::move(lower));
     return u;
   }
 
@@ -155,21 +158,19 @@ struct RadixCache::Impl {
     cached_blocks += static_cast<int>(blocks.size());
     unlocked_blocks += static_cast<int>(blocks.size());
     Node* n = leaf.get();
-    uint64_t key = HashBlock(FirstBlock(*n));
-    parent->children.emplace(key, std::move(leaf));
+    n->key = HashBlock(FirstBlock(*n));
+    parent->children.emplace(n->key, std::move(leaf));
     Refresh(parent);
     Refresh(n);
     return n;
   }
 
-  // Follows `tokens` (whole blocks only) down from the root of `salt` and
-  // returns the deepest node of the longest cached prefix (nullptr if none)
-  // and, when `split`, cuts the last edge so the match ends at a node
-  // boundary. With `touch`, marks the path as used now; with `out`, appends
-  // the matched blocks.
-  Node* Walk(uint64_t salt, std::span<const int32_t> tokens, bool split, bool touch,
-             std::vector<BlockId>* out, int* matched_blocks) {
-    *matched_blocks = 0;
+  // Follows `tokens` (whole blocks only) down from the root of `salt`,
+  // appending the blocks of the longest cached prefix to `out`. Cuts the last
+  // edge when the match ends inside it, so the returned node (the deepest of
+  // the match; nullptr when nothing matched) covers exactly the matched
+  // blocks, and marks the path as used now.
+  Node* MatchPath(uint64_t salt, std::span<const int32_t> tokens, std::vector<BlockId>* out) {
     auto r = roots.find(salt);
     if (r == roots.end()) return nullptr;
     Node* node = r->second.get();
@@ -177,22 +178,37 @@ struct RadixCache::Impl {
     while (!rest.empty()) {
       Node* child = FindChild(*node, rest.first(bs));
       if (child == nullptr) break;
-      size_t k = CommonBlocks(*child, rest);
+      size_t k = CommonBlocks(*child, rest);  // >= 1: the first block matched
       bool partial = k < child->blocks.size();
-      size_t take = k;
-      if (partial && split) child = Split(child, k);
-      if (touch) Touch(child);
-      if (out) out->insert(out->end(), child->blocks.begin(), child->blocks.begin() + take);
-      *matched_blocks += static_cast<int>(take);
-      if (partial) {
-        // Without a split the match ends inside `child`; report its parent
-        // as the deepest whole node (only callers that split use the node).
-        return split ? child : (node->parent ? node : nullptr);
-      }
+      if (partial) child = Split(child, k);
+      Touch(child);
+      out->insert(out->end(), child->blocks.begin(), child->blocks.end());
       node = child;
-      rest = rest.subspan(take * bs);
+      if (partial) break;
+      rest = rest.subspan(k * bs);
     }
     return node->parent ? node : nullptr;
+  }
+
+  // MatchPath's read-only twin: neither splits nor touches. Returns the
+  // number of matched blocks and appends them to `out` when given.
+  size_t PeekPath(uint64_t salt, std::span<const int32_t> tokens, std::vector<BlockId>* out) const {
+    auto r = roots.find(salt);
+    if (r == roots.end()) return 0;
+    const Node* node = r->second.get();
+    std::span<const int32_t> rest = tokens.first(tokens.size() / bs * bs);
+    size_t matched = 0;
+    while (!rest.empty()) {
+      const Node* child = FindChild(*node, rest.first(bs));
+      if (child == nullptr) break;
+      size_t k = CommonBlocks(*child, rest);
+      if (out) out->insert(out->end(), child->blocks.begin(), child->blocks.begin() + k);
+      matched += k;
+      if (k < child->blocks.size()) break;
+      node = child;
+      rest = rest.subspan(k * bs);
+    }
+    return matched;
   }
 
   void LockPath(Node* n) {
@@ -236,11 +252,11 @@ struct RadixCache::Impl {
     evictable.erase(EvictKey{leaf->last_access, leaf->serial});
     leaf->evictable = false;
     Node* parent = leaf->parent;
-    // The key is gone with the tokens, so find the owner by address; a node
-    // has few children and this runs once per evicted node.
-    auto it = std::find_if(parent->children.begin(), parent->children.end(),
-                           [leaf](const auto& e) { return e.second.get() == leaf; });
-    assert(it != parent->children.end());
+    // Only hash collisions share the key, so this scan is short even under
+    // a root with thousands of children.
+    auto [lo, hi] = parent->children.equal_range(leaf->key);
+    auto it = std::find_if(lo, hi, [leaf](const auto& e) { return e.second.get() == leaf; });
+    assert(it != hi);
     parent->children.erase(it);
     if (parent->parent == nullptr) {
       if (parent->children.empty()) roots.erase(parent->salt);
@@ -282,14 +298,12 @@ RadixCache::~RadixCache() {
   }
 }
 
-PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tokens,
-                                     LockId* lock) {
+PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tokens, LockId* lock) {
   assert(lock != nullptr);
   ++impl_->clock;
   PrefixMatch m;
-  int matched = 0;
-  Node* end = impl_->Walk(salt, tokens, /*split=*/true, /*touch=*/true, &m.blocks, &matched);
-  m.tokens = matched * block_size_;
+  Node* end = impl_->MatchPath(salt, tokens, &m.blocks);
+  m.tokens = static_cast<int>(m.blocks.size()) * block_size_;
   *lock = 0;
   if (end == nullptr) return m;
   impl_->LockPath(end);
@@ -300,17 +314,12 @@ PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tok
 }
 
 int RadixCache::Probe(uint64_t salt, std::span<const int32_t> tokens) const {
-  int matched = 0;
-  // Walk without split or touch leaves the tree as it was.
-  const_cast<Impl&>(*impl_).Walk(salt, tokens, false, false, nullptr, &matched);
-  return matched * block_size_;
+  return static_cast<int>(impl_->PeekPath(salt, tokens, nullptr)) * block_size_;
 }
 
 PrefixMatch RadixCache::Lookup(uint64_t salt, std::span<const int32_t> tokens) const {
   PrefixMatch m;
-  int matched = 0;
-  const_cast<Impl&>(*impl_).Walk(salt, tokens, false, false, &m.blocks, &matched);
-  m.tokens = matched * block_size_;
+  m.tokens = static_cast<int>(impl_->PeekPath(salt, tokens, &m.blocks)) * block_size_;
   return m;
 }
 
@@ -386,7 +395,8 @@ RadixStats RadixCache::stats() const {
 
 std::vector<BlockId> RadixCache::CachedBlocks() const {
   std::vector<BlockId> out;
-  impl_->ForEachNode([&](const Node& n) { out.insert(out.end(), n.blocks.begin(), n.blocks.end()); });
+  impl_->ForEachNode(
+      [&](const Node& n) { out.insert(out.end(), n.blocks.begin(), n.blocks.end()); });
   return out;
 }
 
@@ -408,7 +418,8 @@ Status RadixCache::CheckInvariants() const {
     nodes.insert(&n);
     for (const auto& [key, child] : n.children) {
       if (child->parent != &n) fail("child's parent link is wrong");
-      if (child->blocks.empty() || key != im.HashBlock(im.FirstBlock(*child))) {
+      if (child->blocks.empty() || key != child->key ||
+          key != im.HashBlock(im.FirstBlock(*child))) {
         fail("child is keyed by something other than its first block");
       } else if (im.FindChild(n, im.FirstBlock(*child)) != child.get()) {
         fail("two siblings share a first block");
@@ -438,7 +449,8 @@ Status RadixCache::CheckInvariants() const {
     if (n.evictable) {
       ++leaves;
       auto e = im.evictable.find(Impl::EvictKey{n.last_access, n.serial});
-      if (e == im.evictable.end() || e->second != &n) fail("evictable leaf missing from the LRU index");
+      if (e == im.evictable.end() || e->second != &n)
+        fail("evictable leaf missing from the LRU index");
     }
     for (BlockId b : n.blocks) {
       if (b < 0 || b >= im.pool.num_blocks()) {
@@ -446,7 +458,8 @@ Status RadixCache::CheckInvariants() const {
         continue;
       }
       if (!seen.insert(b).second) fail("block " + std::to_string(b) + " is in the tree twice");
-      if (im.pool.refcount(b) < 1) fail("tree block " + std::to_string(b) + " has no pool reference");
+      if (im.pool.refcount(b) < 1)
+        fail("tree block " + std::to_string(b) + " has no pool reference");
     }
   });
   if (!err.empty()) return Status::Internal(err);
