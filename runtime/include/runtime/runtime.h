@@ -1,0 +1,211 @@
+// The semantic-variable runtime: programs of LLM calls as a DAG whose edges
+// are semantic variables (futures). Calls add nodes and return output
+// variables without running anything; Want(var, goal) activates everything
+// upstream of var with a goal (latency, throughput or a deadline) deduced
+// backwards through the DAG; a dispatcher thread runs ready, wanted nodes on
+// one or more engines and fills their output variables.
+//
+// Threading: a Run is built and read from one "program" thread (the Lua
+// driver); the dispatcher runs on the Runtime's own thread. WaitAny is how
+// the program thread sleeps until something it waits for changes.
+// Errors: Status / Result; a failed node fails its outputs and every
+// variable downstream with the cause; independent branches go on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/status.h"
+
+namespace braid::rt {
+
+using VarId = uint64_t;   // 0 = no variable
+using NodeId = uint64_t;
+
+enum class VarState { kPending, kReady, kFailed, kCancelled };
+const char* VarStateName(VarState s);
+
+enum class Criteria { kThroughput, kLatency };
+
+struct GetOptions {
+  Criteria criteria = Criteria::kThroughput;
+  std::optional<double> deadline_ms;  // relative to the Want call; implies latency-style deduction
+};
+
+// ---- semantic functions ---------------------------------------------------
+
+// One output placeholder of a template:
+//   {{gen NAME max_tokens=N stop="..." temperature=T top_p=P seed=S}}
+//   {{select NAME choices=["a","b"]}}        (scored by the model, no sampling)
+//   {{regex NAME pattern="[0-9]+" max_tokens=N}}  (constrained decoding)
+struct OutputSpec {
+  enum class Kind { kGen, kSelect, kRegex };
+  Kind kind = Kind::kGen;
+  std::string name;
+  int max_tokens = 128;
+  std::vector<std::string> stop;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> choices;  // select
+  std::string pattern;               // regex
+};
+
+struct FunctionSpec {
+  std::string name;     // for errors, the live view and resume keys
+  std::string system;   // chat-style when non-empty (the model's chat template is used)
+  std::string prompt;   // the template text: literal text, {{input}} and output placeholders
+};
+
+// A parsed template: literal text, input references and outputs, in order.
+class SemanticFunction {
+ public:
+  struct Piece {
+    enum class Kind { kText, kInput, kOutput };
+    Kind kind;
+    std::string text;   // kText: the literal; kInput: the input's name
+    int output = -1;    // kOutput: index into outputs()
+  };
+  // Errors name the function, the line and column and what is wrong, e.g.
+  // "summarize:3:12: unknown option 'max_token' in {{gen summary ...}}".
+  static Result<std::shared_ptr<const SemanticFunction>> Parse(const FunctionSpec& spec);
+
+  const FunctionSpec& spec() const { return spec_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  const std::vector<std::string>& inputs() const { return inputs_; }   // distinct, in order
+  const std::vector<OutputSpec>& outputs() const { return outputs_; }
+
+ private:
+  FunctionSpec spec_;
+  std::vector<Piece> pieces_;
+  std::vector<std::string> inputs_;
+  std::vector<OutputSpec> outputs_;
+};
+
+// A value for a template input: a variable, or literal text.
+struct Arg {
+  VarId var = 0;
+  std::string text;
+  static Arg Var(VarId v) { return {v, {}}; }
+  static Arg Text(std::string t) { return {0, std::move(t)}; }
+};
+
+// ---- introspection ----------------------------------------------------------
+
+enum class NodeState { kWaiting, kReady, kRunning, kDone, kFailed, kCancelled };
+const char* NodeStateName(NodeState s);
+
+struct NodeInfo {
+  NodeId id = 0;
+  std::string label;              // function name, or "join", "host", ...
+  NodeState state = NodeState::kWaiting;
+  std::vector<VarId> inputs, outputs;
+  bool wanted = false;            // upstream of some Want
+  Criteria goal = Criteria::kThroughput;
+  int group = 0;                  // task group (0 = none)
+  double slack_ms = 0;            // deadline runs: latest start minus now at deduction
+  int priority = 0;
+  std::string engine;             // where it ran
+  int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  double queued_ms = 0, run_ms = 0;
+  std::string error;
+};
+
+struct VarInfo {
+  VarId id = 0;
+  std::string name;
+  VarState state = VarState::kPending;
+  NodeId producer = 0;            // 0 for literals and host-set variables
+  std::vector<NodeId> consumers;
+  std::string value;              // when ready
+  std::string error;              // when failed
+};
+
+// ---- runs -------------------------------------------------------------------
+
+enum class Mode {
+  kDag,       // goals, task groups, prefix pinning, co-scheduling
+  kBaseline,  // every call an independent FCFS request, sent when its inputs are ready
+};
+
+struct RunOptions {
+  std::string program;            // e.g. the script path, for display and the store
+  std::vector<std::string> args;
+  Mode mode = Mode::kDag;
+  int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
+  std::string resume_id;          // resume this stored run instead of starting one
+};
+
+// A call's identity for resume: stable across re-executions of the same program.
+struct CallKey {
+  std::string path;   // coroutine path, e.g. "main/3/1"
+  int index = 0;      // call index within that coroutine
+};
+
+class Run {
+ public:
+  virtual ~Run() = default;
+  virtual const std::string& id() const = 0;
+
+  // -- building (program thread) --
+  // Adds a call of `fn` with every input bound; returns its outputs by name.
+  // Errors: a missing or unknown input, an unknown variable.
+  virtual Result<std::map<std::string, VarId>> Call(const SemanticFunction& fn,
+                                                    const std::map<std::string, Arg>& args,
+                                                    const CallKey& key) = 0;
+  // A ready variable holding `value`.
+  virtual VarId Literal(std::string value, std::string name = "") = 0;
+  // A native node: the parts joined with `sep` once all are ready.
+  virtual Result<VarId> Join(const std::vector<Arg>& parts, std::string sep) = 0;
+  // A variable the program itself will set later (braid.map and other host code).
+  virtual VarId HostVar(std::string name, const std::vector<VarId>& depends_on) = 0;
+  virtual Status SetValue(VarId var, std::string value) = 0;
+  virtual Status SetFailed(VarId var, std::string error) = 0;
+
+  // -- waiting (program thread) --
+  // Activates everything upstream of `var` with the deduced goals.
+  virtual Status Want(VarId var, const GetOptions& options) = 0;
+  virtual VarState state(VarId var) const = 0;
+  virtual std::string value(VarId var) const = 0;   // "" unless ready
+  virtual std::string error(VarId var) const = 0;   // "" unless failed
+  // Sleeps until any of `vars` leaves kPending (or timeout_ms passes; -1 = no limit).
+  virtual void WaitAny(const std::vector<VarId>& vars, int timeout_ms) = 0;
+
+  // -- resume of non-deterministic host values (os.time, random numbers) --
+  // Returns the recorded value for `key` if this run is a resumption and has
+  // one; otherwise records `value` and returns it.
+  virtual std::string Replayable(const std::string& key, const std::string& value) = 0;
+
+  // -- introspection (any thread) --
+  virtual std::vector<NodeInfo> Nodes() const = 0;
+  virtual std::vector<VarInfo> Vars() const = 0;
+  // Graphviz dot text: nodes coloured by state, labelled with timings.
+  virtual std::string ToDot() const = 0;
+
+  // Cancels every pending node; their outputs become kCancelled.
+  virtual void Cancel() = 0;
+  // Marks the run finished in the store (ok or with an error).
+  virtual void Finish(const Status& status) = 0;
+};
+
+struct RuntimeOptions {
+  std::vector<Engine*> engines;   // not owned; at least one
+  std::vector<std::string> engine_names;
+  std::string db_path;            // SQLite file for runs; "" = not persisted
+};
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> Open(const RuntimeOptions& options);
+  virtual ~Runtime() = default;
+  // A new run, or the resumption of RunOptions::resume_id (NotFound if unknown).
+  virtual Result<std::shared_ptr<Run>> StartRun(const RunOptions& options) = 0;
+};
+
+}  // namespace braid::rt

@@ -1,0 +1,67 @@
+// Durable records of runs in SQLite (WAL mode): runs, their calls (nodes)
+// with the values they produced, host-recorded values, and an event log.
+// A value is written (and the transaction committed) before the runtime
+// reports it ready, so an acknowledged value survives kill -9.
+//
+// Thread-safe: one connection guarded by a mutex; writes use BEGIN IMMEDIATE.
+// SQLite types never appear outside store/ (pimpl).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace braid::rt {
+
+struct StoredRun {
+  std::string id;
+  std::string program;
+  std::vector<std::string> args;
+  std::string status;        // "running", "done", "failed"
+  std::string error;
+  double created_unix = 0;
+};
+
+// A finished call, found again on resume by its key.
+struct StoredCall {
+  std::string key;           // "path#index#function#input-hash"
+  std::string function;
+  std::map<std::string, std::string> outputs;  // output name -> value
+};
+
+class RunStore {
+ public:
+  // Opens or creates the database at `path` (":memory:" for tests), applying
+  // the schema migrations. Errors name the path and SQLite's message.
+  static Result<std::unique_ptr<RunStore>> Open(const std::string& path);
+  virtual ~RunStore() = default;
+
+  virtual Status CreateRun(const StoredRun& run) = 0;
+  virtual Result<StoredRun> GetRun(const std::string& id) = 0;     // NotFound if unknown
+  virtual Result<std::vector<StoredRun>> ListRuns(int limit) = 0;  // newest first
+  virtual Status FinishRun(const std::string& id, const std::string& status,
+                           const std::string& error) = 0;
+
+  // Records a finished call's outputs in one transaction (durable on return).
+  virtual Status RecordCall(const std::string& run_id, const StoredCall& call) = 0;
+  virtual Result<std::optional<StoredCall>> FindCall(const std::string& run_id,
+                                                     const std::string& key) = 0;
+  virtual Result<std::vector<StoredCall>> Calls(const std::string& run_id) = 0;
+
+  // Host values (os.time, random numbers) recorded for replay.
+  virtual Status RecordValue(const std::string& run_id, const std::string& key,
+                             const std::string& value) = 0;
+  virtual Result<std::optional<std::string>> FindValue(const std::string& run_id,
+                                                       const std::string& key) = 0;
+
+  // Append-only event log (node started/finished/failed, run started/resumed).
+  virtual Status AppendEvent(const std::string& run_id, const std::string& kind,
+                             const std::string& data) = 0;
+};
+
+}  // namespace braid::rt
