@@ -42,8 +42,9 @@ std::vector<float> InverseFrequencies(const ModelConfig& c) {
   return f;
 }
 
-bool SameActivation(const kernels::MatrixView& a, const kernels::MatrixView& b) {
-  return kernels::ActivationType(a.type) == kernels::ActivationType(b.type);
+bool SameActivation(const kernels::MatrixView& a, const kernels::MatrixView& b,
+                    kernels::ActPrecision p) {
+  return kernels::ActivationType(a.type, p) == kernels::ActivationType(b.type, p);
 }
 
 void Range(int64_t n, int parts, int i, int64_t align, int64_t* b, int64_t* e) {
@@ -93,7 +94,7 @@ void LlamaForward::Normalize(int tid, int n, const std::vector<float>& w, const 
 void LlamaForward::Quantize(int tid, int n, int64_t cols, const float* in, DType weight_type,
                             std::vector<uint8_t>& out) {
   if (exact_) return;
-  const DType act = kernels::ActivationType(weight_type);
+  const DType act = kernels::ActivationType(weight_type, act_precision_);
   const size_t row = kernels::RowBytes(act, cols);
   int64_t b, e;
   Range(n, pool_.size(), tid, 1, &b, &e);
@@ -109,8 +110,9 @@ void LlamaForward::MatMul(int tid, const kernels::MatrixView& w, int n, const fl
   if (exact_) {
     kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tid].data());
   } else {
-    const size_t row = kernels::RowBytes(kernels::ActivationType(w.type), w.cols);
-    kernels::MatMulQuantized(w, xq.data(), row, n, r0, r1, y, ldy);
+    const DType act = kernels::ActivationType(w.type, act_precision_);
+    const size_t row = kernels::RowBytes(act, w.cols);
+    kernels::MatMulQuantized(w, act, xq.data(), row, n, r0, r1, y, ldy);
   }
 }
 
@@ -178,8 +180,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   out_rows_.clear();
   for (const BatchSegment& seg : batch) {
     for (int i = 0; i < seg.n_tokens; ++i) {
-      if (seg.logits == BatchSegment::Logits::kAll ||
-          (seg.logits == BatchSegment::Logits::kLast && i + 1 == seg.n_tokens))
+      if (seg.pos0 + i >= seg.logits_from)
         out_rows_.push_back(static_cast<int>(ids_.size()));
       ids_.push_back(seg.tokens[i]);
       pos_.push_back(seg.pos0 + i);
@@ -192,7 +193,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
     if (exact_) return;
     const size_t need = static_cast<size_t>(std::max(n, 1)) *
-                        kernels::RowBytes(kernels::ActivationType(w.type), w.cols);
+                        kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
     if (buf.size() < need) buf.resize(need);
   };
   for (const LayerWeights& l : w_.layers) {
@@ -215,7 +216,8 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       Normalize(tid, n, l.attn_norm, x_.data(), xn_.data());
       Quantize(tid, n, E, xn_.data(), l.wq.type, xq_);
       // K and V usually share Q's activation type; quantize again if not.
-      const bool k_same = SameActivation(l.wk, l.wq), v_same = SameActivation(l.wv, l.wq);
+      const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
+      const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
       if (!k_same) Quantize(tid, n, E, xn_.data(), l.wk.type, xq_k_);
       if (!v_same) Quantize(tid, n, E, xn_.data(), l.wv.type, xq_v_);
       pool_.Barrier();
@@ -241,7 +243,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       // Feed-forward block.
       Normalize(tid, n, l.ffn_norm, x_.data(), xn_.data());
       Quantize(tid, n, E, xn_.data(), l.w_gate.type, xq_);
-      const bool up_same = SameActivation(l.w_up, l.w_gate);
+      const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
       if (!up_same) Quantize(tid, n, E, xn_.data(), l.w_up.type, xq_k_);
       pool_.Barrier();
       MatMul(tid, l.w_gate, n, xn_.data(), xq_, h_.data(), c_.n_ff);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/status.h"
+#include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/model_config.h"
 #include "runner/kv_store.h"
@@ -28,12 +29,14 @@ namespace braid {
 
 // One sequence's share of a batch.
 struct BatchSegment {
-  enum class Logits { kNone, kLast, kAll };
+  static constexpr int kNoLogits = 1 << 30;
   const int32_t* tokens = nullptr;  // the new tokens
   int n_tokens = 0;
   int pos0 = 0;                     // position of tokens[0]; positions < pos0 are in the store
   const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
-  Logits logits = Logits::kLast;
+  // Logits rows are produced for the new tokens at positions >= logits_from:
+  // pos0 + n_tokens - 1 for the last token only, pos0 for all, kNoLogits for none.
+  int logits_from = kNoLogits;
 };
 
 class LlamaForward {
@@ -65,6 +68,9 @@ class LlamaForward {
   const LlamaWeights& w_;
   kernels::ThreadPool& pool_;
   bool exact_;
+  // Fast-path activation format: split 16-bit (~15-bit activations through the
+  // int8 dot products) unless set otherwise. Not yet an option.
+  kernels::ActPrecision act_precision_ = kernels::ActPrecision::kSplit16;
   int max_chunk_;
   int q_dim_, kv_dim_;
   std::vector<float> inv_freq_;

@@ -58,7 +58,7 @@ class LlamaSequence final : public Sequence {
       seg.n_tokens = static_cast<int>(m);
       seg.pos0 = pos_;
       seg.block_table = table_.data();
-      seg.logits = logits && all_logits ? BatchSegment::Logits::kAll : BatchSegment::Logits::kLast;
+      seg.logits_from = logits && all_logits ? seg.pos0 : seg.pos0 + seg.n_tokens - 1;
       model_.Forward(std::span<const BatchSegment>(&seg, 1), kv_, out);
       pos_ += static_cast<int>(m);
     }

@@ -132,6 +132,14 @@ class Request final : public RequestHandle {
     return true;
   }
 
+  // Log-probability of prompt token `pos` (idempotent: recompute after a
+  // preemption writes the same slot again).
+  void SetPromptLogprob(int pos, float lp) {
+    const int from = req_.prompt_logprobs_from;
+    result_.prompt_logprobs.resize(req_.prompt.size() - from);
+    result_.prompt_logprobs[pos - from] = lp;
+  }
+
   void MarkScheduled(Clock::time_point now) {
     if (scheduled_) return;
     scheduled_ = true;
@@ -224,6 +232,11 @@ class ServingEngine final : public Engine {
                                      std::to_string(r.top_logprobs));
     if (r.deadline_ms && !(*r.deadline_ms >= 0))
       return Status::InvalidArgument("deadline_ms must be >= 0");
+    if (r.prompt_logprobs_from >= static_cast<int64_t>(r.prompt.size()) ||
+        r.prompt_logprobs_from == 0 || r.prompt_logprobs_from < -1)
+      return Status::InvalidArgument("prompt_logprobs_from must be -1 or in [1, " +
+                                     std::to_string(r.prompt.size()) + "), got " +
+                                     std::to_string(r.prompt_logprobs_from));
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Cancelled("the engine is shutting down");
     if (static_cast<int>(inbox_.size()) + waiting_count_ >= options_.max_waiting)
@@ -270,6 +283,18 @@ class ServingEngine final : public Engine {
  private:
   void Loop();
   void Step(std::vector<std::shared_ptr<Request>>& active);
+  // First position of an item whose logits are needed: the last token when
+  // it samples, earlier ones for prompt log-probabilities.
+  static int LogitsFrom(const ScheduledItem& it) {
+    const int last = it.start + it.n_tokens - 1;
+    int from = it.sample ? last : BatchSegment::kNoLogits;
+    if (it.seq->logprobs_from > 0) {
+      const int want = std::max(it.start, it.seq->logprobs_from - 1);
+      if (want < it.seq->prompt_len - 1 && want <= last) from = std::min(from, want);
+    }
+    // Rows must be contiguous up to the end of the segment.
+    return from;
+  }
   // Copies the queue and pool gauges into stats_ (holding kv_mu_ and stats_mu_).
   void RefreshGauges() {
     stats_.running = scheduler_.num_running();
@@ -325,13 +350,14 @@ void ServingEngine::Loop() {
         s.tokens = g.prompt;
         s.prompt_len = static_cast<int>(g.prompt.size());
         s.max_tokens = g.sampling.max_tokens;
+        s.logprobs_from = g.prompt_logprobs_from;
         s.goal = g.goal;
         s.priority = g.priority;
         s.arrival = Ms(origin, Clock::now()) / 1000.0;
         if (g.deadline_ms) s.deadline = s.arrival + *g.deadline_ms / 1000.0;
         s.salt = g.cache_salt;
         s.client = g.client;
-        if (s.max_tokens == 0) {
+        if (s.max_tokens == 0 && s.logprobs_from < 0) {
           r->Finish("length", Clock::now());
           continue;
         }
@@ -380,19 +406,21 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
 
   // Run the batch.
   std::vector<BatchSegment> segments;
-  int sample_rows = 0;
+  std::vector<int> first_row;  // per item: its first logits row
+  int rows = 0;
   for (const ScheduledItem& it : plan.items) {
     BatchSegment seg;
     seg.tokens = it.seq->tokens.data() + it.start;
     seg.n_tokens = it.n_tokens;
     seg.pos0 = it.start;
     seg.block_table = it.seq->blocks.data();
-    seg.logits = it.sample ? BatchSegment::Logits::kLast : BatchSegment::Logits::kNone;
-    sample_rows += it.sample;
+    seg.logits_from = LogitsFrom(it);
+    first_row.push_back(rows);
+    rows += std::max(0, it.start + it.n_tokens - seg.logits_from);
     segments.push_back(seg);
   }
   const int n_vocab = model_->config().n_vocab;
-  logits_.resize(static_cast<size_t>(std::max(sample_rows, 1)) * n_vocab);
+  logits_.resize(static_cast<size_t>(std::max(rows, 1)) * n_vocab);
   const auto t0 = Clock::now();
   model_->Forward(segments, store_, logits_.data());
   const auto t1 = Clock::now();
@@ -405,14 +433,35 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   {
     std::lock_guard<std::mutex> lock(kv_mu_);
     scheduler_.Commit(plan);
-    int row = 0;
-    for (const ScheduledItem& it : plan.items) {
+    for (size_t item = 0; item < plan.items.size(); ++item) {
+      const ScheduledItem& it = plan.items[item];
       Request* r = by_seq[it.seq];
       r->MarkScheduled(t0);
       if (it.n_tokens == 1 && it.start >= it.seq->prompt_len) ++decode_tokens;
       else prefill_tokens += it.n_tokens;
+      // Prompt log-probabilities: the row at position p scores token p + 1.
+      int row = first_row[item];
+      const int from = LogitsFrom(it);
+      for (int p = from; p < it.start + it.n_tokens; ++p, ++row) {
+        if (p + 1 >= it.seq->prompt_len || p + 1 < it.seq->logprobs_from) continue;
+        std::span<const float> l(&logits_[static_cast<size_t>(row) * n_vocab], n_vocab);
+        r->SetPromptLogprob(p + 1, Logprobs(l, it.seq->tokens[p + 1], 0).logprob);
+      }
       if (!it.sample) continue;
-      std::span<float> logits(&logits_[static_cast<size_t>(row++) * n_vocab], n_vocab);
+      if (it.seq->max_tokens == 0) {  // scoring only
+        r->Finish("length", t1);
+        scheduler_.Remove(it.seq, /*insert=*/true);
+        ++finished;
+        continue;
+      }
+      std::span<float> logits(&logits_[static_cast<size_t>(row - 1) * n_vocab], n_vocab);
+      if (r->request().logits_processor) {
+        const auto& toks = it.seq->tokens;
+        r->request().logits_processor(
+            std::span<const int32_t>(toks.data() + it.seq->prompt_len,
+                                     toks.size() - it.seq->prompt_len),
+            logits);
+      }
       const int k = r->request().top_logprobs;
       std::vector<float> raw;
       if (k >= 0) raw.assign(logits.begin(), logits.end());

@@ -3,6 +3,8 @@
 // cancellation must free blocks, bad requests must be refused cleanly.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -192,6 +194,65 @@ TEST_CASE("bad requests are refused with a clear error and the engine keeps serv
   Completion c = (*h)->Wait();
   CHECK(c.finish_reason != "error");
   CHECK(!c.tokens.empty());
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST_CASE("prompt log-probabilities score a continuation; a logits processor constrains output") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  Model& m = e.model();
+  std::vector<int32_t> prompt = m.Tokenize("The capital of France is");
+  std::vector<int32_t> good = m.Tokenize(" Paris"), bad = m.Tokenize(" banana");
+  auto score = [&](const std::vector<int32_t>& choice) {
+    GenerationRequest g;
+    g.prompt = prompt;
+    g.prompt.insert(g.prompt.end(), choice.begin(), choice.end());
+    g.prompt_logprobs_from = static_cast<int>(prompt.size());
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = 0;
+    auto h = e.Submit(g);
+    REQUIRE(h.ok());
+    Completion c = (*h)->Wait();
+    REQUIRE(c.prompt_logprobs.size() == choice.size());
+    float sum = 0;
+    for (float x : c.prompt_logprobs) sum += x;
+    return std::make_pair(sum, c.prompt_logprobs);
+  };
+  auto [lp_good, per_token] = score(good);
+  auto [lp_bad, unused] = score(bad);
+  CHECK(lp_good > lp_bad);
+  CHECK(lp_good < 0);
+
+  // The same number from the model directly: log-softmax at the last prompt position.
+  auto seq = m.NewSequence();
+  std::vector<float> logits;
+  REQUIRE(seq->Eval(prompt, &logits).ok());
+  double z = 0, mx = *std::max_element(logits.begin(), logits.end());
+  for (float l : logits) z += std::exp(l - mx);
+  const double direct = logits[good[0]] - mx - std::log(z);
+  CHECK(per_token[0] == doctest::Approx(direct).epsilon(0.02));
+
+  // Only one token allowed: the output is that token repeated.
+  GenerationRequest g;
+  g.prompt = prompt;
+  g.sampling.max_tokens = 5;
+  g.sampling.temperature = 1.0f;
+  const int32_t only = good[0];
+  g.logits_processor = [only](std::span<const int32_t>, std::span<float> l) {
+    for (size_t i = 0; i < l.size(); ++i)
+      if (static_cast<int32_t>(i) != only) l[i] = -INFINITY;
+  };
+  auto h = e.Submit(g);
+  REQUIRE(h.ok());
+  Completion c = (*h)->Wait();
+  CHECK(c.tokens == std::vector<int32_t>(5, only));
 }
 
 }  // namespace

@@ -75,10 +75,13 @@ bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_p
 
 bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   const int total = static_cast<int>(s->tokens.size());
-  // Leave at least the last token to compute: its logits are needed.
+  // Leave at least the last token to compute (its logits are needed), and
+  // every position whose logits score a prompt token.
+  int match_len = total - 1;
+  if (s->logprobs_from > 0) match_len = std::min(match_len, s->logprobs_from - 1);
   kv::LockId lock = 0;
   kv::PrefixMatch match =
-      cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), total - 1), &lock);
+      cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), match_len), &lock);
   const int n = std::min(total - match.tokens, budget);
   // Enough free (or evictable) blocks for this chunk?
   const int need = BlocksFor(match.tokens + n) - static_cast<int>(match.blocks.size());

@@ -24,6 +24,7 @@ struct SeqState {
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int prompt_len = 0;
   int max_tokens = 0;           // generation cap
+  int logprobs_from = -1;       // prompt tokens from here on get log-probabilities (-1: none)
   int num_computed = 0;         // tokens whose KV is in `blocks`
   std::vector<kv::BlockId> blocks;  // block table; this sequence holds one reference on each
   kv::LockId lock = 0;          // lock on the cached prefix it started from

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,15 @@ struct GenerationRequest {
   // (one salt per tenant, or per security domain).
   uint64_t cache_salt = 0;
   int top_logprobs = -1;         // -1: none; 0: the sampled token's logprob; k: also the top k
+  // Log-probabilities of the prompt's own tokens from this index on (each
+  // given the tokens before it), returned in Completion::prompt_logprobs;
+  // -1 = none. With max_tokens 0 the request only scores its prompt (how
+  // `select` ranks choices).
+  int prompt_logprobs_from = -1;
+  // Called on the engine thread before each sampling step with the tokens
+  // generated so far; may lower logits (e.g. to -inf) to constrain decoding.
+  // Must be fast and must not block.
+  std::function<void(std::span<const int32_t> generated, std::span<float> logits)> logits_processor;
   std::string client;            // identity for fair sharing and accounting
 };
 
@@ -64,6 +75,7 @@ struct Completion {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<float> prompt_logprobs;  // for prompt tokens [prompt_logprobs_from, prompt_len)
   std::string finish_reason;
   std::string error;
   Usage usage;
