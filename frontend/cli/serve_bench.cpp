@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/args.h"
@@ -45,6 +46,64 @@ struct LevelResult {
   double cached_fraction = 0;
 };
 
+// One latency-class request alone, then the same request while `background`
+// throughput-class requests run: its inter-token time in both cases and the
+// ratio (the goal: <= 1.5x), with the background's aggregate throughput.
+int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len,
+               std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
+  auto make = [&](GoalClass goal) {
+    GenerationRequest g;
+    for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = gen_len;
+    g.sampling.ignore_eos = true;
+    g.goal = goal;
+    return g;
+  };
+  auto mean_itl = [](const Completion& c) {
+    double s = 0;
+    for (double x : c.timings.inter_token_ms) s += x;
+    return c.timings.inter_token_ms.empty() ? 0.0 : s / c.timings.inter_token_ms.size();
+  };
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "braid bench: %s\n", s.message().c_str());
+    return 1;
+  };
+  auto alone = engine.Submit(make(GoalClass::kLatency));
+  if (!alone.ok()) return fail(alone.status());
+  const Completion a = (*alone)->Wait();
+  // Background first, so the latency request joins a busy engine.
+  std::vector<std::shared_ptr<RequestHandle>> bg;
+  for (int i = 0; i < background; ++i) {
+    GenerationRequest g = make(GoalClass::kThroughput);
+    g.sampling.max_tokens = gen_len * 4;
+    auto h = engine.Submit(g);
+    if (!h.ok()) return fail(h.status());
+    bg.push_back(*h);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  const EngineStats s0 = engine.stats();
+  auto busy = engine.Submit(make(GoalClass::kLatency));
+  if (!busy.ok()) return fail(busy.status());
+  const Completion b = (*busy)->Wait();
+  const EngineStats s1 = engine.stats();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& h : bg) h->Cancel();
+  for (auto& h : bg) h->Wait();
+  const double gen_during = static_cast<double>(s1.generated_tokens - s0.generated_tokens);
+  std::printf("| case | latency request ITL mean ms | p50 | p99 | other tokens/s during |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("| alone | %.2f | %.2f | %.2f | - |\n", mean_itl(a),
+              Percentile(a.timings.inter_token_ms, 50), Percentile(a.timings.inter_token_ms, 99));
+  std::printf("| with %d throughput requests | %.2f | %.2f | %.2f | %.1f |\n", background,
+              mean_itl(b), Percentile(b.timings.inter_token_ms, 50),
+              Percentile(b.timings.inter_token_ms, 99), (gen_during - b.tokens.size()) / secs);
+  std::printf("latency ITL with background / alone = %.2fx (goal <= 1.5x)\n",
+              mean_itl(b) / mean_itl(a));
+  return 0;
+}
+
 }  // namespace
 
 int ServeBenchMain(Args& args) {
@@ -55,6 +114,8 @@ int ServeBenchMain(Args& args) {
   const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0));
   const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256));
   std::string json = args.Str({"--json"}, "");
+  const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0));
+  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 4));
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
@@ -66,11 +127,12 @@ int ServeBenchMain(Args& args) {
   const int max_c = *std::max_element(levels.begin(), levels.end());
   EngineOptions eo;
   eo.model = mo;
-  eo.model.context = shared + prompt_len + gen_len + 16;
-  eo.kv_tokens = max_c * (shared + prompt_len + gen_len + 32) + 1024;
+  eo.model.context = shared + prompt_len + gen_len * (latency_mix > 0 ? 4 : 1) + 16;
+  eo.kv_tokens = std::max(max_c, latency_mix + 2) * (eo.model.context + 32) + 1024;
   eo.max_running = std::max(max_c, 1);
   eo.max_batch_tokens = batch_tokens;
-  eo.policy = "fcfs";
+  eo.policy = latency_mix > 0 ? "priority" : "fcfs";
+  eo.latency_batch_tokens = latency_tokens;
   auto opened = Engine::Open(eo);
   if (!opened.ok()) {
     std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
@@ -83,6 +145,7 @@ int ServeBenchMain(Args& args) {
   std::vector<int32_t> prefix(shared);
   for (int32_t& t : prefix) t = pick(rng);
 
+  if (latency_mix > 0) return LatencyMix(engine, latency_mix, prompt_len, gen_len, pick, rng);
   std::printf("| concurrency | prompt | shared prefix | gen | wall s | gen tok/s | decode tok/s | "
               "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | cached |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
