@@ -1,0 +1,437 @@
+// RunStore over one SQLite connection guarded by a mutex.
+//
+// Every public method takes the mutex for its whole duration, so statements
+// from different threads never interleave on the connection. Writes run in a
+// BEGIN IMMEDIATE transaction that is committed before the method returns;
+// with journal_mode=WAL and synchronous=FULL the commit fsyncs the WAL, so a
+// returned Ok means the data is on disk. Reads that issue several SELECTs run
+// in one deferred transaction so they see one snapshot even while another
+// process writes.
+#include <chrono>
+#include <mutex>
+#include <utility>
+
+#include "run_store_schema.h"
+#include "sqlite_db.h"
+#include "sqlite_run_store.h"
+
+namespace braid::rt {
+namespace {
+
+double SystemClock() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+bool IsValidStatus(const std::string& status) {
+  return status == "running" || status == "done" || status == "failed";
+}
+
+class SqliteRunStore final : public RunStore {
+ public:
+  SqliteRunStore(std::unique_ptr<SqliteDb> db, std::function<double()> clock)
+      : db_(std::move(db)), clock_(std::move(clock)) {}
+
+  Status CreateRun(const StoredRun& run) override;
+  Result<StoredRun> GetRun(const std::string& id) override;
+  Result<std::vector<StoredRun>> ListRuns(int limit) override;
+  Status FinishRun(const std::string& id, const std::string& status,
+                   const std::string& error) override;
+  Status RecordCall(const std::string& run_id, const StoredCall& call) override;
+  Result<std::optional<StoredCall>> FindCall(const std::string& run_id,
+                                             const std::string& key) override;
+  Result<std::vector<StoredCall>> Calls(const std::string& run_id) override;
+  Status RecordValue(const std::string& run_id, const std::string& key,
+                     const std::string& value) override;
+  Result<std::optional<std::string>> FindValue(const std::string& run_id,
+                                               const std::string& key) override;
+  Status AppendEvent(const std::string& run_id, const std::string& kind,
+                     const std::string& data) override;
+
+ private:
+  // All helpers below expect mutex_ held.
+  Status RequireRun(const std::string& run_id);
+  Result<std::vector<std::string>> LoadArgs(const std::string& run_id);
+  Result<std::optional<StoredCall>> LoadCall(const std::string& run_id, const std::string& key);
+  Result<std::optional<std::string>> LoadValue(const std::string& run_id, const std::string& key);
+  Status InvalidArgument(const std::string& message) const {
+    return Status::InvalidArgument(db_->path() + ": " + message);
+  }
+
+  std::mutex mutex_;
+  std::unique_ptr<SqliteDb> db_;  // guarded by mutex_
+  std::function<double()> clock_;
+};
+
+Status SqliteRunStore::RequireRun(const std::string& run_id) {
+  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt, db_->Prepare("SELECT 1 FROM runs WHERE id = ?1"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+  if (!found) return Status::NotFound(db_->path() + ": run '" + run_id + "' not found");
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SqliteRunStore::LoadArgs(const std::string& run_id) {
+  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                         db_->Prepare("SELECT value FROM run_args WHERE run_id = ?1 ORDER BY idx"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  std::vector<std::string> args;
+  while (true) {
+    BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    args.push_back(stmt.ColumnText(0));
+  }
+  return args;
+}
+
+Result<std::optional<StoredCall>> SqliteRunStore::LoadCall(const std::string& run_id,
+                                                           const std::string& key) {
+  StoredCall call;
+  {
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt stmt, db_->Prepare("SELECT function FROM calls WHERE run_id = ?1 AND key = ?2"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
+    BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+    if (!found) return std::optional<StoredCall>();
+    call.key = key;
+    call.function = stmt.ColumnText(0);
+  }
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt stmt,
+      db_->Prepare("SELECT name, value FROM call_outputs WHERE run_id = ?1 AND key = ?2"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
+  while (true) {
+    BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    call.outputs.emplace(stmt.ColumnText(0), stmt.ColumnText(1));
+  }
+  return std::optional<StoredCall>(std::move(call));
+}
+
+Result<std::optional<std::string>> SqliteRunStore::LoadValue(const std::string& run_id,
+                                                             const std::string& key) {
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt stmt,
+      db_->Prepare("SELECT value FROM host_values WHERE run_id = ?1 AND key = ?2"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
+  BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+  if (!found) return std::optional<std::string>();
+  return std::optional<std::string>(stmt.ColumnText(0));
+}
+
+// ---- runs ----
+
+Status SqliteRunStore::CreateRun(const StoredRun& run) {
+  if (run.id.empty()) return InvalidArgument("run id is empty");
+  // An empty status means a run that is starting.
+  const std::string status = run.status.empty() ? "running" : run.status;
+  if (!IsValidStatus(status)) {
+    return InvalidArgument("run '" + run.id + "': status '" + status +
+                           "' is not one of running, done, failed");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  {
+    BRAID_ASSIGN_OR_RETURN(SqliteStmt exists, db_->Prepare("SELECT 1 FROM runs WHERE id = ?1"));
+    BRAID_RETURN_IF_ERROR(exists.BindText(1, run.id));
+    BRAID_ASSIGN_OR_RETURN(bool found, exists.Step());
+    if (found) return InvalidArgument("run '" + run.id + "' already exists");
+  }
+  const double now = clock_();
+  {
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt insert,
+        db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    BRAID_RETURN_IF_ERROR(insert.BindText(1, run.id));
+    BRAID_RETURN_IF_ERROR(insert.BindText(2, run.program));
+    BRAID_RETURN_IF_ERROR(insert.BindText(3, status));
+    BRAID_RETURN_IF_ERROR(insert.BindText(4, run.error));
+    // 0 means "now": callers normally let the store stamp the run.
+    BRAID_RETURN_IF_ERROR(insert.BindDouble(5, run.created_unix != 0 ? run.created_unix : now));
+    if (status != "running") BRAID_RETURN_IF_ERROR(insert.BindDouble(6, now));
+    BRAID_RETURN_IF_ERROR(insert.Run());
+  }
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt arg,
+      db_->Prepare("INSERT INTO run_args (run_id, idx, value) VALUES (?1, ?2, ?3)"));
+  for (size_t i = 0; i < run.args.size(); ++i) {
+    BRAID_RETURN_IF_ERROR(arg.BindText(1, run.id));
+    BRAID_RETURN_IF_ERROR(arg.BindInt64(2, static_cast<int64_t>(i)));
+    BRAID_RETURN_IF_ERROR(arg.BindText(3, run.args[i]));
+    BRAID_RETURN_IF_ERROR(arg.Run());
+  }
+  return txn.Commit();
+}
+
+Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  StoredRun run;
+  {
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt stmt,
+        db_->Prepare("SELECT program, status, error, created_unix FROM runs WHERE id = ?1"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+    if (!found) return Status::NotFound(db_->path() + ": run '" + id + "' not found");
+    run.id = id;
+    run.program = stmt.ColumnText(0);
+    run.status = stmt.ColumnText(1);
+    run.error = stmt.ColumnText(2);
+    run.created_unix = stmt.ColumnDouble(3);
+  }
+  BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(id));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return run;
+}
+
+Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  std::vector<StoredRun> runs;
+  {
+    BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                           db_->Prepare("SELECT id, program, status, error, created_unix FROM runs "
+                                        "ORDER BY created_unix DESC, seq DESC LIMIT ?1"));
+    // SQLite treats a negative LIMIT as no limit.
+    BRAID_RETURN_IF_ERROR(stmt.BindInt64(1, limit > 0 ? limit : -1));
+    while (true) {
+      BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      StoredRun run;
+      run.id = stmt.ColumnText(0);
+      run.program = stmt.ColumnText(1);
+      run.status = stmt.ColumnText(2);
+      run.error = stmt.ColumnText(3);
+      run.created_unix = stmt.ColumnDouble(4);
+      runs.push_back(std::move(run));
+    }
+  }
+  for (StoredRun& run : runs) {
+    BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(run.id));
+  }
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return runs;
+}
+
+Status SqliteRunStore::FinishRun(const std::string& id, const std::string& status,
+                                 const std::string& error) {
+  if (!IsValidStatus(status)) {
+    return InvalidArgument("run '" + id + "': status '" + status +
+                           "' is not one of running, done, failed");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt stmt,
+      db_->Prepare("UPDATE runs SET status = ?2, error = ?3, finished_unix = ?4 WHERE id = ?1"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(2, status));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(3, error));
+  // Setting a run back to "running" (a resume) clears its finish time (NULL).
+  if (status != "running") BRAID_RETURN_IF_ERROR(stmt.BindDouble(4, clock_()));
+  BRAID_RETURN_IF_ERROR(stmt.Run());
+  if (sqlite3_changes(db_->handle()) == 0) {
+    return Status::NotFound(db_->path() + ": run '" + id + "' not found");
+  }
+  return txn.Commit();
+}
+
+// ---- calls ----
+
+Status SqliteRunStore::RecordCall(const std::string& run_id, const StoredCall& call) {
+  if (call.key.empty()) return InvalidArgument("run '" + run_id + "': call key is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  // A key is recorded once. Recording the same call again (a retry after an
+  // error whose commit did in fact land) is accepted; recording different
+  // outputs under a key would change a value the program may already have
+  // seen, so it is refused.
+  BRAID_ASSIGN_OR_RETURN(std::optional<StoredCall> existing, LoadCall(run_id, call.key));
+  if (existing) {
+    if (existing->function == call.function && existing->outputs == call.outputs) {
+      return Status::Ok();  // the transaction only read; rolling it back is free
+    }
+    return InvalidArgument("run '" + run_id + "': call '" + call.key +
+                           "' is already recorded with different outputs");
+  }
+  {
+    // ordinal = number of calls already recorded in this run (calls_by_ordinal
+    // makes the MAX an index lookup).
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt insert,
+        db_->Prepare("INSERT INTO calls (run_id, key, function, ordinal, recorded_unix) "
+                     "VALUES (?1, ?2, ?3, "
+                     "(SELECT COALESCE(MAX(ordinal) + 1, 0) FROM calls WHERE run_id = ?1), ?4)"));
+    BRAID_RETURN_IF_ERROR(insert.BindText(1, run_id));
+    BRAID_RETURN_IF_ERROR(insert.BindText(2, call.key));
+    BRAID_RETURN_IF_ERROR(insert.BindText(3, call.function));
+    BRAID_RETURN_IF_ERROR(insert.BindDouble(4, clock_()));
+    BRAID_RETURN_IF_ERROR(insert.Run());
+  }
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt output,
+      db_->Prepare("INSERT INTO call_outputs (run_id, key, name, value) VALUES (?1, ?2, ?3, ?4)"));
+  for (const auto& [name, value] : call.outputs) {
+    BRAID_RETURN_IF_ERROR(output.BindText(1, run_id));
+    BRAID_RETURN_IF_ERROR(output.BindText(2, call.key));
+    BRAID_RETURN_IF_ERROR(output.BindText(3, name));
+    BRAID_RETURN_IF_ERROR(output.BindText(4, value));
+    BRAID_RETURN_IF_ERROR(output.Run());
+  }
+  return txn.Commit();
+}
+
+Result<std::optional<StoredCall>> SqliteRunStore::FindCall(const std::string& run_id,
+                                                           const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  BRAID_ASSIGN_OR_RETURN(std::optional<StoredCall> call, LoadCall(run_id, key));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return call;
+}
+
+Result<std::vector<StoredCall>> SqliteRunStore::Calls(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  std::vector<StoredCall> calls;
+  {
+    // One pass: calls in recording order, each followed by its outputs (a call
+    // with no outputs yields one row with NULL name).
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt stmt,
+        db_->Prepare("SELECT c.key, c.function, o.name, o.value FROM calls AS c "
+                     "LEFT JOIN call_outputs AS o ON o.run_id = c.run_id AND o.key = c.key "
+                     "WHERE c.run_id = ?1 ORDER BY c.ordinal, o.name"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+    while (true) {
+      BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      std::string key = stmt.ColumnText(0);
+      if (calls.empty() || calls.back().key != key) {
+        StoredCall call;
+        call.key = std::move(key);
+        call.function = stmt.ColumnText(1);
+        calls.push_back(std::move(call));
+      }
+      if (!stmt.ColumnIsNull(2))
+        calls.back().outputs.emplace(stmt.ColumnText(2), stmt.ColumnText(3));
+    }
+  }
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return calls;
+}
+
+// ---- host values and events ----
+
+Status SqliteRunStore::RecordValue(const std::string& run_id, const std::string& key,
+                                   const std::string& value) {
+  if (key.empty()) return InvalidArgument("run '" + run_id + "': host value key is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  // Same rule as RecordCall: the same value again is fine, a different one is not.
+  BRAID_ASSIGN_OR_RETURN(std::optional<std::string> existing, LoadValue(run_id, key));
+  if (existing) {
+    if (*existing == value) return Status::Ok();
+    return InvalidArgument("run '" + run_id + "': host value '" + key +
+                           "' is already recorded with a different value");
+  }
+  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                         db_->Prepare("INSERT INTO host_values (run_id, key, value, recorded_unix) "
+                                      "VALUES (?1, ?2, ?3, ?4)"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(3, value));
+  BRAID_RETURN_IF_ERROR(stmt.BindDouble(4, clock_()));
+  BRAID_RETURN_IF_ERROR(stmt.Run());
+  return txn.Commit();
+}
+
+Result<std::optional<std::string>> SqliteRunStore::FindValue(const std::string& run_id,
+                                                             const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  BRAID_ASSIGN_OR_RETURN(std::optional<std::string> value, LoadValue(run_id, key));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return value;
+}
+
+Status SqliteRunStore::AppendEvent(const std::string& run_id, const std::string& kind,
+                                   const std::string& data) {
+  if (kind.empty()) return InvalidArgument("run '" + run_id + "': event kind is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  BRAID_ASSIGN_OR_RETURN(
+      SqliteStmt stmt,
+      db_->Prepare("INSERT INTO events (run_id, kind, data, at_unix) VALUES (?1, ?2, ?3, ?4)"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(2, kind));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(3, data));
+  BRAID_RETURN_IF_ERROR(stmt.BindDouble(4, clock_()));
+  BRAID_RETURN_IF_ERROR(stmt.Run());
+  return txn.Commit();
+}
+
+// Applies the connection settings. journal_mode must be set outside a
+// transaction; it is also the first statement that reads the file, so a file
+// that is not a database fails here with SQLITE_NOTADB.
+Status Configure(SqliteDb& db, bool sync_full) {
+  BRAID_ASSIGN_OR_RETURN(std::string mode,
+                         db.QueryText("PRAGMA journal_mode = WAL", "set journal_mode=WAL"));
+  // An in-memory database reports "memory" and has nothing to make durable.
+  if (mode != "wal" && mode != "memory") {
+    return Status::IoError(db.path() + ": set journal_mode=WAL: SQLite kept journal mode '" + mode +
+                           "'");
+  }
+  BRAID_RETURN_IF_ERROR(db.Exec(
+      sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL", "set synchronous"));
+  BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA foreign_keys = ON", "enable foreign keys"));
+  BRAID_ASSIGN_OR_RETURN(std::string fk, db.QueryText("PRAGMA foreign_keys", "read foreign_keys"));
+  if (fk != "1") {
+    return Status::Unsupported(db.path() + ": this SQLite build cannot enforce foreign keys");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path,
+                                                     const SqliteRunStoreOptions& options) {
+  if (path.empty()) {
+    // SQLite would silently open a private temporary file; say what is wrong instead.
+    return Status::InvalidArgument(
+        "run store path is empty (use \":memory:\" for a private store)");
+  }
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db,
+                         SqliteDb::Open(path, options.busy_timeout_ms));
+  BRAID_RETURN_IF_ERROR(Configure(*db, options.sync_full));
+  BRAID_RETURN_IF_ERROR(MigrateRunStore(*db));
+  std::function<double()> clock = options.clock ? options.clock : SystemClock;
+  return std::unique_ptr<RunStore>(new SqliteRunStore(std::move(db), std::move(clock)));
+}
+
+Result<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
+  return OpenSqliteRunStore(path, SqliteRunStoreOptions{});
+}
+
+}  // namespace braid::rt

@@ -1,0 +1,143 @@
+#include "run_store_schema.h"
+
+#include <string>
+
+namespace braid::rt {
+namespace {
+
+struct Migration {
+  int version;      // user_version after this step
+  const char* sql;  // DDL run inside the migration transaction
+};
+
+// Version 1.
+//
+// runs: `seq` is the rowid alias, a stable insertion order that breaks ties
+//   between runs created in the same second (VACUUM may renumber an implicit
+//   rowid but never an INTEGER PRIMARY KEY).
+// run_args: a run's argument list, one row per argument.
+// calls: PRIMARY KEY (run_id, key) is the resume lookup; `ordinal` is the
+//   recording order within the run (what Calls() returns).
+// call_outputs: one row per output of a call. A child table rather than JSON
+//   text: values are arbitrary bytes (model output need not be valid UTF-8,
+//   which a JSON serializer rejects), nothing needs parsing on read, and a
+//   call and its outputs are written in one transaction either way.
+// host_values: values of non-deterministic Lua functions, replayed on resume.
+// events: append-only log; AUTOINCREMENT so a sequence number is never reused.
+// Every child table's key starts with run_id, which is the index that the
+// foreign keys' ON DELETE CASCADE needs.
+constexpr char kSchemaV1[] = R"sql(
+CREATE TABLE runs (
+  seq           INTEGER PRIMARY KEY,
+  id            TEXT NOT NULL UNIQUE,
+  program       TEXT NOT NULL,
+  status        TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+  error         TEXT NOT NULL DEFAULT '',
+  created_unix  REAL NOT NULL,
+  finished_unix REAL
+);
+CREATE INDEX runs_by_created ON runs (created_unix DESC, seq DESC);
+
+CREATE TABLE run_args (
+  run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  idx    INTEGER NOT NULL,
+  value  TEXT NOT NULL,
+  PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE calls (
+  run_id        TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  key           TEXT NOT NULL,
+  function      TEXT NOT NULL,
+  ordinal       INTEGER NOT NULL,
+  recorded_unix REAL NOT NULL,
+  PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX calls_by_ordinal ON calls (run_id, ordinal);
+
+CREATE TABLE call_outputs (
+  run_id TEXT NOT NULL,
+  key    TEXT NOT NULL,
+  name   TEXT NOT NULL,
+  value  TEXT NOT NULL,
+  PRIMARY KEY (run_id, key, name),
+  FOREIGN KEY (run_id, key) REFERENCES calls (run_id, key) ON DELETE CASCADE
+) WITHOUT ROWID;
+
+CREATE TABLE host_values (
+  run_id        TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  key           TEXT NOT NULL,
+  value         TEXT NOT NULL,
+  recorded_unix REAL NOT NULL,
+  PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id  TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  kind    TEXT NOT NULL,
+  data    TEXT NOT NULL,
+  at_unix REAL NOT NULL
+);
+CREATE INDEX events_by_run ON events (run_id, seq);
+)sql";
+
+constexpr Migration kMigrations[] = {
+    {1, kSchemaV1},
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kRunStoreSchemaVersion,
+              "one migration per schema version");
+
+Result<int> ReadIntPragma(SqliteDb& db, const char* sql, const char* what) {
+  BRAID_ASSIGN_OR_RETURN(std::string text, db.QueryText(sql, what));
+  try {
+    return text.empty() ? 0 : std::stoi(text);
+  } catch (...) {  // stoi throws on garbage; SQLite never returns it, but no exception escapes
+    return Status::Corruption(db.path() + ": " + what + ": unexpected value '" + text + "'");
+  }
+}
+
+}  // namespace
+
+Status MigrateRunStore(SqliteDb& db) {
+  // The version is read inside the write transaction: a second process that
+  // opened the same new file waits here and then sees version 1.
+  SqliteTxn txn(&db, SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_ASSIGN_OR_RETURN(int app_id,
+                         ReadIntPragma(db, "PRAGMA application_id", "read application_id"));
+  BRAID_ASSIGN_OR_RETURN(int version,
+                         ReadIntPragma(db, "PRAGMA user_version", "read user_version"));
+  if (app_id != 0 && app_id != kRunStoreApplicationId) {
+    return Status::InvalidArgument(db.path() + ": not a Braid run store (application_id " +
+                                   std::to_string(app_id) + ")");
+  }
+  if (version > kRunStoreSchemaVersion) {
+    return Status::Unsupported(db.path() + ": schema version " + std::to_string(version) +
+                               " is newer than this build's " +
+                               std::to_string(kRunStoreSchemaVersion));
+  }
+  if (version == 0) {
+    // A fresh file has no tables; one with tables but no version is someone
+    // else's database, which we must not write into.
+    BRAID_ASSIGN_OR_RETURN(std::string tables,
+                           db.QueryText("SELECT count(*) FROM sqlite_schema", "read schema"));
+    if (tables != "0") {
+      return Status::InvalidArgument(db.path() + ": not a Braid run store (" + tables +
+                                     " foreign schema objects and no user_version)");
+    }
+  }
+  for (const Migration& m : kMigrations) {
+    if (m.version <= version) continue;
+    BRAID_RETURN_IF_ERROR(db.Exec(m.sql, "migrate schema"));
+    BRAID_RETURN_IF_ERROR(
+        db.Exec("PRAGMA user_version = " + std::to_string(m.version), "set user_version"));
+  }
+  if (app_id == 0) {
+    BRAID_RETURN_IF_ERROR(db.Exec(
+        "PRAGMA application_id = " + std::to_string(kRunStoreApplicationId), "set application_id"));
+  }
+  return txn.Commit();
+}
+
+}  // namespace braid::rt

@@ -1,0 +1,448 @@
+// RunStore: round trips of every method on ":memory:" and on a file, reopening,
+// ordering, misses, unknown runs, the duplicate rules, binary-safe values,
+// concurrent writers and bad files.
+#include "store/run_store.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "sqlite_run_store.h"
+#include "store_test_util.h"
+
+namespace braid::rt {
+namespace {
+
+using testing::RawExec;
+using testing::RawQuery;
+using testing::TempDir;
+
+std::unique_ptr<RunStore> MustOpen(const std::string& path,
+                                   const SqliteRunStoreOptions& options = {}) {
+  Result<std::unique_ptr<RunStore>> store = OpenSqliteRunStore(path, options);
+  REQUIRE_MESSAGE(store.ok(), store.status().ToString());
+  return std::move(store).value();
+}
+
+StoredRun MakeRun(const std::string& id, double created = 0) {
+  StoredRun run;
+  run.id = id;
+  run.program = "apps/" + id + ".lua";
+  run.args = {"--in", "sample.txt", ""};
+  run.status = "running";
+  run.created_unix = created;
+  return run;
+}
+
+StoredCall MakeCall(const std::string& key, const std::string& value) {
+  StoredCall call;
+  call.key = key;
+  call.function = "summarize";
+  call.outputs = {{"summary", value}, {"title", "T:" + value}};
+  return call;
+}
+
+// Exercises every method once and checks what comes back.
+void RoundTrip(RunStore& store) {
+  StoredRun run = MakeRun("r1", 1700000000.5);
+  REQUIRE(store.CreateRun(run).ok());
+
+  Result<StoredRun> got = store.GetRun("r1");
+  REQUIRE_MESSAGE(got.ok(), got.status().ToString());
+  CHECK(got->id == "r1");
+  CHECK(got->program == run.program);
+  CHECK(got->args == run.args);
+  CHECK(got->status == "running");
+  CHECK(got->error.empty());
+  CHECK(got->created_unix == doctest::Approx(1700000000.5));
+
+  StoredCall a = MakeCall("main#0#summarize#abc", "first");
+  StoredCall b = MakeCall("main#1#summarize#def", "second");
+  StoredCall none;  // a call with no outputs at all
+  none.key = "main#2#noop#000";
+  none.function = "noop";
+  REQUIRE(store.RecordCall("r1", a).ok());
+  REQUIRE(store.RecordCall("r1", b).ok());
+  REQUIRE(store.RecordCall("r1", none).ok());
+
+  Result<std::optional<StoredCall>> found = store.FindCall("r1", b.key);
+  REQUIRE(found.ok());
+  REQUIRE(found->has_value());
+  CHECK((*found)->key == b.key);
+  CHECK((*found)->function == "summarize");
+  CHECK((*found)->outputs == b.outputs);
+
+  Result<std::vector<StoredCall>> calls = store.Calls("r1");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 3);
+  CHECK((*calls)[0].key == a.key);  // recording order
+  CHECK((*calls)[0].outputs == a.outputs);
+  CHECK((*calls)[1].key == b.key);
+  CHECK((*calls)[2].key == none.key);
+  CHECK((*calls)[2].function == "noop");
+  CHECK((*calls)[2].outputs.empty());
+
+  REQUIRE(store.RecordValue("r1", "os.time#0", "1700000001").ok());
+  Result<std::optional<std::string>> value = store.FindValue("r1", "os.time#0");
+  REQUIRE(value.ok());
+  REQUIRE(value->has_value());
+  CHECK(**value == "1700000001");
+
+  REQUIRE(store.AppendEvent("r1", "run_started", "{}").ok());
+  REQUIRE(store.AppendEvent("r1", "node_finished", "{\"key\":\"main#0\"}").ok());
+
+  REQUIRE(store.FinishRun("r1", "failed", "engine out of memory").ok());
+  got = store.GetRun("r1");
+  REQUIRE(got.ok());
+  CHECK(got->status == "failed");
+  CHECK(got->error == "engine out of memory");
+
+  Result<std::vector<StoredRun>> runs = store.ListRuns(10);
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 1);
+  CHECK((*runs)[0].id == "r1");
+  CHECK((*runs)[0].args == run.args);
+}
+
+TEST_CASE("RunStore round trips every method in memory") {
+  std::unique_ptr<RunStore> store = MustOpen(":memory:");
+  RoundTrip(*store);
+}
+
+TEST_CASE("RunStore round trips every method in a file, and reopening keeps everything") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  {
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);  // the public entry point
+    REQUIRE_MESSAGE(store.ok(), store.status().ToString());
+    RoundTrip(**store);
+  }
+  CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "1");
+  CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
+
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  Result<StoredRun> run = store->GetRun("r1");
+  REQUIRE(run.ok());
+  CHECK(run->status == "failed");
+  CHECK(run->error == "engine out of memory");
+  CHECK(run->args == MakeRun("r1").args);
+  Result<std::vector<StoredCall>> calls = store->Calls("r1");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 3);
+  CHECK((*calls)[0].outputs == MakeCall("x", "first").outputs);
+  CHECK((*calls)[1].outputs == MakeCall("x", "second").outputs);
+  Result<std::optional<std::string>> value = store->FindValue("r1", "os.time#0");
+  REQUIRE(value.ok());
+  CHECK(value->value_or("") == "1700000001");
+  CHECK(RawQuery(path,
+                 "SELECT group_concat(kind, ',') FROM "
+                 "(SELECT kind FROM events WHERE run_id = 'r1' ORDER BY seq)") ==
+        "run_started,node_finished");
+  // Recording continues after a reopen, after the calls already there.
+  REQUIRE(store->RecordCall("r1", MakeCall("main#3#summarize#ghi", "fourth")).ok());
+  calls = store->Calls("r1");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 4);
+  CHECK(calls->back().key == "main#3#summarize#ghi");
+}
+
+TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {
+  double now = 1000;
+  SqliteRunStoreOptions options;
+  options.clock = [&now] { return now; };
+  std::unique_ptr<RunStore> store = MustOpen(":memory:", options);
+  REQUIRE(store->CreateRun(MakeRun("old", 10)).ok());
+  REQUIRE(store->CreateRun(MakeRun("newest", 30)).ok());
+  REQUIRE(store->CreateRun(MakeRun("mid", 20)).ok());
+  REQUIRE(store->CreateRun(MakeRun("tie-a", 25)).ok());
+  REQUIRE(store->CreateRun(MakeRun("tie-b", 25)).ok());   // same second, created later
+  REQUIRE(store->CreateRun(MakeRun("stamped", 0)).ok());  // 0: stamped with the clock
+
+  Result<std::vector<StoredRun>> all = store->ListRuns(0);  // <= 0: no limit
+  REQUIRE(all.ok());
+  std::vector<std::string> ids;
+  for (const StoredRun& r : *all) ids.push_back(r.id);
+  CHECK(ids == std::vector<std::string>{"stamped", "newest", "tie-b", "tie-a", "mid", "old"});
+  CHECK((*all)[0].created_unix == doctest::Approx(1000));
+
+  Result<std::vector<StoredRun>> two = store->ListRuns(2);
+  REQUIRE(two.ok());
+  REQUIRE(two->size() == 2);
+  CHECK((*two)[0].id == "stamped");
+  CHECK((*two)[1].id == "newest");
+
+  Result<std::vector<StoredRun>> empty = MustOpen(":memory:")->ListRuns(5);
+  REQUIRE(empty.ok());
+  CHECK(empty->empty());
+}
+
+TEST_CASE("RunStore misses: FindCall and FindValue give nullopt for an unknown key") {
+  std::unique_ptr<RunStore> store = MustOpen(":memory:");
+  REQUIRE(store->CreateRun(MakeRun("r")).ok());
+  REQUIRE(store->RecordCall("r", MakeCall("k1", "v")).ok());
+  Result<std::optional<StoredCall>> call = store->FindCall("r", "k2");
+  REQUIRE(call.ok());
+  CHECK(!call->has_value());
+  Result<std::optional<std::string>> value =
+      store->FindValue("r", "k1");  // a call key, not a value
+  REQUIRE(value.ok());
+  CHECK(!value->has_value());
+  // A call of one run is not found under another.
+  REQUIRE(store->CreateRun(MakeRun("other")).ok());
+  call = store->FindCall("other", "k1");
+  REQUIRE(call.ok());
+  CHECK(!call->has_value());
+  Result<std::vector<StoredCall>> calls = store->Calls("other");
+  REQUIRE(calls.ok());
+  CHECK(calls->empty());
+}
+
+TEST_CASE("RunStore: every run-scoped method reports NotFound for an unknown run") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  REQUIRE(store->CreateRun(MakeRun("known")).ok());
+  auto check_not_found = [&](const Status& s, const char* method) {
+    INFO(method);
+    CHECK(s.code() == StatusCode::kNotFound);
+    CHECK(s.message().find(path) != std::string::npos);
+    CHECK(s.message().find("'ghost'") != std::string::npos);
+  };
+  check_not_found(store->GetRun("ghost").status(), "GetRun");
+  check_not_found(store->FinishRun("ghost", "done", ""), "FinishRun");
+  check_not_found(store->RecordCall("ghost", MakeCall("k", "v")), "RecordCall");
+  check_not_found(store->FindCall("ghost", "k").status(), "FindCall");
+  check_not_found(store->Calls("ghost").status(), "Calls");
+  check_not_found(store->RecordValue("ghost", "k", "v"), "RecordValue");
+  check_not_found(store->FindValue("ghost", "k").status(), "FindValue");
+  check_not_found(store->AppendEvent("ghost", "run_started", ""), "AppendEvent");
+  // Nothing was written for the unknown run.
+  CHECK(RawQuery(path,
+                 "SELECT (SELECT count(*) FROM calls) + (SELECT count(*) FROM host_values)"
+                 " + (SELECT count(*) FROM events)") == "0");
+}
+
+TEST_CASE("RunStore rejects bad arguments and conflicting records") {
+  std::unique_ptr<RunStore> store = MustOpen(":memory:");
+  CHECK(store->CreateRun(MakeRun("")).code() == StatusCode::kInvalidArgument);
+  StoredRun bad = MakeRun("bad");
+  bad.status = "paused";
+  CHECK(store->CreateRun(bad).code() == StatusCode::kInvalidArgument);
+
+  REQUIRE(store->CreateRun(MakeRun("r")).ok());
+  Status dup = store->CreateRun(MakeRun("r"));
+  CHECK(dup.code() == StatusCode::kInvalidArgument);
+  CHECK(dup.message().find("already exists") != std::string::npos);
+  CHECK(store->FinishRun("r", "finished", "").code() == StatusCode::kInvalidArgument);
+  CHECK(store->RecordCall("r", MakeCall("", "v")).code() == StatusCode::kInvalidArgument);
+  CHECK(store->RecordValue("r", "", "v").code() == StatusCode::kInvalidArgument);
+  CHECK(store->AppendEvent("r", "", "x").code() == StatusCode::kInvalidArgument);
+
+  // The same call again is accepted (an idempotent retry); other outputs are not.
+  REQUIRE(store->RecordCall("r", MakeCall("k", "v")).ok());
+  CHECK(store->RecordCall("r", MakeCall("k", "v")).ok());
+  Status conflict = store->RecordCall("r", MakeCall("k", "changed"));
+  CHECK(conflict.code() == StatusCode::kInvalidArgument);
+  CHECK(conflict.message().find("'k'") != std::string::npos);
+  Result<std::vector<StoredCall>> calls = store->Calls("r");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->front().outputs == MakeCall("k", "v").outputs);
+
+  REQUIRE(store->RecordValue("r", "rand#0", "4").ok());
+  CHECK(store->RecordValue("r", "rand#0", "4").ok());
+  CHECK(store->RecordValue("r", "rand#0", "5").code() == StatusCode::kInvalidArgument);
+
+  // A resumed run goes back to running and then finishes.
+  CHECK(store->FinishRun("r", "running", "").ok());
+  CHECK(store->FinishRun("r", "done", "").ok());
+  Result<StoredRun> run = store->GetRun("r");
+  REQUIRE(run.ok());
+  CHECK(run->status == "done");
+}
+
+TEST_CASE("RunStore keeps values byte for byte: NULs, invalid UTF-8, empty and large") {
+  std::unique_ptr<RunStore> store = MustOpen(":memory:");
+  const std::string nul("a\0b\0", 4);
+  const std::string bad_utf8 = "\xff\xfe\xc3(";
+  std::string large(1 << 20, 'x');
+  for (size_t i = 0; i < large.size(); i += 97) large[i] = static_cast<char>(i % 251);
+
+  StoredRun run = MakeRun("r");
+  run.args = {nul, bad_utf8, ""};
+  REQUIRE(store->CreateRun(run).ok());
+  StoredCall call;
+  call.key = "k" + nul;
+  call.function = bad_utf8;
+  call.outputs = {{"", ""}, {"nul", nul}, {"utf8", bad_utf8}, {"large", large}};
+  REQUIRE(store->RecordCall("r", call).ok());
+  REQUIRE(store->RecordValue("r", nul, large).ok());
+
+  Result<StoredRun> got_run = store->GetRun("r");
+  REQUIRE(got_run.ok());
+  CHECK(got_run->args == run.args);
+  Result<std::optional<StoredCall>> got = store->FindCall("r", call.key);
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK((*got)->function == bad_utf8);
+  CHECK((*got)->outputs == call.outputs);
+  // A key that differs only after the NUL is a different key.
+  Result<std::optional<StoredCall>> miss = store->FindCall("r", "k");
+  REQUIRE(miss.ok());
+  CHECK(!miss->has_value());
+  Result<std::vector<StoredCall>> calls = store->Calls("r");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->front().outputs == call.outputs);
+  Result<std::optional<std::string>> value = store->FindValue("r", nul);
+  REQUIRE(value.ok());
+  CHECK(value->value_or("") == large);
+}
+
+// Writers on one store (serialized by its mutex) and on two stores over the
+// same file (two connections: BEGIN IMMEDIATE + busy_timeout) all succeed.
+TEST_CASE("RunStore: concurrent writers from several threads and connections") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  std::unique_ptr<RunStore> first = MustOpen(path);
+  std::unique_ptr<RunStore> second = MustOpen(path);
+  REQUIRE(first->CreateRun(MakeRun("shared")).ok());
+
+  constexpr int kThreads = 8;
+  constexpr int kCallsPerThread = 25;
+  std::atomic<int> failures{0};
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      RunStore& store = (t % 2 == 0) ? *first : *second;
+      const std::string own = "run-" + std::to_string(t);
+      auto fail = [&](const Status& s) {
+        if (s.ok()) return false;
+        ++failures;
+        errors[t] = s.ToString();
+        return true;
+      };
+      if (fail(store.CreateRun(MakeRun(own)))) return;
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const std::string key = "t" + std::to_string(t) + "#" + std::to_string(i);
+        if (fail(store.RecordCall(own, MakeCall(key, own)))) return;
+        if (fail(store.RecordCall("shared", MakeCall(key, "shared")))) return;
+        if (fail(store.RecordValue(own, key, std::to_string(i)))) return;
+        if (fail(store.AppendEvent("shared", "node_finished", key))) return;
+        Result<std::optional<StoredCall>> read = store.FindCall("shared", key);
+        if (fail(read.status())) return;
+        if (!read->has_value()) fail(Status::Internal("own write not visible: " + key));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::string& e : errors) CHECK_MESSAGE(e.empty(), e);
+  REQUIRE(failures.load() == 0);
+
+  Result<std::vector<StoredCall>> shared = first->Calls("shared");
+  REQUIRE(shared.ok());
+  CHECK(shared->size() == kThreads * kCallsPerThread);
+  for (int t = 0; t < kThreads; ++t) {
+    Result<std::vector<StoredCall>> own = second->Calls("run-" + std::to_string(t));
+    REQUIRE(own.ok());
+    CHECK(own->size() == kCallsPerThread);
+  }
+  CHECK(RawQuery(path, "SELECT count(*) FROM events") ==
+        std::to_string(kThreads * kCallsPerThread));
+  // Ordinals within the shared run are 0..n-1 with no gaps or repeats.
+  CHECK(RawQuery(path,
+                 "SELECT count(DISTINCT ordinal) = count(*) AND min(ordinal) = 0 AND "
+                 "max(ordinal) = count(*) - 1 FROM calls WHERE run_id = 'shared'") == "1");
+  CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
+}
+
+TEST_CASE("RunStore: a file of random bytes is reported as corrupt, naming the path") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("garbage.db");
+  {
+    std::mt19937 rng(42);
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 64 * 1024; ++i) out.put(static_cast<char>(rng() & 0xff));
+  }
+  Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+  REQUIRE(!store.ok());
+  CHECK(store.status().code() == StatusCode::kCorruption);
+  CHECK(store.status().message().find(path) != std::string::npos);
+  CHECK(store.status().message().find("file is not a database") != std::string::npos);
+}
+
+TEST_CASE("RunStore: damaged table pages give Corruption, not a crash") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("damaged.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("r")).ok());
+    for (int i = 0; i < 200; ++i) {
+      REQUIRE(
+          store->RecordCall("r", MakeCall("k" + std::to_string(i), std::string(300, 'v'))).ok());
+    }
+  }  // the last close checkpoints the WAL into the main file
+  {
+    // Keep page 1 (header and schema) and overwrite every later page.
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    file.seekg(0, std::ios::end);
+    const std::streamoff size = file.tellg();
+    REQUIRE(size > 8 * 4096);
+    std::mt19937 rng(7);
+    file.seekp(4096);
+    for (std::streamoff i = 4096; i < size; ++i) file.put(static_cast<char>(rng() & 0xff));
+  }
+  Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+  Status s = store.ok() ? (*store)->Calls("r").status() : store.status();
+  CHECK(s.code() == StatusCode::kCorruption);
+  CHECK(s.message().find(path) != std::string::npos);
+}
+
+TEST_CASE("RunStore refuses other databases, newer schemas and unusable paths") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  SUBCASE("another application's SQLite file") {
+    const std::string path = dir.File("other.db");
+    CHECK(RawExec(path, "CREATE TABLE t (x)") == "ok");
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+    REQUIRE(!store.ok());
+    CHECK(store.status().code() == StatusCode::kInvalidArgument);
+    CHECK(store.status().message().find("not a Braid run store") != std::string::npos);
+    CHECK(RawQuery(path, "SELECT count(*) FROM sqlite_schema") == "1");  // left untouched
+  }
+  SUBCASE("a schema newer than this build") {
+    const std::string path = dir.File("newer.db");
+    { MustOpen(path); }
+    CHECK(RawExec(path, "PRAGMA user_version = 99") == "ok");
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+    REQUIRE(!store.ok());
+    CHECK(store.status().code() == StatusCode::kUnsupported);
+    CHECK(store.status().message().find("99") != std::string::npos);
+  }
+  SUBCASE("a path in a missing directory") {
+    const std::string path = dir.File("missing/runs.db");
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+    REQUIRE(!store.ok());
+    CHECK(store.status().code() == StatusCode::kIoError);
+    CHECK(store.status().message().find(path) != std::string::npos);
+    CHECK(store.status().message().find("unable to open") != std::string::npos);
+  }
+  SUBCASE("an empty path") {
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open("");
+    REQUIRE(!store.ok());
+    CHECK(store.status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace braid::rt
