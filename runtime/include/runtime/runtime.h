@@ -167,6 +167,12 @@ class Run {
   virtual VarId HostVar(std::string name, const std::vector<VarId>& depends_on) = 0;
   virtual Status SetValue(VarId var, std::string value) = 0;
   virtual Status SetFailed(VarId var, std::string error) = 0;
+  // Makes the host variable `host_var` depend on `dep` as well (as if listed
+  // in depends_on). Errors: unknown variables, `host_var` not a pending host
+  // variable, or the edge would close a cycle (the message names its nodes).
+  virtual Status AddDependency(VarId host_var, VarId dep) {
+    return Status::Unsupported("AddDependency");
+  }
 
   // -- waiting (program thread) --
   // Activates everything upstream of `var` with the deduced goals.
@@ -194,10 +200,13 @@ class Run {
   virtual void Finish(const Status& status) = 0;
 };
 
+class RunStore;  // runtime/store/run_store.h
+
 struct RuntimeOptions {
   std::vector<Engine*> engines;   // not owned; at least one
   std::vector<std::string> engine_names;
   std::string db_path;            // SQLite file for runs; "" = not persisted
+  std::shared_ptr<RunStore> store;  // an already open store (tests, embedding); wins over db_path
 };
 
 class Runtime {

@@ -1,0 +1,471 @@
+// Execution of a Run, on the dispatcher thread: picking ready and wanted
+// nodes, rendering and submitting their prompts, prefix co-scheduling,
+// baseline round trips, completions, persistence and failure propagation.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "exec/prefix_groups.h"
+#include "exec/token_mask.h"
+#include "run_impl.h"
+#include "store/run_store.h"
+
+namespace braid::rt {
+namespace {
+
+constexpr size_t kShareMinTokens = 16;  // one KV block
+
+// The engine's scoring and logit-mask hooks are being added; these compile
+// either way and report whether the field exists in this build.
+template <typename Req>
+bool SetScoreChoices(Req& r, std::vector<std::vector<int32_t>> choices) {
+  if constexpr (requires { r.score_choices = choices; }) {
+    r.score_choices = std::move(choices);
+    return true;
+  } else {
+    return false;
+  }
+}
+template <typename Comp>
+std::optional<std::vector<double>> ChoiceLogprobs(const Comp& c) {
+  if constexpr (requires { c.choice_logprobs.size(); }) {
+    std::vector<double> out;
+    for (const auto& lp : c.choice_logprobs) out.push_back(static_cast<double>(lp));
+    return out;
+  } else {
+    return std::nullopt;
+  }
+}
+template <typename Req, typename Fn>
+bool SetLogitsProcessor(Req& r, Fn fn) {
+  if constexpr (requires { r.logits_processor = fn; }) {
+    r.logits_processor = std::move(fn);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+bool RunImpl::Closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool delayed = false;
+  for (const auto& [id, ex] : exec_) delayed |= ex.done_at.has_value() || ex.send_at.has_value();
+  return (cancelled_ || finished_ || shutdown_) && flights_.empty() && !delayed;
+}
+
+void RunImpl::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  CancelLocked();
+  changed_.notify_all();
+}
+
+void RunImpl::CancelLocked() {
+  for (auto& [id, f] : flights_) {
+    f.handle->Cancel();
+    --*ctx_->engines[static_cast<size_t>(f.engine)].in_flight;
+  }
+  flights_.clear();
+  for (auto& [id, s] : shares_) ctx_->engines[static_cast<size_t>(s.engine)].engine->Unpin(s.pin);
+  shares_.clear();
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i)
+    if (!dag_.node(i).Finished()) FailNode(i, "cancelled", /*cancelled=*/true);
+  exec_.clear();
+  cancelled_ = true;
+}
+
+std::optional<Clock::time_point> RunImpl::Pump() {
+  std::vector<Event> events;
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    events.swap(inbox_->events);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_ || shutdown_) return std::nullopt;
+  for (const Event& ev : events) HandleEvent(ev);
+  Clock::time_point now = Clock::now();
+  // Baseline round trips that are due.
+  std::vector<NodeId> sends, dones;
+  for (auto& [id, ex] : exec_) {
+    if (ex.send_at && *ex.send_at <= now) sends.push_back(id);
+    if (ex.done_at && *ex.done_at <= now) dones.push_back(id);
+  }
+  for (NodeId n : sends) {
+    exec_[n].send_at.reset();
+    SubmitOrFail(n, -1);
+  }
+  for (NodeId n : dones) {
+    exec_[n].done_at.reset();
+    CompleteNode(n);
+  }
+  Schedule(now);
+  std::optional<Clock::time_point> next;
+  for (const auto& [id, ex] : exec_)
+    for (const auto& t : {ex.send_at, ex.done_at})
+      if (t && (!next || *t < *next)) next = *t;
+  return next;
+}
+
+void RunImpl::HandleEvent(const Event& ev) {
+  auto it = flights_.find(ev.flight);
+  if (it == flights_.end()) return;  // cancelled meanwhile
+  if (!it->second.admitted) OnAdmitted(ev.flight);
+  if (!ev.finished) return;
+  it = flights_.find(ev.flight);
+  Flight f = std::move(it->second);
+  flights_.erase(it);
+  --*ctx_->engines[static_cast<size_t>(f.engine)].in_flight;
+  const Completion c = f.handle->Wait();
+  OnSegmentDone(f.node, c);
+}
+
+// The request's first token arrived (or it ended): its prompt is in the
+// engine's prefix cache. A leader releases its followers onto the same
+// engine, with the shared prefix pinned until the last of them is admitted.
+void RunImpl::OnAdmitted(uint64_t flight_id) {
+  Flight& f = flights_.at(flight_id);
+  f.admitted = true;
+  if (f.share) {
+    auto s = shares_.find(f.share);
+    if (s != shares_.end() && --s->second.pending <= 0) {
+      ctx_->engines[static_cast<size_t>(s->second.engine)].engine->Unpin(s->second.pin);
+      shares_.erase(s);
+    }
+  }
+  if (f.followers.empty()) return;
+  const std::vector<NodeId> followers = std::move(f.followers);
+  f.followers.clear();
+  const int engine = f.engine;
+  Share share;
+  share.engine = engine;
+  share.pin = ctx_->engines[static_cast<size_t>(engine)].engine->Pin(f.prefix, 0);
+  for (NodeId n : followers) {
+    auto ex = exec_.find(n);
+    if (ex == exec_.end() || ex->second.wait_leader != flight_id || dag_.node(n).Finished()) continue;
+    ex->second.wait_leader = 0;
+    uint64_t fid = 0;
+    SubmitOrFail(n, engine, &fid);
+    if (fid) {
+      flights_.at(fid).share = flight_id;
+      ++share.pending;
+    }
+  }
+  if (share.pending > 0) shares_[flight_id] = share;
+  else ctx_->engines[static_cast<size_t>(engine)].engine->Unpin(share.pin);
+}
+
+void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
+  DagNode& node = dag_.node(n);
+  if (node.Finished()) return;
+  Exec& ex = exec_[n];
+  node.prompt_tokens += c.usage.prompt_tokens;
+  node.cached_tokens += c.usage.cached_tokens;
+  node.generated_tokens += c.usage.generated_tokens;
+  if (c.finish_reason == "error") return FailNode(n, c.error.empty() ? "engine error" : c.error);
+  if (c.finish_reason == "cancelled") return FailNode(n, "the engine cancelled the request");
+  const OutputSpec& spec = node.fn->outputs()[static_cast<size_t>(ex.output)];
+  std::string value = c.text;
+  if (spec.kind == OutputSpec::Kind::kSelect) {
+    auto lps = ChoiceLogprobs(c);
+    if (!lps || lps->size() != spec.choices.size())
+      return FailNode(n, "the engine returned no scores for the choices of '" + spec.name + "'");
+    size_t best = 0;
+    for (size_t i = 1; i < lps->size(); ++i)
+      if ((*lps)[i] > (*lps)[best]) best = i;
+    value = spec.choices[best];
+  } else if (spec.kind == OutputSpec::Kind::kRegex) {
+    auto dfa = RegexDfa::Compile(spec.pattern);
+    if (dfa.ok() && !dfa->FullMatch(value))
+      return FailNode(n, "output '" + spec.name + "' = \"" + value + "\" does not match /" + spec.pattern +
+                             "/ (finish: " + c.finish_reason + ")");
+  }
+  ex.values[spec.name] = std::move(value);
+  ex.prompt.clear();
+  ++ex.output;
+  if (ex.output < static_cast<int>(node.fn->outputs().size())) {
+    SubmitOrFail(n, ex.engine);  // the next output continues in the same context
+    return;
+  }
+  node.run_ms = MsBetween(ex.started, Clock::now());
+  if (!dag_mode() && options_.rtt_ms > 0) {
+    ex.done_at = Clock::now() + std::chrono::milliseconds(options_.rtt_ms);  // the response's way back
+    return;
+  }
+  CompleteNode(n);
+}
+
+Status RunImpl::Prepare(NodeId n) {
+  DagNode& node = dag_.node(n);
+  Exec& ex = exec_[n];
+  std::string text = Render(node, ex.output, ex.values);
+  if (!node.fn->spec().system.empty()) {
+    const ChatMessage msgs[] = {{"system", node.fn->spec().system}, {"user", text}};
+    text = model().FormatChat(msgs, /*add_generation_prompt=*/true);
+  }
+  ex.prompt = model().Tokenize(text);
+  ex.prompt_text = std::move(text);
+  if (ex.prompt.empty()) return Status::InvalidArgument("the rendered prompt is empty");
+  return Status::Ok();
+}
+
+Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
+  DagNode& node = dag_.node(n);
+  Exec& ex = exec_[n];
+  if (ex.prompt.empty()) BRAID_RETURN_IF_ERROR(Prepare(n));
+  const OutputSpec& spec = node.fn->outputs()[static_cast<size_t>(ex.output)];
+  if (engine < 0) engine = ctx_->PickEngine(ex.prompt, 0, dag_mode());
+  EngineSlot& slot = ctx_->engines[static_cast<size_t>(engine)];
+
+  GenerationRequest r;
+  r.prompt = ex.prompt;
+  r.sampling.temperature = spec.temperature;
+  r.sampling.top_p = spec.top_p;
+  if (spec.seed) r.sampling.seed = *spec.seed;
+  r.sampling.max_tokens = spec.max_tokens;
+  r.sampling.stop = spec.stop;
+  r.client = id_;
+  if (dag_mode()) {
+    r.goal = node.goal == Criteria::kLatency ? GoalClass::kLatency : GoalClass::kThroughput;
+    r.priority = node.priority;
+    if (node.latest_finish_ms) r.deadline_ms = std::max(0.0, *node.latest_finish_ms - NowMs());
+  }
+  if (spec.kind == OutputSpec::Kind::kSelect) {
+    // Each choice's tokens as they continue this prompt.
+    std::vector<std::vector<int32_t>> conts;
+    for (const auto& choice : spec.choices) {
+      std::vector<int32_t> full = model().Tokenize(ex.prompt_text + choice);
+      if (full.size() > ex.prompt.size() && std::equal(ex.prompt.begin(), ex.prompt.end(), full.begin())) {
+        conts.emplace_back(full.begin() + static_cast<long>(ex.prompt.size()), full.end());
+      } else {
+        std::vector<int32_t> alone = model().Tokenize(choice);
+        const std::vector<int32_t> bos = model().Tokenize("");
+        if (!bos.empty() && alone.size() > bos.size()) alone.erase(alone.begin(), alone.begin() + static_cast<long>(bos.size()));
+        conts.push_back(std::move(alone));
+      }
+    }
+    r.sampling.max_tokens = 1;
+    if (!SetScoreChoices(r, std::move(conts)))
+      return Status::Unsupported("select output '" + spec.name +
+                                 "' needs the engine's choice scoring (GenerationRequest::score_choices), "
+                                 "which this build of the engine does not have");
+  } else if (spec.kind == OutputSpec::Kind::kRegex) {
+    BRAID_ASSIGN_OR_RETURN(RegexDfa dfa, RegexDfa::Compile(spec.pattern));
+    auto mask = std::make_shared<RegexMask>(std::make_shared<const RegexDfa>(std::move(dfa)),
+                                            TokenTable::ForModel(slot.engine->model()));
+    auto fn = [mask](std::span<const int32_t> generated, std::span<float> logits) { (*mask)(generated, logits); };
+    if (!SetLogitsProcessor(r, std::move(fn)))
+      return Status::Unsupported("regex output '" + spec.name +
+                                 "' needs the engine's logits hook (GenerationRequest::logits_processor), "
+                                 "which this build of the engine does not have");
+  }
+
+  const uint64_t fid = ++next_flight_;
+  std::shared_ptr<Inbox> inbox = inbox_;
+  bool first = false;
+  auto cb = [inbox, fid, first](const Delta& d) mutable {
+    const bool report_first = !first && (!d.tokens.empty() || d.finished);
+    if (!report_first && !d.finished) return;
+    first = true;
+    {
+      std::lock_guard<std::mutex> lock(inbox->mu);
+      if (report_first && !d.finished) inbox->events.push_back({fid, false});
+      if (d.finished) inbox->events.push_back({fid, true});
+    }
+    inbox->wake->Raise();
+  };
+  BRAID_ASSIGN_OR_RETURN(auto handle, slot.engine->Submit(std::move(r), std::move(cb)));
+  ++*slot.in_flight;
+  Flight f;
+  f.node = n;
+  f.engine = engine;
+  f.handle = std::move(handle);
+  flights_.emplace(fid, std::move(f));
+  if (flight_id) *flight_id = fid;
+  ex.engine = engine;
+  if (!ex.submitted_once) {
+    ex.submitted_once = true;
+    ex.started = Clock::now();
+    node.queued_ms = MsBetween(ex.ready_since, ex.started);
+    node.engine = slot.name;
+    node.state = NodeState::kRunning;
+    LogEvent("node_started", node);
+    changed_.notify_all();
+  }
+  return Status::Ok();
+}
+
+void RunImpl::SubmitOrFail(NodeId n, int engine, uint64_t* flight_id) {
+  Status s = Submit(n, engine, flight_id);
+  if (!s.ok()) FailNode(n, s.message());
+}
+
+void RunImpl::RunJoin(NodeId n) {
+  DagNode& node = dag_.node(n);
+  std::string out;
+  for (size_t i = 0; i < node.parts.size(); ++i) {
+    if (i) out += node.sep;
+    out += ArgValue(node.parts[i]);
+  }
+  DagVar& v = dag_.var(node.outputs[0]);
+  v.value = std::move(out);
+  v.state = VarState::kReady;
+  node.state = NodeState::kDone;
+  changed_.notify_all();
+}
+
+// Records the call (durably, when there is a store) before its outputs
+// become ready, so an acknowledged value survives a crash.
+void RunImpl::CompleteNode(NodeId n) {
+  DagNode& node = dag_.node(n);
+  if (node.Finished()) return;
+  Exec& ex = exec_[n];
+  if (ctx_->store) {
+    StoredCall call;
+    call.key = CallKeyString(node);
+    call.function = node.fn->spec().name;
+    call.outputs = ex.values;
+    Status s = ctx_->store->RecordCall(id_, call);
+    if (!s.ok()) return FailNode(n, "could not record the call: " + s.message());
+  }
+  for (VarId v : node.outputs) {
+    DagVar& var = dag_.var(v);
+    var.value = ex.values[var.name];
+    var.state = VarState::kReady;
+  }
+  node.state = NodeState::kDone;
+  exec_.erase(n);
+  LogEvent("node_finished", node);
+  changed_.notify_all();
+}
+
+void RunImpl::SetVarFailed(VarId id, const std::string& message, bool cancelled) {
+  DagVar& v = dag_.var(id);
+  if (v.state != VarState::kPending) return;
+  v.state = cancelled ? VarState::kCancelled : VarState::kFailed;
+  v.error = message;
+}
+
+// Fails `n` with `cause`, and with it every unfinished node downstream.
+void RunImpl::FailNode(NodeId n, const std::string& cause, bool cancelled) {
+  DagNode& node = dag_.node(n);
+  if (node.Finished()) return;
+  const std::string message = cancelled ? "cancelled" : "node " + node.Name() + " failed: " + cause;
+  node.state = cancelled ? NodeState::kCancelled : NodeState::kFailed;
+  node.error = cancelled ? "cancelled" : cause;
+  exec_.erase(n);
+  for (VarId v : node.outputs) SetVarFailed(v, message, cancelled);
+  if (!cancelled) LogEvent("node_failed", node, cause);
+  for (NodeId d : dag_.Downstream(n)) {
+    DagNode& dn = dag_.node(d);
+    if (dn.Finished()) continue;
+    dn.state = cancelled ? NodeState::kCancelled : NodeState::kFailed;
+    dn.error = message;
+    exec_.erase(d);
+    for (VarId v : dn.outputs) SetVarFailed(v, message, cancelled);
+  }
+  changed_.notify_all();
+}
+
+void RunImpl::Schedule(Clock::time_point now) {
+  // Ready: wanted, waiting, every input ready.
+  std::vector<NodeId> ready;
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
+    DagNode& node = dag_.node(i);
+    if (node.state != NodeState::kWaiting || !node.wanted || node.kind == DagNode::Kind::kHost) continue;
+    bool all = true;
+    std::string bad;
+    for (VarId v : node.inputs) {
+      const DagVar& var = dag_.var(v);
+      if (var.state == VarState::kFailed || var.state == VarState::kCancelled) bad = var.error;
+      all &= var.state == VarState::kReady;
+    }
+    if (!bad.empty()) {
+      FailNode(i, bad);
+      continue;
+    }
+    if (!all) continue;
+    if (node.kind == DagNode::Kind::kJoin) {
+      RunJoin(i);
+      continue;
+    }
+    Exec& ex = exec_[i];
+    if (ex.ready_since == Clock::time_point{}) ex.ready_since = now;
+    ready.push_back(i);
+  }
+  if (ready.empty()) return;
+
+  if (!dag_mode()) {
+    // Baseline: each call is its own request, sent after the client's round trip.
+    for (NodeId n : ready) {
+      dag_.node(n).state = NodeState::kReady;
+      if (options_.rtt_ms > 0) exec_[n].send_at = now + std::chrono::milliseconds(options_.rtt_ms);
+      else SubmitOrFail(n, -1);
+    }
+    return;
+  }
+
+  // Task groups go as a unit: hold members until every pending member is ready.
+  std::set<NodeId> ready_set(ready.begin(), ready.end());
+  std::map<int, bool> group_complete;
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
+    const DagNode& node = dag_.node(i);
+    if (!node.group) continue;
+    auto [it, fresh] = group_complete.emplace(node.group, true);
+    if (node.state == NodeState::kWaiting && node.wanted && !ready_set.count(i)) it->second = false;
+  }
+  std::vector<NodeId> go;
+  for (NodeId n : ready)
+    if (!dag_.node(n).group || group_complete[dag_.node(n).group]) go.push_back(n);
+  // Latency first, then higher priority, groups together, then age.
+  std::sort(go.begin(), go.end(), [&](NodeId a, NodeId b) {
+    const DagNode &x = dag_.node(a), &y = dag_.node(b);
+    if (x.goal != y.goal) return x.goal == Criteria::kLatency;
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (x.group != y.group) return x.group < y.group;
+    return a < b;
+  });
+  std::vector<NodeId> prepared;
+  for (NodeId n : go) {
+    Status s = Prepare(n);
+    if (!s.ok()) FailNode(n, s.message());
+    else prepared.push_back(n);
+  }
+  // Prefix sharing: the leader of each cluster goes first; its followers wait
+  // until its prompt is cached (OnAdmitted), unless the prefix already is.
+  std::vector<const std::vector<int32_t>*> prompts;
+  for (NodeId n : prepared) prompts.push_back(&exec_[n].prompt);
+  std::set<NodeId> held;
+  for (const PrefixCluster& c : ClusterByPrefix(prompts, kShareMinTokens)) {
+    const NodeId leader = prepared[c.leader];
+    const std::vector<int32_t>& lp = exec_[leader].prompt;
+    const std::vector<int32_t> prefix(lp.begin(), lp.begin() + static_cast<long>(c.shared));
+    const int engine = ctx_->PickEngine(prefix, 0, true);
+    if (ctx_->engines[static_cast<size_t>(engine)].engine->ProbePrefix(prefix, 0) + static_cast<int>(kShareMinTokens) >
+        static_cast<int>(c.shared))
+      continue;  // already cached: everyone can go now
+    uint64_t fid = 0;
+    SubmitOrFail(leader, engine, &fid);
+    held.insert(leader);
+    for (size_t fi : c.followers) {
+      const NodeId f = prepared[fi];
+      held.insert(f);
+      if (!fid) {
+        SubmitOrFail(f, -1);
+        continue;
+      }
+      dag_.node(f).state = NodeState::kReady;
+      exec_[f].wait_leader = fid;
+      flights_.at(fid).followers.push_back(f);
+    }
+    if (fid) flights_.at(fid).prefix = prefix;
+  }
+  for (NodeId n : prepared)
+    if (!held.count(n)) SubmitOrFail(n, -1);
+}
+
+}  // namespace braid::rt

@@ -1,0 +1,435 @@
+// Building, waiting and introspection of a Run (program thread). Execution —
+// what the dispatcher does in Pump — is in exec/run_exec.cpp.
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "run_impl.h"
+#include "store/run_store.h"
+
+namespace braid::rt {
+
+RunImpl::RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options, bool resumed)
+    : ctx_(std::move(ctx)), id_(std::move(id)), options_(std::move(options)), resumed_(resumed),
+      t0_(Clock::now()), inbox_(std::make_shared<Inbox>()) {
+  inbox_->wake = ctx_->wake;
+}
+
+RunImpl::~RunImpl() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CancelLocked();
+}
+
+double RunImpl::NowMs() const {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
+}
+
+void RunImpl::Notify() {
+  changed_.notify_all();
+  ctx_->wake->Raise();
+}
+
+void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::string& detail) {
+  if (!ctx_->store) return;
+  nlohmann::json j = {{"node", n.id}, {"label", n.label}, {"engine", n.engine},
+                      {"prompt_tokens", n.prompt_tokens}, {"cached_tokens", n.cached_tokens},
+                      {"generated_tokens", n.generated_tokens}, {"run_ms", n.run_ms}};
+  if (!detail.empty()) j["detail"] = detail;
+  (void)ctx_->store->AppendEvent(id_, kind, j.dump());
+}
+
+Status RunImpl::CheckArg(const Arg& a, const std::string& what) const {
+  if (a.var != 0 && !dag_.HasVar(a.var))
+    return Status::InvalidArgument("unknown variable " + std::to_string(a.var) + " for " + what);
+  return Status::Ok();
+}
+
+std::string RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
+
+std::string RunImpl::Render(const DagNode& n, int output,
+                            const std::map<std::string, std::string>& values) const {
+  std::string out;
+  for (const auto& p : n.fn->pieces()) {
+    if (p.kind == SemanticFunction::Piece::Kind::kText) {
+      out += p.text;
+    } else if (p.kind == SemanticFunction::Piece::Kind::kInput) {
+      out += ArgValue(n.args.at(p.text));
+    } else {
+      if (p.output >= output) break;
+      auto it = values.find(p.text);
+      if (it != values.end()) out += it->second;
+    }
+  }
+  return out;
+}
+
+// "path#index#function#hash": FNV-1a 64 over the inputs' names and values.
+std::string RunImpl::CallKeyString(const DagNode& n) const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  for (const auto& name : n.fn->inputs()) {
+    mix(name);
+    mix(ArgValue(n.args.at(name)));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return n.key.path + "#" + std::to_string(n.key.index) + "#" + n.fn->spec().name + "#" + hex;
+}
+
+Result<std::map<std::string, VarId>> RunImpl::Call(const SemanticFunction& fn,
+                                                   const std::map<std::string, Arg>& args,
+                                                   const CallKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& fname = fn.spec().name;
+  for (const auto& in : fn.inputs())
+    if (!args.count(in)) return Status::InvalidArgument(fname + ": missing input '" + in + "'");
+  for (const auto& [name, arg] : args) {
+    if (std::find(fn.inputs().begin(), fn.inputs().end(), name) == fn.inputs().end())
+      return Status::InvalidArgument(fname + ": unknown input '" + name + "'");
+    BRAID_RETURN_IF_ERROR(CheckArg(arg, "input '" + name + "' of " + fname));
+  }
+  DagNode node;
+  node.kind = DagNode::Kind::kCall;
+  node.label = fname.empty() ? "call" : fname;
+  node.fn = std::make_shared<SemanticFunction>(fn);
+  node.args = args;
+  node.key = key;
+  for (const auto& in : fn.inputs())
+    if (VarId v = args.at(in).var) node.inputs.push_back(v);
+  const NodeId id = dag_.AddNode(std::move(node));
+  std::map<std::string, VarId> outs;
+  for (const auto& o : fn.outputs()) {
+    VarId v = dag_.AddVar(o.name, id);
+    dag_.AttachOutput(id, v);
+    outs[o.name] = v;
+  }
+  // Resume: a recorded call with the same key returns its values, runs nothing.
+  DagNode& n = dag_.node(id);
+  bool inputs_ready = true;
+  for (VarId v : n.inputs) inputs_ready &= dag_.var(v).state == VarState::kReady;
+  if (resumed_ && ctx_->store && inputs_ready) {
+    auto found = ctx_->store->FindCall(id_, CallKeyString(n));
+    if (found.ok() && found.value()) {
+      const StoredCall& call = *found.value();
+      bool complete = true;
+      for (const auto& o : fn.outputs()) complete &= call.outputs.count(o.name) > 0;
+      if (complete) {
+        for (const auto& o : fn.outputs()) {
+          DagVar& v = dag_.var(outs[o.name]);
+          v.value = call.outputs.at(o.name);
+          v.state = VarState::kReady;
+        }
+        n.state = NodeState::kDone;
+        n.engine = "store";
+      }
+    }
+  }
+  Notify();
+  return outs;
+}
+
+VarId RunImpl::Literal(std::string value, std::string name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  VarId v = dag_.AddVar(std::move(name), 0);
+  dag_.var(v).value = std::move(value);
+  dag_.var(v).state = VarState::kReady;
+  return v;
+}
+
+Result<VarId> RunImpl::Join(const std::vector<Arg>& parts, std::string sep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < parts.size(); ++i)
+    BRAID_RETURN_IF_ERROR(CheckArg(parts[i], "part " + std::to_string(i + 1) + " of a join"));
+  DagNode node;
+  node.kind = DagNode::Kind::kJoin;
+  node.label = "join";
+  node.parts = parts;
+  node.sep = std::move(sep);
+  for (const auto& p : parts)
+    if (p.var) node.inputs.push_back(p.var);
+  const NodeId id = dag_.AddNode(std::move(node));
+  VarId v = dag_.AddVar("join" + std::to_string(id), id);
+  dag_.AttachOutput(id, v);
+  Notify();
+  return v;
+}
+
+VarId RunImpl::HostVar(std::string name, const std::vector<VarId>& depends_on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DagNode node;
+  node.kind = DagNode::Kind::kHost;
+  node.label = "host";
+  std::string bad;
+  for (VarId d : depends_on) {
+    if (dag_.HasVar(d)) node.inputs.push_back(d);
+    else bad += (bad.empty() ? "" : ", ") + std::to_string(d);
+  }
+  const NodeId id = dag_.AddNode(std::move(node));
+  VarId v = dag_.AddVar(std::move(name), id);
+  dag_.AttachOutput(id, v);
+  // HostVar cannot return an error: an unknown dependency fails the variable.
+  if (!bad.empty()) FailNode(id, "unknown variable " + bad + " in depends_on of '" + dag_.var(v).name + "'");
+  return v;
+}
+
+Status RunImpl::AddDependency(VarId host_var, VarId dep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(host_var)) return Status::InvalidArgument("unknown variable " + std::to_string(host_var));
+  if (!dag_.HasVar(dep)) return Status::InvalidArgument("unknown variable " + std::to_string(dep));
+  const NodeId n = dag_.var(host_var).producer;
+  if (!n || dag_.node(n).kind != DagNode::Kind::kHost || dag_.node(n).Finished())
+    return Status::InvalidArgument("variable '" + dag_.var(host_var).name + "' is not a pending host variable");
+  BRAID_RETURN_IF_ERROR(dag_.AddInput(n, dep));
+  Notify();
+  return Status::Ok();
+}
+
+Status RunImpl::SetValue(VarId var, std::string value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
+  DagVar& v = dag_.var(var);
+  const NodeId n = v.producer;
+  if (!n || dag_.node(n).kind != DagNode::Kind::kHost)
+    return Status::InvalidArgument("variable '" + v.name + "' is not a host variable");
+  if (v.state != VarState::kPending)
+    return Status::InvalidArgument("variable '" + v.name + "' is already " + VarStateName(v.state));
+  if (ctx_->store) (void)ctx_->store->AppendEvent(id_, "host_value", nlohmann::json{{"var", var}}.dump());
+  v.value = std::move(value);
+  v.state = VarState::kReady;
+  dag_.node(n).state = NodeState::kDone;
+  Notify();
+  return Status::Ok();
+}
+
+Status RunImpl::SetFailed(VarId var, std::string error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
+  DagVar& v = dag_.var(var);
+  const NodeId n = v.producer;
+  if (!n || dag_.node(n).kind != DagNode::Kind::kHost)
+    return Status::InvalidArgument("variable '" + v.name + "' is not a host variable");
+  if (v.state != VarState::kPending)
+    return Status::InvalidArgument("variable '" + v.name + "' is already " + VarStateName(v.state));
+  FailNode(n, error);
+  return Status::Ok();
+}
+
+double RunImpl::EstimateVarTokens(VarId id) {
+  DagVar& v = dag_.var(id);
+  if (v.state == VarState::kReady) {
+    if (v.token_estimate < 0) v.token_estimate = static_cast<int>(model().Tokenize(v.value).size());
+    return v.token_estimate;
+  }
+  if (!v.producer) return 0;
+  const DagNode& p = dag_.node(v.producer);
+  if (p.kind == DagNode::Kind::kCall) {
+    for (const auto& o : p.fn->outputs())
+      if (o.name == v.name) return o.kind == OutputSpec::Kind::kSelect ? 4 : o.max_tokens;
+    return 0;
+  }
+  if (p.kind == DagNode::Kind::kJoin) {
+    double t = 0;
+    for (const auto& part : p.parts) t += part.var ? EstimateVarTokens(part.var) : model().Tokenize(part.text).size();
+    return t;
+  }
+  return 0;
+}
+
+double RunImpl::CostMs(const DagNode& n, const CostModel& rates) {
+  if (n.kind != DagNode::Kind::kCall) return 0;
+  auto [it, fresh] = literal_tokens_.emplace(n.fn.get(), 0.0);
+  if (fresh) {
+    std::string literal = n.fn->spec().system;
+    for (const auto& p : n.fn->pieces())
+      if (p.kind == SemanticFunction::Piece::Kind::kText) literal += p.text;
+    it->second = static_cast<double>(model().Tokenize(literal).size());
+  }
+  double prompt = it->second, gen = 0;
+  for (const auto& p : n.fn->pieces()) {
+    if (p.kind != SemanticFunction::Piece::Kind::kInput) continue;
+    const Arg& a = n.args.at(p.text);
+    prompt += a.var ? EstimateVarTokens(a.var) : static_cast<double>(model().Tokenize(a.text).size());
+  }
+  for (const auto& o : n.fn->outputs()) gen += o.kind == OutputSpec::Kind::kSelect ? 0 : o.max_tokens;
+  return rates.CostMs(prompt, gen);
+}
+
+Status RunImpl::Want(VarId var, const GetOptions& options) {
+  // DAG mode: the client's get costs one round trip, not one per call.
+  if (dag_mode() && options_.rtt_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.rtt_ms));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
+  if (options.deadline_ms && !(*options.deadline_ms >= 0))
+    return Status::InvalidArgument("deadline_ms must be >= 0");
+  const CostModel rates = ctx_->Rates();
+  DeductionParams params;
+  params.now_ms = NowMs();
+  params.cost_ms = [&](const DagNode& n) { return CostMs(n, rates); };
+  params.groups = dag_mode();
+  params.goals = dag_mode();
+  params.next_group = &next_group_;
+  BRAID_RETURN_IF_ERROR(DeduceGoals(dag_, var, options, params));
+  Notify();
+  return Status::Ok();
+}
+
+VarState RunImpl::state(VarId var) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dag_.HasVar(var) ? dag_.var(var).state : VarState::kFailed;
+}
+
+std::string RunImpl::value(VarId var) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var) || dag_.var(var).state != VarState::kReady) return "";
+  return dag_.var(var).value;
+}
+
+std::string RunImpl::error(VarId var) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return "unknown variable " + std::to_string(var);
+  const DagVar& v = dag_.var(var);
+  return v.state == VarState::kFailed || v.state == VarState::kCancelled ? v.error : "";
+}
+
+void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto any = [&] {
+    for (VarId v : vars)
+      if (!dag_.HasVar(v) || dag_.var(v).state != VarState::kPending) return true;
+    return vars.empty();
+  };
+  if (timeout_ms < 0) changed_.wait(lock, any);
+  else changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), any);
+}
+
+std::string RunImpl::Replayable(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ctx_->store) {
+    if (resumed_) {
+      auto found = ctx_->store->FindValue(id_, key);
+      if (found.ok() && found.value()) return *found.value();
+    }
+    (void)ctx_->store->RecordValue(id_, key, value);
+    return value;
+  }
+  auto [it, fresh] = replay_.emplace(key, value);
+  return it->second;
+}
+
+std::vector<NodeInfo> RunImpl::Nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeInfo> out;
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
+    const DagNode& n = dag_.node(i);
+    NodeInfo info;
+    info.id = n.id;
+    info.label = n.label;
+    info.state = n.state;
+    info.inputs = n.inputs;
+    info.outputs = n.outputs;
+    info.wanted = n.wanted;
+    info.goal = n.goal;
+    info.group = n.group;
+    info.slack_ms = n.slack_ms;
+    info.priority = n.priority;
+    info.engine = n.engine;
+    info.prompt_tokens = n.prompt_tokens;
+    info.cached_tokens = n.cached_tokens;
+    info.generated_tokens = n.generated_tokens;
+    info.queued_ms = n.queued_ms;
+    info.run_ms = n.run_ms;
+    info.error = n.error;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<VarInfo> RunImpl::Vars() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<VarInfo> out;
+  for (size_t i = 1; i <= dag_.num_vars(); ++i) {
+    const DagVar& v = dag_.var(i);
+    VarInfo info;
+    info.id = v.id;
+    info.name = v.name;
+    info.state = v.state;
+    // Per the contract, host-set variables report no producer.
+    info.producer = v.producer && dag_.node(v.producer).kind != DagNode::Kind::kHost ? v.producer : 0;
+    info.consumers = v.consumers;
+    if (v.state == VarState::kReady) info.value = v.value;
+    else info.error = v.error;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+namespace {
+std::string DotEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out;
+}
+const char* DotColor(NodeState s) {
+  switch (s) {
+    case NodeState::kWaiting: case NodeState::kReady: return "lightgrey";
+    case NodeState::kRunning: return "yellow";
+    case NodeState::kDone: return "palegreen";
+    case NodeState::kFailed: return "tomato";
+    case NodeState::kCancelled: return "white";
+  }
+  return "white";
+}
+}  // namespace
+
+std::string RunImpl::ToDot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream o;
+  o << "digraph \"" << DotEscape(id_) << "\" {\n  rankdir=LR;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
+    const DagNode& n = dag_.node(i);
+    std::ostringstream label;
+    label << n.Name() << "\n" << NodeStateName(n.state);
+    if (n.wanted) label << (n.goal == Criteria::kLatency ? ", latency" : ", throughput");
+    if (n.group) label << ", group " << n.group;
+    if (n.kind == DagNode::Kind::kCall && (n.prompt_tokens || n.generated_tokens))
+      label << "\n" << n.prompt_tokens << " in (" << n.cached_tokens << " cached), " << n.generated_tokens << " out";
+    if (n.run_ms > 0) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.0f", n.run_ms);
+      label << "\n" << ms << " ms" << (n.engine.empty() ? "" : " on " + n.engine);
+    }
+    o << "  n" << n.id << " [label=\"" << DotEscape(label.str()) << "\", fillcolor=" << DotColor(n.state)
+      << (n.wanted ? "" : ", style=\"filled,dashed\"") << "];\n";
+  }
+  for (size_t i = 1; i <= dag_.num_vars(); ++i) {
+    const DagVar& v = dag_.var(i);
+    if (!v.producer) continue;
+    for (NodeId c : v.consumers)
+      o << "  n" << v.producer << " -> n" << c << " [label=\"" << DotEscape(v.name) << "\"];\n";
+  }
+  o << "}\n";
+  return o.str();
+}
+
+void RunImpl::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CancelLocked();
+  Notify();
+}
+
+void RunImpl::Finish(const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  finished_ = true;
+  if (ctx_->store)
+    (void)ctx_->store->FinishRun(id_, status.ok() ? "done" : "failed", status.ok() ? "" : status.message());
+  Notify();
+}
+
+}  // namespace braid::rt

@@ -1,0 +1,135 @@
+// The Run implementation: the DAG of one program run, goal deduction at each
+// Want, and its execution, pumped by the Runtime's dispatcher thread.
+//
+// Locking: mu_ guards everything but the inbox. Program-thread calls and
+// Pump (dispatcher thread) take mu_; engine callbacks only append to the
+// inbox (its own mutex) and raise the wake signal, so they never block on a
+// Pump in progress.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "exec/dispatcher.h"
+#include "graph/dag.h"
+
+namespace braid::rt {
+
+class RunImpl final : public Run, public Pumpable {
+ public:
+  RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options, bool resumed);
+  ~RunImpl() override;
+
+  const std::string& id() const override { return id_; }
+  Result<std::map<std::string, VarId>> Call(const SemanticFunction& fn,
+                                            const std::map<std::string, Arg>& args,
+                                            const CallKey& key) override;
+  VarId Literal(std::string value, std::string name) override;
+  Result<VarId> Join(const std::vector<Arg>& parts, std::string sep) override;
+  VarId HostVar(std::string name, const std::vector<VarId>& depends_on) override;
+  Status SetValue(VarId var, std::string value) override;
+  Status SetFailed(VarId var, std::string error) override;
+  Status AddDependency(VarId host_var, VarId dep) override;
+  Status Want(VarId var, const GetOptions& options) override;
+  VarState state(VarId var) const override;
+  std::string value(VarId var) const override;
+  std::string error(VarId var) const override;
+  void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override;
+  std::string Replayable(const std::string& key, const std::string& value) override;
+  std::vector<NodeInfo> Nodes() const override;
+  std::vector<VarInfo> Vars() const override;
+  std::string ToDot() const override;
+  void Cancel() override;
+  void Finish(const Status& status) override;
+
+  std::optional<Clock::time_point> Pump() override;
+  bool Closed() const override;
+  void Shutdown() override;
+
+ private:
+  struct Event {
+    uint64_t flight = 0;
+    bool finished = false;  // else: the first token arrived
+  };
+  struct Inbox {
+    std::mutex mu;
+    std::vector<Event> events;
+    std::shared_ptr<WakeSignal> wake;
+  };
+  // Execution progress of one call node.
+  struct Exec {
+    int output = 0;                             // output being generated
+    std::map<std::string, std::string> values;  // outputs generated so far
+    std::string prompt_text;
+    std::vector<int32_t> prompt;                // current segment (empty = not rendered)
+    int engine = -1;
+    Clock::time_point ready_since{}, started{};
+    bool submitted_once = false;
+    std::optional<Clock::time_point> send_at, done_at;  // baseline round trips
+    uint64_t wait_leader = 0;                   // follower of this flight's prefix
+  };
+  // One request in an engine.
+  struct Flight {
+    NodeId node = 0;
+    int engine = 0;
+    std::shared_ptr<RequestHandle> handle;
+    bool admitted = false;          // first token (or the end) seen
+    std::vector<NodeId> followers;  // leader: nodes waiting for its prefix
+    std::vector<int32_t> prefix;    // leader: the shared prefix
+    uint64_t share = 0;             // follower: its leader's flight id
+  };
+  struct Share {
+    int engine = 0;
+    uint64_t pin = 0;
+    int pending = 0;                // followers not admitted yet
+  };
+
+  double NowMs() const;
+  bool dag_mode() const { return options_.mode == Mode::kDag; }
+  Model& model() const { return ctx_->engines[0].engine->model(); }
+  Status CheckArg(const Arg& a, const std::string& what) const;
+  std::string ArgValue(const Arg& a) const;
+  std::string Render(const DagNode& n, int output, const std::map<std::string, std::string>& values) const;
+  std::string CallKeyString(const DagNode& n) const;
+  double EstimateVarTokens(VarId v);
+  double CostMs(const DagNode& n, const CostModel& rates);
+  void Notify();
+  void LogEvent(const std::string& kind, const DagNode& n, const std::string& detail = "");
+
+  // -- execution (mu_ held) --
+  void HandleEvent(const Event& ev);
+  void OnAdmitted(uint64_t flight_id);
+  void OnSegmentDone(NodeId n, const Completion& c);
+  void Schedule(Clock::time_point now);
+  Status Prepare(NodeId n);
+  Status Submit(NodeId n, int engine, uint64_t* flight_id);
+  void SubmitOrFail(NodeId n, int engine, uint64_t* flight_id = nullptr);
+  void CompleteNode(NodeId n);
+  void RunJoin(NodeId n);
+  void FailNode(NodeId n, const std::string& cause, bool cancelled = false);
+  void SetVarFailed(VarId v, const std::string& message, bool cancelled);
+  void CancelLocked();
+
+  const std::shared_ptr<RuntimeContext> ctx_;
+  const std::string id_;
+  const RunOptions options_;
+  const bool resumed_;
+  const Clock::time_point t0_;
+  std::shared_ptr<Inbox> inbox_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  Dag dag_;
+  int next_group_ = 0;
+  uint64_t next_flight_ = 0;
+  std::map<NodeId, Exec> exec_;
+  std::map<uint64_t, Flight> flights_;
+  std::map<uint64_t, Share> shares_;
+  std::map<const SemanticFunction*, double> literal_tokens_;
+  std::map<std::string, std::string> replay_;  // Replayable without a store
+  bool cancelled_ = false, finished_ = false, shutdown_ = false;
+};
+
+}  // namespace braid::rt

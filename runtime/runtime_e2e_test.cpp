@@ -1,0 +1,199 @@
+// End to end on the bundled model (BRAID_MODEL_PATH): a map-reduce of four
+// summaries joined into a final call, in DAG and in baseline mode, and a
+// failing node. Short generations, one thread: seconds.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "runtime/runtime.h"
+
+using namespace braid;
+using namespace braid::rt;
+
+namespace {
+
+std::unique_ptr<Engine> OpenEngine() {
+  if (!std::filesystem::exists(BRAID_MODEL_PATH)) return nullptr;
+  EngineOptions o;
+  o.model.path = BRAID_MODEL_PATH;
+  o.model.threads = 1;
+  o.kv_tokens = 4096;
+  auto e = Engine::Open(o);
+  REQUIRE_MESSAGE(e.ok(), e.status().message());
+  return std::move(e).value();
+}
+
+VarState WaitFor(Run& run, VarId v, int timeout_ms = 120000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (run.state(v) == VarState::kPending && std::chrono::steady_clock::now() < end) run.WaitAny({v}, 200);
+  return run.state(v);
+}
+
+const char* kChunks[] = {
+    "The city council approved a new park on the river bank after a long debate about costs.",
+    "Local farmers report a record apple harvest thanks to a warm spring and little rain.",
+    "The library will stay open until midnight during exam weeks, starting next month.",
+    "A new bus line connects the university with the train station every ten minutes.",
+};
+
+struct MapReduce {
+  std::vector<VarId> summaries;
+  VarId joined = 0, final = 0, unwanted = 0;
+};
+
+MapReduce Build(Run& run) {
+  auto sum = SemanticFunction::Parse(
+      {"summarize", "You summarize news in a few words.", "Summarize: {{chunk}}{{gen summary max_tokens=12}}"});
+  auto fin = SemanticFunction::Parse(
+      {"headline", "You write headlines.", "News:\n{{all}}\nWrite one headline.{{gen headline max_tokens=16}}"});
+  REQUIRE(sum.ok());
+  REQUIRE(fin.ok());
+  MapReduce m;
+  std::vector<Arg> parts;
+  for (int i = 0; i < 4; ++i) {
+    auto o = run.Call(**sum, {{"chunk", Arg::Text(kChunks[i])}}, {"main", i});
+    REQUIRE(o.ok());
+    m.summaries.push_back(o->at("summary"));
+    parts.push_back(Arg::Var(o->at("summary")));
+  }
+  auto j = run.Join(parts, "\n");
+  REQUIRE(j.ok());
+  m.joined = *j;
+  auto f = run.Call(**fin, {{"all", Arg::Var(m.joined)}}, {"main", 4});
+  REQUIRE(f.ok());
+  m.final = f->at("headline");
+  auto u = run.Call(**sum, {{"chunk", Arg::Text("Nobody asks for this summary.")}}, {"main", 5});
+  REQUIRE(u.ok());
+  m.unwanted = u->at("summary");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("e2e: map-reduce in DAG mode with a latency want") {
+  auto engine = OpenEngine();
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  auto run = (*rt)->StartRun({});
+  REQUIRE(run.ok());
+  MapReduce m = Build(**run);
+  GetOptions get;
+  get.criteria = Criteria::kLatency;
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE((*run)->Want(m.final, get).ok());
+  REQUIRE(WaitFor(**run, m.final) == VarState::kReady);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (VarId s : m.summaries) CHECK(!(*run)->value(s).empty());
+  CHECK(!(*run)->value(m.final).empty());
+  CHECK((*run)->state(m.unwanted) == VarState::kPending);
+  int done = 0, cached = 0;
+  for (const auto& n : (*run)->Nodes()) {
+    if (n.wanted) {
+      CHECK(n.state == NodeState::kDone);
+      CHECK(n.goal == Criteria::kLatency);
+      ++done;
+    } else {
+      CHECK(n.state == NodeState::kWaiting);
+    }
+    cached += n.cached_tokens;
+  }
+  CHECK(done == 6);
+  CHECK(cached > 0);  // the summaries share the chat template and instruction prefix
+  MESSAGE("dag mode: " << ms << " ms; headline: " << (*run)->value(m.final));
+  MESSAGE((*run)->ToDot());
+  (*run)->Finish(Status::Ok());
+}
+
+TEST_CASE("e2e: baseline mode gives the same kind of output") {
+  auto engine = OpenEngine();
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  RunOptions opts;
+  opts.mode = Mode::kBaseline;
+  opts.rtt_ms = 10;
+  auto run = (*rt)->StartRun(opts);
+  REQUIRE(run.ok());
+  MapReduce m = Build(**run);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE((*run)->Want(m.final, {}).ok());
+  REQUIRE(WaitFor(**run, m.final) == VarState::kReady);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (VarId s : m.summaries) CHECK(!(*run)->value(s).empty());
+  CHECK(!(*run)->value(m.final).empty());
+  CHECK((*run)->state(m.unwanted) == VarState::kPending);
+  for (const auto& n : (*run)->Nodes()) {
+    CHECK(n.group == 0);
+    CHECK(n.priority == 0);
+  }
+  MESSAGE("baseline mode (rtt 10 ms): " << ms << " ms; headline: " << (*run)->value(m.final));
+}
+
+TEST_CASE("e2e: a failing call propagates; independent branches finish") {
+  auto engine = OpenEngine();
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  auto run = (*rt)->StartRun({});
+  REQUIRE(run.ok());
+  // max_tokens beyond the context: the engine refuses the request.
+  auto bad = SemanticFunction::Parse({"too_long", "", "Tell a story: {{x}}{{gen story max_tokens=100000}}"});
+  auto ok = SemanticFunction::Parse({"short", "", "Say hi to {{x}}:{{gen hi max_tokens=8}}"});
+  REQUIRE(bad.ok());
+  REQUIRE(ok.ok());
+  auto b = (*run)->Call(**bad, {{"x", Arg::Text("cats")}}, {"main", 0});
+  auto after = (*run)->Call(**ok, {{"x", Arg::Var(b->at("story"))}}, {"main", 1});
+  auto side = (*run)->Call(**ok, {{"x", Arg::Text("Bob")}}, {"main", 2});
+  auto j = (*run)->Join({Arg::Var(after->at("hi")), Arg::Var(side->at("hi"))}, " ");
+  REQUIRE((*run)->Want(*j, {}).ok());
+  REQUIRE(WaitFor(**run, *j) == VarState::kFailed);
+  REQUIRE(WaitFor(**run, side->at("hi")) == VarState::kReady);
+  const std::string err = (*run)->error(after->at("hi"));
+  CHECK(err.rfind("node too_long#1 failed: ", 0) == 0);
+  CHECK(err.find("context") != std::string::npos);
+  CHECK((*run)->error(*j) == err);
+  MESSAGE("propagated error: " << err);
+}
+
+TEST_CASE("e2e: a regex output is constrained to its pattern") {
+  auto engine = OpenEngine();
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  auto run = (*rt)->StartRun({});
+  REQUIRE(run.ok());
+  auto fn = SemanticFunction::Parse(
+      {"year", "You answer with a year.", "When did the first person walk on the moon? {{regex y pattern=\"(19|20)[0-9]{2}\" max_tokens=8}}"});
+  REQUIRE(fn.ok());
+  auto o = (*run)->Call(**fn, {}, {"main", 0});
+  REQUIRE(o.ok());
+  REQUIRE((*run)->Want(o->at("y"), {}).ok());
+  const VarState s = WaitFor(**run, o->at("y"));
+  REQUIRE_MESSAGE(s == VarState::kReady, (*run)->error(o->at("y")));
+  const std::string y = (*run)->value(o->at("y"));
+  CHECK(y.size() == 4);
+  CHECK((y.rfind("19", 0) == 0 || y.rfind("20", 0) == 0));
+  MESSAGE("regex output: " << y);
+}

@@ -1,0 +1,370 @@
+// The Run API over fake engines: building, dangling references, cycles,
+// dispatch order, task groups, failure propagation, prefix co-scheduling,
+// baseline mode, persistence and resume, introspection.
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "runtime/runtime.h"
+#include "testing/fakes.h"
+
+using namespace braid;
+using namespace braid::rt;
+using braid::rt::testing::FakeEngine;
+using braid::rt::testing::MemoryStore;
+
+namespace {
+
+std::shared_ptr<const SemanticFunction> Fn(const std::string& name, const std::string& prompt,
+                                           const std::string& system = "") {
+  auto r = SemanticFunction::Parse({name, system, prompt});
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  return *r;
+}
+
+struct Fixture {
+  FakeEngine engine;
+  std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
+  std::unique_ptr<Runtime> rt;
+  explicit Fixture(bool with_store = false) {
+    RuntimeOptions o;
+    o.engines = {&engine};
+    if (with_store) o.store = store;
+    auto r = Runtime::Open(o);
+    REQUIRE(r.ok());
+    rt = std::move(r).value();
+  }
+  std::shared_ptr<Run> Start(RunOptions o = {}) {
+    auto r = rt->StartRun(o);
+    REQUIRE_MESSAGE(r.ok(), r.status().message());
+    return *r;
+  }
+};
+
+VarState WaitFor(Run& run, VarId v, int timeout_ms = 5000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (run.state(v) == VarState::kPending && std::chrono::steady_clock::now() < end) run.WaitAny({v}, 50);
+  return run.state(v);
+}
+
+const NodeInfo& NodeOf(const std::vector<NodeInfo>& nodes, NodeId id) { return nodes.at(id - 1); }
+
+}  // namespace
+
+TEST_CASE("run: Call binds inputs, returns outputs, and checks references") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("greet", "Hello {{name}}! {{gen reply max_tokens=4}} {{gen more}}");
+  VarId name = run->Literal("Ada", "name");
+  auto outs = run->Call(*fn, {{"name", Arg::Var(name)}}, {"main", 0});
+  REQUIRE(outs.ok());
+  CHECK(outs->size() == 2);
+  CHECK(run->state(outs->at("reply")) == VarState::kPending);
+  CHECK(run->Call(*fn, {}, {"main", 1}).status().message() == "greet: missing input 'name'");
+  CHECK(run->Call(*fn, {{"name", Arg::Text("x")}, {"age", Arg::Text("3")}}, {"main", 2}).status().message() ==
+        "greet: unknown input 'age'");
+  CHECK(run->Call(*fn, {{"name", Arg::Var(999)}}, {"main", 3}).status().message() ==
+        "unknown variable 999 for input 'name' of greet");
+  CHECK(run->Join({Arg::Var(name), Arg::Var(4242)}, ",").status().message() ==
+        "unknown variable 4242 for part 2 of a join");
+  CHECK(run->Want(31337, {}).message() == "unknown variable 31337");
+  VarId bad = run->HostVar("h", {name, 555});
+  CHECK(run->state(bad) == VarState::kFailed);
+  CHECK(run->error(bad).find("unknown variable 555 in depends_on of 'h'") != std::string::npos);
+  // Nothing was wanted: nothing ran.
+  CHECK(fx.engine.submitted().empty());
+  run->Finish(Status::Ok());
+}
+
+TEST_CASE("run: host variables, dependencies and cycles") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("echo", "{{x}}{{gen y}}");
+  VarId h1 = run->HostVar("h1", {});
+  auto o = run->Call(*fn, {{"x", Arg::Var(h1)}}, {"main", 0});
+  REQUIRE(o.ok());
+  VarId h2 = run->HostVar("h2", {o->at("y")});
+  // h1 feeds echo which feeds h2: h1 depending on h2 would be a cycle.
+  Status s = run->AddDependency(h1, h2);
+  REQUIRE(!s.ok());
+  CHECK(s.message().find("would make a cycle: host#1 -> echo#2 -> host#3 -> host#1") != std::string::npos);
+  CHECK(run->AddDependency(h2, 999).message() == "unknown variable 999");
+  // Wanting h2 activates echo, which waits for h1.
+  REQUIRE(run->Want(h2, {}).ok());
+  CHECK(WaitFor(*run, o->at("y"), 100) == VarState::kPending);
+  REQUIRE(run->SetValue(h1, "abc").ok());
+  CHECK(WaitFor(*run, o->at("y")) == VarState::kReady);
+  CHECK(run->value(o->at("y")) == "<3>");
+  CHECK(run->state(h2) == VarState::kPending);  // host code sets it
+  REQUIRE(run->SetValue(h2, "done").ok());
+  CHECK(run->SetValue(h2, "again").message() == "variable 'h2' is already ready");
+  CHECK(run->SetValue(o->at("y"), "x").message() == "variable 'y' is not a host variable");
+  auto vars = run->Vars();
+  CHECK(vars.at(h2 - 1).producer == 0);
+}
+
+TEST_CASE("run: map-reduce with latency want: groups in one pass, unwanted nodes never run") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto sum = Fn("summarize", "Summarize: {{chunk}}\n{{gen s max_tokens=8}}");
+  auto fin = Fn("final", "All: {{all}}\n{{gen f max_tokens=8}}");
+  std::vector<Arg> parts;
+  std::vector<VarId> sums;
+  for (int i = 0; i < 4; ++i) {
+    auto o = run->Call(*sum, {{"chunk", Arg::Text("chunk " + std::to_string(i))}}, {"main", i});
+    REQUIRE(o.ok());
+    sums.push_back(o->at("s"));
+    parts.push_back(Arg::Var(o->at("s")));
+  }
+  auto joined = run->Join(parts, "\n");
+  REQUIRE(joined.ok());
+  auto f = run->Call(*fin, {{"all", Arg::Var(*joined)}}, {"main", 4});
+  REQUIRE(f.ok());
+  auto unwanted = run->Call(*sum, {{"chunk", Arg::Text("never")}}, {"main", 5});
+  REQUIRE(unwanted.ok());
+  GetOptions get;
+  get.criteria = Criteria::kLatency;
+  REQUIRE(run->Want(f->at("f"), get).ok());
+  REQUIRE(WaitFor(*run, f->at("f")) == VarState::kReady);
+  CHECK(run->value(*joined) == "<19>\n<19>\n<19>\n<19>");
+  CHECK(run->value(f->at("f")) == "<25>");
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 5);
+  for (const auto& s : subs) CHECK(s.request.goal == GoalClass::kLatency);
+  CHECK(subs.back().prompt == "All: <19>\n<19>\n<19>\n<19>\n");
+  auto nodes = run->Nodes();
+  const int g = NodeOf(nodes, 1).group;
+  CHECK(g != 0);
+  for (NodeId n = 1; n <= 4; ++n) {
+    CHECK(NodeOf(nodes, n).state == NodeState::kDone);
+    CHECK(NodeOf(nodes, n).group == g);
+    CHECK(NodeOf(nodes, n).prompt_tokens == 19);
+  }
+  CHECK(NodeOf(nodes, 7).state == NodeState::kWaiting);  // the unwanted call
+  CHECK(!NodeOf(nodes, 7).wanted);
+  const std::string dot = run->ToDot();
+  CHECK(dot.find("summarize#1") != std::string::npos);
+  CHECK(dot.find("palegreen") != std::string::npos);
+  CHECK(dot.find("n5 -> n6") != std::string::npos);
+}
+
+TEST_CASE("run: a failed call fails everything downstream with the cause; other branches go on") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("step", "{{x}}{{gen y}}");
+  auto a = run->Call(*fn, {{"x", Arg::Text("FAIL here")}}, {"main", 0});
+  auto b = run->Call(*fn, {{"x", Arg::Var(a->at("y"))}}, {"main", 1});
+  auto ok = run->Call(*fn, {{"x", Arg::Text("fine")}}, {"main", 2});
+  auto j = run->Join({Arg::Var(b->at("y")), Arg::Var(ok->at("y"))}, "+");
+  REQUIRE(j.ok());
+  REQUIRE(run->Want(*j, {}).ok());
+  CHECK(WaitFor(*run, *j) == VarState::kFailed);
+  CHECK(WaitFor(*run, ok->at("y")) == VarState::kReady);
+  CHECK(run->error(a->at("y")) == "node step#1 failed: fake engine failure");
+  CHECK(run->error(b->at("y")) == "node step#1 failed: fake engine failure");
+  CHECK(run->error(*j) == "node step#1 failed: fake engine failure");
+  auto nodes = run->Nodes();
+  CHECK(NodeOf(nodes, 1).state == NodeState::kFailed);
+  CHECK(NodeOf(nodes, 2).state == NodeState::kFailed);
+  CHECK(NodeOf(nodes, 3).state == NodeState::kDone);
+  CHECK(run->ToDot().find("tomato") != std::string::npos);
+}
+
+TEST_CASE("run: several outputs generate in order in one context; chat functions use the template") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("qa", "Q: {{q}}\nA: {{gen a}}\nWhy: {{gen why}}", "Be brief.");
+  auto o = run->Call(*fn, {{"q", Arg::Text("2+2?")}}, {"main", 0});
+  REQUIRE(o.ok());
+  REQUIRE(run->Want(o->at("why"), {}).ok());
+  REQUIRE(WaitFor(*run, o->at("why")) == VarState::kReady);
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 2);
+  CHECK(subs[0].prompt == "<system>Be brief.</system><user>Q: 2+2?\nA: </user><assistant>");
+  const std::string a = run->value(o->at("a"));
+  CHECK(subs[1].prompt == "<system>Be brief.</system><user>Q: 2+2?\nA: " + a + "\nWhy: </user><assistant>");
+}
+
+TEST_CASE("run: prompts sharing a prefix: leader first, followers after its prefill, prefix pinned") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("ask", "You are a careful assistant answering questions about a document. Q: {{q}} {{gen a}}");
+  std::vector<VarId> outs;
+  for (int i = 0; i < 3; ++i) {
+    auto o = run->Call(*fn, {{"q", Arg::Text("question " + std::to_string(i))}}, {"main", i});
+    outs.push_back(o->at("a"));
+  }
+  auto j = run->Join({Arg::Var(outs[0]), Arg::Var(outs[1]), Arg::Var(outs[2])}, "");
+  REQUIRE(run->Want(*j, {}).ok());
+  REQUIRE(WaitFor(*run, *j) == VarState::kReady);
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 3);
+  CHECK(subs[0].cached == 0);
+  CHECK(subs[1].cached >= 64);  // followers find the shared prefix cached
+  CHECK(subs[2].cached >= 64);
+  CHECK(subs[1].pins_active == 1);
+  CHECK(fx.engine.pins_total() == 1);
+  CHECK(fx.engine.pins_active() == 0);  // unpinned after the last follower was admitted
+  auto nodes = run->Nodes();
+  CHECK(NodeOf(nodes, 2).cached_tokens >= 64);
+}
+
+TEST_CASE("run: deadline wants reach the engine as priority and deadline") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("step", "{{x}}{{gen y max_tokens=10}}");
+  auto a = run->Call(*fn, {{"x", Arg::Text("aaaa")}}, {"main", 0});
+  auto b = run->Call(*fn, {{"x", Arg::Var(a->at("y"))}}, {"main", 1});
+  GetOptions get;
+  get.deadline_ms = 2000;
+  REQUIRE(run->Want(b->at("y"), get).ok());
+  REQUIRE(WaitFor(*run, b->at("y")) == VarState::kReady);
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 2);
+  // cost(step) = prompt/400 + 10/100 s; a's slack is smaller than b's.
+  CHECK(subs[0].request.goal == GoalClass::kLatency);
+  CHECK(subs[0].request.priority > subs[1].request.priority);
+  REQUIRE(subs[0].request.deadline_ms.has_value());
+  CHECK(*subs[0].request.deadline_ms < 2000 - 100);
+  auto nodes = run->Nodes();
+  CHECK(NodeOf(nodes, 1).slack_ms < NodeOf(nodes, 2).slack_ms);
+}
+
+TEST_CASE("run: baseline mode: FCFS throughput requests with a round trip each") {
+  Fixture fx;
+  RunOptions o;
+  o.mode = Mode::kBaseline;
+  o.rtt_ms = 30;
+  auto run = fx.Start(o);
+  auto fn = Fn("step", "You are a careful assistant answering questions about: {{x}}{{gen y}}");
+  auto a = run->Call(*fn, {{"x", Arg::Text("a")}}, {"main", 0});
+  auto b = run->Call(*fn, {{"x", Arg::Text("b")}}, {"main", 1});
+  auto c = run->Call(*fn, {{"x", Arg::Var(a->at("y"))}}, {"main", 2});
+  auto j = run->Join({Arg::Var(b->at("y")), Arg::Var(c->at("y"))}, ",");
+  GetOptions get;
+  get.criteria = Criteria::kLatency;
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(run->Want(*j, get).ok());
+  REQUIRE(WaitFor(*run, *j) == VarState::kReady);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(ms >= 4 * 30);  // two calls in a chain, each a round trip out and back
+  for (const auto& s : fx.engine.submitted()) {
+    CHECK(s.request.goal == GoalClass::kThroughput);
+    CHECK(s.request.priority == 0);
+    CHECK(!s.request.deadline_ms.has_value());
+  }
+  CHECK(fx.engine.pins_total() == 0);
+  for (const auto& n : run->Nodes()) CHECK(n.group == 0);
+}
+
+TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
+  Fixture fx(/*with_store=*/true);
+  auto fn = Fn("step", "{{x}}{{gen y}}");
+  std::string run_id, first_value;
+  {
+    auto run = fx.Start();
+    run_id = run->id();
+    auto a = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+    REQUIRE(run->Want(a->at("y"), {}).ok());
+    REQUIRE(WaitFor(*run, a->at("y")) == VarState::kReady);
+    first_value = run->value(a->at("y"));
+    CHECK(run->Replayable("time", "100") == "100");
+    run->Finish(Status::Internal("crash"));
+  }
+  auto calls = fx.store->Calls(run_id);
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->at(0).key.rfind("main#0#step#", 0) == 0);
+  CHECK(calls->at(0).outputs.at("y") == first_value);
+  bool started = false, finished = false;
+  for (const auto& e : fx.store->events(run_id)) {
+    started |= e.rfind("node_started", 0) == 0;
+    finished |= e.rfind("node_finished", 0) == 0;
+  }
+  CHECK(started);
+  CHECK(finished);
+
+  RunOptions o;
+  o.resume_id = run_id;
+  auto run = fx.Start(o);
+  CHECK(run->id() == run_id);
+  fx.engine.respond = [](const std::string&) { return std::string("different"); };
+  auto a = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+  CHECK(run->state(a->at("y")) == VarState::kReady);  // ready at once, nothing ran
+  CHECK(run->value(a->at("y")) == first_value);
+  CHECK(run->Replayable("time", "200") == "100");
+  // Different inputs: a different key, so it runs.
+  auto b = run->Call(*fn, {{"x", Arg::Text("other")}}, {"main", 0});
+  CHECK(run->state(b->at("y")) == VarState::kPending);
+  REQUIRE(run->Want(b->at("y"), {}).ok());
+  REQUIRE(WaitFor(*run, b->at("y")) == VarState::kReady);
+  CHECK(run->value(b->at("y")) == "different");
+  CHECK(fx.engine.submitted().size() == 2);
+  o.resume_id = "no-such-run";
+  CHECK(fx.rt->StartRun(o).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("run: cancel marks pending variables cancelled") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("step", "{{x}}{{gen y}}");
+  VarId h = run->HostVar("h", {});
+  auto a = run->Call(*fn, {{"x", Arg::Var(h)}}, {"main", 0});
+  REQUIRE(run->Want(a->at("y"), {}).ok());
+  run->Cancel();
+  CHECK(run->state(a->at("y")) == VarState::kCancelled);
+  CHECK(run->state(h) == VarState::kCancelled);
+}
+
+TEST_CASE("run: resume through the SQLite store (db_path)") {
+  FakeEngine engine;
+  RuntimeOptions ro;
+  ro.engines = {&engine};
+  ro.db_path = ":memory:";
+  auto rt = Runtime::Open(ro);
+  REQUIRE_MESSAGE(rt.ok(), rt.status().message());
+  auto fn = Fn("step", "{{x}}{{gen y}}");
+  std::string id, value;
+  {
+    auto run = (*rt)->StartRun({});
+    REQUIRE(run.ok());
+    id = (*run)->id();
+    auto a = (*run)->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+    REQUIRE((*run)->Want(a->at("y"), {}).ok());
+    REQUIRE(WaitFor(**run, a->at("y")) == VarState::kReady);
+    value = (*run)->value(a->at("y"));
+    CHECK((*run)->Replayable("clock", "1.5") == "1.5");
+  }
+  RunOptions o;
+  o.resume_id = id;
+  auto run = (*rt)->StartRun(o);
+  REQUIRE_MESSAGE(run.ok(), run.status().message());
+  auto a = (*run)->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+  CHECK((*run)->state(a->at("y")) == VarState::kReady);
+  CHECK((*run)->value(a->at("y")) == value);
+  CHECK((*run)->Replayable("clock", "9") == "1.5");
+  CHECK(engine.submitted().size() == 1);
+  (*run)->Finish(Status::Ok());
+}
+
+TEST_CASE("run: select and regex need the engine hooks; without them the node fails clearly") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("pick", "Mood? {{select mood choices=[\"good\", \"bad\"]}}");
+  auto rx = Fn("year", "Year? {{regex y pattern=\"[0-9]{4}\"}}");
+  auto a = run->Call(*fn, {}, {"main", 0});
+  auto b = run->Call(*rx, {}, {"main", 1});
+  REQUIRE(run->Want(a->at("mood"), {}).ok());
+  REQUIRE(run->Want(b->at("y"), {}).ok());
+  const VarState sa = WaitFor(*run, a->at("mood"));
+  const VarState sb = WaitFor(*run, b->at("y"));
+  // The fake engine neither scores nor masks: whichever build this is, the
+  // outcome is a clear failure, never a wrong value.
+  CHECK(sa == VarState::kFailed);
+  CHECK(sb == VarState::kFailed);
+  const std::string ea = run->error(a->at("mood")), eb = run->error(b->at("y"));
+  CHECK((ea.find("score_choices") != std::string::npos || ea.find("no scores") != std::string::npos));
+  CHECK((eb.find("logits_processor") != std::string::npos || eb.find("does not match") != std::string::npos));
+  MESSAGE(ea);
+  MESSAGE(eb);
+}

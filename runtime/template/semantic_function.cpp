@@ -1,0 +1,351 @@
+// The template parser of semantic functions.
+//
+// Grammar (whitespace inside {{ }} is free):
+//   template    := (text | placeholder)*
+//   placeholder := "{{" NAME "}}"                       an input
+//                | "{{" KIND NAME option* "}}"          an output, KIND = gen|select|regex
+//   option      := KEY "=" value
+//   value       := number | STRING | "[" STRING ("," STRING)* "]"
+//   STRING      := '"' ( char | "\n" | "\t" | "\"" | "\\" )* '"'
+// Any other backslash pair in a string is kept as written (so regex escapes
+// such as \d pass through). Options: gen: max_tokens stop temperature top_p
+// seed; select: choices; regex: pattern max_tokens temperature top_p seed.
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "exec/regex_dfa.h"
+#include "runtime/runtime.h"
+
+namespace braid::rt {
+
+const char* VarStateName(VarState s) {
+  switch (s) {
+    case VarState::kPending: return "pending";
+    case VarState::kReady: return "ready";
+    case VarState::kFailed: return "failed";
+    case VarState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+const char* NodeStateName(NodeState s) {
+  switch (s) {
+    case NodeState::kWaiting: return "waiting";
+    case NodeState::kReady: return "ready";
+    case NodeState::kRunning: return "running";
+    case NodeState::kDone: return "done";
+    case NodeState::kFailed: return "failed";
+    case NodeState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+namespace {
+
+bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// A cursor over the template that knows its line and column.
+class Cursor {
+ public:
+  Cursor(const std::string& fn, const std::string& text) : fn_(fn), text_(text) {}
+
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  char Peek(size_t ahead = 0) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
+  bool StartsWith(std::string_view s) const { return text_.compare(pos_, s.size(), s) == 0; }
+  size_t pos() const { return pos_; }
+  void Advance(size_t n = 1) {
+    for (size_t i = 0; i < n && pos_ < text_.size(); ++i, ++pos_) {
+      if (text_[pos_] == '\n') {
+        ++line_;
+        col_ = 1;
+      } else {
+        ++col_;
+      }
+    }
+  }
+  void SkipSpaces() {
+    while (!AtEnd() && std::isspace(static_cast<unsigned char>(Peek()))) Advance();
+  }
+  struct Mark { int line, col; };
+  Mark mark() const { return {line_, col_}; }
+  Status Error(Mark at, const std::string& what) const {
+    return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" + std::to_string(at.col) +
+                                   ": " + what);
+  }
+  Status Error(const std::string& what) const { return Error(mark(), what); }
+
+  std::string Word() {
+    std::string w;
+    while (!AtEnd() && IsNameChar(Peek())) {
+      w += Peek();
+      Advance();
+    }
+    return w;
+  }
+
+ private:
+  const std::string& fn_;
+  const std::string& text_;
+  size_t pos_ = 0;
+  int line_ = 1, col_ = 1;
+};
+
+struct Value {
+  enum class Kind { kNumber, kString, kList } kind = Kind::kNumber;
+  std::string text;                 // number text or string
+  std::vector<std::string> list;
+};
+
+Result<std::string> ParseString(Cursor& c) {
+  const auto start = c.mark();
+  c.Advance();  // opening quote
+  std::string out;
+  while (true) {
+    if (c.AtEnd() || (c.Peek() == '}' && c.Peek(1) == '}'))
+      return c.Error(start, "unterminated string");
+    char ch = c.Peek();
+    if (ch == '"') {
+      c.Advance();
+      return out;
+    }
+    if (ch == '\\') {
+      char e = c.Peek(1);
+      if (e == 'n') out += '\n';
+      else if (e == 't') out += '\t';
+      else if (e == '"') out += '"';
+      else if (e == '\\') out += '\\';
+      else if (e == '\0') return c.Error(start, "unterminated string");
+      else { out += '\\'; out += e; }
+      c.Advance(2);
+      continue;
+    }
+    out += ch;
+    c.Advance();
+  }
+}
+
+Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& where) {
+  Value v;
+  if (c.Peek() == '"') {
+    v.kind = Value::Kind::kString;
+    BRAID_ASSIGN_OR_RETURN(v.text, ParseString(c));
+    return v;
+  }
+  if (c.Peek() == '[') {
+    const auto start = c.mark();
+    v.kind = Value::Kind::kList;
+    c.Advance();
+    c.SkipSpaces();
+    if (c.Peek() == ']') {
+      c.Advance();
+      return v;
+    }
+    while (true) {
+      c.SkipSpaces();
+      if (c.Peek() != '"') {
+        if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
+        return c.Error("bad value for '" + key + "' in " + where + ": expected a string in the list");
+      }
+      BRAID_ASSIGN_OR_RETURN(std::string s, ParseString(c));
+      v.list.push_back(std::move(s));
+      c.SkipSpaces();
+      if (c.Peek() == ',') {
+        c.Advance();
+        continue;
+      }
+      if (c.Peek() == ']') {
+        c.Advance();
+        return v;
+      }
+      if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
+      return c.Error("bad value for '" + key + "' in " + where + ": expected ',' or ']'");
+    }
+  }
+  while (!c.AtEnd() && !std::isspace(static_cast<unsigned char>(c.Peek())) && !c.StartsWith("}}")) {
+    v.text += c.Peek();
+    c.Advance();
+  }
+  if (v.text.empty()) return c.Error("missing value for '" + key + "' in " + where);
+  return v;
+}
+
+bool ParseDouble(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(*out);
+}
+bool ParseUint(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  *out = v;
+  return true;
+}
+
+// Applies one option to `out`; errors point at the option's key.
+Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Value& v,
+                   const std::string& where, OutputSpec* out) {
+  using K = OutputSpec::Kind;
+  const bool gen = out->kind == K::kGen, sel = out->kind == K::kSelect, rx = out->kind == K::kRegex;
+  auto bad = [&](const std::string& why) {
+    return c.Error(at, "bad value for '" + key + "' in " + where + ": " + why);
+  };
+  const bool number = v.kind == Value::Kind::kNumber;
+  if (key == "max_tokens" && (gen || rx)) {
+    uint64_t n = 0;
+    if (!number || !ParseUint(v.text, &n) || n < 1 || n > 1000000)
+      return bad("expected a positive integer, got '" + v.text + "'");
+    out->max_tokens = static_cast<int>(n);
+  } else if (key == "stop" && gen) {
+    if (v.kind == Value::Kind::kString) out->stop = {v.text};
+    else if (v.kind == Value::Kind::kList) out->stop = v.list;
+    else return bad("expected a string or a list of strings");
+    for (const auto& s : out->stop)
+      if (s.empty()) return bad("a stop string is empty");
+  } else if (key == "temperature" && (gen || rx)) {
+    double t = 0;
+    if (!number || !ParseDouble(v.text, &t) || t < 0 || t > 100)
+      return bad("expected a number >= 0, got '" + v.text + "'");
+    out->temperature = static_cast<float>(t);
+  } else if (key == "top_p" && (gen || rx)) {
+    double p = 0;
+    if (!number || !ParseDouble(v.text, &p) || p <= 0 || p > 1)
+      return bad("expected a number in (0, 1], got '" + v.text + "'");
+    out->top_p = static_cast<float>(p);
+  } else if (key == "seed" && (gen || rx)) {
+    uint64_t s = 0;
+    if (!number || !ParseUint(v.text, &s)) return bad("expected a non-negative integer, got '" + v.text + "'");
+    out->seed = s;
+  } else if (key == "choices" && sel) {
+    if (v.kind != Value::Kind::kList || v.list.empty()) return bad("expected a non-empty list of strings");
+    std::set<std::string> seen;
+    for (const auto& s : v.list) {
+      if (s.empty()) return bad("a choice is empty");
+      if (!seen.insert(s).second) return bad("duplicate choice \"" + s + "\"");
+    }
+    out->choices = v.list;
+  } else if (key == "pattern" && rx) {
+    if (v.kind != Value::Kind::kString || v.text.empty()) return bad("expected a non-empty string");
+    auto dfa = RegexDfa::Compile(v.text);
+    if (!dfa.ok()) return bad(dfa.status().message());
+    out->pattern = v.text;
+  } else {
+    return c.Error(at, "unknown option '" + key + "' in " + where);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const FunctionSpec& spec) {
+  auto fn = std::make_shared<SemanticFunction>();
+  fn->spec_ = spec;
+  const std::string name = spec.name.empty() ? "<function>" : spec.name;
+  Cursor c(name, spec.prompt);
+  std::string text;
+  std::set<std::string> inputs, outputs;
+  // Where each name was first used, for "both input and output" errors.
+  auto flush_text = [&] {
+    if (!text.empty()) fn->pieces_.push_back({Piece::Kind::kText, std::move(text), -1});
+    text.clear();
+  };
+  while (!c.AtEnd()) {
+    if (!c.StartsWith("{{")) {
+      text += c.Peek();
+      c.Advance();
+      continue;
+    }
+    const auto open = c.mark();
+    c.Advance(2);
+    c.SkipSpaces();
+    const auto word_at = c.mark();
+    std::string word = c.Word();
+    const bool is_output = word == "gen" || word == "select" || word == "regex";
+    if (!is_output) {
+      // An input reference: {{name}}.
+      c.SkipSpaces();
+      if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
+      if (!c.StartsWith("}}")) {
+        if (word.empty()) {
+          if (c.Peek() == '{' || c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
+          return c.Error(word_at, std::string("bad character '") + c.Peek() + "' in a placeholder name");
+        }
+        // Look for the end to tell "unknown kind" from "unterminated".
+        const std::string rest = spec.prompt.substr(c.pos());
+        if (rest.find("}}") == std::string::npos) return c.Error(open, "unterminated placeholder '{{'");
+        return c.Error(word_at, "unknown placeholder kind '" + word +
+                                    "' (expected {{name}}, {{gen ...}}, {{select ...}} or {{regex ...}})");
+      }
+      if (word.empty()) return c.Error(word_at, "empty name in {{ }}");
+      if (!IsNameStart(word[0])) return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
+      c.Advance(2);
+      if (outputs.count(word)) return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
+      flush_text();
+      fn->pieces_.push_back({Piece::Kind::kInput, word, -1});
+      if (inputs.insert(word).second) fn->inputs_.push_back(word);
+      continue;
+    }
+    OutputSpec out;
+    out.kind = word == "gen" ? OutputSpec::Kind::kGen
+             : word == "select" ? OutputSpec::Kind::kSelect : OutputSpec::Kind::kRegex;
+    c.SkipSpaces();
+    const auto name_at = c.mark();
+    out.name = c.Word();
+    const std::string where = "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
+    if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
+    if (out.name.empty() || c.Peek() == '=') {
+      if (c.Peek() == '=' || c.StartsWith("}}") || std::isspace(static_cast<unsigned char>(c.Peek())))
+        return c.Error(name_at, "empty name in {{" + word + " ...}}");
+      return c.Error(name_at, std::string("bad character '") + c.Peek() + "' in the output name of {{" + word + " ...}}");
+    }
+    if (!IsNameStart(out.name[0])) return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
+    if (outputs.count(out.name)) return c.Error(name_at, "duplicate output name '" + out.name + "'");
+    if (inputs.count(out.name)) return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
+    // Options until "}}".
+    std::set<std::string> seen_keys;
+    while (true) {
+      const bool spaced = !c.AtEnd() && std::isspace(static_cast<unsigned char>(c.Peek()));
+      c.SkipSpaces();
+      if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
+      if (c.StartsWith("}}")) {
+        c.Advance(2);
+        break;
+      }
+      const auto key_at = c.mark();
+      if (!spaced) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
+      std::string key = c.Word();
+      if (key.empty()) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
+      if (c.Peek() != '=') {
+        if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
+        return c.Error(key_at, "option '" + key + "' needs '=value' in " + where);
+      }
+      c.Advance();
+      if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
+      BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
+      if (!seen_keys.insert(key).second) return c.Error(key_at, "option '" + key + "' given twice in " + where);
+      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &out));
+    }
+    if (out.kind == OutputSpec::Kind::kSelect && out.choices.empty())
+      return c.Error(open, "missing option 'choices' in " + where);
+    if (out.kind == OutputSpec::Kind::kRegex && out.pattern.empty())
+      return c.Error(open, "missing option 'pattern' in " + where);
+    flush_text();
+    outputs.insert(out.name);
+    fn->pieces_.push_back({Piece::Kind::kOutput, out.name, static_cast<int>(fn->outputs_.size())});
+    fn->outputs_.push_back(std::move(out));
+  }
+  flush_text();
+  if (fn->outputs_.empty())
+    return Status::InvalidArgument(name + ": the template has no output ({{gen NAME}}, {{select NAME ...}} or {{regex NAME ...}})");
+  return std::shared_ptr<const SemanticFunction>(std::move(fn));
+}
+
+}  // namespace braid::rt

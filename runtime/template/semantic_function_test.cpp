@@ -1,0 +1,103 @@
+#include <doctest/doctest.h>
+
+#include "runtime/runtime.h"
+
+using namespace braid;
+using namespace braid::rt;
+
+namespace {
+Result<std::shared_ptr<const SemanticFunction>> P(const std::string& prompt, const std::string& system = "") {
+  return SemanticFunction::Parse({"fn", system, prompt});
+}
+std::string Err(const std::string& prompt) {
+  auto r = P(prompt);
+  if (r.ok()) return "(parsed)";
+  return r.status().message();
+}
+}  // namespace
+
+TEST_CASE("template: inputs, outputs and pieces in order") {
+  auto r = P("Doc: {{doc}}\nTitle: {{gen title max_tokens=8 stop=\"\\n\"}} by {{ author }} {{doc}}"
+             "{{select mood choices=[\"good\", \"bad\"]}}{{regex year pattern=\"[0-9]{4}\" max_tokens=4}}");
+  REQUIRE(r.ok());
+  const auto& fn = **r;
+  CHECK(fn.inputs() == std::vector<std::string>{"doc", "author"});
+  REQUIRE(fn.outputs().size() == 3);
+  CHECK(fn.outputs()[0].name == "title");
+  CHECK(fn.outputs()[0].kind == OutputSpec::Kind::kGen);
+  CHECK(fn.outputs()[0].max_tokens == 8);
+  CHECK(fn.outputs()[0].stop == std::vector<std::string>{"\n"});
+  CHECK(fn.outputs()[1].kind == OutputSpec::Kind::kSelect);
+  CHECK(fn.outputs()[1].choices == std::vector<std::string>{"good", "bad"});
+  CHECK(fn.outputs()[2].kind == OutputSpec::Kind::kRegex);
+  CHECK(fn.outputs()[2].pattern == "[0-9]{4}");
+  CHECK(fn.outputs()[2].max_tokens == 4);
+  const auto& p = fn.pieces();
+  REQUIRE(p.size() == 10);
+  CHECK(p[0].kind == SemanticFunction::Piece::Kind::kText);
+  CHECK(p[0].text == "Doc: ");
+  CHECK(p[1].kind == SemanticFunction::Piece::Kind::kInput);
+  CHECK(p[1].text == "doc");
+  CHECK(p[2].text == "\nTitle: ");
+  CHECK(p[3].kind == SemanticFunction::Piece::Kind::kOutput);
+  CHECK(p[3].output == 0);
+  CHECK(p[5].text == "author");
+  CHECK(p[7].kind == SemanticFunction::Piece::Kind::kInput);
+  CHECK(p[8].output == 1);
+  CHECK(p[9].output == 2);
+}
+
+TEST_CASE("template: options and escapes") {
+  auto r = P("{{gen a temperature=0.7 top_p=0.9 seed=42 stop=[\"x\", \"say \\\"hi\\\"\", \"a\\\\b\"] max_tokens=3}}");
+  REQUIRE(r.ok());
+  const auto& o = (*r)->outputs()[0];
+  CHECK(o.temperature == doctest::Approx(0.7));
+  CHECK(o.top_p == doctest::Approx(0.9));
+  REQUIRE(o.seed.has_value());
+  CHECK(*o.seed == 42);
+  CHECK(o.stop == std::vector<std::string>{"x", "say \"hi\"", "a\\b"});
+  // Regex escapes pass through strings unchanged.
+  auto rx = P("{{regex n pattern=\"\\d+\\.\\d\"}}");
+  REQUIRE(rx.ok());
+  CHECK((*rx)->outputs()[0].pattern == "\\d+\\.\\d");
+  // Defaults.
+  auto d = P("{{gen a}}");
+  REQUIRE(d.ok());
+  CHECK((*d)->outputs()[0].max_tokens == 128);
+  CHECK((*d)->outputs()[0].temperature == 0.0f);
+  CHECK(!(*d)->outputs()[0].seed.has_value());
+}
+
+TEST_CASE("template: errors name the function, line:column and the problem") {
+  CHECK(Err("hi\n  {{gen summary max_token=3}}") == "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
+  CHECK(Err("{{gen a max_tokens=zero}}") ==
+        "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got 'zero'");
+  CHECK(Err("{{gen a max_tokens=0}}").find("bad value for 'max_tokens'") != std::string::npos);
+  CHECK(Err("{{gen a temperature=-1}}").find("fn:1:9: bad value for 'temperature'") == 0);
+  CHECK(Err("{{gen a top_p=1.5}}").find("expected a number in (0, 1]") != std::string::npos);
+  CHECK(Err("{{gen a seed=-3}}").find("bad value for 'seed'") != std::string::npos);
+  CHECK(Err("{{gen a stop=3}}").find("bad value for 'stop'") != std::string::npos);
+  CHECK(Err("ab\ncd {{gen a max_tokens=3") == "fn:2:4: unterminated placeholder '{{'");
+  CHECK(Err("x {{doc") == "fn:1:3: unterminated placeholder '{{'");
+  CHECK(Err("{{gen a stop=\"abc}}") == "fn:1:14: unterminated string");
+  CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") == "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
+  CHECK(Err("{{gen a}} {{gen a}}") == "fn:1:17: duplicate output name 'a'");
+  CHECK(Err("{{gen a}} {{a}}") == "fn:1:13: 'a' is an output and cannot be used as an input");
+  CHECK(Err("{{a}} {{gen a}}") == "fn:1:13: 'a' is an input and cannot also be an output");
+  CHECK(Err("{{}}") == "fn:1:3: empty name in {{ }}");
+  CHECK(Err("{{gen }}") == "fn:1:7: empty name in {{gen ...}}");
+  CHECK(Err("{{gen max_tokens=3}}") == "fn:1:7: empty name in {{gen ...}}");
+  CHECK(Err("{{select s}}") == "fn:1:1: missing option 'choices' in {{select s ...}}");
+  CHECK(Err("{{select s choices=[]}}").find("expected a non-empty list") != std::string::npos);
+  CHECK(Err("{{select s choices=[\"a\",\"a\"]}}").find("duplicate choice") != std::string::npos);
+  CHECK(Err("{{select s choices=[\"a\"] max_tokens=3}}") == "fn:1:26: unknown option 'max_tokens' in {{select s ...}}");
+  CHECK(Err("{{regex r}}") == "fn:1:1: missing option 'pattern' in {{regex r ...}}");
+  CHECK(Err("{{regex r pattern=\"(ab\"}}").find("bad value for 'pattern' in {{regex r ...}}: regex: missing ')'") !=
+        std::string::npos);
+  CHECK(Err("{{regex r pattern=\"a\" stop=\"x\"}}").find("unknown option 'stop'") != std::string::npos);
+  CHECK(Err("{{gen a max_tokens}}") == "fn:1:9: option 'max_tokens' needs '=value' in {{gen a ...}}");
+  CHECK(Err("{{gen a max_tokens=3 max_tokens=4}}") == "fn:1:22: option 'max_tokens' given twice in {{gen a ...}}");
+  CHECK(Err("{{foo bar}}").find("unknown placeholder kind 'foo'") != std::string::npos);
+  CHECK(Err("{{9x}}").find("bad name '9x'") != std::string::npos);
+  CHECK(Err("plain text").find("has no output") != std::string::npos);
+}

@@ -1,0 +1,219 @@
+// Test doubles for the runtime's unit tests: a byte-level fake Model, a fake
+// Engine that answers every request at once (on the caller's thread), and an
+// in-memory RunStore. Header-only; tests only.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "store/run_store.h"
+
+namespace braid::rt::testing {
+
+// One token per byte; id 256 is end-of-generation and the "BOS" is absent.
+class FakeModel final : public Model {
+ public:
+  FakeModel() { info_.n_vocab = 257; info_.context = 4096; }
+  const ModelInfo& info() const override { return info_; }
+  std::vector<int32_t> Tokenize(std::string_view text) const override {
+    std::vector<int32_t> out;
+    for (unsigned char c : text) out.push_back(c);
+    return out;
+  }
+  std::string Detokenize(std::span<const int32_t> ids) const override {
+    std::string s;
+    for (int32_t id : ids) if (id < 256) s += static_cast<char>(id);
+    return s;
+  }
+  std::string TokenBytes(int32_t id) const override { return id < 256 ? std::string(1, static_cast<char>(id)) : ""; }
+  bool IsEndOfGeneration(int32_t id) const override { return id == 256; }
+  std::string FormatChat(std::span<const ChatMessage> messages, bool add_generation_prompt) const override {
+    std::string s;
+    for (const auto& m : messages) s += "<" + m.role + ">" + m.content + "</" + m.role + ">";
+    if (add_generation_prompt) s += "<assistant>";
+    return s;
+  }
+  std::unique_ptr<Sequence> NewSequence() override { return nullptr; }
+
+ private:
+  ModelInfo info_;
+};
+
+class FakeHandle final : public RequestHandle {
+ public:
+  explicit FakeHandle(uint64_t id, Completion c) : id_(id), c_(std::move(c)) {}
+  uint64_t id() const override { return id_; }
+  std::optional<Delta> Next(int) override { return std::nullopt; }
+  Completion Wait() override { return c_; }
+  bool finished() const override { return true; }
+  void Cancel() override {}
+
+ private:
+  uint64_t id_;
+  Completion c_;
+};
+
+// Answers each request immediately: the reply is respond(prompt text) or,
+// when the prompt contains "FAIL", an engine error. Records every request.
+class FakeEngine final : public Engine {
+ public:
+  struct Submitted {
+    std::string prompt;
+    GenerationRequest request;
+    int cached = 0;         // prefix tokens found cached at submission
+    int pins_active = 0;    // pins held when it was submitted
+  };
+  std::function<std::string(const std::string&)> respond = [](const std::string& p) {
+    return "<" + std::to_string(p.size()) + ">";
+  };
+
+  Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
+    std::string prompt = model_.Detokenize(r.prompt);
+    Completion c;
+    int cached = ProbeLocked(r.prompt);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      submitted_.push_back({prompt, r, cached, pins_active_});
+      seen_.push_back(r.prompt);
+    }
+    c.usage.prompt_tokens = static_cast<int>(r.prompt.size());
+    c.usage.cached_tokens = cached;
+    if (prompt.find("FAIL") != std::string::npos) {
+      c.finish_reason = "error";
+      c.error = "fake engine failure";
+    } else {
+      c.text = respond(prompt);
+      c.finish_reason = "stop";
+      c.usage.generated_tokens = static_cast<int>(c.text.size());
+    }
+    Delta first;
+    first.tokens = {1};
+    first.text = c.text;
+    Delta last;
+    last.finished = true;
+    last.finish_reason = c.finish_reason;
+    last.error = c.error;
+    if (cb) {
+      if (c.finish_reason != "error") cb(first);
+      cb(last);
+    }
+    return std::shared_ptr<RequestHandle>(std::make_shared<FakeHandle>(++next_id_, c));
+  }
+  int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t) override { return ProbeLocked(tokens); }
+  uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pins_active_;
+    ++pins_total_;
+    return ++next_pin_;
+  }
+  void Unpin(uint64_t pin) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pin) --pins_active_;
+  }
+  EngineStats stats() const override { return {}; }
+  Model& model() override { return model_; }
+  void Shutdown() override {}
+
+  std::vector<Submitted> submitted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  int pins_active() const { std::lock_guard<std::mutex> lock(mu_); return pins_active_; }
+  int pins_total() const { std::lock_guard<std::mutex> lock(mu_); return pins_total_; }
+
+ private:
+  // Longest common prefix with any earlier prompt, in whole 16-token blocks.
+  int ProbeLocked(const std::vector<int32_t>& tokens) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = 0;
+    for (const auto& s : seen_) {
+      size_t i = 0;
+      while (i < s.size() && i < tokens.size() && s[i] == tokens[i]) ++i;
+      best = std::max(best, i);
+    }
+    return static_cast<int>(best / 16 * 16);
+  }
+
+  FakeModel model_;
+  mutable std::mutex mu_;
+  std::vector<Submitted> submitted_;
+  std::vector<std::vector<int32_t>> seen_;
+  uint64_t next_id_ = 0, next_pin_ = 0;
+  int pins_active_ = 0, pins_total_ = 0;
+};
+
+class MemoryStore final : public RunStore {
+ public:
+  Status CreateRun(const StoredRun& run) override { std::lock_guard<std::mutex> l(mu_); runs_[run.id] = run; return {}; }
+  Result<StoredRun> GetRun(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = runs_.find(id);
+    if (it == runs_.end()) return Status::NotFound("run '" + id + "'");
+    return it->second;
+  }
+  Result<std::vector<StoredRun>> ListRuns(int) override {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<StoredRun> out;
+    for (auto& [id, r] : runs_) out.push_back(r);
+    return out;
+  }
+  Status FinishRun(const std::string& id, const std::string& status, const std::string& error) override {
+    std::lock_guard<std::mutex> l(mu_);
+    runs_[id].status = status;
+    runs_[id].error = error;
+    return {};
+  }
+  Status RecordCall(const std::string& run_id, const StoredCall& call) override {
+    std::lock_guard<std::mutex> l(mu_);
+    calls_[run_id][call.key] = call;
+    return {};
+  }
+  Result<std::optional<StoredCall>> FindCall(const std::string& run_id, const std::string& key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& m = calls_[run_id];
+    auto it = m.find(key);
+    if (it == m.end()) return std::optional<StoredCall>();
+    return std::optional<StoredCall>(it->second);
+  }
+  Result<std::vector<StoredCall>> Calls(const std::string& run_id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<StoredCall> out;
+    for (auto& [k, c] : calls_[run_id]) out.push_back(c);
+    return out;
+  }
+  Status RecordValue(const std::string& run_id, const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> l(mu_);
+    values_[run_id][key] = value;
+    return {};
+  }
+  Result<std::optional<std::string>> FindValue(const std::string& run_id, const std::string& key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& m = values_[run_id];
+    auto it = m.find(key);
+    if (it == m.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
+  Status AppendEvent(const std::string& run_id, const std::string& kind, const std::string& data) override {
+    std::lock_guard<std::mutex> l(mu_);
+    events_[run_id].push_back(kind + " " + data);
+    return {};
+  }
+  std::vector<std::string> events(const std::string& run_id) {
+    std::lock_guard<std::mutex> l(mu_);
+    return events_[run_id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, StoredRun> runs_;
+  std::map<std::string, std::map<std::string, StoredCall>> calls_;
+  std::map<std::string, std::map<std::string, std::string>> values_;
+  std::map<std::string, std::vector<std::string>> events_;
+};
+
+}  // namespace braid::rt::testing
