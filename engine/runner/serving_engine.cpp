@@ -147,12 +147,18 @@ class Request final : public RequestHandle {
   }
 
  private:
+  // The delta is queued (and the request marked done) before the callback
+  // runs, so a callback may call Wait() on this request.
   void Emit(Delta d, bool final = false) {
-    if (cb_) cb_(d);
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(d));
-    if (final) done_ = true;
-    cv_.notify_all();
+    Delta copy;
+    if (cb_) copy = d;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(d));
+      if (final) done_ = true;
+      cv_.notify_all();
+    }
+    if (cb_) cb_(copy);
   }
 
   const uint64_t id_;
@@ -193,6 +199,144 @@ TokenLogprob Logprobs(std::span<const float> logits, int32_t id, int k) {
   return lp;
 }
 
+// A scoring request: one prompt-only request per choice (prompt + choice,
+// log-probabilities from the choice on). The first runs alone so that the
+// others find the prompt in the prefix cache.
+class ScoreRequest final : public RequestHandle, public std::enable_shared_from_this<ScoreRequest> {
+ public:
+  using SubmitFn = std::function<Result<std::shared_ptr<RequestHandle>>(GenerationRequest, DeltaCallback)>;
+  ScoreRequest(uint64_t id, GenerationRequest req, DeltaCallback cb, SubmitFn submit)
+      : id_(id), req_(std::move(req)), cb_(std::move(cb)), submit_(std::move(submit)) {
+    result_.choice_logprobs.assign(req_.score_choices.size(), 0.0f);
+    result_.usage.prompt_tokens = static_cast<int>(req_.prompt.size());
+  }
+
+  Status Start() { return SubmitChoice(0); }
+
+  uint64_t id() const override { return id_; }
+  std::optional<Delta> Next(int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] { return done_; };
+    if (timeout_ms < 0) cv_.wait(lock, ready);
+    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    if (!done_ || taken_) return std::nullopt;
+    taken_ = true;
+    Delta d;
+    d.finished = true;
+    d.finish_reason = result_.finish_reason;
+    d.error = result_.error;
+    return d;
+  }
+  Completion Wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return result_;
+  }
+  bool finished() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  void Cancel() override {
+    std::vector<std::shared_ptr<RequestHandle>> children;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      children = children_;
+    }
+    for (auto& c : children) c->Cancel();
+  }
+
+ private:
+  Status SubmitChoice(size_t i) {
+    GenerationRequest g;
+    g.prompt = req_.prompt;
+    g.prompt.insert(g.prompt.end(), req_.score_choices[i].begin(), req_.score_choices[i].end());
+    g.prompt_logprobs_from = static_cast<int>(req_.prompt.size());
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = 0;
+    g.goal = req_.goal;
+    g.priority = req_.priority;
+    g.deadline_ms = req_.deadline_ms;
+    g.cache_salt = req_.cache_salt;
+    g.client = req_.client;
+    auto self = shared_from_this();
+    auto h = submit_(std::move(g), [self, i](const Delta& d) {
+      if (d.finished) self->OnChild(i);
+    });
+    if (!h.ok()) return h.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    children_.resize(std::max(children_.size(), i + 1));
+    children_[i] = *h;
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+  // Runs on the engine thread when child i finished.
+  void OnChild(size_t i) {
+    std::shared_ptr<RequestHandle> child;
+    {
+      // The submitting thread may not have stored the handle yet.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return i < children_.size() && children_[i]; });
+      child = children_[i];
+    }
+    Completion c = child ? child->Wait() : Completion();
+    bool last = false, launch_rest = false, failed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (c.finish_reason != "length") {
+        failed = true;
+        if (result_.error.empty())
+          result_.error = c.error.empty() ? "choice " + std::to_string(i) + " " + c.finish_reason : c.error;
+      }
+      float sum = 0;
+      for (float x : c.prompt_logprobs) sum += x;
+      result_.choice_logprobs[i] = sum;
+      if (i == 0) result_.usage.cached_tokens = c.usage.cached_tokens;
+      ++finished_children_;
+      last = finished_children_ == req_.score_choices.size();
+      launch_rest = i == 0 && !cancelled_ && !failed && req_.score_choices.size() > 1;
+    }
+    if (launch_rest) {
+      for (size_t k = 1; k < req_.score_choices.size(); ++k) {
+        Status s = SubmitChoice(k);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          result_.error = s.message();
+          finished_children_ += req_.score_choices.size() - k;
+          last = true;
+          break;
+        }
+      }
+    }
+    if (failed && i == 0) last = true;  // nothing else was started
+    if (!last) return;
+    Delta d;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) return;
+      result_.finish_reason = cancelled_ ? "cancelled" : !result_.error.empty() ? "error" : "stop";
+      done_ = true;
+      d.finished = true;
+      d.finish_reason = result_.finish_reason;
+      d.error = result_.error;
+    }
+    if (cb_) cb_(d);
+    cv_.notify_all();
+  }
+
+  const uint64_t id_;
+  GenerationRequest req_;
+  DeltaCallback cb_;
+  SubmitFn submit_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<RequestHandle>> children_;
+  size_t finished_children_ = 0;
+  bool done_ = false, taken_ = false, cancelled_ = false;
+  Completion result_;
+};
+
 class ServingEngine final : public Engine {
  public:
   ServingEngine(const EngineOptions& o, std::unique_ptr<LlamaModel> model,
@@ -210,6 +354,7 @@ class ServingEngine final : public Engine {
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
     BRAID_RETURN_IF_ERROR(r.sampling.Validate());
     if (r.prompt.empty() && !r.prompt_text.empty()) r.prompt = model_->Tokenize(r.prompt_text);
+    if (!r.score_choices.empty()) return SubmitScoring(std::move(r), std::move(cb));
     if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
     const int n_vocab = model_->config().n_vocab;
     for (size_t i = 0; i < r.prompt.size(); ++i)
@@ -246,6 +391,26 @@ class ServingEngine final : public Engine {
                                          model_->tokenizer());
     inbox_.push_back(req);
     cv_.notify_one();
+    return std::shared_ptr<RequestHandle>(req);
+  }
+
+  Result<std::shared_ptr<RequestHandle>> SubmitScoring(GenerationRequest r, DeltaCallback cb) {
+    if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+    if (r.score_choices.size() > 64)
+      return Status::InvalidArgument("at most 64 choices can be scored, got " +
+                                     std::to_string(r.score_choices.size()));
+    for (size_t i = 0; i < r.score_choices.size(); ++i)
+      if (r.score_choices[i].empty())
+        return Status::InvalidArgument("choice " + std::to_string(i) + " has no tokens");
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = ++next_id_;
+    }
+    auto req = std::make_shared<ScoreRequest>(
+        id, std::move(r), std::move(cb),
+        [this](GenerationRequest g, DeltaCallback c) { return Submit(std::move(g), std::move(c)); });
+    BRAID_RETURN_IF_ERROR(req->Start());
     return std::shared_ptr<RequestHandle>(req);
   }
 

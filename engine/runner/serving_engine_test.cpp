@@ -257,3 +257,31 @@ TEST_CASE("prompt log-probabilities score a continuation; a logits processor con
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST_CASE("score_choices ranks continuations by total log-probability") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  Model& m = e.model();
+  GenerationRequest g;
+  g.prompt = m.Tokenize("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\nThe capital of France is");
+  g.score_choices = {m.Tokenize(" Paris."), m.Tokenize(" a banana."), m.Tokenize(" Berlin.")};
+  auto h = e.Submit(g);
+  REQUIRE(h.ok());
+  Completion c = (*h)->Wait();
+  REQUIRE(c.choice_logprobs.size() == 3);
+  CHECK(c.finish_reason == "stop");
+  CHECK(c.choice_logprobs[0] > c.choice_logprobs[1]);
+  CHECK(c.choice_logprobs[0] > c.choice_logprobs[2]);
+  MESSAGE("Paris " << c.choice_logprobs[0] << ", banana " << c.choice_logprobs[1] << ", Berlin "
+                   << c.choice_logprobs[2]);
+  g.score_choices = {{}};
+  CHECK_FALSE(e.Submit(g).ok());
+}
+
+}  // namespace
+}  // namespace braid

@@ -38,6 +38,10 @@ struct GenerationRequest {
   // generated so far; may lower logits (e.g. to -inf) to constrain decoding.
   // Must be fast and must not block.
   std::function<void(std::span<const int32_t> generated, std::span<float> logits)> logits_processor;
+  // When non-empty, nothing is generated: each continuation is scored after
+  // the prompt (its total log-probability, in Completion::choice_logprobs).
+  // The first choice computes the prompt; the rest reuse its cached KV.
+  std::vector<std::vector<int32_t>> score_choices;
   std::string client;            // identity for fair sharing and accounting
 };
 
@@ -76,6 +80,7 @@ struct Completion {
   std::string text;
   std::vector<TokenLogprob> logprobs;
   std::vector<float> prompt_logprobs;  // for prompt tokens [prompt_logprobs_from, prompt_len)
+  std::vector<float> choice_logprobs;  // per score_choices entry: sum of its tokens' log-probabilities
   std::string finish_reason;
   std::string error;
   Usage usage;
