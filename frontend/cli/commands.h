@@ -8,6 +8,8 @@ namespace braid::cli {
 
 int GenerateMain(const std::vector<std::string>& args, bool chat);
 int BenchMain(const std::vector<std::string>& args);
+// braid run SCRIPT.lua [ARGS...]: a Lua program on embedded engines (run_cmd.cpp).
+int RunMain(const std::vector<std::string>& args);
 
 class Args;
 // braid bench --serve (options already past --serve).

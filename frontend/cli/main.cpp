@@ -17,6 +17,7 @@ void PrintUsage() {
       "  generate   complete a prompt:   braid generate [-m MODEL] -p TEXT [-n N] [--temp T] ...\n"
       "  chat       interactive chat:    braid chat [-m MODEL]\n"
       "  bench      llama-bench style:   braid bench [-m MODEL] [-p 512] [-n 128] [-t THREADS]\n"
+      "  run        run a Lua program:   braid run [-m MODEL] apps/map_reduce/app.lua [ARGS...]\n"
       "\n"
       "Run 'braid <command> --help' for the options of one command.\n");
 }
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return braid::cli::GenerateMain(args, /*chat=*/false);
   if (cmd == "chat") return braid::cli::GenerateMain(args, /*chat=*/true);
   if (cmd == "bench") return braid::cli::BenchMain(args);
+#ifdef BRAID_HAVE_RUNTIME
+  if (cmd == "run") return braid::cli::RunMain(args);
+#endif
   std::fprintf(stderr, "braid: unknown command '%s'\n", cmd.c_str());
   PrintUsage();
   return 2;

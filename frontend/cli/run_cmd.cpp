@@ -1,0 +1,329 @@
+// braid run: runs a Lua program (apps/*/app.lua) on embedded engines.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/engine.h"
+#include "lua/driver.h"
+#include "lua/live_view.h"
+#include "runtime/runtime.h"
+
+extern char** environ;
+
+namespace braid::cli {
+namespace {
+
+const char* kRunHelp =
+    "usage: braid run [options] SCRIPT.lua [ARGS...]\n"
+    "\n"
+    "Runs a Braid Lua program; its return value goes to stdout (strings as is,\n"
+    "tables as JSON), the live view and braid.log lines to stderr.\n"
+    "\n"
+    "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "  -t, --threads N         CPU threads in all (default: all cores), split between engines\n"
+    "      --ctx N             context size per sequence\n"
+    "      --engines N         embedded engines on the same model (default 1)\n"
+    "      --kv-tokens N       KV cache tokens per engine (default 16384)\n"
+    "      --mode dag|baseline DAG scheduling (default) or one request per call, FCFS\n"
+    "      --rtt-ms N          added client round trip per call (baseline comparisons)\n"
+    "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
+    "      --json              print {run_id, result, nodes: [...]} as JSON\n"
+    "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
+    "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
+    "  -q, --quiet             no live view or progress lines\n"
+    "      --lua-memory-mb N   Lua memory cap (default 256)\n"
+    "      --lua-seconds S     Lua running time cap, not counting waits for the model (default 10)\n"
+    "      --lua-instructions N  Lua instruction cap (default: none)\n";
+
+// Options that take a value (everything before the script is ours).
+const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--engines",
+                                             "--kv-tokens", "--mode", "--rtt-ms", "--graph", "--db",
+                                             "--resume", "--lua-memory-mb", "--lua-seconds",
+                                             "--lua-instructions"};
+
+std::atomic<bool> g_interrupt{false};
+
+extern "C" void OnSigint(int) {
+  if (g_interrupt.exchange(true)) std::_Exit(130);  // second Ctrl-C: leave now
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  bool ok = !std::ferror(f);
+  std::fclose(f);
+  return ok;
+}
+
+bool WriteFile(const std::string& path, const std::string& data) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+std::string DefaultDb() {
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) return "";
+  return std::string(home) + "/.cache/braid/runs.db";
+}
+
+// Renders dot text with Graphviz: `dot -T<format> -o <path>`, text on stdin.
+Status RenderDot(const std::string& dot, const std::string& format, const std::string& path) {
+  int fds[2];
+  if (pipe(fds) != 0) return Status::IoError("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  std::string t = "-T" + format;
+  std::vector<char*> argv = {const_cast<char*>("dot"), t.data(), const_cast<char*>("-o"),
+                             const_cast<char*>(path.c_str()), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, "dot", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[0]);
+  if (rc != 0) {
+    close(fds[1]);
+    return Status::NotFound("Graphviz 'dot' not found (install graphviz)");
+  }
+  size_t off = 0;
+  std::signal(SIGPIPE, SIG_IGN);
+  while (off < dot.size()) {
+    ssize_t n = write(fds[1], dot.data() + off, dot.size() - off);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  close(fds[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return Status::IoError("dot -T" + format + " failed for " + path);
+  return Status::Ok();
+}
+
+void WriteGraph(rt::Run& run, const std::string& path) {
+  std::string dot = run.ToDot();
+  std::string ext = std::filesystem::path(path).extension().string();
+  if (!ext.empty()) ext = ext.substr(1);
+  if (ext.empty() || ext == "dot" || ext == "gv") {
+    if (!WriteFile(path, dot)) std::fprintf(stderr, "braid: cannot write %s\n", path.c_str());
+    return;
+  }
+  Status s = RenderDot(dot, ext, path);
+  if (!s.ok()) {
+    std::string fallback = path + ".dot";
+    WriteFile(fallback, dot);
+    std::fprintf(stderr, "braid: %s; wrote the dot text to %s\n", s.message().c_str(), fallback.c_str());
+  }
+}
+
+nlohmann::json NodeJson(const rt::NodeInfo& n) {
+  nlohmann::json j;
+  j["id"] = n.id;
+  j["label"] = n.label;
+  j["state"] = rt::NodeStateName(n.state);
+  j["wanted"] = n.wanted;
+  j["goal"] = n.goal == rt::Criteria::kLatency ? "latency" : "throughput";
+  j["group"] = n.group;
+  j["priority"] = n.priority;
+  j["engine"] = n.engine;
+  j["prompt_tokens"] = n.prompt_tokens;
+  j["cached_tokens"] = n.cached_tokens;
+  j["generated_tokens"] = n.generated_tokens;
+  j["queued_ms"] = n.queued_ms;
+  j["run_ms"] = n.run_ms;
+  if (!n.error.empty()) j["error"] = n.error;
+  return j;
+}
+
+}  // namespace
+
+int RunMain(const std::vector<std::string>& argv) {
+  // Our options come before the script; everything after it is the app's.
+  size_t script_at = argv.size();
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (kValueOptions.count(argv[i])) {
+      ++i;
+      continue;
+    }
+    if (argv[i].empty() || argv[i][0] != '-') {
+      script_at = i;
+      break;
+    }
+  }
+  std::vector<std::string> ours(argv.begin(), argv.begin() + std::min(script_at, argv.size()));
+  Args args(ours);
+  if (args.Flag({"-h", "--help"})) {
+    std::printf("%s", kRunHelp);
+    return 0;
+  }
+  if (script_at >= argv.size()) {
+    std::fprintf(stderr, "braid run: give a script: braid run [options] SCRIPT.lua [ARGS...]\n");
+    return 2;
+  }
+  const std::string script = argv[script_at];
+  std::vector<std::string> app_args(argv.begin() + script_at + 1, argv.end());
+
+  ModelOptions mo = ReadModelOptions(args);
+  int engines_n = static_cast<int>(args.Int({"--engines"}, 1));
+  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 16384));
+  std::string mode = args.Str({"--mode"}, "dag");
+  int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0));
+  std::string graph = args.Str({"--graph"}, "");
+  bool json = args.Flag({"--json"});
+  std::string db = args.Str({"--db"}, DefaultDb());
+  std::string resume = args.Str({"--resume"}, "");
+  bool quiet = args.Flag({"-q", "--quiet"});
+  lua::DriverOptions dopts;
+  dopts.limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256)) << 20;
+  dopts.limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0);
+  dopts.limits.max_instructions = static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0));
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid run: %s\n", e.c_str());
+    return 2;
+  }
+  if (engines_n < 1 || engines_n > 64) {
+    std::fprintf(stderr, "braid run: --engines must be between 1 and 64\n");
+    return 2;
+  }
+  if (mode != "dag" && mode != "baseline") {
+    std::fprintf(stderr, "braid run: --mode must be dag or baseline, got '%s'\n", mode.c_str());
+    return 2;
+  }
+  if (rtt_ms < 0) {
+    std::fprintf(stderr, "braid run: --rtt-ms must be >= 0\n");
+    return 2;
+  }
+  std::string source;
+  if (!ReadFile(script, &source)) {
+    std::fprintf(stderr, "braid run: cannot read script '%s'\n", script.c_str());
+    return 2;
+  }
+  if (db == "none") db.clear();
+  if (!db.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(db).parent_path(), ec);
+  }
+  if (!resume.empty() && db.empty()) {
+    std::fprintf(stderr, "braid run: --resume needs the run store (--db)\n");
+    return 2;
+  }
+
+  // Engines: each its own Engine on the same model, threads split between them.
+  int threads = mo.threads > 0 ? mo.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<Engine*> engine_ptrs;
+  std::vector<std::string> names;
+  for (int i = 0; i < engines_n; ++i) {
+    EngineOptions eo;
+    eo.model = mo;
+    eo.model.threads = std::max(1, threads / engines_n);
+    eo.kv_tokens = kv_tokens;
+    if (mode == "baseline") eo.policy = "fcfs";
+    auto e = Engine::Open(eo);
+    if (!e.ok()) {
+      std::fprintf(stderr, "braid: %s\n", e.status().message().c_str());
+      return 1;
+    }
+    engine_ptrs.push_back(e->get());
+    names.push_back("engine" + std::to_string(i));
+    engines.push_back(std::move(e).value());
+  }
+  rt::RuntimeOptions ro;
+  ro.engines = engine_ptrs;
+  ro.engine_names = names;
+  ro.db_path = db;
+  auto runtime = rt::Runtime::Open(ro);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "braid: %s\n", runtime.status().message().c_str());
+    return 1;
+  }
+  rt::RunOptions runo;
+  runo.program = script;
+  runo.args = app_args;
+  runo.mode = mode == "baseline" ? rt::Mode::kBaseline : rt::Mode::kDag;
+  runo.rtt_ms = rtt_ms;
+  runo.resume_id = resume;
+  auto started = (*runtime)->StartRun(runo);
+  if (!started.ok()) {
+    std::fprintf(stderr, "braid: %s\n", started.status().message().c_str());
+    return 1;
+  }
+  std::shared_ptr<rt::Run> run = *started;
+
+  lua::LiveViewOptions vo;
+  vo.tty = isatty(2) != 0;
+  vo.progress = !quiet;
+  vo.program = script;
+  auto view = std::make_unique<lua::LiveView>(*run, vo);
+  dopts.log = [&view](std::string_view line) { view->Log(line); };
+  dopts.interrupt = &g_interrupt;
+  dopts.script_dir = std::filesystem::path(script).parent_path().string();
+  if (dopts.script_dir.empty()) dopts.script_dir = ".";
+  auto old_handler = std::signal(SIGINT, OnSigint);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto result = lua::RunProgram(*run, script, source, app_args, dopts);
+  double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::signal(SIGINT, old_handler);
+  run->Cancel();  // nodes nobody waits for any more (abandoned coroutines, errors)
+  view->Stop();
+  run->Finish(result.ok() ? Status::Ok() : result.status());
+  if (!graph.empty()) WriteGraph(*run, graph);
+
+  if (!result.ok()) {
+    std::fprintf(stderr, "braid: %s\n", result.status().message().c_str());
+    if (!db.empty() && result.status().code() == StatusCode::kCancelled)
+      std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run->id().c_str(), script.c_str());
+    return result.status().code() == StatusCode::kCancelled ? 130 : 1;
+  }
+  const lua::ProgramResult& r = *result;
+  if (json) {
+    nlohmann::json out;
+    out["run_id"] = run->id();
+    out["program"] = script;
+    out["mode"] = mode;
+    out["elapsed_ms"] = elapsed_ms;
+    if (r.kind == lua::ProgramResult::Kind::kString) {
+      out["result"] = r.text;
+    } else if (r.kind == lua::ProgramResult::Kind::kJson) {
+      out["result"] = nlohmann::json::parse(r.text, nullptr, false);
+    } else {
+      out["result"] = nullptr;
+    }
+    out["nodes"] = nlohmann::json::array();
+    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n));
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (r.kind == lua::ProgramResult::Kind::kString) {
+    std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    if (r.text.empty() || r.text.back() != '\n') std::fputc('\n', stdout);
+  } else if (r.kind == lua::ProgramResult::Kind::kJson) {
+    auto j = nlohmann::json::parse(r.text, nullptr, false);
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace braid::cli

@@ -1,0 +1,436 @@
+#include "lua/driver.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+}
+
+#include "lua/lib_braid.h"
+
+namespace braid::lua {
+namespace {
+
+int OpenBraid(lua_State* L) {
+  luaL_requiref(L, "braid", luaopen_braid, 1);
+  return 0;
+}
+
+// The error object of a failed coroutine as text, without calling any
+// metamethod (we are outside every protected call here).
+std::string ErrorText(lua_State* co) {
+  int t = lua_type(co, -1);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(co, -1);
+    std::string s = lua_tostring(co, -1);
+    lua_pop(co, 1);
+    return s;
+  }
+  if (t == LUA_TNIL) return "error (nil error object)";
+  return std::string("error object is a ") + lua_typename(co, t) + " value";
+}
+
+// Converts the value at `idx` of L to JSON. Host section code: raw access
+// only. Errors name the path to the bad value.
+bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann::json* out,
+            std::string* error) {
+  idx = lua_absindex(L, idx);
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+      *out = nullptr;
+      return true;
+    case LUA_TBOOLEAN:
+      *out = static_cast<bool>(lua_toboolean(L, idx));
+      return true;
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) {
+        *out = static_cast<int64_t>(lua_tointeger(L, idx));
+      } else {
+        double x = lua_tonumber(L, idx);
+        if (std::isfinite(x)) {
+          *out = x;
+        } else {
+          *out = nullptr;
+        }
+      }
+      return true;
+    case LUA_TSTRING: {
+      size_t len = 0;
+      const char* s = lua_tolstring(L, idx, &len);
+      *out = std::string(s, len);
+      return true;
+    }
+    case LUA_TTABLE:
+      break;
+    default:
+      *error = "the result" + path + " is a " + lua_typename(L, lua_type(L, idx)) + ", which has no JSON form";
+      return false;
+  }
+  if (depth > 64) {
+    *error = "the result is nested more than 64 levels deep";
+    return false;
+  }
+  if (!lua_checkstack(L, 4)) {
+    *error = "the result is too deep";
+    return false;
+  }
+  lua_Unsigned n = lua_rawlen(L, idx);
+  lua_Unsigned count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    ++count;
+    lua_pop(L, 1);
+  }
+  if (count == n) {  // a sequence 1..n (or empty): an array
+    *out = nlohmann::json::array();
+    for (lua_Unsigned i = 1; i <= n; ++i) {
+      lua_rawgeti(L, idx, static_cast<lua_Integer>(i));
+      nlohmann::json v;
+      bool ok = ToJson(L, -1, depth + 1, path + "[" + std::to_string(i) + "]", &v, error);
+      lua_pop(L, 1);
+      if (!ok) return false;
+      out->push_back(std::move(v));
+    }
+    return true;
+  }
+  *out = nlohmann::json::object();
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    std::string key;
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING) {
+      key = lua_tostring(L, -2);
+    } else if (kt == LUA_TNUMBER) {
+      lua_pushvalue(L, -2);
+      key = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    } else if (kt == LUA_TBOOLEAN) {
+      key = lua_toboolean(L, -2) ? "true" : "false";
+    } else {
+      lua_pop(L, 2);
+      *error = "the result" + path + " has a " + lua_typename(L, kt) + " key, which has no JSON form";
+      return false;
+    }
+    nlohmann::json v;
+    bool ok = ToJson(L, -1, depth + 1, path + "." + key, &v, error);
+    lua_pop(L, 1);
+    if (!ok) {
+      lua_pop(L, 1);
+      return false;
+    }
+    (*out)[key] = std::move(v);
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname, const std::string& source,
+                                 const std::vector<std::string>& args, const DriverOptions& options) {
+  std::unique_ptr<LuaState> state = LuaState::Create(options.limits);
+  if (!state) return Status::ResourceExhausted("cannot create a Lua state");
+  Driver driver(run, *state, options);
+  return driver.Execute(chunkname, source, args);
+}
+
+Driver::Driver(rt::Run& run, LuaState& state, const DriverOptions& options)
+    : run_(run), state_(state), options_(options) {
+  *static_cast<Driver**>(lua_getextraspace(state_.L())) = this;
+  if (options_.log) state_.SetLogger(options_.log);
+  state_.SetInterruptFlag(options_.interrupt);
+  current_ = -1;
+}
+
+Driver::~Driver() { *static_cast<Driver**>(lua_getextraspace(state_.L())) = nullptr; }
+
+Driver* Driver::From(lua_State* L) { return *static_cast<Driver**>(lua_getextraspace(L)); }
+
+Driver::Coroutine* Driver::coroutine(int id) {
+  if (id < 0 || id >= static_cast<int>(coros_.size())) return nullptr;
+  return coros_[id].get();
+}
+
+rt::CallKey Driver::NextCallKey() {
+  if (current_ < 0) return rt::CallKey{"init", 0};
+  Coroutine& c = current();
+  return rt::CallKey{c.path, c.calls++};
+}
+
+std::string Driver::NextReplayKey(const std::string& what) {
+  // Before any coroutine runs (while the module opens) the path is "init".
+  std::map<std::string, int>& counts = current_ < 0 ? init_replays_ : current().replays;
+  std::string path = current_ < 0 ? "init" : current().path;
+  return path + ":" + what + "#" + std::to_string(counts[what]++);
+}
+
+int Driver::AddFunction(std::shared_ptr<const rt::SemanticFunction> fn) {
+  if (functions_.size() >= options_.max_functions) return -1;
+  functions_.push_back(std::move(fn));
+  return static_cast<int>(functions_.size() - 1);
+}
+
+const rt::SemanticFunction* Driver::function(int index) const {
+  return index >= 0 && index < static_cast<int>(functions_.size()) ? functions_[index].get() : nullptr;
+}
+
+void Driver::NameVar(rt::VarId var, std::string name) { var_names_[var] = std::move(name); }
+
+std::string Driver::VarName(rt::VarId var) const {
+  auto it = var_names_.find(var);
+  return it != var_names_.end() ? it->second : "variable #" + std::to_string(var);
+}
+
+int Driver::Spawn(lua_State* L, int nargs, bool background, std::string* error) {
+  if (coros_.size() >= options_.max_coroutines) {
+    *error = "too many coroutines (limit " + std::to_string(options_.max_coroutines) + ")";
+    lua_pop(L, nargs + 1);
+    return -1;
+  }
+  auto c = std::make_unique<Coroutine>();
+  c->id = static_cast<int>(coros_.size());
+  if (current_ < 0) {
+    c->path = "main";
+  } else {
+    Coroutine& parent = current();
+    c->path = parent.path + "/" + std::to_string(++parent.spawns);
+  }
+  c->background = background;
+  c->thread = lua_newthread(L);
+  c->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (!lua_checkstack(c->thread, nargs + 2)) {
+    *error = "too many arguments";
+    luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
+    lua_pop(L, nargs + 1);
+    return -1;
+  }
+  lua_xmove(L, c->thread, nargs + 1);
+  c->nargs = nargs;
+  runnable_.push_back(c->id);
+  coros_.push_back(std::move(c));
+  return static_cast<int>(coros_.size() - 1);
+}
+
+void Driver::BlockOnVar(rt::VarId var, bool wanted) {
+  Coroutine& c = current();
+  c.status = CoStatus::kWaitVar;
+  c.var = var;
+  c.wanted = wanted;
+}
+
+void Driver::BlockOnJoin(int target) {
+  Coroutine& c = current();
+  c.status = CoStatus::kWaitJoin;
+  c.join_target = target;
+  coros_[target]->joiners.push_back(c.id);
+}
+
+int Driver::PushResults(int id, lua_State* L) {
+  Coroutine& c = *coros_[id];
+  if (!lua_checkstack(L, c.nresults + 1) || !lua_checkstack(c.thread, 1)) return 0;
+  int top = lua_gettop(c.thread);
+  for (int i = top - c.nresults + 1; i <= top; ++i) {
+    lua_pushvalue(c.thread, i);
+    lua_xmove(c.thread, L, 1);
+  }
+  return c.nresults;
+}
+
+Result<std::string> Driver::ReadFile(const std::string& path) const {
+  bool granted = false;
+  for (const std::string& a : args_) granted = granted || a == path;
+  std::string full = path;
+  if (!granted) {
+    std::filesystem::path p(path);
+    bool bad = p.empty() || p.is_absolute() || options_.script_dir.empty();
+    for (const auto& part : p) bad = bad || part == "..";
+    if (bad)
+      return Status::InvalidArgument("braid.read: '" + path +
+                                     "' is neither a program argument nor a file beside the script");
+    full = (std::filesystem::path(options_.script_dir) / p).string();
+  }
+  FILE* f = std::fopen(full.c_str(), "rb");
+  if (!f) return Status::NotFound("braid.read: cannot open '" + path + "'");
+  std::string data;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    data.append(buf, n);
+    if (data.size() > options_.max_read_bytes) {
+      std::fclose(f);
+      return Status::OutOfRange("braid.read: '" + path + "' is larger than " +
+                                std::to_string(options_.max_read_bytes >> 20) + " MB");
+    }
+  }
+  bool err = std::ferror(f);
+  std::fclose(f);
+  if (err) return Status::IoError("braid.read: error reading '" + path + "'");
+  return data;
+}
+
+void Driver::Wake(Coroutine& c) {
+  if (c.status == CoStatus::kDone || c.status == CoStatus::kFailed || c.status == CoStatus::kRunnable) return;
+  c.status = CoStatus::kRunnable;
+  c.var = 0;
+  c.join_target = -1;
+  runnable_.push_back(c.id);
+}
+
+std::string Driver::ErrorWithTraceback(lua_State* co, int status) {
+  std::string msg = ErrorText(co);
+  if (status == LUA_ERRMEM || (state_.limit_hit() == LimitHit::kMemory &&
+                               msg.find("not enough memory") != std::string::npos)) {
+    msg = state_.LimitMessage();
+  }
+  return msg;
+}
+
+void Driver::Step(int id) {
+  Coroutine& c = *coros_[id];
+  if (c.status != CoStatus::kRunnable) return;
+  current_ = id;
+  lua_State* co = c.thread;
+  int nres = 0;
+  state_.BeginSlice();
+  int st = lua_resume(co, state_.L(), c.nargs, &nres);
+  state_.EndSlice();
+  current_ = -1;
+  c.nargs = 0;
+  if (st == LUA_YIELD) {
+    // A host request (get/join: the status says what we wait for) or a
+    // plain coroutine.yield (stay runnable: the others get a turn).
+    lua_pop(co, nres);
+    if (c.status == CoStatus::kRunnable) runnable_.push_back(id);
+    return;
+  }
+  if (st == LUA_OK) {
+    c.status = CoStatus::kDone;
+    c.nresults = nres;
+  } else {
+    c.status = CoStatus::kFailed;
+    c.error = ErrorWithTraceback(co, st);
+    luaL_traceback(state_.L(), co, nullptr, 0);
+    c.traceback = lua_tostring(state_.L(), -1);
+    lua_pop(state_.L(), 1);
+    LimitHit hit = state_.limit_hit();
+    if (hit == LimitHit::kInterrupted) {
+      fatal_ = Status::Cancelled("interrupted");
+    } else if (hit != LimitHit::kNone && (hit != LimitHit::kMemory || st == LUA_ERRMEM)) {
+      fatal_ = Status::ResourceExhausted(c.error + "\n" + c.traceback);
+    }
+  }
+  std::vector<int> joiners = std::move(c.joiners);
+  c.joiners.clear();
+  for (int j : joiners) Wake(*coros_[j]);
+}
+
+Status Driver::WaitForProgress() {
+  std::vector<rt::VarId> vars;
+  bool any_wanted = false;
+  for (const auto& c : coros_) {
+    if (c->status != CoStatus::kWaitVar) continue;
+    vars.push_back(c->var);
+    any_wanted = any_wanted || c->wanted;
+  }
+  if (any_wanted) run_.WaitAny(vars, options_.poll_ms);
+  bool woke = false;
+  for (const auto& c : coros_) {
+    if (c->status == CoStatus::kWaitVar && run_.state(c->var) != rt::VarState::kPending) {
+      Wake(*c);
+      woke = true;
+    }
+  }
+  if (!any_wanted && !woke) {
+    std::string who;
+    for (const auto& c : coros_)
+      if (c->status == CoStatus::kWaitJoin || c->status == CoStatus::kWaitVar)
+        who += (who.empty() ? "" : ", ") + c->path +
+               (c->status == CoStatus::kWaitJoin ? " joins " + coros_[c->join_target]->path
+                                                 : " awaits " + VarName(c->var));
+    return Status::InvalidArgument("deadlock: every coroutine is waiting and none waits for a "
+                                   "variable the runtime will produce (" + who + ")");
+  }
+  return Status::Ok();
+}
+
+Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::string& source,
+                                      const std::vector<std::string>& args) {
+  args_ = args;
+  lua_State* L = state_.L();
+  lua_pushcfunction(L, OpenBraid);
+  if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+    std::string msg = ErrorText(L);
+    lua_pop(L, 1);
+    return Status::Internal("opening the braid module: " + msg);
+  }
+  if (!state_.LoadText(source, chunkname)) {
+    std::string msg = ErrorText(L);
+    lua_pop(L, 1);
+    return Status::InvalidArgument(msg);
+  }
+  // The main coroutine: main_body(chunk, args...).
+  if (!lua_checkstack(L, static_cast<int>(args.size()) + 4))
+    return Status::InvalidArgument("too many program arguments");
+  PushMainBody(L);
+  lua_insert(L, -2);
+  for (const std::string& a : args) lua_pushlstring(L, a.data(), a.size());
+  std::string error;
+  if (Spawn(L, 1 + static_cast<int>(args.size()), false, &error) < 0) return Status::Internal(error);
+
+  Coroutine& main = *coros_[0];
+  while (true) {
+    while (!runnable_.empty() && fatal_.ok()) {
+      int id = runnable_.front();
+      runnable_.pop_front();
+      Step(id);
+    }
+    if (!fatal_.ok()) break;
+    if (main.status == CoStatus::kDone || main.status == CoStatus::kFailed) break;
+    if (state_.interrupted()) {
+      fatal_ = Status::Cancelled("interrupted");
+      break;
+    }
+    Status s = WaitForProgress();
+    if (!s.ok()) {
+      fatal_ = s;
+      break;
+    }
+  }
+  return MainResult();
+}
+
+Result<ProgramResult> Driver::MainResult() {
+  if (!fatal_.ok()) return fatal_;
+  Coroutine& main = *coros_[0];
+  if (main.status == CoStatus::kFailed) return Status::InvalidArgument(main.error + "\n" + main.traceback);
+  for (const auto& c : coros_) {
+    if (c->status == CoStatus::kFailed && !c->background && !c->error_seen)
+      return Status::InvalidArgument("coroutine " + c->path + " failed and was never joined: " + c->error +
+                                     "\n" + c->traceback);
+  }
+  ProgramResult result;
+  if (main.nresults == 0) return result;
+  lua_State* co = main.thread;
+  int t = lua_type(co, -1);
+  if (t == LUA_TNIL) return result;
+  if (t == LUA_TSTRING) {
+    size_t len = 0;
+    const char* s = lua_tolstring(co, -1, &len);
+    result.kind = ProgramResult::Kind::kString;
+    result.text.assign(s, len);
+    return result;
+  }
+  nlohmann::json j;
+  std::string err;
+  if (!ToJson(co, -1, 0, "", &j, &err)) return Status::InvalidArgument(err);
+  result.kind = ProgramResult::Kind::kJson;
+  result.text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return result;
+}
+
+}  // namespace braid::lua

@@ -1,0 +1,168 @@
+// The driver: runs a Braid Lua program against one rt::Run on the calling
+// thread. The program's main chunk and every coroutine it spawns
+// (braid.spawn, braid.map) share one Lua state; the driver resumes them in
+// turn. A coroutine that calls v:get() on a pending variable yields to the
+// driver; when every live coroutine is blocked, the driver sleeps in
+// Run::WaitAny on the union of the variables they wait for and resumes those
+// whose variables changed. Every get first calls Run::Want with its goal.
+//
+// The program ends when its main function returns (like a process whose
+// main returns): coroutines still blocked are abandoned. A spawned coroutine
+// that failed and was never joined fails the program.
+//
+// Resume keys: each semantic-function call gets CallKey{path, index}, where
+// path names the coroutine in the spawn tree ("main", "main/2", "main/2/1":
+// the 2nd coroutine spawned by main, then its 1st) and index counts calls
+// within that coroutine; both are deterministic however the scheduler
+// interleaves coroutines. os.time, os.clock, os.date and unseeded
+// math.random go through Run::Replayable with keys built the same way.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+#include "lua/lua_state.h"
+#include "runtime/runtime.h"
+
+namespace braid::lua {
+
+struct DriverOptions {
+  LuaLimits limits;
+  // braid.log and print lines (default: stderr). Called on the driver's thread.
+  std::function<void(std::string_view)> log;
+  // When set and it becomes true (any thread, e.g. a SIGINT handler), the
+  // program stops at its next instruction or wait, the run is cancelled and
+  // RunProgram returns kCancelled.
+  const std::atomic<bool>* interrupt = nullptr;
+  // Longest single sleep in WaitAny, so interrupts are noticed.
+  int poll_ms = 200;
+  // braid.read(path) may read: files named exactly by a program argument
+  // (the user granted them on the command line) and relative paths without
+  // ".." inside `script_dir` (the app's bundled inputs); "" = none there.
+  std::string script_dir;
+  size_t max_read_bytes = size_t{16} << 20;
+  // Caps on what one program may create.
+  size_t max_coroutines = 100000;
+  size_t max_functions = 10000;
+};
+
+// What the program returned (its first return value, with any variables in
+// it replaced by their values).
+struct ProgramResult {
+  enum class Kind { kNil, kString, kJson };
+  Kind kind = Kind::kNil;
+  std::string text;  // kString: the string itself; kJson: compact JSON text
+};
+
+// Runs `source` (named `chunkname` in errors, e.g. "apps/chain/app.lua") with
+// `args` as braid.args and as the arguments of the main function.
+// Errors (InvalidArgument unless said otherwise): a syntax error, a runtime
+// error or a failed variable reaching the top of main, a resource limit
+// (ResourceExhausted), a deadlock, an interrupt (Cancelled). The message is
+// "FILE:LINE: what" followed by "\nstack traceback:\n..." lines where Lua
+// code was running.
+Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname,
+                                 const std::string& source,
+                                 const std::vector<std::string>& args,
+                                 const DriverOptions& options);
+
+// ---- the driver as seen by the braid module (lib_braid.cpp) ----------------
+// Everything below is called on the Lua thread from inside host sections.
+
+class Driver {
+ public:
+  enum class CoStatus { kRunnable, kWaitVar, kWaitJoin, kDone, kFailed };
+  struct Coroutine {
+    int id = 0;
+    std::string path;
+    lua_State* thread = nullptr;
+    int ref = 0;             // registry reference keeping the thread alive
+    int nargs = 0;           // values to pass on the next resume
+    int calls = 0;           // semantic-function calls made so far
+    int spawns = 0;          // coroutines spawned so far
+    std::map<std::string, int> replays;  // Replayable calls per kind
+    CoStatus status = CoStatus::kRunnable;
+    rt::VarId var = 0;       // kWaitVar
+    bool wanted = false;     // kWaitVar: did the waiter call Want?
+    int join_target = -1;    // kWaitJoin
+    std::vector<int> joiners;
+    int nresults = 0;        // kDone: results left on the thread's stack
+    std::string error;       // kFailed: "FILE:LINE: message"
+    std::string traceback;   // kFailed: "stack traceback:\n..."
+    bool error_seen = false; // a join raised the error
+    bool background = false; // braid.map bodies: errors are handled inside
+  };
+
+  Driver(rt::Run& run, LuaState& state, const DriverOptions& options);
+  ~Driver();
+
+  static Driver* From(lua_State* L);
+  rt::Run& run() { return run_; }
+  LuaState& state() { return state_; }
+  const DriverOptions& options() const { return options_; }
+  const std::vector<std::string>& args() const { return args_; }
+
+  // The driver coroutine now running.
+  Coroutine& current() { return *coros_[current_]; }
+  Coroutine* coroutine(int id);
+
+  rt::CallKey NextCallKey();
+  // "PATH:what#k", k counting `what` within the current coroutine.
+  std::string NextReplayKey(const std::string& what);
+
+  // Registers a parsed function; returns its index or -1 over the cap.
+  int AddFunction(std::shared_ptr<const rt::SemanticFunction> fn);
+  const rt::SemanticFunction* function(int index) const;
+
+  // Display names of variables ("summarize.summary"), for messages.
+  void NameVar(rt::VarId var, std::string name);
+  std::string VarName(rt::VarId var) const;
+
+  // Creates a coroutine from the function and nargs values on top of L's
+  // stack (function below its arguments; all popped). Returns its id, or -1
+  // (with `error` set) over the cap.
+  int Spawn(lua_State* L, int nargs, bool background, std::string* error);
+
+  // Marks the current coroutine blocked; the caller then yields with
+  // LuaState::HostYieldTag().
+  void BlockOnVar(rt::VarId var, bool wanted);
+  void BlockOnJoin(int target);
+
+  // braid.read: the file's contents under the policy of DriverOptions::script_dir.
+  Result<std::string> ReadFile(const std::string& path) const;
+
+  // Pushes the results of finished coroutine `id` onto L (returns how many).
+  int PushResults(int id, lua_State* L);
+
+  // Runs the program (see RunProgram).
+  Result<ProgramResult> Execute(const std::string& chunkname, const std::string& source,
+                                const std::vector<std::string>& args);
+
+ private:
+  void Step(int id);
+  std::string ErrorWithTraceback(lua_State* co, int status);
+  void Wake(Coroutine& c);
+  Status WaitForProgress();
+  Result<ProgramResult> MainResult();
+
+  rt::Run& run_;
+  LuaState& state_;
+  DriverOptions options_;
+  std::vector<std::string> args_;
+  std::vector<std::unique_ptr<Coroutine>> coros_;
+  std::deque<int> runnable_;
+  int current_ = 0;
+  std::vector<std::shared_ptr<const rt::SemanticFunction>> functions_;
+  std::map<rt::VarId, std::string> var_names_;
+  std::map<std::string, int> init_replays_;
+  Status fatal_;  // a limit or interrupt: the whole program stops
+};
+
+}  // namespace braid::lua

@@ -1,0 +1,449 @@
+// The driver and the braid module against a fake rt::Run whose "model"
+// answers instantly and deterministically: output `o` of a call becomes
+// "o[input1|input2|...]". The fake executes one level of wanted, ready nodes
+// per WaitAny, so tests see that the DAG is built before anything runs and
+// that goals reach the runtime through Want.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lua/driver.h"
+
+namespace braid::lua {
+namespace {
+
+using rt::VarId;
+using rt::VarState;
+
+class FakeRun final : public rt::Run {
+ public:
+  struct Node {
+    enum Kind { kCall, kJoin } kind;
+    std::string fn;
+    std::vector<rt::Arg> inputs;  // in the function's input order
+    std::vector<std::pair<std::string, VarId>> outputs;
+    std::string sep;
+    bool done = false;
+  };
+  struct Var {
+    VarState state = VarState::kPending;
+    std::string value, error;
+    int producer = -1;
+    std::vector<VarId> depends;  // host vars
+    bool wanted = false;
+  };
+
+  explicit FakeRun(std::map<std::string, std::string>* replay = nullptr) : replay_(replay ? replay : &own_) {}
+
+  const std::string& id() const override { return id_; }
+  Result<std::map<std::string, VarId>> Call(const rt::SemanticFunction& fn,
+                                            const std::map<std::string, rt::Arg>& args,
+                                            const rt::CallKey& key) override {
+    keys.push_back(key.path + "#" + std::to_string(key.index));
+    Node n{Node::kCall, fn.spec().name, {}, {}, "", false};
+    for (const std::string& in : fn.inputs()) n.inputs.push_back(args.at(in));
+    std::map<std::string, VarId> outs;
+    for (const rt::OutputSpec& o : fn.outputs()) {
+      VarId v = NewVar();
+      vars_[v].producer = static_cast<int>(nodes_.size());
+      n.outputs.push_back({o.name, v});
+      outs[o.name] = v;
+    }
+    nodes_.push_back(std::move(n));
+    return outs;
+  }
+  VarId Literal(std::string value, std::string) override {
+    VarId v = NewVar();
+    vars_[v].state = VarState::kReady;
+    vars_[v].value = std::move(value);
+    return v;
+  }
+  Result<VarId> Join(const std::vector<rt::Arg>& parts, std::string sep) override {
+    VarId v = NewVar();
+    vars_[v].producer = static_cast<int>(nodes_.size());
+    nodes_.push_back(Node{Node::kJoin, "join", parts, {{"out", v}}, std::move(sep), false});
+    return v;
+  }
+  VarId HostVar(std::string, const std::vector<VarId>& depends_on) override {
+    VarId v = NewVar();
+    vars_[v].depends = depends_on;
+    return v;
+  }
+  Status SetValue(VarId var, std::string value) override {
+    vars_[var].state = VarState::kReady;
+    vars_[var].value = std::move(value);
+    return Status::Ok();
+  }
+  Status SetFailed(VarId var, std::string error) override {
+    vars_[var].state = VarState::kFailed;
+    vars_[var].error = std::move(error);
+    return Status::Ok();
+  }
+  Status Want(VarId var, const rt::GetOptions& options) override {
+    if (!vars_.count(var)) return Status::NotFound("no such variable");
+    wants.push_back({var, options});
+    MarkWanted(var);
+    return Status::Ok();
+  }
+  VarState state(VarId var) const override { return vars_.at(var).state; }
+  std::string value(VarId var) const override { return vars_.at(var).value; }
+  std::string error(VarId var) const override { return vars_.at(var).error; }
+  void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override {
+    ++wait_calls;
+    if (calls_before_first_wait < 0) calls_before_first_wait = static_cast<int>(keys.size());
+    if (wait_sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(wait_sleep_ms));
+    // One level of execution: every wanted node whose inputs are ready.
+    std::vector<size_t> ready;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      Node& n = nodes_[i];
+      if (n.done || !vars_[n.outputs[0].second].wanted) continue;
+      bool ok = true;
+      for (const rt::Arg& a : n.inputs) ok = ok && (!a.var || vars_[a.var].state == VarState::kReady);
+      if (ok) ready.push_back(i);
+    }
+    for (size_t i : ready) Execute(nodes_[i]);
+  }
+  std::string Replayable(const std::string& key, const std::string& value) override {
+    auto it = replay_->find(key);
+    if (it != replay_->end()) return it->second;
+    (*replay_)[key] = value;
+    return value;
+  }
+  std::vector<rt::NodeInfo> Nodes() const override { return {}; }
+  std::vector<rt::VarInfo> Vars() const override { return {}; }
+  std::string ToDot() const override { return ""; }
+  void Cancel() override {}
+  void Finish(const Status&) override {}
+
+  std::vector<std::string> keys;
+  std::vector<std::pair<VarId, rt::GetOptions>> wants;
+  int wait_calls = 0;
+  int calls_before_first_wait = -1;
+  int wait_sleep_ms = 0;
+
+ private:
+  VarId NewVar() {
+    VarId v = next_++;
+    vars_[v];
+    return v;
+  }
+  void MarkWanted(VarId v) {
+    Var& var = vars_[v];
+    if (var.wanted) return;
+    var.wanted = true;
+    for (VarId d : var.depends) MarkWanted(d);
+    if (var.producer >= 0) {
+      Node& n = nodes_[var.producer];
+      for (auto& [name, out] : n.outputs) vars_[out].wanted = true;
+      for (const rt::Arg& a : n.inputs)
+        if (a.var) MarkWanted(a.var);
+    }
+  }
+  std::string ArgText(const rt::Arg& a) { return a.var ? vars_[a.var].value : a.text; }
+  void Execute(Node& n) {
+    n.done = true;
+    if (n.kind == Node::kJoin) {
+      std::string s;
+      for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? n.sep : "") + ArgText(n.inputs[i]);
+      (void)SetValue(n.outputs[0].second, s);
+      return;
+    }
+    std::string ins;
+    for (size_t i = 0; i < n.inputs.size(); ++i) ins += (i ? "|" : "") + ArgText(n.inputs[i]);
+    for (auto& [name, v] : n.outputs) {
+      if (n.fn == "fail") {
+        (void)SetFailed(v, "boom from the engine");
+      } else {
+        (void)SetValue(v, name + "[" + ins + "]");
+      }
+    }
+  }
+
+  std::string id_ = "run-test";
+  std::map<VarId, Var> vars_;
+  std::vector<Node> nodes_;
+  VarId next_ = 1;
+  std::map<std::string, std::string> own_;
+  std::map<std::string, std::string>* replay_;
+};
+
+Result<ProgramResult> RunLua(FakeRun& run, const std::string& code, std::vector<std::string> args = {},
+                             DriverOptions options = {}) {
+  return RunProgram(run, "app.lua", code, args, options);
+}
+
+std::string Text(const Result<ProgramResult>& r) {
+  if (!r.ok()) return "ERROR: " + r.status().message();
+  return r->text;
+}
+
+const char* kMapReduce = R"lua(
+local summarize = braid.fn { name = "summarize", prompt = [[
+Summarize: {{chunk}}
+Summary: {{gen summary max_tokens=16}}]] }
+local combine = braid.fn { name = "combine", system = "You write abstracts.", prompt = [[
+{{parts}}
+Abstract: {{gen abstract max_tokens=32}}]] }
+
+return function(doc)
+  local parts = {}
+  for i, chunk in ipairs(braid.chunks(doc, { chars = 12 })) do
+    parts[i] = summarize{ chunk = chunk }.summary
+  end
+  local out = combine{ parts = braid.join(parts, "+") }.abstract
+  return out:get{ criteria = "latency" }
+end
+)lua";
+
+TEST_CASE("map-reduce: the whole DAG is built before anything waits; the goal reaches Want") {
+  FakeRun run;
+  auto r = RunLua(run, kMapReduce, {"alpha beta. gamma delta. epsilon"});
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->kind == ProgramResult::Kind::kString);
+  CHECK(r->text == "abstract[summary[alpha beta.]+summary[gamma delta.]+summary[epsilon]]");
+  CHECK(run.calls_before_first_wait == 4);  // 3 summaries and the combine
+  REQUIRE(run.wants.size() == 1);
+  CHECK(run.wants[0].second.criteria == rt::Criteria::kLatency);
+  CHECK(run.keys == std::vector<std::string>{"main#0", "main#1", "main#2", "main#3"});
+}
+
+TEST_CASE("spawned coroutines run concurrently and join with their values") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local hs = {}
+for i = 1, 3 do
+  hs[i] = braid.spawn(function(n)
+    local a = f{ x = "a" .. n }.y:get()
+    local b = f{ x = a }.y:get()
+    return b, n
+  end, i)
+end
+local out = {}
+for i, h in ipairs(hs) do
+  local v, n = h:join()
+  out[#out + 1] = v .. "/" .. n
+end
+return out
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->kind == ProgramResult::Kind::kJson);
+  CHECK(r->text == R"(["y[y[a1]]/1","y[y[a2]]/2","y[y[a3]]/3"])");
+  // Interleaved: the three first-level calls were made before any second level.
+  REQUIRE(run.keys.size() == 6);
+  CHECK(std::set<std::string>(run.keys.begin(), run.keys.begin() + 3) ==
+        std::set<std::string>{"main/1#0", "main/2#0", "main/3#0"});
+  CHECK(std::set<std::string>(run.keys.begin() + 3, run.keys.end()) ==
+        std::set<std::string>{"main/1#1", "main/2#1", "main/3#1"});
+}
+
+TEST_CASE("braid.map runs a Lua function on a variable's value") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local v = f{ x = "hi" }.y
+local up = braid.map(v, function(s) return s:upper() end)
+local g = f{ x = up }.y
+return { up = up, g = g:get(), n = 3 }
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text == R"({"g":"y[Y[HI]]","n":3,"up":"Y[HI]"})");
+}
+
+TEST_CASE("a failed variable raises where get is called; pcall can handle it") {
+  FakeRun run;
+  auto r = RunLua(run, "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
+                       "local v = f{}.y\n"
+                       "local ok, err = pcall(function() return v:get() end)\n"
+                       "assert(not ok)\n"
+                       "return err");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text == "app.lua:3: fail.y failed: boom from the engine");
+
+  FakeRun run2;
+  auto e = RunLua(run2, "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
+                        "return f{}.y:get()\n");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().rfind("app.lua:2: fail.y failed: boom from the engine\nstack traceback:", 0) == 0);
+}
+
+TEST_CASE("bad programs: clear errors naming file:line") {
+  struct Case {
+    const char* code;
+    const char* prefix;
+  } cases[] = {
+      {"local x = \nreturn (", "app.lua:2:"},
+      {"local t = nil\nreturn t.x", "app.lua:2: attempt to index a nil value (local 't')"},
+      {"local f = braid.fn [[{{chunk}} {{gen s}}]]\nreturn f{ chunkk = 'x' }",
+       "app.lua:2: fn@app.lua:1: unknown input 'chunkk' (its inputs: chunk)"},
+      {"local f = braid.fn { name = 'g', prompt = '{{a}} {{gen s}}' }\nreturn f{}", "app.lua:2: g: missing input 'a'"},
+      {"local f = braid.fn { name = 'g', prompt = '{{a}} {{gen s}}' }\nreturn f{ a = {} }",
+       "app.lua:2: g: input 'a' must be a string or a braid variable, got table"},
+      {"\nlocal f = braid.fn { prompt = '{{gen s max_token=3}}' }", "app.lua:2: braid.fn: "},
+      {"local f = braid.fn { promt = 'x' }", "app.lua:1: braid.fn: unknown field 'promt'"},
+      {"local f = braid.fn { name = 'g', prompt = '{{gen s}}' }\nreturn f{}.s:get{ criteria = 'fast' }",
+       "app.lua:2: get: criteria must be"},
+      {"local f = braid.fn { name = 'g', prompt = '{{gen s}}' }\nreturn 'a' .. f{}.s",
+       "app.lua:2: cannot concatenate a braid variable"},
+      {"return braid.chunks('x', { tokens = 0 })", "app.lua:1: braid.chunks: tokens must be a positive integer"},
+      {"return braid.join({ 'a', 3, {} })", "app.lua:1: braid.join: item 3 must be"},
+      {"return io.open('x')", "app.lua:1: 'io' is not available in the Braid sandbox"},
+      {"return function() return print end", "the result is a function, which has no JSON form"},
+  };
+  for (const Case& c : cases) {
+    FakeRun run;
+    auto r = RunLua(run, c.code);
+    CAPTURE(c.code);
+    CAPTURE(Text(r));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().rfind(c.prefix, 0) == 0);
+  }
+}
+
+TEST_CASE("get inside a script's own coroutine reaches the driver; inside table.sort it is refused") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local gen = coroutine.wrap(function()
+  for i = 1, 2 do coroutine.yield(f{ x = tostring(i) }.y:get()) end
+end)
+return gen() .. "," .. gen()
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text == "y[1],y[2]");
+
+  FakeRun run2;
+  auto e = RunLua(run2, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local vs = { f{ x = "b" }.y, f{ x = "a" }.y }
+table.sort(vs, function(a, b) return a:get() < b:get() end)
+)lua");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("get: cannot wait here") != std::string::npos);
+}
+
+TEST_CASE("args reach braid.args and the main function") {
+  FakeRun run;
+  auto r = RunLua(run, "local first = ...\nreturn function(a, b) return first .. a .. b .. #braid.args end",
+                  {"x", "y"});
+  CHECK(Text(r) == "xxy2");
+}
+
+TEST_CASE("os.time, os.clock, os.date and math.random replay on resume") {
+  std::map<std::string, std::string> store;
+  const char* code = R"lua(
+local h = braid.spawn(function() return os.time(), math.random(1000000) end)
+local t, r = h:join()
+return { t = os.time(), c = os.clock(), d = os.date("%H:%M:%S"), r = math.random(1000000), t2 = t, r2 = r }
+)lua";
+  FakeRun first(&store);
+  auto a = RunLua(first, code);
+  REQUIRE_MESSAGE(a.ok(), Text(a));
+  CHECK(store.count("main:os.time#0") == 1);
+  CHECK(store.count("main/1:os.time#0") == 1);
+  CHECK(store.count("init:math.randomseed#0") == 1);
+  // Tamper with the recorded time: the resumed run must see the record.
+  store["main:os.time#0"] = "1000";
+  FakeRun second(&store);
+  auto b = RunLua(second, code);
+  REQUIRE(b.ok());
+  CHECK(b->text.find("\"t\":1000") != std::string::npos);
+  FakeRun third(&store);
+  auto c = RunLua(third, code);
+  CHECK(Text(b) == Text(c));
+}
+
+TEST_CASE("limits inside programs fail the run with a clear error") {
+  DriverOptions o;
+  o.limits.cpu_seconds = 0.2;
+  FakeRun run;
+  auto r = RunLua(run, "local h = braid.spawn(function() while true do end end)\nreturn h:join()", {}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kResourceExhausted);
+  CHECK(r.status().message().find("app.lua:1: time limit") == 0);
+
+  DriverOptions m;
+  m.limits.memory_bytes = 16 << 20;
+  FakeRun run2;
+  auto e = RunLua(run2, "local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(64) .. i end", {}, m);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().code() == StatusCode::kResourceExhausted);
+  CHECK(e.status().message().find("memory limit") == 0);
+}
+
+TEST_CASE("time blocked waiting for the model is not Lua time") {
+  DriverOptions o;
+  o.limits.cpu_seconds = 0.1;
+  FakeRun run;
+  run.wait_sleep_ms = 30;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local v = "s"
+for i = 1, 6 do v = f{ x = v }.y:get() end
+return v
+)lua", {}, o);
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(run.wait_calls >= 6);
+}
+
+TEST_CASE("deadlocks and forgotten failures are reported") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local a, b
+a = braid.spawn(function() coroutine.yield() return b:join() end)
+b = braid.spawn(function() coroutine.yield() return a:join() end)
+return a:join()
+)lua");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("deadlock") != std::string::npos);
+
+  FakeRun run2;
+  auto e = RunLua(run2, "braid.spawn(function() error('lost') end)\nreturn 'done'");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().rfind("coroutine main/1 failed and was never joined: app.lua:1: lost", 0) == 0);
+
+  FakeRun run3;
+  auto j = RunLua(run3, "local h = braid.spawn(function() error('caught') end)\n"
+                        "local ok, err = pcall(function() return h:join() end)\nreturn err");
+  CHECK(Text(j) == "app.lua:2: coroutine main/1 failed: app.lua:1: caught");
+}
+
+TEST_CASE("independent variables in the result and in get_all are wanted together") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+return { a = f{ x = "1" }.y, b = { f{ x = "2" }.y } }
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text == R"({"a":"y[1]","b":["y[2]"]})");
+  CHECK(run.wait_calls == 1);  // both ran in the first round
+
+  FakeRun run2;
+  auto g = RunLua(run2, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local vs = {}
+for i = 1, 4 do vs[i] = f{ x = tostring(i) }.y end
+return table.concat(braid.get_all(vs, { criteria = "latency" }), ",")
+)lua");
+  CHECK(Text(g) == "y[1],y[2],y[3],y[4]");
+  CHECK(run2.wait_calls == 1);
+  REQUIRE(run2.wants.size() >= 4);
+  CHECK(run2.wants[0].second.criteria == rt::Criteria::kLatency);
+}
+
+TEST_CASE("interrupt stops a program") {
+  std::atomic<bool> flag{true};
+  DriverOptions o;
+  o.interrupt = &flag;
+  FakeRun run;
+  auto r = RunLua(run, "while true do end", {}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace braid::lua

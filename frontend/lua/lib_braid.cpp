@@ -1,0 +1,762 @@
+// The braid module. Every lua_CFunction here follows the host-section rule
+// of lua_state.h: argument checks (which may raise) first, with no C++
+// object alive; then a noexcept lambda run through HostCall that may hold
+// C++ objects but only calls raw, non-raising Lua API functions; then, with
+// the lambda's frame gone, lua_error or lua_yieldk if it asked for one.
+#include "lua/lib_braid.h"
+
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+}
+
+#include "lua/chunker.h"
+#include "lua/driver.h"
+#include "lua/lua_state.h"
+
+namespace braid::lua {
+namespace {
+
+constexpr int kRaise = -1;  // the lambda pushed an error message
+constexpr int kYield = -2;  // the lambda blocked the coroutine; yield to the driver
+
+const char* const kVarMeta = "braid.var";
+const char* const kFnMeta = "braid.fn";
+const char* const kHandleMeta = "braid.handle";
+char main_body_key;
+char map_body_key;
+
+struct VarUd {
+  rt::VarId id;
+};
+struct FnUd {
+  int index;
+};
+struct HandleUd {
+  int id;
+};
+
+// Runs `impl` in a host section; raises if it returned kRaise. F must be a
+// lambda capturing by reference (trivially destructible).
+template <typename F>
+int HostCall(lua_State* L, F&& impl) {
+  LuaState* s = LuaState::From(L);
+  s->EnterHost();
+  int r = impl();
+  s->LeaveHost();
+  if (r == kRaise) return lua_error(L);
+  return r;
+}
+
+// Pushes "FILE:LINE: msg" (position of the calling Lua code); returns kRaise.
+int PushError(lua_State* L, const std::string& msg) noexcept {
+  luaL_where(L, 1);
+  lua_pushlstring(L, msg.data(), msg.size());
+  lua_concat(L, 2);
+  return kRaise;
+}
+
+void PushVar(lua_State* L, rt::VarId id) noexcept {
+  auto* ud = static_cast<VarUd*>(lua_newuserdatauv(L, sizeof(VarUd), 0));
+  ud->id = id;
+  luaL_setmetatable(L, kVarMeta);
+}
+
+VarUd* TestVar(lua_State* L, int idx) { return static_cast<VarUd*>(luaL_testudata(L, idx, kVarMeta)); }
+
+VarUd* CheckVar(lua_State* L, int idx) {
+  return static_cast<VarUd*>(luaL_checkudata(L, idx, kVarMeta));
+}
+
+const char* TypeName(lua_State* L, int idx) { return luaL_typename(L, idx); }
+
+// A template input or join part: a string, a number or a variable.
+bool ToArg(lua_State* L, int idx, rt::Arg* out) noexcept {
+  int t = lua_type(L, idx);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, idx);  // tolstring converts numbers in place: work on a copy
+    size_t len = 0;
+    const char* s = lua_tolstring(L, -1, &len);
+    *out = rt::Arg::Text(std::string(s, len));
+    lua_pop(L, 1);
+    return true;
+  }
+  if (VarUd* v = TestVar(L, idx)) {
+    *out = rt::Arg::Var(v->id);
+    return true;
+  }
+  return false;
+}
+
+// ---- braid.fn ----------------------------------------------------------------
+
+int LuaFnNew(lua_State* L) {
+  // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 default name.
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    lua_settop(L, 1);
+    lua_pushvalue(L, 1);
+    lua_pushliteral(L, "");
+    lua_pushnil(L);
+  } else if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_settop(L, 1);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      lua_pop(L, 1);
+      const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
+      if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name")))
+        return luaL_error(L, "braid.fn: unknown field '%s' (fields: name, system, prompt)",
+                          k ? k : luaL_typename(L, -1));
+    }
+    lua_getfield(L, 1, "prompt");
+    if (lua_type(L, 2) != LUA_TSTRING) return luaL_error(L, "braid.fn: the table needs a string field 'prompt'");
+    lua_getfield(L, 1, "system");
+    if (lua_isnil(L, 3)) {
+      lua_pop(L, 1);
+      lua_pushliteral(L, "");
+    } else if (lua_type(L, 3) != LUA_TSTRING) {
+      return luaL_error(L, "braid.fn: field 'system' must be a string, got %s", TypeName(L, 3));
+    }
+    lua_getfield(L, 1, "name");
+    if (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING)
+      return luaL_error(L, "braid.fn: field 'name' must be a string, got %s", TypeName(L, 4));
+  } else {
+    return luaL_error(L, "braid.fn: expected a template string or a table {name=, system=, prompt=}, got %s",
+                      TypeName(L, 1));
+  }
+  luaL_where(L, 1);  // default name: where braid.fn was called
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    size_t len = 0;
+    rt::FunctionSpec spec;
+    const char* p = lua_tolstring(L, 2, &len);
+    spec.prompt.assign(p, len);
+    p = lua_tolstring(L, 3, &len);
+    spec.system.assign(p, len);
+    if (lua_type(L, 4) == LUA_TSTRING) {
+      p = lua_tolstring(L, 4, &len);
+      spec.name.assign(p, len);
+    } else {
+      // "fn@FILE:LINE" of the braid.fn call.
+      p = lua_tolstring(L, 5, &len);
+      std::string where(p, len);
+      while (!where.empty() && (where.back() == ' ' || where.back() == ':')) where.pop_back();
+      spec.name = where.empty() ? "fn" : "fn@" + where;
+    }
+    auto fn = rt::SemanticFunction::Parse(spec);
+    if (!fn.ok()) return PushError(L, "braid.fn: " + fn.status().message());
+    int index = d->AddFunction(std::move(fn).value());
+    if (index < 0) return PushError(L, "braid.fn: too many functions in one program");
+    auto* ud = static_cast<FnUd*>(lua_newuserdatauv(L, sizeof(FnUd), 0));
+    ud->index = index;
+    luaL_setmetatable(L, kFnMeta);
+    return 1;
+  });
+}
+
+// fn{ input = value, ... } -> { output = variable, ... }
+int LuaFnCall(lua_State* L) {
+  auto* f = static_cast<FnUd*>(luaL_checkudata(L, 1, kFnMeta));
+  if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TTABLE)
+    return luaL_error(L, "call a braid function with a table of inputs, e.g. f{ text = s }, got %s",
+                      TypeName(L, 2));
+  lua_settop(L, 2);
+  int index = f->index;
+  return HostCall(L, [L, index]() noexcept {
+    Driver* d = Driver::From(L);
+    const rt::SemanticFunction* fn = d->function(index);
+    const std::string& name = fn->spec().name;
+    std::map<std::string, rt::Arg> args;
+    if (lua_type(L, 2) == LUA_TTABLE) {
+      lua_pushnil(L);
+      while (lua_next(L, 2)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+          return PushError(L, name + ": input names must be strings, got a " + TypeName(L, -2));
+        std::string key = lua_tostring(L, -2);
+        bool known = false;
+        for (const std::string& in : fn->inputs()) known = known || in == key;
+        if (!known) {
+          std::string list;
+          for (const std::string& in : fn->inputs()) list += (list.empty() ? "" : ", ") + in;
+          return PushError(L, name + ": unknown input '" + key + "' (its inputs: " +
+                                  (list.empty() ? "none" : list) + ")");
+        }
+        rt::Arg arg;
+        if (!ToArg(L, -1, &arg))
+          return PushError(L, name + ": input '" + key + "' must be a string or a braid variable, got " +
+                                  TypeName(L, -1));
+        args[key] = std::move(arg);
+        lua_pop(L, 1);
+      }
+    }
+    for (const std::string& in : fn->inputs())
+      if (!args.count(in)) return PushError(L, name + ": missing input '" + in + "'");
+    auto outs = d->run().Call(*fn, args, d->NextCallKey());
+    if (!outs.ok()) return PushError(L, name + ": " + outs.status().message());
+    lua_createtable(L, 0, static_cast<int>(outs->size()));
+    for (const auto& [out, var] : *outs) {
+      d->NameVar(var, name + "." + out);
+      lua_pushlstring(L, out.data(), out.size());
+      PushVar(L, var);
+      lua_rawset(L, -3);
+    }
+    return 1;
+  });
+}
+
+int LuaFnToString(lua_State* L) {
+  auto* f = static_cast<FnUd*>(luaL_checkudata(L, 1, kFnMeta));
+  int index = f->index;
+  return HostCall(L, [L, index]() noexcept {
+    std::string s = "braid.fn(" + Driver::From(L)->function(index)->spec().name + ")";
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  });
+}
+
+// ---- variables ---------------------------------------------------------------
+
+// Pushes the value of a ready variable, raises for a failed or cancelled one,
+// or blocks the current coroutine on it (kYield).
+int CheckReady(lua_State* L, rt::VarId id, bool wanted) noexcept {
+  Driver* d = Driver::From(L);
+  rt::Run& run = d->run();
+  switch (run.state(id)) {
+    case rt::VarState::kReady: {
+      std::string v = run.value(id);
+      lua_pushlstring(L, v.data(), v.size());
+      return 1;
+    }
+    case rt::VarState::kFailed:
+      return PushError(L, d->VarName(id) + " failed: " + run.error(id));
+    case rt::VarState::kCancelled:
+      return PushError(L, d->VarName(id) + " was cancelled");
+    case rt::VarState::kPending:
+      break;
+  }
+  d->BlockOnVar(id, wanted);
+  return kYield;
+}
+
+int VarGetK(lua_State* L, int status, lua_KContext ctx) {
+  auto id = static_cast<rt::VarId>(ctx);
+  int r = HostCall(L, [L, id]() noexcept { return CheckReady(L, id, true); });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, ctx, VarGetK);
+}
+
+int CheckYieldable(lua_State* L, const char* what) {
+  if (!lua_isyieldable(L))
+    return luaL_error(L, "%s: cannot wait here (inside a metamethod or a C function such as "
+                         "table.sort or string.gsub); wait outside it", what);
+  return 0;
+}
+
+// v:get{ criteria = "latency"|"throughput", deadline_ms = N }
+int LuaVarGet(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  rt::GetOptions opts;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+      lua_pop(L, 1);
+      const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
+      if (!k || (std::strcmp(k, "criteria") && std::strcmp(k, "deadline_ms")))
+        return luaL_error(L, "get: unknown option '%s' (options: criteria, deadline_ms)",
+                          k ? k : luaL_typename(L, -1));
+    }
+    lua_getfield(L, 2, "criteria");
+    if (!lua_isnil(L, -1)) {
+      const char* c = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      if (!std::strcmp(c, "latency")) {
+        opts.criteria = rt::Criteria::kLatency;
+      } else if (!std::strcmp(c, "throughput")) {
+        opts.criteria = rt::Criteria::kThroughput;
+      } else {
+        return luaL_error(L, "get: criteria must be \"latency\" or \"throughput\", got %s",
+                          luaL_tolstring(L, -1, nullptr));
+      }
+    }
+    lua_getfield(L, 2, "deadline_ms");
+    if (!lua_isnil(L, -1)) {
+      int isnum = 0;
+      double ms = lua_tonumberx(L, -1, &isnum);
+      if (!isnum || !(ms > 0) || !std::isfinite(ms))
+        return luaL_error(L, "get: deadline_ms must be a positive number of milliseconds");
+      opts.deadline_ms = ms;
+    }
+  }
+  CheckYieldable(L, "get");
+  rt::VarId id = v->id;
+  int r = HostCall(L, [L, id, &opts]() noexcept {
+    Driver* d = Driver::From(L);
+    Status s = d->run().Want(id, opts);
+    if (!s.ok()) return PushError(L, "get " + d->VarName(id) + ": " + s.message());
+    return CheckReady(L, id, true);
+  });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarGetK);
+}
+
+const char* StateName(rt::VarState s) {
+  switch (s) {
+    case rt::VarState::kPending: return "pending";
+    case rt::VarState::kReady: return "ready";
+    case rt::VarState::kFailed: return "failed";
+    case rt::VarState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+int LuaVarState(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  rt::VarId id = v->id;
+  return HostCall(L, [L, id]() noexcept {
+    lua_pushstring(L, StateName(Driver::From(L)->run().state(id)));
+    return 1;
+  });
+}
+
+int LuaVarToString(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  rt::VarId id = v->id;
+  return HostCall(L, [L, id]() noexcept {
+    Driver* d = Driver::From(L);
+    std::string s = "braid.var(" + d->VarName(id) + " #" + std::to_string(id) + ", " +
+                    StateName(d->run().state(id)) + ")";
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  });
+}
+
+int LuaVarConcat(lua_State* L) {
+  return luaL_error(L, "cannot concatenate a braid variable: call :get() for its value, or use braid.join");
+}
+
+// ---- spawn / join --------------------------------------------------------------
+
+int LuaSpawn(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  int n = lua_gettop(L);
+  return HostCall(L, [L, n]() noexcept {
+    std::string error;
+    int id = Driver::From(L)->Spawn(L, n - 1, /*background=*/false, &error);
+    if (id < 0) return PushError(L, "braid.spawn: " + error);
+    auto* h = static_cast<HandleUd*>(lua_newuserdatauv(L, sizeof(HandleUd), 0));
+    h->id = id;
+    luaL_setmetatable(L, kHandleMeta);
+    return 1;
+  });
+}
+
+int JoinCheck(lua_State* L, int target) noexcept {
+  Driver* d = Driver::From(L);
+  Driver::Coroutine* c = d->coroutine(target);
+  if (!c) return PushError(L, "join: no such coroutine");
+  if (c->id == d->current().id) return PushError(L, "join: a coroutine cannot join itself");
+  switch (c->status) {
+    case Driver::CoStatus::kDone:
+      return d->PushResults(target, L);
+    case Driver::CoStatus::kFailed:
+      c->error_seen = true;
+      return PushError(L, "coroutine " + c->path + " failed: " + c->error);
+    default:
+      d->BlockOnJoin(target);
+      return kYield;
+  }
+}
+
+int HandleJoinK(lua_State* L, int status, lua_KContext ctx) {
+  int target = static_cast<int>(ctx);
+  int r = HostCall(L, [L, target]() noexcept { return JoinCheck(L, target); });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, ctx, HandleJoinK);
+}
+
+int LuaHandleJoin(lua_State* L) {
+  auto* h = static_cast<HandleUd*>(luaL_checkudata(L, 1, kHandleMeta));
+  CheckYieldable(L, "join");
+  lua_settop(L, 1);
+  return HandleJoinK(L, LUA_OK, static_cast<lua_KContext>(h->id));
+}
+
+int LuaHandleStatus(lua_State* L) {
+  auto* h = static_cast<HandleUd*>(luaL_checkudata(L, 1, kHandleMeta));
+  int id = h->id;
+  return HostCall(L, [L, id]() noexcept {
+    Driver::Coroutine* c = Driver::From(L)->coroutine(id);
+    const char* s = "running";
+    if (c && c->status == Driver::CoStatus::kDone) s = "done";
+    if (c && c->status == Driver::CoStatus::kFailed) s = "failed";
+    lua_pushstring(L, s);
+    return 1;
+  });
+}
+
+int LuaHandleToString(lua_State* L) {
+  auto* h = static_cast<HandleUd*>(luaL_checkudata(L, 1, kHandleMeta));
+  int id = h->id;
+  return HostCall(L, [L, id]() noexcept {
+    Driver::Coroutine* c = Driver::From(L)->coroutine(id);
+    std::string s = "braid.handle(" + (c ? c->path : std::string("?")) + ")";
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  });
+}
+
+// ---- native nodes ------------------------------------------------------------------
+
+// braid.join(list, sep) -> variable
+int LuaJoin(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_optlstring(L, 2, "", nullptr);
+  lua_settop(L, 2);
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    size_t seplen = 0;
+    const char* sep = lua_isnil(L, 2) ? "" : lua_tolstring(L, 2, &seplen);
+    std::vector<rt::Arg> parts;
+    lua_Unsigned n = lua_rawlen(L, 1);
+    for (lua_Unsigned i = 1; i <= n; ++i) {
+      lua_rawgeti(L, 1, static_cast<lua_Integer>(i));
+      rt::Arg arg;
+      if (!ToArg(L, -1, &arg))
+        return PushError(L, "braid.join: item " + std::to_string(i) +
+                                " must be a string or a braid variable, got " + TypeName(L, -1));
+      parts.push_back(std::move(arg));
+      lua_pop(L, 1);
+    }
+    auto var = d->run().Join(parts, std::string(sep, seplen));
+    if (!var.ok()) return PushError(L, "braid.join: " + var.status().message());
+    d->NameVar(*var, "join");
+    PushVar(L, *var);
+    return 1;
+  });
+}
+
+// braid.map(var, fn) -> variable set to fn(value) by a background coroutine.
+int LuaMap(lua_State* L) {
+  CheckVar(L, 1);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    rt::VarId src = TestVar(L, 1)->id;
+    rt::VarId out = d->run().HostVar("map", {src});
+    d->NameVar(out, "map(" + d->VarName(src) + ")");
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &map_body_key);
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 2);
+    PushVar(L, out);
+    std::string error;
+    if (d->Spawn(L, 3, /*background=*/true, &error) < 0) return PushError(L, "braid.map: " + error);
+    PushVar(L, out);
+    return 1;
+  });
+}
+
+// braid.chunks(text, { tokens = N } | { chars = N }) -> list of strings
+int LuaChunks(lua_State* L) {
+  luaL_checklstring(L, 1, nullptr);
+  lua_Integer max_chars = 512 * static_cast<lua_Integer>(kCharsPerToken);
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "tokens");
+    lua_getfield(L, 2, "chars");
+    if (!lua_isnil(L, -2) && !lua_isnil(L, -1))
+      return luaL_error(L, "braid.chunks: give either tokens or chars, not both");
+    int which = lua_isnil(L, -2) ? -1 : -2;
+    if (!lua_isnil(L, which)) {
+      int isint = 0;
+      lua_Integer n = lua_tointegerx(L, which, &isint);
+      if (!isint || n < 1 || n > (lua_Integer{1} << 40))
+        return luaL_error(L, "braid.chunks: %s must be a positive integer", which == -2 ? "tokens" : "chars");
+      max_chars = which == -2 ? n * static_cast<lua_Integer>(kCharsPerToken) : n;
+    }
+  }
+  lua_settop(L, 1);
+  return HostCall(L, [L, max_chars]() noexcept {
+    size_t len = 0;
+    const char* s = lua_tolstring(L, 1, &len);
+    std::vector<std::string> chunks = SplitChunks(std::string_view(s, len), static_cast<size_t>(max_chars));
+    lua_createtable(L, static_cast<int>(chunks.size()), 0);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      lua_pushlstring(L, chunks[i].data(), chunks[i].size());
+      lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    return 1;
+  });
+}
+
+// braid.read(path) -> string (see DriverOptions::script_dir for what is allowed)
+int LuaRead(lua_State* L) {
+  luaL_checkstring(L, 1);
+  return HostCall(L, [L]() noexcept {
+    auto data = Driver::From(L)->ReadFile(lua_tostring(L, 1));
+    if (!data.ok()) return PushError(L, data.status().message());
+    lua_pushlstring(L, data->data(), data->size());
+    return 1;
+  });
+}
+
+// ---- internals for the bootstrap ------------------------------------------------------
+
+int LuaIsVar(lua_State* L) {
+  lua_pushboolean(L, TestVar(L, 1) != nullptr);
+  return 1;
+}
+
+// await(var): like get, without Want (braid.map bodies: the consumer's Want
+// reaches the source through the host variable's dependency).
+int LuaAwait(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  CheckYieldable(L, "braid.map");
+  rt::VarId id = v->id;
+  int r = HostCall(L, [L, id]() noexcept { return CheckReady(L, id, false); });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarGetK);
+}
+
+int LuaSetValue(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  luaL_checklstring(L, 2, nullptr);
+  bool fail = lua_toboolean(L, lua_upvalueindex(1));
+  rt::VarId id = v->id;
+  return HostCall(L, [L, id, fail]() noexcept {
+    size_t len = 0;
+    const char* s = lua_tolstring(L, 2, &len);
+    rt::Run& run = Driver::From(L)->run();
+    Status st = fail ? run.SetFailed(id, std::string(s, len)) : run.SetValue(id, std::string(s, len));
+    if (!st.ok()) return PushError(L, st.message());
+    return 0;
+  });
+}
+
+// want(var, criteria_is_latency): Run::Want without waiting (braid.get_all
+// and the result resolver announce every variable before waiting for any).
+int LuaWant(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  rt::GetOptions opts;
+  opts.criteria = lua_toboolean(L, 2) ? rt::Criteria::kLatency : rt::Criteria::kThroughput;
+  if (lua_type(L, 3) == LUA_TNUMBER) opts.deadline_ms = lua_tonumber(L, 3);
+  rt::VarId id = v->id;
+  return HostCall(L, [L, id, &opts]() noexcept {
+    Driver* d = Driver::From(L);
+    Status s = d->run().Want(id, opts);
+    if (!s.ok()) return PushError(L, "get " + d->VarName(id) + ": " + s.message());
+    return 0;
+  });
+}
+
+// A replayed seed for math.randomseed.
+int LuaReplaySeed(lua_State* L) {
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    std::random_device rd;
+    uint64_t fresh = (uint64_t{rd()} << 32) ^ rd();
+    std::string v = d->run().Replayable(d->NextReplayKey("math.randomseed"), std::to_string(fresh));
+    lua_pushinteger(L, static_cast<lua_Integer>(std::strtoull(v.c_str(), nullptr, 10)));
+    return 1;
+  });
+}
+
+// os.time([t]): with a table, the stock function; without, a replayed now.
+int LuaOsTime(lua_State* L) {
+  if (!lua_isnoneornil(L, 1)) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+  }
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    std::string v = d->run().Replayable(d->NextReplayKey("os.time"),
+                                        std::to_string(static_cast<long long>(std::time(nullptr))));
+    lua_pushinteger(L, static_cast<lua_Integer>(std::strtoll(v.c_str(), nullptr, 10)));
+    return 1;
+  });
+}
+
+int LuaOsClock(lua_State* L) {
+  return HostCall(L, [L]() noexcept {
+    Driver* d = Driver::From(L);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(std::clock()) / CLOCKS_PER_SEC);
+    std::string v = d->run().Replayable(d->NextReplayKey("os.clock"), buf);
+    lua_pushnumber(L, std::strtod(v.c_str(), nullptr));
+    return 1;
+  });
+}
+
+// The Lua half of the module: replayable calendar and random numbers, the
+// main and map coroutine bodies.
+const char* kBraidLua = R"lua(
+local braid, internal = ...
+local is_var, await, set, fail, want = internal.is_var, internal.await, internal.set, internal.fail, internal.want
+local type, pairs, pcall, tostring, error, select = type, pairs, pcall, tostring, error, select
+
+local raw_date, time = os.date, os.time
+os.date = function(fmt, t)
+  if t == nil then t = time() end
+  return raw_date(fmt, t)
+end
+local raw_seed, replay_seed = math.randomseed, internal.replay_seed
+math.randomseed = function(...)
+  if select('#', ...) == 0 then return raw_seed(replay_seed()) end
+  return raw_seed(...)
+end
+raw_seed(replay_seed())
+
+-- Variables anywhere in a value: announced together (one Want each), then
+-- replaced by their values, so independent variables run as one batch.
+local function walk(v, depth, seen, fn)
+  if is_var(v) then return fn(v) end
+  if type(v) ~= "table" then return v end
+  if depth > 64 then error("the program's result is nested more than 64 levels deep", 0) end
+  if seen[v] then error("the program's result contains a cycle", 0) end
+  seen[v] = true
+  local out = {}
+  for k, x in pairs(v) do out[k] = walk(x, depth + 1, seen, fn) end
+  seen[v] = nil
+  return out
+end
+local function resolve(v)
+  walk(v, 0, {}, function(x) want(x, false) end)
+  return walk(v, 0, {}, function(x) return x:get() end)
+end
+
+-- braid.get_all(list, opts): every variable wanted first, then the values.
+braid.get_all = function(list, opts)
+  if type(list) ~= "table" then error("braid.get_all: expected a list of variables", 2) end
+  local latency = opts ~= nil and opts.criteria == "latency"
+  local deadline = opts ~= nil and opts.deadline_ms or nil
+  for i = 1, #list do
+    if not is_var(list[i]) then error("braid.get_all: item " .. i .. " is not a braid variable", 2) end
+    want(list[i], latency, deadline)
+  end
+  local out = {}
+  for i = 1, #list do out[i] = list[i]:get(opts) end
+  return out
+end
+
+local function main_body(chunk, ...)
+  local r = chunk(...)
+  if type(r) == "function" then r = r(...) end
+  return resolve(r)
+end
+
+local function map_body(src, fn, out)
+  local ok, v = pcall(await, src)
+  if not ok then return fail(out, tostring(v)) end
+  local ok2, r = pcall(fn, v)
+  if not ok2 then return fail(out, tostring(r)) end
+  if type(r) == "number" then r = tostring(r) end
+  if type(r) ~= "string" then
+    return fail(out, "braid.map: the function returned a " .. type(r) .. ", not a string")
+  end
+  set(out, r)
+end
+
+return main_body, map_body
+)lua";
+
+const luaL_Reg kBraidFuncs[] = {
+    {"fn", LuaFnNew},     {"spawn", LuaSpawn},   {"join", LuaJoin},
+    {"map", LuaMap},      {"chunks", LuaChunks}, {"read", LuaRead},
+    {nullptr, nullptr}};
+
+const luaL_Reg kVarMethods[] = {{"get", LuaVarGet}, {"state", LuaVarState}, {nullptr, nullptr}};
+const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
+
+void NewMeta(lua_State* L, const char* name) { luaL_newmetatable(L, name); }
+
+}  // namespace
+
+void PushMainBody(lua_State* L) { lua_rawgetp(L, LUA_REGISTRYINDEX, &main_body_key); }
+
+int luaopen_braid(lua_State* L) {
+  NewMeta(L, kVarMeta);
+  lua_createtable(L, 0, 2);
+  luaL_setfuncs(L, kVarMethods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, LuaVarToString);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, LuaVarConcat);
+  lua_setfield(L, -2, "__concat");
+  lua_pop(L, 1);
+
+  NewMeta(L, kFnMeta);
+  lua_pushcfunction(L, LuaFnCall);
+  lua_setfield(L, -2, "__call");
+  lua_pushcfunction(L, LuaFnToString);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  NewMeta(L, kHandleMeta);
+  lua_createtable(L, 0, 2);
+  luaL_setfuncs(L, kHandleMethods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, LuaHandleToString);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  Driver* d = Driver::From(L);
+  luaL_newlib(L, kBraidFuncs);
+  int braid = lua_gettop(L);
+  lua_getglobal(L, "print");
+  lua_setfield(L, braid, "log");
+  lua_createtable(L, static_cast<int>(d->args().size()), 0);
+  for (size_t i = 0; i < d->args().size(); ++i) {
+    lua_pushlstring(L, d->args()[i].data(), d->args()[i].size());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, braid, "args");
+  lua_pushstring(L, d->run().id().c_str());
+  lua_setfield(L, braid, "run_id");
+
+  // Replayable os.time / os.clock (os.date and math.randomseed in Lua below).
+  lua_getglobal(L, "os");
+  lua_getfield(L, -1, "time");
+  lua_pushcclosure(L, LuaOsTime, 1);
+  lua_setfield(L, -2, "time");
+  lua_pushcfunction(L, LuaOsClock);
+  lua_setfield(L, -2, "clock");
+  lua_pop(L, 1);
+
+  if (luaL_loadbufferx(L, kBraidLua, std::strlen(kBraidLua), "=[braid]", "t") != LUA_OK)
+    return lua_error(L);
+  lua_pushvalue(L, braid);
+  lua_createtable(L, 0, 6);
+  lua_pushcfunction(L, LuaIsVar);
+  lua_setfield(L, -2, "is_var");
+  lua_pushcfunction(L, LuaAwait);
+  lua_setfield(L, -2, "await");
+  lua_pushboolean(L, 0);
+  lua_pushcclosure(L, LuaSetValue, 1);
+  lua_setfield(L, -2, "set");
+  lua_pushboolean(L, 1);
+  lua_pushcclosure(L, LuaSetValue, 1);
+  lua_setfield(L, -2, "fail");
+  lua_pushcfunction(L, LuaReplaySeed);
+  lua_setfield(L, -2, "replay_seed");
+  lua_pushcfunction(L, LuaWant);
+  lua_setfield(L, -2, "want");
+  lua_call(L, 2, 2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &map_body_key);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &main_body_key);
+  lua_settop(L, braid);
+  return 1;
+}
+
+}  // namespace braid::lua

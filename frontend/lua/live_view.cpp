@@ -1,0 +1,157 @@
+#include "lua/live_view.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace braid::lua {
+namespace {
+
+const char* StateName(rt::NodeState s) {
+  switch (s) {
+    case rt::NodeState::kWaiting: return "waiting";
+    case rt::NodeState::kReady: return "ready";
+    case rt::NodeState::kRunning: return "running";
+    case rt::NodeState::kDone: return "done";
+    case rt::NodeState::kFailed: return "failed";
+    case rt::NodeState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+const char* StateColor(rt::NodeState s) {
+  switch (s) {
+    case rt::NodeState::kRunning: return "\x1b[33m";
+    case rt::NodeState::kDone: return "\x1b[32m";
+    case rt::NodeState::kFailed: return "\x1b[31m";
+    case rt::NodeState::kCancelled: return "\x1b[90m";
+    default: return "\x1b[36m";
+  }
+}
+
+bool Finished(rt::NodeState s) {
+  return s == rt::NodeState::kDone || s == rt::NodeState::kFailed || s == rt::NodeState::kCancelled;
+}
+
+double TokensPerSecond(const rt::NodeInfo& n) {
+  return n.run_ms > 0 && n.generated_tokens > 1 ? n.generated_tokens * 1000.0 / n.run_ms : 0.0;
+}
+
+std::string Truncate(std::string s, size_t n) {
+  if (s.size() > n) s = s.substr(0, n - 1) + "~";
+  return s;
+}
+
+}  // namespace
+
+LiveView::LiveView(rt::Run& run, LiveViewOptions options)
+    : run_(run), options_(std::move(options)), start_(std::chrono::steady_clock::now()) {
+  if (options_.progress) thread_ = std::thread([this] { Loop(); });
+}
+
+LiveView::~LiveView() { Stop(); }
+
+void LiveView::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (options_.progress) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Render(/*final=*/true);
+  }
+}
+
+void LiveView::Log(std::string_view line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ClearBlock();
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  std::fflush(stderr);
+}
+
+void LiveView::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    Render(/*final=*/false);
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.redraw_ms), [this] { return stop_; });
+  }
+}
+
+void LiveView::ClearBlock() {
+  if (block_lines_ > 0) {
+    std::fprintf(stderr, "\x1b[%dA\r\x1b[J", block_lines_);
+    block_lines_ = 0;
+  }
+}
+
+// Called with mu_ held.
+void LiveView::Render(bool final) {
+  std::vector<rt::NodeInfo> nodes = run_.Nodes();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  int done = 0, running = 0, failed = 0, tokens = 0;
+  for (const auto& n : nodes) {
+    done += Finished(n.state);
+    running += n.state == rt::NodeState::kRunning;
+    failed += n.state == rt::NodeState::kFailed;
+    tokens += n.generated_tokens;
+  }
+  if (!options_.tty) {
+    // Plain mode: one line per node as it finishes, and a summary at the end.
+    for (const auto& n : nodes) {
+      if (!Finished(n.state) || reported_.count(n.id)) continue;
+      reported_.insert(n.id);
+      std::fprintf(stderr, "[%d/%zu] #%llu %s %s", static_cast<int>(reported_.size()), nodes.size(),
+                   static_cast<unsigned long long>(n.id), n.label.c_str(), StateName(n.state));
+      if (n.state == rt::NodeState::kDone && n.label != "join" && n.label != "host")
+        std::fprintf(stderr, ": %d tokens in %.2f s (%.1f tok/s)%s%s", n.generated_tokens, n.run_ms / 1000,
+                     TokensPerSecond(n), n.engine.empty() ? "" : " on ", n.engine.c_str());
+      if (n.state == rt::NodeState::kFailed) std::fprintf(stderr, ": %s", n.error.c_str());
+      std::fprintf(stderr, "\n");
+    }
+    if (final)
+      std::fprintf(stderr, "run %s: %zu nodes (%d failed), %d tokens generated, %.1f s\n", run_.id().c_str(),
+                   nodes.size(), failed, tokens, secs);
+    std::fflush(stderr);
+    return;
+  }
+  ClearBlock();
+  std::string out;
+  char line[512];
+  const int width = 24;
+  int filled = nodes.empty() ? 0 : static_cast<int>(width * done / nodes.size());
+  std::string bar(filled, '#');
+  bar += std::string(width - filled, '.');
+  std::snprintf(line, sizeof line, "\x1b[1m%s\x1b[0m %s [%s] %d/%zu nodes, %d running, %d tokens, %.1f s\n",
+                Truncate(options_.program, 40).c_str(), run_.id().c_str(), bar.c_str(), done, nodes.size(),
+                running, tokens, secs);
+  out += line;
+  // Rows: running and ready nodes first, then the most recent others.
+  std::vector<const rt::NodeInfo*> rows;
+  for (const auto& n : nodes)
+    if (n.state == rt::NodeState::kRunning || n.state == rt::NodeState::kReady) rows.push_back(&n);
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+    if (it->state != rt::NodeState::kRunning && it->state != rt::NodeState::kReady) rows.push_back(&*it);
+  const size_t kMaxRows = final ? 0 : 12;
+  size_t shown = std::min(rows.size(), kMaxRows);
+  for (size_t i = 0; i < shown; ++i) {
+    const rt::NodeInfo& n = *rows[i];
+    std::snprintf(line, sizeof line, "  #%-4llu %-22s %s%-9s\x1b[0m %5d tok %7.1f tok/s  %-10s %s%s\n",
+                  static_cast<unsigned long long>(n.id), Truncate(n.label, 22).c_str(), StateColor(n.state),
+                  StateName(n.state), n.generated_tokens, TokensPerSecond(n),
+                  n.wanted ? (n.goal == rt::Criteria::kLatency ? "latency" : "throughput") : "-",
+                  n.engine.c_str(), n.state == rt::NodeState::kFailed ? (" " + Truncate(n.error, 40)).c_str() : "");
+    out += line;
+  }
+  if (rows.size() > shown && !final) {
+    std::snprintf(line, sizeof line, "  ... %zu more\n", rows.size() - shown);
+    out += line;
+  }
+  std::fputs(out.c_str(), stderr);
+  std::fflush(stderr);
+  block_lines_ = final ? 0 : static_cast<int>(std::count(out.begin(), out.end(), '\n'));
+}
+
+}  // namespace braid::lua

@@ -1,0 +1,139 @@
+// LuaState: one sandboxed Lua 5.4 state with resource limits, owned by RAII.
+//
+// The sandbox (see docs/lua-dsl.md, "Sandbox"): the libraries base, coroutine,
+// table, string, math, utf8 and a trimmed os (time, clock, date, difftime).
+// Absent: io, debug, package, require, dofile, loadfile, string.dump,
+// os.execute/getenv/remove/... ; load accepts text chunks only (mode "t");
+// collectgarbage answers "count" only; setmetatable refuses __gc; print
+// writes a log line (stdout belongs to the program's result). Touching a
+// removed global raises "'io' is not available in the Braid sandbox".
+//
+// Limits, each failing the running script with a clear error:
+//  - memory: every allocation goes through our lua_Alloc; over the cap it
+//    returns NULL, which Lua raises as a memory error;
+//  - instructions: a count hook adds up executed VM instructions;
+//  - time: the same hook checks the wall-clock time spent running Lua, which
+//    the host measures in slices (BeginSlice/EndSlice) so that time the host
+//    spends blocked (waiting for the model) is not counted.
+// Once a limit is hit the hook fires on every instruction, so a script cannot
+// catch the error with pcall and carry on.
+//
+// Lua errors are longjmps. The rule for our C functions (the "host section"
+// rule, documented in docs/lua-dsl.md): a lua_CFunction holds no C++ object
+// with a destructor in its own frame; it checks arguments (luaL_check*, which
+// may raise), then calls a noexcept helper that may hold C++ objects but only
+// uses Lua API calls that cannot raise while memory is available: raw table
+// access, push*, to*. While a helper runs the host is "in a host section"
+// (EnterHost/LeaveHost) and the allocator does not enforce the cap, so those
+// calls cannot fail; the helper returns, its objects are destroyed, and only
+// then does the C function raise (lua_error) or yield. The host's own code
+// outside any Lua call is a host section too.
+//
+// Threading: a LuaState and everything reached from it belong to one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+struct lua_State;
+struct lua_Debug;
+
+namespace braid::lua {
+
+struct LuaLimits {
+  size_t memory_bytes = size_t{256} << 20;  // 0 = no cap
+  uint64_t max_instructions = 0;            // 0 = no cap
+  double cpu_seconds = 10.0;                // Lua running time; 0 = no cap
+};
+
+// Which limit stopped the script, if any.
+enum class LimitHit { kNone, kMemory, kInstructions, kTime, kInterrupted };
+
+class LuaState {
+ public:
+  // A fresh sandboxed state. Returns nullptr only if Lua cannot allocate its
+  // initial state (nothing else can fail).
+  static std::unique_ptr<LuaState> Create(const LuaLimits& limits);
+  ~LuaState();
+  LuaState(const LuaState&) = delete;
+  LuaState& operator=(const LuaState&) = delete;
+
+  lua_State* L() const { return L_; }
+  const LuaLimits& limits() const { return limits_; }
+
+  // The LuaState that owns `L` (any thread of it).
+  static LuaState* From(lua_State* L);
+
+  // Host sections (see above). Nest freely; cheap.
+  void EnterHost() { ++host_depth_; }
+  void LeaveHost() { --host_depth_; }
+
+  // Time accounting: the host brackets every stretch of Lua execution.
+  void BeginSlice();
+  void EndSlice();
+  double cpu_seconds_used() const;
+  uint64_t instructions_used() const { return instructions_; }
+  size_t memory_used() const { return mem_used_; }
+
+  // Asks the running script to stop at its next limit check (any thread may
+  // call it; it is how Ctrl-C reaches a busy loop).
+  void Interrupt() { interrupted_.store(true, std::memory_order_relaxed); }
+  // Also stop when *flag becomes true (e.g. set by a SIGINT handler). The
+  // flag must outlive this state.
+  void SetInterruptFlag(const std::atomic<bool>* flag) { external_interrupt_ = flag; }
+  bool interrupted() const {
+    return interrupted_.load(std::memory_order_relaxed) ||
+           (external_interrupt_ && external_interrupt_->load(std::memory_order_relaxed));
+  }
+
+  // Where print() lines go (default: stderr). Called on the Lua thread.
+  void SetLogger(std::function<void(std::string_view)> logger) { logger_ = std::move(logger); }
+  void Log(std::string_view line) const;
+
+  // Lua values yielded with this tag as their first value are requests to
+  // the host (the driver): the sandbox's coroutine.resume/wrap pass them up
+  // through coroutines the script created itself, so a `get` deep inside a
+  // user coroutine still reaches the scheduler.
+  static void* HostYieldTag();
+
+  // The limit that was hit (sticky), and a one-line explanation of it, e.g.
+  // "script time limit: Lua ran for more than 10 s (--lua-seconds)".
+  LimitHit limit_hit() const { return hit_; }
+  std::string LimitMessage() const;
+
+  // Loads `source` as a text chunk named "@<chunkname>" (so errors read
+  // "<chunkname>:LINE: ...") and leaves the function on the stack. On a
+  // syntax error returns false and leaves the message on the stack.
+  bool LoadText(const std::string& source, const std::string& chunkname);
+
+ private:
+  explicit LuaState(const LuaLimits& limits);
+  static void* Alloc(void* ud, void* ptr, size_t osize, size_t nsize);
+  static void Hook(lua_State* L, lua_Debug* ar);
+  void OpenSandbox();
+
+  lua_State* L_ = nullptr;
+  LuaLimits limits_;
+  size_t mem_used_ = 0;
+  int host_depth_ = 1;  // the host starts outside Lua
+  uint64_t instructions_ = 0;
+  LimitHit hit_ = LimitHit::kNone;
+  bool in_slice_ = false;
+  std::chrono::steady_clock::time_point slice_start_;
+  double cpu_before_slice_ = 0;
+  std::atomic<bool> interrupted_{false};
+  const std::atomic<bool>* external_interrupt_ = nullptr;
+  std::function<void(std::string_view)> logger_;
+  char hit_message_[256] = {0};
+};
+
+// Hook granularity: instructions between limit checks.
+inline constexpr int kHookEvery = 1000;
+
+}  // namespace braid::lua
