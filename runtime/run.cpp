@@ -106,29 +106,32 @@ Result<std::map<std::string, VarId>> RunImpl::Call(const SemanticFunction& fn,
     dag_.AttachOutput(id, v);
     outs[o.name] = v;
   }
-  // Resume: a recorded call with the same key returns its values, runs nothing.
-  DagNode& n = dag_.node(id);
-  bool inputs_ready = true;
-  for (VarId v : n.inputs) inputs_ready &= dag_.var(v).state == VarState::kReady;
-  if (resumed_ && ctx_->store && inputs_ready) {
-    auto found = ctx_->store->FindCall(id_, CallKeyString(n));
-    if (found.ok() && found.value()) {
-      const StoredCall& call = *found.value();
-      bool complete = true;
-      for (const auto& o : fn.outputs()) complete &= call.outputs.count(o.name) > 0;
-      if (complete) {
-        for (const auto& o : fn.outputs()) {
-          DagVar& v = dag_.var(outs[o.name]);
-          v.value = call.outputs.at(o.name);
-          v.state = VarState::kReady;
-        }
-        n.state = NodeState::kDone;
-        n.engine = "store";
-      }
-    }
-  }
+  // Resume: a recorded call with the same key returns its values, runs
+  // nothing. (Calls whose inputs are still pending are checked again when
+  // they become ready, in Schedule.)
+  ReplayFromStore(id);
   Notify();
   return outs;
+}
+
+bool RunImpl::ReplayFromStore(NodeId id) {
+  DagNode& n = dag_.node(id);
+  if (!resumed_ || !ctx_->store || n.kind != DagNode::Kind::kCall || n.Finished()) return false;
+  for (VarId v : n.inputs)
+    if (dag_.var(v).state != VarState::kReady) return false;
+  auto found = ctx_->store->FindCall(id_, CallKeyString(n));
+  if (!found.ok() || !found.value()) return false;
+  const StoredCall& call = *found.value();
+  for (const auto& o : n.fn->outputs())
+    if (!call.outputs.count(o.name)) return false;
+  for (VarId out : n.outputs) {
+    DagVar& v = dag_.var(out);
+    v.value = call.outputs.at(v.name);
+    v.state = VarState::kReady;
+  }
+  n.state = NodeState::kDone;
+  n.engine = "store";
+  return true;
 }
 
 VarId RunImpl::Literal(std::string value, std::string name) {

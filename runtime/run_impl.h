@@ -93,6 +93,9 @@ class RunImpl final : public Run, public Pumpable {
   std::string ArgValue(const Arg& a) const;
   std::string Render(const DagNode& n, int output, const std::map<std::string, std::string>& values) const;
   std::string CallKeyString(const DagNode& n) const;
+  // Completes call `id` from the store when this run is a resumption that
+  // recorded it (inputs ready, every output present). Holds mu_.
+  bool ReplayFromStore(NodeId id);
   double EstimateVarTokens(VarId v);
   double CostMs(const DagNode& n, const CostModel& rates);
   void Notify();

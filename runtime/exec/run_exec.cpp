@@ -393,6 +393,12 @@ void RunImpl::Schedule(Clock::time_point now) {
       RunJoin(i);
       continue;
     }
+    // Resume: a call whose inputs only now became ready may have been
+    // recorded by the interrupted run.
+    if (ReplayFromStore(i)) {
+      Notify();  // the program may be waiting on it; its consumers are scheduled next pass
+      continue;
+    }
     Exec& ex = exec_[i];
     if (ex.ready_since == Clock::time_point{}) ex.ready_since = now;
     ready.push_back(i);
