@@ -40,6 +40,7 @@ const char* kRunHelp =
     "  -t, --threads N         CPU threads in all (default: all cores), split between engines\n"
     "      --ctx N             context size per sequence\n"
     "      --engines N         embedded engines on the same model (default 1)\n"
+    "      --max-running N     sequences an engine decodes together (default 64; small = latency-tuned)\n"
     "      --kv-tokens N       KV cache tokens per engine (default 16384)\n"
     "      --mode dag|baseline DAG scheduling (default) or one request per call, FCFS\n"
     "      --rtt-ms N          added client round trip per call (baseline comparisons)\n"
@@ -54,6 +55,7 @@ const char* kRunHelp =
 
 // Options that take a value (everything before the script is ours).
 const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--engines",
+                                             "--max-running",
                                              "--kv-tokens", "--mode", "--rtt-ms", "--graph", "--db",
                                              "--resume", "--lua-memory-mb", "--lua-seconds",
                                              "--lua-instructions"};
@@ -188,6 +190,7 @@ int RunMain(const std::vector<std::string>& argv) {
   ModelOptions mo = ReadModelOptions(args);
   int engines_n = static_cast<int>(args.Int({"--engines"}, 1));
   int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 16384));
+  int max_running = static_cast<int>(args.Int({"--max-running"}, 64));
   std::string mode = args.Str({"--mode"}, "dag");
   int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0));
   std::string graph = args.Str({"--graph"}, "");
@@ -201,6 +204,10 @@ int RunMain(const std::vector<std::string>& argv) {
   dopts.limits.max_instructions = static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0));
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid run: %s\n", e.c_str());
+    return 2;
+  }
+  if (max_running < 1 || max_running > 4096) {
+    std::fprintf(stderr, "braid run: --max-running must be between 1 and 4096\n");
     return 2;
   }
   if (engines_n < 1 || engines_n > 64) {
@@ -240,6 +247,7 @@ int RunMain(const std::vector<std::string>& argv) {
     eo.model = mo;
     eo.model.threads = std::max(1, threads / engines_n);
     eo.kv_tokens = kv_tokens;
+    eo.max_running = max_running;
     if (mode == "baseline") eo.policy = "fcfs";
     auto e = Engine::Open(eo);
     if (!e.ok()) {
