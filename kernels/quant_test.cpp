@@ -1,10 +1,14 @@
-// Type table, fp16/bf16 conversions, quantize -> dequantize error bounds, and
-// every dispatched VecDot against the scalar reference.
+// Type table, fp16/bf16 conversions, quantize -> dequantize error bounds, the
+// split 16-bit quantizers (bit-exact SIMD, exact sums), and every dispatched
+// VecDot (both activation precisions, dispatched and AVX2 tables) against the
+// scalar reference.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/quant.h"
@@ -36,6 +40,20 @@ TEST_CASE("GetDTypeInfo has ggml's block sizes") {
   CHECK(GetDTypeInfo(4) == nullptr);   // removed id
   CHECK(GetDTypeInfo(999) == nullptr);
   CHECK(RowBytes(DType::kQ4_1, 576) == 18 * 20);
+  // Braid-internal split 16-bit activation types.
+  CHECK(Info(DType::kQ16_0).block_bytes == 68);
+  CHECK(Info(DType::kQ16_1).block_bytes == 72);
+  CHECK(Info(DType::kQ16_K).block_bytes == 580);
+  CHECK(Info(DType::kQ16_K).block_elems == 256);
+  CHECK(GetDTypeInfo(1003) == nullptr);
+}
+
+TEST_CASE("activation-only types are flagged for weight-file readers") {
+  for (DType t : {DType::kQ8_1, DType::kQ8_K, DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
+    CHECK(IsActivationOnly(t));
+  }
+  for (DType t : kWeightTypes) CHECK_FALSE(IsActivationOnly(t));
+  CHECK(IsActivationOnly(5000u));
 }
 
 TEST_CASE("fp16 round trip is exact for every half and rounds to nearest even") {
@@ -113,6 +131,17 @@ TEST_CASE("quantize -> dequantize error bounds") {
   // K-quants (our plain min/max quantizer; 6-bit sub-block scales add error).
   CHECK(Roundtrip(DType::kQ4_K, x, false).rel_rms < 0.1);
   CHECK(Roundtrip(DType::kQ6_K, x, false).rel_rms < 0.03);
+  // Split 16-bit: |err| <= d/2 with d = amax/16256 (fp32 d; the rest is fp32 rounding).
+  for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
+    INFO("type " << std::string(Info(t).name));
+    const QuantError e = Roundtrip(t, x, true);
+    CHECK(e.max_err_over_amax <= 0.5 / 16256.0 + 2e-7);
+    CHECK(e.rel_rms < 3.5e-5);  // uniform x: (d / sqrt(12)) / rms(x) = 3.1e-5
+    // Wide dynamic range inside a block (the scale follows the block maximum).
+    std::vector<float> wide = x;
+    for (size_t i = 0; i < wide.size(); i += 7) wide[i] *= 1000.0f;
+    CHECK(Roundtrip(t, wide, true).max_err_over_amax <= 0.5 / 16256.0 + 2e-7);
+  }
   CHECK(Roundtrip(DType::kF16, x, false).rel_rms < 1e-3);
   CHECK(Roundtrip(DType::kBF16, x, false).rel_rms < 5e-3);
 }
@@ -132,50 +161,172 @@ TEST_CASE("Q8_1 stores the exact sum of its quants") {
   }
 }
 
+// The stored q16 of element j of a split 16-bit row.
+int StoredQ16(DType t, const std::vector<uint8_t>& q, int64_t j) {
+  const int be = Info(t).block_elems;
+  const uint8_t* b = q.data() + (j / be) * Info(t).block_bytes;
+  const int hi_off = t == DType::kQ16_1 ? 8 : 4;
+  const auto hi = static_cast<int8_t>(b[hi_off + j % be]);
+  const auto lo = static_cast<int8_t>(b[hi_off + be + j % be]);
+  return 128 * hi + lo;
+}
+
+TEST_CASE("split 16-bit quantization: rounding, the hi/lo split and the sums") {
+  // amax = 16256 makes d = 1, so q16 = round(x) with ties to even.
+  std::vector<float> x(256, 0.0f);
+  const float v[] = {16256.0f, -16256.0f, 2.5f, 3.5f, -2.5f, 64.0f, -64.0f, 192.0f, -192.0f,
+                     63.0f, -65.0f, 16255.0f, 0.49f};
+  const int want[] = {16256, -16256, 2, 4, -2, 64, -64, 192, -192, 63, -65, 16255, 0};
+  for (size_t i = 0; i < std::size(v); ++i) x[i] = x[i + 32] = x[i + 64] = v[i];
+  for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
+    INFO("type " << std::string(Info(t).name));
+    std::vector<uint8_t> q(RowBytes(t, 256));
+    QuantizeActivations(t, x.data(), q.data(), 256);
+    for (size_t i = 0; i < std::size(v); ++i) CHECK(StoredQ16(t, q, static_cast<int64_t>(i)) == want[i]);
+    // hi = floor((q16 + 64) / 128) in [-127, 127], lo in [-64, 63].
+    const int hi_off = t == DType::kQ16_1 ? 8 : 4;
+    const int be = Info(t).block_elems;
+    for (int64_t j = 0; j < 256; ++j) {
+      const uint8_t* b = q.data() + (j / be) * Info(t).block_bytes;
+      const int hi = static_cast<int8_t>(b[hi_off + j % be]);
+      const int lo = static_cast<int8_t>(b[hi_off + be + j % be]);
+      CHECK(hi >= -127);
+      CHECK(hi <= 127);
+      CHECK(lo >= -64);
+      CHECK(lo <= 63);
+    }
+  }
+  // An all-zero block stores d = 0 and zeros.
+  std::vector<float> z(32, 0.0f);
+  std::vector<uint8_t> qz(RowBytes(DType::kQ16_0, 32), 0xAB);
+  QuantizeActivations(DType::kQ16_0, z.data(), qz.data(), 32);
+  for (uint8_t byte : qz) CHECK(byte == 0);
+}
+
+TEST_CASE("split 16-bit sums are exact: Q16_1 sum, Q16_K bsums") {
+  std::mt19937 rng(4);
+  const std::vector<float> x = RandomFloats(rng, 512);
+  std::vector<uint8_t> q1(RowBytes(DType::kQ16_1, 512)), qk(RowBytes(DType::kQ16_K, 512));
+  QuantizeActivations(DType::kQ16_1, x.data(), q1.data(), 512);
+  QuantizeActivations(DType::kQ16_K, x.data(), qk.data(), 512);
+  for (int b = 0; b < 512 / 32; ++b) {
+    int32_t stored;
+    std::memcpy(&stored, q1.data() + 72 * b + 4, 4);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += StoredQ16(DType::kQ16_1, q1, 32 * b + j);
+    CHECK(stored == sum);
+  }
+  for (int b = 0; b < 2; ++b) {
+    for (int g = 0; g < 16; ++g) {
+      int32_t stored;
+      std::memcpy(&stored, qk.data() + 580 * b + 4 + 512 + 4 * g, 4);
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += StoredQ16(DType::kQ16_K, qk, 256 * b + 16 * g + l);
+      CHECK(stored == sum);
+    }
+  }
+}
+
+TEST_CASE("SIMD split 16-bit quantization is bit-identical to the reference") {
+  std::mt19937 rng(5);
+  testing::ForEachSimdTable([&] {
+    for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
+      for (int64_t n : {256, 1536}) {
+        for (float scale : {1.0f, 1e-3f, 37.0f}) {
+          std::vector<float> x = RandomFloats(rng, n, -scale, scale);
+          for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // one all-zero block (Q16_0/1)
+          std::vector<uint8_t> fast(RowBytes(t, n)), want(RowBytes(t, n));
+          QuantizeActivations(t, x.data(), fast.data(), n);
+          ref::QuantizeActivations(t, x.data(), want.data(), n);
+          INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " n " << n);
+          CHECK(fast == want);
+        }
+      }
+    }
+  });
+}
+
 std::vector<int64_t> SizesFor(DType t) {
-  const int be = Info(ActivationType(t)).block_elems;
+  const int be = Info(ActivationType(t)).block_elems;  // same at either precision
   if (be == 1) return {1, 7, 8, 33, 576, 1536};
   if (be == 32) return {32, 64, 96, 576, 1536};
   return {256, 512, 1536};
 }
 
+const ActPrecision kPrecisions[] = {ActPrecision::kInt8, ActPrecision::kSplit16};
+
 TEST_CASE("VecDot (dispatched) matches the scalar reference") {
-  INFO("isa = " << KernelIsa());
   std::mt19937 rng(11);
-  for (DType t : kWeightTypes) {
-    for (int64_t n : SizesFor(t)) {
-      for (int trial = 0; trial < 4; ++trial) {
-        const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
-        size_t xb;
-        const std::vector<uint8_t> x = RandomActivations(rng, t, 1, n, &xb);
-        const float fast = VecDot(t, n, w.data(), x.data());
-        const float ref = ref::VecDot(t, n, w.data(), x.data());
-        // Integer block sums are exact; only the fp32 combination order differs.
-        const double tol = 2e-5 * AbsDot(t, w.data(), x.data(), n) + 1e-6;
-        INFO("type " << Info(t).name << " n " << n);
-        CHECK(std::fabs((double)fast - ref) <= tol);
+  testing::ForEachSimdTable([&] {
+    INFO("isa = " << KernelIsa());
+    for (ActPrecision p : kPrecisions) {
+      for (DType t : kWeightTypes) {
+        const DType at = ActivationType(t, p);
+        for (int64_t n : SizesFor(t)) {
+          for (int trial = 0; trial < 4; ++trial) {
+            const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
+            size_t xb;
+            const std::vector<uint8_t> x = RandomActivations(rng, at, 1, n, &xb);
+            const float fast = VecDot(t, at, n, w.data(), x.data());
+            const float ref = ref::VecDot(t, at, n, w.data(), x.data());
+            // Integer block sums are exact; only the fp32 combination order differs.
+            const double tol = 2e-5 * AbsDot(t, at, w.data(), x.data(), n) + 1e-6;
+            INFO("type " << std::string(Info(t).name) << " x " << std::string(Info(at).name) << " n " << n);
+            CHECK(std::fabs((double)fast - ref) <= tol);
+          }
+        }
       }
     }
-  }
+  });
 }
 
 TEST_CASE("VecDot reference agrees with a dequantized fp64 dot") {
   // Checks the reference itself: integer-domain math == dot of dequantized rows.
   std::mt19937 rng(12);
-  for (DType t : kWeightTypes) {
-    const int64_t n = Info(ActivationType(t)).block_elems == 256 ? 512 : 576;
-    const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
-    size_t xb;
-    const std::vector<uint8_t> x = RandomActivations(rng, t, 1, n, &xb);
-    std::vector<float> a(n), b(n);
-    ref::DequantizeRow(t, w.data(), a.data(), n);
-    ref::DequantizeRow(ActivationType(t), x.data(), b.data(), n);
-    double exact = 0;
-    for (int64_t i = 0; i < n; ++i) exact += (double)a[i] * b[i];
-    // Q4_1's offset term uses s = fp16(d * sum q), rounded to fp16: allow for it.
-    const double tol = (t == DType::kQ4_1 ? 2e-3 : 1e-5) * AbsDot(t, w.data(), x.data(), n) + 1e-6;
-    INFO("type " << Info(t).name);
-    CHECK(std::fabs(ref::VecDot(t, n, w.data(), x.data()) - exact) <= tol);
+  for (ActPrecision p : kPrecisions) {
+    for (DType t : kWeightTypes) {
+      const DType at = ActivationType(t, p);
+      const int64_t n = Info(at).block_elems == 256 ? 512 : 576;
+      const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
+      size_t xb;
+      const std::vector<uint8_t> x = RandomActivations(rng, at, 1, n, &xb);
+      std::vector<float> a(n), b(n);
+      ref::DequantizeRow(t, w.data(), a.data(), n);
+      ref::DequantizeRow(at, x.data(), b.data(), n);
+      double exact = 0;
+      for (int64_t i = 0; i < n; ++i) exact += (double)a[i] * b[i];
+      const double tol = 1e-5 * AbsDot(t, at, w.data(), x.data(), n) + 1e-6;
+      INFO("type " << std::string(Info(t).name) << " x " << std::string(Info(at).name));
+      CHECK(std::fabs(ref::VecDot(t, at, n, w.data(), x.data()) - exact) <= tol);
+    }
+  }
+}
+
+// The point of the split 16-bit types: against the unquantized activations, the
+// dot's error is the weight's own plus ~1/16256 of the activations' scale, not 1/127.
+TEST_CASE("split 16-bit activations make the dot ~100x more accurate than int8") {
+  std::mt19937 rng(14);
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t n = 1536;
+    double err8 = 0, err16 = 0;
+    for (int trial = 0; trial < 20; ++trial) {
+      const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
+      const std::vector<float> x = RandomFloats(rng, n);
+      std::vector<float> a(n);
+      ref::DequantizeRow(t, w.data(), a.data(), n);
+      double exact = 0;  // dequantized weights . unquantized activations
+      for (int64_t i = 0; i < n; ++i) exact += (double)a[i] * x[i];
+      for (ActPrecision p : kPrecisions) {
+        const DType at = ActivationType(t, p);
+        std::vector<uint8_t> xq(RowBytes(at, n));
+        QuantizeActivations(at, x.data(), xq.data(), n);
+        const double e = std::fabs(VecDot(t, at, n, w.data(), xq.data()) - exact);
+        (p == ActPrecision::kInt8 ? err8 : err16) += e * e;
+      }
+    }
+    INFO("type " << std::string(Info(t).name) << " rms err int8 " << std::sqrt(err8 / 20) << " split16 "
+                 << std::sqrt(err16 / 20));
+    CHECK(err16 * 50 * 50 < err8);
   }
 }
 
@@ -183,12 +334,15 @@ TEST_CASE("ForceScalarKernels switches VecDot to the reference") {
   std::mt19937 rng(13);
   const bool before = ForceScalarKernels(true);
   CHECK(std::string(KernelIsa()) == "scalar");
-  for (DType t : kWeightTypes) {
-    const int64_t n = 512;
-    const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
-    size_t xb;
-    const std::vector<uint8_t> x = RandomActivations(rng, t, 1, n, &xb);
-    CHECK(VecDot(t, n, w.data(), x.data()) == ref::VecDot(t, n, w.data(), x.data()));
+  for (ActPrecision p : kPrecisions) {
+    for (DType t : kWeightTypes) {
+      const DType at = ActivationType(t, p);
+      const int64_t n = 512;
+      const std::vector<uint8_t> w = RandomWeights(rng, t, 1, n);
+      size_t xb;
+      const std::vector<uint8_t> x = RandomActivations(rng, at, 1, n, &xb);
+      CHECK(VecDot(t, at, n, w.data(), x.data()) == ref::VecDot(t, at, n, w.data(), x.data()));
+    }
   }
   ForceScalarKernels(before);
   MESSAGE("dispatched ISA: " << std::string(KernelIsa()));
@@ -201,6 +355,14 @@ TEST_CASE("ActivationType pairs") {
   CHECK(ActivationType(DType::kQ4_K) == DType::kQ8_K);
   CHECK(ActivationType(DType::kQ6_K) == DType::kQ8_K);
   CHECK(ActivationType(DType::kBF16) == DType::kF32);
+  CHECK(ActivationType(DType::kQ4_1, ActPrecision::kInt8) == DType::kQ8_1);
+  CHECK(ActivationType(DType::kQ4_0, ActPrecision::kSplit16) == DType::kQ16_0);
+  CHECK(ActivationType(DType::kQ8_0, ActPrecision::kSplit16) == DType::kQ16_0);
+  CHECK(ActivationType(DType::kQ4_1, ActPrecision::kSplit16) == DType::kQ16_1);
+  CHECK(ActivationType(DType::kQ4_K, ActPrecision::kSplit16) == DType::kQ16_K);
+  CHECK(ActivationType(DType::kQ6_K, ActPrecision::kSplit16) == DType::kQ16_K);
+  CHECK(ActivationType(DType::kF16, ActPrecision::kSplit16) == DType::kF32);
+  CHECK(ActivationType(DType::kF32, ActPrecision::kSplit16) == DType::kF32);
 }
 
 }  // namespace

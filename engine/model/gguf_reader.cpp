@@ -470,8 +470,7 @@ class GgufParser {
     if (info == nullptr || info->block_elems <= 0 || info->block_bytes <= 0) {
       return Unsupported(tn + " has " + DescribeTypeId(type_id) + ", which Braid does not support");
     }
-    if (type_id == static_cast<uint32_t>(kernels::DType::kQ8_1) ||
-        type_id == static_cast<uint32_t>(kernels::DType::kQ8_K)) {
+    if (kernels::IsActivationOnly(type_id)) {
       return Unsupported(tn + " has " + DescribeTypeId(type_id) +
                          ", an activation type that Braid does not accept for weights");
     }

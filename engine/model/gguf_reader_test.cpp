@@ -429,6 +429,9 @@ TEST_CASE("GGUF: unsupported and removed tensor types are named") {
   ExpectError(with_type(16), StatusCode::kUnsupported, "type iq2_xxs (id 16)");
   ExpectError(with_type(99), StatusCode::kUnsupported, "unknown type id 99");
   ExpectError(with_type(9), StatusCode::kUnsupported, "q8_1 (id 9), an activation type");
+  ExpectError(with_type(15), StatusCode::kUnsupported, "an activation type");
+  ExpectError(with_type(1000), StatusCode::kUnsupported, "an activation type");
+  ExpectError(with_type(1002), StatusCode::kUnsupported, "an activation type");
 }
 
 // ---- data layout --------------------------------------------------------------------------

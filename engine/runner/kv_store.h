@@ -17,6 +17,7 @@ class KvStore {
         k_(static_cast<size_t>(n_layer) * n_blocks * block_size * kv_dim),
         v_(k_.size()) {}
 
+  int n_layer() const { return n_layer_; }
   int n_blocks() const { return n_blocks_; }
   int block_size() const { return block_size_; }
   int kv_dim() const { return kv_dim_; }

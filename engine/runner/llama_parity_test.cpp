@@ -3,7 +3,8 @@
 //
 // Exact path (fp32 activations): top-1 identical at every position, cosine
 // >= 0.9999 of the full last-position logits, 64-token greedy continuations
-// identical. Fast path (8-bit activations): cosine >= 0.999, top-1 agreement
+// identical. Fast path (activations quantized per block to split 16-bit
+// integers for integer dot products): cosine >= 0.999, top-1 agreement
 // at >= 99% of positions with every disagreement at a reference near-tie
 // (top-2 gap < 0.1), greedy continuations identical for all prompts but one.
 #include <doctest/doctest.h>

@@ -7,6 +7,7 @@
 #include <cassert>
 
 #include "cpu/kernel_table.h"
+#include "kernels/quant.h"
 #include "ref/ref.h"
 
 namespace braid::kernels {
@@ -14,27 +15,29 @@ namespace {
 
 // Weight rows per tile: 16 rows of 576 Q4_1 columns are ~6 KB, well inside L1.
 constexpr int64_t kTileRows = 16;
-// Longest row the decode path rearranges on the stack (40 KB); longer rows use `dot`.
+// Longest row the decode path rearranges on the stack (73 KB); longer rows use `dot`.
 constexpr int64_t kMaxDecodeCols = 32768;
 
 }  // namespace
 
 // y[t * ldy + r] = dot(W[r, :], xq[t])     W: [rows, cols], xq: n_tokens quantized rows,
 //                                          r in [r0, r1), t in [0, n_tokens)
-void MatMulQuantized(const MatrixView& w, const void* xq, size_t xq_row_bytes, int n_tokens,
-                     int64_t r0, int64_t r1, float* y, int64_t ldy) {
-  const cpu::DotFn dot = cpu::Kernels().dot[static_cast<int>(w.type)];
+void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
+                     int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  assert(act_type == ActivationType(w.type, cpu::IsSplit16(act_type) ? ActPrecision::kSplit16
+                                                                      : ActPrecision::kInt8));
+  const cpu::KernelTable& table = cpu::Kernels();
+  const cpu::DotFn dot = cpu::FindDot(table, w.type, act_type);
   assert(dot != nullptr);
   const char* base = static_cast<const char*>(w.data);
   const char* x = static_cast<const char*>(xq);
-  const cpu::DecodeKernel& dk = cpu::Kernels().decode[static_cast<int>(w.type)];
-  if (n_tokens == 1 && dk.rows != nullptr && w.cols <= kMaxDecodeCols) {
+  const cpu::DecodeKernel* dk = cpu::FindDecode(table, w.type, act_type);
+  if (n_tokens == 1 && dk != nullptr && dk->rows != nullptr && w.cols <= kMaxDecodeCols) {
     // Decode: rearrange the one activation row, then stream the weight rows.
-    alignas(64) uint8_t packed[kMaxDecodeCols];
-    alignas(64) float scales[2 * kMaxDecodeCols / 32];
-    dk.prepare(w.cols, xq, packed, scales);
-    dk.rows(w.cols, reinterpret_cast<const uint8_t*>(base) + r0 * w.row_bytes, w.row_bytes, r1 - r0,
-            packed, scales, y + r0);
+    alignas(64) uint8_t ws[cpu::DecodeWorkspaceBytes(kMaxDecodeCols)];
+    dk->prepare(w.cols, xq, ws);
+    dk->rows(w.cols, reinterpret_cast<const uint8_t*>(base) + r0 * w.row_bytes, w.row_bytes,
+             r1 - r0, ws, y + r0);
     return;
   }
   if (n_tokens <= cpu::kTileTokens) {

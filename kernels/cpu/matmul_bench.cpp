@@ -1,5 +1,6 @@
 // Microbenchmark of MatMulQuantized on SmolLM2-135M's shapes (Q4_1 matrices and
-// the tied Q8_0 49152 x 576 output head), 1 and 2 threads, n_tokens 1 and 16.
+// the tied Q8_0 49152 x 576 output head), 1 and 2 threads, n_tokens 1 and 16,
+// int8 and split 16-bit activations.
 // Prints GB/s of weights streamed and GFLOP/s next to the read bandwidth that
 // MeasureReadBandwidth finds in the same run, and their ratio.
 //
@@ -45,7 +46,8 @@ struct Result {
   double gflops;
 };
 
-Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, double seconds) {
+Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precision,
+             double seconds) {
   const size_t row_bytes = RowBytes(s.type, s.cols);
   const size_t mat_bytes = row_bytes * static_cast<size_t>(s.rows);
   const size_t copies = std::max<size_t>(2, kWorkingSet / mat_bytes);
@@ -63,7 +65,7 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, double seconds) {
   pool.Run([&](int i) {  // first touch in parallel
     for (size_t c = i; c < copies; c += pool.size()) std::memcpy(w + c * mat_bytes, one.data(), mat_bytes);
   });
-  const DType at = ActivationType(s.type);
+  const DType at = ActivationType(s.type, precision);
   const size_t xb = RowBytes(at, s.cols);
   std::vector<uint8_t> xq(xb * n_tokens);
   for (int t = 0; t < n_tokens; ++t) {
@@ -80,7 +82,7 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, double seconds) {
     pool.Run([&](int i) {
       int64_t r0, r1;
       ThreadPool::Split(s.rows, pool.size(), i, 16, &r0, &r1);
-      MatMulQuantized(mv, xq.data(), xb, n_tokens, r0, r1, y.data(), s.rows);
+      MatMulQuantized(mv, at, xq.data(), xb, n_tokens, r0, r1, y.data(), s.rows);
     });
     ++calls;
     if ((calls & 15) == 0) t1 = Now();
@@ -108,12 +110,16 @@ int main(int argc, char** argv) {
     ThreadPool pool(threads);
     const double bw = MeasureReadBandwidth(pool, size_t{512} << 20, 5) / 1e9;
     std::printf("\nthreads=%d  measured read bandwidth (512 MiB, best of 5): %.1f GB/s\n", threads, bw);
-    std::printf("%-30s %8s %10s %10s %10s\n", "shape (cols x rows)", "n_tok", "GB/s", "GFLOP/s", "GB/s / bw");
+    std::printf("%-30s %6s %8s %10s %10s %10s\n", "shape (cols x rows)", "act", "n_tok", "GB/s",
+                "GFLOP/s", "GB/s / bw");
     for (const Shape& s : shapes) {
       for (int n_tokens : {1, 16}) {
-        const Result r = Bench(pool, s, n_tokens, seconds);
-        std::printf("%-30s %8d %10.1f %10.1f %9.0f%%\n", s.name, n_tokens, r.gbps, r.gflops,
-                    100.0 * r.gbps / bw);
+        for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
+          const Result r = Bench(pool, s, n_tokens, p, seconds);
+          std::printf("%-30s %6s %8d %10.1f %10.1f %9.0f%%\n", s.name,
+                      p == ActPrecision::kInt8 ? "int8" : "split16", n_tokens, r.gbps, r.gflops,
+                      100.0 * r.gbps / bw);
+        }
       }
     }
   }

@@ -56,6 +56,34 @@ struct BlockQ8_K {
   int16_t bsums[kQKK / 16];
 };
 
+// ---- Split 16-bit activations (Braid-internal, never in a file) ----------------
+// Per block: d = amax / 16256 (fp32), q16 = round(x / d) (nearest even), so
+// |q16| <= 16256 = 127 * 128; stored split as
+//   hi = floor((q16 + 64) / 128) in [-127, 127],  lo = q16 - 128 * hi in [-64, 63],
+// so that w . q16 = 128 * (w . hi) + (w . lo), both int8 dot products.
+inline constexpr int kQ16Max = 16256;
+
+// x = d * (128 * hi + lo).  Partner of Q4_0 and Q8_0.
+struct BlockQ16_0 {
+  float d;
+  int8_t hi[kQK];
+  int8_t lo[kQK];
+};
+// As Q16_0 plus sum = sum of the 32 q16 (exact): the Q4_1 offset term is m_w * d * sum.
+struct BlockQ16_1 {
+  float d;
+  int32_t sum;
+  int8_t hi[kQK];
+  int8_t lo[kQK];
+};
+// 256 elements; bsums[g] = sum of the 16 q16 of group g (Q4_K's mins, Q6_K's "-32").
+struct BlockQ16_K {
+  float d;
+  int8_t hi[kQKK];
+  int8_t lo[kQKK];
+  int32_t bsums[kQKK / 16];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -63,6 +91,12 @@ static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockQ16_0) == 68);
+static_assert(sizeof(BlockQ16_1) == 72);
+static_assert(sizeof(BlockQ16_K) == 580);
+
+// q16 = 128 * hi + lo of element j.
+inline int Q16(const int8_t* hi, const int8_t* lo, int j) { return 128 * hi[j] + lo[j]; }
 
 // The 6-bit scale and min of Q4_K sub-block j (0..7), as ggml's get_scale_min_k4.
 inline void Q4KScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {

@@ -103,6 +103,14 @@ void DequantQ8_K(const BlockQ8_K* x, float* y, int64_t n) {
   }
 }
 
+// x = d * (128 * hi + lo), blocks of `B` elements.
+template <typename Block, int B>
+void DequantQ16(const Block* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / B; ++i) {
+    for (int j = 0; j < B; ++j) y[i * B + j] = x[i].d * static_cast<float>(Q16(x[i].hi, x[i].lo, j));
+  }
+}
+
 }  // namespace
 
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
@@ -127,6 +135,9 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
     case DType::kQ4_K: return DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
     case DType::kQ6_K: return DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
     case DType::kQ8_K: return DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
+    case DType::kQ16_0: return DequantQ16<BlockQ16_0, kQK>(static_cast<const BlockQ16_0*>(src), dst, n);
+    case DType::kQ16_1: return DequantQ16<BlockQ16_1, kQK>(static_cast<const BlockQ16_1*>(src), dst, n);
+    case DType::kQ16_K: return DequantQ16<BlockQ16_K, kQKK>(static_cast<const BlockQ16_K*>(src), dst, n);
   }
   assert(false && "DequantizeRow: unsupported type");
 }

@@ -29,6 +29,9 @@ constexpr Entry kTypes[] = {
     {3, {"q4_1", 32, 20}},    {8, {"q8_0", 32, 34}},      {9, {"q8_1", 32, 36}},
     {12, {"q4_K", 256, 144}}, {14, {"q6_K", 256, 210}},   {15, {"q8_K", 256, 292}},
     {30, {"bf16", 1, 2}},
+    // Braid-internal split 16-bit activations (blocks.h): fp32 d, int8 hi[], int8 lo[],
+    // plus the int32 sum (Q16_1) or the 16 int32 group sums (Q16_K).
+    {1000, {"q16_0", 32, 68}}, {1001, {"q16_1", 32, 72}}, {1002, {"q16_K", 256, 580}},
 };
 
 }  // namespace
@@ -38,6 +41,11 @@ const DTypeInfo* GetDTypeInfo(uint32_t type_id) {
     if (e.id == type_id) return &e.info;
   }
   return nullptr;
+}
+
+bool IsActivationOnly(uint32_t type_id) {
+  return type_id == static_cast<uint32_t>(DType::kQ8_1) ||
+         type_id == static_cast<uint32_t>(DType::kQ8_K) || type_id >= kFirstInternalTypeId;
 }
 
 // Half -> float: exact for every input (normals, subnormals, inf, NaN), after

@@ -1,7 +1,9 @@
 // Scalar quantization: activations (Q8_0, Q8_1, Q8_K, as ggml's
-// quantize_row_*_ref) and a plain min/max weight quantizer for tests and benches.
+// quantize_row_*_ref; Braid's split 16-bit Q16_0, Q16_1, Q16_K) and a plain
+// min/max weight quantizer for tests and benches.
 #include <algorithm>
 #include <cassert>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -34,6 +36,30 @@ void QuantizeSym8(const float* x, int n, float* d_out, int8_t* q) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::lround(x[j] * id));
   *d_out = d;
+}
+
+// Split 16-bit: d = amax / 16256, q16 = round(x / d) (nearest even, the SIMD
+// conversion's rounding, so the SIMD quantizers match bit for bit), then
+// hi = floor((q16 + 64) / 128), lo = q16 - 128 hi. A block whose d is not a
+// normal float (all zeros, denormal-tiny, inf or NaN input) is stored as zeros.
+// Returns sum(q16).
+int QuantizeSplit16(const float* x, int n, float* d_out, int8_t* hi, int8_t* lo) {
+  float d = AbsMax(x, n) / static_cast<float>(kQ16Max);
+  if (!(d >= FLT_MIN && d <= FLT_MAX)) d = 0.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < n; ++j) {
+    // Clamped as the SIMD code clamps its int32 (NaN converts to INT_MIN there).
+    const float r = std::nearbyint(x[j] * id);
+    const float m = static_cast<float>(kQ16Max);
+    const int q = static_cast<int>(r >= -m ? (r <= m ? r : m) : -m);
+    const int h = (q + 64) >> 7;  // arithmetic shift: floor
+    hi[j] = static_cast<int8_t>(h);
+    lo[j] = static_cast<int8_t>(q - 128 * h);
+    sum += q;
+  }
+  *d_out = d;
+  return sum;
 }
 
 void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
@@ -206,12 +232,39 @@ void QuantizeRowQ8_K(const float* x, void* dst, int64_t n) {
   }
 }
 
+void QuantizeRowQ16_0(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ16_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) QuantizeSplit16(x + i * kQK, kQK, &y[i].d, y[i].hi, y[i].lo);
+}
+
+void QuantizeRowQ16_1(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ16_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    y[i].sum = QuantizeSplit16(x + i * kQK, kQK, &y[i].d, y[i].hi, y[i].lo);
+  }
+}
+
+void QuantizeRowQ16_K(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ16_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    QuantizeSplit16(x + i * kQKK, kQKK, &y[i].d, y[i].hi, y[i].lo);
+    for (int g = 0; g < kQKK / 16; ++g) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += Q16(y[i].hi, y[i].lo, 16 * g + l);
+      y[i].bsums[g] = sum;
+    }
+  }
+}
+
 void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n) {
   switch (act_type) {
     case DType::kF32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::kQ8_0: return QuantizeRowQ8_0(x, dst, n);
     case DType::kQ8_1: return QuantizeRowQ8_1(x, dst, n);
     case DType::kQ8_K: return QuantizeRowQ8_K(x, dst, n);
+    case DType::kQ16_0: return QuantizeRowQ16_0(x, dst, n);
+    case DType::kQ16_1: return QuantizeRowQ16_1(x, dst, n);
+    case DType::kQ16_K: return QuantizeRowQ16_K(x, dst, n);
     default: assert(false && "QuantizeActivations: not an activation type");
   }
 }

@@ -9,7 +9,7 @@
 
 namespace braid::kernels::ref {
 
-// dst[0..n) = values of the row `src` of `type` (any weight type, plus Q8_0/Q8_1/Q8_K).
+// dst[0..n) = values of the row `src` of `type` (any weight or activation type).
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // Activation quantization, as ggml's quantize_row_*_ref: per block
@@ -17,6 +17,11 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 void QuantizeRowQ8_0(const float* x, void* dst, int64_t n);
 void QuantizeRowQ8_1(const float* x, void* dst, int64_t n);
 void QuantizeRowQ8_K(const float* x, void* dst, int64_t n);
+// Split 16-bit (blocks.h): d = amax / 16256, q16 = round(x / d) (ties to even),
+// hi = floor((q16 + 64) / 128), lo = q16 - 128 hi; plus the exact q16 sums.
+void QuantizeRowQ16_0(const float* x, void* dst, int64_t n);
+void QuantizeRowQ16_1(const float* x, void* dst, int64_t n);
+void QuantizeRowQ16_K(const float* x, void* dst, int64_t n);
 // Dispatches on act_type (kF32 copies).
 void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n);
 
@@ -24,8 +29,10 @@ void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n);
 // search, just a plain min/max fit): x: [n] -> dst in `type` layout.
 void QuantizeWeights(DType type, const float* x, void* dst, int64_t n);
 
-// dot(w_row, x): w_row in `weight_type`, x in ActivationType(weight_type) layout.
-float VecDot(DType weight_type, int64_t n, const void* w_row, const void* x);
+// dot(w_row, x): w_row in `weight_type`, x in `act_type` layout, which must be
+// ActivationType(weight_type, p) for some precision p (the Q16_* types select the
+// split 16-bit dots; the others the int8 / fp32 ones).
+float VecDot(DType weight_type, DType act_type, int64_t n, const void* w_row, const void* x);
 
 // Ops (see kernels/ops.h for the math).
 void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y);

@@ -1,6 +1,7 @@
 // Element types of weight tensors, with GGUF's numeric ids, and the block
 // layout of each (elements per block, bytes per block). Facts follow ggml's
-// ggml-common.h; see docs/formats.md.
+// ggml-common.h; see docs/formats.md. Ids from kFirstInternalTypeId on are
+// Braid's own activation formats: they never appear in a file.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +20,16 @@ enum class DType : uint32_t {
   kQ6_K = 14,
   kQ8_K = 15,  // activation type only (the K-quant dot product partner)
   kBF16 = 30,
+  // "Split 16-bit" activation types (Braid-internal, docs/kernels.md): per block
+  // q16 = round(x / d), |q16| <= 16256, stored as q16 = 128 * hi + lo with hi and
+  // lo int8, so the int8 dot-product instructions give ~15-bit activations.
+  kQ16_0 = 1000,  // activation type only (partner of Q4_0 and Q8_0)
+  kQ16_1 = 1001,  // activation type only (partner of Q4_1)
+  kQ16_K = 1002,  // activation type only (partner of Q4_K and Q6_K)
 };
+
+// Type ids from here on are Braid-internal (no file format may use them).
+inline constexpr uint32_t kFirstInternalTypeId = 1000;
 
 struct DTypeInfo {
   const char* name;     // "q4_1"
@@ -27,8 +37,15 @@ struct DTypeInfo {
   int block_bytes;      // bytes per block
 };
 
-// Info for a GGUF type id, or nullptr when Braid does not support that id.
+// Info for a GGUF type id or a Braid-internal activation type id, or nullptr
+// when Braid does not support that id. Readers of weight files must also
+// refuse IsActivationOnly types.
 const DTypeInfo* GetDTypeInfo(uint32_t type_id);
+
+// True for the types that only hold quantized activations (Q8_1, Q8_K and the
+// internal Q16_*): a weight tensor of such a type is malformed input.
+bool IsActivationOnly(uint32_t type_id);
+inline bool IsActivationOnly(DType t) { return IsActivationOnly(static_cast<uint32_t>(t)); }
 inline const DTypeInfo& Info(DType t) { return *GetDTypeInfo(static_cast<uint32_t>(t)); }
 
 // Bytes taken by n elements (n must be a multiple of the block size).

@@ -24,11 +24,12 @@ struct MatrixView {
   size_t row_bytes;
 };
 
-// Fast path. `xq` holds n_tokens rows quantized with
-// QuantizeActivations(ActivationType(w.type), ...), `xq_row_bytes` apart.
+// Fast path. `xq` holds n_tokens rows quantized with QuantizeActivations(act_type,
+// ...), `xq_row_bytes` apart; act_type must be ActivationType(w.type, p) for some
+// precision p (quant.h), and selects the int8 or the split 16-bit kernels.
 // Reuses each loaded weight row for several tokens when n_tokens > 1.
-void MatMulQuantized(const MatrixView& w, const void* xq, size_t xq_row_bytes, int n_tokens,
-                     int64_t r0, int64_t r1, float* y, int64_t ldy);
+void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
+                     int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy);
 
 // Exact path: fp32 activations [n_tokens, cols]; each weight row is
 // dequantized to fp32 into `scratch` (cols floats, per thread) and dotted in fp32.

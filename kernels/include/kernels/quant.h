@@ -3,9 +3,13 @@
 // products between a weight row and a quantized activation row.
 //
 // The fast path never dequantizes a weight matrix: activations are quantized to
-// the weight type's partner (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and the dot
-// product runs on integers. Dispatch picks AVX-512 VNNI, AVX2 or scalar code at
-// run time from what the CPU reports.
+// a partner type of the weight type and the dot product runs on integers. Two
+// precisions exist (docs/kernels.md):
+//   kInt8:    Q8_0, Q8_1 or Q8_K, as llama.cpp does (8-bit activations);
+//   kSplit16: Q16_0, Q16_1 or Q16_K, ~15-bit activations q16 = 128 hi + lo,
+//             dotted as 128 (w . hi) + (w . lo) with the same int8 instructions.
+// Dispatch picks AVX-512 VNNI, AVX2 or scalar code at run time from what the CPU
+// reports.
 #pragma once
 
 #include <cstdint>
@@ -14,20 +18,27 @@
 
 namespace braid::kernels {
 
+enum class ActPrecision { kInt8, kSplit16 };
+
 // dst[0..n) = the values stored in `src` (n a multiple of the block size).
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // The activation type whose dot product with `weight_type` is implemented:
-// Q4_0, Q8_0 -> Q8_0; Q4_1 -> Q8_1; Q4_K, Q6_K -> Q8_K; F32, F16, BF16 -> F32.
+//   kInt8:    Q4_0, Q8_0 -> Q8_0;  Q4_1 -> Q8_1;  Q4_K, Q6_K -> Q8_K;
+//   kSplit16: Q4_0, Q8_0 -> Q16_0; Q4_1 -> Q16_1; Q4_K, Q6_K -> Q16_K;
+//   F32, F16, BF16 -> F32 at either precision.
+DType ActivationType(DType weight_type, ActPrecision precision);
+// The kInt8 partner (ActivationType(weight_type, ActPrecision::kInt8)).
 DType ActivationType(DType weight_type);
 
-// Quantizes x[0..n) into `dst` in ActivationType layout (`act_type`).
+// Quantizes x[0..n) into `dst` in `act_type` layout (an ActivationType result).
 // For kF32 it copies. n must be a multiple of the activation block size.
 void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n);
 
-// dot(w_row, x) over n elements: `w_row` in `weight_type` layout, `x` already
-// quantized with QuantizeActivations(ActivationType(weight_type), ...).
-float VecDot(DType weight_type, int64_t n, const void* w_row, const void* x);
+// dot(w_row, x) over n elements: `w_row` in `weight_type` layout, `x` quantized
+// with QuantizeActivations(act_type, ...), where act_type must be
+// ActivationType(weight_type, p) for some precision p.
+float VecDot(DType weight_type, DType act_type, int64_t n, const void* w_row, const void* x);
 
 // Which implementation VecDot and the matmuls use ("avx512vnni", "avx2", "scalar").
 const char* KernelIsa();
