@@ -279,6 +279,9 @@ int RunMain(const std::vector<std::string>& argv) {
     return 1;
   }
   std::shared_ptr<rt::Run> run = *started;
+  if (!db.empty() && !quiet)
+    std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
+                 resume.empty() ? "" : ", resumed", db.c_str());
 
   lua::LiveViewOptions vo;
   vo.tty = isatty(2) != 0;

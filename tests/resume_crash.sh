@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# kill -9 during a DAG run, then --resume: the run completes, and calls that
+# had finished before the kill are replayed from the store, not recomputed.
+# Usage: resume_crash.sh BRAID_BINARY REPO_ROOT
+set -u
+braid=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+app="$root/apps/map_reduce/app.lua"
+fail=0
+for delay in 2 4 6; do
+  db="$tmp/runs-$delay.db"
+  "$braid" run -t 1 --db "$db" --json "$app" >"$tmp/out" 2>"$tmp/err" &
+  pid=$!
+  sleep "$delay"
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  id=$(grep -o 'braid: run run-[^ ]*' "$tmp/err" | head -n 1 | cut -d' ' -f3)
+  if [ -z "$id" ]; then echo "FAIL: no run id in: $(head -c 300 "$tmp/err")"; fail=1; continue; fi
+  if grep -q '"run_id"' "$tmp/out"; then
+    echo "note: run finished before the kill at ${delay}s"
+  fi
+  if ! "$braid" run -t 1 --db "$db" --json --resume "$id" "$app" >"$tmp/out2" 2>"$tmp/err2"; then
+    echo "FAIL: resume of $id: $(tail -n 3 "$tmp/err2")"; fail=1; continue
+  fi
+  replayed=$(grep -c '"engine": "store"' "$tmp/out2")
+  total=$(grep -c '"label"' "$tmp/out2")
+  if ! grep -q '"abstract"' "$tmp/out2"; then echo "FAIL: resumed run has no abstract"; fail=1; continue; fi
+  echo "ok: killed at ${delay}s; resumed $id: $replayed of $total nodes replayed from the store"
+done
+[ $fail = 0 ] && echo "resume after kill -9: ok"
+exit $fail
