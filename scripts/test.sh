@@ -32,7 +32,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build-asan -j "$(nproc)"
 stage "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j 2 -E "slow"
+  ctest --test-dir build-asan --output-on-failure -j 2 -LE heavy
 stage "fuzz runs"
 scripts/fuzz.sh build-asan "${BRAID_FUZZ_SECONDS:-30}"
 echo "sanitizer stage took $(( $(date +%s) - t1 )) s"
