@@ -32,7 +32,12 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build-asan -j "$(nproc)"
 stage "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j 2 -LE heavy
+  ctest --test-dir build-asan --output-on-failure -j 2 -LE heavy -E engine_runner_tests
+# The serving engine under the sanitizers, without the long parity and
+# batching workloads (those run in the Release stage).
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  build-asan/engine/engine_runner_tests \
+  -tce="*matches transformers*,*batched greedy*,*1,000-token*"
 stage "fuzz runs"
 scripts/fuzz.sh build-asan "${BRAID_FUZZ_SECONDS:-30}"
 echo "sanitizer stage took $(( $(date +%s) - t1 )) s"
