@@ -3,7 +3,9 @@
 // and MatMulF32 against an fp64 dot of dequantized rows.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,6 +113,97 @@ TEST_CASE("split 16-bit decode path on model-sized matrices") {
     CheckMatMulQuantized(DType::kQ4_1, ActPrecision::kSplit16, 301, 576, rng);
     CheckMatMulQuantized(DType::kQ4_1, ActPrecision::kSplit16, 67, 1536, rng);
   });
+}
+
+// Batch invariance: y[r, t] must be bit for bit the same whatever the batch
+// size, the token's place in the batch and the row range that computes it.
+// A pool of 20 activation rows; batches of n = 1..20 of them in rotated order,
+// each over several row splits, against each token alone over all rows.
+void CheckBatchInvariance(DType t, ActPrecision p, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const DType at = ActivationType(t, p);
+  const std::vector<uint8_t> w = RandomWeights(rng, t, rows, cols);
+  const MatrixView mv{t, rows, cols, w.data(), RowBytes(t, cols)};
+  constexpr int kPool = 20;
+  size_t xb;
+  const std::vector<uint8_t> pool = RandomActivations(rng, at, kPool, cols, &xb);
+  std::vector<float> alone(static_cast<size_t>(kPool * rows));
+  for (int k = 0; k < kPool; ++k)
+    MatMulQuantized(mv, at, pool.data() + k * xb, xb, 1, 0, rows, alone.data() + k * rows, rows);
+  int bad = 0, checked = 0;
+  for (int n = 1; n <= kPool; ++n) {
+    const int shift = (7 * n) % kPool;  // token i of the batch is pool row (i + shift) % kPool
+    std::vector<uint8_t> x(xb * n);
+    for (int i = 0; i < n; ++i)
+      std::memcpy(x.data() + i * xb, pool.data() + ((i + shift) % kPool) * xb, xb);
+    // Row splits: all rows; two threads' halves (16-aligned); odd cut points.
+    const int64_t half = std::min<int64_t>(rows, (rows / 2 + 15) / 16 * 16);
+    const std::vector<int64_t> cuts[] = {{0, rows}, {0, half, rows}, {0, 1, 4, rows / 3 + 1, rows}};
+    for (const std::vector<int64_t>& c : cuts) {
+      std::vector<float> y(static_cast<size_t>(n * rows), -1.0f);
+      for (size_t k = 0; k + 1 < c.size(); ++k)
+        MatMulQuantized(mv, at, x.data(), xb, n, c[k], c[k + 1], y.data(), rows);
+      for (int i = 0; i < n; ++i) {
+        const float* want = alone.data() + ((i + shift) % kPool) * rows;
+        for (int64_t r = 0; r < rows; ++r) {
+          ++checked;
+          if (std::memcmp(&y[i * rows + r], &want[r], sizeof(float)) != 0) ++bad;
+        }
+      }
+    }
+  }
+  INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " x "
+              << std::string(Info(at).name) << " rows " << rows << " cols " << cols);
+  CHECK(checked > 0);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("MatMulQuantized is bitwise batch invariant") {
+  std::mt19937 rng(26);
+  auto all = [&](ActPrecision p) {
+    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16,
+                    DType::kBF16}) {
+      CheckBatchInvariance(t, p, 37, 576, rng);  // 18 blocks: the Q4_1 pair tail
+      CheckBatchInvariance(t, p, 19, 160, rng);  // 5 blocks
+      CheckBatchInvariance(t, p, 21, 224, rng);  // 7 blocks
+    }
+    CheckBatchInvariance(DType::kQ4_1, p, 33, 1536, rng);
+    for (DType t : {DType::kQ4_K, DType::kQ6_K}) CheckBatchInvariance(t, p, 19, 512, rng);
+  };
+  testing::ForEachSimdTable([&] {
+    all(ActPrecision::kSplit16);  // the default precision
+    all(ActPrecision::kInt8);
+  });
+  const bool before = ForceScalarKernels(true);
+  all(ActPrecision::kSplit16);
+  ForceScalarKernels(before);
+}
+
+// MatMulF32 (the exact path): the same bits for any batch and row range.
+TEST_CASE("MatMulF32 is bitwise batch invariant") {
+  std::mt19937 rng(27);
+  for (DType t : {DType::kF32, DType::kQ4_1, DType::kQ8_0, DType::kQ6_K}) {
+    const int64_t rows = 19, cols = 512;
+    const std::vector<uint8_t> w = RandomWeights(rng, t, rows, cols);
+    const MatrixView mv{t, rows, cols, w.data(), RowBytes(t, cols)};
+    const std::vector<float> pool = RandomFloats(rng, 20 * cols);
+    std::vector<float> scratch(cols), alone(20 * rows);
+    for (int k = 0; k < 20; ++k)
+      MatMulF32(mv, &pool[k * cols], 1, 0, rows, &alone[k * rows], rows, scratch.data());
+    int bad = 0;
+    for (int n = 1; n <= 20; ++n) {
+      const int shift = (3 * n) % 20;
+      std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+      for (int i = 0; i < n; ++i)
+        std::memcpy(&x[i * cols], &pool[((i + shift) % 20) * cols], cols * sizeof(float));
+      MatMulF32(mv, x.data(), n, 0, 5, y.data(), rows, scratch.data());
+      MatMulF32(mv, x.data(), n, 5, rows, y.data(), rows, scratch.data());
+      for (int i = 0; i < n; ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          if (std::memcmp(&y[i * rows + r], &alone[((i + shift) % 20) * rows + r], 4) != 0) ++bad;
+    }
+    INFO("type " << std::string(Info(t).name));
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("MatMulF32 is the exact path") {

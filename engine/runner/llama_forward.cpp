@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
@@ -68,7 +69,9 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   att_.resize(m * q_dim_);
   h_.resize(m * c_.n_ff);
   up_.resize(m * c_.n_ff);
-  const int width = std::max({c_.n_embd, c_.n_ff, q_dim_, max_context, 1});
+  // Per thread: a dequantized row, or the scores of a GQA group's heads.
+  const int group = c_.n_head / std::max(c_.n_head_kv, 1);
+  const int width = std::max({c_.n_embd, c_.n_ff, q_dim_, group * max_context, 1});
   scratch_.assign(pool_.size(), std::vector<float>(static_cast<size_t>(width) + 64));
 }
 
@@ -147,28 +150,32 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
 
 // Causal attention of every (token, head) of the batch over its own
 // sequence's cache: att[t, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j, j <= pos(t).
+// The work items are (token, KV head) with the GQA group's query heads
+// together (K and V read once for them), or single heads when there are too
+// few items to keep every thread busy; a head's numbers are the same either
+// way (kernels/attention.h), so the split never changes them.
 void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const int hd = c_.head_dim;
-  const int bs = kv.block_size();
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* scores = scratch_[tid].data();
+  float* scratch = scratch_[tid].data();
+  const int64_t grouped = static_cast<int64_t>(n) * c_.n_head_kv;
+  const int per_item = grouped >= 4 * pool_.size() ? group : 1;
+  const int items_per_token = c_.n_head / per_item;
+  kernels::PagedKv pk;
+  pk.k = kv.K(layer, 0, 0);
+  pk.v = kv.V(layer, 0, 0);
+  pk.block_size = kv.block_size();
+  pk.row_stride = kv_dim_;
   int64_t b, e;
-  Range(static_cast<int64_t>(n) * c_.n_head, pool_.size(), tid, 1, &b, &e);
+  Range(static_cast<int64_t>(n) * items_per_token, pool_.size(), tid, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
-    const int t = static_cast<int>(it / c_.n_head);
-    const int h = static_cast<int>(it % c_.n_head);
-    const int g = h / group;
-    const int len = pos_[t] + 1;
-    const int32_t* table = table_[t];
-    const float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
-    for (int j = 0; j < len; ++j)
-      scores[j] = kernels::DotF32(q, kv.K(layer, table[j / bs], j % bs) + g * hd, hd) * scale;
-    kernels::Softmax(scores, len);
-    float* out = &att_[static_cast<size_t>(t) * q_dim_ + h * hd];
-    std::fill(out, out + hd, 0.0f);
-    for (int j = 0; j < len; ++j)
-      kernels::Axpy(scores[j], kv.V(layer, table[j / bs], j % bs) + g * hd, hd, out);
+    const int t = static_cast<int>(it / items_per_token);
+    const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
+    pk.block_table = table_[t];
+    const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
+    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
+                         &att_[off]);
   }
 }
 

@@ -259,9 +259,12 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
     g.deadline_ms = req_.deadline_ms;
     g.cache_salt = req_.cache_salt;
     g.client = req_.client;
-    auto self = shared_from_this();
-    auto h = submit_(std::move(g), [self, i](const Delta& d) {
-      if (d.finished) self->OnChild(i);
+    // A weak reference: children must not keep their parent alive (the
+    // parent holds the children; the caller holds the parent).
+    std::weak_ptr<ScoreRequest> weak = weak_from_this();
+    auto h = submit_(std::move(g), [weak, i](const Delta& d) {
+      if (!d.finished) return;
+      if (auto self = weak.lock()) self->OnChild(i);
     });
     if (!h.ok()) return h.status();
     std::lock_guard<std::mutex> lock(mu_);
@@ -317,6 +320,7 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
       if (done_) return;
       result_.finish_reason = cancelled_ ? "cancelled" : !result_.error.empty() ? "error" : "stop";
       done_ = true;
+      children_.clear();
       d.finished = true;
       d.finish_reason = result_.finish_reason;
       d.error = result_.error;

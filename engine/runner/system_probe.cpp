@@ -1,5 +1,6 @@
 #include "engine/system_probe.h"
 
+#include "kernels/gemm_peak.h"
 #include "kernels/membw.h"
 #include "kernels/thread_pool.h"
 
@@ -8,6 +9,11 @@ namespace braid {
 double MeasureReadBandwidth(int threads) {
   kernels::ThreadPool pool(threads < 1 ? 1 : threads);
   return kernels::MeasureReadBandwidth(pool, size_t{512} << 20, 5);
+}
+
+double MeasureInt8GemmPeak(int threads) {
+  kernels::ThreadPool pool(threads < 1 ? 1 : threads);
+  return kernels::MeasureInt8DotPeak(pool, 0.2, 3);
 }
 
 }  // namespace braid

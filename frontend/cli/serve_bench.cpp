@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/system_probe.h"
 
 namespace braid::cli {
 namespace {
@@ -206,6 +207,19 @@ int ServeBenchMain(Args& args) {
         std::printf("decode tok/s at %d concurrent / at 1 = %.2fx\n", r.concurrency,
                     r.decode_tok_s / results.front().decode_tok_s);
   }
+  // The limit in the same run: the int8 dot-product peak of all threads, and
+  // what fraction of it each level's decode reaches counting the useful work,
+  // 2 x (multiply-adds per token ~ n_params: every weight once per token, the
+  // tied embedding as the output head) x decode tok/s.
+  const int threads = engine.model().info().threads;
+  const double peak = MeasureInt8GemmPeak(threads);
+  const double ops_per_token = 2.0 * static_cast<double>(engine.model().info().n_params);
+  std::printf("int8 dot peak (%d threads, vpdpbusd/maddubs loop): %.1f GOP/s\n", threads, peak / 1e9);
+  for (const LevelResult& r : results) {
+    if (peak > 0)
+      std::printf("decode at %d concurrent: %.1f GOP/s = %.1f%% of the int8 peak\n", r.concurrency,
+                  r.decode_tok_s * ops_per_token / 1e9, 100.0 * r.decode_tok_s * ops_per_token / peak);
+  }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) {
@@ -213,9 +227,9 @@ int ServeBenchMain(Args& args) {
       return 1;
     }
     std::fprintf(f, "{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"prompt_len\": %d, "
-                    "\"shared_prefix\": %d, \"gen_len\": %d, \"levels\": [",
+                    "\"shared_prefix\": %d, \"gen_len\": %d, \"int8_peak_gops\": %.1f, \"levels\": [",
                  engine.model().info().path.c_str(), engine.model().info().threads,
-                 engine.model().info().isa.c_str(), prompt_len, shared, gen_len);
+                 engine.model().info().isa.c_str(), prompt_len, shared, gen_len, peak / 1e9);
     for (size_t i = 0; i < results.size(); ++i) {
       const LevelResult& r = results[i];
       std::fprintf(f, "%s\n  {\"concurrency\": %d, \"wall_s\": %.3f, \"gen_tok_s\": %.2f, "

@@ -53,6 +53,7 @@ KernelTable MakeScalar() {
   t.swiglu = ref::SwiGlu;
   t.dot_f32 = ref::DotF32;
   t.axpy = ref::Axpy;
+  t.attend = ref::AttendPaged;
   return t;
 }
 
@@ -82,6 +83,7 @@ KernelTable MakeAvx2() {
     FillAvx2VecDot(&t);
     FillAvx2Ops(&t);
     FillAvx2Quantize(&t);
+    FillAvx2Attention(&t);
   }
   return t;
 }
@@ -94,6 +96,7 @@ KernelTable MakeBest() {
       __builtin_cpu_supports("avx512vnni")) {
     FillAvx512VecDot(&t);
     FillAvx512Decode16(&t);
+    FillAvx512Attention(&t);
   }
 #endif
   return t;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/dtype.h"
 
 namespace braid::kernels::cpu {
@@ -42,11 +43,24 @@ inline constexpr size_t DecodeWorkspaceBytes(int64_t n) {
 //   prepare: xq (activation type layout, n elements) -> ws (64-byte aligned,
 //            DecodeWorkspaceBytes(n) bytes; layout private to the kernel pair)
 //   rows:    y[r] = dot(W[r, :], x) for r in [0, nrows), W rows `row_bytes` apart
+//   rows_multi (optional): the same for ntok prepared tokens (token t's
+//            workspace at ws + t * wss), y[t * ldy + r]; each weight block is
+//            unpacked once for several tokens.
+// Batch invariance: `rows` and `rows_multi` compute every y[t, r] with the same
+// sequence of fp32 operations, whatever nrows, the row's place in [0, nrows),
+// ntok or t; so do `dot` kernels for every nx. MatMulQuantized relies on it.
 struct DecodeKernel {
   void (*prepare)(int64_t n, const void* xq, uint8_t* ws) = nullptr;
   void (*rows)(int64_t n, const uint8_t* w, size_t row_bytes, int64_t nrows, const uint8_t* ws,
                float* y) = nullptr;
+  void (*rows_multi)(int64_t n, const uint8_t* w, size_t row_bytes, int64_t nrows,
+                     const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy) = nullptr;
 };
+
+// Distance between the prepared workspaces of consecutive tokens (64-byte aligned).
+inline constexpr size_t DecodeWorkspaceStride(int64_t n) {
+  return (DecodeWorkspaceBytes(n) + 63) / 64 * 64;
+}
 
 // Decode kernels read their weight rows once, in order. On short rows (576
 // columns of Q4_1 are 360 bytes) the hardware prefetcher alone kept one core at
@@ -75,6 +89,8 @@ struct KernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, int64_t n, float* y) = nullptr;
+  void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out) = nullptr;
 };
 
 // The table in use: the best the CPU supports, or scalar under ForceScalarKernels.
@@ -101,5 +117,7 @@ void FillAvx2Ops(KernelTable* t);
 void FillAvx2Quantize(KernelTable* t);
 void FillAvx512VecDot(KernelTable* t);
 void FillAvx512Decode16(KernelTable* t);
+void FillAvx2Attention(KernelTable* t);
+void FillAvx512Attention(KernelTable* t);
 
 }  // namespace braid::kernels::cpu

@@ -1,6 +1,9 @@
-// Weight-matrix x activation-batch products (see kernels/matmul.h), tiled so
-// that both operands of the inner kernel stay in L1: a tile of kTileRows weight
-// rows is swept by groups of kTileTokens activation rows.
+// Weight-matrix x activation-batch products (see kernels/matmul.h). Every
+// y[t, r] is computed by the same fp32 operations whatever the batch and the
+// row range (batch invariance, docs/kernels.md): through the decode kernels
+// for every token where the type has them, else through `dot`, in tiles so
+// that both operands of the inner kernel stay in L1 (kTileRows weight rows
+// swept by groups of kTileTokens activation rows).
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -17,6 +20,10 @@ namespace {
 constexpr int64_t kTileRows = 16;
 // Longest row the decode path rearranges on the stack (73 KB); longer rows use `dot`.
 constexpr int64_t kMaxDecodeCols = 32768;
+// Stack workspace for prepared activation rows: at least one row of
+// kMaxDecodeCols, ~70 rows of 576 columns.
+constexpr size_t kWorkspaceBytes = 160 * 1024;
+static_assert(kWorkspaceBytes >= cpu::DecodeWorkspaceStride(kMaxDecodeCols));
 
 }  // namespace
 
@@ -32,14 +39,39 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
   const char* base = static_cast<const char*>(w.data);
   const char* x = static_cast<const char*>(xq);
   const cpu::DecodeKernel* dk = cpu::FindDecode(table, w.type, act_type);
-  if (n_tokens == 1 && dk != nullptr && dk->rows != nullptr && w.cols <= kMaxDecodeCols) {
-    // Decode: rearrange the one activation row, then stream the weight rows.
-    alignas(64) uint8_t ws[cpu::DecodeWorkspaceBytes(kMaxDecodeCols)];
-    dk->prepare(w.cols, xq, ws);
-    dk->rows(w.cols, reinterpret_cast<const uint8_t*>(base) + r0 * w.row_bytes, w.row_bytes,
-             r1 - r0, ws, y + r0);
+  if (dk != nullptr && dk->rows != nullptr && w.cols <= kMaxDecodeCols) {
+    // Every token goes through the decode kernels (prepared activation rows),
+    // so y[t, r] is computed by the same fp32 operations for any batch
+    // (batch invariance; kernel_table.h): one token streams the weight rows;
+    // several tokens are prepared a chunk at a time and meet each weight row
+    // together (rows_multi), or, without rows_multi, one after the other over
+    // tiles of kTileRows weight rows that stay in L1.
+    alignas(64) uint8_t ws[kWorkspaceBytes];
+    const size_t wss = cpu::DecodeWorkspaceStride(w.cols);
+    const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / wss));
+    const auto* wbase = reinterpret_cast<const uint8_t*>(base);
+    for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
+      const int nt = std::min(chunk, n_tokens - t0);
+      for (int t = 0; t < nt; ++t)
+        dk->prepare(w.cols, x + static_cast<size_t>(t0 + t) * xq_row_bytes, ws + t * wss);
+      float* yt = y + static_cast<int64_t>(t0) * ldy;
+      if (nt == 1) {
+        dk->rows(w.cols, wbase + r0 * w.row_bytes, w.row_bytes, r1 - r0, ws, yt + r0);
+      } else if (dk->rows_multi != nullptr) {
+        dk->rows_multi(w.cols, wbase + r0 * w.row_bytes, w.row_bytes, r1 - r0, ws, wss, nt,
+                       yt + r0, ldy);
+      } else {
+        for (int64_t rt = r0; rt < r1; rt += kTileRows) {
+          const int64_t re = std::min(r1, rt + kTileRows);
+          for (int t = 0; t < nt; ++t)
+            dk->rows(w.cols, wbase + rt * w.row_bytes, w.row_bytes, re - rt, ws + t * wss,
+                     yt + t * ldy + rt);
+        }
+      }
+    }
     return;
   }
+  // The dot kernels compute each token with the same operations for any nx.
   if (n_tokens <= cpu::kTileTokens) {
     // Decode (and tiny batches): one streaming pass over the rows.
     for (int64_t r = r0; r < r1; ++r) {

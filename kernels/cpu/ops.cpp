@@ -2,6 +2,8 @@
 // have AVX2 versions; Rope and Softmax are small per token and use the reference.
 #include "kernels/ops.h"
 
+#include "kernels/attention.h"
+
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
 
@@ -19,5 +21,10 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 }
 float DotF32(const float* a, const float* b, int64_t n) { return cpu::Kernels().dot_f32(a, b, n); }
 void Axpy(float a, const float* x, int64_t n, float* y) { cpu::Kernels().axpy(a, x, n, y); }
+
+void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out) {
+  cpu::Kernels().attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
+}
 
 }  // namespace braid::kernels

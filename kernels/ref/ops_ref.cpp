@@ -59,4 +59,23 @@ void Axpy(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
+void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out) {
+  auto row = [&](const float* base, int j) {
+    const int64_t slot = static_cast<int64_t>(kv.block_table[j / kv.block_size]) * kv.block_size +
+                         j % kv.block_size;
+    return base + slot * kv.row_stride + static_cast<int64_t>(kv_head) * head_dim;
+  };
+  for (int h = 0; h < n_q; ++h) {
+    float* p = scratch + static_cast<int64_t>(h) * len;
+    const float* qh = q + static_cast<int64_t>(h) * head_dim;
+    for (int j = 0; j < len; ++j) p[j] = DotF32(qh, row(kv.k, j), head_dim) * scale;
+    Softmax(p, len);
+    float* o = out + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
+    for (int j = 0; j < len; ++j) Axpy(p[j], row(kv.v, j), head_dim, o);
+  }
+}
+
 }  // namespace braid::kernels::ref

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/dtype.h"
 
 namespace braid::kernels::ref {
@@ -41,5 +42,9 @@ void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 float DotF32(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, int64_t n, float* y);
+// kernels/attention.h: scores as fp64 dots, Softmax as above, out summed in
+// position order in fp32.
+void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out);
 
 }  // namespace braid::kernels::ref

@@ -8,4 +8,9 @@ namespace braid {
 // buffer far larger than the caches (best of a few repetitions).
 double MeasureReadBandwidth(int threads);
 
+// Peak int8 dot-product rate in operations/second (a multiply-add is 2) with
+// `threads` threads: a loop of vpdpbusd (AVX-512 VNNI) or maddubs (AVX2) on
+// register-resident data, best of a few repetitions; 0 where neither exists.
+double MeasureInt8GemmPeak(int threads);
+
 }  // namespace braid

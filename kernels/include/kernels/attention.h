@@ -1,0 +1,32 @@
+// Decode attention over a paged KV cache, fused: scores, softmax and the
+// weighted sum of values for the query heads that share one KV head (GQA),
+// reading each cached K and V row once for all of them.
+#pragma once
+
+#include <cstdint>
+
+namespace braid::kernels {
+
+// One layer's paged K and V: position j of a sequence lives in block
+// block_table[j / block_size], slot j % block_size, and its row of KV head g
+// starts at k + (block * block_size + slot) * row_stride + g * head_dim
+// (likewise v). Non-owning.
+struct PagedKv {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 0;
+  int64_t row_stride = 0;  // floats between consecutive slots (the KV width)
+};
+
+// For each of the n_q query heads h (rows of q: [n_q, head_dim], contiguous)
+// against KV head `kv_head` over positions j in [0, len):
+//   s_hj = scale * (q_h . k_j),  p_hj = exp(s_hj - max_j s_hj) / sum_j exp(...),
+//   out_h = sum_j p_hj v_j                               out: [n_q, head_dim]
+// scratch: n_q * len floats. Each head's numbers come from the same fp32
+// operations whatever n_q and whatever the batch (batch invariance).
+// Pure; any thread. len >= 1.
+void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out);
+
+}  // namespace braid::kernels
