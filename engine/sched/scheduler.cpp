@@ -112,28 +112,28 @@ StepPlan Scheduler::Schedule() {
   std::stable_sort(running_.begin(), running_.end(), order);
   std::stable_sort(waiting_.begin(), waiting_.end(), order);
 
+  // While latency-class work is present, throughput-class tokens may only be
+  // added as long as the whole step stays within latency_batch_tokens, so a
+  // latency token costs about one small step; latency work itself is not capped.
   bool latency = false;
   for (const SeqState* s : running_) latency |= s->goal == GoalClass::kLatency;
   for (const SeqState* s : waiting_) latency |= s->goal == GoalClass::kLatency;
   int budget = config_.max_batch_tokens;
-  if (latency) {
-    int latency_decodes = 0;
-    for (const SeqState* s : running_)
-      latency_decodes += s->goal == GoalClass::kLatency &&
-                         s->num_computed + 1 == static_cast<int>(s->tokens.size());
-    budget = std::min(budget, std::max(config_.latency_batch_tokens, latency_decodes));
-  }
+  auto allowance = [&](const SeqState* s) {
+    if (!latency || s->goal == GoalClass::kLatency) return budget;
+    return std::max(0, std::min(budget, config_.latency_batch_tokens - plan.n_tokens));
+  };
 
   // 1. Decodes, then 2. prefill chunks, each in policy order. Preemption may
   // shrink running_ while we walk it, so walk a snapshot.
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<SeqState*> snapshot = running_;
     for (SeqState* s : snapshot) {
-      if (s->status != SeqStatus::kRunning || budget == 0) continue;
+      if (s->status != SeqStatus::kRunning || allowance(s) == 0) continue;
       const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
       const bool decode = remaining == 1;
       if (decode != (pass == 0)) continue;
-      const int n = std::min(remaining, budget);
+      const int n = std::min(remaining, allowance(s));
       if (!EnsureBlocks(s, s->num_computed + n, &plan, /*may_preempt=*/true)) {
         // Nothing later in policy order is left to preempt: step aside.
         if (s->num_computed > 0 || !s->blocks.empty()) Preempt(s, &plan);
@@ -149,7 +149,7 @@ StepPlan Scheduler::Schedule() {
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_running) {
     SeqState* s = waiting_.front();
-    if (!Admit(s, budget, &plan)) break;
+    if (allowance(s) == 0 || !Admit(s, allowance(s), &plan)) break;
     waiting_.erase(waiting_.begin());
     budget -= plan.items.back().n_tokens;
   }

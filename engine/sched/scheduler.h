@@ -24,10 +24,10 @@ namespace braid {
 struct SchedulerConfig {
   int max_running = 64;         // sequences in the running set
   int max_batch_tokens = 256;   // tokens per step
-  // While latency-class work is running, steps are capped at this many
-  // tokens (at least the number of latency decodes) so each of its tokens
-  // costs about one small step.
-  int latency_batch_tokens = 4;
+  // While latency-class work is present, throughput-class tokens join a step
+  // only while the step holds at most this many tokens, so each latency
+  // token costs about one small step (latency work itself is not capped).
+  int latency_batch_tokens = 1;
 };
 
 struct ScheduledItem {
