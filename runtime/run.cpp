@@ -261,8 +261,11 @@ double RunImpl::CostMs(const DagNode& n, const CostModel& rates) {
 }
 
 Status RunImpl::Want(VarId var, const GetOptions& options) {
-  // DAG mode: the client's get costs one round trip, not one per call.
-  if (dag_mode() && options_.rtt_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.rtt_ms));
+  // DAG mode: the program runs inside the runtime, so the client pays one
+  // round trip for the whole run (submitting it and reading the result), not
+  // one per call or per get. It is charged at the first Want.
+  if (dag_mode() && options_.rtt_ms > 0 && !rtt_paid_.exchange(true))
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.rtt_ms));
   std::lock_guard<std::mutex> lock(mu_);
   if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
   if (options.deadline_ms && !(*options.deadline_ms >= 0))

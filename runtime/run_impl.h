@@ -7,6 +7,8 @@
 // Pump in progress.
 #pragma once
 
+#include <atomic>
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -93,6 +95,7 @@ class RunImpl final : public Run, public Pumpable {
   std::string ArgValue(const Arg& a) const;
   std::string Render(const DagNode& n, int output, const std::map<std::string, std::string>& values) const;
   std::string CallKeyString(const DagNode& n) const;
+  std::atomic<bool> rtt_paid_{false};  // DAG mode: the run's one client round trip
   // Completes call `id` from the store when this run is a resumption that
   // recorded it (inputs ready, every output present). Holds mu_.
   bool ReplayFromStore(NodeId id);

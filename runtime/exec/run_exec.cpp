@@ -193,7 +193,7 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
   }
   node.run_ms = MsBetween(ex.started, Clock::now());
   if (!dag_mode() && options_.rtt_ms > 0) {
-    ex.done_at = Clock::now() + std::chrono::milliseconds(options_.rtt_ms);  // the response's way back
+    ex.done_at = Clock::now() + std::chrono::microseconds(options_.rtt_ms * 500);  // the response's way back (half the trip)
     return;
   }
   CompleteNode(n);
@@ -409,7 +409,8 @@ void RunImpl::Schedule(Clock::time_point now) {
     // Baseline: each call is its own request, sent after the client's round trip.
     for (NodeId n : ready) {
       dag_.node(n).state = NodeState::kReady;
-      if (options_.rtt_ms > 0) exec_[n].send_at = now + std::chrono::milliseconds(options_.rtt_ms);
+      // The request's way out: half of the round trip (the other half on the way back).
+      if (options_.rtt_ms > 0) exec_[n].send_at = now + std::chrono::microseconds(options_.rtt_ms * 500);
       else SubmitOrFail(n, -1);
     }
     return;
