@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/file_util.h"
 #include "cli/model_options.h"
 #include "engine/model.h"
 
@@ -33,23 +34,16 @@ const char* kGenerateHelp =
     "      --exact             fp32 activations (reference-exact path)\n"
     "  -v, --verbose           print model info and timings to stderr\n";
 
-bool ReadFile(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-  std::fclose(f);
+// Streams generated text to stdout as it arrives.
+bool PrintPiece(std::string_view piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
   return true;
 }
 
 int RunOnce(Model& model, const std::string& prompt_text, const SamplingParams& sp, bool verbose) {
   std::vector<int32_t> prompt = model.Tokenize(prompt_text);
-  auto r = Generate(model, prompt, sp, [](std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  });
+  auto r = Generate(model, prompt, sp, PrintPiece);
   std::printf("\n");
   if (!r.ok()) {
     std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());
@@ -140,11 +134,7 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     if (line.empty()) continue;
     messages.push_back({"user", line});
     std::vector<int32_t> ids = m.Tokenize(m.FormatChat(messages, true));
-    auto r = Generate(m, ids, sp, [](std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return true;
-    });
+    auto r = Generate(m, ids, sp, PrintPiece);
     std::printf("\n");
     if (!r.ok()) {
       std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());

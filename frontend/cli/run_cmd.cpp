@@ -19,6 +19,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/file_util.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "lua/driver.h"
@@ -64,17 +65,6 @@ std::atomic<bool> g_interrupt{false};
 
 extern "C" void OnSigint(int) {
   if (g_interrupt.exchange(true)) std::_Exit(130);  // second Ctrl-C: leave now
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-  bool ok = !std::ferror(f);
-  std::fclose(f);
-  return ok;
 }
 
 bool WriteFile(const std::string& path, const std::string& data) {
