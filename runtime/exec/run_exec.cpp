@@ -13,6 +13,7 @@ namespace braid::rt {
 namespace {
 
 constexpr size_t kShareMinTokens = 16;  // one KV block
+constexpr size_t kShareWorthTokens = 64;
 
 // The engine's scoring and logit-mask hooks are being added; these compile
 // either way and report whether the field exists in this build.
@@ -450,6 +451,10 @@ void RunImpl::Schedule(Clock::time_point now) {
   for (const PrefixCluster& c : ClusterByPrefix(prompts, kShareMinTokens)) {
     const NodeId leader = prepared[c.leader];
     const std::vector<int32_t>& lp = exec_[leader].prompt;
+    // Holding followers back until the leader's prompt is cached pays only
+    // when the shared part dominates their prompts; a short shared template
+    // prefix is cheaper to recompute in the same batch than to wait for.
+    if (c.shared < kShareWorthTokens || 2 * c.shared < lp.size()) continue;
     const std::vector<int32_t> prefix(lp.begin(), lp.begin() + static_cast<long>(c.shared));
     const int engine = ctx_->PickEngine(prefix, 0, true);
     if (ctx_->engines[static_cast<size_t>(engine)].engine->ProbePrefix(prefix, 0) + static_cast<int>(kShareMinTokens) >
