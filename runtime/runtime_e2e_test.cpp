@@ -102,10 +102,12 @@ TEST_CASE("e2e: map-reduce in DAG mode with a latency want") {
     } else {
       CHECK(n.state == NodeState::kWaiting);
     }
-    cached += n.cached_tokens;
+    if (n.label == "summarize") cached += n.cached_tokens;
   }
   CHECK(done == 6);
-  CHECK(cached > 0);  // the summaries share the chat template and instruction prefix
+  // The summaries share only a short template prefix (< 64 tokens), so they
+  // go to the engine together rather than behind a leader; nothing is cached.
+  CHECK(cached == 0);
   MESSAGE("dag mode: " << ms << " ms; headline: " << (*run)->value(m.final));
   MESSAGE((*run)->ToDot());
   (*run)->Finish(Status::Ok());
