@@ -73,6 +73,23 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   const int group = c_.n_head / std::max(c_.n_head_kv, 1);
   const int width = std::max({c_.n_embd, c_.n_ff, q_dim_, group * max_context, 1});
   scratch_.assign(pool_.size(), std::vector<float>(static_cast<size_t>(width) + 64));
+  // Quantized activation buffers: max_chunk rows of the widest input each
+  // buffer receives (sized once here, not per forward pass).
+  auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
+    if (exact_) return;
+    const size_t need =
+        m * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
+    if (buf.size() < need) buf.resize(need);
+  };
+  for (const LayerWeights& l : w_.layers) {
+    for (const auto* mv : {&l.wq, &l.wk, &l.wv, &l.w_gate, &l.w_up}) ensure(xq_, *mv);
+    ensure(xq_k_, l.wk);
+    ensure(xq_k_, l.w_up);
+    ensure(xq_v_, l.wv);
+    ensure(attq_, l.wo);
+    ensure(hq_, l.w_down);
+  }
+  ensure(xq_, w_.output);
 }
 
 void LlamaForward::Embed(int tid, int n, const int32_t* tokens) {
@@ -196,22 +213,6 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   }
   const int n = static_cast<int>(ids_.size());
   const int E = c_.n_embd;
-  // Quantized activation buffers, sized on first use for the widest row.
-  auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
-    if (exact_) return;
-    const size_t need = static_cast<size_t>(std::max(n, 1)) *
-                        kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
-    if (buf.size() < need) buf.resize(need);
-  };
-  for (const LayerWeights& l : w_.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.w_gate, &l.w_up}) ensure(xq_, *m);
-    ensure(xq_k_, l.wk);
-    ensure(xq_k_, l.w_up);
-    ensure(xq_v_, l.wv);
-    ensure(attq_, l.wo);
-    ensure(hq_, l.w_down);
-  }
-  ensure(xq_, w_.output);
   const int n_out = static_cast<int>(out_rows_.size());
 
   pool_.Run([&](int tid) {
