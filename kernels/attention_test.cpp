@@ -9,9 +9,11 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/dtype.h"
 #include "ref/ref.h"
 #include "test_util.h"
 
@@ -20,9 +22,17 @@ namespace {
 
 struct Cache {
   std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;  // the same values rounded to fp16
   std::vector<int32_t> table;
-  PagedKv kv;
+  PagedKv kv, kv16;
+  const PagedKv& Of(KvType t) const { return t == KvType::kF16 ? kv16 : kv; }
 };
+
+std::vector<uint16_t> ToHalf(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = Fp32ToFp16(x[i]);
+  return h;
+}
 
 // A cache of n_blocks blocks of `bs` slots, rows of n_kv heads, blocks in shuffled order.
 Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd) {
@@ -33,26 +43,33 @@ Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd) {
   c.table.resize(n_blocks);
   std::iota(c.table.begin(), c.table.end(), 0);
   std::shuffle(c.table.begin(), c.table.end(), rng);
-  c.kv = PagedKv{c.k.data(), c.v.data(), c.table.data(), bs, width};
+  c.k16 = ToHalf(c.k);
+  c.v16 = ToHalf(c.v);
+  c.kv = PagedKv{c.k.data(), c.v.data(), c.table.data(), bs, width, KvType::kF32};
+  c.kv16 = PagedKv{c.k16.data(), c.v16.data(), c.table.data(), bs, width, KvType::kF16};
   return c;
 }
 
 void CheckAgainstReference(std::mt19937& rng) {
-  for (int hd : {64, 40, 72, 128}) {
-    const int bs = 16, n_blocks = 24, n_kv = 2;
+  for (auto [hd, bs] : {std::pair{64, 16}, {40, 16}, {72, 16}, {128, 16}, {32, 16}, {96, 8},
+                        {64, 8}, {64, 32}}) {
+    const int n_blocks = 384 / bs, n_kv = 2;
     const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd);
-    for (int n_q : {1, 3, 4, 5}) {
+    for (int n_q : {1, 3, 4, 5, 7}) {
       for (int len : {1, 2, 15, 17, 100, n_blocks * bs}) {
         const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
         std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        AttendPaged(q.data(), n_q, hd, c.kv, 1, len, scale, scratch.data(), got.data());
-        ref::AttendPaged(q.data(), n_q, hd, c.kv, 1, len, scale, scratch.data(), want.data());
-        int bad = 0;
-        for (int i = 0; i < n_q * hd; ++i)
-          if (std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]))) ++bad;
-        INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " n_q " << n_q << " len " << len);
-        CHECK(bad == 0);
+        for (KvType type : {KvType::kF32, KvType::kF16}) {
+          AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), got.data());
+          ref::AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), want.data());
+          int bad = 0;
+          for (int i = 0; i < n_q * hd; ++i)
+            if (std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]))) ++bad;
+          INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " bs " << bs << " n_q " << n_q
+                      << " len " << len << " fp16 " << (type == KvType::kF16));
+          CHECK(bad == 0);
+        }
       }
     }
   }
@@ -71,12 +88,13 @@ TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with i
   testing::ForEachSimdTable([&] {
     const int hd = 64, bs = 16, n_q = 3;
     const Cache c = MakeCache(rng, 20, bs, 3, hd);
-    for (int len : {1, 33, 250}) {
+    for (auto [len, type] : {std::pair{1, KvType::kF32}, {33, KvType::kF32}, {250, KvType::kF32},
+                             {33, KvType::kF16}, {250, KvType::kF16}}) {
       const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
       std::vector<float> scratch(static_cast<size_t>(n_q) * len), group(n_q * hd), alone(hd);
-      AttendPaged(q.data(), n_q, hd, c.kv, 2, len, 0.125f, scratch.data(), group.data());
+      AttendPaged(q.data(), n_q, hd, c.Of(type), 2, len, 0.125f, scratch.data(), group.data());
       for (int h = 0; h < n_q; ++h) {
-        AttendPaged(q.data() + h * hd, 1, hd, c.kv, 2, len, 0.125f, scratch.data(), alone.data());
+        AttendPaged(q.data() + h * hd, 1, hd, c.Of(type), 2, len, 0.125f, scratch.data(), alone.data());
         INFO("isa " << std::string(KernelIsa()) << " len " << len << " head " << h);
         CHECK(std::memcmp(alone.data(), group.data() + h * hd, hd * sizeof(float)) == 0);
       }

@@ -55,8 +55,16 @@ void Range(int64_t n, int parts, int i, int64_t align, int64_t* b, int64_t* e) {
 }  // namespace
 
 LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weights,
-                           ThreadPool& pool, bool exact, int max_chunk, int max_context)
-    : c_(config), w_(weights), pool_(pool), exact_(exact), max_chunk_(max_chunk) {
+                           ThreadPool& pool, const ModelOptions& options, int max_chunk,
+                           int max_context)
+    : c_(config), w_(weights), pool_(pool), exact_(options.exact),
+      act_precision_(options.precision == ModelOptions::Precision::kInt8
+                         ? kernels::ActPrecision::kInt8
+                         : kernels::ActPrecision::kSplit16),
+      kv_type_(!options.exact && options.kv_f16 && kernels::AttentionFastF16(config.head_dim)
+                   ? kernels::KvType::kF16
+                   : kernels::KvType::kF32),
+      max_chunk_(max_chunk) {
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   inv_freq_ = InverseFrequencies(c_);
@@ -159,8 +167,8 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
       if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
       kernels::Rope(k, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
       const int block = table_[t][pos / bs], slot = pos % bs;
-      std::memcpy(kv.K(layer, block, slot) + g * hd, k, hd * sizeof(float));
-      std::memcpy(kv.V(layer, block, slot) + g * hd, v, hd * sizeof(float));
+      kv.Put(false, layer, block, slot, g * hd, k, hd);
+      kv.Put(true, layer, block, slot, g * hd, v, hd);
     }
   }
 }
@@ -177,13 +185,9 @@ void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* scratch = scratch_[tid].data();
   const int64_t grouped = static_cast<int64_t>(n) * c_.n_head_kv;
-  const int per_item = grouped >= 4 * pool_.size() ? group : 1;
+  const int per_item = grouped >= 1 * pool_.size() ? group : 1;
   const int items_per_token = c_.n_head / per_item;
-  kernels::PagedKv pk;
-  pk.k = kv.K(layer, 0, 0);
-  pk.v = kv.V(layer, 0, 0);
-  pk.block_size = kv.block_size();
-  pk.row_stride = kv_dim_;
+  kernels::PagedKv pk = kv.Layer(layer);
   int64_t b, e;
   Range(static_cast<int64_t>(n) * items_per_token, pool_.size(), tid, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {

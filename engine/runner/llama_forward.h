@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/model.h"
 #include "engine/status.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
@@ -43,10 +44,13 @@ class LlamaForward {
  public:
   // `max_chunk`: most tokens per Forward call (callers split longer inputs);
   // `max_context`: the largest KV cache capacity Forward will be given.
+  // Reads `options.exact`, `precision` and `kv_f16`.
   LlamaForward(const ModelConfig& config, const LlamaWeights& weights, kernels::ThreadPool& pool,
-               bool exact, int max_chunk, int max_context);
+               const ModelOptions& options, int max_chunk, int max_context);
 
   int max_chunk() const { return max_chunk_; }
+  // The element type KV stores given to Forward must have.
+  kernels::KvType kv_type() const { return kv_type_; }
 
   // Evaluates every segment (total tokens <= max_chunk, ids valid, block
   // tables long enough), writing K/V into `kv`. Logits rows go to `logits`
@@ -68,9 +72,8 @@ class LlamaForward {
   const LlamaWeights& w_;
   kernels::ThreadPool& pool_;
   bool exact_;
-  // Fast-path activation format: split 16-bit (~15-bit activations through the
-  // int8 dot products) unless set otherwise. Not yet an option.
-  kernels::ActPrecision act_precision_ = kernels::ActPrecision::kSplit16;
+  kernels::ActPrecision act_precision_;  // fast path's activation format
+  kernels::KvType kv_type_;
   int max_chunk_;
   int q_dim_, kv_dim_;
   std::vector<float> inv_freq_;

@@ -18,7 +18,7 @@ class LlamaSequence final : public Sequence {
   LlamaSequence(LlamaModel& model, int capacity)
       : model_(model),
         kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize,
-            kSeqBlockSize, model.config().n_head_kv * model.config().head_dim),
+            kSeqBlockSize, model.config().n_head_kv * model.config().head_dim, model.kv_type()),
         capacity_(capacity),
         table_(kv_.n_blocks()) {
     for (int i = 0; i < kv_.n_blocks(); ++i) table_[i] = i;
@@ -145,7 +145,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
   int context = options.context;
   if (context == 0) context = std::min(c.n_ctx > 0 ? c.n_ctx : 4096, 4096);
   m->pool_ = std::make_unique<kernels::ThreadPool>(threads);
-  m->forward_ = std::make_unique<LlamaForward>(c, m->weights_, *m->pool_, options.exact,
+  m->forward_ = std::make_unique<LlamaForward>(c, m->weights_, *m->pool_, options,
                                                kMaxChunk, context);
 
   ModelInfo& i = m->info_;

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
@@ -45,8 +46,216 @@ struct Vec {
 
 #include "cpu/attention_simd.inc"
 
+// ---- head_dim = 16 C (C <= 8): positions 16 at a time ---------------------------
+// The generic kernel above reduces each score q.k_j across lanes on its own and
+// keeps its accumulators in memory. Here a chunk of 16 positions is scored at
+// once: 16 accumulators (one per position, C FMAs each) are folded by a
+// transposing add tree into one vector whose lane i is the score of position i.
+// Softmax runs on vectors (Exp below), and the weighted sum of V keeps up to
+// four heads' outputs in registers. A head's numbers still depend only on its
+// own q row and the cache: lane i of the tree sums only accumulator i, and each
+// head's softmax and V sum touch its own scores and accumulators only.
+
+// Row of KV head `kv_head` at positions j0, j0+1, ... (walks the block table).
+struct RowWalker {
+  const PagedKv& kv;
+  int64_t head_off;
+  int block, slot;
+  RowWalker(const PagedKv& kv_, int kv_head, int head_dim, int j0)
+      : kv(kv_), head_off(static_cast<int64_t>(kv_head) * head_dim),
+        block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
+  int64_t Next() {
+    const int64_t off =
+        (static_cast<int64_t>(kv.block_table[block]) * kv.block_size + slot) * kv.row_stride + head_off;
+    if (++slot == kv.block_size) {
+      slot = 0;
+      ++block;
+    }
+    return off;
+  }
+};
+
+// Lane i of the result = the sum of the 16 lanes of v[i] (a fixed tree).
+inline __m512 TransposeSum16(__m512 v[16]) {
+  __m512 a[8], b[4];
+  for (int k = 0; k < 8; ++k)
+    a[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                         _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  for (int m = 0; m < 4; ++m) {
+    const __m512d x = _mm512_castps_pd(a[2 * m]), y = _mm512_castps_pd(a[2 * m + 1]);
+    b[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // b[m], 128-bit lane L, element e: lane L's sum of v[4m + e].
+  const __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88),
+                                  _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
+  const __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88),
+                                  _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+}
+
+// exp(x) for x <= 0: x = n ln2 + r (|r| <= ln2 / 2, ln2 in two parts), a
+// degree-6 Taylor polynomial of exp(r) (relative error ~1e-7), scaled by 2^n.
+// Below -87.3 the result is flushed to 0 (the reference gives at most 1e-38 there).
+inline __m512 Exp(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+  return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
+
+// 16 cached elements (fp32 or fp16) as fp32.
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline void Prefetch(const void* p, int lines) {
+  for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T0);
+}
+
+// Scores of every head, 16 positions at a time: s[h * len + j] = scale * (q_h . k_j).
+template <int C, typename E>
+void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
+            float* s) {
+  constexpr int hd = 16 * C;
+  constexpr int lines = C * static_cast<int>(sizeof(E)) / 4;  // cache lines per row
+  const E* kbase = static_cast<const E*>(kv.k);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  RowWalker walk(kv, kv_head, hd, 0);
+  int64_t off[16], next[16];
+  const int first = std::min(16, len);
+  for (int i = 0; i < first; ++i) off[i] = walk.Next();
+  for (int j0 = 0; j0 < len; j0 += 16) {
+    const int n = std::min(16, len - j0);
+    // Row offsets of the next chunk, whose K rows are fetched while this one is scored.
+    const int n_next = std::min(16, len - j0 - n);
+    for (int i = 0; i < n_next; ++i) {
+      next[i] = walk.Next();
+      Prefetch(kbase + next[i], lines);
+    }
+    for (int h = 0; h < n_q; ++h) {
+      const float* qh = q + static_cast<int64_t>(h) * hd;
+      __m512 qv[C];
+      for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(qh + 16 * c);
+      __m512 acc[16];
+      for (int i = 0; i < 16; ++i) {
+        acc[i] = _mm512_setzero_ps();
+        if (i < n) {
+          const E* k = kbase + off[i];
+          for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], Load16(k + 16 * c), acc[i]);
+        }
+      }
+      _mm512_mask_storeu_ps(s + static_cast<int64_t>(h) * len + j0, FirstLanes(n),
+                            _mm512_mul_ps(TransposeSum16(acc), vscale));
+    }
+    for (int i = 0; i < n_next; ++i) off[i] = next[i];
+  }
+}
+
+// s[0..len) -> exp(s - max s) in place; returns 1 / sum.
+inline float SoftmaxUnnormalized(float* s, int len) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < len; j += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), s + j));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < len; j += 16) {
+    const __mmask16 k = FirstLanes(len - j);
+    const __m512 e = _mm512_maskz_mov_ps(k, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m)));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return 1.0f / Vec::Sum(sum);
+}
+
+// out_h = inv_h * sum_j e_hj v_j for NH heads, in position order.
+template <int C, int NH, typename E>
+void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, const float* inv,
+                    float* out) {
+  constexpr int hd = 16 * C;
+  constexpr int lines = C * static_cast<int>(sizeof(E)) / 4;
+  const E* vbase = static_cast<const E*>(kv.v);
+  __m512 acc[NH][C];
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < C; ++c) acc[h][c] = _mm512_setzero_ps();
+  RowWalker walk(kv, kv_head, hd, 0);
+  RowWalker ahead(kv, kv_head, hd, 0);
+  constexpr int kAhead = 8;
+  for (int j = 0; j < std::min(kAhead, len); ++j) Prefetch(vbase + ahead.Next(), lines);
+  for (int j = 0; j < len; ++j) {
+    if (j + kAhead < len) Prefetch(vbase + ahead.Next(), lines);
+    const E* v = vbase + walk.Next();
+    __m512 vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = Load16(v + 16 * c);
+    for (int h = 0; h < NH; ++h) {
+      const __m512 p = _mm512_set1_ps(e[static_cast<int64_t>(h) * len + j]);
+      for (int c = 0; c < C; ++c) acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < C; ++c)
+      _mm512_storeu_ps(out + h * hd + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h])));
+}
+
+template <int C, typename E>
+void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
+                   float* scratch, float* out) {
+  constexpr int hd = 16 * C;
+  Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
+  for (int h0 = 0; h0 < n_q; h0 += 4) {
+    const int nh = std::min(4, n_q - h0);
+    float inv[4];
+    for (int h = 0; h < nh; ++h) inv[h] = SoftmaxUnnormalized(scratch + static_cast<int64_t>(h0 + h) * len, len);
+    const float* e = scratch + static_cast<int64_t>(h0) * len;
+    float* o = out + static_cast<int64_t>(h0) * hd;
+    switch (nh) {
+      case 1: WeightedValues<C, 1, E>(e, len, kv, kv_head, inv, o); break;
+      case 2: WeightedValues<C, 2, E>(e, len, kv, kv_head, inv, o); break;
+      case 3: WeightedValues<C, 3, E>(e, len, kv, kv_head, inv, o); break;
+      default: WeightedValues<C, 4, E>(e, len, kv, kv_head, inv, o); break;
+    }
+  }
+}
+
+template <typename E>
+bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
+                      float scale, float* scratch, float* out) {
+  switch (hd) {
+    case 32: AttendChunked<2, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 64: AttendChunked<4, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 96: AttendChunked<6, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 128: AttendChunked<8, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    default: return false;
+  }
+}
+
+void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
+                       float scale, float* scratch, float* out) {
+  const bool done = kv.type == KvType::kF16
+                        ? AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out)
+                        : AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
+  if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
+}
+
+bool FastF16Avx512(int hd) { return hd == 32 || hd == 64 || hd == 96 || hd == 128; }
+
 }  // namespace
 
-void FillAvx512Attention(KernelTable* t) { t->attend = AttendPagedSimd; }
+void FillAvx512Attention(KernelTable* t) {
+  t->attend = AttendPagedAvx512;
+  t->attend_fast_f16 = FastF16Avx512;
+}
 
 }  // namespace braid::kernels::cpu

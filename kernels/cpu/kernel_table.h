@@ -91,6 +91,7 @@ struct KernelTable {
   void (*axpy)(float a, const float* x, int64_t n, float* y) = nullptr;
   void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) = nullptr;
+  bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference
 };
 
 // The table in use: the best the CPU supports, or scalar under ForceScalarKernels.

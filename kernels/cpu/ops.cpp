@@ -27,4 +27,9 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
   cpu::Kernels().attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
 }
 
+bool AttentionFastF16(int head_dim) {
+  const auto fast = cpu::Kernels().attend_fast_f16;
+  return fast != nullptr && fast(head_dim);
+}
+
 }  // namespace braid::kernels

@@ -2,6 +2,7 @@
 // reference is more accurate than any SIMD version tested against it.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ref/ref.h"
 
@@ -62,10 +63,16 @@ void Axpy(float a, const float* x, int64_t n, float* y) {
 // s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
-  auto row = [&](const float* base, int j) {
+  // Row j of K or V as fp32 (converted into `buf` when the cache holds fp16).
+  std::vector<float> buf(static_cast<size_t>(head_dim));
+  auto row = [&](const void* base, int j) -> const float* {
     const int64_t slot = static_cast<int64_t>(kv.block_table[j / kv.block_size]) * kv.block_size +
                          j % kv.block_size;
-    return base + slot * kv.row_stride + static_cast<int64_t>(kv_head) * head_dim;
+    const int64_t off = slot * kv.row_stride + static_cast<int64_t>(kv_head) * head_dim;
+    if (kv.type == KvType::kF32) return static_cast<const float*>(base) + off;
+    const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+    for (int i = 0; i < head_dim; ++i) buf[i] = Fp16ToFp32(h[i]);
+    return buf.data();
   };
   for (int h = 0; h < n_q; ++h) {
     float* p = scratch + static_cast<int64_t>(h) * len;

@@ -11,12 +11,17 @@ namespace braid::kernels {
 // block_table[j / block_size], slot j % block_size, and its row of KV head g
 // starts at k + (block * block_size + slot) * row_stride + g * head_dim
 // (likewise v). Non-owning.
+// Element type of the cached rows: fp32, or fp16 (half the bytes that decode
+// attention reads per position; values rounded to nearest even on store).
+enum class KvType { kF32, kF16 };
+
 struct PagedKv {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;  // float or uint16_t (fp16) elements, per `type`
+  const void* v = nullptr;
   const int32_t* block_table = nullptr;
   int block_size = 0;
-  int64_t row_stride = 0;  // floats between consecutive slots (the KV width)
+  int64_t row_stride = 0;  // elements between consecutive slots (the KV width)
+  KvType type = KvType::kF32;
 };
 
 // For each of the n_q query heads h (rows of q: [n_q, head_dim], contiguous)
@@ -26,6 +31,11 @@ struct PagedKv {
 // scratch: n_q * len floats. Each head's numbers come from the same fp32
 // operations whatever n_q and whatever the batch (batch invariance).
 // Pure; any thread. len >= 1.
+// Every kernel table accepts both types; fp16 is fast (read and converted in
+// registers) only where this returns true for the dispatched kernels, and falls
+// back to the scalar reference elsewhere.
+bool AttentionFastF16(int head_dim);
+
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
 
