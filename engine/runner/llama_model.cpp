@@ -179,7 +179,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
                           "ffn_up.weight", "ffn_down.weight"})
       if (const TensorInfo* t = m->file_->Find("blk." + std::to_string(l) + "." + s))
         i.weight_bytes += t->nbytes;
-  i.isa = options.exact ? std::string("fp32 (") + kernels::KernelIsa() + ")" : kernels::KernelIsa();
+  i.isa = options.exact ? std::string("fp32 (") + kernels::KernelIsa() + ")"
+                        : std::string(kernels::KernelIsa()) +
+                              (options.precision == ModelOptions::Precision::kInt8 ? ", int8" : ", split16") +
+                              " activations";
+  i.isa += m->kv_type() == kernels::KvType::kF16 ? ", fp16 KV" : ", fp32 KV";
   i.threads = threads;
 
   if (m->tokenizer_) {

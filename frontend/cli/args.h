@@ -58,6 +58,10 @@ class Args {
     if (end == v.back().c_str() || *end) error_ = "option " + Name(names) + ": '" + v.back() + "' is not a number";
     return x;
   }
+  // Records a bad value (the first one recorded is reported by Error()).
+  void Fail(const std::string& message) {
+    if (error_.empty()) error_ = message;
+  }
   // The first problem: a bad value or an option nobody asked for.
   std::string Error() const {
     if (!error_.empty()) return error_;

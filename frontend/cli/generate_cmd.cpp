@@ -31,7 +31,9 @@ const char* kGenerateHelp =
     "      --raw               generate: do not wrap the prompt in the chat template\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --ctx N             context size per sequence\n"
-    "      --exact             fp32 activations (reference-exact path)\n"
+    "      --exact             fp32 activations and KV cache (reference-exact path)\n"
+    "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"
+    "      --kv-f32            fp32 KV cache (default: fp16 where the attention kernel reads it)\n"
     "  -v, --verbose           print model info and timings to stderr\n";
 
 // Streams generated text to stdout as it arrives.

@@ -22,6 +22,13 @@ ModelOptions ReadModelOptions(Args& args) {
   o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0));
   o.context = static_cast<int>(args.Int({"--ctx"}, 0));
   o.exact = args.Flag({"--exact"});
+  const std::string p = args.Str({"--precision"}, "split16");
+  if (p == "int8") {
+    o.precision = ModelOptions::Precision::kInt8;
+  } else if (p != "split16") {
+    args.Fail("--precision must be split16 or int8, not '" + p + "'");
+  }
+  o.kv_f16 = !args.Flag({"--kv-f32"});
   return o;
 }
 

@@ -8,7 +8,8 @@
 
 namespace braid::cli {
 
-// -m/--model (default: the bundled model), -t/--threads, --ctx, --exact.
+// -m/--model (default: the bundled model), -t/--threads, --ctx, --exact,
+// --precision split16|int8, --kv-f32.
 ModelOptions ReadModelOptions(Args& args);
 void PrintModelInfo(const ModelInfo& info);
 
