@@ -230,10 +230,11 @@ TEST_CASE("run: deadline wants reach the engine as priority and deadline") {
   CHECK(NodeOf(nodes, 1).slack_ms < NodeOf(nodes, 2).slack_ms);
 }
 
-TEST_CASE("run: baseline mode: FCFS throughput requests with a round trip each") {
+// Three calls: a and b independent, c after a; b and c joined and wanted.
+void CheckBaseline(Mode mode, double min_ms) {
   Fixture fx;
   RunOptions o;
-  o.mode = Mode::kBaseline;
+  o.mode = mode;
   o.rtt_ms = 30;
   auto run = fx.Start(o);
   auto fn = Fn("step", "You are a careful assistant answering questions about: {{x}}{{gen y}}");
@@ -247,7 +248,8 @@ TEST_CASE("run: baseline mode: FCFS throughput requests with a round trip each")
   REQUIRE(run->Want(*j, get).ok());
   REQUIRE(WaitFor(*run, *j) == VarState::kReady);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(ms >= 2 * 30);  // two calls in a chain, each one round trip (half out, half back)
+  CHECK(ms >= min_ms);
+  REQUIRE(fx.engine.submitted().size() == 3);
   for (const auto& s : fx.engine.submitted()) {
     CHECK(s.request.goal == GoalClass::kThroughput);
     CHECK(s.request.priority == 0);
@@ -255,6 +257,14 @@ TEST_CASE("run: baseline mode: FCFS throughput requests with a round trip each")
   }
   CHECK(fx.engine.pins_total() == 0);
   for (const auto& n : run->Nodes()) CHECK(n.group == 0);
+}
+
+TEST_CASE("run: baseline mode: one blocking FCFS request at a time, a round trip each") {
+  CheckBaseline(Mode::kBaseline, 3 * 30);  // a, b, c one after another
+}
+
+TEST_CASE("run: async baseline mode: FCFS requests sent when ready, a round trip each") {
+  CheckBaseline(Mode::kBaselineAsync, 2 * 30);  // a and b together, then c
 }
 
 TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {

@@ -55,7 +55,7 @@ elif app == "multi_agent":
     nonempty(r["plan"], "plan")
     assert 1 <= len(r["rounds"]) <= 2, "1..2 rounds"
     for rd in r["rounds"]:
-        assert len(rd) == 2, "one result per coder"
+        assert len(rd) == 4, "one result per coder"
         for x in rd:
             nonempty(x["code"], "code"); nonempty(x["review"], "review")
             assert x["verdict"] in ("approve", "revise"), x["verdict"]

@@ -1,4 +1,4 @@
--- Multi-agent coding: an architect plans, coders write their parts
+-- Multi-agent coding: an architect plans, four coders write their parts
 -- concurrently (braid.spawn), a reviewer judges each part every round
 -- and commits to a verdict with `select` (scored, never free text).
 -- Every agent shares one long system prompt (the project brief), so its
@@ -7,7 +7,7 @@
 local brief = braid.read("brief.txt")
 
 local architect = braid.fn { name = "architect", system = brief, prompt = [[
-You are the architect. In one sentence, say how the two functions fit together.
+You are the architect. In one sentence, say how the four functions fit together.
 Plan: {{gen plan max_tokens=40 stop="\n"}}]] }
 
 local coder = braid.fn { name = "coder", system = brief, prompt = [[
@@ -23,7 +23,12 @@ You are the reviewer. Code for {{part}}:
 Point out one problem or say it looks right: {{gen review max_tokens=32 stop="\n"}}
 Verdict: {{select verdict choices=["approve", "revise"]}}]] }
 
-local parts = { "function parse_csv_line(line)", "function sum_column(rows, index)" }
+local parts = {
+  "function parse_csv_line(line)",
+  "function sum_column(rows, index)",
+  "function format_totals(totals)",
+  "function read_rows(text)",
+}
 
 return function(rounds)
   rounds = tonumber(rounds) or 2

@@ -45,7 +45,9 @@ const char* kRunHelp =
     "      --engines N         embedded engines on the same model (default 1)\n"
     "      --max-running N     sequences an engine decodes together (default 64; small = latency-tuned)\n"
     "      --kv-tokens N       KV cache tokens per engine (default 16384)\n"
-    "      --mode dag|baseline DAG scheduling (default) or one request per call, FCFS\n"
+    "      --mode M            dag (default): goals, task groups, prefix sharing;\n"
+    "                          baseline: one blocking FCFS request per call, one at a time;\n"
+    "                          baseline-async: one FCFS request per call, sent when its inputs are ready\n"
     "      --rtt-ms N          added client round trip per call (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
     "      --json              print {run_id, result, nodes: [...]} as JSON\n"
@@ -206,8 +208,8 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: --engines must be between 1 and 64\n");
     return 2;
   }
-  if (mode != "dag" && mode != "baseline") {
-    std::fprintf(stderr, "braid run: --mode must be dag or baseline, got '%s'\n", mode.c_str());
+  if (mode != "dag" && mode != "baseline" && mode != "baseline-async") {
+    std::fprintf(stderr, "braid run: --mode must be dag, baseline or baseline-async, got '%s'\n", mode.c_str());
     return 2;
   }
   if (rtt_ms < 0) {
@@ -240,7 +242,7 @@ int RunMain(const std::vector<std::string>& argv) {
     eo.model.threads = std::max(1, threads / engines_n);
     eo.kv_tokens = kv_tokens;
     eo.max_running = max_running;
-    if (mode == "baseline") eo.policy = "fcfs";
+    if (mode != "dag") eo.policy = "fcfs";
     auto e = Engine::Open(eo);
     if (!e.ok()) {
       std::fprintf(stderr, "braid: %s\n", e.status().message().c_str());
@@ -262,7 +264,9 @@ int RunMain(const std::vector<std::string>& argv) {
   rt::RunOptions runo;
   runo.program = script;
   runo.args = app_args;
-  runo.mode = mode == "baseline" ? rt::Mode::kBaseline : rt::Mode::kDag;
+  runo.mode = mode == "baseline"         ? rt::Mode::kBaseline
+              : mode == "baseline-async" ? rt::Mode::kBaselineAsync
+                                         : rt::Mode::kDag;
   runo.rtt_ms = rtt_ms;
   runo.resume_id = resume;
   auto started = (*runtime)->StartRun(runo);

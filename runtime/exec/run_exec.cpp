@@ -407,7 +407,14 @@ void RunImpl::Schedule(Clock::time_point now) {
   if (ready.empty()) return;
 
   if (!dag_mode()) {
-    // Baseline: each call is its own request, sent after the client's round trip.
+    // Baseline: each call is its own request, sent after the client's round
+    // trip; the blocking client has at most one call out, the oldest ready.
+    if (options_.mode == Mode::kBaseline) {
+      bool busy = !flights_.empty();
+      for (const auto& [id, ex] : exec_) busy |= ex.send_at.has_value() || ex.done_at.has_value();
+      if (busy) return;
+      ready.erase(ready.begin() + 1, ready.end());  // `ready` is in node (program) order
+    }
     for (NodeId n : ready) {
       dag_.node(n).state = NodeState::kReady;
       // The request's way out: half of the round trip (the other half on the way back).

@@ -130,8 +130,11 @@ struct VarInfo {
 // ---- runs -------------------------------------------------------------------
 
 enum class Mode {
-  kDag,       // goals, task groups, prefix pinning, co-scheduling
-  kBaseline,  // every call an independent FCFS request, sent when its inputs are ready
+  kDag,            // goals, task groups, prefix pinning, co-scheduling
+  kBaseline,       // one blocking FCFS request at a time, calls in program order
+                   // (a client that calls an endpoint once per node and waits)
+  kBaselineAsync,  // every call an independent FCFS request, sent as soon as its
+                   // inputs are ready (a client that fires calls concurrently)
 };
 
 struct RunOptions {
