@@ -350,7 +350,9 @@ class ServingEngine final : public Engine {
         store_(model_->config().n_layer, kv_blocks, o.block_size,
                model_->config().n_head_kv * model_->config().head_dim, model_->kv_type()),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
-                   pool_, cache_, *policy_) {
+                   pool_, cache_, *policy_),
+        latency_budget_(o.max_batch_tokens) {
+    scheduler_.set_latency_budget(&latency_budget_);
     loop_ = std::thread([this] { Loop(); });
   }
   ~ServingEngine() override { Shutdown(); }
@@ -480,6 +482,7 @@ class ServingEngine final : public Engine {
   kv::RadixCache cache_;
   KvStore store_;
   Scheduler scheduler_;
+  LatencyBudget latency_budget_;  // step loop only
   std::mutex kv_mu_;  // pool, cache and scheduler: the loop holds it during planning
 
   std::mutex mu_;  // inbox and stop flag
@@ -593,6 +596,12 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   const auto t0 = Clock::now();
   model_->Forward(segments, store_, logits_.data());
   const auto t1 = Clock::now();
+  {
+    bool latency_only = true;
+    for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
+    latency_budget_.Observe(plan.n_tokens, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                            latency_only);
+  }
 
   // Sample, stream, retire.
   std::unordered_map<const SeqState*, Request*> by_seq;

@@ -113,15 +113,23 @@ StepPlan Scheduler::Schedule() {
   std::stable_sort(waiting_.begin(), waiting_.end(), order);
 
   // While latency-class work is present, throughput-class tokens may only be
-  // added as long as the whole step stays within latency_batch_tokens, so a
+  // added as long as the whole step stays within the latency cap, so a
   // latency token costs about one small step; latency work itself is not capped.
   bool latency = false;
-  for (const SeqState* s : running_) latency |= s->goal == GoalClass::kLatency;
+  int latency_tokens = 0;  // this step's latency work, as far as running sequences tell
+  for (const SeqState* s : running_) {
+    if (s->goal != GoalClass::kLatency) continue;
+    latency = true;
+    latency_tokens += static_cast<int>(s->tokens.size()) - s->num_computed;
+  }
   for (const SeqState* s : waiting_) latency |= s->goal == GoalClass::kLatency;
+  latency_tokens = std::clamp(latency_tokens, 1, config_.max_batch_tokens);
+  int cap = config_.latency_batch_tokens;
+  if (cap <= 0) cap = latency_budget_ != nullptr ? latency_budget_->Cap(latency_tokens) : latency_tokens;
   int budget = config_.max_batch_tokens;
   auto allowance = [&](const SeqState* s) {
     if (!latency || s->goal == GoalClass::kLatency) return budget;
-    return std::max(0, std::min(budget, config_.latency_batch_tokens - plan.n_tokens));
+    return std::max(0, std::min(budget, cap - plan.n_tokens));
   };
 
   // 1. Decodes, then 2. prefill chunks, each in policy order. Preemption may

@@ -16,6 +16,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
+#include "sched/latency_budget.h"
 #include "sched/policy.h"
 #include "sched/sequence.h"
 
@@ -25,9 +26,11 @@ struct SchedulerConfig {
   int max_running = 64;         // sequences in the running set
   int max_batch_tokens = 256;   // tokens per step
   // While latency-class work is present, throughput-class tokens join a step
-  // only while the step holds at most this many tokens, so each latency
-  // token costs about one small step (latency work itself is not capped).
-  int latency_batch_tokens = 1;
+  // only while the step holds at most this many tokens (latency work itself
+  // is not capped). 0: the cap comes from the LatencyBudget given with
+  // set_latency_budget (the largest step whose measured time stays within
+  // its ratio of the latency work alone), or is the latency tokens alone.
+  int latency_batch_tokens = 0;
 };
 
 struct ScheduledItem {
@@ -53,6 +56,9 @@ class Scheduler {
   // Blocks a sequence of `tokens` tokens needs.
   int BlocksFor(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
+  // The learned step cap used when config().latency_batch_tokens is 0 (not owned).
+  void set_latency_budget(const LatencyBudget* budget) { latency_budget_ = budget; }
+
   // Queues a new sequence (status waiting, no blocks).
   void Add(SeqState* s);
   // Plans one step. Sequences in the plan have blocks for every position
@@ -77,6 +83,7 @@ class Scheduler {
   void OfferToCache(SeqState* s);
 
   SchedulerConfig config_;
+  const LatencyBudget* latency_budget_ = nullptr;
   kv::BlockPool& pool_;
   kv::RadixCache& cache_;
   const AdmissionPolicy& policy_;

@@ -28,9 +28,10 @@ struct EngineOptions {
   int max_running = 64;          // sequences decoding together
   int max_batch_tokens = 256;    // tokens per step (chunked prefill budget)
   // While latency-class work is present, throughput work joins a step only
-  // up to this many tokens in all (1 = latency work runs alone; on the CPU a
-  // 2-token step already costs ~1.7x a 1-token one, see docs/benchmarks.md).
-  int latency_batch_tokens = 1;
+  // up to this many tokens in all (1 = latency work runs alone). 0 (default):
+  // learned from measured step times, the largest step that stays within
+  // 1.4x the time of the latency work alone (sched/latency_budget.h).
+  int latency_batch_tokens = 0;
   int max_waiting = 4096;        // queued requests beyond which Submit refuses
   std::string policy = "priority";  // admission order: "fcfs" or "priority"
 };
