@@ -116,7 +116,7 @@ int ServeBenchMain(Args& args) {
   const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256));
   std::string json = args.Str({"--json"}, "");
   const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0));
-  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 1));
+  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0));
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
