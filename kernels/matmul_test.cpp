@@ -10,6 +10,11 @@
 #include <string>
 #include <vector>
 
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "ref/ref.h"
@@ -104,16 +109,65 @@ TEST_CASE("MatMulQuantized under ForceScalarKernels") {
   ForceScalarKernels(before);
 }
 
-// The decode kernels on many rows: the Q8_0 head and a Q4_1 FFN shape.
-TEST_CASE("split 16-bit decode path on model-sized matrices") {
+// The decode kernels on many rows: the Q8_0 head and the Q4_1 shapes.
+TEST_CASE("decode path on model-sized matrices") {
   std::mt19937 rng(25);
   testing::ForEachSimdTable([&] {
     INFO("isa = " << KernelIsa());
-    CheckMatMulQuantized(DType::kQ8_0, ActPrecision::kSplit16, 515, 576, rng);
-    CheckMatMulQuantized(DType::kQ4_1, ActPrecision::kSplit16, 301, 576, rng);
-    CheckMatMulQuantized(DType::kQ4_1, ActPrecision::kSplit16, 67, 1536, rng);
+    for (ActPrecision p : {ActPrecision::kSplit16, ActPrecision::kInt8}) {
+      CheckMatMulQuantized(DType::kQ8_0, p, 515, 576, rng);
+      CheckMatMulQuantized(DType::kQ8_0, p, 67, 1536, rng);
+      CheckMatMulQuantized(DType::kQ4_1, p, 301, 576, rng);
+      CheckMatMulQuantized(DType::kQ4_1, p, 67, 1536, rng);
+    }
   });
 }
+
+#if __has_include(<sys/mman.h>)
+// The decode kernels read no byte past a weight row: the matrix ends where an
+// inaccessible page begins (a read past it faults), for every row length that
+// ends in a different tail (1..6 and 18 blocks, 48 blocks) and both precisions;
+// the results must also be bit for bit those of the same matrix elsewhere.
+TEST_CASE("decode kernels read nothing past the last weight row") {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t map_bytes = 16 * page;
+  void* map = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(map != MAP_FAILED);
+  auto* base = static_cast<uint8_t*>(map);
+  uint8_t* guard = base + map_bytes - page;
+  REQUIRE(mprotect(guard, page, PROT_NONE) == 0);
+  std::mt19937 rng(28);
+  testing::ForEachSimdTable([&] {
+    for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
+      for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+        for (int64_t cols : {32, 64, 96, 128, 160, 192, 576, 1536}) {
+          const int64_t rows = 5;
+          const DType at = ActivationType(t, p);
+          const std::vector<uint8_t> w = RandomWeights(rng, t, rows, cols);
+          REQUIRE(w.size() <= map_bytes - page);
+          uint8_t* at_end = guard - w.size();
+          std::memcpy(at_end, w.data(), w.size());
+          const MatrixView mv{t, rows, cols, w.data(), RowBytes(t, cols)};
+          const MatrixView mv_end{t, rows, cols, at_end, RowBytes(t, cols)};
+          for (int n_tokens : {1, 2, 5}) {
+            size_t xb;
+            const std::vector<uint8_t> x = RandomActivations(rng, at, n_tokens, cols, &xb);
+            std::vector<float> want(static_cast<size_t>(rows * n_tokens));
+            std::vector<float> got(want.size());
+            MatMulQuantized(mv, at, x.data(), xb, n_tokens, 0, rows, want.data(), rows);
+            MatMulQuantized(mv_end, at, x.data(), xb, n_tokens, 0, rows, got.data(), rows);
+            INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name)
+                        << " x " << std::string(Info(at).name) << " cols " << cols
+                        << " n_tokens " << n_tokens);
+            CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  });
+  munmap(map, map_bytes);
+}
+#endif
 
 // Batch invariance: y[r, t] must be bit for bit the same whatever the batch
 // size, the token's place in the batch and the row range that computes it.
@@ -166,7 +220,12 @@ TEST_CASE("MatMulQuantized is bitwise batch invariant") {
       CheckBatchInvariance(t, p, 19, 160, rng);  // 5 blocks
       CheckBatchInvariance(t, p, 21, 224, rng);  // 7 blocks
     }
-    CheckBatchInvariance(DType::kQ4_1, p, 33, 1536, rng);
+    // Every tail of the 512-bit decode kernels: 1..4 blocks, 9, 10 (a pair
+    // tail after whole groups), 48.
+    for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+      for (int64_t cols : {32, 64, 96, 128, 288, 320}) CheckBatchInvariance(t, p, 19, cols, rng);
+      CheckBatchInvariance(t, p, 33, 1536, rng);
+    }
     for (DType t : {DType::kQ4_K, DType::kQ6_K}) CheckBatchInvariance(t, p, 19, 512, rng);
   };
   testing::ForEachSimdTable([&] {

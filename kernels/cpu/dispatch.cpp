@@ -96,6 +96,7 @@ KernelTable MakeBest() {
       __builtin_cpu_supports("avx512vnni")) {
     FillAvx512VecDot(&t);
     FillAvx512Decode16(&t);
+    FillAvx512Decode8(&t);
     FillAvx512Attention(&t);
   }
 #endif

@@ -118,6 +118,7 @@ void FillAvx2Ops(KernelTable* t);
 void FillAvx2Quantize(KernelTable* t);
 void FillAvx512VecDot(KernelTable* t);
 void FillAvx512Decode16(KernelTable* t);
+void FillAvx512Decode8(KernelTable* t);
 void FillAvx2Attention(KernelTable* t);
 void FillAvx512Attention(KernelTable* t);
 
