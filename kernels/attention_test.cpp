@@ -34,8 +34,10 @@ std::vector<uint16_t> ToHalf(const std::vector<float>& x) {
   return h;
 }
 
-// A cache of n_blocks blocks of `bs` slots, rows of n_kv heads, blocks in shuffled order.
-Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd) {
+// A cache of n_blocks blocks of `bs` slots of n_kv heads, blocks in shuffled
+// order; head-major within a block (KvStore's layout) or, with `interleaved`,
+// each slot's row holding every head.
+Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd, bool interleaved = false) {
   Cache c;
   const int64_t width = static_cast<int64_t>(n_kv) * hd;
   c.k = testing::RandomFloats(rng, n_blocks * bs * width, -2.0f, 2.0f);
@@ -45,16 +47,29 @@ Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd) {
   std::shuffle(c.table.begin(), c.table.end(), rng);
   c.k16 = ToHalf(c.k);
   c.v16 = ToHalf(c.v);
-  c.kv = PagedKv{c.k.data(), c.v.data(), c.table.data(), bs, width, KvType::kF32};
-  c.kv16 = PagedKv{c.k16.data(), c.v16.data(), c.table.data(), bs, width, KvType::kF16};
+  PagedKv p;
+  p.block_table = c.table.data();
+  p.block_size = bs;
+  p.block_stride = bs * width;
+  p.head_stride = interleaved ? hd : static_cast<int64_t>(bs) * hd;
+  p.row_stride = interleaved ? width : hd;
+  c.kv = p;
+  c.kv.k = c.k.data();
+  c.kv.v = c.v.data();
+  c.kv16 = p;
+  c.kv16.k = c.k16.data();
+  c.kv16.v = c.v16.data();
+  c.kv16.type = KvType::kF16;
   return c;
 }
 
 void CheckAgainstReference(std::mt19937& rng) {
   for (auto [hd, bs] : {std::pair{64, 16}, {40, 16}, {72, 16}, {128, 16}, {32, 16}, {96, 8},
-                        {64, 8}, {64, 32}}) {
+                        {64, 8}, {64, 32}, {64, -16}}) {  // -16: interleaved rows
+    const bool interleaved = bs < 0;
+    bs = std::abs(bs);
     const int n_blocks = 384 / bs, n_kv = 2;
-    const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd);
+    const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, interleaved);
     for (int n_q : {1, 3, 4, 5, 7}) {
       for (int len : {1, 2, 15, 17, 100, n_blocks * bs}) {
         const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);

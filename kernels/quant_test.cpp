@@ -227,14 +227,17 @@ TEST_CASE("split 16-bit sums are exact: Q16_1 sum, Q16_K bsums") {
   }
 }
 
-TEST_CASE("SIMD split 16-bit quantization is bit-identical to the reference") {
+TEST_CASE("SIMD activation quantization is bit-identical to the reference") {
   std::mt19937 rng(5);
   testing::ForEachSimdTable([&] {
-    for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
+    for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K, DType::kQ8_0, DType::kQ8_1}) {
       for (int64_t n : {256, 1536}) {
         for (float scale : {1.0f, 1e-3f, 37.0f}) {
           std::vector<float> x = RandomFloats(rng, n, -scale, scale);
           for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // one all-zero block (Q16_0/1)
+          // A block whose step is exactly 1 (amax 127): ties at +-k.5 round away from zero.
+          const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.4999999f, -126.5f, 0.49999997f};
+          for (int64_t i = 0; i < 32; ++i) x[32 + i] = ties[i % 8] + (i % 8 == 0 ? 0.0f : static_cast<float>(i / 8));
           std::vector<uint8_t> fast(RowBytes(t, n)), want(RowBytes(t, n));
           QuantizeActivations(t, x.data(), fast.data(), n);
           ref::QuantizeActivations(t, x.data(), want.data(), n);

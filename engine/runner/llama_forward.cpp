@@ -167,8 +167,8 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
       if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
       kernels::Rope(k, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
       const int block = table_[t][pos / bs], slot = pos % bs;
-      kv.Put(false, layer, block, slot, g * hd, k, hd);
-      kv.Put(true, layer, block, slot, g * hd, v, hd);
+      kv.Put(false, layer, block, slot, g, k);
+      kv.Put(true, layer, block, slot, g, v);
     }
   }
 }

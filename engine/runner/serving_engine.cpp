@@ -348,7 +348,7 @@ class ServingEngine final : public Engine {
       : options_(o), model_(std::move(model)), policy_(std::move(policy)),
         pool_(kv_blocks), cache_(pool_, o.block_size),
         store_(model_->config().n_layer, kv_blocks, o.block_size,
-               model_->config().n_head_kv * model_->config().head_dim, model_->kv_type()),
+               model_->config().n_head_kv, model_->config().head_dim, model_->kv_type()),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
                    pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens) {
@@ -688,7 +688,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 256)
     return Status::InvalidArgument("max_batch_tokens must be in [1, 256], got " +
                                    std::to_string(o.max_batch_tokens));
-  if (o.latency_batch_tokens < 1) return Status::InvalidArgument("latency_batch_tokens must be >= 1");
+  if (o.latency_batch_tokens < 0)
+    return Status::InvalidArgument("latency_batch_tokens must be >= 0 (0 = learned from step times)");
   if (o.kv_blocks < 0 || o.kv_tokens < 0) return Status::InvalidArgument("KV pool size must be >= 0");
   auto policy = MakePolicy(o.policy);
   if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");

@@ -61,12 +61,12 @@ struct RowWalker {
   const PagedKv& kv;
   int64_t head_off;
   int block, slot;
-  RowWalker(const PagedKv& kv_, int kv_head, int head_dim, int j0)
-      : kv(kv_), head_off(static_cast<int64_t>(kv_head) * head_dim),
+  RowWalker(const PagedKv& kv_, int kv_head, int j0)
+      : kv(kv_), head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
         block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
   int64_t Next() {
-    const int64_t off =
-        (static_cast<int64_t>(kv.block_table[block]) * kv.block_size + slot) * kv.row_stride + head_off;
+    const int64_t off = static_cast<int64_t>(kv.block_table[block]) * kv.block_stride + head_off +
+                        static_cast<int64_t>(slot) * kv.row_stride;
     if (++slot == kv.block_size) {
       slot = 0;
       ++block;
@@ -133,7 +133,7 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
   constexpr int lines = C * static_cast<int>(sizeof(E)) / 4;  // cache lines per row
   const E* kbase = static_cast<const E*>(kv.k);
   const __m512 vscale = _mm512_set1_ps(scale);
-  RowWalker walk(kv, kv_head, hd, 0);
+  RowWalker walk(kv, kv_head, 0);
   int64_t off[16], next[16];
   const int first = std::min(16, len);
   for (int i = 0; i < first; ++i) off[i] = walk.Next();
@@ -190,9 +190,9 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
   __m512 acc[NH][C];
   for (int h = 0; h < NH; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = _mm512_setzero_ps();
-  RowWalker walk(kv, kv_head, hd, 0);
-  RowWalker ahead(kv, kv_head, hd, 0);
-  constexpr int kAhead = 8;
+  RowWalker walk(kv, kv_head, 0);
+  RowWalker ahead(kv, kv_head, 0);
+  constexpr int kAhead = 32;
   for (int j = 0; j < std::min(kAhead, len); ++j) Prefetch(vbase + ahead.Next(), lines);
   for (int j = 0; j < len; ++j) {
     if (j + kAhead < len) Prefetch(vbase + ahead.Next(), lines);

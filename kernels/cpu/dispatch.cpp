@@ -49,6 +49,8 @@ KernelTable MakeScalar() {
   t.quantize16[0] = ref::QuantizeRowQ16_0;
   t.quantize16[1] = ref::QuantizeRowQ16_1;
   t.quantize16[2] = ref::QuantizeRowQ16_K;
+  t.quantize8[0] = ref::QuantizeRowQ8_0;
+  t.quantize8[1] = ref::QuantizeRowQ8_1;
   t.rms_norm = ref::RmsNorm;
   t.swiglu = ref::SwiGlu;
   t.dot_f32 = ref::DotF32;
@@ -159,6 +161,8 @@ void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n) {
     case DType::kQ16_0: return k.quantize16[0](x, dst, n);
     case DType::kQ16_1: return k.quantize16[1](x, dst, n);
     case DType::kQ16_K: return k.quantize16[2](x, dst, n);
+    case DType::kQ8_0: return k.quantize8[0](x, dst, n);
+    case DType::kQ8_1: return k.quantize8[1](x, dst, n);
     default: return ref::QuantizeActivations(act_type, x, dst, n);
   }
 }

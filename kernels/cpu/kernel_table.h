@@ -85,6 +85,8 @@ struct KernelTable {
   DecodeKernel decode[kPrecisionSlots][kWeightTypeSlots] = {};  // empty where only `dot` exists
   // Split 16-bit quantizers: [0] Q16_0, [1] Q16_1, [2] Q16_K.
   QuantizeFn quantize16[3] = {};
+  // 8-bit quantizers: [0] Q8_0, [1] Q8_1.
+  QuantizeFn quantize8[2] = {};
   void (*rms_norm)(const float* x, const float* w, float eps, int64_t n, float* y) = nullptr;
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;

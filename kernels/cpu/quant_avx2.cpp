@@ -1,12 +1,17 @@
-// AVX2 activation quantization to the split 16-bit types (compiled with -mavx2;
-// reached only through dispatch). Bit-identical to ref::QuantizeRowQ16_*: the
-// same fp32 operations (amax, d = amax / 16256, id = 1 / d, x * id), and
-// vcvtps2dq rounds to nearest even as the reference's nearbyint does.
+// AVX2 activation quantization (compiled with -mavx2; reached only through
+// dispatch), bit-identical to the reference:
+// - split 16-bit (ref::QuantizeRowQ16_*): the same fp32 operations (amax,
+//   d = amax / 16256, id = 1 / d, x * id), and vcvtps2dq rounds to nearest
+//   even as the reference's nearbyint does;
+// - Q8_0 / Q8_1 (ref::QuantizeSym8Half): the fp16 scale computed by the same
+//   scalar code, x * id on vectors, and lround's rounding (half away from zero)
+//   rebuilt from truncation.
 #include <immintrin.h>
 
 #include <cfloat>
 
 #include "cpu/kernel_table.h"
+#include "kernels/dtype.h"
 #include "ref/blocks.h"
 
 namespace braid::kernels::cpu {
@@ -106,9 +111,54 @@ void QuantizeQ16_K(const float* x, void* dst, int64_t n) {
   }
 }
 
+// q = clamp(lround(x * id), -127, 127) for 8 floats: trunc(v) plus the sign of v
+// where |v - trunc(v)| >= 0.5 (exact for |v| < 2^23); NaN -> -127, as the
+// reference's lround -> LONG_MIN -> clamp.
+inline __m256i Round8(const float* x, __m256 id) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), id);
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 away = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m256 unit = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));  // +-1, v's sign
+  __m256 r = _mm256_add_ps(t, _mm256_and_ps(away, unit));
+  r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  return _mm256_cvtps_epi32(r);
+}
+
+// One block as ref::QuantizeSym8Half; returns sum(q).
+inline int32_t QuantizeSym8Block(const float* x, uint16_t* d_out, int8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  // max(|x|, m): a NaN element leaves m as it is, as std::max in the reference.
+  for (int k = 0; k < 4; ++k) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), m);
+  const uint16_t d16 = Fp32ToFp16(Hmax(m) / 127.0f);
+  const float d = Fp16ToFp32(d16);
+  const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  __m256i r[4];
+  for (int k = 0; k < 4; ++k) r[k] = Round8(x + 8 * k, vid);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // see Split32
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(b, order));
+  *d_out = d16;
+  return HsumI32(_mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
+}
+
+void QuantizeQ8_0(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) QuantizeSym8Block(x + i * kQK, &y[i].d, y[i].qs);
+}
+
+void QuantizeQ8_1(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i)
+    y[i].sum = static_cast<int16_t>(QuantizeSym8Block(x + i * kQK, &y[i].d, y[i].qs));
+}
+
 }  // namespace
 
 void FillAvx2Quantize(KernelTable* t) {
+  t->quantize8[0] = QuantizeQ8_0;
+  t->quantize8[1] = QuantizeQ8_1;
   t->quantize16[0] = QuantizeQ16_0;
   t->quantize16[1] = QuantizeQ16_1;
   t->quantize16[2] = QuantizeQ16_K;

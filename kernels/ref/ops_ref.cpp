@@ -66,9 +66,7 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
   // Row j of K or V as fp32 (converted into `buf` when the cache holds fp16).
   std::vector<float> buf(static_cast<size_t>(head_dim));
   auto row = [&](const void* base, int j) -> const float* {
-    const int64_t slot = static_cast<int64_t>(kv.block_table[j / kv.block_size]) * kv.block_size +
-                         j % kv.block_size;
-    const int64_t off = slot * kv.row_stride + static_cast<int64_t>(kv_head) * head_dim;
+    const int64_t off = kv.Offset(kv_head, j);
     if (kv.type == KvType::kF32) return static_cast<const float*>(base) + off;
     const uint16_t* h = static_cast<const uint16_t*>(base) + off;
     for (int i = 0; i < head_dim; ++i) buf[i] = Fp16ToFp32(h[i]);

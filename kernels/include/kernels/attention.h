@@ -8,9 +8,12 @@
 namespace braid::kernels {
 
 // One layer's paged K and V: position j of a sequence lives in block
-// block_table[j / block_size], slot j % block_size, and its row of KV head g
-// starts at k + (block * block_size + slot) * row_stride + g * head_dim
-// (likewise v). Non-owning.
+// b = block_table[j / block_size], slot j % block_size, and its row of KV
+// head g starts at element
+//   b * block_stride + g * head_stride + (j % block_size) * row_stride
+// of k (likewise v). With head_stride = block_size * head_dim and row_stride =
+// head_dim (KvStore's layout) a head's rows in a block are contiguous, so
+// attention streams them. Non-owning.
 // Element type of the cached rows: fp32, or fp16 (half the bytes that decode
 // attention reads per position; values rounded to nearest even on store).
 enum class KvType { kF32, kF16 };
@@ -20,8 +23,17 @@ struct PagedKv {
   const void* v = nullptr;
   const int32_t* block_table = nullptr;
   int block_size = 0;
-  int64_t row_stride = 0;  // elements between consecutive slots (the KV width)
+  int64_t block_stride = 0;  // elements between consecutive blocks
+  int64_t head_stride = 0;   // elements between KV heads within a block
+  int64_t row_stride = 0;    // elements between consecutive slots of one head
   KvType type = KvType::kF32;
+
+  // Element offset of position j's row of KV head `kv_head`.
+  int64_t Offset(int kv_head, int j) const {
+    return static_cast<int64_t>(block_table[j / block_size]) * block_stride +
+           static_cast<int64_t>(kv_head) * head_stride +
+           static_cast<int64_t>(j % block_size) * row_stride;
+  }
 };
 
 // For each of the n_q query heads h (rows of q: [n_q, head_dim], contiguous)
