@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
@@ -145,6 +146,18 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
       next[i] = walk.Next();
       Prefetch(kbase + next[i], lines);
     }
+    // The chunk's K rows as fp32, converted once for all heads (fp16 caches),
+    // or read in place (fp32).
+    alignas(64) float conv[std::is_same_v<E, float> ? 1 : 16 * hd];
+    const float* rows[16];
+    for (int i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<E, float>) {
+        rows[i] = kbase + off[i];
+      } else {
+        for (int c = 0; c < C; ++c) _mm512_store_ps(conv + i * hd + 16 * c, Load16(kbase + off[i] + 16 * c));
+        rows[i] = conv + i * hd;
+      }
+    }
     for (int h = 0; h < n_q; ++h) {
       const float* qh = q + static_cast<int64_t>(h) * hd;
       __m512 qv[C];
@@ -153,8 +166,7 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
       for (int i = 0; i < 16; ++i) {
         acc[i] = _mm512_setzero_ps();
         if (i < n) {
-          const E* k = kbase + off[i];
-          for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], Load16(k + 16 * c), acc[i]);
+          for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(rows[i] + 16 * c), acc[i]);
         }
       }
       _mm512_mask_storeu_ps(s + static_cast<int64_t>(h) * len + j0, FirstLanes(n),
