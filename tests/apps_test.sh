@@ -110,7 +110,7 @@ bad loop "^braid: .*loop\.lua:1: time limit" $'while true do end\n'
 if grep -q "stack traceback" "$tmp/err"; then echo "ok   bad/loop has a traceback"; else echo "FAIL bad/loop: no traceback"; fail=$((fail + 1)); fi
 printf 'return 1' >"$tmp/args.lua"
 "$braid" run --mode fast "$tmp/args.lua" >/dev/null 2>"$tmp/err"
-if [ $? = 2 ] && grep -q "mode must be dag or baseline" "$tmp/err"; then echo "ok   bad/option"; else echo "FAIL bad/option: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
+if [ $? = 2 ] && grep -q "mode must be dag, baseline or baseline-async" "$tmp/err"; then echo "ok   bad/option"; else echo "FAIL bad/option: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
 
 [ $fail -gt 0 ] && exit 1
 [ $skip -gt 0 ] && exit 77

@@ -139,6 +139,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
                               std::to_string(m->tokenizer_->n_vocab()) +
                               " tokens but the model only " + std::to_string(c.n_vocab));
   BRAID_ASSIGN_OR_RETURN(m->weights_, BuildLlamaWeights(*m->file_));
+  if (!options.exact) InterleaveForFastPath(&m->weights_);
 
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());

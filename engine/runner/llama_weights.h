@@ -2,6 +2,7 @@
 // the mapped file, plus fp32 copies of the small vectors (norms, biases).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "engine/status.h"
@@ -24,10 +25,18 @@ struct LlamaWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> output_norm;          // [n_embd]
   kernels::MatrixView output;              // [n_vocab, n_embd]; token_embd when tied
+  // Interleaved copies that views point into (InterleaveForFastPath).
+  std::vector<std::shared_ptr<uint8_t>> packed;
 };
 
 // Builds views over `file` (which must outlive the result). Errors name the
 // tensor whose type the kernels cannot multiply.
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& file);
+
+// Fast path only: points every matrix that the kernels in use multiply faster
+// interleaved (kernels::InterleaveFast: Q4_1 and Q8_0 with AVX-512 VNNI) at an
+// owned interleaved copy. The file's bytes stay as they are (the embedding
+// rows are still read from them). Returns the bytes copied.
+size_t InterleaveForFastPath(LlamaWeights* w);
 
 }  // namespace braid

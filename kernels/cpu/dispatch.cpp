@@ -99,6 +99,7 @@ KernelTable MakeBest() {
     FillAvx512VecDot(&t);
     FillAvx512Decode16(&t);
     FillAvx512Decode8(&t);
+    FillAvx512Gemm16(&t);
     FillAvx512Attention(&t);
   }
 #endif

@@ -75,6 +75,19 @@ inline void PrefetchAhead(const void* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
 }
 
+// Interleaved weights (16-row groups, ref/interleave_ref.cpp) against several
+// tokens:
+//   prepare: as DecodeKernel::prepare (DecodeWorkspaceBytes(n) bytes at most)
+//   run:     groups [0, ngroups) of an interleaved matrix (gbytes apart) against
+//            ntok prepared tokens: y[t * ldy + 16 g + i], the last group's rows
+//            i >= valid_last left untouched. Every (row, token) gets the
+//            reference's fp32 operations whatever ntok (batch invariance).
+struct GroupKernel {
+  void (*prepare)(int64_t n, const void* xq, uint8_t* ws) = nullptr;
+  void (*run)(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
+              const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy) = nullptr;
+};
+
 // x[0..n) -> one quantized activation row (n a multiple of the block size).
 using QuantizeFn = void (*)(const float* x, void* dst, int64_t n);
 
@@ -83,6 +96,7 @@ struct KernelTable {
   // [precision slot][GGUF type id of the weight]
   DotFn dot[kPrecisionSlots][kWeightTypeSlots] = {};
   DecodeKernel decode[kPrecisionSlots][kWeightTypeSlots] = {};  // empty where only `dot` exists
+  GroupKernel group[kPrecisionSlots][kWeightTypeSlots] = {};    // interleaved weights, where present
   // Split 16-bit quantizers: [0] Q16_0, [1] Q16_1, [2] Q16_K.
   QuantizeFn quantize16[3] = {};
   // 8-bit quantizers: [0] Q8_0, [1] Q8_1.
@@ -121,6 +135,7 @@ void FillAvx2Quantize(KernelTable* t);
 void FillAvx512VecDot(KernelTable* t);
 void FillAvx512Decode16(KernelTable* t);
 void FillAvx512Decode8(KernelTable* t);
+void FillAvx512Gemm16(KernelTable* t);
 void FillAvx2Attention(KernelTable* t);
 void FillAvx512Attention(KernelTable* t);
 

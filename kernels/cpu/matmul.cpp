@@ -25,7 +25,54 @@ constexpr int64_t kMaxDecodeCols = 32768;
 constexpr size_t kWorkspaceBytes = 160 * 1024;
 static_assert(kWorkspaceBytes >= cpu::DecodeWorkspaceStride(kMaxDecodeCols));
 
+// Interleaved weights: tokens prepared a chunk at a time, then each 16-row
+// group meets them (up to 8 per pass; cpu/gemm16_avx512.cpp), or the scalar
+// reference where the SIMD kernels are absent.
+void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x, size_t xq_row_bytes,
+                       int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  assert(r0 % 16 == 0 && (r1 % 16 == 0 || r1 == w.rows));
+  const cpu::GroupKernel* gk = nullptr;
+  if (const auto id = static_cast<uint32_t>(w.type); id < cpu::kWeightTypeSlots)
+    gk = &cpu::Kernels().group[cpu::PrecisionSlot(act_type)][id];
+  if (gk == nullptr || gk->run == nullptr) {
+    ref::MatMulInterleaved(w.type, w.data, w.cols, act_type, x, xq_row_bytes, n_tokens, r0, r1, y, ldy);
+    return;
+  }
+  const size_t gbytes = 16 * w.row_bytes;
+  const auto* g0 = static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16);
+  const int64_t ngroups = (r1 - r0 + 15) / 16;
+  const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
+  alignas(64) uint8_t ws[kWorkspaceBytes];
+  const size_t wss = cpu::DecodeWorkspaceStride(w.cols);
+  const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / wss));
+  for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
+    const int nt = std::min(chunk, n_tokens - t0);
+    for (int t = 0; t < nt; ++t) gk->prepare(w.cols, x + static_cast<size_t>(t0 + t) * xq_row_bytes, ws + t * wss);
+    gk->run(w.cols, g0, gbytes, ngroups, valid_last, ws, wss, nt, y + static_cast<int64_t>(t0) * ldy + r0, ldy);
+  }
+}
+
 }  // namespace
+
+bool InterleaveFast(DType type) {
+  const auto id = static_cast<uint32_t>(type);
+  if (!ref::Interleavable(type) || id >= cpu::kWeightTypeSlots) return false;
+  const cpu::KernelTable& t = cpu::Kernels();
+  return t.group[0][id].run != nullptr && t.group[1][id].run != nullptr;
+}
+
+size_t InterleavedBytes(DType type, int64_t rows, int64_t cols) {
+  return ref::InterleavedGroupBytes(type, cols) * static_cast<size_t>((rows + 15) / 16);
+}
+
+MatrixView Interleave(const MatrixView& w, void* dst) {
+  assert(w.layout == WeightLayout::kRows && ref::Interleavable(w.type));
+  ref::Interleave(w.type, w.data, w.row_bytes, w.rows, w.cols, dst);
+  MatrixView v = w;
+  v.data = dst;
+  v.layout = WeightLayout::kInterleaved16;
+  return v;
+}
 
 // y[t * ldy + r] = dot(W[r, :], xq[t])     W: [rows, cols], xq: n_tokens quantized rows,
 //                                          r in [r0, r1), t in [0, n_tokens)
@@ -33,6 +80,10 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
                      int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   assert(act_type == ActivationType(w.type, cpu::IsSplit16(act_type) ? ActPrecision::kSplit16
                                                                       : ActPrecision::kInt8));
+  if (w.layout == WeightLayout::kInterleaved16) {
+    MatMulInterleaved(w, act_type, static_cast<const char*>(xq), xq_row_bytes, n_tokens, r0, r1, y, ldy);
+    return;
+  }
   const cpu::KernelTable& table = cpu::Kernels();
   const cpu::DotFn dot = cpu::FindDot(table, w.type, act_type);
   assert(dot != nullptr);
@@ -94,6 +145,7 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
 // Dequantizes each weight row once into `scratch` and dots it with every token in fp32.
 void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
                float* y, int64_t ldy, float* scratch) {
+  assert(w.layout == WeightLayout::kRows);  // the exact path reads GGUF rows
   const auto dot = cpu::Kernels().dot_f32;
   const char* base = static_cast<const char*>(w.data);
   for (int64_t r = r0; r < r1; ++r) {

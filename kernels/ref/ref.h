@@ -35,6 +35,18 @@ void QuantizeWeights(DType type, const float* x, void* dst, int64_t n);
 // split 16-bit dots; the others the int8 / fp32 ones).
 float VecDot(DType weight_type, DType act_type, int64_t n, const void* w_row, const void* x);
 
+// The interleaved weight layout of kernels/matmul.h (16-row groups; layout in
+// interleave_ref.cpp), for Q4_1 and Q8_0 weights.
+bool Interleavable(DType type);
+size_t InterleavedGroupBytes(DType type, int64_t cols);  // bytes per 16-row group
+// rows x cols of `type` (rows row_bytes apart) -> ceil(rows / 16) groups at dst.
+void Interleave(DType type, const void* src, size_t row_bytes, int64_t rows, int64_t cols, void* dst);
+// y[t * ldy + r] for r in [r0, r1), t < n_tokens, from an interleaved matrix and
+// quantized activation rows (ActivationType(type, p)) xq_row_bytes apart.
+void MatMulInterleaved(DType type, const void* w, int64_t cols, DType act, const void* xq,
+                       size_t xq_row_bytes, int n_tokens, int64_t r0, int64_t r1, float* y,
+                       int64_t ldy);
+
 // Ops (see kernels/ops.h for the math).
 void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y);
 void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox);

@@ -16,18 +16,35 @@
 
 namespace braid::kernels {
 
+// How a matrix's rows are stored: as GGUF stores them, or interleaved 16 rows
+// at a time (Q4_1 and Q8_0 only, made by Interleave) for the multi-token
+// kernels, where one int8 dot instruction covers 16 rows.
+enum class WeightLayout { kRows, kInterleaved16 };
+
 struct MatrixView {
   DType type;
   int64_t rows;      // output features
   int64_t cols;      // input features (a multiple of the block size)
-  const void* data;  // rows * row_bytes bytes
-  size_t row_bytes;
+  const void* data;  // rows * row_bytes bytes (kRows) or InterleavedBytes (kInterleaved16)
+  size_t row_bytes;  // bytes of one row in `type` (a 16-row group is 16 row_bytes)
+  WeightLayout layout = WeightLayout::kRows;
 };
+
+// Whether the kernels in use multiply interleaved matrices of `type` fast (at
+// both precisions). Interleaved matrices work everywhere (the scalar reference
+// takes them when the SIMD kernels are absent or forced off), but only pay here.
+bool InterleaveFast(DType type);
+// Bytes of the interleaved form of a rows x cols matrix of `type` (rows padded to 16).
+size_t InterleavedBytes(DType type, int64_t rows, int64_t cols);
+// Writes the interleaved form of `w` (kRows, Q4_1 or Q8_0) to dst
+// (InterleavedBytes, 64-byte aligned) and returns its view.
+MatrixView Interleave(const MatrixView& w, void* dst);
 
 // Fast path. `xq` holds n_tokens rows quantized with QuantizeActivations(act_type,
 // ...), `xq_row_bytes` apart; act_type must be ActivationType(w.type, p) for some
 // precision p (quant.h), and selects the int8 or the split 16-bit kernels.
-// Reuses each loaded weight row for several tokens when n_tokens > 1.
+// Reuses each loaded weight row for several tokens when n_tokens > 1. For an
+// interleaved matrix, r0 must be a multiple of 16 and r1 one too or w.rows.
 void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
                      int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy);
 

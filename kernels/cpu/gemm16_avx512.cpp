@@ -1,0 +1,199 @@
+// 512-bit kernels for interleaved weights (16-row groups; the layout and the
+// exact fp32 operations are defined in ref/interleave_ref.cpp): Q4_1 and Q8_0
+// weights against int8 or split 16-bit activations, up to 8 tokens per pass.
+//
+// One vpdpbusd multiplies a 64-byte chunk of weights (4 consecutive elements
+// of each of the 16 rows) by one token's 4 activations broadcast to every
+// lane, so a block of 32 elements is 8 vpdpbusd per token (16 with split
+// 16-bit activations) into one int32 per row, then three fp32 operations per
+// token: convert, scale by dw dx, and (Q4_1) add mw sx. Weights are unpacked
+// once per block for all the tokens of the pass; outputs are 16 contiguous
+// floats per token. Integer sums are exact, so they may be split into
+// independent chains freely; the fp32 operations per (row, token) are those of
+// the reference for any number of tokens (batch invariance).
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers: see decode16_avx512.cpp (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/kernel_table.h"
+#include "kernels/dtype.h"
+#include "ref/blocks.h"
+
+namespace braid::kernels::cpu {
+namespace {
+
+// A token's prepared activations (wss bytes apart, 64-byte aligned):
+//   [plane 0: nb x 32 int8][plane 1 (split 16-bit only): nb x 32][dx: nb floats][aux: nb x 4]
+// plane 0 holds q (int8) or hi (split), plane 1 lo; aux is sx = dx * sum(q) as
+// float (Q4_1 weights) or the int32 start of the block's dot (Q8_0 weights:
+// -128 sum(q) with int8, -sum(q16) with split, which makes the unsigned
+// weights u = w + 128 exact).
+struct Prepared {
+  int64_t nb;
+  bool split;
+  size_t dx_off() const { return static_cast<size_t>(nb) * 32 * (split ? 2 : 1); }
+  size_t aux_off() const { return dx_off() + 4 * static_cast<size_t>(nb); }
+};
+
+template <bool kQ4, bool kSplit>
+void Prepare(int64_t n, const void* xq, uint8_t* ws) {
+  const Prepared p{n / kQK, kSplit};
+  auto* dx = reinterpret_cast<float*>(ws + p.dx_off());
+  auto* aux = ws + p.aux_off();
+  for (int64_t b = 0; b < p.nb; ++b) {
+    float d;
+    int32_t sum = 0;
+    if constexpr (kSplit) {
+      int8_t hi[kQK], lo[kQK];
+      if constexpr (kQ4) {
+        const auto& x = static_cast<const BlockQ16_1*>(xq)[b];
+        d = x.d;
+        sum = x.sum;
+        std::memcpy(hi, x.hi, kQK);
+        std::memcpy(lo, x.lo, kQK);
+      } else {
+        const auto& x = static_cast<const BlockQ16_0*>(xq)[b];
+        d = x.d;
+        for (int i = 0; i < kQK; ++i) sum += Q16(x.hi, x.lo, i);
+        std::memcpy(hi, x.hi, kQK);
+        std::memcpy(lo, x.lo, kQK);
+      }
+      std::memcpy(ws + 32 * b, hi, kQK);
+      std::memcpy(ws + 32 * (p.nb + b), lo, kQK);
+    } else {
+      if constexpr (kQ4) {
+        const auto& x = static_cast<const BlockQ8_1*>(xq)[b];
+        d = Fp16ToFp32(x.d);
+        sum = x.sum;
+        std::memcpy(ws + 32 * b, x.qs, kQK);
+      } else {
+        const auto& x = static_cast<const BlockQ8_0*>(xq)[b];
+        d = Fp16ToFp32(x.d);
+        for (int i = 0; i < kQK; ++i) sum += x.qs[i];
+        std::memcpy(ws + 32 * b, x.qs, kQK);
+      }
+    }
+    dx[b] = d;
+    if constexpr (kQ4) {
+      const float sx = d * static_cast<float>(sum);
+      std::memcpy(aux + 4 * b, &sx, 4);
+    } else {
+      const int32_t init = kSplit ? -sum : -128 * sum;
+      std::memcpy(aux + 4 * b, &init, 4);
+    }
+  }
+}
+
+inline __m512i Bcast(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// sum_k dot(w[k], x[4k..4k+3]) over the 8 chunks of a block, onto `init`, in two chains.
+inline __m512i BlockDot(const __m512i w[8], const uint8_t* x, __m512i init) {
+  __m512i a = init, b = _mm512_setzero_si512();
+  for (int k = 0; k < 8; k += 2) {
+    a = _mm512_dpbusd_epi32(a, w[k], Bcast(x + 4 * k));
+    b = _mm512_dpbusd_epi32(b, w[k + 1], Bcast(x + 4 * k + 4));
+  }
+  return _mm512_add_epi32(a, b);
+}
+
+// One group of 16 rows against T tokens: y[t * ldy + i] for rows i with bit i of `rows`.
+template <bool kQ4, bool kSplit, int T>
+void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y, int64_t ldy,
+           __mmask16 rows) {
+  constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
+  const Prepared p{nb, kSplit};
+  const uint8_t* scales = g + kQuant * nb;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i w[8];
+    const uint8_t* q = g + kQuant * b;
+    if constexpr (kQ4) {
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i z = _mm512_loadu_si512(q + 64 * j);
+        w[j] = _mm512_and_si512(z, m4);
+        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(q + 64 * j);
+    }
+    const uint8_t* s = scales + kScale * b;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kQ4) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* x = ws + t * wss;
+      const float* dx = reinterpret_cast<const float*>(x + p.dx_off());
+      const uint8_t* aux = x + p.aux_off() + 4 * b;
+      const __m512i init = kQ4 ? _mm512_setzero_si512() : Bcast(aux);
+      __m512i isum;
+      if constexpr (kSplit) {
+        const __m512i hi = _mm512_slli_epi32(BlockDot(w, x + 32 * b, init), 7);
+        isum = BlockDot(w, x + 32 * (nb + b), hi);
+      } else {
+        isum = BlockDot(w, x + 32 * b, init);
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx[b])), acc[t]);
+      if constexpr (kQ4) {
+        float sx;
+        std::memcpy(&sx, aux, 4);
+        acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+}
+
+constexpr int kMaxTokens = 8;
+
+// Groups [0, ngroups) (gbytes apart) against ntok prepared tokens; rows of the
+// last group beyond `valid_last` are not stored.
+template <bool kQ4, bool kSplit>
+void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
+         const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy) {
+  const int64_t nb = n / kQK;
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const uint8_t* grp = w + gbytes * g;
+    PrefetchAhead(grp, gbytes);
+    const int valid = g + 1 == ngroups ? valid_last : 16;
+    const auto rows = static_cast<__mmask16>((1u << valid) - 1);
+    float* yg = y + 16 * g;
+    for (int t = 0; t < ntok; t += kMaxTokens) {
+      const uint8_t* wt = ws + t * wss;
+      float* yt = yg + t * ldy;
+      switch (std::min(kMaxTokens, ntok - t)) {
+        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows); break;
+        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void FillAvx512Gemm16(KernelTable* t) {
+  const int q41 = static_cast<int>(DType::kQ4_1), q80 = static_cast<int>(DType::kQ8_0);
+  t->group[0][q41] = {Prepare<true, false>, Run<true, false>};
+  t->group[1][q41] = {Prepare<true, true>, Run<true, true>};
+  t->group[0][q80] = {Prepare<false, false>, Run<false, false>};
+  t->group[1][q80] = {Prepare<false, true>, Run<false, true>};
+}
+
+}  // namespace braid::kernels::cpu
