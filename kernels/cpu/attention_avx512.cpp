@@ -135,17 +135,19 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
   const E* kbase = static_cast<const E*>(kv.k);
   const __m512 vscale = _mm512_set1_ps(scale);
   RowWalker walk(kv, kv_head, 0);
+  // K rows are prefetched kAhead positions ahead of the chunk being scored.
+  RowWalker ahead(kv, kv_head, 0);
+  constexpr int kAhead = 64;
+  for (int j = 0; j < std::min(kAhead, len); ++j) Prefetch(kbase + ahead.Next(), lines);
   int64_t off[16], next[16];
   const int first = std::min(16, len);
   for (int i = 0; i < first; ++i) off[i] = walk.Next();
   for (int j0 = 0; j0 < len; j0 += 16) {
     const int n = std::min(16, len - j0);
-    // Row offsets of the next chunk, whose K rows are fetched while this one is scored.
+    for (int j = j0 + kAhead; j < std::min(len, j0 + kAhead + 16); ++j) Prefetch(kbase + ahead.Next(), lines);
+    // Row offsets of the next chunk.
     const int n_next = std::min(16, len - j0 - n);
-    for (int i = 0; i < n_next; ++i) {
-      next[i] = walk.Next();
-      Prefetch(kbase + next[i], lines);
-    }
+    for (int i = 0; i < n_next; ++i) next[i] = walk.Next();
     // The chunk's K rows as fp32, converted once for all heads (fp16 caches),
     // or read in place (fp32).
     alignas(64) float conv[std::is_same_v<E, float> ? 1 : 16 * hd];
