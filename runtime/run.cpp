@@ -347,6 +347,13 @@ std::vector<NodeInfo> RunImpl::Nodes() const {
     info.generated_tokens = n.generated_tokens;
     info.queued_ms = n.queued_ms;
     info.run_ms = n.run_ms;
+    if (n.state == NodeState::kRunning) {
+      // Live figures: tokens streamed by its requests in flight, time since it started.
+      for (const auto& [fid, f] : flights_)
+        if (f.node == n.id) info.generated_tokens += f.live_tokens->load(std::memory_order_relaxed);
+      if (auto e = exec_.find(n.id); e != exec_.end() && e->second.submitted_once)
+        info.run_ms = std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
+    }
     info.error = n.error;
     out.push_back(std::move(info));
   }

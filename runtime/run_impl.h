@@ -81,6 +81,9 @@ class RunImpl final : public Run, public Pumpable {
     std::vector<NodeId> followers;  // leader: nodes waiting for its prefix
     std::vector<int32_t> prefix;    // leader: the shared prefix
     uint64_t share = 0;             // follower: its leader's flight id
+    // Tokens streamed so far (the engine's callback counts them; Nodes reads
+    // them for running nodes, before the completion's usage arrives).
+    std::shared_ptr<std::atomic<int>> live_tokens = std::make_shared<std::atomic<int>>(0);
   };
   struct Share {
     int engine = 0;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "runtime/runtime.h"
 
@@ -200,4 +201,42 @@ TEST_CASE("e2e: a regex output is constrained to its pattern") {
   CHECK(y.size() == 4);
   CHECK((y.rfind("19", 0) == 0 || y.rfind("20", 0) == 0));
   MESSAGE("regex output: " << y);
+}
+
+TEST_CASE("e2e: a running node reports the tokens streamed so far") {
+  auto engine = OpenEngine();
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  auto run = (*rt)->StartRun({});
+  REQUIRE(run.ok());
+  auto fn = SemanticFunction::Parse(
+      {"story", "You tell long stories.", "Tell a long story about a lighthouse.{{gen story max_tokens=96}}"});
+  REQUIRE(fn.ok());
+  auto o = (*run)->Call(**fn, {}, {"main", 0});
+  REQUIRE(o.ok());
+  const VarId story = o->at("story");
+  REQUIRE((*run)->Want(story, {}).ok());
+  // Poll while it runs: a count strictly between 0 and the final one shows up.
+  int seen_running = 0;
+  double last_ms = 0;
+  while ((*run)->state(story) == VarState::kPending) {
+    for (const NodeInfo& n : (*run)->Nodes()) {
+      if (n.state != NodeState::kRunning || n.generated_tokens == 0) continue;
+      seen_running = std::max(seen_running, n.generated_tokens);
+      CHECK(n.run_ms >= last_ms);  // live time grows
+      last_ms = n.run_ms;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE((*run)->state(story) == VarState::kReady);
+  const int final_tokens = (*run)->Nodes().front().generated_tokens;
+  CHECK(seen_running > 0);
+  CHECK(seen_running < final_tokens + 1);
+  MESSAGE("live count seen " << seen_running << " of " << final_tokens << " tokens");
 }

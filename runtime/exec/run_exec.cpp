@@ -268,7 +268,10 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   const uint64_t fid = ++next_flight_;
   std::shared_ptr<Inbox> inbox = inbox_;
   bool first = false;
-  auto cb = [inbox, fid, first](const Delta& d) mutable {
+  Flight f;
+  auto live = f.live_tokens;
+  auto cb = [inbox, fid, first, live](const Delta& d) mutable {
+    live->fetch_add(static_cast<int>(d.tokens.size()), std::memory_order_relaxed);
     const bool report_first = !first && (!d.tokens.empty() || d.finished);
     if (!report_first && !d.finished) return;
     first = true;
@@ -281,7 +284,6 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   };
   BRAID_ASSIGN_OR_RETURN(auto handle, slot.engine->Submit(std::move(r), std::move(cb)));
   ++*slot.in_flight;
-  Flight f;
   f.node = n;
   f.engine = engine;
   f.handle = std::move(handle);
