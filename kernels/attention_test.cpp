@@ -34,10 +34,14 @@ std::vector<uint16_t> ToHalf(const std::vector<float>& x) {
   return h;
 }
 
-// A cache of n_blocks blocks of `bs` slots of n_kv heads, blocks in shuffled
-// order; head-major within a block (KvStore's layout) or, with `interleaved`,
-// each slot's row holding every head.
-Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd, bool interleaved = false) {
+// How a block holds its rows: head-major (KvStore's layout), head-major with
+// dimension-major K tiles, or each slot's row holding every head.
+enum class Layout { kHeadMajor, kTransposedK, kInterleaved };
+
+// A cache of n_blocks blocks of `bs` slots of n_kv heads, blocks in shuffled order.
+Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd,
+                Layout layout = Layout::kHeadMajor) {
+  const bool interleaved = layout == Layout::kInterleaved;
   Cache c;
   const int64_t width = static_cast<int64_t>(n_kv) * hd;
   c.k = testing::RandomFloats(rng, n_blocks * bs * width, -2.0f, 2.0f);
@@ -53,6 +57,7 @@ Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd, bool 
   p.block_stride = bs * width;
   p.head_stride = interleaved ? hd : static_cast<int64_t>(bs) * hd;
   p.row_stride = interleaved ? width : hd;
+  p.k_transposed = layout == Layout::kTransposedK;
   c.kv = p;
   c.kv.k = c.k.data();
   c.kv.v = c.v.data();
@@ -64,12 +69,17 @@ Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd, bool 
 }
 
 void CheckAgainstReference(std::mt19937& rng) {
-  for (auto [hd, bs] : {std::pair{64, 16}, {40, 16}, {72, 16}, {128, 16}, {32, 16}, {96, 8},
-                        {64, 8}, {64, 32}, {64, -16}}) {  // -16: interleaved rows
-    const bool interleaved = bs < 0;
-    bs = std::abs(bs);
+  struct Case {
+    int hd, bs;
+    Layout layout;
+  };
+  const Layout H = Layout::kHeadMajor, T = Layout::kTransposedK, I = Layout::kInterleaved;
+  for (const Case& cs : {Case{64, 16, H}, {40, 16, H}, {72, 16, H}, {128, 16, H}, {32, 16, H},
+                         {96, 8, H}, {64, 8, H}, {64, 32, H}, {64, 16, I}, {64, 16, T},
+                         {128, 16, T}, {32, 16, T}, {96, 16, T}, {64, 8, T}, {40, 16, T}}) {
+    const int hd = cs.hd, bs = cs.bs;
     const int n_blocks = 384 / bs, n_kv = 2;
-    const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, interleaved);
+    const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, cs.layout);
     for (int n_q : {1, 3, 4, 5, 7}) {
       for (int len : {1, 2, 15, 17, 100, n_blocks * bs}) {
         const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
@@ -82,7 +92,8 @@ void CheckAgainstReference(std::mt19937& rng) {
           for (int i = 0; i < n_q * hd; ++i)
             if (std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]))) ++bad;
           INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " bs " << bs << " n_q " << n_q
-                      << " len " << len << " fp16 " << (type == KvType::kF16));
+                      << " len " << len << " fp16 " << (type == KvType::kF16) << " layout "
+                      << static_cast<int>(cs.layout));
           CHECK(bad == 0);
         }
       }
@@ -101,16 +112,18 @@ TEST_CASE("AttendPaged matches the reference") {
 TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with it") {
   std::mt19937 rng(32);
   testing::ForEachSimdTable([&] {
-    const int hd = 64, bs = 16, n_q = 3;
-    const Cache c = MakeCache(rng, 20, bs, 3, hd);
+    const int hd = 64, bs = 16, n_q = 11;  // heads in passes of 8 (dimension-major K) and 4
+    for (Layout layout : {Layout::kHeadMajor, Layout::kTransposedK})
     for (auto [len, type] : {std::pair{1, KvType::kF32}, {33, KvType::kF32}, {250, KvType::kF32},
                              {33, KvType::kF16}, {250, KvType::kF16}}) {
+      const Cache c = MakeCache(rng, 20, bs, 3, hd, layout);
       const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
       std::vector<float> scratch(static_cast<size_t>(n_q) * len), group(n_q * hd), alone(hd);
       AttendPaged(q.data(), n_q, hd, c.Of(type), 2, len, 0.125f, scratch.data(), group.data());
       for (int h = 0; h < n_q; ++h) {
         AttendPaged(q.data() + h * hd, 1, hd, c.Of(type), 2, len, 0.125f, scratch.data(), alone.data());
-        INFO("isa " << std::string(KernelIsa()) << " len " << len << " head " << h);
+        INFO("isa " << std::string(KernelIsa()) << " len " << len << " head " << h << " layout "
+                    << static_cast<int>(layout));
         CHECK(std::memcmp(alone.data(), group.data() + h * hd, hd * sizeof(float)) == 0);
       }
     }

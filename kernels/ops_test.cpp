@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -105,6 +106,23 @@ TEST_CASE("Rope rotates adjacent pairs (norm) or split halves (neox)") {
   std::vector<float> id = x;
   Rope(id.data(), n_rot, 0, inv_freq, false);
   CHECK(id == x);
+}
+
+TEST_CASE("RopeCosSin + RopeApply are Rope bit for bit") {
+  std::mt19937 rng(9);
+  const int n_rot = 64;
+  std::vector<float> inv_freq(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(100000.0f, -2.0f * i / n_rot);
+  for (int64_t pos : {0, 1, 17, 4095, 131071}) {
+    for (bool neox : {false, true}) {
+      const std::vector<float> x = testing::RandomFloats(rng, n_rot, -3.0f, 3.0f);
+      std::vector<float> a = x, b = x, c(n_rot / 2), s(n_rot / 2);
+      Rope(a.data(), n_rot, pos, inv_freq.data(), neox);
+      RopeCosSin(n_rot, pos, inv_freq.data(), c.data(), s.data());
+      RopeApply(b.data(), n_rot, c.data(), s.data(), neox);
+      CHECK(std::memcmp(a.data(), b.data(), n_rot * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("ops under ForceScalarKernels equal the reference exactly") {

@@ -1,7 +1,8 @@
 // Paged key/value storage: a fixed number of blocks of `block_size` token
 // slots, per layer, in fp32 or fp16 (kernels::KvType), head-major within a
 // block so that one KV head's rows of a block are contiguous:
-//   k[layer][block][kv_head][slot][head_dim], v the same.
+//   v[layer][block][kv_head][slot][head_dim], k the same, or with
+//   `k_transposed` k[layer][block][kv_head][head_dim][slot] (kernels/attention.h).
 // Which blocks a sequence uses is its block table (kv::BlockPool and the
 // radix cache decide that); this class only holds the numbers.
 #pragma once
@@ -19,9 +20,10 @@ namespace braid {
 class KvStore {
  public:
   KvStore(int n_layer, int n_blocks, int block_size, int n_kv, int head_dim,
-          kernels::KvType type = kernels::KvType::kF32)
+          kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false)
       : n_layer_(n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_(n_kv),
-        head_dim_(head_dim), type_(type), elem_(type == kernels::KvType::kF16 ? 2 : 4),
+        head_dim_(head_dim), type_(type), k_transposed_(k_transposed),
+        elem_(type == kernels::KvType::kF16 ? 2 : 4),
         k_(static_cast<size_t>(n_layer) * n_blocks * block_size * n_kv * head_dim * elem_),
         v_(k_.size()) {}
 
@@ -34,14 +36,18 @@ class KvStore {
 
   // Stores head_dim values of K (or V) of one KV head at (layer, block, slot).
   void Put(bool value, int layer, int block, int slot, int kv_head, const float* x) {
-    const size_t at = Offset(layer, block) +
-                      (static_cast<size_t>(kv_head) * block_size_ + slot) * head_dim_;
+    const size_t tile = Offset(layer, block) + static_cast<size_t>(kv_head) * block_size_ * head_dim_;
+    // Element i at tile + slot * head_dim + i, or tile + i * block_size + slot (transposed K).
+    const bool transposed = !value && k_transposed_;
+    const size_t at = tile + (transposed ? slot : static_cast<size_t>(slot) * head_dim_);
+    const size_t step = transposed ? block_size_ : 1;
     uint8_t* dst = (value ? v_ : k_).data() + at * elem_;
     if (type_ == kernels::KvType::kF32) {
-      std::memcpy(dst, x, head_dim_ * sizeof(float));
+      auto* f = reinterpret_cast<float*>(dst);
+      for (int i = 0; i < head_dim_; ++i) f[i * step] = x[i];
     } else {
       auto* h = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < head_dim_; ++i) h[i] = kernels::Fp32ToFp16(x[i]);
+      for (int i = 0; i < head_dim_; ++i) h[i * step] = kernels::Fp32ToFp16(x[i]);
     }
   }
 
@@ -54,6 +60,7 @@ class KvStore {
     p.block_stride = static_cast<int64_t>(block_size_) * n_kv_ * head_dim_;
     p.head_stride = static_cast<int64_t>(block_size_) * head_dim_;
     p.row_stride = head_dim_;
+    p.k_transposed = k_transposed_;
     p.type = type_;
     return p;
   }
@@ -65,6 +72,7 @@ class KvStore {
   }
   int n_layer_, n_blocks_, block_size_, n_kv_, head_dim_;
   kernels::KvType type_;
+  bool k_transposed_;
   size_t elem_;
   std::vector<uint8_t> k_, v_;
 };

@@ -148,6 +148,7 @@ void LlamaForward::MatMul(int tid, const kernels::MatrixView& w, int n, const fl
 void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv) {
   const int hd = c_.head_dim;
   const int bs = kv.block_size();
+  const int half = c_.n_rot / 2;
   const int items = n * (c_.n_head + c_.n_head_kv);
   int64_t b, e;
   Range(items, pool_.size(), tid, 1, &b, &e);
@@ -155,17 +156,19 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
     const int t = static_cast<int>(it / (c_.n_head + c_.n_head_kv));
     const int h = static_cast<int>(it % (c_.n_head + c_.n_head_kv));
     const int pos = pos_[t];
+    const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
+    const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
     if (h < c_.n_head) {
       float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
       if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
-      kernels::Rope(q, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
+      kernels::RopeApply(q, c_.n_rot, cos, sin, c_.rope_neox);
     } else {
       const int g = h - c_.n_head;
       float* k = &k_[static_cast<size_t>(t) * kv_dim_ + g * hd];
       float* v = &v_[static_cast<size_t>(t) * kv_dim_ + g * hd];
       if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
       if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
-      kernels::Rope(k, c_.n_rot, pos, inv_freq_.data(), c_.rope_neox);
+      kernels::RopeApply(k, c_.n_rot, cos, sin, c_.rope_neox);
       const int block = table_[t][pos / bs], slot = pos % bs;
       kv.Put(false, layer, block, slot, g, k);
       kv.Put(true, layer, block, slot, g, v);
@@ -188,8 +191,21 @@ void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const int per_item = grouped >= 1 * pool_.size() ? group : 1;
   const int items_per_token = c_.n_head / per_item;
   kernels::PagedKv pk = kv.Layer(layer);
-  int64_t b, e;
-  Range(static_cast<int64_t>(n) * items_per_token, pool_.size(), tid, 1, &b, &e);
+  // Items split so that each thread gets about the same number of cached
+  // positions to read (an item costs its token's context length, plus a
+  // little), not the same number of items.
+  const int64_t items = static_cast<int64_t>(n) * items_per_token;
+  auto cost = [&](int64_t it) { return static_cast<int64_t>(pos_[it / items_per_token]) + 1 + 16; };
+  int64_t total = 0;
+  for (int64_t it = 0; it < items; ++it) total += cost(it);
+  const int64_t lo = total * tid / pool_.size(), hi = total * (tid + 1) / pool_.size();
+  int64_t b = 0, e = 0, acc = 0;
+  for (int64_t it = 0; it < items; ++it) {
+    // Item `it` belongs to the thread whose share holds its first position.
+    if (acc < lo) b = it + 1;
+    if (acc < hi) e = it + 1;
+    acc += cost(it);
+  }
   for (int64_t it = b; it < e; ++it) {
     const int t = static_cast<int>(it / items_per_token);
     const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
@@ -217,6 +233,12 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   }
   const int n = static_cast<int>(ids_.size());
   const int E = c_.n_embd;
+  // RoPE angles per token, shared by every head and layer.
+  const size_t half = static_cast<size_t>(c_.n_rot / 2);
+  rope_cos_.resize(n * half);
+  rope_sin_.resize(n * half);
+  for (int t = 0; t < n; ++t)
+    kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half], &rope_sin_[t * half]);
   const int n_out = static_cast<int>(out_rows_.size());
 
   pool_.Run([&](int tid) {

@@ -51,6 +51,11 @@ class LlamaForward {
   int max_chunk() const { return max_chunk_; }
   // The element type KV stores given to Forward must have.
   kernels::KvType kv_type() const { return kv_type_; }
+  // Whether KV stores of `block_size` keep K tiles dimension-major (the fast
+  // path, where the attention kernels read them natively).
+  bool KTransposed(int block_size) const {
+    return !exact_ && kernels::AttentionFastTransposedK(c_.head_dim, block_size);
+  }
 
   // Evaluates every segment (total tokens <= max_chunk, ids valid, block
   // tables long enough), writing K/V into `kv`. Logits rows go to `logits`
@@ -77,6 +82,7 @@ class LlamaForward {
   int max_chunk_;
   int q_dim_, kv_dim_;
   std::vector<float> inv_freq_;
+  std::vector<float> rope_cos_, rope_sin_;  // [tokens of the batch, n_rot / 2]
 
   // Run state, [max_chunk, dim] each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, h_, up_;

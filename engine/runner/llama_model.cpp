@@ -18,7 +18,8 @@ class LlamaSequence final : public Sequence {
   LlamaSequence(LlamaModel& model, int capacity)
       : model_(model),
         kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize,
-            kSeqBlockSize, model.config().n_head_kv, model.config().head_dim, model.kv_type()),
+            kSeqBlockSize, model.config().n_head_kv, model.config().head_dim, model.kv_type(),
+            model.KTransposed(kSeqBlockSize)),
         capacity_(capacity),
         table_(kv_.n_blocks()) {
     for (int i = 0; i < kv_.n_blocks(); ++i) table_[i] = i;

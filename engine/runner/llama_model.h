@@ -34,6 +34,7 @@ class LlamaModel final : public Model {
   void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
   int max_chunk() const { return forward_->max_chunk(); }
   kernels::KvType kv_type() const { return forward_->kv_type(); }
+  bool KTransposed(int block_size) const { return forward_->KTransposed(block_size); }
 
  private:
   LlamaModel() = default;

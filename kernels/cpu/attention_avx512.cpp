@@ -178,6 +178,43 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
   }
 }
 
+// Scores from dimension-major K tiles of 16 positions (block_size 16): per
+// dimension d, one vector of K[d] for the 16 positions of the block meets each
+// head's q[d] (broadcast) in an FMA chain per head, no lane reduction at all:
+// s_hj = scale * sum_d q_hd k_jd, summed in dimension order.
+template <int C, typename E>
+void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
+                      float* s) {
+  constexpr int hd = 16 * C;
+  constexpr int kHeads = 8;  // per pass over a tile
+  constexpr int tile_lines = hd * static_cast<int>(sizeof(E)) / 4;  // 16 elements per dimension
+  const E* kbase = static_cast<const E*>(kv.k);
+  const int64_t head_off = static_cast<int64_t>(kv_head) * kv.head_stride;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const int nblocks = (len + 15) / 16;
+  auto tile = [&](int b) { return kbase + kv.block_table[b] * kv.block_stride + head_off; };
+  constexpr int kAheadBlocks = 4;
+  for (int b = 0; b < std::min(kAheadBlocks, nblocks); ++b) Prefetch(tile(b), tile_lines);
+  for (int b = 0; b < nblocks; ++b) {
+    if (b + kAheadBlocks < nblocks) Prefetch(tile(b + kAheadBlocks), tile_lines);
+    const E* t = tile(b);
+    const int n = std::min(16, len - 16 * b);
+    for (int h0 = 0; h0 < n_q; h0 += kHeads) {
+      const int nh = std::min(kHeads, n_q - h0);
+      __m512 acc[kHeads];
+      for (int h = 0; h < kHeads; ++h) acc[h] = _mm512_setzero_ps();
+      for (int d = 0; d < hd; ++d) {
+        const __m512 k = Load16(t + 16 * d);
+        for (int h = 0; h < nh; ++h)
+          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<int64_t>(h0 + h) * hd + d]), k, acc[h]);
+      }
+      for (int h = 0; h < nh; ++h)
+        _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
+                              _mm512_mul_ps(acc[h], vscale));
+    }
+  }
+}
+
 // s[0..len) -> exp(s - max s) in place; returns 1 / sum.
 inline float SoftmaxUnnormalized(float* s, int len) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -227,7 +264,11 @@ template <int C, typename E>
 void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
                    float* scratch, float* out) {
   constexpr int hd = 16 * C;
-  Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
+  if (kv.k_transposed) {
+    ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
+  } else {
+    Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
+  }
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const int nh = std::min(4, n_q - h0);
     float inv[4];
@@ -257,6 +298,8 @@ bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv
 
 void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
                        float scale, float* scratch, float* out) {
+  if (kv.k_transposed && kv.block_size != 16)
+    return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   const bool done = kv.type == KvType::kF16
                         ? AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out)
                         : AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
@@ -264,12 +307,14 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
 }
 
 bool FastF16Avx512(int hd) { return hd == 32 || hd == 64 || hd == 96 || hd == 128; }
+bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && block_size == 16; }
 
 }  // namespace
 
 void FillAvx512Attention(KernelTable* t) {
   t->attend = AttendPagedAvx512;
   t->attend_fast_f16 = FastF16Avx512;
+  t->attend_fast_transposed = FastTransposedAvx512;
 }
 
 }  // namespace braid::kernels::cpu

@@ -108,6 +108,7 @@ struct KernelTable {
   void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference
+  bool (*attend_fast_transposed)(int head_dim, int block_size) = nullptr;  // dimension-major K
 };
 
 // The table in use: the best the CPU supports, or scalar under ForceScalarKernels.

@@ -15,6 +15,12 @@ void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y) {
 void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox) {
   ref::Rope(x, n_rot, pos, inv_freq, neox);
 }
+void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float* sin) {
+  ref::RopeCosSin(n_rot, pos, inv_freq, cos, sin);
+}
+void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox) {
+  ref::RopeApply(x, n_rot, cos, sin, neox);
+}
 void Softmax(float* x, int64_t n) { ref::Softmax(x, n); }
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   cpu::Kernels().swiglu(gate, up, n, out);
@@ -25,6 +31,11 @@ void Axpy(float a, const float* x, int64_t n, float* y) { cpu::Kernels().axpy(a,
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
   cpu::Kernels().attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
+}
+
+bool AttentionFastTransposedK(int head_dim, int block_size) {
+  const auto fast = cpu::Kernels().attend_fast_transposed;
+  return fast != nullptr && fast(head_dim, block_size);
 }
 
 bool AttentionFastF16(int head_dim) {

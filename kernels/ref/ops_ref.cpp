@@ -19,6 +19,26 @@ void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y) {
 // Rotate pairs by theta_i = pos * inv_freq[i]:
 //   (a, b) -> (a cos - b sin, a sin + b cos)
 // pairs are (x[2i], x[2i+1]) ("norm") or (x[i], x[i + n_rot/2]) ("neox").   x: [head_dim]
+void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float* sin) {
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float theta = static_cast<float>(pos) * inv_freq[i];
+    cos[i] = std::cos(theta);
+    sin[i] = std::sin(theta);
+  }
+}
+
+void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const float c = cos[i], s = sin[i];
+    float* a = neox ? &x[i] : &x[2 * i];
+    float* b = neox ? &x[i + half] : &x[2 * i + 1];
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+  }
+}
+
 void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox) {
   const int half = n_rot / 2;
   for (int i = 0; i < half; ++i) {
@@ -63,23 +83,27 @@ void Axpy(float a, const float* x, int64_t n, float* y) {
 // s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
-  // Row j of K or V as fp32 (converted into `buf` when the cache holds fp16).
+  // Row j of K or V as fp32 (gathered into `buf` when the cache holds fp16 or
+  // K tiles are dimension-major).
   std::vector<float> buf(static_cast<size_t>(head_dim));
-  auto row = [&](const void* base, int j) -> const float* {
-    const int64_t off = kv.Offset(kv_head, j);
-    if (kv.type == KvType::kF32) return static_cast<const float*>(base) + off;
-    const uint16_t* h = static_cast<const uint16_t*>(base) + off;
-    for (int i = 0; i < head_dim; ++i) buf[i] = Fp16ToFp32(h[i]);
+  auto row = [&](bool k, int j) -> const float* {
+    const void* base = k ? kv.k : kv.v;
+    const int64_t off = k ? kv.KOffset(kv_head, j) : kv.Offset(kv_head, j);
+    const int64_t step = k ? kv.KDimStride() : 1;
+    if (kv.type == KvType::kF32 && step == 1) return static_cast<const float*>(base) + off;
+    for (int i = 0; i < head_dim; ++i)
+      buf[i] = kv.type == KvType::kF32 ? static_cast<const float*>(base)[off + i * step]
+                                       : Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]);
     return buf.data();
   };
   for (int h = 0; h < n_q; ++h) {
     float* p = scratch + static_cast<int64_t>(h) * len;
     const float* qh = q + static_cast<int64_t>(h) * head_dim;
-    for (int j = 0; j < len; ++j) p[j] = DotF32(qh, row(kv.k, j), head_dim) * scale;
+    for (int j = 0; j < len; ++j) p[j] = DotF32(qh, row(true, j), head_dim) * scale;
     Softmax(p, len);
     float* o = out + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
-    for (int j = 0; j < len; ++j) Axpy(p[j], row(kv.v, j), head_dim, o);
+    for (int j = 0; j < len; ++j) Axpy(p[j], row(false, j), head_dim, o);
   }
 }
 

@@ -50,6 +50,8 @@ void MatMulInterleaved(DType type, const void* w, int64_t cols, DType act, const
 // Ops (see kernels/ops.h for the math).
 void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y);
 void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox);
+void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float* sin);
+void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox);
 void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 float DotF32(const float* a, const float* b, int64_t n);

@@ -11,9 +11,12 @@ namespace braid::kernels {
 // b = block_table[j / block_size], slot j % block_size, and its row of KV
 // head g starts at element
 //   b * block_stride + g * head_stride + (j % block_size) * row_stride
-// of k (likewise v). With head_stride = block_size * head_dim and row_stride =
-// head_dim (KvStore's layout) a head's rows in a block are contiguous, so
-// attention streams them. Non-owning.
+// of v, and of k unless `k_transposed`. With head_stride = block_size *
+// head_dim and row_stride = head_dim (KvStore's layout) a head's rows in a
+// block are contiguous, so attention streams them. With `k_transposed`, each
+// (block, head) tile of K is stored dimension-major: element d of position j
+// at b * block_stride + g * head_stride + d * block_size + j % block_size (one
+// vector load then holds a dimension of 16 positions). Non-owning.
 // Element type of the cached rows: fp32, or fp16 (half the bytes that decode
 // attention reads per position; values rounded to nearest even on store).
 enum class KvType { kF32, kF16 };
@@ -26,14 +29,22 @@ struct PagedKv {
   int64_t block_stride = 0;  // elements between consecutive blocks
   int64_t head_stride = 0;   // elements between KV heads within a block
   int64_t row_stride = 0;    // elements between consecutive slots of one head
+  bool k_transposed = false;  // K tiles dimension-major (above)
   KvType type = KvType::kF32;
 
-  // Element offset of position j's row of KV head `kv_head`.
+  // Element offset of position j's row of KV head `kv_head` (V; K unless transposed).
   int64_t Offset(int kv_head, int j) const {
     return static_cast<int64_t>(block_table[j / block_size]) * block_stride +
            static_cast<int64_t>(kv_head) * head_stride +
            static_cast<int64_t>(j % block_size) * row_stride;
   }
+  // Element offset of element 0 of position j's K row, and the stride between its elements.
+  int64_t KOffset(int kv_head, int j) const {
+    if (!k_transposed) return Offset(kv_head, j);
+    return static_cast<int64_t>(block_table[j / block_size]) * block_stride +
+           static_cast<int64_t>(kv_head) * head_stride + j % block_size;
+  }
+  int64_t KDimStride() const { return k_transposed ? block_size : 1; }
 };
 
 // For each of the n_q query heads h (rows of q: [n_q, head_dim], contiguous)
@@ -47,6 +58,9 @@ struct PagedKv {
 // registers) only where this returns true for the dispatched kernels, and falls
 // back to the scalar reference elsewhere.
 bool AttentionFastF16(int head_dim);
+// Whether the dispatched kernels read dimension-major K tiles fast (else the
+// reference takes them).
+bool AttentionFastTransposedK(int head_dim, int block_size);
 
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);

@@ -14,6 +14,11 @@ void RmsNorm(const float* x, const float* w, float eps, int64_t n, float* y);
 // halves (x[i], x[i + n_rot/2]) for HF checkpoints and qwen2 ("neox" mode).
 // `inv_freq[i]` = base^(-2i/n_rot) with any frequency scaling already applied.
 void Rope(float* x, int n_rot, int64_t pos, const float* inv_freq, bool neox);
+// Rope in two halves, bit for bit the same: the angles' cosines and sines of
+// one position (n_rot / 2 each), computed once for every head of a token, then
+// the rotation of one head vector with them.
+void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float* sin);
+void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox);
 
 // x = softmax(x) over n, in place (max-subtracted).
 void Softmax(float* x, int64_t n);
