@@ -180,13 +180,14 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
 
 // Scores from dimension-major K tiles of 16 positions (block_size 16): per
 // dimension d, one vector of K[d] for the 16 positions of the block meets each
-// head's q[d] (broadcast) in an FMA chain per head, no lane reduction at all:
-// s_hj = scale * sum_d q_hd k_jd, summed in dimension order.
+// head's q[d] (broadcast), no lane reduction at all. Each head keeps four FMA
+// chains (dimensions d = 0, 1, 2, 3 mod 4, each in dimension order), added as
+// (c0 + c1) + (c2 + c3): enough independent chains to hide the FMA latency.
 template <int C, typename E>
 void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
                       float* s) {
   constexpr int hd = 16 * C;
-  constexpr int kHeads = 8;  // per pass over a tile
+  constexpr int kHeads = 4;  // per pass over a tile (4 chains each: 16 accumulators)
   constexpr int tile_lines = hd * static_cast<int>(sizeof(E)) / 4;  // 16 elements per dimension
   const E* kbase = static_cast<const E*>(kv.k);
   const int64_t head_off = static_cast<int64_t>(kv_head) * kv.head_stride;
@@ -201,16 +202,21 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
     const int n = std::min(16, len - 16 * b);
     for (int h0 = 0; h0 < n_q; h0 += kHeads) {
       const int nh = std::min(kHeads, n_q - h0);
-      __m512 acc[kHeads];
-      for (int h = 0; h < kHeads; ++h) acc[h] = _mm512_setzero_ps();
-      for (int d = 0; d < hd; ++d) {
-        const __m512 k = Load16(t + 16 * d);
-        for (int h = 0; h < nh; ++h)
-          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<int64_t>(h0 + h) * hd + d]), k, acc[h]);
+      __m512 acc[kHeads][4];
+      for (int h = 0; h < kHeads; ++h)
+        for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+      for (int d = 0; d < hd; d += 4) {
+        for (int c = 0; c < 4; ++c) {
+          const __m512 k = Load16(t + 16 * (d + c));
+          for (int h = 0; h < nh; ++h)
+            acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<int64_t>(h0 + h) * hd + d + c]), k, acc[h][c]);
+        }
       }
-      for (int h = 0; h < nh; ++h)
+      for (int h = 0; h < nh; ++h) {
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
-                              _mm512_mul_ps(acc[h], vscale));
+                              _mm512_mul_ps(sum, vscale));
+      }
     }
   }
 }
