@@ -98,6 +98,14 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
     ensure(hq_, l.w_down);
   }
   ensure(xq_, w_.output);
+  // Prepared activation buffers: max_chunk rows of the input width each receives.
+  if (!exact_) {
+    prep_in_.resize(m * kernels::PreparedRowBytes(c_.n_embd));
+    prep_att_.resize(m * kernels::PreparedRowBytes(q_dim_));
+    prep_h_.resize(m * kernels::PreparedRowBytes(c_.n_ff));
+  }
+  n_sites_ = c_.n_layer * kSitesPerLayer + 1;
+  claims_ = std::make_unique<Claim[]>(static_cast<size_t>(n_sites_));
 }
 
 void LlamaForward::Embed(int tid, int n, const int32_t* tokens) {
@@ -129,19 +137,44 @@ void LlamaForward::Quantize(int tid, int n, int64_t cols, const float* in, DType
   for (int64_t i = b; i < e; ++i) kernels::QuantizeActivations(act, in + i * cols, &out[i * row], cols);
 }
 
-// y[t, r] = W[r] . x[t] for this thread's share of W's rows.
-void LlamaForward::MatMul(int tid, const kernels::MatrixView& w, int n, const float* x,
-                          const std::vector<uint8_t>& xq, float* y, int64_t ldy) {
-  int64_t r0, r1;
-  Range(w.rows, pool_.size(), tid, 16, &r0, &r1);
+// y[t, r] = W[r] . x[t] for r in [r0, r1): from the prepared activations
+// `prep` when given, else from the quantized rows (or fp32 on the exact path).
+void LlamaForward::MatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
+                              const std::vector<uint8_t>& xq, const uint8_t* prep, float* y,
+                              int64_t ldy, int64_t r0, int64_t r1) {
   if (r0 >= r1) return;
   if (exact_) {
     kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tid].data());
-  } else {
-    const DType act = kernels::ActivationType(w.type, act_precision_);
-    const size_t row = kernels::RowBytes(act, w.cols);
-    kernels::MatMulQuantized(w, act, xq.data(), row, n, r0, r1, y, ldy);
+    return;
   }
+  const DType act = kernels::ActivationType(w.type, act_precision_);
+  if (prep != nullptr) {
+    kernels::MatMulPrepared(w, act, prep, n, r0, r1, y, ldy);
+  } else {
+    kernels::MatMulQuantized(w, act, xq.data(), kernels::RowBytes(act, w.cols), n, r0, r1, y, ldy);
+  }
+}
+
+// Prepares this thread's token rows (the same rows Quantize gave it) of `xq`
+// for `w` into `prep`; false (nothing done) where `w` has no prepared path.
+bool LlamaForward::Prepare(int tid, int n, const kernels::MatrixView& w,
+                           const std::vector<uint8_t>& xq, std::vector<uint8_t>& prep) {
+  if (exact_) return false;
+  const DType act = kernels::ActivationType(w.type, act_precision_);
+  if (!kernels::HasPreparedPath(w, act)) return false;
+  const size_t stride = kernels::PreparedRowBytes(w.cols);
+  if (prep.size() < static_cast<size_t>(max_chunk_) * stride) return false;  // sized in the constructor
+  int64_t b, e;
+  Range(n, pool_.size(), tid, 1, &b, &e);
+  const size_t row = kernels::RowBytes(act, w.cols);
+  if (e > b)
+    kernels::PrepareRows(w, act, xq.data() + b * row, row, static_cast<int>(e - b), prep.data() + b * stride);
+  return true;
+}
+
+// Whether `w` can use the rows prepared for `prepared_for` (same kernels, same input).
+bool LlamaForward::SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const {
+  return w.type == prepared_for.type && w.cols == prepared_for.cols && w.layout == prepared_for.layout;
 }
 
 // Adds biases, rotates q and k, and stores k and v at their positions.
@@ -241,11 +274,14 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
     kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half], &rope_sin_[t * half]);
   const int n_out = static_cast<int>(out_rows_.size());
 
+  for (int i = 0; i < n_sites_; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
+
   pool_.Run([&](int tid) {
     Embed(tid, n, ids_.data());
     pool_.Barrier();
     for (int layer = 0; layer < c_.n_layer; ++layer) {
       const LayerWeights& l = w_.layers[layer];
+      const int site = layer * kSitesPerLayer;
       // Attention block.
       Normalize(tid, n, l.attn_norm, x_.data(), xn_.data());
       Quantize(tid, n, E, xn_.data(), l.wq.type, xq_);
@@ -254,51 +290,60 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
       if (!k_same) Quantize(tid, n, E, xn_.data(), l.wk.type, xq_k_);
       if (!v_same) Quantize(tid, n, E, xn_.data(), l.wv.type, xq_v_);
+      const bool q_prep = Prepare(tid, n, l.wq, xq_, prep_in_);
       pool_.Barrier();
-      MatMul(tid, l.wq, n, xn_.data(), xq_, q_.data(), q_dim_);
-      MatMul(tid, l.wk, n, xn_.data(), k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
-      MatMul(tid, l.wv, n, xn_.data(), v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
+      // Q, K and V rows in chunks taken by whichever thread is free (on the
+      // prepared path; else each thread its share). No barrier between them.
+      auto qkv = [&](const kernels::MatrixView& w, bool same, const std::vector<uint8_t>& xq, float* y,
+                     int64_t ldy, int s) {
+        const uint8_t* prep = q_prep && SharesPrepared(w, l.wq) ? prep_in_.data() : nullptr;
+        if (!same) prep = nullptr;
+        ForRows(tid, s, w.rows, prep != nullptr && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+          MatMulRows(tid, w, n, xn_.data(), xq, prep, y, ldy, r0, r1);
+        });
+      };
+      qkv(l.wq, true, xq_, q_.data(), q_dim_, site + 0);
+      qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_, site + 1);
+      qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_, site + 2);
       pool_.Barrier();
       RopeAndStore(tid, l, layer, n, kv);
       pool_.Barrier();
       Attention(tid, layer, n, kv);
       pool_.Barrier();
       Quantize(tid, n, q_dim_, att_.data(), l.wo.type, attq_);
+      const bool o_prep = Prepare(tid, n, l.wo, attq_, prep_att_);
       pool_.Barrier();
-      // x += Wo * att, each thread adding its own output rows.
-      MatMul(tid, l.wo, n, att_.data(), attq_, xn_.data(), E);
-      {
-        int64_t r0, r1;
-        Range(l.wo.rows, pool_.size(), tid, 16, &r0, &r1);
+      // x += Wo * att, each chunk adding its own output rows.
+      ForRows(tid, site + 3, l.wo.rows, o_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+        MatMulRows(tid, l.wo, n, att_.data(), attq_, o_prep ? prep_att_.data() : nullptr, xn_.data(), E, r0, r1);
         for (int t = 0; t < n; ++t)
           for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
-      }
+      });
       pool_.Barrier();
       // Feed-forward block.
       Normalize(tid, n, l.ffn_norm, x_.data(), xn_.data());
       Quantize(tid, n, E, xn_.data(), l.w_gate.type, xq_);
       const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
       if (!up_same) Quantize(tid, n, E, xn_.data(), l.w_up.type, xq_k_);
+      const bool g_prep = Prepare(tid, n, l.w_gate, xq_, prep_in_) && up_same && SharesPrepared(l.w_up, l.w_gate);
       pool_.Barrier();
-      MatMul(tid, l.w_gate, n, xn_.data(), xq_, h_.data(), c_.n_ff);
-      MatMul(tid, l.w_up, n, xn_.data(), up_same ? xq_ : xq_k_, up_.data(), c_.n_ff);
-      {
-        int64_t r0, r1;
-        Range(l.w_gate.rows, pool_.size(), tid, 16, &r0, &r1);
+      // Gate and up rows of a chunk together, then SwiGLU on them.
+      ForRows(tid, site + 4, l.w_gate.rows, g_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+        const uint8_t* prep = g_prep ? prep_in_.data() : nullptr;
+        MatMulRows(tid, l.w_gate, n, xn_.data(), xq_, prep, h_.data(), c_.n_ff, r0, r1);
+        MatMulRows(tid, l.w_up, n, xn_.data(), up_same ? xq_ : xq_k_, prep, up_.data(), c_.n_ff, r0, r1);
         for (int t = 0; t < n; ++t)
-          kernels::SwiGlu(&h_[t * c_.n_ff + r0], &up_[t * c_.n_ff + r0], r1 - r0,
-                          &h_[t * c_.n_ff + r0]);
-      }
+          kernels::SwiGlu(&h_[t * c_.n_ff + r0], &up_[t * c_.n_ff + r0], r1 - r0, &h_[t * c_.n_ff + r0]);
+      });
       pool_.Barrier();
       Quantize(tid, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
+      const bool d_prep = Prepare(tid, n, l.w_down, hq_, prep_h_);
       pool_.Barrier();
-      MatMul(tid, l.w_down, n, h_.data(), hq_, xn_.data(), E);
-      {
-        int64_t r0, r1;
-        Range(l.w_down.rows, pool_.size(), tid, 16, &r0, &r1);
+      ForRows(tid, site + 5, l.w_down.rows, d_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+        MatMulRows(tid, l.w_down, n, h_.data(), hq_, d_prep ? prep_h_.data() : nullptr, xn_.data(), E, r0, r1);
         for (int t = 0; t < n; ++t)
           for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
-      }
+      });
       pool_.Barrier();
     }
     // Output head on the requested rows, gathered into xn_.
@@ -311,8 +356,12 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
                          c_.rms_eps, E, &xn_[i * E]);
     }
     Quantize(tid, n_out, E, xn_.data(), w_.output.type, xq_);
+    const bool h_prep = Prepare(tid, n_out, w_.output, xq_, prep_in_);
     pool_.Barrier();
-    MatMul(tid, w_.output, n_out, xn_.data(), xq_, logits, c_.n_vocab);
+    ForRows(tid, c_.n_layer * kSitesPerLayer, w_.output.rows, h_prep && n_out >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+      MatMulRows(tid, w_.output, n_out, xn_.data(), xq_, h_prep ? prep_in_.data() : nullptr, logits,
+                 c_.n_vocab, r0, r1);
+    });
   });
 }
 

@@ -54,6 +54,41 @@ void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x, size_
 
 }  // namespace
 
+namespace {
+const cpu::GroupKernel* FindGroup(const MatrixView& w, DType act_type) {
+  const auto id = static_cast<uint32_t>(w.type);
+  if (w.layout != WeightLayout::kInterleaved16 || id >= cpu::kWeightTypeSlots) return nullptr;
+  const cpu::GroupKernel* gk = &cpu::Kernels().group[cpu::PrecisionSlot(act_type)][id];
+  return gk->run != nullptr ? gk : nullptr;
+}
+
+}  // namespace
+
+bool HasPreparedPath(const MatrixView& w, DType act_type) { return FindGroup(w, act_type) != nullptr; }
+
+size_t PreparedRowBytes(int64_t cols) { return cpu::DecodeWorkspaceStride(cols); }
+
+void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
+                 int n_tokens, uint8_t* out) {
+  const cpu::GroupKernel* gk = FindGroup(w, act_type);
+  assert(gk != nullptr);
+  const size_t wss = PreparedRowBytes(w.cols);
+  for (int t = 0; t < n_tokens; ++t)
+    gk->prepare(w.cols, static_cast<const char*>(xq) + static_cast<size_t>(t) * xq_row_bytes, out + t * wss);
+}
+
+void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
+                    int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const cpu::GroupKernel* gk = FindGroup(w, act_type);
+  assert(gk != nullptr && r0 % 16 == 0 && (r1 % 16 == 0 || r1 == w.rows));
+  if (r0 >= r1 || n_tokens <= 0) return;
+  const size_t gbytes = 16 * w.row_bytes;
+  const int64_t ngroups = (r1 - r0 + 15) / 16;
+  const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
+  gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups, valid_last,
+          prepared, PreparedRowBytes(w.cols), n_tokens, y + r0, ldy);
+}
+
 bool InterleaveFast(DType type) {
   const auto id = static_cast<uint32_t>(type);
   if (!ref::Interleavable(type) || id >= cpu::kWeightTypeSlots) return false;

@@ -48,6 +48,23 @@ MatrixView Interleave(const MatrixView& w, void* dst);
 void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
                      int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy);
 
+// Prepared activations: the per-token work of MatMulQuantized on an
+// interleaved matrix (rearranging each quantized row for the group kernels)
+// done once, so that many row ranges share it (threads taking chunks of rows
+// as they come). Only where HasPreparedPath holds; results are bit for bit
+// those of MatMulQuantized.
+bool HasPreparedPath(const MatrixView& w, DType act_type);
+// Bytes between consecutive prepared tokens of rows of `cols` elements (a multiple of 64).
+size_t PreparedRowBytes(int64_t cols);
+// n_tokens quantized rows (xq_row_bytes apart) -> n_tokens prepared rows at
+// `out` (PreparedRowBytes apart). Any subset of a batch's tokens may be
+// prepared separately (each row depends on its own token only).
+void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
+                 int n_tokens, uint8_t* out);
+// y[t * ldy + r] for r in [r0, r1) (r0 a multiple of 16; r1 too or w.rows).
+void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
+                    int64_t r0, int64_t r1, float* y, int64_t ldy);
+
 // Exact path: fp32 activations [n_tokens, cols]; each weight row is
 // dequantized to fp32 into `scratch` (cols floats, per thread) and dotted in fp32.
 void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
