@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_peak.h"
 #include "kernels/matmul.h"
 #include "kernels/membw.h"
 #include "kernels/quant.h"
@@ -47,7 +48,7 @@ struct Result {
 };
 
 Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precision,
-             double seconds) {
+             double seconds, bool interleaved) {
   const size_t row_bytes = RowBytes(s.type, s.cols);
   const size_t mat_bytes = row_bytes * static_cast<size_t>(s.rows);
   const size_t copies = std::max<size_t>(2, kWorkingSet / mat_bytes);
@@ -60,6 +61,12 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
   for (int64_t r = 0; r < s.rows; ++r) {
     for (float& f : rowf) f = u(rng);
     ref::QuantizeWeights(s.type, rowf.data(), one.data() + r * row_bytes, s.cols);
+  }
+  if (interleaved) {  // the same matrix, 16-row groups (as the fast path loads it)
+    std::vector<uint8_t> packed(InterleavedBytes(s.type, s.rows, s.cols) + 64);
+    uint8_t* dst = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+    Interleave(MatrixView{s.type, s.rows, s.cols, one.data(), row_bytes}, dst);
+    std::memcpy(one.data(), dst, mat_bytes);  // same size: rows are a multiple of 16
   }
   auto* w = static_cast<uint8_t*>(std::aligned_alloc(4096, (copies * mat_bytes + 4095) / 4096 * 4096));
   pool.Run([&](int i) {  // first touch in parallel
@@ -78,7 +85,8 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
   const double t0 = Now();
   double t1 = t0;
   while (t1 - t0 < seconds || calls < copies) {
-    const MatrixView mv{s.type, s.rows, s.cols, w + (calls % copies) * mat_bytes, row_bytes};
+    const MatrixView mv{s.type, s.rows, s.cols, w + (calls % copies) * mat_bytes, row_bytes,
+                        interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows};
     pool.Run([&](int i) {
       int64_t r0, r1;
       ThreadPool::Split(s.rows, pool.size(), i, 16, &r0, &r1);
@@ -109,16 +117,20 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     const double bw = MeasureReadBandwidth(pool, size_t{512} << 20, 5) / 1e9;
-    std::printf("\nthreads=%d  measured read bandwidth (512 MiB, best of 5): %.1f GB/s\n", threads, bw);
-    std::printf("%-30s %6s %8s %10s %10s %10s\n", "shape (cols x rows)", "act", "n_tok", "GB/s",
-                "GFLOP/s", "GB/s / bw");
+    const double peak = MeasureInt8DotPeak(pool, 0.2, 3) / 1e9;
+    std::printf("\nthreads=%d  measured read bandwidth (512 MiB, best of 5): %.1f GB/s; int8 dot peak %.0f GOP/s\n",
+                threads, bw, peak);
+    std::printf("%-30s %6s %12s %8s %10s %10s %10s %10s\n", "shape (cols x rows)", "act", "layout", "n_tok",
+                "GB/s", "GFLOP/s", "GB/s / bw", "of peak");
     for (const Shape& s : shapes) {
       for (int n_tokens : {1, 16}) {
-        for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
-          const Result r = Bench(pool, s, n_tokens, p, seconds);
-          std::printf("%-30s %6s %8d %10.1f %10.1f %9.0f%%\n", s.name,
-                      p == ActPrecision::kInt8 ? "int8" : "split16", n_tokens, r.gbps, r.gflops,
-                      100.0 * r.gbps / bw);
+        for (bool inter : {false, true}) {
+          for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
+            const Result r = Bench(pool, s, n_tokens, p, seconds, inter);
+            std::printf("%-30s %6s %12s %8d %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name,
+                        p == ActPrecision::kInt8 ? "int8" : "split16", inter ? "interleaved" : "rows",
+                        n_tokens, r.gbps, r.gflops, 100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
+          }
         }
       }
     }
