@@ -107,17 +107,20 @@ inline __m512i BlockDot(const __m512i w[8], const uint8_t* x, __m512i init) {
 }
 
 // One group of 16 rows against T tokens: y[t * ldy + i] for rows i with bit i of `rows`.
+// `stream`: the group is read from memory for the first time, so each block
+// prefetches the bytes kDecodePrefetchBytes ahead of it (the layout is one
+// stream of blocks, groups one after another).
 template <bool kQ4, bool kSplit, int T>
 void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y, int64_t ldy,
-           __mmask16 rows) {
+           __mmask16 rows, bool stream) {
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
   const Prepared p{nb, kSplit};
-  const uint8_t* scales = g + kQuant * nb;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
-    const uint8_t* q = g + kQuant * b;
+    const uint8_t* q = g + (kQuant + kScale) * b;
+    if (stream) PrefetchAhead(q, kQuant + kScale);
     if constexpr (kQ4) {
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       for (int j = 0; j < 4; ++j) {
@@ -128,7 +131,7 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y
     } else {
       for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(q + 64 * j);
     }
-    const uint8_t* s = scales + kScale * b;
+    const uint8_t* s = q + kQuant;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
     __m512 mw = _mm512_setzero_ps();
     if constexpr (kQ4) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
@@ -165,7 +168,6 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
   const int64_t nb = n / kQK;
   for (int64_t g = 0; g < ngroups; ++g) {
     const uint8_t* grp = w + gbytes * g;
-    PrefetchAhead(grp, gbytes);
     const int valid = g + 1 == ngroups ? valid_last : 16;
     const auto rows = static_cast<__mmask16>((1u << valid) - 1);
     float* yg = y + 16 * g;
@@ -173,14 +175,14 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
       const uint8_t* wt = ws + t * wss;
       float* yt = yg + t * ldy;
       switch (std::min(kMaxTokens, ntok - t)) {
-        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows); break;
-        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows); break;
-        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows); break;
+        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
       }
     }
   }

@@ -8,7 +8,7 @@
 // (>= 256 MiB in total) and the copies are walked in turn, so weights come from
 // DRAM as they do in a real decode.
 //
-// Usage: matmul_bench [seconds_per_case (default 0.5)]
+// Usage: matmul_bench [seconds_per_case (default 0.5)] [shape name filter]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +106,7 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
+  const std::string filter = argc > 2 ? argv[2] : "";
   const Shape shapes[] = {
       {"q4_1 576x576 (attn_q/o)", DType::kQ4_1, 576, 576},
       {"q4_1 576x192 (attn_k/v)", DType::kQ4_1, 576, 192},
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     std::printf("%-30s %6s %12s %8s %10s %10s %10s %10s\n", "shape (cols x rows)", "act", "layout", "n_tok",
                 "GB/s", "GFLOP/s", "GB/s / bw", "of peak");
     for (const Shape& s : shapes) {
+      if (std::string(s.name).find(filter) == std::string::npos) continue;
       for (int n_tokens : {1, 16}) {
         for (bool inter : {false, true}) {
           for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {

@@ -2,8 +2,9 @@
 // and its scalar matmul, the bit-exact reference of the SIMD group kernels.
 //
 // Rows are taken 16 at a time (a row group; the last one padded with zero
-// rows). A group of a matrix with nb blocks per row is
-//   [quants of block 0 .. nb-1][scales of block 0 .. nb-1]
+// rows). A group of a matrix with nb blocks per row is, block after block,
+//   [quants of block b][scales of block b]
+// (one stream, so a decode pass reads and prefetches it in order)
 // Q4_1: quants 256 bytes per block: four 64-byte chunks j = 0..3, chunk j
 //       holding bytes qs[4j..4j+3] of rows 0..15 (row r at 4r); the low
 //       nibbles are elements 4j..4j+3, the high nibbles 16+4j..16+4j+3.
@@ -93,22 +94,23 @@ void Interleave(DType type, const void* src, size_t row_bytes, int64_t rows, int
   auto* out = static_cast<uint8_t*>(dst);
   std::memset(out, 0, gbytes * static_cast<size_t>(groups));
   for (int64_t g = 0; g < groups; ++g) {
-    uint8_t* quants = out + gbytes * g;
-    uint8_t* scales = quants + QuantBytes(type) * nb;
+    uint8_t* group = out + gbytes * g;
     for (int r = 0; r < kGroup && g * kGroup + r < rows; ++r) {
       const auto* row = static_cast<const uint8_t*>(src) + row_bytes * (g * kGroup + r);
       for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* quants = group + (QuantBytes(type) + ScaleBytes(type)) * b;
+        uint8_t* scales = quants + QuantBytes(type);
         if (type == DType::kQ4_1) {
           const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
-          for (int j = 0; j < 4; ++j) std::memcpy(quants + 256 * b + 64 * j + 4 * r, blk.qs + 4 * j, 4);
-          std::memcpy(scales + 64 * b + 2 * r, &blk.d, 2);
-          std::memcpy(scales + 64 * b + 32 + 2 * r, &blk.m, 2);
+          for (int j = 0; j < 4; ++j) std::memcpy(quants + 64 * j + 4 * r, blk.qs + 4 * j, 4);
+          std::memcpy(scales + 2 * r, &blk.d, 2);
+          std::memcpy(scales + 32 + 2 * r, &blk.m, 2);
         } else {
           const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
           for (int j = 0; j < 8; ++j)
             for (int k = 0; k < 4; ++k)
-              quants[512 * b + 64 * j + 4 * r + k] = static_cast<uint8_t>(blk.qs[4 * j + k] ^ 0x80);
-          std::memcpy(scales + 32 * b + 2 * r, &blk.d, 2);
+              quants[64 * j + 4 * r + k] = static_cast<uint8_t>(blk.qs[4 * j + k] ^ 0x80);
+          std::memcpy(scales + 2 * r, &blk.d, 2);
         }
       }
     }
@@ -122,28 +124,29 @@ void MatMulInterleaved(DType type, const void* w, int64_t cols, DType act, const
   const size_t gbytes = InterleavedGroupBytes(type, cols);
   const bool q4 = type == DType::kQ4_1;
   for (int64_t r = r0; r < r1; ++r) {
-    const auto* quants = static_cast<const uint8_t*>(w) + gbytes * (r / kGroup);
-    const uint8_t* scales = quants + QuantBytes(type) * nb;
+    const auto* group = static_cast<const uint8_t*>(w) + gbytes * (r / kGroup);
     const int lane = static_cast<int>(r % kGroup);
     for (int t = 0; t < n_tokens; ++t) {
       const auto* x = static_cast<const uint8_t*>(xq) + xq_row_bytes * t;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* quants = group + (QuantBytes(type) + ScaleBytes(type)) * b;
+        const uint8_t* scales = quants + QuantBytes(type);
         int32_t wv[kQK];
         uint16_t d16, m16 = 0;
         if (q4) {
           for (int j = 0; j < 4; ++j)
             for (int k = 0; k < 4; ++k) {
-              const uint8_t byte = quants[256 * b + 64 * j + 4 * lane + k];
+              const uint8_t byte = quants[64 * j + 4 * lane + k];
               wv[4 * j + k] = byte & 0x0F;
               wv[16 + 4 * j + k] = byte >> 4;
             }
-          std::memcpy(&d16, scales + 64 * b + 2 * lane, 2);
-          std::memcpy(&m16, scales + 64 * b + 32 + 2 * lane, 2);
+          std::memcpy(&d16, scales + 2 * lane, 2);
+          std::memcpy(&m16, scales + 32 + 2 * lane, 2);
         } else {
           for (int j = 0; j < 8; ++j)
-            for (int k = 0; k < 4; ++k) wv[4 * j + k] = quants[512 * b + 64 * j + 4 * lane + k] - 128;
-          std::memcpy(&d16, scales + 32 * b + 2 * lane, 2);
+            for (int k = 0; k < 4; ++k) wv[4 * j + k] = quants[64 * j + 4 * lane + k] - 128;
+          std::memcpy(&d16, scales + 2 * lane, 2);
         }
         const ActBlock a = Act(act, x, b, wv);
         const float dw = Fp16ToFp32(d16);
