@@ -31,9 +31,10 @@ const char* kBenchHelp =
     "  --json FILE also write the results as JSON\n"
     "\n"
     "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
-    "                   [--shared-prefix 0] [--batch-tokens 256] [-t THREADS] [--json FILE]\n"
+    "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json FILE]\n"
     "  concurrent requests through the serving engine: throughput, TTFT and\n"
-    "  inter-token latency percentiles per concurrency level\n";
+    "  inter-token latency percentiles per concurrency level (with -r, the run\n"
+    "  with the median decode rate of REPS runs per level)\n";
 
 struct Stats {
   double mean = 0, stddev = 0;
