@@ -22,10 +22,10 @@ echo "== braid bench (1 thread)"
 
 for p in split16 int8; do
   echo "== serving ($p): 256-token prompts, 128-token outputs"
-  "$braid" bench --serve -c 1,4,16,64 --prompt-len 256 --gen-len 128 -t "$threads" --precision "$p" \
+  "$braid" bench --serve -c 1,4,16,64 -r 3 --prompt-len 256 --gen-len 128 -t "$threads" --precision "$p" \
     --json "$out/serve_${p}_t${threads}.json"
   echo "== serving ($p): the same with a 512-token shared prefix"
-  "$braid" bench --serve -c 1,4,16 --prompt-len 256 --gen-len 128 --shared-prefix 512 \
+  "$braid" bench --serve -c 1,4,16 -r 3 --prompt-len 256 --gen-len 128 --shared-prefix 512 \
     -t "$threads" --precision "$p" --json "$out/serve_shared_${p}_t${threads}.json"
   echo "== latency class beside throughput work ($p)"
   "$braid" bench --serve --latency-mix 8 --prompt-len 256 --gen-len 64 -t "$threads" --precision "$p"

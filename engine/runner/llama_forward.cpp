@@ -221,7 +221,7 @@ void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* scratch = scratch_[tid].data();
   const int64_t grouped = static_cast<int64_t>(n) * c_.n_head_kv;
-  const int per_item = grouped >= 1 * pool_.size() ? group : 1;
+  const int per_item = grouped >= 4 * pool_.size() ? group : 1;
   const int items_per_token = c_.n_head / per_item;
   kernels::PagedKv pk = kv.Layer(layer);
   // Items split so that each thread gets about the same number of cached
