@@ -106,6 +106,7 @@ TEST_CASE("interleaved weights: SIMD == reference bitwise, batch and range invar
         CheckShape(t, p, 40, 96, rng);   // a padded last group
         CheckShape(t, p, 7, 160, rng);   // fewer rows than a group
         CheckShape(t, p, 33, 1536, rng);
+        CheckShape(t, p, 24, 64, rng);   // a pair of groups, the second padded
       }
   };
   testing::ForEachSimdTable(all);
