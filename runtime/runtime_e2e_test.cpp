@@ -72,6 +72,36 @@ MapReduce Build(Run& run) {
 
 }  // namespace
 
+// One call of `fn` (no inputs) in a fresh run on the bundled model, its
+// output `out` wanted. `engine` is null when the model is missing.
+struct OneCall {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Runtime> rt;
+  std::shared_ptr<Run> run;
+  VarId out = 0;
+};
+
+OneCall StartOneCall(const FunctionSpec& spec, const std::string& out) {
+  OneCall c;
+  c.engine = OpenEngine();
+  if (!c.engine) return c;
+  RuntimeOptions ro;
+  ro.engines = {c.engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  c.rt = std::move(rt).value();
+  auto run = c.rt->StartRun({});
+  REQUIRE(run.ok());
+  c.run = *run;
+  auto fn = SemanticFunction::Parse(spec);
+  REQUIRE(fn.ok());
+  auto o = c.run->Call(**fn, {}, {"main", 0});
+  REQUIRE(o.ok());
+  c.out = o->at(out);
+  REQUIRE(c.run->Want(c.out, {}).ok());
+  return c;
+}
+
 TEST_CASE("e2e: map-reduce in DAG mode with a latency want") {
   auto engine = OpenEngine();
   if (!engine) {
@@ -178,55 +208,34 @@ TEST_CASE("e2e: a failing call propagates; independent branches finish") {
 }
 
 TEST_CASE("e2e: a regex output is constrained to its pattern") {
-  auto engine = OpenEngine();
-  if (!engine) {
+  OneCall c = StartOneCall(
+      {"year", "You answer with a year.", "When did the first person walk on the moon? {{regex y pattern=\"(19|20)[0-9]{2}\" max_tokens=8}}"},
+      "y");
+  if (!c.engine) {
     MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
     return;
   }
-  RuntimeOptions ro;
-  ro.engines = {engine.get()};
-  auto rt = Runtime::Open(ro);
-  REQUIRE(rt.ok());
-  auto run = (*rt)->StartRun({});
-  REQUIRE(run.ok());
-  auto fn = SemanticFunction::Parse(
-      {"year", "You answer with a year.", "When did the first person walk on the moon? {{regex y pattern=\"(19|20)[0-9]{2}\" max_tokens=8}}"});
-  REQUIRE(fn.ok());
-  auto o = (*run)->Call(**fn, {}, {"main", 0});
-  REQUIRE(o.ok());
-  REQUIRE((*run)->Want(o->at("y"), {}).ok());
-  const VarState s = WaitFor(**run, o->at("y"));
-  REQUIRE_MESSAGE(s == VarState::kReady, (*run)->error(o->at("y")));
-  const std::string y = (*run)->value(o->at("y"));
+  const VarState s = WaitFor(*c.run, c.out);
+  REQUIRE_MESSAGE(s == VarState::kReady, c.run->error(c.out));
+  const std::string y = c.run->value(c.out);
   CHECK(y.size() == 4);
   CHECK((y.rfind("19", 0) == 0 || y.rfind("20", 0) == 0));
   MESSAGE("regex output: " << y);
 }
 
 TEST_CASE("e2e: a running node reports the tokens streamed so far") {
-  auto engine = OpenEngine();
-  if (!engine) {
+  OneCall c = StartOneCall(
+      {"story", "You tell long stories.", "Tell a long story about a lighthouse.{{gen story max_tokens=96}}"}, "story");
+  if (!c.engine) {
     MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
     return;
   }
-  RuntimeOptions ro;
-  ro.engines = {engine.get()};
-  auto rt = Runtime::Open(ro);
-  REQUIRE(rt.ok());
-  auto run = (*rt)->StartRun({});
-  REQUIRE(run.ok());
-  auto fn = SemanticFunction::Parse(
-      {"story", "You tell long stories.", "Tell a long story about a lighthouse.{{gen story max_tokens=96}}"});
-  REQUIRE(fn.ok());
-  auto o = (*run)->Call(**fn, {}, {"main", 0});
-  REQUIRE(o.ok());
-  const VarId story = o->at("story");
-  REQUIRE((*run)->Want(story, {}).ok());
+  const VarId story = c.out;
   // Poll while it runs: a count strictly between 0 and the final one shows up.
   int seen_running = 0;
   double last_ms = 0;
-  while ((*run)->state(story) == VarState::kPending) {
-    for (const NodeInfo& n : (*run)->Nodes()) {
+  while (c.run->state(story) == VarState::kPending) {
+    for (const NodeInfo& n : c.run->Nodes()) {
       if (n.state != NodeState::kRunning || n.generated_tokens == 0) continue;
       seen_running = std::max(seen_running, n.generated_tokens);
       CHECK(n.run_ms >= last_ms);  // live time grows
@@ -234,8 +243,8 @@ TEST_CASE("e2e: a running node reports the tokens streamed so far") {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  REQUIRE((*run)->state(story) == VarState::kReady);
-  const int final_tokens = (*run)->Nodes().front().generated_tokens;
+  REQUIRE(c.run->state(story) == VarState::kReady);
+  const int final_tokens = c.run->Nodes().front().generated_tokens;
   CHECK(seen_running > 0);
   CHECK(seen_running < final_tokens + 1);
   MESSAGE("live count seen " << seen_running << " of " << final_tokens << " tokens");

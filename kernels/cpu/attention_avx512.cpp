@@ -1,10 +1,5 @@
 // The fused paged attention kernel on 512-bit vectors (attention_simd.inc).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers: see decode16_avx512.cpp (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,13 +7,7 @@
 // weight quants as unsigned bytes and q16 = 128 hi + lo the activations,
 //   p = dpbusd(dpbusd(init, u, hi) << 7, u, lo) = sum u * q16 + 128 init
 // exactly in int32, then one vcvtdq2ps and one FMA with the blocks' scales.
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers build their "undefined" vectors as `__m512i __Y = __Y;`,
-// which -Wuninitialized reports once inlined (GCC bug 105593, fixed in GCC 13).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512.h"
 
 #include <cstring>
 

@@ -8,13 +8,7 @@
 //   p = dpbusd(init, u, x) = sum u * x + init
 // exactly in int32 (one vpdpbusd per 64 bytes of activations, half the work of
 // the split 16-bit planes), then one vcvtdq2ps and one FMA with the blocks' scales.
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers build their "undefined" vectors as `__m512i __Y = __Y;`,
-// which -Wuninitialized reports once inlined (GCC bug 105593, fixed in GCC 13).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512.h"
 
 #include <cstring>
 

@@ -11,12 +11,7 @@
 // floats per token. Integer sums are exact, so they may be split into
 // independent chains freely; the fp32 operations per (row, token) are those of
 // the reference for any number of tokens (batch invariance).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers: see decode16_avx512.cpp (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512.h"
 
 #include <algorithm>
 #include <cstring>
