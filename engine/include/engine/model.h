@@ -24,8 +24,9 @@ namespace braid {
 struct ModelOptions {
   std::string path;          // .gguf file, or a safetensors checkpoint directory
   int threads = 0;           // 0 = one per core
-  // true: fp32 activations everywhere (the parity path); false: activations
-  // quantized to 8 bits for integer dot products (the fast path, as llama.cpp).
+  // true: fp32 activations and KV cache everywhere (the parity path); false:
+  // activations quantized per block for integer dot products (the fast path;
+  // `precision` below).
   bool exact = false;
   // Fast path only. Activations: split 16-bit (~15-bit integers through two int8
   // dot products; the default, closest to the exact path) or int8 (as llama.cpp;
