@@ -23,9 +23,13 @@ namespace {
 struct Cache {
   std::vector<float> k, v;
   std::vector<uint16_t> k16, v16;  // the same values rounded to fp16
+  std::vector<int8_t> k8, v8;      // other values, int8 with a scale per row
+  std::vector<float> k8_scale, v8_scale;
   std::vector<int32_t> table;
-  PagedKv kv, kv16;
-  const PagedKv& Of(KvType t) const { return t == KvType::kF16 ? kv16 : kv; }
+  PagedKv kv, kv16, kv8;
+  const PagedKv& Of(KvType t) const {
+    return t == KvType::kF16 ? kv16 : t == KvType::kQ8 ? kv8 : kv;
+  }
 };
 
 std::vector<uint16_t> ToHalf(const std::vector<float>& x) {
@@ -65,6 +69,23 @@ Cache MakeCache(std::mt19937& rng, int n_blocks, int bs, int n_kv, int hd,
   c.kv16.k = c.k16.data();
   c.kv16.v = c.v16.data();
   c.kv16.type = KvType::kF16;
+  std::uniform_int_distribution<int> q8(-127, 127);
+  std::uniform_real_distribution<float> sc(0.001f, 0.03f);
+  c.k8.resize(c.k.size());
+  c.v8.resize(c.v.size());
+  for (auto& x : c.k8) x = static_cast<int8_t>(q8(rng));
+  for (auto& x : c.v8) x = static_cast<int8_t>(q8(rng));
+  c.k8_scale.resize(static_cast<size_t>(n_blocks) * n_kv * bs);
+  c.v8_scale.resize(c.k8_scale.size());
+  for (auto& x : c.k8_scale) x = sc(rng);
+  for (auto& x : c.v8_scale) x = sc(rng);
+  c.kv8 = p;
+  c.kv8.k = c.k8.data();
+  c.kv8.v = c.v8.data();
+  c.kv8.type = KvType::kQ8;
+  c.kv8.k_scale = c.k8_scale.data();
+  c.kv8.v_scale = c.v8_scale.data();
+  c.kv8.scale_block_stride = static_cast<int64_t>(n_kv) * bs;
   return c;
 }
 
@@ -85,7 +106,7 @@ void CheckAgainstReference(std::mt19937& rng) {
         const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
         std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (KvType type : {KvType::kF32, KvType::kF16}) {
+        for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
           AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), got.data());
           ref::AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), want.data());
           int bad = 0;
@@ -115,7 +136,8 @@ TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with i
     const int hd = 64, bs = 16, n_q = 11;  // heads in passes of 8 (dimension-major K) and 4
     for (Layout layout : {Layout::kHeadMajor, Layout::kTransposedK})
     for (auto [len, type] : {std::pair{1, KvType::kF32}, {33, KvType::kF32}, {250, KvType::kF32},
-                             {33, KvType::kF16}, {250, KvType::kF16}}) {
+                             {33, KvType::kF16}, {250, KvType::kF16}, {33, KvType::kQ8},
+                             {250, KvType::kQ8}}) {
       const Cache c = MakeCache(rng, 20, bs, 3, hd, layout);
       const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
       std::vector<float> scratch(static_cast<size_t>(n_q) * len), group(n_q * hd), alone(hd);

@@ -1,5 +1,6 @@
 // Paged key/value storage: a fixed number of blocks of `block_size` token
-// slots, per layer, in fp32 or fp16 (kernels::KvType), head-major within a
+// slots, per layer, in fp32, fp16 or q8 (kernels::KvType; q8 keeps one fp32
+// scale per position and KV head, amax / 127, values rounded to nearest even), head-major within a
 // block so that one KV head's rows of a block are contiguous:
 //   v[layer][block][kv_head][slot][head_dim], k the same, or with
 //   `k_transposed` k[layer][block][kv_head][head_dim][slot] (kernels/attention.h).
@@ -7,6 +8,8 @@
 // radix cache decide that); this class only holds the numbers.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,16 +26,18 @@ class KvStore {
           kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false)
       : n_layer_(n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_(n_kv),
         head_dim_(head_dim), type_(type), k_transposed_(k_transposed),
-        elem_(type == kernels::KvType::kF16 ? 2 : 4),
+        elem_(type == kernels::KvType::kF16 ? 2 : type == kernels::KvType::kQ8 ? 1 : 4),
         k_(static_cast<size_t>(n_layer) * n_blocks * block_size * n_kv * head_dim * elem_),
-        v_(k_.size()) {}
+        v_(k_.size()),
+        k_scale_(type == kernels::KvType::kQ8 ? static_cast<size_t>(n_layer) * n_blocks * n_kv * block_size : 0),
+        v_scale_(k_scale_.size()) {}
 
   int n_layer() const { return n_layer_; }
   int n_blocks() const { return n_blocks_; }
   int block_size() const { return block_size_; }
   int kv_dim() const { return n_kv_ * head_dim_; }
   kernels::KvType type() const { return type_; }
-  size_t bytes() const { return 2 * k_.size(); }
+  size_t bytes() const { return 2 * k_.size() + 2 * k_scale_.size() * sizeof(float); }
 
   // Stores head_dim values of K (or V) of one KV head at (layer, block, slot).
   void Put(bool value, int layer, int block, int slot, int kv_head, const float* x) {
@@ -45,9 +50,20 @@ class KvStore {
     if (type_ == kernels::KvType::kF32) {
       auto* f = reinterpret_cast<float*>(dst);
       for (int i = 0; i < head_dim_; ++i) f[i * step] = x[i];
-    } else {
+    } else if (type_ == kernels::KvType::kF16) {
       auto* h = reinterpret_cast<uint16_t*>(dst);
       for (int i = 0; i < head_dim_; ++i) h[i * step] = kernels::Fp32ToFp16(x[i]);
+    } else {
+      float amax = 0.0f;
+      for (int i = 0; i < head_dim_; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float scale = amax / 127.0f;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      auto* q = reinterpret_cast<int8_t*>(dst);
+      for (int i = 0; i < head_dim_; ++i)
+        q[i * step] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+      const size_t s = (static_cast<size_t>(layer) * n_blocks_ + block) * n_kv_ * block_size_ +
+                       static_cast<size_t>(kv_head) * block_size_ + slot;
+      (value ? v_scale_ : k_scale_)[s] = scale;
     }
   }
 
@@ -62,6 +78,12 @@ class KvStore {
     p.row_stride = head_dim_;
     p.k_transposed = k_transposed_;
     p.type = type_;
+    if (type_ == kernels::KvType::kQ8) {
+      const size_t s = static_cast<size_t>(layer) * n_blocks_ * n_kv_ * block_size_;
+      p.k_scale = k_scale_.data() + s;
+      p.v_scale = v_scale_.data() + s;
+      p.scale_block_stride = static_cast<int64_t>(n_kv_) * block_size_;
+    }
     return p;
   }
 
@@ -75,6 +97,7 @@ class KvStore {
   bool k_transposed_;
   size_t elem_;
   std::vector<uint8_t> k_, v_;
+  std::vector<float> k_scale_, v_scale_;  // kQ8 only
 };
 
 }  // namespace braid

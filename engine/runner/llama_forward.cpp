@@ -61,9 +61,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
       act_precision_(options.precision == ModelOptions::Precision::kInt8
                          ? kernels::ActPrecision::kInt8
                          : kernels::ActPrecision::kSplit16),
-      kv_type_(!options.exact && options.kv_f16 && kernels::AttentionFastF16(config.head_dim)
-                   ? kernels::KvType::kF16
-                   : kernels::KvType::kF32),
+      kv_cache_(options.kv_cache),
       max_chunk_(max_chunk) {
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;

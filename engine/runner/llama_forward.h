@@ -46,13 +46,19 @@ class LlamaForward {
  public:
   // `max_chunk`: most tokens per Forward call (callers split longer inputs);
   // `max_context`: the largest KV cache capacity Forward will be given.
-  // Reads `options.exact`, `precision` and `kv_f16`.
+  // Reads `options.exact`, `precision` and `kv_cache`.
   LlamaForward(const ModelConfig& config, const LlamaWeights& weights, kernels::ThreadPool& pool,
                const ModelOptions& options, int max_chunk, int max_context);
 
   int max_chunk() const { return max_chunk_; }
-  // The element type KV stores given to Forward must have.
-  kernels::KvType kv_type() const { return kv_type_; }
+  // The element type of KV stores of `block_size` given to Forward: the one
+  // asked for where the attention kernels read it natively, else fp16, else fp32.
+  kernels::KvType KvTypeFor(int block_size) const {
+    if (exact_ || kv_cache_ == ModelOptions::KvCache::kF32) return kernels::KvType::kF32;
+    if (kv_cache_ == ModelOptions::KvCache::kQ8 && kernels::AttentionFastQ8(c_.head_dim, block_size))
+      return kernels::KvType::kQ8;
+    return kernels::AttentionFastF16(c_.head_dim) ? kernels::KvType::kF16 : kernels::KvType::kF32;
+  }
   // Whether KV stores of `block_size` keep K tiles dimension-major (the fast
   // path, where the attention kernels read them natively).
   bool KTransposed(int block_size) const {
@@ -106,7 +112,7 @@ class LlamaForward {
   kernels::ThreadPool& pool_;
   bool exact_;
   kernels::ActPrecision act_precision_;  // fast path's activation format
-  kernels::KvType kv_type_;
+  ModelOptions::KvCache kv_cache_;
   int max_chunk_;
   int q_dim_, kv_dim_;
   std::vector<float> inv_freq_;

@@ -18,7 +18,7 @@ class LlamaSequence final : public Sequence {
   LlamaSequence(LlamaModel& model, int capacity)
       : model_(model),
         kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize,
-            kSeqBlockSize, model.config().n_head_kv, model.config().head_dim, model.kv_type(),
+            kSeqBlockSize, model.config().n_head_kv, model.config().head_dim, model.KvTypeFor(kSeqBlockSize),
             model.KTransposed(kSeqBlockSize)),
         capacity_(capacity),
         table_(kv_.n_blocks()) {
@@ -185,7 +185,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
                         : std::string(kernels::KernelIsa()) +
                               (options.precision == ModelOptions::Precision::kInt8 ? ", int8" : ", split16") +
                               " activations";
-  i.isa += m->kv_type() == kernels::KvType::kF16 ? ", fp16 KV" : ", fp32 KV";
+  switch (m->KvTypeFor(kSeqBlockSize)) {
+    case kernels::KvType::kF32: i.isa += ", fp32 KV"; break;
+    case kernels::KvType::kF16: i.isa += ", fp16 KV"; break;
+    case kernels::KvType::kQ8: i.isa += ", q8 KV"; break;
+  }
   i.threads = threads;
 
   if (m->tokenizer_) {

@@ -33,7 +33,7 @@ class LlamaModel final : public Model {
   // Runs one forward batch; serialised by a mutex (one pool per model).
   void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
   int max_chunk() const { return forward_->max_chunk(); }
-  kernels::KvType kv_type() const { return forward_->kv_type(); }
+  kernels::KvType KvTypeFor(int block_size) const { return forward_->KvTypeFor(block_size); }
   bool KTransposed(int block_size) const { return forward_->KTransposed(block_size); }
 
  private:

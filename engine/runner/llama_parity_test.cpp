@@ -40,7 +40,8 @@ struct Bars {
 
 void CheckParity(const std::string& model_path, const std::string& fixture, bool exact,
                  const Bars& bars,
-                 ModelOptions::Precision precision = ModelOptions::Precision::kSplit16) {
+                 ModelOptions::Precision precision = ModelOptions::Precision::kSplit16,
+                 ModelOptions::KvCache kv = ModelOptions::KvCache::kF16) {
   if (!std::filesystem::exists(model_path)) {
     MESSAGE("skipped: no model at " << model_path);
     return;
@@ -50,6 +51,7 @@ void CheckParity(const std::string& model_path, const std::string& fixture, bool
   mo.threads = 2;
   mo.exact = exact;
   mo.precision = precision;
+  mo.kv_cache = kv;
   mo.context = 512;
   auto model = Model::Open(mo);
   REQUIRE_MESSAGE(model.ok(), model.status().ToString());
@@ -103,14 +105,16 @@ void CheckParity(const std::string& model_path, const std::string& fixture, bool
   }
   CHECK(agree >= bars.top1_fraction * positions);
   CHECK(greedy_misses <= bars.greedy_misses);
-  MESSAGE(model_path << std::string(exact ? " exact" : precision == ModelOptions::Precision::kInt8 ? " fast int8" : " fast") << ": top-1 " << agree << "/" << positions
+  MESSAGE(model_path << std::string(exact ? " exact" : precision == ModelOptions::Precision::kInt8 ? " fast int8" : " fast")
+                     << std::string(kv == ModelOptions::KvCache::kQ8 ? " q8 KV" : "") << ": top-1 " << agree << "/" << positions
                      << ", continuations differing " << greedy_misses << "/" << records->size());
 }
 
 const Bars kExact{0.9999, 1.0, 1e-3, 0, 2e-3};
 const Bars kFast{0.999, 0.99, 0.1, 1, 3e-2};
-// int8 activations (--precision int8, llama.cpp's scheme): measured, with bars
-// that catch a broken kernel rather than promise split 16-bit's accuracy.
+// int8 activations (--precision int8, llama.cpp's scheme) or a q8 KV cache
+// (--kv q8): measured, with bars that catch a broken kernel rather than
+// promise the default path's accuracy.
 const Bars kInt8{0.99, 0.95, 0.5, 7, 0.5};
 
 std::string Fixture(const std::string& name) {
@@ -123,6 +127,11 @@ TEST_CASE("SmolLM2 Q4_1 matches transformers: exact path") {
 
 TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path") {
   CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kFast);
+}
+
+TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with a q8 KV cache") {
+  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kSplit16,
+              ModelOptions::KvCache::kQ8);
 }
 
 TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with int8 activations") {

@@ -348,7 +348,7 @@ class ServingEngine final : public Engine {
       : options_(o), model_(std::move(model)), policy_(std::move(policy)),
         pool_(kv_blocks), cache_(pool_, o.block_size),
         store_(model_->config().n_layer, kv_blocks, o.block_size,
-               model_->config().n_head_kv, model_->config().head_dim, model_->kv_type(),
+               model_->config().n_head_kv, model_->config().head_dim, model_->KvTypeFor(o.block_size),
                model_->KTransposed(o.block_size)),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
                    pool_, cache_, *policy_),

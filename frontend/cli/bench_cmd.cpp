@@ -26,7 +26,7 @@ const char* kBenchHelp =
     "  -t N        threads (default: all cores)\n"
     "  --exact     fp32 activations and KV cache\n"
     "  --precision split16|int8   fast-path activations (default split16)\n"
-    "  --kv-f32    fp32 KV cache (default fp16 where supported)\n"
+    "  --kv TYPE   KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "  --no-bw     skip the bandwidth probe\n"
     "  --json FILE also write the results as JSON\n"
     "\n"

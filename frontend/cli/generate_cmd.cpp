@@ -33,7 +33,7 @@ const char* kGenerateHelp =
     "      --ctx N             context size per sequence\n"
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"
     "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"
-    "      --kv-f32            fp32 KV cache (default: fp16 where the attention kernel reads it)\n"
+    "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "  -v, --verbose           print model info and timings to stderr\n";
 
 // Streams generated text to stdout as it arrives.

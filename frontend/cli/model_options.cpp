@@ -28,7 +28,14 @@ ModelOptions ReadModelOptions(Args& args) {
   } else if (p != "split16") {
     args.Fail("--precision must be split16 or int8, not '" + p + "'");
   }
-  o.kv_f16 = !args.Flag({"--kv-f32"});
+  const std::string kv = args.Str({"--kv"}, "f16");
+  if (kv == "f32") {
+    o.kv_cache = ModelOptions::KvCache::kF32;
+  } else if (kv == "q8") {
+    o.kv_cache = ModelOptions::KvCache::kQ8;
+  } else if (kv != "f16") {
+    args.Fail("--kv must be f16, f32 or q8, not '" + kv + "'");
+  }
   return o;
 }
 

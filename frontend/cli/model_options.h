@@ -9,7 +9,7 @@
 namespace braid::cli {
 
 // -m/--model (default: the bundled model), -t/--threads, --ctx, --exact,
-// --precision split16|int8, --kv-f32.
+// --precision split16|int8, --kv f16|f32|q8.
 ModelOptions ReadModelOptions(Args& args);
 void PrintModelInfo(const ModelInfo& info);
 

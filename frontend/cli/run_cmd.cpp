@@ -41,7 +41,7 @@ const char* kRunHelp =
     "  -t, --threads N         CPU threads in all (default: all cores), split between engines\n"
     "      --ctx N             context size per sequence\n"
     "      --precision P       activations: split16 (default, most accurate) or int8 (faster batches)\n"
-    "      --kv-f32            fp32 KV cache (default: fp16 where the attention kernel reads it)\n"
+    "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "      --engines N         embedded engines on the same model (default 1)\n"
     "      --max-running N     sequences an engine decodes together (default 64; small = latency-tuned)\n"
     "      --kv-tokens N       KV cache tokens per engine (default 16384)\n"
@@ -59,7 +59,7 @@ const char* kRunHelp =
     "      --lua-instructions N  Lua instruction cap (default: none)\n";
 
 // Options that take a value (everything before the script is ours).
-const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--engines",
+const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--kv", "--engines",
                                              "--max-running",
                                              "--kv-tokens", "--mode", "--rtt-ms", "--graph", "--db",
                                              "--resume", "--lua-memory-mb", "--lua-seconds",

@@ -60,9 +60,12 @@ struct RowWalker {
   RowWalker(const PagedKv& kv_, int kv_head, int j0)
       : kv(kv_), head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
         block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
+  int64_t scale_off = 0;  // kQ8: the scale of the row Next returned
   int64_t Next() {
     const int64_t off = static_cast<int64_t>(kv.block_table[block]) * kv.block_stride + head_off +
                         static_cast<int64_t>(slot) * kv.row_stride;
+    scale_off = static_cast<int64_t>(kv.block_table[block]) * kv.scale_block_stride +
+                head_off / kv.head_stride * kv.block_size + slot;
     if (++slot == kv.block_size) {
       slot = 0;
       ++block;
@@ -115,6 +118,9 @@ inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xF
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 Load16(const int8_t* p) {  // kQ8: the unscaled values
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
 inline void Prefetch(const void* p, int lines) {
@@ -207,10 +213,16 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
             acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<int64_t>(h0 + h) * hd + d + c]), k, acc[h][c]);
         }
       }
+      // kQ8: each position's K scale (16 consecutive floats for the block).
+      __m512 kscale = vscale;
+      if constexpr (std::is_same_v<E, int8_t>)
+        kscale = _mm512_mul_ps(_mm512_loadu_ps(kv.k_scale + kv.block_table[b] * kv.scale_block_stride +
+                                               static_cast<int64_t>(kv_head) * 16),
+                               vscale);
       for (int h = 0; h < nh; ++h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
-                              _mm512_mul_ps(sum, vscale));
+                              _mm512_mul_ps(sum, kscale));
       }
     }
   }
@@ -249,10 +261,14 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
   for (int j = 0; j < len; ++j) {
     if (j + kAhead < len) Prefetch(vbase + ahead.Next(), lines);
     const E* v = vbase + walk.Next();
+    float vs = 1.0f;  // kQ8: the row's scale, folded into the weights
+    if constexpr (std::is_same_v<E, int8_t>) vs = kv.v_scale[walk.scale_off];
     __m512 vv[C];
     for (int c = 0; c < C; ++c) vv[c] = Load16(v + 16 * c);
     for (int h = 0; h < NH; ++h) {
-      const __m512 p = _mm512_set1_ps(e[static_cast<int64_t>(h) * len + j]);
+      float w = e[static_cast<int64_t>(h) * len + j];
+      if constexpr (std::is_same_v<E, int8_t>) w *= vs;
+      const __m512 p = _mm512_set1_ps(w);
       for (int c = 0; c < C; ++c) acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]);
     }
   }
@@ -265,7 +281,9 @@ template <int C, typename E>
 void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
                    float* scratch, float* out) {
   constexpr int hd = 16 * C;
-  if (kv.k_transposed) {
+  if constexpr (std::is_same_v<E, int8_t>) {
+    ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);  // kQ8 K is always dimension-major
+  } else if (kv.k_transposed) {
     ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
   } else {
     Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
@@ -299,11 +317,16 @@ bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv
 
 void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
                        float scale, float* scratch, float* out) {
-  if (kv.k_transposed && kv.block_size != 16)
+  if ((kv.k_transposed && kv.block_size != 16) || (kv.type == KvType::kQ8 && !kv.k_transposed))
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
-  const bool done = kv.type == KvType::kF16
-                        ? AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out)
-                        : AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
+  bool done = false;
+  switch (kv.type) {
+    case KvType::kF32: done = AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
+    case KvType::kF16: done = AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
+    case KvType::kQ8: done = AttendChunkedAny<int8_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
+  }
+  if (!done && kv.type != KvType::kF32)
+    return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
 }
 

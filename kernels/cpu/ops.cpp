@@ -38,6 +38,10 @@ bool AttentionFastTransposedK(int head_dim, int block_size) {
   return fast != nullptr && fast(head_dim, block_size);
 }
 
+bool AttentionFastQ8(int head_dim, int block_size) {
+  return AttentionFastTransposedK(head_dim, block_size);  // the int8 path reads dimension-major K
+}
+
 bool AttentionFastF16(int head_dim) {
   const auto fast = cpu::Kernels().attend_fast_f16;
   return fast != nullptr && fast(head_dim);

@@ -91,9 +91,14 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
     const int64_t off = k ? kv.KOffset(kv_head, j) : kv.Offset(kv_head, j);
     const int64_t step = k ? kv.KDimStride() : 1;
     if (kv.type == KvType::kF32 && step == 1) return static_cast<const float*>(base) + off;
-    for (int i = 0; i < head_dim; ++i)
-      buf[i] = kv.type == KvType::kF32 ? static_cast<const float*>(base)[off + i * step]
-                                       : Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]);
+    const float scale = kv.type == KvType::kQ8 ? (k ? kv.k_scale : kv.v_scale)[kv.ScaleOffset(kv_head, j)] : 1.0f;
+    for (int i = 0; i < head_dim; ++i) {
+      switch (kv.type) {
+        case KvType::kF32: buf[i] = static_cast<const float*>(base)[off + i * step]; break;
+        case KvType::kF16: buf[i] = Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]); break;
+        case KvType::kQ8: buf[i] = static_cast<float>(static_cast<const int8_t*>(base)[off + i * step]) * scale; break;
+      }
+    }
     return buf.data();
   };
   for (int h = 0; h < n_q; ++h) {

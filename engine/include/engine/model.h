@@ -33,9 +33,11 @@ struct ModelOptions {
   // about twice the batched matmul throughput, a little less accurate).
   enum class Precision { kSplit16, kInt8 };
   Precision precision = Precision::kSplit16;
-  // Fast path only: keep the KV cache in fp16 where the attention kernels read it
-  // natively (half the bytes per cached position); the exact path keeps fp32.
-  bool kv_f16 = true;
+  // Fast path only: the KV cache's element type where the attention kernels read
+  // it natively (else fp32): fp16 (half the bytes of fp32, the default) or q8
+  // (int8 with a scale per row: a quarter). The exact path keeps fp32.
+  enum class KvCache { kF16, kF32, kQ8 };
+  KvCache kv_cache = KvCache::kF16;
   int context = 0;           // per-sequence capacity; 0 = min(trained context, 4096)
 };
 

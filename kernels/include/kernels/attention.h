@@ -19,7 +19,9 @@ namespace braid::kernels {
 // vector load then holds a dimension of 16 positions). Non-owning.
 // Element type of the cached rows: fp32, or fp16 (half the bytes that decode
 // attention reads per position; values rounded to nearest even on store).
-enum class KvType { kF32, kF16 };
+// kQ8: int8 elements with one fp32 scale per (position, KV head) row
+// (value = q * scale): a quarter of fp32's bytes.
+enum class KvType { kF32, kF16, kQ8 };
 
 struct PagedKv {
   const void* k = nullptr;  // float or uint16_t (fp16) elements, per `type`
@@ -31,6 +33,11 @@ struct PagedKv {
   int64_t row_stride = 0;    // elements between consecutive slots of one head
   bool k_transposed = false;  // K tiles dimension-major (above)
   KvType type = KvType::kF32;
+  // kQ8 only: the rows' scales, position j of KV head g at
+  // b * scale_block_stride + g * block_size + j % block_size.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int64_t scale_block_stride = 0;
 
   // Element offset of position j's row of KV head `kv_head` (V; K unless transposed).
   int64_t Offset(int kv_head, int j) const {
@@ -45,6 +52,10 @@ struct PagedKv {
            static_cast<int64_t>(kv_head) * head_stride + j % block_size;
   }
   int64_t KDimStride() const { return k_transposed ? block_size : 1; }
+  int64_t ScaleOffset(int kv_head, int j) const {
+    return static_cast<int64_t>(block_table[j / block_size]) * scale_block_stride +
+           static_cast<int64_t>(kv_head) * block_size + j % block_size;
+  }
 };
 
 // For each of the n_q query heads h (rows of q: [n_q, head_dim], contiguous)
@@ -61,6 +72,8 @@ bool AttentionFastF16(int head_dim);
 // Whether the dispatched kernels read dimension-major K tiles fast (else the
 // reference takes them).
 bool AttentionFastTransposedK(int head_dim, int block_size);
+// Whether they read int8 (kQ8) caches fast; those need dimension-major K.
+bool AttentionFastQ8(int head_dim, int block_size);
 
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
