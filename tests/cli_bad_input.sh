@@ -46,6 +46,8 @@ expect safetensors "model.safetensors" generate -m "$tmp/ckpt" -p hi
 # Bad option values.
 expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus
+expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
+expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
 
 if [ $fail != 0 ]; then echo "$fail failed"; exit 1; fi
 echo "all bad inputs refused cleanly"
