@@ -201,28 +201,39 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
     if (b + kAheadBlocks < nblocks) Prefetch(tile(b + kAheadBlocks), tile_lines);
     const E* t = tile(b);
     const int n = std::min(16, len - 16 * b);
-    for (int h0 = 0; h0 < n_q; h0 += kHeads) {
-      const int nh = std::min(kHeads, n_q - h0);
-      __m512 acc[kHeads][4];
-      for (int h = 0; h < kHeads; ++h)
+    // kQ8: each position's K scale (16 consecutive floats for the block).
+    __m512 kscale = vscale;
+    if constexpr (std::is_same_v<E, int8_t>)
+      kscale = _mm512_mul_ps(_mm512_loadu_ps(kv.k_scale + kv.block_table[b] * kv.scale_block_stride +
+                                             static_cast<int64_t>(kv_head) * 16),
+                             vscale);
+    // Heads [h0, h0 + NH) over the tile, the head count fixed at compile time so
+    // that the accumulators stay in registers (one broadcast-operand FMA per
+    // head and dimension).
+    auto heads = [&]<int NH>(int h0) {
+      __m512 acc[NH][4];
+      for (int h = 0; h < NH; ++h)
         for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+      const float* qh = q + static_cast<int64_t>(h0) * hd;
       for (int d = 0; d < hd; d += 4) {
         for (int c = 0; c < 4; ++c) {
           const __m512 k = Load16(t + 16 * (d + c));
-          for (int h = 0; h < nh; ++h)
-            acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<int64_t>(h0 + h) * hd + d + c]), k, acc[h][c]);
+          for (int h = 0; h < NH; ++h)
+            acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(qh[h * hd + d + c]), k, acc[h][c]);
         }
       }
-      // kQ8: each position's K scale (16 consecutive floats for the block).
-      __m512 kscale = vscale;
-      if constexpr (std::is_same_v<E, int8_t>)
-        kscale = _mm512_mul_ps(_mm512_loadu_ps(kv.k_scale + kv.block_table[b] * kv.scale_block_stride +
-                                               static_cast<int64_t>(kv_head) * 16),
-                               vscale);
-      for (int h = 0; h < nh; ++h) {
+      for (int h = 0; h < NH; ++h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
                               _mm512_mul_ps(sum, kscale));
+      }
+    };
+    for (int h0 = 0; h0 < n_q; h0 += kHeads) {
+      switch (std::min(kHeads, n_q - h0)) {
+        case 1: heads.template operator()<1>(h0); break;
+        case 2: heads.template operator()<2>(h0); break;
+        case 3: heads.template operator()<3>(h0); break;
+        default: heads.template operator()<4>(h0); break;
       }
     }
   }
