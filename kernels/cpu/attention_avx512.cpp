@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
@@ -112,6 +113,16 @@ inline __m512 Exp(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
+// f(integral_constant<int, i>) for i in [0, N): loop bodies with compile-time
+// indices, so that GCC keeps arrays of accumulators in registers (with a
+// runtime index, even a constant-bound one, it keeps them in memory and
+// reloads them around every FMA).
+template <int N, typename F>
+inline void Unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
+      std::make_integer_sequence<int, N>{});
+}
+
 inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
 // 16 cached elements (fp32 or fp16) as fp32.
@@ -212,21 +223,21 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
     // head and dimension).
     auto heads = [&]<int NH>(int h0) {
       __m512 acc[NH][4];
-      for (int h = 0; h < NH; ++h)
-        for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+      Unroll<NH>([&](auto h) { Unroll<4>([&](auto c) { acc[h][c] = _mm512_setzero_ps(); }); });
       const float* qh = q + static_cast<int64_t>(h0) * hd;
       for (int d = 0; d < hd; d += 4) {
-        for (int c = 0; c < 4; ++c) {
+        Unroll<4>([&](auto c) {
           const __m512 k = Load16(t + 16 * (d + c));
-          for (int h = 0; h < NH; ++h)
+          Unroll<NH>([&](auto h) {
             acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(qh[h * hd + d + c]), k, acc[h][c]);
-        }
+          });
+        });
       }
-      for (int h = 0; h < NH; ++h) {
+      Unroll<NH>([&](auto h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
                               _mm512_mul_ps(sum, kscale));
-      }
+      });
     };
     for (int h0 = 0; h0 < n_q; h0 += kHeads) {
       switch (std::min(kHeads, n_q - h0)) {
@@ -263,8 +274,7 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
   constexpr int lines = C * static_cast<int>(sizeof(E)) / 4;
   const E* vbase = static_cast<const E*>(kv.v);
   __m512 acc[NH][C];
-  for (int h = 0; h < NH; ++h)
-    for (int c = 0; c < C; ++c) acc[h][c] = _mm512_setzero_ps();
+  Unroll<NH>([&](auto h) { Unroll<C>([&](auto c) { acc[h][c] = _mm512_setzero_ps(); }); });
   RowWalker walk(kv, kv_head, 0);
   RowWalker ahead(kv, kv_head, 0);
   constexpr int kAhead = 32;
@@ -275,17 +285,17 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
     float vs = 1.0f;  // kQ8: the row's scale, folded into the weights
     if constexpr (std::is_same_v<E, int8_t>) vs = kv.v_scale[walk.scale_off];
     __m512 vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = Load16(v + 16 * c);
-    for (int h = 0; h < NH; ++h) {
+    Unroll<C>([&](auto c) { vv[c] = Load16(v + 16 * c); });
+    Unroll<NH>([&](auto h) {
       float w = e[static_cast<int64_t>(h) * len + j];
       if constexpr (std::is_same_v<E, int8_t>) w *= vs;
       const __m512 p = _mm512_set1_ps(w);
-      for (int c = 0; c < C; ++c) acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]);
-    }
+      Unroll<C>([&](auto c) { acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]); });
+    });
   }
-  for (int h = 0; h < NH; ++h)
-    for (int c = 0; c < C; ++c)
-      _mm512_storeu_ps(out + h * hd + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h])));
+  Unroll<NH>([&](auto h) {
+    Unroll<C>([&](auto c) { _mm512_storeu_ps(out + h * hd + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h]))); });
+  });
 }
 
 template <int C, typename E>
