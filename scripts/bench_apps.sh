@@ -7,7 +7,8 @@
 #                   ready; the engine tuned for latency (max 4 running
 #                   sequences) and for throughput (64), the faster one kept.
 # With an added client round trip of 0 and 200 ms per call. map_reduce runs on
-# bench/inputs/annual_report.txt (17 chunks). Writes bench/results/apps_t<THREADS>.json.
+# bench/inputs/annual_report.txt (17 chunks). Each time is the median of REPS
+# runs (default 3; BRAID_BENCH_REPS), the modes taking turns. Writes bench/results/apps_t<THREADS>.json.
 #   scripts/bench_apps.sh [THREADS] [APPS...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +26,8 @@ args_for() {
     *) echo "" ;;
   esac
 }
-run() {  # run APP MODE RTT MAX_RUNNING -> prints seconds
+reps=${BRAID_BENCH_REPS:-3}
+run_once() {  # run_once APP MODE RTT MAX_RUNNING -> prints seconds
   local t0 t1
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
@@ -34,16 +36,26 @@ run() {  # run APP MODE RTT MAX_RUNNING -> prints seconds
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l
 }
+median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 echo "[" >"$out"
 first=1
 printf "| app | rtt ms | dag s | baseline s | async baseline s (latency / throughput tuned) | dag vs baseline | dag vs best async |\n"
 printf "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 for app in "${apps[@]}"; do
   for rtt in 0 200; do
-    dag=$(run "$app" dag "$rtt" 64)
-    seq=$(run "$app" baseline "$rtt" 64)
-    lat=$(run "$app" baseline-async "$rtt" 4)
-    thr=$(run "$app" baseline-async "$rtt" 64)
+    # The modes take turns, rep after rep, so that a slow spell of this shared
+    # host falls on all of them alike; each figure is the median.
+    d=() q=() l=() h=()
+    for ((i = 0; i < reps; i++)); do
+      d+=("$(run_once "$app" dag "$rtt" 64)")
+      q+=("$(run_once "$app" baseline "$rtt" 64)")
+      l+=("$(run_once "$app" baseline-async "$rtt" 4)")
+      h+=("$(run_once "$app" baseline-async "$rtt" 64)")
+    done
+    dag=$(median "${d[@]}")
+    seq=$(median "${q[@]}")
+    lat=$(median "${l[@]}")
+    thr=$(median "${h[@]}")
     best=$(echo "if ($lat < $thr) $lat else $thr" | bc -l)
     r_seq=$(echo "$seq / $dag" | bc -l)
     r_async=$(echo "$best / $dag" | bc -l)
