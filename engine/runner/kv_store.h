@@ -61,9 +61,8 @@ class KvStore {
       auto* q = reinterpret_cast<int8_t*>(dst);
       for (int i = 0; i < head_dim_; ++i)
         q[i * step] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
-      const size_t s = (static_cast<size_t>(layer) * n_blocks_ + block) * n_kv_ * block_size_ +
-                       static_cast<size_t>(kv_head) * block_size_ + slot;
-      (value ? v_scale_ : k_scale_)[s] = scale;
+      (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) + static_cast<size_t>(kv_head) * block_size_ + slot] =
+          scale;
     }
   }
 
@@ -79,18 +78,18 @@ class KvStore {
     p.k_transposed = k_transposed_;
     p.type = type_;
     if (type_ == kernels::KvType::kQ8) {
-      const size_t s = static_cast<size_t>(layer) * n_blocks_ * n_kv_ * block_size_;
-      p.k_scale = k_scale_.data() + s;
-      p.v_scale = v_scale_.data() + s;
+      p.k_scale = k_scale_.data() + ScaleOffset(layer, 0);
+      p.v_scale = v_scale_.data() + ScaleOffset(layer, 0);
       p.scale_block_stride = static_cast<int64_t>(n_kv_) * block_size_;
     }
     return p;
   }
 
  private:
-  // First element of (layer, block).
-  size_t Offset(int layer, int block) const {
-    return (static_cast<size_t>(layer) * n_blocks_ + block) * block_size_ * n_kv_ * head_dim_;
+  // First element of (layer, block), and its first row scale (kQ8: one per slot and KV head).
+  size_t Offset(int layer, int block) const { return ScaleOffset(layer, block) * head_dim_; }
+  size_t ScaleOffset(int layer, int block) const {
+    return (static_cast<size_t>(layer) * n_blocks_ + block) * block_size_ * n_kv_;
   }
   int n_layer_, n_blocks_, block_size_, n_kv_, head_dim_;
   kernels::KvType type_;

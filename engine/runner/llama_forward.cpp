@@ -294,9 +294,8 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       // prepared path; else each thread its share). No barrier between them.
       auto qkv = [&](const kernels::MatrixView& w, bool same, const std::vector<uint8_t>& xq, float* y,
                      int64_t ldy, int s) {
-        const uint8_t* prep = q_prep && SharesPrepared(w, l.wq) ? prep_in_.data() : nullptr;
-        if (!same) prep = nullptr;
-        ForRows(tid, s, w.rows, prep != nullptr && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+        const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in_.data() : nullptr;
+        ForRows(tid, s, w.rows, n, prep != nullptr, [&](int64_t r0, int64_t r1) {
           MatMulRows(tid, w, n, xn_.data(), xq, prep, y, ldy, r0, r1);
         });
       };
@@ -312,7 +311,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       const bool o_prep = Prepare(tid, n, l.wo, attq_, prep_att_);
       pool_.Barrier();
       // x += Wo * att, each chunk adding its own output rows.
-      ForRows(tid, site + 3, l.wo.rows, o_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+      ForRows(tid, site + 3, l.wo.rows, n, o_prep, [&](int64_t r0, int64_t r1) {
         MatMulRows(tid, l.wo, n, att_.data(), attq_, o_prep ? prep_att_.data() : nullptr, xn_.data(), E, r0, r1);
         for (int t = 0; t < n; ++t)
           for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
@@ -326,7 +325,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       const bool g_prep = Prepare(tid, n, l.w_gate, xq_, prep_in_) && up_same && SharesPrepared(l.w_up, l.w_gate);
       pool_.Barrier();
       // Gate and up rows of a chunk together, then SwiGLU on them.
-      ForRows(tid, site + 4, l.w_gate.rows, g_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+      ForRows(tid, site + 4, l.w_gate.rows, n, g_prep, [&](int64_t r0, int64_t r1) {
         const uint8_t* prep = g_prep ? prep_in_.data() : nullptr;
         MatMulRows(tid, l.w_gate, n, xn_.data(), xq_, prep, h_.data(), c_.n_ff, r0, r1);
         MatMulRows(tid, l.w_up, n, xn_.data(), up_same ? xq_ : xq_k_, prep, up_.data(), c_.n_ff, r0, r1);
@@ -337,7 +336,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       Quantize(tid, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
       const bool d_prep = Prepare(tid, n, l.w_down, hq_, prep_h_);
       pool_.Barrier();
-      ForRows(tid, site + 5, l.w_down.rows, d_prep && n >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+      ForRows(tid, site + 5, l.w_down.rows, n, d_prep, [&](int64_t r0, int64_t r1) {
         MatMulRows(tid, l.w_down, n, h_.data(), hq_, d_prep ? prep_h_.data() : nullptr, xn_.data(), E, r0, r1);
         for (int t = 0; t < n; ++t)
           for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
@@ -356,7 +355,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
     Quantize(tid, n_out, E, xn_.data(), w_.output.type, xq_);
     const bool h_prep = Prepare(tid, n_out, w_.output, xq_, prep_in_);
     pool_.Barrier();
-    ForRows(tid, c_.n_layer * kSitesPerLayer, w_.output.rows, h_prep && n_out >= kDynamicTokens, [&](int64_t r0, int64_t r1) {
+    ForRows(tid, c_.n_layer * kSitesPerLayer, w_.output.rows, n_out, h_prep, [&](int64_t r0, int64_t r1) {
       MatMulRows(tid, w_.output, n_out, xn_.data(), xq_, h_prep ? prep_in_.data() : nullptr, logits,
                  c_.n_vocab, r0, r1);
     });

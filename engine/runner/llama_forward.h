@@ -82,13 +82,14 @@ class LlamaForward {
   bool Prepare(int tid, int n, const kernels::MatrixView& w, const std::vector<uint8_t>& xq,
                std::vector<uint8_t>& prep);
   bool SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const;
-  // Calls work(r0, r1) over [0, rows): with `dynamic`, in 16-row-aligned
+  // Calls work(r0, r1) over [0, rows) for a batch of n_tokens: with
+  // `prepared` activations and at least kDynamicTokens tokens, in 16-row-aligned
   // chunks that free threads claim from counter `site` (so a slower core does
   // less); else over this thread's static share.
   template <typename F>
-  void ForRows(int tid, int site, int64_t rows, bool dynamic, F&& work) {
+  void ForRows(int tid, int site, int64_t rows, int n_tokens, bool prepared, F&& work) {
     const int threads = pool_.size();
-    if (!dynamic || threads == 1) {
+    if (!prepared || n_tokens < kDynamicTokens || threads == 1) {
       int64_t r0, r1;
       kernels::ThreadPool::Split(rows, threads, tid, 16, &r0, &r1);
       if (r0 < r1) work(r0, r1);

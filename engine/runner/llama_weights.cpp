@@ -55,8 +55,7 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
 
 }  // namespace
 
-size_t InterleaveForFastPath(LlamaWeights* w) {
-  size_t total = 0;
+void InterleaveForFastPath(LlamaWeights* w) {
   auto pack = [&](kernels::MatrixView& m) {
     if (m.layout != kernels::WeightLayout::kRows || !kernels::InterleaveFast(m.type)) return;
     const size_t bytes = (kernels::InterleavedBytes(m.type, m.rows, m.cols) + 63) / 64 * 64;
@@ -64,12 +63,10 @@ size_t InterleaveForFastPath(LlamaWeights* w) {
     if (!buf) return;  // out of memory: keep the row layout
     m = kernels::Interleave(m, buf.get());
     w->packed.push_back(std::move(buf));
-    total += bytes;
   };
   for (LayerWeights& l : w->layers)
     for (kernels::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*m);
   pack(w->output);
-  return total;
 }
 
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {

@@ -36,7 +36,7 @@ Result<LlamaWeights> BuildLlamaWeights(const ModelFile& file);
 // Fast path only: points every matrix that the kernels in use multiply faster
 // interleaved (kernels::InterleaveFast: Q4_1 and Q8_0 with AVX-512 VNNI) at an
 // owned interleaved copy. The file's bytes stay as they are (the embedding
-// rows are still read from them). Returns the bytes copied.
-size_t InterleaveForFastPath(LlamaWeights* w);
+// rows are still read from them).
+void InterleaveForFastPath(LlamaWeights* w);
 
 }  // namespace braid

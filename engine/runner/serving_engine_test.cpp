@@ -57,6 +57,29 @@ std::vector<int32_t> Alone(Model& m, const std::vector<int32_t>& prompt, int max
   return r->tokens;
 }
 
+TEST_CASE("Engine::Open refuses bad options with an error naming the option") {
+  // Checked before the model is read, so no model is needed.
+  struct Bad {
+    const char* name;
+    void (*set)(EngineOptions&);
+  };
+  const Bad cases[] = {
+      {"block_size", [](EngineOptions& o) { o.block_size = 0; }},
+      {"max_running", [](EngineOptions& o) { o.max_running = 0; }},
+      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = 1000; }},
+      {"latency_batch_tokens", [](EngineOptions& o) { o.latency_batch_tokens = -1; }},
+      {"policy", [](EngineOptions& o) { o.policy = "lifo"; }},
+  };
+  for (const Bad& b : cases) {
+    EngineOptions o = Options(4096);
+    b.set(o);
+    auto e = Engine::Open(o);
+    INFO(b.name);
+    REQUIRE(!e.ok());
+    CHECK(e.status().message().find(b.name) != std::string::npos);
+  }
+}
+
 TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {
   if (!HaveModel()) return;
   // A pool far too small for all 32 at once (40 blocks of 16 tokens, while

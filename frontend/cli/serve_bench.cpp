@@ -105,6 +105,49 @@ int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len,
   return 0;
 }
 
+// c concurrent requests of `prefix` + prompt_len random tokens, gen_len
+// greedy tokens each: throughput, TTFT and inter-token percentiles.
+Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& prefix,
+                             int prompt_len, int gen_len,
+                             std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < c; ++i) {
+    GenerationRequest g;
+    g.prompt = prefix;
+    for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = gen_len;
+    g.sampling.ignore_eos = true;
+    BRAID_ASSIGN_OR_RETURN(auto h, engine.Submit(g));
+    handles.push_back(h);
+  }
+  std::vector<double> ttft, itl;
+  double generated = 0, cached = 0, prompt = 0, last_first_token = 0;
+  for (auto& h : handles) {
+    Completion r = h->Wait();
+    ttft.push_back(r.timings.ttft_ms);
+    last_first_token = std::max(last_first_token, r.timings.ttft_ms);
+    itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
+    generated += r.usage.generated_tokens;
+    cached += r.usage.cached_tokens;
+    prompt += r.usage.prompt_tokens;
+  }
+  LevelResult lr;
+  lr.concurrency = c;
+  lr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  lr.gen_tok_s = generated / lr.wall_s;
+  // Decode rate: tokens after each request's first, over the time all were decoding.
+  const double decode_window = lr.wall_s - last_first_token / 1000.0;
+  lr.decode_tok_s = decode_window > 0 ? (generated - c) / decode_window : 0;
+  lr.ttft_p50 = Percentile(ttft, 50);
+  lr.ttft_p99 = Percentile(ttft, 99);
+  lr.itl_p50 = Percentile(itl, 50);
+  lr.itl_p99 = Percentile(itl, 99);
+  lr.cached_fraction = prompt > 0 ? cached / prompt : 0;
+  return lr;
+}
+
 }  // namespace
 
 int ServeBenchMain(Args& args) {
@@ -159,49 +202,12 @@ int ServeBenchMain(Args& args) {
     // Each level `reps` times; the run with the median decode rate is kept.
     std::vector<LevelResult> runs;
     for (int rep = 0; rep < reps; ++rep) {
-      std::vector<std::shared_ptr<RequestHandle>> handles;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < c; ++i) {
-        GenerationRequest g;
-        g.prompt = prefix;
-        for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
-        g.sampling = SamplingParams::Greedy();
-        g.sampling.max_tokens = gen_len;
-        g.sampling.ignore_eos = true;
-        auto h = engine.Submit(g);
-        if (!h.ok()) {
-          std::fprintf(stderr, "braid bench: %s\n", h.status().message().c_str());
-          return 1;
-        }
-        handles.push_back(*h);
+      auto r = RunLevel(engine, c, prefix, prompt_len, gen_len, pick, rng);
+      if (!r.ok()) {
+        std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
+        return 1;
       }
-      std::vector<double> ttft, itl;
-      double generated = 0, cached = 0, prompt = 0, last_first_token = 0;
-      for (auto& h : handles) {
-        Completion r = h->Wait();
-        ttft.push_back(r.timings.ttft_ms);
-        last_first_token = std::max(last_first_token, r.timings.ttft_ms);
-        itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
-        generated += r.usage.generated_tokens;
-        cached += r.usage.cached_tokens;
-        prompt += r.usage.prompt_tokens;
-      }
-      LevelResult lr;
-      lr.concurrency = c;
-      lr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      lr.gen_tok_s = generated / lr.wall_s;
-      // Decode rate: tokens after each request's first, over the time all were decoding.
-      double decode_window = lr.wall_s - last_first_token / 1000.0;
-      double sum_itl = 0;
-      for (double x : itl) sum_itl += x;
-      lr.decode_tok_s = decode_window > 0 ? (generated - c) / decode_window : 0;
-      (void)sum_itl;
-      lr.ttft_p50 = Percentile(ttft, 50);
-      lr.ttft_p99 = Percentile(ttft, 99);
-      lr.itl_p50 = Percentile(itl, 50);
-      lr.itl_p99 = Percentile(itl, 99);
-      lr.cached_fraction = prompt > 0 ? cached / prompt : 0;
-      runs.push_back(lr);
+      runs.push_back(*r);
     }
     std::sort(runs.begin(), runs.end(), [](const LevelResult& a, const LevelResult& b) {
       return a.decode_tok_s < b.decode_tok_s;

@@ -56,17 +56,17 @@ struct Vec {
 // Row of KV head `kv_head` at positions j0, j0+1, ... (walks the block table).
 struct RowWalker {
   const PagedKv& kv;
-  int64_t head_off;
+  int64_t head_off, scale_head_off;
   int block, slot;
   RowWalker(const PagedKv& kv_, int kv_head, int j0)
       : kv(kv_), head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
+        scale_head_off(static_cast<int64_t>(kv_head) * kv_.block_size),
         block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
   int64_t scale_off = 0;  // kQ8: the scale of the row Next returned
   int64_t Next() {
-    const int64_t off = static_cast<int64_t>(kv.block_table[block]) * kv.block_stride + head_off +
-                        static_cast<int64_t>(slot) * kv.row_stride;
-    scale_off = static_cast<int64_t>(kv.block_table[block]) * kv.scale_block_stride +
-                head_off / kv.head_stride * kv.block_size + slot;
+    const int64_t b = kv.block_table[block];
+    const int64_t off = b * kv.block_stride + head_off + static_cast<int64_t>(slot) * kv.row_stride;
+    scale_off = b * kv.scale_block_stride + scale_head_off + slot;
     if (++slot == kv.block_size) {
       slot = 0;
       ++block;
@@ -302,11 +302,9 @@ template <int C, typename E>
 void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
                    float* scratch, float* out) {
   constexpr int hd = 16 * C;
-  if constexpr (std::is_same_v<E, int8_t>) {
-    ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);  // kQ8 K is always dimension-major
-  } else if (kv.k_transposed) {
+  if (std::is_same_v<E, int8_t> || kv.k_transposed) {  // kQ8 K is always dimension-major
     ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
-  } else {
+  } else if constexpr (!std::is_same_v<E, int8_t>) {
     Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
   }
   for (int h0 = 0; h0 < n_q; h0 += 4) {

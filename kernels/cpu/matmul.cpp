@@ -25,36 +25,7 @@ constexpr int64_t kMaxDecodeCols = 32768;
 constexpr size_t kWorkspaceBytes = 160 * 1024;
 static_assert(kWorkspaceBytes >= cpu::DecodeWorkspaceStride(kMaxDecodeCols));
 
-// Interleaved weights: tokens prepared a chunk at a time, then each 16-row
-// group meets them (up to 8 per pass; cpu/gemm16_avx512.cpp), or the scalar
-// reference where the SIMD kernels are absent.
-void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x, size_t xq_row_bytes,
-                       int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
-  assert(r0 % 16 == 0 && (r1 % 16 == 0 || r1 == w.rows));
-  const cpu::GroupKernel* gk = nullptr;
-  if (const auto id = static_cast<uint32_t>(w.type); id < cpu::kWeightTypeSlots)
-    gk = &cpu::Kernels().group[cpu::PrecisionSlot(act_type)][id];
-  if (gk == nullptr || gk->run == nullptr) {
-    ref::MatMulInterleaved(w.type, w.data, w.cols, act_type, x, xq_row_bytes, n_tokens, r0, r1, y, ldy);
-    return;
-  }
-  const size_t gbytes = 16 * w.row_bytes;
-  const auto* g0 = static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16);
-  const int64_t ngroups = (r1 - r0 + 15) / 16;
-  const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
-  alignas(64) uint8_t ws[kWorkspaceBytes];
-  const size_t wss = cpu::DecodeWorkspaceStride(w.cols);
-  const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / wss));
-  for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
-    const int nt = std::min(chunk, n_tokens - t0);
-    for (int t = 0; t < nt; ++t) gk->prepare(w.cols, x + static_cast<size_t>(t0 + t) * xq_row_bytes, ws + t * wss);
-    gk->run(w.cols, g0, gbytes, ngroups, valid_last, ws, wss, nt, y + static_cast<int64_t>(t0) * ldy + r0, ldy);
-  }
-}
-
-}  // namespace
-
-namespace {
+// The group kernels of an interleaved matrix at `act_type`, or nullptr.
 const cpu::GroupKernel* FindGroup(const MatrixView& w, DType act_type) {
   const auto id = static_cast<uint32_t>(w.type);
   if (w.layout != WeightLayout::kInterleaved16 || id >= cpu::kWeightTypeSlots) return nullptr;
@@ -87,6 +58,25 @@ void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared
   const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
   gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups, valid_last,
           prepared, PreparedRowBytes(w.cols), n_tokens, y + r0, ldy);
+}
+
+// Interleaved weights: tokens prepared a chunk at a time on the stack, then
+// each 16-row group meets them (cpu/gemm16_avx512.cpp), or the scalar
+// reference where the SIMD kernels are absent or one prepared row would not
+// fit the stack workspace (rows longer than kMaxDecodeCols).
+static void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x, size_t xq_row_bytes,
+                              int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  if (FindGroup(w, act_type) == nullptr || w.cols > kMaxDecodeCols) {
+    ref::MatMulInterleaved(w.type, w.data, w.cols, act_type, x, xq_row_bytes, n_tokens, r0, r1, y, ldy);
+    return;
+  }
+  alignas(64) uint8_t ws[kWorkspaceBytes];
+  const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / PreparedRowBytes(w.cols)));
+  for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
+    const int nt = std::min(chunk, n_tokens - t0);
+    PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, nt, ws);
+    MatMulPrepared(w, act_type, ws, nt, r0, r1, y + static_cast<int64_t>(t0) * ldy, ldy);
+  }
 }
 
 bool InterleaveFast(DType type) {
