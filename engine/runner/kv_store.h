@@ -3,7 +3,9 @@
 // scale per position and KV head, amax / 127, values rounded to nearest even), head-major within a
 // block so that one KV head's rows of a block are contiguous:
 //   v[layer][block][kv_head][slot][head_dim], k the same, or with
-//   `k_transposed` k[layer][block][kv_head][head_dim][slot] (kernels/attention.h).
+//   `k_transposed` k[layer][block][kv_head][head_dim][slot] (kernels/attention.h);
+// q8 tiles [layer][block][kv_head] are packed as kernels/attention.h says
+// (block_size and head_dim multiples of 4).
 // Which blocks a sequence uses is its block table (kv::BlockPool and the
 // radix cache decide that); this class only holds the numbers.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/dtype.h"
+#include "kernels/huge_pages.h"
 
 namespace braid {
 
@@ -42,6 +45,7 @@ class KvStore {
   // Stores head_dim values of K (or V) of one KV head at (layer, block, slot).
   void Put(bool value, int layer, int block, int slot, int kv_head, const float* x) {
     const size_t tile = Offset(layer, block) + static_cast<size_t>(kv_head) * block_size_ * head_dim_;
+    if (type_ == kernels::KvType::kQ8) return PutQ8(value, layer, block, slot, kv_head, tile, x);
     // Element i at tile + slot * head_dim + i, or tile + i * block_size + slot (transposed K).
     const bool transposed = !value && k_transposed_;
     const size_t at = tile + (transposed ? slot : static_cast<size_t>(slot) * head_dim_);
@@ -50,19 +54,9 @@ class KvStore {
     if (type_ == kernels::KvType::kF32) {
       auto* f = reinterpret_cast<float*>(dst);
       for (int i = 0; i < head_dim_; ++i) f[i * step] = x[i];
-    } else if (type_ == kernels::KvType::kF16) {
+    } else {
       auto* h = reinterpret_cast<uint16_t*>(dst);
       for (int i = 0; i < head_dim_; ++i) h[i * step] = kernels::Fp32ToFp16(x[i]);
-    } else {
-      float amax = 0.0f;
-      for (int i = 0; i < head_dim_; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float scale = amax / 127.0f;
-      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      auto* q = reinterpret_cast<int8_t*>(dst);
-      for (int i = 0; i < head_dim_; ++i)
-        q[i * step] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
-      (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) + static_cast<size_t>(kv_head) * block_size_ + slot] =
-          scale;
     }
   }
 
@@ -86,6 +80,26 @@ class KvStore {
   }
 
  private:
+  // kQ8: int8 with one scale per row, in kernels/attention.h's packed tiles
+  // (K as q + 128 in 4-dimension groups, V in 4-slot groups).
+  void PutQ8(bool value, int layer, int block, int slot, int kv_head, size_t tile, const float* x) {
+    float amax = 0.0f;
+    for (int i = 0; i < head_dim_; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = amax / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    uint8_t* dst = (value ? v_ : k_).data() + tile;
+    for (int i = 0; i < head_dim_; ++i) {
+      const int q = static_cast<int>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+      if (value) {
+        dst[(slot / 4) * 4 * head_dim_ + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      } else {
+        dst[(i / 4) * 4 * block_size_ + 4 * slot + i % 4] = static_cast<uint8_t>(q + 128);
+      }
+    }
+    (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) + static_cast<size_t>(kv_head) * block_size_ + slot] =
+        scale;
+  }
+
   // First element of (layer, block), and its first row scale (kQ8: one per slot and KV head).
   size_t Offset(int layer, int block) const { return ScaleOffset(layer, block) * head_dim_; }
   size_t ScaleOffset(int layer, int block) const {
@@ -95,7 +109,7 @@ class KvStore {
   kernels::KvType type_;
   bool k_transposed_;
   size_t elem_;
-  std::vector<uint8_t> k_, v_;
+  std::vector<uint8_t, kernels::LargeAllocator<uint8_t>> k_, v_;
   std::vector<float> k_scale_, v_scale_;  // kQ8 only
 };
 

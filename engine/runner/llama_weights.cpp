@@ -1,8 +1,11 @@
 #include "runner/llama_weights.h"
 
 #include <cstdlib>
+#include <new>
 #include <string>
+#include <vector>
 
+#include "kernels/huge_pages.h"
 #include "kernels/quant.h"
 
 namespace braid {
@@ -56,17 +59,33 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
 }  // namespace
 
 void InterleaveForFastPath(LlamaWeights* w) {
-  auto pack = [&](kernels::MatrixView& m) {
-    if (m.layout != kernels::WeightLayout::kRows || !kernels::InterleaveFast(m.type)) return;
-    const size_t bytes = (kernels::InterleavedBytes(m.type, m.rows, m.cols) + 63) / 64 * 64;
-    std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), &std::free);
-    if (!buf) return;  // out of memory: keep the row layout
-    m = kernels::Interleave(m, buf.get());
-    w->packed.push_back(std::move(buf));
-  };
+  std::vector<kernels::MatrixView*> todo;
   for (LayerWeights& l : w->layers)
-    for (kernels::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*m);
-  pack(w->output);
+    for (kernels::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(m);
+  todo.push_back(&w->output);
+  std::erase_if(todo, [](const kernels::MatrixView* m) {
+    return m->layout != kernels::WeightLayout::kRows || !kernels::InterleaveFast(m->type);
+  });
+  // One buffer for all of them, in the order the forward pass reads them.
+  auto bytes = [](const kernels::MatrixView* m) {
+    return (kernels::InterleavedBytes(m->type, m->rows, m->cols) + 63) / 64 * 64;
+  };
+  size_t total = 0;
+  for (const kernels::MatrixView* m : todo) total += bytes(m);
+  if (total == 0) return;
+  std::shared_ptr<uint8_t> buf;
+  try {
+    buf.reset(static_cast<uint8_t*>(kernels::AllocateLarge(total)), &std::free);
+  } catch (const std::bad_alloc&) {
+    return;  // out of memory: keep the row layout
+  }
+  size_t at = 0;
+  for (kernels::MatrixView* m : todo) {
+    const size_t n = bytes(m);
+    *m = kernels::Interleave(*m, buf.get() + at);
+    at += n;
+  }
+  w->packed = std::move(buf);
 }
 
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {

@@ -26,7 +26,7 @@ struct LlamaWeights {
   std::vector<float> output_norm;          // [n_embd]
   kernels::MatrixView output;              // [n_vocab, n_embd]; token_embd when tied
   // Interleaved copies that views point into (InterleaveForFastPath).
-  std::vector<std::shared_ptr<uint8_t>> packed;
+  std::shared_ptr<uint8_t> packed;
 };
 
 // Builds views over `file` (which must outlive the result). Errors name the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -56,17 +57,14 @@ struct Vec {
 // Row of KV head `kv_head` at positions j0, j0+1, ... (walks the block table).
 struct RowWalker {
   const PagedKv& kv;
-  int64_t head_off, scale_head_off;
+  int64_t head_off;
   int block, slot;
   RowWalker(const PagedKv& kv_, int kv_head, int j0)
       : kv(kv_), head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
-        scale_head_off(static_cast<int64_t>(kv_head) * kv_.block_size),
         block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
-  int64_t scale_off = 0;  // kQ8: the scale of the row Next returned
   int64_t Next() {
     const int64_t b = kv.block_table[block];
     const int64_t off = b * kv.block_stride + head_off + static_cast<int64_t>(slot) * kv.row_stride;
-    scale_off = b * kv.scale_block_stride + scale_head_off + slot;
     if (++slot == kv.block_size) {
       slot = 0;
       ++block;
@@ -129,9 +127,6 @@ inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xF
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-inline __m512 Load16(const int8_t* p) {  // kQ8: the unscaled values
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
 inline void Prefetch(const void* p, int lines) {
@@ -212,12 +207,6 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
     if (b + kAheadBlocks < nblocks) Prefetch(tile(b + kAheadBlocks), tile_lines);
     const E* t = tile(b);
     const int n = std::min(16, len - 16 * b);
-    // kQ8: each position's K scale (16 consecutive floats for the block).
-    __m512 kscale = vscale;
-    if constexpr (std::is_same_v<E, int8_t>)
-      kscale = _mm512_mul_ps(_mm512_loadu_ps(kv.k_scale + kv.block_table[b] * kv.scale_block_stride +
-                                             static_cast<int64_t>(kv_head) * 16),
-                             vscale);
     // Heads [h0, h0 + NH) over the tile, the head count fixed at compile time so
     // that the accumulators stay in registers (one broadcast-operand FMA per
     // head and dimension).
@@ -236,7 +225,7 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
       Unroll<NH>([&](auto h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
-                              _mm512_mul_ps(sum, kscale));
+                              _mm512_mul_ps(sum, vscale));
       });
     };
     for (int h0 = 0; h0 < n_q; h0 += kHeads) {
@@ -282,14 +271,10 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
   for (int j = 0; j < len; ++j) {
     if (j + kAhead < len) Prefetch(vbase + ahead.Next(), lines);
     const E* v = vbase + walk.Next();
-    float vs = 1.0f;  // kQ8: the row's scale, folded into the weights
-    if constexpr (std::is_same_v<E, int8_t>) vs = kv.v_scale[walk.scale_off];
     __m512 vv[C];
     Unroll<C>([&](auto c) { vv[c] = Load16(v + 16 * c); });
     Unroll<NH>([&](auto h) {
-      float w = e[static_cast<int64_t>(h) * len + j];
-      if constexpr (std::is_same_v<E, int8_t>) w *= vs;
-      const __m512 p = _mm512_set1_ps(w);
+      const __m512 p = _mm512_set1_ps(e[static_cast<int64_t>(h) * len + j]);
       Unroll<C>([&](auto c) { acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]); });
     });
   }
@@ -302,9 +287,9 @@ template <int C, typename E>
 void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
                    float* scratch, float* out) {
   constexpr int hd = 16 * C;
-  if (std::is_same_v<E, int8_t> || kv.k_transposed) {  // kQ8 K is always dimension-major
+  if (kv.k_transposed) {
     ScoresTransposed<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
-  } else if constexpr (!std::is_same_v<E, int8_t>) {
+  } else {
     Scores<C, E>(q, n_q, kv, kv_head, len, scale, scratch);
   }
   for (int h0 = 0; h0 < n_q; h0 += 4) {
@@ -322,6 +307,152 @@ void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int 
   }
 }
 
+// ---- kQ8: integer dot products on both sides of the softmax -----------------
+// (kernels/attention.h; block_size 16, head_dim 16 C.) Per tile of 16
+// positions: the scores of NH heads from 16 C / 4 vpdpbusd each (K's 4-dimension
+// groups against the head's 4 quantized q values, broadcast), and the weighted
+// sum from 4 C vpdpbusd per head (V's 4-position groups against the head's 4
+// uint8 weights, broadcast). Integer sums are exact, so the only rounding left
+// is in the scale products, the softmax and the weights' quantization, each a
+// per-head sequence of fp32 operations fixed by the reference.
+template <int C, int NH>
+void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, float scale, float* s,
+                   float* out) {
+  constexpr int hd = 16 * C;
+  constexpr int kGroups = hd / 4;
+  const auto* kbase = static_cast<const uint8_t*>(kv.k);
+  const auto* vbase = static_cast<const int8_t*>(kv.v);
+  const int64_t head_off = static_cast<int64_t>(kv_head) * kv.head_stride;
+  const int64_t scale_head_off = static_cast<int64_t>(kv_head) * 16;
+  const int nblocks = (len + 15) / 16;
+  auto tile = [&](int b) { return kv.block_table[b] * kv.block_stride + head_off; };
+  auto scales = [&](const float* base, int b) {
+    return _mm512_loadu_ps(base + kv.block_table[b] * kv.scale_block_stride + scale_head_off);
+  };
+
+  // The heads' q as int8, 4 dimensions per int32 (broadcast as one operand).
+  alignas(64) int32_t qd[NH][kGroups];
+  __m512i corr[NH];
+  float c[NH];
+  for (int h = 0; h < NH; ++h) {
+    int8_t qi[hd];
+    int32_t qsum = 0;
+    c[h] = ref::QuantizeQuery(q + h * hd, hd, qi, &qsum) * scale;
+    std::memcpy(qd[h], qi, hd);
+    corr[h] = _mm512_set1_epi32(128 * qsum);
+  }
+
+  // Scores: s[h * len + j].
+  constexpr int kAhead = 4;  // tiles prefetched ahead (1 KB each)
+  for (int b = 0; b < std::min(kAhead, nblocks); ++b) Prefetch(kbase + tile(b), hd / 4);
+  for (int b = 0; b < nblocks; ++b) {
+    if (b + kAhead < nblocks) Prefetch(kbase + tile(b + kAhead), hd / 4);
+    const uint8_t* t = kbase + tile(b);
+    __m512i acc[NH][2];
+    Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
+    for (int g = 0; g < kGroups; g += 2) {
+      Unroll<2>([&](auto i) {
+        const __m512i k = _mm512_loadu_si512(t + 64 * (g + i));
+        Unroll<NH>([&](auto h) {
+          acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], k, _mm512_set1_epi32(qd[h][g + i]));
+        });
+      });
+    }
+    const __m512 ks = scales(kv.k_scale, b);
+    const __mmask16 live = FirstLanes(len - 16 * b);
+    Unroll<NH>([&](auto h) {
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(acc[h][0], acc[h][1]), corr[h]);
+      _mm512_mask_storeu_ps(s + h * len + 16 * b, live,
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ks, _mm512_set1_ps(c[h]))));
+    });
+  }
+
+  // Softmax numerators times the V scales, w = e * vscale, in place; the
+  // weights' quantization scale r (255 / max w) and the output scale.
+  float r[NH], back[NH];
+  for (int h = 0; h < NH; ++h) {
+    float* sh = s + h * len;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < len; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), sh + j));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
+    for (int b = 0; b < nblocks; ++b) {
+      const __mmask16 live = FirstLanes(len - 16 * b);
+      const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
+      sum = _mm512_add_ps(sum, e);
+      const __m512 w = _mm512_mul_ps(e, scales(kv.v_scale, b));
+      wmax = _mm512_max_ps(wmax, w);
+      _mm512_mask_storeu_ps(sh + 16 * b, live, w);
+    }
+    const float wm = _mm512_reduce_max_ps(wmax);
+    r[h] = wm > 0.0f ? 255.0f / wm : 0.0f;
+    back[h] = wm / 255.0f * (1.0f / Vec::Sum(sum));
+  }
+
+  // out_h = back_h * sum_j u_hj v_j, int32 sums over runs of kQ8AttentionRun positions.
+  for (int h = 0; h < NH; ++h) std::fill(out + h * hd, out + (h + 1) * hd, 0.0f);
+  constexpr int kRunTiles = ref::kQ8AttentionRun / 16;
+  for (int b0 = 0; b0 < nblocks; b0 += kRunTiles) {
+    const int b1 = std::min(nblocks, b0 + kRunTiles);
+    __m512i acc[NH][C];
+    Unroll<NH>([&](auto h) { Unroll<C>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
+    for (int b = b0; b < std::min(b1, b0 + kAhead); ++b) Prefetch(vbase + tile(b), hd / 4);
+    for (int b = b0; b < b1; ++b) {
+      if (b + kAhead < b1) Prefetch(vbase + tile(b + kAhead), hd / 4);
+      const int8_t* t = vbase + tile(b);
+      // The tile's weights as uint8, 4 positions per int32 (zero past len).
+      alignas(64) int32_t u[NH][4];
+      const __mmask16 live = FirstLanes(len - 16 * b);
+      Unroll<NH>([&](auto h) {
+        const __m512 w = _mm512_maskz_loadu_ps(live, s + h * len + 16 * b);
+        _mm_store_si128(reinterpret_cast<__m128i*>(u[h]),
+                        _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(r[h])))));
+      });
+      Unroll<4>([&](auto g) {
+        Unroll<C>([&](auto i) {
+          const __m512i v = _mm512_loadu_si512(t + g * 4 * hd + 64 * i);
+          Unroll<NH>([&](auto h) { acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], _mm512_set1_epi32(u[h][g]), v); });
+        });
+      });
+    }
+    Unroll<NH>([&](auto h) {
+      Unroll<C>([&](auto i) {
+        float* o = out + h * hd + 16 * i;
+        _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o),
+                                          _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h][i]), _mm512_set1_ps(back[h]))));
+      });
+    });
+  }
+}
+
+template <int C>
+void AttendQ8(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
+              float* scratch, float* out) {
+  constexpr int hd = 16 * C;
+  for (int h0 = 0; h0 < n_q; h0 += 4) {
+    const float* qh = q + static_cast<int64_t>(h0) * hd;
+    float* s = scratch + static_cast<int64_t>(h0) * len;
+    float* o = out + static_cast<int64_t>(h0) * hd;
+    switch (std::min(4, n_q - h0)) {
+      case 1: AttendQ8Heads<C, 1>(qh, kv, kv_head, len, scale, s, o); break;
+      case 2: AttendQ8Heads<C, 2>(qh, kv, kv_head, len, scale, s, o); break;
+      case 3: AttendQ8Heads<C, 3>(qh, kv, kv_head, len, scale, s, o); break;
+      default: AttendQ8Heads<C, 4>(qh, kv, kv_head, len, scale, s, o); break;
+    }
+  }
+}
+
+bool AttendQ8Any(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
+                 float scale, float* scratch, float* out) {
+  switch (hd) {
+    case 32: AttendQ8<2>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 64: AttendQ8<4>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 96: AttendQ8<6>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    case 128: AttendQ8<8>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
+    default: return false;
+  }
+}
+
 template <typename E>
 bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
                       float scale, float* scratch, float* out) {
@@ -336,13 +467,14 @@ bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv
 
 void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
                        float scale, float* scratch, float* out) {
-  if ((kv.k_transposed && kv.block_size != 16) || (kv.type == KvType::kQ8 && !kv.k_transposed))
+  const bool tiles16 = kv.block_size == 16;
+  if ((kv.k_transposed || kv.type == KvType::kQ8) && !tiles16)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   bool done = false;
   switch (kv.type) {
     case KvType::kF32: done = AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
     case KvType::kF16: done = AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
-    case KvType::kQ8: done = AttendChunkedAny<int8_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
+    case KvType::kQ8: done = AttendQ8Any(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
   }
   if (!done && kv.type != KvType::kF32)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);

@@ -39,7 +39,7 @@ bool AttentionFastTransposedK(int head_dim, int block_size) {
 }
 
 bool AttentionFastQ8(int head_dim, int block_size) {
-  return AttentionFastTransposedK(head_dim, block_size);  // the int8 path reads dimension-major K
+  return AttentionFastTransposedK(head_dim, block_size);  // the same tiles of 16 slots
 }
 
 bool AttentionFastF16(int head_dim) {

@@ -80,9 +80,70 @@ void Axpy(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum) {
+  float amax = 0.0f;
+  for (int d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(q[d]));
+  const float qs = amax / 127.0f;
+  const float inv = qs > 0.0f ? 1.0f / qs : 0.0f;
+  *sum = 0;
+  for (int d = 0; d < head_dim; ++d) {
+    qi[d] = static_cast<int8_t>(std::clamp(std::nearbyint(q[d] * inv), -127.0f, 127.0f));
+    *sum += qi[d];
+  }
+  return qs;
+}
+
+namespace {
+
+// kernels/attention.h's integer attention over a kQ8 cache.
+void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
+                   float scale, float* scratch, float* out) {
+  const auto* k8 = static_cast<const uint8_t*>(kv.k);
+  const auto* v8 = static_cast<const int8_t*>(kv.v);
+  const int bs = kv.block_size;
+  std::vector<int8_t> qi(hd);
+  std::vector<int32_t> acc(hd);
+  for (int h = 0; h < n_q; ++h) {
+    int32_t qsum = 0;
+    const float c = QuantizeQuery(q + static_cast<int64_t>(h) * hd, hd, qi.data(), &qsum) * scale;
+    float* s = scratch + static_cast<int64_t>(h) * len;
+    for (int j = 0; j < len; ++j) {
+      const uint8_t* k = k8 + kv.TileOffset(kv_head, j) + 4 * (j % bs);
+      int32_t dot = 0;
+      for (int d = 0; d < hd; ++d) dot += static_cast<int32_t>(k[(d / 4) * 4 * bs + d % 4]) * qi[d];
+      s[j] = static_cast<float>(dot - 128 * qsum) * (kv.k_scale[kv.ScaleOffset(kv_head, j)] * c);
+    }
+    const float mx = *std::max_element(s, s + len);
+    double sum = 0.0;
+    float wmax = 0.0f;
+    for (int j = 0; j < len; ++j) {
+      const float e = std::exp(s[j] - mx);
+      sum += e;
+      s[j] = e * kv.v_scale[kv.ScaleOffset(kv_head, j)];
+      wmax = std::max(wmax, s[j]);
+    }
+    const float r = wmax > 0.0f ? 255.0f / wmax : 0.0f;
+    const float back = wmax / 255.0f * static_cast<float>(1.0 / sum);
+    float* o = out + static_cast<int64_t>(h) * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int j0 = 0; j0 < len; j0 += kQ8AttentionRun) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int j = j0; j < std::min(len, j0 + kQ8AttentionRun); ++j) {
+        const int32_t u = static_cast<int32_t>(std::clamp(std::nearbyint(s[j] * r), 0.0f, 255.0f));
+        const int8_t* v = v8 + kv.TileOffset(kv_head, j) + ((j % bs) / 4) * 4 * hd + j % 4;
+        for (int d = 0; d < hd; ++d) acc[d] += u * v[4 * d];
+      }
+      for (int d = 0; d < hd; ++d) o[d] += static_cast<float>(acc[d]) * back;
+    }
+  }
+}
+
+}  // namespace
+
 // s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
+  if (kv.type == KvType::kQ8) return AttendPagedQ8(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
   // Row j of K or V as fp32 (gathered into `buf` when the cache holds fp16 or
   // K tiles are dimension-major).
   std::vector<float> buf(static_cast<size_t>(head_dim));
@@ -91,13 +152,9 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
     const int64_t off = k ? kv.KOffset(kv_head, j) : kv.Offset(kv_head, j);
     const int64_t step = k ? kv.KDimStride() : 1;
     if (kv.type == KvType::kF32 && step == 1) return static_cast<const float*>(base) + off;
-    const float scale = kv.type == KvType::kQ8 ? (k ? kv.k_scale : kv.v_scale)[kv.ScaleOffset(kv_head, j)] : 1.0f;
     for (int i = 0; i < head_dim; ++i) {
-      switch (kv.type) {
-        case KvType::kF32: buf[i] = static_cast<const float*>(base)[off + i * step]; break;
-        case KvType::kF16: buf[i] = Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]); break;
-        case KvType::kQ8: buf[i] = static_cast<float>(static_cast<const int8_t*>(base)[off + i * step]) * scale; break;
-      }
+      buf[i] = kv.type == KvType::kF32 ? static_cast<const float*>(base)[off + i * step]
+                                       : Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]);
     }
     return buf.data();
   };

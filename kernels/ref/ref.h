@@ -58,7 +58,13 @@ float DotF32(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, int64_t n, float* y);
 // kernels/attention.h: scores as fp64 dots, Softmax as above, out summed in
 // position order in fp32.
+// Over a kQ8 cache, the integer form that attention.h defines.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
+// A query head for kQ8 attention: qi = round(q / qs) with qs = amax / 127
+// (returned), and *sum = sum of qi.
+float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum);
+// kQ8 attention's integer runs: at most this many positions per int32 sum.
+inline constexpr int kQ8AttentionRun = 65536;
 
 }  // namespace braid::kernels::ref

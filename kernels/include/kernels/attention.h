@@ -19,8 +19,18 @@ namespace braid::kernels {
 // vector load then holds a dimension of 16 positions). Non-owning.
 // Element type of the cached rows: fp32, or fp16 (half the bytes that decode
 // attention reads per position; values rounded to nearest even on store).
+//
 // kQ8: int8 elements with one fp32 scale per (position, KV head) row
-// (value = q * scale): a quarter of fp32's bytes.
+// (value = q * scale, scale = amax / 127): a quarter of fp32's bytes, in
+// tiles packed for integer dot products (block_size and head_dim multiples of
+// 4; `k_transposed` and `row_stride` do not apply). With tile = block *
+// block_stride + kv_head * head_stride (head_stride = block_size * head_dim):
+//   K, element d of slot s: tile + (d / 4) * 4 * block_size + 4 * s + d % 4,
+//      stored as q + 128 (uint8): a group of 4 dimensions of every slot
+//   V, element d of slot s: tile + (s / 4) * 4 * head_dim + 4 * d + s % 4,
+//      int8: a group of 4 slots of every dimension
+// Attention over a kQ8 cache quantizes its other operands as well, so that
+// both products are exact int32 dot products (AttendPaged below).
 enum class KvType { kF32, kF16, kQ8 };
 
 struct PagedKv {
@@ -52,6 +62,11 @@ struct PagedKv {
            static_cast<int64_t>(kv_head) * head_stride + j % block_size;
   }
   int64_t KDimStride() const { return k_transposed ? block_size : 1; }
+  // Element offset of the (block, KV head) tile holding position j.
+  int64_t TileOffset(int kv_head, int j) const {
+    return static_cast<int64_t>(block_table[j / block_size]) * block_stride +
+           static_cast<int64_t>(kv_head) * head_stride;
+  }
   int64_t ScaleOffset(int kv_head, int j) const {
     return static_cast<int64_t>(block_table[j / block_size]) * scale_block_stride +
            static_cast<int64_t>(kv_head) * block_size + j % block_size;
@@ -64,6 +79,15 @@ struct PagedKv {
 //   out_h = sum_j p_hj v_j                               out: [n_q, head_dim]
 // scratch: n_q * len floats. Each head's numbers come from the same fp32
 // operations whatever n_q and whatever the batch (batch invariance).
+//
+// Over a kQ8 cache: q_h is quantized to int8 (qs = amax / 127, round to
+// nearest even) and each score is an integer dot product,
+//   s_hj = float(sum_d qi_d (k8_jd + 128) - 128 sum_d qi_d) * (kscale_j * (qs * scale));
+// then e_hj = exp(s_hj - max_j s_hj) and w_hj = e_hj * vscale_j are quantized
+// to uint8 against their maximum (u_hj = round(w_hj * (255 / wmax))), and
+//   out_h = float(sum_j u_hj v8_j) * (wmax / 255 * (1 / sum_j e_hj)),
+// the integer sums taken over runs of at most 65536 positions (no int32
+// overflow) and added in position order.
 // Pure; any thread. len >= 1.
 // Every kernel table accepts both types; fp16 is fast (read and converted in
 // registers) only where this returns true for the dispatched kernels, and falls
@@ -72,7 +96,7 @@ bool AttentionFastF16(int head_dim);
 // Whether the dispatched kernels read dimension-major K tiles fast (else the
 // reference takes them).
 bool AttentionFastTransposedK(int head_dim, int block_size);
-// Whether they read int8 (kQ8) caches fast; those need dimension-major K.
+// Whether they read int8 (kQ8) caches fast.
 bool AttentionFastQ8(int head_dim, int block_size);
 
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
