@@ -2,6 +2,7 @@
 // their definitions.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -67,6 +68,30 @@ TEST_CASE("DotF32 and Axpy match the reference") {
     ref::Axpy(0.37f, a.data(), n, want.data());
     for (int64_t i = 0; i < n; ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-6));
   }
+}
+
+TEST_CASE("Argmax: the first index of the largest non-NaN value, as the reference") {
+  std::mt19937 rng(12);
+  testing::ForEachSimdTable([&] {
+    for (int64_t n : {1, 7, 8, 31, 32, 33, 100, 49152}) {
+      std::vector<float> x = testing::RandomFloats(rng, n);
+      CHECK(Argmax(x.data(), n) == ref::Argmax(x.data(), n));
+      // Ties go to the first; NaNs are skipped; all NaN gives 0.
+      const int64_t a = n / 3, b = n - 1;
+      x[b] = x[a] = 5.0f;
+      CHECK(Argmax(x.data(), n) == a);
+      x[0] = std::nanf("");
+      if (n > 1) x[n / 2] = std::nanf("");
+      CHECK(Argmax(x.data(), n) == ref::Argmax(x.data(), n));
+      std::fill(x.begin(), x.end(), std::nanf(""));
+      CHECK(Argmax(x.data(), n) == 0);
+      CHECK(ref::Argmax(x.data(), n) == 0);
+      std::fill(x.begin(), x.end(), -INFINITY);
+      x[0] = std::nanf("");
+      CHECK(Argmax(x.data(), n) == (n > 1 ? 1 : 0));
+      CHECK(ref::Argmax(x.data(), n) == Argmax(x.data(), n));
+    }
+  });
 }
 
 TEST_CASE("Softmax sums to one and is shift invariant") {

@@ -89,7 +89,9 @@ class KvStore {
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     uint8_t* dst = (value ? v_ : k_).data() + tile;
     for (int i = 0; i < head_dim_; ++i) {
-      const int q = static_cast<int>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+      // Round to nearest even (|x * inv| <= 127: adding 1.5 * 2^23 leaves no fraction bits).
+      const float r = (x[i] * inv + 12582912.0f) - 12582912.0f;
+      const int q = static_cast<int>(std::clamp(r, -127.0f, 127.0f));
       if (value) {
         dst[(slot / 4) * 4 * head_dim_ + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
       } else {

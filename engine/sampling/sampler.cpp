@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/ops.h"
+
 namespace braid {
 
 Status SamplingParams::Validate() const {
@@ -34,7 +36,7 @@ Status SamplingParams::Validate() const {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::Argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  return static_cast<int32_t>(kernels::Argmax(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 void Sampler::ApplyPenalties(std::span<float> logits, std::span<const int32_t> history) const {

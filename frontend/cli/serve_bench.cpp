@@ -111,7 +111,11 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
                              int prompt_len, int gen_len,
                              std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
+  std::vector<double> submitted_ms;  // each request's submission, from t0
   const auto t0 = std::chrono::steady_clock::now();
+  auto since_t0 = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   for (int i = 0; i < c; ++i) {
     GenerationRequest g;
     g.prompt = prefix;
@@ -119,15 +123,19 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
     g.sampling = SamplingParams::Greedy();
     g.sampling.max_tokens = gen_len;
     g.sampling.ignore_eos = true;
+    submitted_ms.push_back(since_t0());
     BRAID_ASSIGN_OR_RETURN(auto h, engine.Submit(g));
     handles.push_back(h);
   }
   std::vector<double> ttft, itl;
-  double generated = 0, cached = 0, prompt = 0, last_first_token = 0;
-  for (auto& h : handles) {
-    Completion r = h->Wait();
+  std::vector<std::vector<double>> token_ms(c);  // when each token came, from t0
+  double generated = 0, cached = 0, prompt = 0;
+  for (int i = 0; i < c; ++i) {
+    Completion r = handles[i]->Wait();
     ttft.push_back(r.timings.ttft_ms);
-    last_first_token = std::max(last_first_token, r.timings.ttft_ms);
+    double at = submitted_ms[i] + r.timings.ttft_ms;
+    token_ms[i].push_back(at);
+    for (double gap : r.timings.inter_token_ms) token_ms[i].push_back(at += gap);
     itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
     generated += r.usage.generated_tokens;
     cached += r.usage.cached_tokens;
@@ -137,9 +145,19 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
   lr.concurrency = c;
   lr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   lr.gen_tok_s = generated / lr.wall_s;
-  // Decode rate: tokens after each request's first, over the time all were decoding.
-  const double decode_window = lr.wall_s - last_first_token / 1000.0;
-  lr.decode_tok_s = decode_window > 0 ? (generated - c) / decode_window : 0;
+  // Decode rate at this concurrency: tokens that came while all c requests
+  // were decoding (from the last first token to the first last token), over
+  // that window's length.
+  double from = 0, to = 1e300;
+  for (const auto& t : token_ms) {
+    from = std::max(from, t.front());
+    to = std::min(to, t.back());
+  }
+  double in_window = 0;
+  for (const auto& t : token_ms)
+    in_window += static_cast<double>(std::upper_bound(t.begin(), t.end(), to) -
+                                     std::upper_bound(t.begin(), t.end(), from));
+  lr.decode_tok_s = to > from ? in_window / ((to - from) / 1000.0) : 0;
   lr.ttft_p50 = Percentile(ttft, 50);
   lr.ttft_p99 = Percentile(ttft, 99);
   lr.itl_p50 = Percentile(itl, 50);

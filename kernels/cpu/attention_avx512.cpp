@@ -111,16 +111,6 @@ inline __m512 Exp(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-// f(integral_constant<int, i>) for i in [0, N): loop bodies with compile-time
-// indices, so that GCC keeps arrays of accumulators in registers (with a
-// runtime index, even a constant-bound one, it keeps them in memory and
-// reloads them around every FMA).
-template <int N, typename F>
-inline void Unroll(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-      std::make_integer_sequence<int, N>{});
-}
-
 inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
 // 16 cached elements (fp32 or fp16) as fp32.
@@ -307,6 +297,25 @@ void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int 
   }
 }
 
+// ref::QuantizeQuery on vectors (the same numbers: max and integer sums are
+// exact, and the conversion rounds to nearest even as nearbyint does).
+template <int C>
+float QuantizeQuery(const float* q, int8_t* qi, int32_t* sum) {
+  __m512 amax = _mm512_setzero_ps();
+  Unroll<C>([&](auto c) { amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(q + 16 * c)), amax); });
+  const float qs = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 inv = _mm512_set1_ps(qs > 0.0f ? 1.0f / qs : 0.0f);
+  __m512i total = _mm512_setzero_si512();
+  Unroll<C>([&](auto c) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), inv));
+    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    total = _mm512_add_epi32(total, v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + 16 * c), _mm512_cvtepi32_epi8(v));
+  });
+  *sum = _mm512_reduce_add_epi32(total);
+  return qs;
+}
+
 // ---- kQ8: integer dot products on both sides of the softmax -----------------
 // (kernels/attention.h; block_size 16, head_dim 16 C.) Per tile of 16
 // positions: the scores of NH heads from 16 C / 4 vpdpbusd each (K's 4-dimension
@@ -337,7 +346,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   for (int h = 0; h < NH; ++h) {
     int8_t qi[hd];
     int32_t qsum = 0;
-    c[h] = ref::QuantizeQuery(q + h * hd, hd, qi, &qsum) * scale;
+    c[h] = QuantizeQuery<C>(q + h * hd, qi, &qsum) * scale;
     std::memcpy(qd[h], qi, hd);
     corr[h] = _mm512_set1_epi32(128 * qsum);
   }

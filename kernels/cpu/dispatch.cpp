@@ -55,6 +55,7 @@ KernelTable MakeScalar() {
   t.swiglu = ref::SwiGlu;
   t.dot_f32 = ref::DotF32;
   t.axpy = ref::Axpy;
+  t.argmax = ref::Argmax;
   t.attend = ref::AttendPaged;
   return t;
 }

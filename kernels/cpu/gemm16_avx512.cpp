@@ -91,66 +91,69 @@ inline __m512i Bcast(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// sum_k dot(w[k], x[4k..4k+3]) over the 8 chunks of a block, onto `init`, in two chains.
-inline __m512i BlockDot(const __m512i w[8], const uint8_t* x, __m512i init) {
-  __m512i a = init, b = _mm512_setzero_si512();
-  for (int k = 0; k < 8; k += 2) {
-    a = _mm512_dpbusd_epi32(a, w[k], Bcast(x + 4 * k));
-    b = _mm512_dpbusd_epi32(b, w[k + 1], Bcast(x + 4 * k + 4));
-  }
-  return _mm512_add_epi32(a, b);
+// acc + dot(w, the 4 bytes at x broadcast to every lane), the broadcast read by
+// vpdpbusd itself ({1to16}): GCC 12 emits a separate vpbroadcastd for the
+// intrinsic form, one more instruction per dot product.
+__attribute__((always_inline)) inline __m512i DotBcast(__m512i acc, __m512i w, const uint8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
 }
 
 // One group of 16 rows against T tokens: y[t * ldy + i] for rows i with bit i of `rows`.
 // `stream`: the group is read from memory for the first time, so each block
 // prefetches the bytes kDecodePrefetchBytes ahead of it (the layout is one
 // stream of blocks, groups one after another).
+// Within a block the loop runs chunk by chunk and, inside, token by token, so
+// that consecutive vpdpbusd are independent (T chains; 2 T with split 16-bit).
 template <bool kQ4, bool kSplit, int T>
 void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y, int64_t ldy,
            __mmask16 rows, bool stream) {
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
+  constexpr int kPlanes = kSplit ? 2 : 1;
   const Prepared p{nb, kSplit};
   __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  Unroll<T>([&](auto t) __attribute__((always_inline)) { acc[t] = _mm512_setzero_ps(); });
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i w[8];
     const uint8_t* q = g + (kQuant + kScale) * b;
     if (stream) PrefetchAhead(q, kQuant + kScale);
-    if constexpr (kQ4) {
-      const __m512i m4 = _mm512_set1_epi8(0x0F);
-      for (int j = 0; j < 4; ++j) {
-        const __m512i z = _mm512_loadu_si512(q + 64 * j);
-        w[j] = _mm512_and_si512(z, m4);
-        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    const uint8_t* xb = ws + 32 * b;  // token t's plane j at xb + t * wss + j * 32 nb
+    __m512i isum[T][kPlanes];
+    Unroll<T>([&](auto t) __attribute__((always_inline)) {
+      isum[t][0] = kQ4 ? _mm512_setzero_si512() : Bcast(ws + t * wss + p.aux_off() + 4 * b);
+      if constexpr (kSplit) isum[t][1] = _mm512_setzero_si512();
+    });
+    Unroll<8>([&](auto k) __attribute__((always_inline)) {
+      __m512i w;
+      if constexpr (kQ4) {
+        const __m512i z = _mm512_loadu_si512(q + 64 * (k % 4));
+        w = _mm512_and_si512(k < 4 ? z : _mm512_srli_epi16(z, 4), _mm512_set1_epi8(0x0F));
+      } else {
+        w = _mm512_loadu_si512(q + 64 * k);
       }
-    } else {
-      for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(q + 64 * j);
-    }
+      Unroll<T>([&](auto t) __attribute__((always_inline)) {
+        Unroll<kPlanes>([&](auto j) __attribute__((always_inline)) {
+          isum[t][j] = DotBcast(isum[t][j], w, xb + t * wss + j * 32 * nb + 4 * k);
+        });
+      });
+    });
     const uint8_t* s = q + kQuant;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
     __m512 mw = _mm512_setzero_ps();
     if constexpr (kQ4) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
-    for (int t = 0; t < T; ++t) {
+    Unroll<T>([&](auto t) __attribute__((always_inline)) {
       const uint8_t* x = ws + t * wss;
       const float* dx = reinterpret_cast<const float*>(x + p.dx_off());
-      const uint8_t* aux = x + p.aux_off() + 4 * b;
-      const __m512i init = kQ4 ? _mm512_setzero_si512() : Bcast(aux);
-      __m512i isum;
-      if constexpr (kSplit) {
-        const __m512i hi = _mm512_slli_epi32(BlockDot(w, x + 32 * b, init), 7);
-        isum = BlockDot(w, x + 32 * (nb + b), hi);
-      } else {
-        isum = BlockDot(w, x + 32 * b, init);
-      }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx[b])), acc[t]);
+      __m512i total = isum[t][0];
+      if constexpr (kSplit) total = _mm512_add_epi32(_mm512_slli_epi32(isum[t][0], 7), isum[t][1]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(dx[b])), acc[t]);
       if constexpr (kQ4) {
         float sx;
-        std::memcpy(&sx, aux, 4);
+        std::memcpy(&sx, x + p.aux_off() + 4 * b, 4);
         acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
       }
-    }
+    });
   }
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+  Unroll<T>([&](auto t) __attribute__((always_inline)) { _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]); });
 }
 
 constexpr int kMaxTokens = 8;

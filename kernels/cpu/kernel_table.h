@@ -105,6 +105,7 @@ struct KernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, int64_t n, float* y) = nullptr;
+  int64_t (*argmax)(const float* x, int64_t n) = nullptr;
   void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference

@@ -27,6 +27,7 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 }
 float DotF32(const float* a, const float* b, int64_t n) { return cpu::Kernels().dot_f32(a, b, n); }
 void Axpy(float a, const float* x, int64_t n, float* y) { cpu::Kernels().axpy(a, x, n, y); }
+int64_t Argmax(const float* x, int64_t n) { return cpu::Kernels().argmax(x, n); }
 
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {

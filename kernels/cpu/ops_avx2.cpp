@@ -98,11 +98,37 @@ void AxpyAvx2(float a, const float* x, int64_t n, float* y) {
 
 }  // namespace
 
+// ref::Argmax in two passes: the largest non-NaN value (vmaxps returns its
+// second operand when the first is NaN), then the first index holding it.
+int64_t ArgmaxAvx2(const float* x, int64_t n) {
+  __m256 m[4];
+  for (auto& v : m) v = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) m[k] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * k), m[k]);
+  __m256 all = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, all);
+  float best = -INFINITY;
+  for (float v : lanes) best = v > best ? v : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  const __m256 b = _mm256_set1_ps(best);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), b, _CMP_EQ_OQ));
+    if (hit != 0) return j + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; j < n; ++j)
+    if (x[j] == best) return j;
+  return 0;
+}
+
 void FillAvx2Ops(KernelTable* t) {
   t->rms_norm = RmsNormAvx2;
   t->swiglu = SwiGluAvx2;
   t->dot_f32 = DotF32Avx2;
   t->axpy = AxpyAvx2;
+  t->argmax = ArgmaxAvx2;
 }
 
 }  // namespace braid::kernels::cpu

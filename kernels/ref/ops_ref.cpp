@@ -80,6 +80,13 @@ void Axpy(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+int64_t Argmax(const float* x, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+  return best < 0 ? 0 : best;
+}
+
 float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum) {
   float amax = 0.0f;
   for (int d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(q[d]));

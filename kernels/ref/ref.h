@@ -56,6 +56,7 @@ void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 float DotF32(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, int64_t n, float* y);
+int64_t Argmax(const float* x, int64_t n);
 // kernels/attention.h: scores as fp64 dots, Softmax as above, out summed in
 // position order in fp32.
 // Over a kQ8 cache, the integer form that attention.h defines.

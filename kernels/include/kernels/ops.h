@@ -31,4 +31,7 @@ float DotF32(const float* a, const float* b, int64_t n);
 // y += a * x
 void Axpy(float a, const float* x, int64_t n, float* y);
 
+// The first index of the largest value of x[0..n) that is not NaN (0 if all are).
+int64_t Argmax(const float* x, int64_t n);
+
 }  // namespace braid::kernels
