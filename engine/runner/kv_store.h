@@ -112,7 +112,7 @@ class KvStore {
   bool k_transposed_;
   size_t elem_;
   std::vector<uint8_t, kernels::LargeAllocator<uint8_t>> k_, v_;
-  std::vector<float> k_scale_, v_scale_;  // kQ8 only
+  std::vector<float, kernels::LargeAllocator<float>> k_scale_, v_scale_;  // kQ8 only
 };
 
 }  // namespace braid

@@ -214,33 +214,48 @@ int ServeBenchMain(Args& args) {
       "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | cached |\n");
   std::printf(
       "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  std::vector<LevelResult> results;
-  for (int c : levels) {
-    if (c < 1) continue;
-    // Each level `reps` times; the run with the median decode rate is kept.
-    std::vector<LevelResult> runs;
-    for (int rep = 0; rep < reps; ++rep) {
-      auto r = RunLevel(engine, c, prefix, prompt_len, gen_len, pick, rng);
+  // Every level `reps` times, the levels taking turns (so that a slow spell of
+  // a shared host falls on all of them); per level the run with the median
+  // decode rate is kept.
+  std::erase_if(levels, [](int c) { return c < 1; });
+  std::vector<std::vector<LevelResult>> runs(levels.size());
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t i = 0; i < levels.size(); ++i) {
+      auto r = RunLevel(engine, levels[i], prefix, prompt_len, gen_len, pick, rng);
       if (!r.ok()) {
         std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
         return 1;
       }
-      runs.push_back(*r);
+      runs[i].push_back(*r);
     }
-    std::sort(runs.begin(), runs.end(), [](const LevelResult& a, const LevelResult& b) {
+  }
+  std::vector<LevelResult> results;
+  for (std::vector<LevelResult>& level : runs) {
+    std::vector<LevelResult> sorted = level;
+    std::sort(sorted.begin(), sorted.end(), [](const LevelResult& a, const LevelResult& b) {
       return a.decode_tok_s < b.decode_tok_s;
     });
-    const LevelResult lr = runs[runs.size() / 2];
+    const LevelResult lr = sorted[sorted.size() / 2];
     results.push_back(lr);
     std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% |\n",
-                c, prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s, lr.decode_tok_s,
-                lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99, 100 * lr.cached_fraction);
-    std::fflush(stdout);
+                lr.concurrency, prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s,
+                lr.decode_tok_s, lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99, 100 * lr.cached_fraction);
+  }
+  std::fflush(stdout);
+  // Per repetition, each level against the single request run just before it.
+  if (reps > 1 && !levels.empty() && levels.front() == 1) {
+    for (size_t i = 1; i < levels.size(); ++i) {
+      std::vector<double> ratio;
+      for (int rep = 0; rep < reps; ++rep) ratio.push_back(runs[i][rep].decode_tok_s / runs[0][rep].decode_tok_s);
+      std::sort(ratio.begin(), ratio.end());
+      std::printf("decode at %d concurrent / at 1, per repetition: median %.2fx (%.2f-%.2fx)\n", levels[i],
+                  ratio[ratio.size() / 2], ratio.front(), ratio.back());
+    }
   }
   if (!results.empty() && results.front().concurrency == 1) {
     for (const LevelResult& r : results)
       if (r.concurrency > 1)
-        std::printf("decode tok/s at %d concurrent / at 1 = %.2fx\n", r.concurrency,
+        std::printf("decode tok/s at %d concurrent / at 1 (medians) = %.2fx\n", r.concurrency,
                     r.decode_tok_s / results.front().decode_tok_s);
   }
   // The limit in the same run: the int8 dot-product peak of all threads, and

@@ -352,10 +352,18 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   }
 
   // Scores: s[h * len + j].
-  constexpr int kAhead = 4;  // tiles prefetched ahead (1 KB each)
-  for (int b = 0; b < std::min(kAhead, nblocks); ++b) Prefetch(kbase + tile(b), hd / 4);
+  // Tiles (hd / 4 cache lines) are prefetched kAhead ahead, with their K and V
+  // scales (one line each: the V scales are read by the softmax pass below).
+  constexpr int kAhead = 4;
+  auto prefetch = [&](int b) {
+    Prefetch(kbase + tile(b), hd / 4);
+    const int64_t so = kv.block_table[b] * kv.scale_block_stride + scale_head_off;
+    Prefetch(kv.k_scale + so, 1);
+    Prefetch(kv.v_scale + so, 1);
+  };
+  for (int b = 0; b < std::min(kAhead, nblocks); ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
-    if (b + kAhead < nblocks) Prefetch(kbase + tile(b + kAhead), hd / 4);
+    if (b + kAhead < nblocks) prefetch(b + kAhead);
     const uint8_t* t = kbase + tile(b);
     __m512i acc[NH][2];
     Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
@@ -363,7 +371,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       Unroll<2>([&](auto i) {
         const __m512i k = _mm512_loadu_si512(t + 64 * (g + i));
         Unroll<NH>([&](auto h) {
-          acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], k, _mm512_set1_epi32(qd[h][g + i]));
+          acc[h][i] = DotBcast(acc[h][i], k, &qd[h][g + i]);
         });
       });
     }
@@ -420,7 +428,10 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       Unroll<4>([&](auto g) {
         Unroll<C>([&](auto i) {
           const __m512i v = _mm512_loadu_si512(t + g * 4 * hd + 64 * i);
-          Unroll<NH>([&](auto h) { acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], _mm512_set1_epi32(u[h][g]), v); });
+          Unroll<NH>([&](auto h) {
+            // u8 weights times s8 values: the broadcast operand is the unsigned one here.
+            acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], _mm512_set1_epi32(u[h][g]), v);
+          });
         });
       });
     }

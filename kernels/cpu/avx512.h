@@ -10,6 +10,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace braid::kernels::cpu {
@@ -24,6 +25,15 @@ __attribute__((always_inline)) inline void Unroll(F&& f) {
   [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
     (f(std::integral_constant<int, I>{}), ...);
   }(std::make_integer_sequence<int, N>{});
+}
+
+// acc + dot(u, the 4 bytes at s broadcast to every lane): vpdpbusd, unsigned
+// bytes of u times signed bytes of s, with the broadcast read by the
+// instruction itself ({1to16}); GCC 12 emits a separate vpbroadcastd for the
+// intrinsic form, one more instruction per dot product.
+__attribute__((always_inline)) inline __m512i DotBcast(__m512i acc, __m512i u, const void* s) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(s)));
+  return acc;
 }
 
 }  // namespace braid::kernels::cpu

@@ -91,14 +91,6 @@ inline __m512i Bcast(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// acc + dot(w, the 4 bytes at x broadcast to every lane), the broadcast read by
-// vpdpbusd itself ({1to16}): GCC 12 emits a separate vpbroadcastd for the
-// intrinsic form, one more instruction per dot product.
-__attribute__((always_inline)) inline __m512i DotBcast(__m512i acc, __m512i w, const uint8_t* x) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
-  return acc;
-}
-
 // One group of 16 rows against T tokens: y[t * ldy + i] for rows i with bit i of `rows`.
 // `stream`: the group is read from memory for the first time, so each block
 // prefetches the bytes kDecodePrefetchBytes ahead of it (the layout is one
