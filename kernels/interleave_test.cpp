@@ -82,6 +82,24 @@ void CheckShape(DType t, ActPrecision p, int64_t rows, int64_t cols, std::mt1993
       CHECK(std::memcmp(y.data() + tk * ldy + 16, all.data() + tk * ldy + 16, (rows - 16) * sizeof(float)) == 0);
     }
   }
+  // The prepared path, storing and adding into y (y += W x: one fp32 add per cell).
+  if (HasPreparedPath(packed.view, at)) {
+    std::vector<uint8_t> prep(PreparedRowBytes(cols) * n);
+    PrepareRows(packed.view, at, x.data(), xb, n, prep.data());
+    std::vector<float> y(all.size(), -7.0f);
+    MatMulPrepared(packed.view, at, prep.data(), n, 0, rows, y.data(), ldy);
+    CHECK(std::memcmp(y.data(), all.data(), all.size() * sizeof(float)) == 0);
+    std::vector<float> base = testing::RandomFloats(rng, static_cast<int64_t>(all.size()));
+    y = base;
+    MatMulPrepared(packed.view, at, prep.data(), n, 0, rows, y.data(), ldy, /*accumulate=*/true);
+    int wrong = 0;
+    for (int tk = 0; tk < n; ++tk)
+      for (int64_t r = 0; r < ldy; ++r) {
+        const size_t i = static_cast<size_t>(tk * ldy + r);
+        wrong += y[i] != (r < rows ? base[i] + all[i] : base[i]);
+      }
+    CHECK(wrong == 0);
+  }
   // Accuracy against the row-layout reference dot.
   int bad = 0;
   for (int tk = 0; tk < n; ++tk) {

@@ -153,6 +153,21 @@ void LlamaForward::MatMulRows(int tid, const kernels::MatrixView& w, int n, cons
   }
 }
 
+// x[t, r] += (W x_in)[t, r] for rows [r0, r1): the prepared path adds in the
+// matmul's own store, the others through xn_ (the same fp32 sum either way).
+void LlamaForward::AddMatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
+                                 const std::vector<uint8_t>& xq, const uint8_t* prep, int64_t r0, int64_t r1) {
+  const int64_t E = c_.n_embd;
+  if (prep != nullptr && !exact_) {
+    kernels::MatMulPrepared(w, kernels::ActivationType(w.type, act_precision_), prep, n, r0, r1, x_.data(), E,
+                            /*accumulate=*/true);
+    return;
+  }
+  MatMulRows(tid, w, n, x, xq, prep, xn_.data(), E, r0, r1);
+  for (int t = 0; t < n; ++t)
+    for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+}
+
 // Prepares this thread's token rows (the same rows Quantize gave it) of `xq`
 // for `w` into `prep`; false (nothing done) where `w` has no prepared path.
 bool LlamaForward::Prepare(int tid, int n, const kernels::MatrixView& w,
@@ -312,9 +327,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       pool_.Barrier();
       // x += Wo * att, each chunk adding its own output rows.
       ForRows(tid, site + 3, l.wo.rows, n, o_prep, [&](int64_t r0, int64_t r1) {
-        MatMulRows(tid, l.wo, n, att_.data(), attq_, o_prep ? prep_att_.data() : nullptr, xn_.data(), E, r0, r1);
-        for (int t = 0; t < n; ++t)
-          for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+        AddMatMulRows(tid, l.wo, n, att_.data(), attq_, o_prep ? prep_att_.data() : nullptr, r0, r1);
       });
       pool_.Barrier();
       // Feed-forward block.
@@ -337,9 +350,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       const bool d_prep = Prepare(tid, n, l.w_down, hq_, prep_h_);
       pool_.Barrier();
       ForRows(tid, site + 5, l.w_down.rows, n, d_prep, [&](int64_t r0, int64_t r1) {
-        MatMulRows(tid, l.w_down, n, h_.data(), hq_, d_prep ? prep_h_.data() : nullptr, xn_.data(), E, r0, r1);
-        for (int t = 0; t < n; ++t)
-          for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+        AddMatMulRows(tid, l.w_down, n, h_.data(), hq_, d_prep ? prep_h_.data() : nullptr, r0, r1);
       });
       pool_.Barrier();
     }

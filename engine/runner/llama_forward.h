@@ -79,6 +79,8 @@ class LlamaForward {
   void MatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
                   const std::vector<uint8_t>& xq, const uint8_t* prep, float* y, int64_t ldy,
                   int64_t r0, int64_t r1);
+  void AddMatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
+                     const std::vector<uint8_t>& xq, const uint8_t* prep, int64_t r0, int64_t r1);
   bool Prepare(int tid, int n, const kernels::MatrixView& w, const std::vector<uint8_t>& xq,
                std::vector<uint8_t>& prep);
   bool SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const;

@@ -99,7 +99,7 @@ inline __m512i Bcast(const uint8_t* p) {
 // that consecutive vpdpbusd are independent (T chains; 2 T with split 16-bit).
 template <bool kQ4, bool kSplit, int T>
 void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y, int64_t ldy,
-           __mmask16 rows, bool stream) {
+           __mmask16 rows, bool stream, bool accumulate) {
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
   constexpr int kPlanes = kSplit ? 2 : 1;
   const Prepared p{nb, kSplit};
@@ -145,7 +145,10 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y
       }
     });
   }
-  Unroll<T>([&](auto t) __attribute__((always_inline)) { _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]); });
+  Unroll<T>([&](auto t) __attribute__((always_inline)) {
+    float* yt = y + t * ldy;
+    _mm512_mask_storeu_ps(yt, rows, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(rows, yt), acc[t]) : acc[t]);
+  });
 }
 
 constexpr int kMaxTokens = 8;
@@ -154,7 +157,7 @@ constexpr int kMaxTokens = 8;
 // last group beyond `valid_last` are not stored.
 template <bool kQ4, bool kSplit>
 void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
-         const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy) {
+         const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy, bool accumulate) {
   const int64_t nb = n / kQK;
   for (int64_t g = 0; g < ngroups; ++g) {
     const uint8_t* grp = w + gbytes * g;
@@ -165,14 +168,14 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
       const uint8_t* wt = ws + t * wss;
       float* yt = yg + t * ldy;
       switch (std::min(kMaxTokens, ntok - t)) {
-        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
-        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows, t == 0); break;
+        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
       }
     }
   }

@@ -84,8 +84,9 @@ inline void PrefetchAhead(const void* p, size_t bytes) {
 //            reference's fp32 operations whatever ntok (batch invariance).
 struct GroupKernel {
   void (*prepare)(int64_t n, const void* xq, uint8_t* ws) = nullptr;
+  // y = W x, or y += W x with `accumulate`.
   void (*run)(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
-              const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy) = nullptr;
+              const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy, bool accumulate) = nullptr;
 };
 
 // x[0..n) -> one quantized activation row (n a multiple of the block size).

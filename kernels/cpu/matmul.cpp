@@ -49,7 +49,7 @@ void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_
 }
 
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
-                    int64_t r0, int64_t r1, float* y, int64_t ldy) {
+                    int64_t r0, int64_t r1, float* y, int64_t ldy, bool accumulate) {
   const cpu::GroupKernel* gk = FindGroup(w, act_type);
   assert(gk != nullptr && r0 % 16 == 0 && (r1 % 16 == 0 || r1 == w.rows));
   if (r0 >= r1 || n_tokens <= 0) return;
@@ -57,7 +57,7 @@ void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared
   const int64_t ngroups = (r1 - r0 + 15) / 16;
   const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
   gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups, valid_last,
-          prepared, PreparedRowBytes(w.cols), n_tokens, y + r0, ldy);
+          prepared, PreparedRowBytes(w.cols), n_tokens, y + r0, ldy, accumulate);
 }
 
 // Interleaved weights: tokens prepared a chunk at a time on the stack, then

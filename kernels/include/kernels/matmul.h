@@ -61,9 +61,10 @@ size_t PreparedRowBytes(int64_t cols);
 // prepared separately (each row depends on its own token only).
 void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
                  int n_tokens, uint8_t* out);
-// y[t * ldy + r] for r in [r0, r1) (r0 a multiple of 16; r1 too or w.rows).
+// y[t * ldy + r] for r in [r0, r1) (r0 a multiple of 16; r1 too or w.rows);
+// with `accumulate`, y[t * ldy + r] += the same value (one fp32 add).
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
-                    int64_t r0, int64_t r1, float* y, int64_t ldy);
+                    int64_t r0, int64_t r1, float* y, int64_t ldy, bool accumulate = false);
 
 // Exact path: fp32 activations [n_tokens, cols]; each weight row is
 // dequantized to fp32 into `scratch` (cols floats, per thread) and dotted in fp32.
