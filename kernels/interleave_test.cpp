@@ -84,8 +84,10 @@ void CheckShape(DType t, ActPrecision p, int64_t rows, int64_t cols, std::mt1993
   }
   // The prepared path, storing and adding into y (y += W x: one fp32 add per cell).
   if (HasPreparedPath(packed.view, at)) {
-    std::vector<uint8_t> prep(PreparedRowBytes(cols) * n);
-    PrepareRows(packed.view, at, x.data(), xb, n, prep.data());
+    // Prepared in two token ranges, as two threads would.
+    std::vector<uint8_t> prep(PreparedBytes(cols, n));
+    PrepareRows(packed.view, at, x.data(), xb, 0, 5, n, prep.data());
+    PrepareRows(packed.view, at, x.data() + 5 * xb, xb, 5, n, n, prep.data());
     std::vector<float> y(all.size(), -7.0f);
     MatMulPrepared(packed.view, at, prep.data(), n, 0, rows, y.data(), ldy);
     CHECK(std::memcmp(y.data(), all.data(), all.size() * sizeof(float)) == 0);

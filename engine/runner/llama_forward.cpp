@@ -98,9 +98,9 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   ensure(xq_, w_.output);
   // Prepared activation buffers: max_chunk rows of the input width each receives.
   if (!exact_) {
-    prep_in_.resize(m * kernels::PreparedRowBytes(c_.n_embd));
-    prep_att_.resize(m * kernels::PreparedRowBytes(q_dim_));
-    prep_h_.resize(m * kernels::PreparedRowBytes(c_.n_ff));
+    prep_in_.resize(kernels::PreparedBytes(c_.n_embd, m));
+    prep_att_.resize(kernels::PreparedBytes(q_dim_, m));
+    prep_h_.resize(kernels::PreparedBytes(c_.n_ff, m));
   }
   n_sites_ = c_.n_layer * kSitesPerLayer + 1;
   claims_ = std::make_unique<Claim[]>(static_cast<size_t>(n_sites_));
@@ -175,13 +175,12 @@ bool LlamaForward::Prepare(int tid, int n, const kernels::MatrixView& w,
   if (exact_) return false;
   const DType act = kernels::ActivationType(w.type, act_precision_);
   if (!kernels::HasPreparedPath(w, act)) return false;
-  const size_t stride = kernels::PreparedRowBytes(w.cols);
-  if (prep.size() < static_cast<size_t>(max_chunk_) * stride) return false;  // sized in the constructor
+  if (prep.size() < kernels::PreparedBytes(w.cols, max_chunk_)) return false;  // sized in the constructor
   int64_t b, e;
   Range(n, pool_.size(), tid, 1, &b, &e);
   const size_t row = kernels::RowBytes(act, w.cols);
   if (e > b)
-    kernels::PrepareRows(w, act, xq.data() + b * row, row, static_cast<int>(e - b), prep.data() + b * stride);
+    kernels::PrepareRows(w, act, xq.data() + b * row, row, static_cast<int>(b), static_cast<int>(e), n, prep.data());
   return true;
 }
 

@@ -23,64 +23,68 @@
 namespace braid::kernels::cpu {
 namespace {
 
-// A token's prepared activations (wss bytes apart, 64-byte aligned):
-//   [plane 0: nb x 32 int8][plane 1 (split 16-bit only): nb x 32][dx: nb floats][aux: nb x 4]
-// plane 0 holds q (int8) or hi (split), plane 1 lo; aux is sx = dx * sum(q) as
-// float (Q4_1 weights) or the int32 start of the block's dot (Q8_0 weights:
-// -128 sum(q) with int8, -sum(q16) with split, which makes the unsigned
-// weights u = w + 128 exact).
+// The prepared activations of a batch of ntok tokens, tokens interleaved
+// block by block so that a pass over tokens [t0, t0 + T) reads every operand
+// of block b at a fixed offset from one pointer per array:
+//   [plane 0: nb x ntok x 32 int8][plane 1 (split 16-bit only): the same]
+//   [dx: nb x ntok floats][aux: nb x ntok x 4 bytes]
+// entry (b, t) of each at index b * ntok + t. Plane 0 holds q (int8) or hi
+// (split), plane 1 lo; aux is sx = dx * sum(q) as float (Q4_1 weights) or the
+// int32 start of the block's dot (Q8_0 weights: -128 sum(q) with int8,
+// -sum(q16) with split, which makes the unsigned weights u = w + 128 exact).
 struct Prepared {
   int64_t nb;
+  int ntok;
   bool split;
-  size_t dx_off() const { return static_cast<size_t>(nb) * 32 * (split ? 2 : 1); }
-  size_t aux_off() const { return dx_off() + 4 * static_cast<size_t>(nb); }
+  size_t Plane(int j) const { return static_cast<size_t>(j) * nb * ntok * 32; }
+  size_t DxOff() const { return Plane(split ? 2 : 1); }
+  size_t AuxOff() const { return DxOff() + 4 * static_cast<size_t>(nb) * ntok; }
+  size_t Entry(int64_t b, int t) const { return static_cast<size_t>(b) * ntok + t; }
 };
 
 template <bool kQ4, bool kSplit>
-void Prepare(int64_t n, const void* xq, uint8_t* ws) {
-  const Prepared p{n / kQK, kSplit};
-  auto* dx = reinterpret_cast<float*>(ws + p.dx_off());
-  auto* aux = ws + p.aux_off();
+void Prepare(int64_t n, const void* xq, uint8_t* ws, int t, int ntok) {
+  const Prepared p{n / kQK, ntok, kSplit};
+  auto* dx = reinterpret_cast<float*>(ws + p.DxOff());
+  auto* aux = ws + p.AuxOff();
   for (int64_t b = 0; b < p.nb; ++b) {
+    const size_t e = p.Entry(b, t);
     float d;
     int32_t sum = 0;
     if constexpr (kSplit) {
-      int8_t hi[kQK], lo[kQK];
       if constexpr (kQ4) {
         const auto& x = static_cast<const BlockQ16_1*>(xq)[b];
         d = x.d;
         sum = x.sum;
-        std::memcpy(hi, x.hi, kQK);
-        std::memcpy(lo, x.lo, kQK);
+        std::memcpy(ws + p.Plane(0) + 32 * e, x.hi, kQK);
+        std::memcpy(ws + p.Plane(1) + 32 * e, x.lo, kQK);
       } else {
         const auto& x = static_cast<const BlockQ16_0*>(xq)[b];
         d = x.d;
         for (int i = 0; i < kQK; ++i) sum += Q16(x.hi, x.lo, i);
-        std::memcpy(hi, x.hi, kQK);
-        std::memcpy(lo, x.lo, kQK);
+        std::memcpy(ws + p.Plane(0) + 32 * e, x.hi, kQK);
+        std::memcpy(ws + p.Plane(1) + 32 * e, x.lo, kQK);
       }
-      std::memcpy(ws + 32 * b, hi, kQK);
-      std::memcpy(ws + 32 * (p.nb + b), lo, kQK);
     } else {
       if constexpr (kQ4) {
         const auto& x = static_cast<const BlockQ8_1*>(xq)[b];
         d = Fp16ToFp32(x.d);
         sum = x.sum;
-        std::memcpy(ws + 32 * b, x.qs, kQK);
+        std::memcpy(ws + 32 * e, x.qs, kQK);
       } else {
         const auto& x = static_cast<const BlockQ8_0*>(xq)[b];
         d = Fp16ToFp32(x.d);
         for (int i = 0; i < kQK; ++i) sum += x.qs[i];
-        std::memcpy(ws + 32 * b, x.qs, kQK);
+        std::memcpy(ws + 32 * e, x.qs, kQK);
       }
     }
-    dx[b] = d;
+    dx[e] = d;
     if constexpr (kQ4) {
       const float sx = d * static_cast<float>(sum);
-      std::memcpy(aux + 4 * b, &sx, 4);
+      std::memcpy(aux + 4 * e, &sx, 4);
     } else {
       const int32_t init = kSplit ? -sum : -128 * sum;
-      std::memcpy(aux + 4 * b, &init, 4);
+      std::memcpy(aux + 4 * e, &init, 4);
     }
   }
 }
@@ -91,27 +95,32 @@ inline __m512i Bcast(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// One group of 16 rows against T tokens: y[t * ldy + i] for rows i with bit i of `rows`.
+// One group of 16 rows against tokens [t0, t0 + T) of the prepared batch:
+// y[t * ldy + i] (t from 0) for rows i with bit i of `rows`.
 // `stream`: the group is read from memory for the first time, so each block
 // prefetches the bytes kDecodePrefetchBytes ahead of it (the layout is one
 // stream of blocks, groups one after another).
 // Within a block the loop runs chunk by chunk and, inside, token by token, so
 // that consecutive vpdpbusd are independent (T chains; 2 T with split 16-bit).
 template <bool kQ4, bool kSplit, int T>
-void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y, int64_t ldy,
+void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, float* y, int64_t ldy,
            __mmask16 rows, bool stream, bool accumulate) {
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
   constexpr int kPlanes = kSplit ? 2 : 1;
-  const Prepared p{nb, kSplit};
+  const Prepared p{nb, ntok, kSplit};
+  // Block b's entries for tokens t0.. (advanced by ntok entries per block).
+  const uint8_t* xq = ws + 32 * p.Entry(0, t0);
+  const float* dx = reinterpret_cast<const float*>(ws + p.DxOff()) + t0;
+  const uint8_t* aux = ws + p.AuxOff() + 4 * static_cast<size_t>(t0);
+  const size_t plane1 = p.Plane(1);
   __m512 acc[T];
   Unroll<T>([&](auto t) __attribute__((always_inline)) { acc[t] = _mm512_setzero_ps(); });
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = g + (kQuant + kScale) * b;
     if (stream) PrefetchAhead(q, kQuant + kScale);
-    const uint8_t* xb = ws + 32 * b;  // token t's plane j at xb + t * wss + j * 32 nb
     __m512i isum[T][kPlanes];
     Unroll<T>([&](auto t) __attribute__((always_inline)) {
-      isum[t][0] = kQ4 ? _mm512_setzero_si512() : Bcast(ws + t * wss + p.aux_off() + 4 * b);
+      isum[t][0] = kQ4 ? _mm512_setzero_si512() : Bcast(aux + 4 * t);
       if constexpr (kSplit) isum[t][1] = _mm512_setzero_si512();
     });
     Unroll<8>([&](auto k) __attribute__((always_inline)) {
@@ -123,9 +132,8 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y
         w = _mm512_loadu_si512(q + 64 * k);
       }
       Unroll<T>([&](auto t) __attribute__((always_inline)) {
-        Unroll<kPlanes>([&](auto j) __attribute__((always_inline)) {
-          isum[t][j] = DotBcast(isum[t][j], w, xb + t * wss + j * 32 * nb + 4 * k);
-        });
+        isum[t][0] = DotBcast(isum[t][0], w, xq + 32 * t + 4 * k);
+        if constexpr (kSplit) isum[t][1] = DotBcast(isum[t][1], w, xq + plane1 + 32 * t + 4 * k);
       });
     });
     const uint8_t* s = q + kQuant;
@@ -133,17 +141,18 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y
     __m512 mw = _mm512_setzero_ps();
     if constexpr (kQ4) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
     Unroll<T>([&](auto t) __attribute__((always_inline)) {
-      const uint8_t* x = ws + t * wss;
-      const float* dx = reinterpret_cast<const float*>(x + p.dx_off());
       __m512i total = isum[t][0];
       if constexpr (kSplit) total = _mm512_add_epi32(_mm512_slli_epi32(isum[t][0], 7), isum[t][1]);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(dx[b])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[t]);
       if constexpr (kQ4) {
         float sx;
-        std::memcpy(&sx, x + p.aux_off() + 4 * b, 4);
+        std::memcpy(&sx, aux + 4 * t, 4);
         acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
       }
     });
+    xq += 32 * static_cast<size_t>(ntok);
+    dx += ntok;
+    aux += 4 * static_cast<size_t>(ntok);
   }
   Unroll<T>([&](auto t) __attribute__((always_inline)) {
     float* yt = y + t * ldy;
@@ -153,11 +162,11 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, size_t wss, float* y
 
 constexpr int kMaxTokens = 8;
 
-// Groups [0, ngroups) (gbytes apart) against ntok prepared tokens; rows of the
-// last group beyond `valid_last` are not stored.
+// Groups [0, ngroups) (gbytes apart) against the ntok prepared tokens; rows of
+// the last group beyond `valid_last` are not stored.
 template <bool kQ4, bool kSplit>
 void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
-         const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy, bool accumulate) {
+         const uint8_t* ws, int ntok, float* y, int64_t ldy, bool accumulate) {
   const int64_t nb = n / kQK;
   for (int64_t g = 0; g < ngroups; ++g) {
     const uint8_t* grp = w + gbytes * g;
@@ -165,17 +174,17 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
     const auto rows = static_cast<__mmask16>((1u << valid) - 1);
     float* yg = y + 16 * g;
     for (int t = 0; t < ntok; t += kMaxTokens) {
-      const uint8_t* wt = ws + t * wss;
       float* yt = yg + t * ldy;
+      const bool first = t == 0;
       switch (std::min(kMaxTokens, ntok - t)) {
-        case 1: Group<kQ4, kSplit, 1>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 2: Group<kQ4, kSplit, 2>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 3: Group<kQ4, kSplit, 3>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 4: Group<kQ4, kSplit, 4>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 5: Group<kQ4, kSplit, 5>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 6: Group<kQ4, kSplit, 6>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        case 7: Group<kQ4, kSplit, 7>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
-        default: Group<kQ4, kSplit, 8>(nb, grp, wt, wss, yt, ldy, rows, t == 0, accumulate); break;
+        case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 3: Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 4: Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 5: Group<kQ4, kSplit, 5>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 6: Group<kQ4, kSplit, 6>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 7: Group<kQ4, kSplit, 7>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        default: Group<kQ4, kSplit, 8>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
       }
     }
   }

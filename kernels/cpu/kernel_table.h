@@ -77,16 +77,18 @@ inline void PrefetchAhead(const void* p, size_t bytes) {
 
 // Interleaved weights (16-row groups, ref/interleave_ref.cpp) against several
 // tokens:
-//   prepare: as DecodeKernel::prepare (DecodeWorkspaceBytes(n) bytes at most)
+//   prepare: one quantized row xq, token t of a batch of ntok, into its
+//            places in the batch's buffer ws (ntok * DecodeWorkspaceStride(n)
+//            bytes at most; the tokens are interleaved block by block)
 //   run:     groups [0, ngroups) of an interleaved matrix (gbytes apart) against
-//            ntok prepared tokens: y[t * ldy + 16 g + i], the last group's rows
-//            i >= valid_last left untouched. Every (row, token) gets the
-//            reference's fp32 operations whatever ntok (batch invariance).
+//            the ntok prepared tokens: y[t * ldy + 16 g + i], the last group's
+//            rows i >= valid_last left untouched; y = W x, or y += W x with
+//            `accumulate`. Every (row, token) gets the reference's fp32
+//            operations whatever ntok (batch invariance).
 struct GroupKernel {
-  void (*prepare)(int64_t n, const void* xq, uint8_t* ws) = nullptr;
-  // y = W x, or y += W x with `accumulate`.
+  void (*prepare)(int64_t n, const void* xq, uint8_t* ws, int t, int ntok) = nullptr;
   void (*run)(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
-              const uint8_t* ws, size_t wss, int ntok, float* y, int64_t ldy, bool accumulate) = nullptr;
+              const uint8_t* ws, int ntok, float* y, int64_t ldy, bool accumulate) = nullptr;
 };
 
 // x[0..n) -> one quantized activation row (n a multiple of the block size).

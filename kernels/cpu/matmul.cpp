@@ -37,15 +37,17 @@ const cpu::GroupKernel* FindGroup(const MatrixView& w, DType act_type) {
 
 bool HasPreparedPath(const MatrixView& w, DType act_type) { return FindGroup(w, act_type) != nullptr; }
 
-size_t PreparedRowBytes(int64_t cols) { return cpu::DecodeWorkspaceStride(cols); }
+size_t PreparedBytes(int64_t cols, int n_tokens) {
+  return static_cast<size_t>(n_tokens) * cpu::DecodeWorkspaceStride(cols);
+}
 
-void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
-                 int n_tokens, uint8_t* out) {
+void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes, int t0,
+                 int t1, int n_tokens, uint8_t* out) {
   const cpu::GroupKernel* gk = FindGroup(w, act_type);
-  assert(gk != nullptr);
-  const size_t wss = PreparedRowBytes(w.cols);
-  for (int t = 0; t < n_tokens; ++t)
-    gk->prepare(w.cols, static_cast<const char*>(xq) + static_cast<size_t>(t) * xq_row_bytes, out + t * wss);
+  assert(gk != nullptr && 0 <= t0 && t1 <= n_tokens);
+  for (int t = t0; t < t1; ++t)
+    gk->prepare(w.cols, static_cast<const char*>(xq) + static_cast<size_t>(t - t0) * xq_row_bytes, out, t,
+                n_tokens);
 }
 
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
@@ -57,7 +59,7 @@ void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared
   const int64_t ngroups = (r1 - r0 + 15) / 16;
   const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
   gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups, valid_last,
-          prepared, PreparedRowBytes(w.cols), n_tokens, y + r0, ldy, accumulate);
+          prepared, n_tokens, y + r0, ldy, accumulate);
 }
 
 // Interleaved weights: tokens prepared a chunk at a time on the stack, then
@@ -71,10 +73,10 @@ static void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x
     return;
   }
   alignas(64) uint8_t ws[kWorkspaceBytes];
-  const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / PreparedRowBytes(w.cols)));
+  const int chunk = static_cast<int>(std::max<size_t>(1, sizeof(ws) / PreparedBytes(w.cols, 1)));
   for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
     const int nt = std::min(chunk, n_tokens - t0);
-    PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, nt, ws);
+    PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, 0, nt, nt, ws);
     MatMulPrepared(w, act_type, ws, nt, r0, r1, y + static_cast<int64_t>(t0) * ldy, ldy);
   }
 }

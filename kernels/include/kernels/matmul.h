@@ -54,13 +54,16 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
 // as they come). Only where HasPreparedPath holds; results are bit for bit
 // those of MatMulQuantized.
 bool HasPreparedPath(const MatrixView& w, DType act_type);
-// Bytes between consecutive prepared tokens of rows of `cols` elements (a multiple of 64).
-size_t PreparedRowBytes(int64_t cols);
-// n_tokens quantized rows (xq_row_bytes apart) -> n_tokens prepared rows at
-// `out` (PreparedRowBytes apart). Any subset of a batch's tokens may be
-// prepared separately (each row depends on its own token only).
-void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
-                 int n_tokens, uint8_t* out);
+// Bytes of the prepared activations of a batch of n_tokens rows of `cols`
+// elements (n_tokens times a multiple of 64).
+size_t PreparedBytes(int64_t cols, int n_tokens);
+// Tokens [t0, t1) of a batch of n_tokens: their quantized rows (xq_row_bytes
+// apart, token t0's first) -> their places in the batch's prepared buffer
+// `out` (the tokens are interleaved block by block, so that the kernels reach
+// every token of a pass from one pointer). Disjoint token ranges may be
+// prepared separately, by different threads (each depends on its own row only).
+void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes, int t0,
+                 int t1, int n_tokens, uint8_t* out);
 // y[t * ldy + r] for r in [r0, r1) (r0 a multiple of 16; r1 too or w.rows);
 // with `accumulate`, y[t * ldy + r] += the same value (one fp32 add).
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
