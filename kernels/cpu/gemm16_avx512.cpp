@@ -23,23 +23,32 @@
 namespace braid::kernels::cpu {
 namespace {
 
-// The prepared activations of a batch of ntok tokens, tokens interleaved
-// block by block so that a pass over tokens [t0, t0 + T) reads every operand
-// of block b at a fixed offset from one pointer per array:
-//   [plane 0: nb x ntok x 32 int8][plane 1 (split 16-bit only): the same]
-//   [dx: nb x ntok floats][aux: nb x ntok x 4 bytes]
-// entry (b, t) of each at index b * ntok + t. Plane 0 holds q (int8) or hi
-// (split), plane 1 lo; aux is sx = dx * sum(q) as float (Q4_1 weights) or the
-// int32 start of the block's dot (Q8_0 weights: -128 sum(q) with int8,
-// -sum(q16) with split, which makes the unsigned weights u = w + 128 exact).
+constexpr int kMaxTokens = 8;  // per pass of a group kernel
+
+// The prepared activations of a batch of ntok tokens, in passes of
+// P = min(ntok, kMaxTokens) tokens, interleaved block by block within a pass,
+// so that a pass reads every operand of block b at a fixed offset from one
+// pointer per array (and two threads preparing different passes write
+// different cache lines):
+//   [plane 0: 32 int8 per entry][plane 1 (split 16-bit only): the same]
+//   [dx: a float per entry][aux: 4 bytes per entry]
+// entry (b, t) of each at index ((t / P) nb + b) P + t % P. Plane 0 holds q
+// (int8) or hi (split), plane 1 lo; aux is sx = dx * sum(q) as float (Q4_1
+// weights) or the int32 start of the block's dot (Q8_0 weights: -128 sum(q)
+// with int8, -sum(q16) with split, which makes the unsigned weights
+// u = w + 128 exact).
 struct Prepared {
   int64_t nb;
   int ntok;
   bool split;
-  size_t Plane(int j) const { return static_cast<size_t>(j) * nb * ntok * 32; }
+  int Width() const { return std::min(ntok, kMaxTokens); }
+  size_t Slots() const { return static_cast<size_t>((ntok + Width() - 1) / Width()) * Width() * nb; }
+  size_t Plane(int j) const { return static_cast<size_t>(j) * Slots() * 32; }
   size_t DxOff() const { return Plane(split ? 2 : 1); }
-  size_t AuxOff() const { return DxOff() + 4 * static_cast<size_t>(nb) * ntok; }
-  size_t Entry(int64_t b, int t) const { return static_cast<size_t>(b) * ntok + t; }
+  size_t AuxOff() const { return DxOff() + 4 * Slots(); }
+  size_t Entry(int64_t b, int t) const {
+    return (static_cast<size_t>(t / Width()) * nb + b) * Width() + t % Width();
+  }
 };
 
 template <bool kQ4, bool kSplit>
@@ -68,12 +77,12 @@ void Prepare(int64_t n, const void* xq, uint8_t* ws, int t, int ntok) {
     } else {
       if constexpr (kQ4) {
         const auto& x = static_cast<const BlockQ8_1*>(xq)[b];
-        d = Fp16ToFp32(x.d);
+        d = _cvtsh_ss(x.d);
         sum = x.sum;
         std::memcpy(ws + 32 * e, x.qs, kQK);
       } else {
         const auto& x = static_cast<const BlockQ8_0*>(xq)[b];
-        d = Fp16ToFp32(x.d);
+        d = _cvtsh_ss(x.d);
         for (int i = 0; i < kQK; ++i) sum += x.qs[i];
         std::memcpy(ws + 32 * e, x.qs, kQK);
       }
@@ -108,10 +117,11 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
   constexpr int kPlanes = kSplit ? 2 : 1;
   const Prepared p{nb, ntok, kSplit};
-  // Block b's entries for tokens t0.. (advanced by ntok entries per block).
+  const int width = p.Width();  // t0 is a multiple of it
+  // Block b's entries for tokens t0.. (advanced by `width` entries per block).
   const uint8_t* xq = ws + 32 * p.Entry(0, t0);
-  const float* dx = reinterpret_cast<const float*>(ws + p.DxOff()) + t0;
-  const uint8_t* aux = ws + p.AuxOff() + 4 * static_cast<size_t>(t0);
+  const float* dx = reinterpret_cast<const float*>(ws + p.DxOff()) + p.Entry(0, t0);
+  const uint8_t* aux = ws + p.AuxOff() + 4 * p.Entry(0, t0);
   const size_t plane1 = p.Plane(1);
   __m512 acc[T];
   Unroll<T>([&](auto t) __attribute__((always_inline)) { acc[t] = _mm512_setzero_ps(); });
@@ -150,17 +160,15 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
         acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
       }
     });
-    xq += 32 * static_cast<size_t>(ntok);
-    dx += ntok;
-    aux += 4 * static_cast<size_t>(ntok);
+    xq += 32 * static_cast<size_t>(width);
+    dx += width;
+    aux += 4 * static_cast<size_t>(width);
   }
   Unroll<T>([&](auto t) __attribute__((always_inline)) {
     float* yt = y + t * ldy;
     _mm512_mask_storeu_ps(yt, rows, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(rows, yt), acc[t]) : acc[t]);
   });
 }
-
-constexpr int kMaxTokens = 8;
 
 // Groups [0, ngroups) (gbytes apart) against the ntok prepared tokens; rows of
 // the last group beyond `valid_last` are not stored.
