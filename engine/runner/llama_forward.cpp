@@ -189,36 +189,47 @@ bool LlamaForward::SharesPrepared(const kernels::MatrixView& w, const kernels::M
   return w.type == prepared_for.type && w.cols == prepared_for.cols && w.layout == prepared_for.layout;
 }
 
-// Adds biases, rotates q and k, and stores k and v at their positions.
-void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv) {
+// Adds query head h's bias and rotates it (token t of the batch).
+void LlamaForward::RopeQuery(const LayerWeights& l, int t, int h) {
   const int hd = c_.head_dim;
-  const int bs = kv.block_size();
-  const int half = c_.n_rot / 2;
-  const int items = n * (c_.n_head + c_.n_head_kv);
+  const size_t half = static_cast<size_t>(c_.n_rot / 2);
+  float* q = &q_[static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd];
+  if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
+  kernels::RopeApply(q, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
+}
+
+// Adds KV head g's biases, rotates k, and stores k and v at token t's position.
+void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv) {
+  const int hd = c_.head_dim;
+  const size_t half = static_cast<size_t>(c_.n_rot / 2);
+  float* k = &k_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
+  float* v = &v_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
+  if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
+  if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
+  kernels::RopeApply(k, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
+  const int bs = kv.block_size(), pos = pos_[t];
+  kv.Put(false, layer, table_[t][pos / bs], pos % bs, g, k);
+  kv.Put(true, layer, table_[t][pos / bs], pos % bs, g, v);
+}
+
+// Biases, rotations and K/V stores of every token, split over the threads.
+void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv) {
+  const int heads = c_.n_head + c_.n_head_kv;
   int64_t b, e;
-  Range(items, pool_.size(), tid, 1, &b, &e);
+  Range(static_cast<int64_t>(n) * heads, pool_.size(), tid, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
-    const int t = static_cast<int>(it / (c_.n_head + c_.n_head_kv));
-    const int h = static_cast<int>(it % (c_.n_head + c_.n_head_kv));
-    const int pos = pos_[t];
-    const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
-    const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
+    const int t = static_cast<int>(it / heads), h = static_cast<int>(it % heads);
     if (h < c_.n_head) {
-      float* q = &q_[static_cast<size_t>(t) * q_dim_ + h * hd];
-      if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
-      kernels::RopeApply(q, c_.n_rot, cos, sin, c_.rope_neox);
+      RopeQuery(l, t, h);
     } else {
-      const int g = h - c_.n_head;
-      float* k = &k_[static_cast<size_t>(t) * kv_dim_ + g * hd];
-      float* v = &v_[static_cast<size_t>(t) * kv_dim_ + g * hd];
-      if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
-      if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
-      kernels::RopeApply(k, c_.n_rot, cos, sin, c_.rope_neox);
-      const int block = table_[t][pos / bs], slot = pos % bs;
-      kv.Put(false, layer, block, slot, g, k);
-      kv.Put(true, layer, block, slot, g, v);
+      RopeStoreKv(l, layer, t, h - c_.n_head, kv);
     }
   }
+}
+
+// Whether Attention does RopeAndStore's work itself (AttentionFuses).
+bool LlamaForward::AttentionFuses(int n, bool decode_only) const {
+  return decode_only && static_cast<int64_t>(n) * c_.n_head_kv >= 4 * pool_.size();
 }
 
 // Causal attention of every (token, head) of the batch over its own
@@ -226,8 +237,13 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
 // The work items are (token, KV head) with the GQA group's query heads
 // together (K and V read once for them), or single heads when there are too
 // few items to keep every thread busy; a head's numbers are the same either
-// way (kernels/attention.h), so the split never changes them.
-void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
+// way (kernels/attention.h), so the split never changes them. Threads claim
+// runs of items from counter `site` as they finish (a slower core does less).
+// With `fused` (AttentionFuses: every token is its sequence's only one in the
+// batch, items of whole groups) an item first rotates and stores its own
+// token's K/V head and rotates its query heads: no other item reads them.
+void LlamaForward::Attention(int tid, const LayerWeights& l, int layer, int site, int n, bool fused,
+                             KvStore& kv) {
   const int hd = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -236,28 +252,23 @@ void LlamaForward::Attention(int tid, int layer, int n, const KvStore& kv) {
   const int per_item = grouped >= 4 * pool_.size() ? group : 1;
   const int items_per_token = c_.n_head / per_item;
   kernels::PagedKv pk = kv.Layer(layer);
-  // Items split so that each thread gets about the same number of cached
-  // positions to read (an item costs its token's context length, plus a
-  // little), not the same number of items.
   const int64_t items = static_cast<int64_t>(n) * items_per_token;
-  auto cost = [&](int64_t it) { return static_cast<int64_t>(pos_[it / items_per_token]) + 1 + 16; };
-  int64_t total = 0;
-  for (int64_t it = 0; it < items; ++it) total += cost(it);
-  const int64_t lo = total * tid / pool_.size(), hi = total * (tid + 1) / pool_.size();
-  int64_t b = 0, e = 0, acc = 0;
-  for (int64_t it = 0; it < items; ++it) {
-    // Item `it` belongs to the thread whose share holds its first position.
-    if (acc < lo) b = it + 1;
-    if (acc < hi) e = it + 1;
-    acc += cost(it);
-  }
-  for (int64_t it = b; it < e; ++it) {
-    const int t = static_cast<int>(it / items_per_token);
-    const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
-    pk.block_table = table_[t];
-    const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
-    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
-                         &att_[off]);
+  const int64_t run = std::max<int64_t>(1, items / (8 * pool_.size()));
+  std::atomic<int64_t>& counter = claims_[site].next;
+  for (int64_t c = counter.fetch_add(1, std::memory_order_relaxed); c * run < items;
+       c = counter.fetch_add(1, std::memory_order_relaxed)) {
+    for (int64_t it = c * run; it < std::min(items, (c + 1) * run); ++it) {
+      const int t = static_cast<int>(it / items_per_token);
+      const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
+      if (fused) {
+        RopeStoreKv(l, layer, t, h / group, kv);
+        for (int i = 0; i < per_item; ++i) RopeQuery(l, t, h + i);
+      }
+      pk.block_table = table_[t];
+      const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
+      kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
+                           &att_[off]);
+    }
   }
 }
 
@@ -287,6 +298,9 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   const int n_out = static_cast<int>(out_rows_.size());
 
   for (int i = 0; i < n_sites_; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
+  const bool decode_only = std::all_of(batch.begin(), batch.end(),
+                                       [](const BatchSegment& s) { return s.n_tokens == 1; });
+  const bool fuse_attention = AttentionFuses(n, decode_only);
 
   pool_.Run([&](int tid) {
     Embed(tid, n, ids_.data());
@@ -317,9 +331,11 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_, site + 1);
       qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_, site + 2);
       pool_.Barrier();
-      RopeAndStore(tid, l, layer, n, kv);
-      pool_.Barrier();
-      Attention(tid, layer, n, kv);
+      if (!fuse_attention) {
+        RopeAndStore(tid, l, layer, n, kv);
+        pool_.Barrier();
+      }
+      Attention(tid, l, layer, site + 6, n, fuse_attention, kv);
       pool_.Barrier();
       Quantize(tid, n, q_dim_, att_.data(), l.wo.type, attq_);
       const bool o_prep = Prepare(tid, n, l.wo, attq_, prep_att_);

@@ -107,8 +107,11 @@ class LlamaForward {
          c = counter.fetch_add(1, std::memory_order_relaxed))
       work(c * chunk, std::min(rows, (c + 1) * chunk));
   }
+  void RopeQuery(const LayerWeights& l, int t, int h);
+  void RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv);
   void RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv);
-  void Attention(int tid, int layer, int n, const KvStore& kv);
+  bool AttentionFuses(int n, bool decode_only) const;
+  void Attention(int tid, const LayerWeights& l, int layer, int site, int n, bool fused, KvStore& kv);
 
   const ModelConfig& c_;
   const LlamaWeights& w_;
@@ -128,8 +131,8 @@ class LlamaForward {
   // gate/up (and the head), of Wo, of down.
   std::vector<uint8_t> prep_in_, prep_att_, prep_h_;
   // Work-sharing counters: kSitesPerLayer per layer (q, k, v, wo, gate/up,
-  // down) and the head, reset at each Forward.
-  static constexpr int kSitesPerLayer = 6;
+  // down, attention) and the head, reset at each Forward.
+  static constexpr int kSitesPerLayer = 7;
   // Batches below this many tokens keep the static split: their matmuls are
   // bound by streaming the weights, which each thread does best over one
   // contiguous share (measured: 12% slower single-sequence decode with chunks).
