@@ -113,6 +113,16 @@ inline __m512 Exp(__m512 x) {
 
 inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
+// The first n (<= 16) lanes of v to p. Masked stores are slow on some cores
+// (AMD Zen 4), so whole vectors take the plain store.
+inline void StoreFirst(float* p, int n, __m512 v) {
+  if (n >= 16) {
+    _mm512_storeu_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, FirstLanes(n), v);
+  }
+}
+
 // 16 cached elements (fp32 or fp16) as fp32.
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) {
@@ -168,7 +178,7 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
           for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(rows[i] + 16 * c), acc[i]);
         }
       }
-      _mm512_mask_storeu_ps(s + static_cast<int64_t>(h) * len + j0, FirstLanes(n),
+      StoreFirst(s + static_cast<int64_t>(h) * len + j0, n,
                             _mm512_mul_ps(TransposeSum16(acc), vscale));
     }
     for (int i = 0; i < n_next; ++i) off[i] = next[i];
@@ -214,7 +224,7 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
       }
       Unroll<NH>([&](auto h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
-        _mm512_mask_storeu_ps(s + static_cast<int64_t>(h0 + h) * len + 16 * b, FirstLanes(n),
+        StoreFirst(s + static_cast<int64_t>(h0 + h) * len + 16 * b, n,
                               _mm512_mul_ps(sum, vscale));
       });
     };
@@ -239,7 +249,7 @@ inline float SoftmaxUnnormalized(float* s, int len) {
   for (int j = 0; j < len; j += 16) {
     const __mmask16 k = FirstLanes(len - j);
     const __m512 e = _mm512_maskz_mov_ps(k, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m)));
-    _mm512_mask_storeu_ps(s + j, k, e);
+    StoreFirst(s + j, len - j, e);
     sum = _mm512_add_ps(sum, e);
   }
   return 1.0f / Vec::Sum(sum);
@@ -353,17 +363,23 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
 
   // Scores: s[h * len + j].
   // Tiles (hd / 4 cache lines) are prefetched kAhead ahead, with their K and V
-  // scales (one line each: the V scales are read by the softmax pass below).
+  // scales (one line each: the V scales are read by the softmax pass below);
+  // past the last K tile, the first V tiles, so that the stream from memory
+  // does not stop between the passes.
   constexpr int kAhead = 4;
   auto prefetch = [&](int b) {
+    if (b >= nblocks) {
+      if (b < 2 * nblocks) Prefetch(vbase + tile(b - nblocks), hd / 4);
+      return;
+    }
     Prefetch(kbase + tile(b), hd / 4);
     const int64_t so = kv.block_table[b] * kv.scale_block_stride + scale_head_off;
     Prefetch(kv.k_scale + so, 1);
     Prefetch(kv.v_scale + so, 1);
   };
-  for (int b = 0; b < std::min(kAhead, nblocks); ++b) prefetch(b);
+  for (int b = 0; b < kAhead; ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
-    if (b + kAhead < nblocks) prefetch(b + kAhead);
+    prefetch(b + kAhead);
     const uint8_t* t = kbase + tile(b);
     __m512i acc[NH][2];
     Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
@@ -376,10 +392,9 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       });
     }
     const __m512 ks = scales(kv.k_scale, b);
-    const __mmask16 live = FirstLanes(len - 16 * b);
     Unroll<NH>([&](auto h) {
       const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(acc[h][0], acc[h][1]), corr[h]);
-      _mm512_mask_storeu_ps(s + h * len + 16 * b, live,
+      StoreFirst(s + h * len + 16 * b, len - 16 * b,
                             _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ks, _mm512_set1_ps(c[h]))));
     });
   }
@@ -394,12 +409,13 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
     __m512 sum = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
     for (int b = 0; b < nblocks; ++b) {
+      if (b + 8 < nblocks) Prefetch(kv.v_scale + kv.block_table[b + 8] * kv.scale_block_stride + scale_head_off, 1);
       const __mmask16 live = FirstLanes(len - 16 * b);
       const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
       sum = _mm512_add_ps(sum, e);
       const __m512 w = _mm512_mul_ps(e, scales(kv.v_scale, b));
       wmax = _mm512_max_ps(wmax, w);
-      _mm512_mask_storeu_ps(sh + 16 * b, live, w);
+      StoreFirst(sh + 16 * b, len - 16 * b, w);
     }
     const float wm = _mm512_reduce_max_ps(wmax);
     r[h] = wm > 0.0f ? 255.0f / wm : 0.0f;

@@ -166,7 +166,12 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
   }
   Unroll<T>([&](auto t) __attribute__((always_inline)) {
     float* yt = y + t * ldy;
-    _mm512_mask_storeu_ps(yt, rows, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(rows, yt), acc[t]) : acc[t]);
+    const __m512 v = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(rows, yt), acc[t]) : acc[t];
+    if (rows == 0xFFFF) {
+      _mm512_storeu_ps(yt, v);  // masked stores are slow on some cores (AMD Zen 4)
+    } else {
+      _mm512_mask_storeu_ps(yt, rows, v);
+    }
   });
 }
 
