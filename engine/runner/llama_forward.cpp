@@ -98,89 +98,102 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   ensure(xq_, w_.output);
   // Prepared activation buffers: max_chunk rows of the input width each receives.
   if (!exact_) {
-    prep_in_.resize(kernels::PreparedBytes(c_.n_embd, m));
-    prep_att_.resize(kernels::PreparedBytes(q_dim_, m));
-    prep_h_.resize(kernels::PreparedBytes(c_.n_ff, m));
+    // (A region per thread, for teams of one thread each: PreparedFor.)
+    const size_t threads = static_cast<size_t>(pool_.size());
+    prep_in_.resize(threads * kernels::PreparedBytes(c_.n_embd, max_chunk_));
+    prep_att_.resize(threads * kernels::PreparedBytes(q_dim_, max_chunk_));
+    prep_h_.resize(threads * kernels::PreparedBytes(c_.n_ff, max_chunk_));
   }
   n_sites_ = c_.n_layer * kSitesPerLayer + 1;
   claims_ = std::make_unique<Claim[]>(static_cast<size_t>(n_sites_));
 }
 
-void LlamaForward::Embed(int tid, int n, const int32_t* tokens) {
+void LlamaForward::Embed(const Team& tm) {
   int64_t b, e;
-  Range(n, pool_.size(), tid, 1, &b, &e);
+  Range(tm.n, tm.size, tm.index, 1, &b, &e);
   const TensorInfo& t = *w_.token_embd;
   const size_t row = kernels::RowBytes(t.type, c_.n_embd);
-  for (int64_t i = b; i < e; ++i)
-    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * tokens[i],
-                           &x_[i * c_.n_embd], c_.n_embd);
+  for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i)
+    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * ids_[i], &x_[i * c_.n_embd],
+                           c_.n_embd);
 }
 
-void LlamaForward::Normalize(int tid, int n, const std::vector<float>& w, const float* in,
-                             float* out) {
+// Rows [0, n) of in (the team's, E wide) -> out, RMS-normalized.
+void LlamaForward::Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out) {
   int64_t b, e;
-  Range(n, pool_.size(), tid, 1, &b, &e);
+  Range(n, tm.size, tm.index, 1, &b, &e);
   for (int64_t i = b; i < e; ++i)
     kernels::RmsNorm(in + i * c_.n_embd, w.data(), c_.rms_eps, c_.n_embd, out + i * c_.n_embd);
 }
 
-// in: [n, cols] fp32 -> out: [n] rows quantized for `weight_type`'s dot product.
-void LlamaForward::Quantize(int tid, int n, int64_t cols, const float* in, DType weight_type,
+// in: the team's rows [t0, t0 + n) of a [*, cols] fp32 buffer -> the same rows
+// of `out`, quantized for `weight_type`'s dot product.
+void LlamaForward::Quantize(const Team& tm, int n, int64_t cols, const float* in, DType weight_type,
                             std::vector<uint8_t>& out) {
   if (exact_) return;
   const DType act = kernels::ActivationType(weight_type, act_precision_);
   const size_t row = kernels::RowBytes(act, cols);
   int64_t b, e;
-  Range(n, pool_.size(), tid, 1, &b, &e);
-  for (int64_t i = b; i < e; ++i) kernels::QuantizeActivations(act, in + i * cols, &out[i * row], cols);
+  Range(n, tm.size, tm.index, 1, &b, &e);
+  for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i)
+    kernels::QuantizeActivations(act, in + i * cols, &out[i * row], cols);
 }
 
-// y[t, r] = W[r] . x[t] for r in [r0, r1): from the prepared activations
-// `prep` when given, else from the quantized rows (or fp32 on the exact path).
-void LlamaForward::MatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
-                              const std::vector<uint8_t>& xq, const uint8_t* prep, float* y,
-                              int64_t ldy, int64_t r0, int64_t r1) {
+// y[t, r] = W[r] . x[t] for the n tokens at x / xq / y (the team's rows) and r
+// in [r0, r1): from the prepared activations `prep` when given, else from the
+// quantized rows (or fp32 on the exact path).
+void LlamaForward::MatMulRows(const Team& tm, const kernels::MatrixView& w, int n, const float* x,
+                              const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0,
+                              int64_t r1) {
   if (r0 >= r1) return;
   if (exact_) {
-    kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tid].data());
+    kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tm.tid].data());
     return;
   }
   const DType act = kernels::ActivationType(w.type, act_precision_);
   if (prep != nullptr) {
     kernels::MatMulPrepared(w, act, prep, n, r0, r1, y, ldy);
   } else {
-    kernels::MatMulQuantized(w, act, xq.data(), kernels::RowBytes(act, w.cols), n, r0, r1, y, ldy);
+    kernels::MatMulQuantized(w, act, xq, kernels::RowBytes(act, w.cols), n, r0, r1, y, ldy);
   }
 }
 
-// x[t, r] += (W x_in)[t, r] for rows [r0, r1): the prepared path adds in the
-// matmul's own store, the others through xn_ (the same fp32 sum either way).
-void LlamaForward::AddMatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
-                                 const std::vector<uint8_t>& xq, const uint8_t* prep, int64_t r0, int64_t r1) {
+// x[t, r] += (W x_in)[t, r] for the team's tokens and rows [r0, r1): the
+// prepared path adds in the matmul's own store, the others through xn_ (the
+// same fp32 sum either way).
+void LlamaForward::AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x,
+                                 const uint8_t* xq, const uint8_t* prep, int64_t r0, int64_t r1) {
   const int64_t E = c_.n_embd;
+  float* xt = x_.data() + tm.t0 * E;
   if (prep != nullptr && !exact_) {
-    kernels::MatMulPrepared(w, kernels::ActivationType(w.type, act_precision_), prep, n, r0, r1, x_.data(), E,
+    kernels::MatMulPrepared(w, kernels::ActivationType(w.type, act_precision_), prep, tm.n, r0, r1, xt, E,
                             /*accumulate=*/true);
     return;
   }
-  MatMulRows(tid, w, n, x, xq, prep, xn_.data(), E, r0, r1);
-  for (int t = 0; t < n; ++t)
-    for (int64_t r = r0; r < r1; ++r) x_[t * E + r] += xn_[t * E + r];
+  float* yt = xn_.data() + tm.t0 * E;
+  MatMulRows(tm, w, tm.n, x, xq, prep, yt, E, r0, r1);
+  for (int t = 0; t < tm.n; ++t)
+    for (int64_t r = r0; r < r1; ++r) xt[t * E + r] += yt[t * E + r];
 }
 
-// Prepares this thread's token rows (the same rows Quantize gave it) of `xq`
-// for `w` into `prep`; false (nothing done) where `w` has no prepared path.
-bool LlamaForward::Prepare(int tid, int n, const kernels::MatrixView& w,
-                           const std::vector<uint8_t>& xq, std::vector<uint8_t>& prep) {
+uint8_t* LlamaForward::PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const {
+  // One region of max_chunk tokens per thread; a team of all threads uses the first.
+  const size_t region = tm.size == 1 ? static_cast<size_t>(tm.tid) : 0;
+  return prep.data() + region * kernels::PreparedBytes(cols, max_chunk_);
+}
+
+// Prepares this thread's share of the team's n token rows of `xq` (those
+// Quantize gave it) for `w` into the team's region `prep`; false (nothing
+// done) where `w` has no prepared path.
+bool LlamaForward::Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq,
+                           uint8_t* prep) {
   if (exact_) return false;
   const DType act = kernels::ActivationType(w.type, act_precision_);
   if (!kernels::HasPreparedPath(w, act)) return false;
-  if (prep.size() < kernels::PreparedBytes(w.cols, max_chunk_)) return false;  // sized in the constructor
   int64_t b, e;
-  Range(n, pool_.size(), tid, 1, &b, &e);
+  Range(n, tm.size, tm.index, 1, &b, &e);
   const size_t row = kernels::RowBytes(act, w.cols);
-  if (e > b)
-    kernels::PrepareRows(w, act, xq.data() + b * row, row, static_cast<int>(b), static_cast<int>(e), n, prep.data());
+  if (e > b) kernels::PrepareRows(w, act, xq + b * row, row, static_cast<int>(b), static_cast<int>(e), n, prep);
   return true;
 }
 
@@ -212,13 +225,13 @@ void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, K
   kv.Put(true, layer, table_[t][pos / bs], pos % bs, g, v);
 }
 
-// Biases, rotations and K/V stores of every token, split over the threads.
-void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv) {
+// Biases, rotations and K/V stores of the team's tokens, split over its threads.
+void LlamaForward::RopeAndStore(const Team& tm, const LayerWeights& l, int layer, KvStore& kv) {
   const int heads = c_.n_head + c_.n_head_kv;
   int64_t b, e;
-  Range(static_cast<int64_t>(n) * heads, pool_.size(), tid, 1, &b, &e);
+  Range(static_cast<int64_t>(tm.n) * heads, tm.size, tm.index, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
-    const int t = static_cast<int>(it / heads), h = static_cast<int>(it % heads);
+    const int t = tm.t0 + static_cast<int>(it / heads), h = static_cast<int>(it % heads);
     if (h < c_.n_head) {
       RopeQuery(l, t, h);
     } else {
@@ -227,49 +240,214 @@ void LlamaForward::RopeAndStore(int tid, const LayerWeights& l, int layer, int n
   }
 }
 
-// Whether Attention does RopeAndStore's work itself (AttentionFuses).
-bool LlamaForward::AttentionFuses(int n, bool decode_only) const {
-  return decode_only && static_cast<int64_t>(n) * c_.n_head_kv >= 4 * pool_.size();
+// Whether Attention does RopeAndStore's work itself (see Attention).
+bool LlamaForward::AttentionFuses(const Team& tm, bool decode_only) const {
+  return decode_only && static_cast<int64_t>(tm.n) * c_.n_head_kv >= 4 * tm.size;
 }
 
-// Causal attention of every (token, head) of the batch over its own
+// Causal attention of every (token, head) of the team over its own
 // sequence's cache: att[t, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j, j <= pos(t).
 // The work items are (token, KV head) with the GQA group's query heads
 // together (K and V read once for them), or single heads when there are too
 // few items to keep every thread busy; a head's numbers are the same either
-// way (kernels/attention.h), so the split never changes them. Threads claim
-// runs of items from counter `site` as they finish (a slower core does less).
-// With `fused` (AttentionFuses: every token is its sequence's only one in the
-// batch, items of whole groups) an item first rotates and stores its own
-// token's K/V head and rotates its query heads: no other item reads them.
-void LlamaForward::Attention(int tid, const LayerWeights& l, int layer, int site, int n, bool fused,
+// way (kernels/attention.h), so the split never changes them. The team's
+// threads claim runs of items from counter `site` as they finish (a slower
+// core does less). With `fused` (AttentionFuses: every token is its
+// sequence's only one in the batch, items of whole groups) an item first
+// rotates and stores its own token's K/V head and rotates its query heads: no
+// other item reads them.
+void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, int site, bool fused,
                              KvStore& kv) {
   const int hd = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* scratch = scratch_[tid].data();
-  const int64_t grouped = static_cast<int64_t>(n) * c_.n_head_kv;
-  const int per_item = grouped >= 4 * pool_.size() ? group : 1;
+  float* scratch = scratch_[tm.tid].data();
+  const int64_t grouped = static_cast<int64_t>(tm.n) * c_.n_head_kv;
+  const int per_item = grouped >= 4 * tm.size ? group : 1;
   const int items_per_token = c_.n_head / per_item;
   kernels::PagedKv pk = kv.Layer(layer);
-  const int64_t items = static_cast<int64_t>(n) * items_per_token;
-  const int64_t run = std::max<int64_t>(1, items / (8 * pool_.size()));
+  const int64_t items = static_cast<int64_t>(tm.n) * items_per_token;
+  auto item = [&](int64_t it) {
+    const int t = tm.t0 + static_cast<int>(it / items_per_token);
+    const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
+    if (fused) {
+      RopeStoreKv(l, layer, t, h / group, kv);
+      for (int i = 0; i < per_item; ++i) RopeQuery(l, t, h + i);
+    }
+    pk.block_table = table_[t];
+    const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
+    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch, &att_[off]);
+  };
+  if (tm.size == 1) {
+    for (int64_t it = 0; it < items; ++it) item(it);
+    return;
+  }
+  const int64_t run = std::max<int64_t>(1, items / (8 * tm.size));
   std::atomic<int64_t>& counter = claims_[site].next;
   for (int64_t c = counter.fetch_add(1, std::memory_order_relaxed); c * run < items;
-       c = counter.fetch_add(1, std::memory_order_relaxed)) {
-    for (int64_t it = c * run; it < std::min(items, (c + 1) * run); ++it) {
-      const int t = static_cast<int>(it / items_per_token);
-      const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
-      if (fused) {
-        RopeStoreKv(l, layer, t, h / group, kv);
-        for (int i = 0; i < per_item; ++i) RopeQuery(l, t, h + i);
-      }
-      pk.block_table = table_[t];
-      const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
-      kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
-                           &att_[off]);
-    }
+       c = counter.fetch_add(1, std::memory_order_relaxed))
+    for (int64_t it = c * run; it < std::min(items, (c + 1) * run); ++it) item(it);
+}
+
+// Teams of one thread each need this many tokens (fewer, and one thread's
+// matmuls would not fill its vector pipes), and about equal work: the largest
+// share within this factor of the mean.
+constexpr int kMinTeamTokens = 4;
+constexpr double kMaxTeamImbalance = 1.25;
+
+void LlamaForward::Teams(std::span<const BatchSegment> batch) {
+  const int threads = pool_.size();
+  const int n = static_cast<int>(ids_.size());
+  const int n_out = static_cast<int>(out_rows_.size());
+  teams_.assign(1, Team{});
+  teams_[0].size = threads;
+  teams_[0].n = n;
+  teams_[0].n_out = n_out;
+  if (threads < 2 || n < kMinTeamTokens * threads) return;
+  // A segment's work: its tokens, each with attention over its context (a
+  // token's matmuls cost about as much as attention over 4096 positions).
+  std::vector<double> cost;
+  double total = 0;
+  for (const BatchSegment& s : batch) {
+    cost.push_back(s.n_tokens * (1.0 + (s.pos0 + s.n_tokens) / 4096.0));
+    total += cost.back();
   }
+  // Whole segments in order, each team taking them until it reaches its share.
+  std::vector<Team> teams;
+  size_t seg = 0;
+  int t = 0;
+  double done = 0;
+  for (int k = 0; k < threads; ++k) {
+    Team tm;
+    tm.tid = k;
+    tm.t0 = t;
+    double mine = 0;
+    const double target = total * (k + 1) / threads;
+    while (seg < batch.size() && (k == threads - 1 || done + cost[seg] / 2 <= target)) {
+      mine += cost[seg];
+      done += cost[seg];
+      t += batch[seg].n_tokens;
+      ++seg;
+    }
+    tm.n = t - tm.t0;
+    if (tm.n < kMinTeamTokens || mine > kMaxTeamImbalance * total / threads) return;
+    teams.push_back(tm);
+  }
+  // Logits rows: out_rows_ is in token order, so each team's are a run.
+  int o = 0;
+  for (Team& tm : teams) {
+    tm.o0 = o;
+    while (o < n_out && out_rows_[o] < tm.t0 + tm.n) ++o;
+    tm.n_out = o - tm.o0;
+  }
+  teams_ = std::move(teams);
+}
+
+// The whole pass for one team's tokens (the rows [t0, t0 + n) of every
+// activation buffer), its logits rows into logits[o0..].
+void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only, float* logits) {
+  const int E = c_.n_embd;
+  const int n = tm.n;
+  const size_t t0 = static_cast<size_t>(tm.t0);
+  float* x = x_.data() + t0 * E;
+  float* xn = xn_.data() + t0 * E;
+  float* att = att_.data() + t0 * q_dim_;
+  float* hh = h_.data() + t0 * c_.n_ff;
+  float* up = up_.data() + t0 * c_.n_ff;
+  // The team's quantized rows of a buffer of rows quantized for w.
+  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) -> uint8_t* {
+    if (exact_) return nullptr;
+    return buf.data() + t0 * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
+  };
+  uint8_t* prep_in = exact_ ? nullptr : PreparedFor(tm, prep_in_, E);
+  uint8_t* prep_att = exact_ ? nullptr : PreparedFor(tm, prep_att_, q_dim_);
+  uint8_t* prep_h = exact_ ? nullptr : PreparedFor(tm, prep_h_, c_.n_ff);
+  const bool fuse_attention = AttentionFuses(tm, decode_only);
+
+  Embed(tm);
+  Sync(tm);
+  for (int layer = 0; layer < c_.n_layer; ++layer) {
+    const LayerWeights& l = w_.layers[layer];
+    const int site = layer * kSitesPerLayer;
+    // Attention block.
+    Normalize(tm, n, l.attn_norm, x, xn);
+    Quantize(tm, n, E, xn_.data(), l.wq.type, xq_);
+    // K and V usually share Q's activation type; quantize again if not.
+    const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
+    const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
+    if (!k_same) Quantize(tm, n, E, xn_.data(), l.wk.type, xq_k_);
+    if (!v_same) Quantize(tm, n, E, xn_.data(), l.wv.type, xq_v_);
+    const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
+    Sync(tm);
+    // Q, K and V rows in chunks taken by whichever thread is free (on the
+    // prepared path; else each thread its share). No barrier between them.
+    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y, int64_t ldy,
+                   int s) {
+      const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
+      const uint8_t* xqt = rows_of(xq, w);
+      ForRows(tm, s, w.rows, n, prep != nullptr, [&](int64_t r0, int64_t r1) {
+        MatMulRows(tm, w, n, xn, xqt, prep, y + t0 * ldy, ldy, r0, r1);
+      });
+    };
+    qkv(l.wq, true, xq_, q_.data(), q_dim_, site + 0);
+    qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_, site + 1);
+    qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_, site + 2);
+    Sync(tm);
+    if (!fuse_attention) {
+      RopeAndStore(tm, l, layer, kv);
+      Sync(tm);
+    }
+    Attention(tm, l, layer, site + 6, fuse_attention, kv);
+    Sync(tm);
+    Quantize(tm, n, q_dim_, att_.data(), l.wo.type, attq_);
+    const bool o_prep = Prepare(tm, n, l.wo, rows_of(attq_, l.wo), prep_att);
+    Sync(tm);
+    // x += Wo * att, each chunk adding its own output rows.
+    ForRows(tm, site + 3, l.wo.rows, n, o_prep, [&](int64_t r0, int64_t r1) {
+      AddMatMulRows(tm, l.wo, att, rows_of(attq_, l.wo), o_prep ? prep_att : nullptr, r0, r1);
+    });
+    Sync(tm);
+    // Feed-forward block.
+    Normalize(tm, n, l.ffn_norm, x, xn);
+    Quantize(tm, n, E, xn_.data(), l.w_gate.type, xq_);
+    const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
+    if (!up_same) Quantize(tm, n, E, xn_.data(), l.w_up.type, xq_k_);
+    const bool g_prep =
+        Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same && SharesPrepared(l.w_up, l.w_gate);
+    Sync(tm);
+    // Gate and up rows of a chunk together, then SwiGLU on them.
+    ForRows(tm, site + 4, l.w_gate.rows, n, g_prep, [&](int64_t r0, int64_t r1) {
+      const uint8_t* prep = g_prep ? prep_in : nullptr;
+      MatMulRows(tm, l.w_gate, n, xn, rows_of(xq_, l.w_gate), prep, hh, c_.n_ff, r0, r1);
+      MatMulRows(tm, l.w_up, n, xn, rows_of(up_same ? xq_ : xq_k_, l.w_up), prep, up, c_.n_ff, r0, r1);
+      for (int t = 0; t < n; ++t)
+        kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0, &hh[t * c_.n_ff + r0]);
+    });
+    Sync(tm);
+    Quantize(tm, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
+    const bool d_prep = Prepare(tm, n, l.w_down, rows_of(hq_, l.w_down), prep_h);
+    Sync(tm);
+    ForRows(tm, site + 5, l.w_down.rows, n, d_prep, [&](int64_t r0, int64_t r1) {
+      AddMatMulRows(tm, l.w_down, hh, rows_of(hq_, l.w_down), d_prep ? prep_h : nullptr, r0, r1);
+    });
+    Sync(tm);
+  }
+  // Output head on the team's requested rows, gathered into its rows of xn_.
+  if (tm.n_out == 0) return;
+  {
+    int64_t b, e;
+    Range(tm.n_out, tm.size, tm.index, 1, &b, &e);
+    for (int64_t i = b; i < e; ++i)
+      kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[tm.o0 + i]) * E], w_.output_norm.data(), c_.rms_eps,
+                       E, &xn[i * E]);
+  }
+  Quantize(tm, tm.n_out, E, xn_.data(), w_.output.type, xq_);
+  const bool h_prep = Prepare(tm, tm.n_out, w_.output, rows_of(xq_, w_.output), prep_in);
+  Sync(tm);
+  ForRows(tm, c_.n_layer * kSitesPerLayer, w_.output.rows, tm.n_out, h_prep, [&](int64_t r0, int64_t r1) {
+    MatMulRows(tm, w_.output, tm.n_out, xn, rows_of(xq_, w_.output), h_prep ? prep_in : nullptr,
+               logits + static_cast<size_t>(tm.o0) * c_.n_vocab, c_.n_vocab, r0, r1);
+  });
 }
 
 void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits) {
@@ -288,103 +466,21 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
     }
   }
   const int n = static_cast<int>(ids_.size());
-  const int E = c_.n_embd;
   // RoPE angles per token, shared by every head and layer.
   const size_t half = static_cast<size_t>(c_.n_rot / 2);
   rope_cos_.resize(n * half);
   rope_sin_.resize(n * half);
   for (int t = 0; t < n; ++t)
     kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half], &rope_sin_[t * half]);
-  const int n_out = static_cast<int>(out_rows_.size());
-
   for (int i = 0; i < n_sites_; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
   const bool decode_only = std::all_of(batch.begin(), batch.end(),
                                        [](const BatchSegment& s) { return s.n_tokens == 1; });
-  const bool fuse_attention = AttentionFuses(n, decode_only);
-
+  Teams(batch);
   pool_.Run([&](int tid) {
-    Embed(tid, n, ids_.data());
-    pool_.Barrier();
-    for (int layer = 0; layer < c_.n_layer; ++layer) {
-      const LayerWeights& l = w_.layers[layer];
-      const int site = layer * kSitesPerLayer;
-      // Attention block.
-      Normalize(tid, n, l.attn_norm, x_.data(), xn_.data());
-      Quantize(tid, n, E, xn_.data(), l.wq.type, xq_);
-      // K and V usually share Q's activation type; quantize again if not.
-      const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
-      const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
-      if (!k_same) Quantize(tid, n, E, xn_.data(), l.wk.type, xq_k_);
-      if (!v_same) Quantize(tid, n, E, xn_.data(), l.wv.type, xq_v_);
-      const bool q_prep = Prepare(tid, n, l.wq, xq_, prep_in_);
-      pool_.Barrier();
-      // Q, K and V rows in chunks taken by whichever thread is free (on the
-      // prepared path; else each thread its share). No barrier between them.
-      auto qkv = [&](const kernels::MatrixView& w, bool same, const std::vector<uint8_t>& xq, float* y,
-                     int64_t ldy, int s) {
-        const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in_.data() : nullptr;
-        ForRows(tid, s, w.rows, n, prep != nullptr, [&](int64_t r0, int64_t r1) {
-          MatMulRows(tid, w, n, xn_.data(), xq, prep, y, ldy, r0, r1);
-        });
-      };
-      qkv(l.wq, true, xq_, q_.data(), q_dim_, site + 0);
-      qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_, site + 1);
-      qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_, site + 2);
-      pool_.Barrier();
-      if (!fuse_attention) {
-        RopeAndStore(tid, l, layer, n, kv);
-        pool_.Barrier();
-      }
-      Attention(tid, l, layer, site + 6, n, fuse_attention, kv);
-      pool_.Barrier();
-      Quantize(tid, n, q_dim_, att_.data(), l.wo.type, attq_);
-      const bool o_prep = Prepare(tid, n, l.wo, attq_, prep_att_);
-      pool_.Barrier();
-      // x += Wo * att, each chunk adding its own output rows.
-      ForRows(tid, site + 3, l.wo.rows, n, o_prep, [&](int64_t r0, int64_t r1) {
-        AddMatMulRows(tid, l.wo, n, att_.data(), attq_, o_prep ? prep_att_.data() : nullptr, r0, r1);
-      });
-      pool_.Barrier();
-      // Feed-forward block.
-      Normalize(tid, n, l.ffn_norm, x_.data(), xn_.data());
-      Quantize(tid, n, E, xn_.data(), l.w_gate.type, xq_);
-      const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
-      if (!up_same) Quantize(tid, n, E, xn_.data(), l.w_up.type, xq_k_);
-      const bool g_prep = Prepare(tid, n, l.w_gate, xq_, prep_in_) && up_same && SharesPrepared(l.w_up, l.w_gate);
-      pool_.Barrier();
-      // Gate and up rows of a chunk together, then SwiGLU on them.
-      ForRows(tid, site + 4, l.w_gate.rows, n, g_prep, [&](int64_t r0, int64_t r1) {
-        const uint8_t* prep = g_prep ? prep_in_.data() : nullptr;
-        MatMulRows(tid, l.w_gate, n, xn_.data(), xq_, prep, h_.data(), c_.n_ff, r0, r1);
-        MatMulRows(tid, l.w_up, n, xn_.data(), up_same ? xq_ : xq_k_, prep, up_.data(), c_.n_ff, r0, r1);
-        for (int t = 0; t < n; ++t)
-          kernels::SwiGlu(&h_[t * c_.n_ff + r0], &up_[t * c_.n_ff + r0], r1 - r0, &h_[t * c_.n_ff + r0]);
-      });
-      pool_.Barrier();
-      Quantize(tid, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
-      const bool d_prep = Prepare(tid, n, l.w_down, hq_, prep_h_);
-      pool_.Barrier();
-      ForRows(tid, site + 5, l.w_down.rows, n, d_prep, [&](int64_t r0, int64_t r1) {
-        AddMatMulRows(tid, l.w_down, n, h_.data(), hq_, d_prep ? prep_h_.data() : nullptr, r0, r1);
-      });
-      pool_.Barrier();
-    }
-    // Output head on the requested rows, gathered into xn_.
-    if (n_out == 0) return;
-    {
-      int64_t b, e;
-      Range(n_out, pool_.size(), tid, 1, &b, &e);
-      for (int64_t i = b; i < e; ++i)
-        kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[i]) * E], w_.output_norm.data(),
-                         c_.rms_eps, E, &xn_[i * E]);
-    }
-    Quantize(tid, n_out, E, xn_.data(), w_.output.type, xq_);
-    const bool h_prep = Prepare(tid, n_out, w_.output, xq_, prep_in_);
-    pool_.Barrier();
-    ForRows(tid, c_.n_layer * kSitesPerLayer, w_.output.rows, n_out, h_prep, [&](int64_t r0, int64_t r1) {
-      MatMulRows(tid, w_.output, n_out, xn_.data(), xq_, h_prep ? prep_in_.data() : nullptr, logits,
-                 c_.n_vocab, r0, r1);
-    });
+    Team tm = teams_.size() == 1 ? teams_[0] : teams_[tid];
+    tm.tid = tid;
+    tm.index = teams_.size() == 1 ? tid : 0;
+    Layers(tm, kv, decode_only, logits);
   });
 }
 

@@ -4,7 +4,8 @@
 // over a ragged batch of sequences (each a chunk of new tokens after its
 // cached positions, its KV in a paged KvStore), as one parallel region on a
 // thread pool: every stage splits its work between the threads and ends in a
-// barrier.
+// barrier, or, for a batch of many sequences, each thread runs the whole pass
+// over its own share of the sequences, with no barrier at all.
 //
 // Batch invariance: the numbers computed for a token do not depend on which
 // other tokens share its batch (every per-token reduction runs in the same
@@ -72,35 +73,51 @@ class LlamaForward {
   void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
 
  private:
-  void Embed(int tid, int n, const int32_t* tokens);
-  void Normalize(int tid, int n, const std::vector<float>& w, const float* in, float* out);
-  void Quantize(int tid, int n, int64_t cols, const float* in, kernels::DType weight_type,
+  // Threads computing a run of the batch's tokens together: `size` threads
+  // (this one `index` among them, `tid` in the pool) over tokens [t0, t0 + n),
+  // whose rows they use in every activation buffer, and logits rows
+  // [o0, o0 + n_out). The whole batch is one team of all threads, or, for
+  // batches of many sequences, each thread is a team of its own (Teams()).
+  struct Team {
+    int tid = 0, index = 0, size = 1;
+    int t0 = 0, n = 0;
+    int o0 = 0, n_out = 0;
+  };
+  // Splits the batch into teams: one per thread when it has whole segments to
+  // give each thread about the same work, else one team of all threads.
+  void Teams(std::span<const BatchSegment> batch);
+  void Layers(const Team& tm, KvStore& kv, bool decode_only, float* logits);
+  void Sync(const Team& tm) {
+    if (tm.size > 1) pool_.Barrier();
+  }
+  void Embed(const Team& tm);
+  void Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out);
+  void Quantize(const Team& tm, int n, int64_t cols, const float* in, kernels::DType weight_type,
                 std::vector<uint8_t>& out);
-  void MatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
-                  const std::vector<uint8_t>& xq, const uint8_t* prep, float* y, int64_t ldy,
-                  int64_t r0, int64_t r1);
-  void AddMatMulRows(int tid, const kernels::MatrixView& w, int n, const float* x,
-                     const std::vector<uint8_t>& xq, const uint8_t* prep, int64_t r0, int64_t r1);
-  bool Prepare(int tid, int n, const kernels::MatrixView& w, const std::vector<uint8_t>& xq,
-               std::vector<uint8_t>& prep);
+  void MatMulRows(const Team& tm, const kernels::MatrixView& w, int n, const float* x,
+                  const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x, const uint8_t* xq,
+                     const uint8_t* prep, int64_t r0, int64_t r1);
+  // The team's region of a prepared buffer for rows of `cols`.
+  uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
+  bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq, uint8_t* prep);
   bool SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const;
-  // Calls work(r0, r1) over [0, rows) for a batch of n_tokens: with
+  // Calls work(r0, r1) over [0, rows) for the team's n_tokens: with
   // `prepared` activations and at least kDynamicTokens tokens, in 16-row-aligned
-  // chunks that free threads claim from counter `site` (so a slower core does
-  // less); else over this thread's static share.
+  // chunks that the team's free threads claim from counter `site` (so a slower
+  // core does less); else over this thread's static share.
   template <typename F>
-  void ForRows(int tid, int site, int64_t rows, int n_tokens, bool prepared, F&& work) {
-    const int threads = pool_.size();
-    if (!prepared || n_tokens < kDynamicTokens || threads == 1) {
+  void ForRows(const Team& tm, int site, int64_t rows, int n_tokens, bool prepared, F&& work) {
+    if (!prepared || n_tokens < kDynamicTokens || tm.size == 1) {
       int64_t r0, r1;
-      kernels::ThreadPool::Split(rows, threads, tid, 16, &r0, &r1);
+      kernels::ThreadPool::Split(rows, tm.size, tm.index, 16, &r0, &r1);
       if (r0 < r1) work(r0, r1);
       return;
     }
     const int64_t groups = (rows + 15) / 16;
     // About 4 chunks per thread, at least 64 rows each (a claim costs a
     // cache-line transfer between cores).
-    const int64_t chunk = 16 * std::max<int64_t>(4, groups / (4 * threads));
+    const int64_t chunk = 16 * std::max<int64_t>(4, groups / (4 * tm.size));
     const int64_t chunks = (rows + chunk - 1) / chunk;
     std::atomic<int64_t>& counter = claims_[site].next;
     for (int64_t c = counter.fetch_add(1, std::memory_order_relaxed); c < chunks;
@@ -109,9 +126,9 @@ class LlamaForward {
   }
   void RopeQuery(const LayerWeights& l, int t, int h);
   void RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv);
-  void RopeAndStore(int tid, const LayerWeights& l, int layer, int n, KvStore& kv);
-  bool AttentionFuses(int n, bool decode_only) const;
-  void Attention(int tid, const LayerWeights& l, int layer, int site, int n, bool fused, KvStore& kv);
+  void RopeAndStore(const Team& tm, const LayerWeights& l, int layer, KvStore& kv);
+  bool AttentionFuses(const Team& tm, bool decode_only) const;
+  void Attention(const Team& tm, const LayerWeights& l, int layer, int site, bool fused, KvStore& kv);
 
   const ModelConfig& c_;
   const LlamaWeights& w_;
@@ -148,6 +165,7 @@ class LlamaForward {
   std::vector<const int32_t*> table_;
   std::vector<int32_t> ids_;
   std::vector<int> out_rows_;               // tokens whose logits are wanted
+  std::vector<Team> teams_;                 // Teams(): one per thread, or one for all
 };
 
 }  // namespace braid
