@@ -279,7 +279,15 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, i
     kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch, &att_[off]);
   };
   if (tm.size == 1) {
-    for (int64_t it = 0; it < items; ++it) item(it);
+    for (int64_t it = 0; it < items; ++it) {
+      if (it + 1 < items) {  // the next item's first K rows, read while this one computes
+        const int t = tm.t0 + static_cast<int>((it + 1) / items_per_token);
+        const int h = static_cast<int>((it + 1) % items_per_token) * per_item;
+        pk.block_table = table_[t];
+        kernels::AttendPrefetch(pk, hd, h / group, pos_[t] + 1);
+      }
+      item(it);
+    }
     return;
   }
   const int64_t run = std::max<int64_t>(1, items / (8 * tm.size));
