@@ -366,7 +366,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   // scales (one line each: the V scales are read by the softmax pass below);
   // past the last K tile, the first V tiles, so that the stream from memory
   // does not stop between the passes.
-  constexpr int kAhead = 8;
+  constexpr int kAhead = 4;
   auto prefetch = [&](int b) {
     if (b >= nblocks) {
       if (b < 2 * nblocks) Prefetch(vbase + tile(b - nblocks), hd / 4);

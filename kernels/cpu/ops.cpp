@@ -34,13 +34,15 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
   cpu::Kernels().attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
 }
 
+// Every K tile of the item, into L2 (the kernel's own prefetch brings the
+// lines on to L1 just ahead of use): measured (attention_bench) ~10% more
+// bytes/s than the first tiles only, and more than fetching V as well.
 void AttendPrefetch(const PagedKv& kv, int head_dim, int kv_head, int len) {
   const size_t elem = kv.type == KvType::kF32 ? 4 : kv.type == KvType::kF16 ? 2 : 1;
   const size_t tile = elem * static_cast<size_t>(kv.block_size) * head_dim;  // one head's rows of a block
-  constexpr int kBlocks = 2;
-  for (int b = 0; b < kBlocks && b * kv.block_size < len; ++b) {
-    const char* p = static_cast<const char*>(kv.k) + elem * kv.TileOffset(kv_head, b * kv.block_size);
-    for (size_t o = 0; o < tile; o += 64) __builtin_prefetch(p + o, 0, 3);
+  for (int j = 0; j < len; j += kv.block_size) {
+    const char* p = static_cast<const char*>(kv.k) + elem * static_cast<size_t>(kv.TileOffset(kv_head, j));
+    for (size_t o = 0; o < tile; o += 64) __builtin_prefetch(p + o, 0, 2);
   }
 }
 

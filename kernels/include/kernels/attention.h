@@ -102,7 +102,7 @@ bool AttentionFastQ8(int head_dim, int block_size);
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
 
-// Starts fetching the first cached K rows that AttendPaged(..., kv, kv_head,
+// Starts fetching the cached K rows that AttendPaged(..., kv, kv_head,
 // len, ...) will read, so that a caller can overlap that wait with the work
 // before it. A hint: no effect on any result.
 void AttendPrefetch(const PagedKv& kv, int head_dim, int kv_head, int len);

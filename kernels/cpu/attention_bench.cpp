@@ -1,0 +1,129 @@
+// Microbenchmark of decode attention over a paged KV cache, SmolLM2-135M's
+// shapes (3 KV heads of 64, 3 query heads each), as the serving engine runs
+// it: each thread takes its own sequences and, layer by layer, attends every
+// (sequence, KV head) over its context. Blocks of different sequences are
+// interleaved in the pool as they are when sequences grow together, and there
+// are enough layers for the cache to exceed the last-level cache.
+// Prints GB/s of K/V bytes read (values and row scales) per KV type, next to
+// the read bandwidth MeasureReadBandwidth finds in the same run.
+//
+// Usage: attention_bench [seconds_per_case (default 1)] [context (default 320)]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/huge_pages.h"
+#include "kernels/membw.h"
+#include "kernels/thread_pool.h"
+
+using namespace braid::kernels;
+
+namespace {
+
+constexpr int kLayers = 30, kKv = 3, kGroup = 3, kHd = 64, kBs = 16, kSeqs = 16;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Cache {
+  KvType type;
+  size_t elem;
+  std::vector<uint8_t, LargeAllocator<uint8_t>> k, v;
+  std::vector<float, LargeAllocator<float>> k_scale, v_scale;
+  PagedKv Layer(int layer, int n_blocks) const {
+    PagedKv p;
+    const size_t per_layer = static_cast<size_t>(n_blocks) * kBs * kKv * kHd;
+    p.k = k.data() + layer * per_layer * elem;
+    p.v = v.data() + layer * per_layer * elem;
+    p.block_size = kBs;
+    p.block_stride = static_cast<int64_t>(kBs) * kKv * kHd;
+    p.head_stride = static_cast<int64_t>(kBs) * kHd;
+    p.row_stride = kHd;
+    p.k_transposed = type != KvType::kF32;
+    p.type = type;
+    if (type == KvType::kQ8) {
+      const size_t scales = static_cast<size_t>(n_blocks) * kBs * kKv;
+      p.k_scale = k_scale.data() + layer * scales;
+      p.v_scale = v_scale.data() + layer * scales;
+      p.scale_block_stride = static_cast<int64_t>(kKv) * kBs;
+    }
+    return p;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
+  const int context = argc > 2 ? std::atoi(argv[2]) : 320;
+  const int blocks_per_seq = (context + kBs - 1) / kBs;
+  const int n_blocks = blocks_per_seq * kSeqs;
+  // Block j of sequence s is pool block j * kSeqs + s: the sequences grew together.
+  std::vector<std::vector<int32_t>> tables(kSeqs, std::vector<int32_t>(blocks_per_seq));
+  for (int s = 0; s < kSeqs; ++s)
+    for (int j = 0; j < blocks_per_seq; ++j) tables[s][j] = j * kSeqs + s;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(kSeqs) * kKv * kGroup * kHd);
+  for (float& x : q) x = u(rng);
+  std::printf("context %d, %d sequences, %d layers, %d KV heads of %d, block %d\n", context, kSeqs,
+              kLayers, kKv, kHd, kBs);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads, MeasureReadBandwidth(pool, size_t{256} << 20, 3) / 1e9);
+    for (KvType type : {KvType::kF16, KvType::kQ8}) {
+      Cache c;
+      c.type = type;
+      c.elem = type == KvType::kF16 ? 2 : 1;
+      const size_t elems = static_cast<size_t>(kLayers) * n_blocks * kBs * kKv * kHd;
+      c.k.assign(elems * c.elem, 0);
+      c.v.assign(elems * c.elem, 0);
+      std::uniform_int_distribution<int> byte(0, 255);
+      for (auto& x : c.k) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
+      for (auto& x : c.v) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
+      if (type == KvType::kQ8) {
+        c.k_scale.assign(static_cast<size_t>(kLayers) * n_blocks * kBs * kKv, 0.01f);
+        c.v_scale.assign(c.k_scale.size(), 0.01f);
+      }
+      const double bytes_per_step = static_cast<double>(kLayers) * kSeqs * kKv * context *
+                                    (2.0 * kHd * c.elem + (type == KvType::kQ8 ? 8 : 0));
+      int steps = 0;
+      const double t0 = Now();
+      double t = t0;
+      while (t - t0 < seconds) {
+        pool.Run([&](int tid) {
+          std::vector<float> scratch(kGroup * context + 64), out(kGroup * kHd);
+          for (int layer = 0; layer < kLayers; ++layer) {
+            PagedKv kv = c.Layer(layer, n_blocks);
+            for (int s = tid; s < kSeqs; s += threads) {
+              for (int g = 0; g < kKv; ++g) {
+                // As the engine does: the next item's first K rows, then this item.
+                const int ns = g + 1 < kKv ? s : s + threads;
+                if (ns < kSeqs) {
+                  kv.block_table = tables[ns].data();
+                  AttendPrefetch(kv, kHd, (g + 1) % kKv, context);
+                }
+                kv.block_table = tables[s].data();
+                AttendPaged(&q[(static_cast<size_t>(s) * kKv + g) * kGroup * kHd], kGroup, kHd, kv, g, context,
+                            0.125f, scratch.data(), out.data());
+              }
+            }
+          }
+        });
+        ++steps;
+        t = Now();
+      }
+      const double per_step = (t - t0) / steps;
+      std::printf("  %-4s %7.2f ms per step (%d sequences)  %6.1f GB/s\n", type == KvType::kF16 ? "f16" : "q8",
+                  per_step * 1e3, kSeqs, bytes_per_step / per_step / 1e9);
+    }
+  }
+  return 0;
+}
