@@ -351,9 +351,9 @@ void LlamaForward::Teams(std::span<const BatchSegment> batch) {
   teams_ = std::move(teams);
 }
 
-// The whole pass for one team's tokens (the rows [t0, t0 + n) of every
-// activation buffer), its logits rows into logits[o0..].
-void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only, float* logits) {
+// Every layer for one team's tokens (the rows [t0, t0 + n) of every
+// activation buffer).
+void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   const int E = c_.n_embd;
   const int n = tm.n;
   const size_t t0 = static_cast<size_t>(tm.t0);
@@ -440,7 +440,19 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only, float* 
     });
     Sync(tm);
   }
-  // Output head on the team's requested rows, gathered into its rows of xn_.
+}
+
+// The output head on the team's requested rows (gathered into its rows of
+// xn_), into logits rows [o0, o0 + n_out).
+void LlamaForward::Head(const Team& tm, float* logits) {
+  const int E = c_.n_embd;
+  const size_t t0 = static_cast<size_t>(tm.t0);
+  float* xn = xn_.data() + t0 * E;
+  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) -> uint8_t* {
+    if (exact_) return nullptr;
+    return buf.data() + t0 * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
+  };
+  uint8_t* prep_in = exact_ ? nullptr : PreparedFor(tm, prep_in_, E);
   if (tm.n_out == 0) return;
   {
     int64_t b, e;
@@ -484,11 +496,21 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   const bool decode_only = std::all_of(batch.begin(), batch.end(),
                                        [](const BatchSegment& s) { return s.n_tokens == 1; });
   Teams(batch);
+  // The output head always as one team of all threads: its matrix (the
+  // largest) is then read once, not once per team.
+  Team all;
+  all.size = pool_.size();
+  all.n = n;
+  all.n_out = static_cast<int>(out_rows_.size());
   pool_.Run([&](int tid) {
     Team tm = teams_.size() == 1 ? teams_[0] : teams_[tid];
     tm.tid = tid;
     tm.index = teams_.size() == 1 ? tid : 0;
-    Layers(tm, kv, decode_only, logits);
+    Layers(tm, kv, decode_only);
+    if (teams_.size() > 1) pool_.Barrier();
+    Team head = all;
+    head.tid = head.index = tid;
+    Head(head, logits);
   });
 }
 

@@ -86,7 +86,8 @@ class LlamaForward {
   // Splits the batch into teams: one per thread when it has whole segments to
   // give each thread about the same work, else one team of all threads.
   void Teams(std::span<const BatchSegment> batch);
-  void Layers(const Team& tm, KvStore& kv, bool decode_only, float* logits);
+  void Layers(const Team& tm, KvStore& kv, bool decode_only);
+  void Head(const Team& tm, float* logits);
   void Sync(const Team& tm) {
     if (tm.size > 1) pool_.Barrier();
   }
