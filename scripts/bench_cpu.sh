@@ -20,13 +20,20 @@ echo "== braid bench (pp512, tg128, $threads threads): split 16-bit, then int8 a
 echo "== braid bench (1 thread)"
 "$braid" bench -p 512 -n 128 -r 3 -t 1 --json "$out/bench_t1.json"
 
-for p in split16 int8; do
-  echo "== serving ($p): 256-token prompts, 128-token outputs"
+# Serving configurations: activations (split 16-bit or int8) and KV cache
+# element type (fp16, or q8 read by integer dot products).
+for cfg in "split16 f16" "int8 f16" "int8 q8"; do
+  read -r p kv <<<"$cfg"
+  name="${p}_${kv}"
+  echo "== serving ($p, $kv KV): 256-token prompts, 128-token outputs"
   "$braid" bench --serve -c 1,4,16,64 -r 3 --prompt-len 256 --gen-len 128 -t "$threads" --precision "$p" \
-    --json "$out/serve_${p}_t${threads}.json"
-  echo "== serving ($p): the same with a 512-token shared prefix"
+    --kv "$kv" --json "$out/serve_${name}_t${threads}.json"
+  echo "== serving ($p, $kv KV): the same with a 512-token shared prefix"
   "$braid" bench --serve -c 1,4,16 -r 3 --prompt-len 256 --gen-len 128 --shared-prefix 512 \
-    -t "$threads" --precision "$p" --json "$out/serve_shared_${p}_t${threads}.json"
-  echo "== latency class beside throughput work ($p)"
-  "$braid" bench --serve --latency-mix 8 --prompt-len 256 --gen-len 64 -t "$threads" --precision "$p"
+    -t "$threads" --precision "$p" --kv "$kv" --json "$out/serve_shared_${name}_t${threads}.json"
+  echo "== latency class beside throughput work ($p, $kv KV)"
+  "$braid" bench --serve --latency-mix 8 --prompt-len 256 --gen-len 64 -t "$threads" --precision "$p" --kv "$kv"
 done
+# The batching goal (16 concurrent >= 6x single), levels 1 and 16 taking turns.
+echo "== batching goal (int8, q8 KV): 1 and 16 concurrent, 5 repetitions"
+"$braid" bench --serve -c 1,16 -r 5 --prompt-len 256 --gen-len 128 -t "$threads" --precision int8 --kv q8
