@@ -32,7 +32,7 @@ TEST_CASE("latency budget: a latency-only step is forced every refresh period") 
 }
 
 TEST_CASE("latency budget: the reference is per latency token count") {
-  LatencyBudget b(16);
+  LatencyBudget b(16, 1.4, 32);
   b.Observe(1, 1.0, true);
   CHECK(b.Cap(3) == 3);                  // 3 latency tokens alone never measured
   b.Observe(3, 2.0, true);
