@@ -138,6 +138,11 @@ TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with int8 activations") 
   CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kInt8);
 }
 
+TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with int8 activations and a q8 KV cache") {
+  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kInt8,
+              ModelOptions::KvCache::kQ8);
+}
+
 TEST_CASE("tiny safetensors checkpoints match transformers") {
   const std::string dir = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models";
   int seen = 0;
