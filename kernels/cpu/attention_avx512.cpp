@@ -132,6 +132,9 @@ inline __m512 Load16(const uint16_t* p) {
 inline void Prefetch(const void* p, int lines) {
   for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T0);
 }
+inline void PrefetchL2(const void* p, int lines) {
+  for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T1);
+}
 
 // Scores of every head, 16 positions at a time: s[h * len + j] = scale * (q_h . k_j).
 template <int C, typename E>
@@ -377,6 +380,9 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Prefetch(kv.k_scale + so, 1);
     Prefetch(kv.v_scale + so, 1);
   };
+  // The item's V tiles into L2 now, so that their misses overlap the K pass
+  // (attention_bench: ~8% more bytes/s on one thread).
+  for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
   for (int b = 0; b < kAhead; ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
     prefetch(b + kAhead);
