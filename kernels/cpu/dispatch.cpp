@@ -101,6 +101,7 @@ KernelTable MakeBest() {
     FillAvx512Decode16(&t);
     FillAvx512Decode8(&t);
     FillAvx512Gemm16(&t);
+    FillAvx512Quantize(&t);
     FillAvx512Attention(&t);
   }
 #endif

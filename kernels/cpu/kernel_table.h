@@ -141,6 +141,7 @@ void FillAvx512VecDot(KernelTable* t);
 void FillAvx512Decode16(KernelTable* t);
 void FillAvx512Decode8(KernelTable* t);
 void FillAvx512Gemm16(KernelTable* t);
+void FillAvx512Quantize(KernelTable* t);
 void FillAvx2Attention(KernelTable* t);
 void FillAvx512Attention(KernelTable* t);
 
