@@ -181,8 +181,7 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
           for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(rows[i] + 16 * c), acc[i]);
         }
       }
-      StoreFirst(s + static_cast<int64_t>(h) * len + j0, n,
-                            _mm512_mul_ps(TransposeSum16(acc), vscale));
+      StoreFirst(s + static_cast<int64_t>(h) * len + j0, n, _mm512_mul_ps(TransposeSum16(acc), vscale));
     }
     for (int i = 0; i < n_next; ++i) off[i] = next[i];
   }
@@ -227,8 +226,7 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
       }
       Unroll<NH>([&](auto h) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
-        StoreFirst(s + static_cast<int64_t>(h0 + h) * len + 16 * b, n,
-                              _mm512_mul_ps(sum, vscale));
+        StoreFirst(s + static_cast<int64_t>(h0 + h) * len + 16 * b, n, _mm512_mul_ps(sum, vscale));
       });
     };
     for (int h0 = 0; h0 < n_q; h0 += kHeads) {
@@ -401,7 +399,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Unroll<NH>([&](auto h) {
       const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(acc[h][0], acc[h][1]), corr[h]);
       StoreFirst(s + h * len + 16 * b, len - 16 * b,
-                            _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ks, _mm512_set1_ps(c[h]))));
+                 _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ks, _mm512_set1_ps(c[h]))));
     });
   }
 
