@@ -121,6 +121,46 @@ TEST_CASE("batched greedy decoding equals one request at a time, with preemption
   CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
 }
 
+// With 2 threads a step of many decodes runs as one team per thread (each
+// thread all the layers over its own sequences), a single sequence as one team
+// of both threads: the tokens must not depend on which, for every KV type the
+// fast path uses and both activation precisions.
+TEST_CASE("batched greedy decoding on 2 threads (a team per thread) equals one request at a time") {
+  if (!HaveModel()) return;
+  struct Config {
+    ModelOptions::Precision precision;
+    ModelOptions::KvCache kv;
+  };
+  for (Config cfg : {Config{ModelOptions::Precision::kSplit16, ModelOptions::KvCache::kF16},
+                     Config{ModelOptions::Precision::kInt8, ModelOptions::KvCache::kQ8}}) {
+    EngineOptions o = Options(64 * 64);
+    o.model.threads = 2;
+    o.model.precision = cfg.precision;
+    o.model.kv_cache = cfg.kv;
+    auto engine = Engine::Open(o);
+    REQUIRE(engine.ok());
+    Engine& e = **engine;
+    const int n = 12;
+    auto prompts = Prompts(e.model(), n);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest g;
+      g.prompt = prompts[i];
+      g.sampling = SamplingParams::Greedy();
+      g.sampling.max_tokens = 24;
+      g.sampling.ignore_eos = true;
+      auto h = e.Submit(g);
+      REQUIRE(h.ok());
+      handles.push_back(*h);
+    }
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CAPTURE(static_cast<int>(cfg.kv));
+      CHECK(handles[i]->Wait().tokens == Alone(e.model(), prompts[i], 24));
+    }
+  }
+}
+
 TEST_CASE("a repeated 1,000-token prefix comes from the cache; salts keep tenants apart") {
   if (!HaveModel()) return;
   auto engine = Engine::Open(Options(8192));
