@@ -26,15 +26,20 @@ const char* kBenchHelp =
     "  -t N        threads (default: all cores)\n"
     "  --exact     fp32 activations and KV cache\n"
     "  --precision split16|int8   fast-path activations (default split16)\n"
-    "  --kv TYPE   KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
+    "  --kv TYPE   KV cache: f16 (default), q8 (int8 + a scale per row, attention on\n"
+    "              integer dot products) or f32\n"
     "  --no-bw     skip the bandwidth probe\n"
     "  --json FILE also write the results as JSON\n"
     "\n"
     "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
     "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json FILE]\n"
+    "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N]\n"
     "  concurrent requests through the serving engine: throughput, TTFT and\n"
-    "  inter-token latency percentiles per concurrency level (with -r, the run\n"
-    "  with the median decode rate of REPS runs per level)\n";
+    "  inter-token latency percentiles per concurrency level. Decode tok/s counts\n"
+    "  the tokens that came while every request of the level was decoding. With\n"
+    "  -r the levels take turns REPS times; per level the run with the median\n"
+    "  decode rate is kept, and each level's ratio to the single request run just\n"
+    "  before it is printed per repetition.\n";
 
 struct Stats {
   double mean = 0, stddev = 0;
