@@ -130,6 +130,31 @@ TEST_CASE("AttendPaged matches the reference") {
   ForceScalarKernels(before);
 }
 
+TEST_CASE("AttendPaged: q8 over more positions than one int32 run holds") {
+  // The integer V sums restart every kQ8AttentionRun positions (attention.h):
+  // a context just past one run, with the largest V values, so that the
+  // kernel's run loop (and each run's int32 sums near their limit) is checked
+  // against the reference's.
+  std::mt19937 rng(33);
+  testing::ForEachSimdTable([&] {
+    const int hd = 64, bs = 16, n_kv = 1, n_q = 3;
+    const int len = ref::kQ8AttentionRun + 300;
+    const int n_blocks = (len + bs - 1) / bs;
+    Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd);
+    std::fill(c.v8.begin(), c.v8.end(), static_cast<int8_t>(127));
+    std::fill(c.k8.begin(), c.k8.end(), static_cast<int8_t>(0));  // equal scores: every weight maximal
+    const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
+    std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
+    AttendPaged(q.data(), n_q, hd, c.kv8, 0, len, 0.125f, scratch.data(), got.data());
+    ref::AttendPaged(q.data(), n_q, hd, c.kv8, 0, len, 0.125f, scratch.data(), want.data());
+    int bad = 0;
+    for (int i = 0; i < n_q * hd; ++i) bad += std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]));
+    INFO("isa " << std::string(KernelIsa()) << " out[0] " << got[0] << " want " << want[0]);
+    CHECK(bad == 0);
+    CHECK(want[0] > 0.0f);
+  });
+}
+
 TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with it") {
   std::mt19937 rng(32);
   testing::ForEachSimdTable([&] {
