@@ -126,17 +126,22 @@ void LlamaForward::Normalize(const Team& tm, int n, const std::vector<float>& w,
     kernels::RmsNorm(in + i * c_.n_embd, w.data(), c_.rms_eps, c_.n_embd, out + i * c_.n_embd);
 }
 
-// in: the team's rows [t0, t0 + n) of a [*, cols] fp32 buffer -> the same rows
-// of `out`, quantized for `weight_type`'s dot product.
-void LlamaForward::Quantize(const Team& tm, int n, int64_t cols, const float* in, DType weight_type,
-                            std::vector<uint8_t>& out) {
+// in: n rows of w.cols fp32 (the team's) -> `out`: the same rows quantized
+// for w's dot product (QuantizedRows).
+void LlamaForward::Quantize(const Team& tm, int n, const kernels::MatrixView& w, const float* in, uint8_t* out) {
   if (exact_) return;
-  const DType act = kernels::ActivationType(weight_type, act_precision_);
-  const size_t row = kernels::RowBytes(act, cols);
+  const DType act = kernels::ActivationType(w.type, act_precision_);
+  const size_t row = kernels::RowBytes(act, w.cols);
   int64_t b, e;
   Range(n, tm.size, tm.index, 1, &b, &e);
-  for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i)
-    kernels::QuantizeActivations(act, in + i * cols, &out[i * row], cols);
+  for (int64_t i = b; i < e; ++i) kernels::QuantizeActivations(act, in + i * w.cols, out + i * row, w.cols);
+}
+
+// The team's rows of `buf`, a buffer of activation rows quantized for w
+// (nullptr on the exact path, which quantizes nothing).
+uint8_t* LlamaForward::QuantizedRows(const Team& tm, std::vector<uint8_t>& buf, const kernels::MatrixView& w) const {
+  if (exact_) return nullptr;
+  return buf.data() + static_cast<size_t>(tm.t0) * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
 }
 
 // y[t, r] = W[r] . x[t] for the n tokens at x / xq / y (the team's rows) and r
@@ -174,6 +179,21 @@ void LlamaForward::AddMatMulRows(const Team& tm, const kernels::MatrixView& w, c
   MatMulRows(tm, w, tm.n, x, xq, prep, yt, E, r0, r1);
   for (int t = 0; t < tm.n; ++t)
     for (int64_t r = r0; r < r1; ++r) xt[t * E + r] += yt[t * E + r];
+}
+
+// x += W in for the team's tokens: `in` quantized into the team's rows of
+// q_buf and prepared into `prep`, then W's rows in chunks (ForRows at `site`),
+// each adding its own output rows.
+void LlamaForward::AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
+                                 std::vector<uint8_t>& q_buf, uint8_t* prep, int site) {
+  uint8_t* xq = QuantizedRows(tm, q_buf, w);
+  Quantize(tm, tm.n, w, in, xq);
+  const bool prepared = Prepare(tm, tm.n, w, xq, prep);
+  Sync(tm);
+  ForRows(tm, site, w.rows, tm.n, prepared, [&](int64_t r0, int64_t r1) {
+    AddMatMulRows(tm, w, in, xq, prepared ? prep : nullptr, r0, r1);
+  });
+  Sync(tm);
 }
 
 uint8_t* LlamaForward::PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const {
@@ -267,9 +287,11 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, i
   const int items_per_token = c_.n_head / per_item;
   kernels::PagedKv pk = kv.Layer(layer);
   const int64_t items = static_cast<int64_t>(tm.n) * items_per_token;
+  // Item `it`: token t, query heads [h, h + per_item), KV head h / group.
+  auto token = [&](int64_t it) { return tm.t0 + static_cast<int>(it / items_per_token); };
+  auto head = [&](int64_t it) { return static_cast<int>(it % items_per_token) * per_item; };
   auto item = [&](int64_t it) {
-    const int t = tm.t0 + static_cast<int>(it / items_per_token);
-    const int h = static_cast<int>(it % items_per_token) * per_item;  // first query head
+    const int t = token(it), h = head(it);
     if (fused) {
       RopeStoreKv(l, layer, t, h / group, kv);
       for (int i = 0; i < per_item; ++i) RopeQuery(l, t, h + i);
@@ -280,11 +302,9 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, i
   };
   if (tm.size == 1) {
     for (int64_t it = 0; it < items; ++it) {
-      if (it + 1 < items) {  // the next item's first K rows, read while this one computes
-        const int t = tm.t0 + static_cast<int>((it + 1) / items_per_token);
-        const int h = static_cast<int>((it + 1) % items_per_token) * per_item;
-        pk.block_table = table_[t];
-        kernels::AttendPrefetch(pk, hd, h / group, pos_[t] + 1);
+      if (it + 1 < items) {  // the next item's K rows, read while this one computes
+        pk.block_table = table_[token(it + 1)];
+        kernels::AttendPrefetch(pk, hd, head(it + 1) / group, pos_[token(it + 1)] + 1);
       }
       item(it);
     }
@@ -306,11 +326,9 @@ constexpr double kMaxTeamImbalance = 1.25;
 void LlamaForward::Teams(std::span<const BatchSegment> batch) {
   const int threads = pool_.size();
   const int n = static_cast<int>(ids_.size());
-  const int n_out = static_cast<int>(out_rows_.size());
   teams_.assign(1, Team{});
   teams_[0].size = threads;
   teams_[0].n = n;
-  teams_[0].n_out = n_out;
   if (threads < 2 || n < kMinTeamTokens * threads) return;
   // A segment's work: its tokens, each with attention over its context (a
   // token's matmuls cost about as much as attention over 4096 positions).
@@ -341,13 +359,6 @@ void LlamaForward::Teams(std::span<const BatchSegment> batch) {
     if (tm.n < kMinTeamTokens || mine > kMaxTeamImbalance * total / threads) return;
     teams.push_back(tm);
   }
-  // Logits rows: out_rows_ is in token order, so each team's are a run.
-  int o = 0;
-  for (Team& tm : teams) {
-    tm.o0 = o;
-    while (o < n_out && out_rows_[o] < tm.t0 + tm.n) ++o;
-    tm.n_out = o - tm.o0;
-  }
   teams_ = std::move(teams);
 }
 
@@ -362,11 +373,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   float* att = att_.data() + t0 * q_dim_;
   float* hh = h_.data() + t0 * c_.n_ff;
   float* up = up_.data() + t0 * c_.n_ff;
-  // The team's quantized rows of a buffer of rows quantized for w.
-  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) -> uint8_t* {
-    if (exact_) return nullptr;
-    return buf.data() + t0 * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
-  };
+  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) { return QuantizedRows(tm, buf, w); };
   uint8_t* prep_in = exact_ ? nullptr : PreparedFor(tm, prep_in_, E);
   uint8_t* prep_att = exact_ ? nullptr : PreparedFor(tm, prep_att_, q_dim_);
   uint8_t* prep_h = exact_ ? nullptr : PreparedFor(tm, prep_h_, c_.n_ff);
@@ -379,12 +386,12 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     const int site = layer * kSitesPerLayer;
     // Attention block.
     Normalize(tm, n, l.attn_norm, x, xn);
-    Quantize(tm, n, E, xn_.data(), l.wq.type, xq_);
+    Quantize(tm, n, l.wq, xn, rows_of(xq_, l.wq));
     // K and V usually share Q's activation type; quantize again if not.
     const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
     const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
-    if (!k_same) Quantize(tm, n, E, xn_.data(), l.wk.type, xq_k_);
-    if (!v_same) Quantize(tm, n, E, xn_.data(), l.wv.type, xq_v_);
+    if (!k_same) Quantize(tm, n, l.wk, xn, rows_of(xq_k_, l.wk));
+    if (!v_same) Quantize(tm, n, l.wv, xn, rows_of(xq_v_, l.wv));
     const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
     Sync(tm);
     // Q, K and V rows in chunks taken by whichever thread is free (on the
@@ -407,66 +414,50 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     }
     Attention(tm, l, layer, site + 6, fuse_attention, kv);
     Sync(tm);
-    Quantize(tm, n, q_dim_, att_.data(), l.wo.type, attq_);
-    const bool o_prep = Prepare(tm, n, l.wo, rows_of(attq_, l.wo), prep_att);
-    Sync(tm);
-    // x += Wo * att, each chunk adding its own output rows.
-    ForRows(tm, site + 3, l.wo.rows, n, o_prep, [&](int64_t r0, int64_t r1) {
-      AddMatMulRows(tm, l.wo, att, rows_of(attq_, l.wo), o_prep ? prep_att : nullptr, r0, r1);
-    });
-    Sync(tm);
+    AddProjection(tm, l.wo, att, attq_, prep_att, site + 3);  // x += Wo att
     // Feed-forward block.
     Normalize(tm, n, l.ffn_norm, x, xn);
-    Quantize(tm, n, E, xn_.data(), l.w_gate.type, xq_);
+    Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
     const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
-    if (!up_same) Quantize(tm, n, E, xn_.data(), l.w_up.type, xq_k_);
+    if (!up_same) Quantize(tm, n, l.w_up, xn, rows_of(xq_k_, l.w_up));
     const bool g_prep =
         Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same && SharesPrepared(l.w_up, l.w_gate);
     Sync(tm);
     // Gate and up rows of a chunk together, then SwiGLU on them.
+    const uint8_t* gate_q = rows_of(xq_, l.w_gate);
+    const uint8_t* up_q = rows_of(up_same ? xq_ : xq_k_, l.w_up);
     ForRows(tm, site + 4, l.w_gate.rows, n, g_prep, [&](int64_t r0, int64_t r1) {
       const uint8_t* prep = g_prep ? prep_in : nullptr;
-      MatMulRows(tm, l.w_gate, n, xn, rows_of(xq_, l.w_gate), prep, hh, c_.n_ff, r0, r1);
-      MatMulRows(tm, l.w_up, n, xn, rows_of(up_same ? xq_ : xq_k_, l.w_up), prep, up, c_.n_ff, r0, r1);
+      MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
+      MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
       for (int t = 0; t < n; ++t)
         kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0, &hh[t * c_.n_ff + r0]);
     });
     Sync(tm);
-    Quantize(tm, n, c_.n_ff, h_.data(), l.w_down.type, hq_);
-    const bool d_prep = Prepare(tm, n, l.w_down, rows_of(hq_, l.w_down), prep_h);
-    Sync(tm);
-    ForRows(tm, site + 5, l.w_down.rows, n, d_prep, [&](int64_t r0, int64_t r1) {
-      AddMatMulRows(tm, l.w_down, hh, rows_of(hq_, l.w_down), d_prep ? prep_h : nullptr, r0, r1);
-    });
-    Sync(tm);
+    AddProjection(tm, l.w_down, hh, hq_, prep_h, site + 5);  // x += Wdown h
   }
 }
 
-// The output head on the team's requested rows (gathered into its rows of
-// xn_), into logits rows [o0, o0 + n_out).
-void LlamaForward::Head(const Team& tm, float* logits) {
+// The output head on the batch's requested rows (gathered into rows
+// [0, n_out) of xn_), by the team of all threads.
+void LlamaForward::Head(const Team& all, float* logits) {
   const int E = c_.n_embd;
-  const size_t t0 = static_cast<size_t>(tm.t0);
-  float* xn = xn_.data() + t0 * E;
-  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) -> uint8_t* {
-    if (exact_) return nullptr;
-    return buf.data() + t0 * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
-  };
-  uint8_t* prep_in = exact_ ? nullptr : PreparedFor(tm, prep_in_, E);
-  if (tm.n_out == 0) return;
+  const int n_out = static_cast<int>(out_rows_.size());
+  if (n_out == 0) return;
   {
     int64_t b, e;
-    Range(tm.n_out, tm.size, tm.index, 1, &b, &e);
+    Range(n_out, all.size, all.index, 1, &b, &e);
     for (int64_t i = b; i < e; ++i)
-      kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[tm.o0 + i]) * E], w_.output_norm.data(), c_.rms_eps,
-                       E, &xn[i * E]);
+      kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[i]) * E], w_.output_norm.data(), c_.rms_eps, E,
+                       &xn_[i * E]);
   }
-  Quantize(tm, tm.n_out, E, xn_.data(), w_.output.type, xq_);
-  const bool h_prep = Prepare(tm, tm.n_out, w_.output, rows_of(xq_, w_.output), prep_in);
-  Sync(tm);
-  ForRows(tm, c_.n_layer * kSitesPerLayer, w_.output.rows, tm.n_out, h_prep, [&](int64_t r0, int64_t r1) {
-    MatMulRows(tm, w_.output, tm.n_out, xn, rows_of(xq_, w_.output), h_prep ? prep_in : nullptr,
-               logits + static_cast<size_t>(tm.o0) * c_.n_vocab, c_.n_vocab, r0, r1);
+  uint8_t* xq = QuantizedRows(all, xq_, w_.output);
+  uint8_t* prep = exact_ ? nullptr : PreparedFor(all, prep_in_, E);
+  Quantize(all, n_out, w_.output, xn_.data(), xq);
+  const bool h_prep = Prepare(all, n_out, w_.output, xq, prep);
+  Sync(all);
+  ForRows(all, c_.n_layer * kSitesPerLayer, w_.output.rows, n_out, h_prep, [&](int64_t r0, int64_t r1) {
+    MatMulRows(all, w_.output, n_out, xn_.data(), xq, h_prep ? prep : nullptr, logits, c_.n_vocab, r0, r1);
   });
 }
 
@@ -501,7 +492,6 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   Team all;
   all.size = pool_.size();
   all.n = n;
-  all.n_out = static_cast<int>(out_rows_.size());
   pool_.Run([&](int tid) {
     Team tm = teams_.size() == 1 ? teams_[0] : teams_[tid];
     tm.tid = tid;

@@ -75,30 +75,31 @@ class LlamaForward {
  private:
   // Threads computing a run of the batch's tokens together: `size` threads
   // (this one `index` among them, `tid` in the pool) over tokens [t0, t0 + n),
-  // whose rows they use in every activation buffer, and logits rows
-  // [o0, o0 + n_out). The whole batch is one team of all threads, or, for
-  // batches of many sequences, each thread is a team of its own (Teams()).
+  // whose rows they use in every activation buffer. The layers run as one team
+  // of all threads, or, for batches of many sequences, as one team per thread
+  // (Teams()); the output head always as one team of all threads.
   struct Team {
     int tid = 0, index = 0, size = 1;
     int t0 = 0, n = 0;
-    int o0 = 0, n_out = 0;
   };
   // Splits the batch into teams: one per thread when it has whole segments to
   // give each thread about the same work, else one team of all threads.
   void Teams(std::span<const BatchSegment> batch);
   void Layers(const Team& tm, KvStore& kv, bool decode_only);
-  void Head(const Team& tm, float* logits);
+  void Head(const Team& all, float* logits);
   void Sync(const Team& tm) {
     if (tm.size > 1) pool_.Barrier();
   }
   void Embed(const Team& tm);
   void Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out);
-  void Quantize(const Team& tm, int n, int64_t cols, const float* in, kernels::DType weight_type,
-                std::vector<uint8_t>& out);
+  void Quantize(const Team& tm, int n, const kernels::MatrixView& w, const float* in, uint8_t* out);
+  uint8_t* QuantizedRows(const Team& tm, std::vector<uint8_t>& buf, const kernels::MatrixView& w) const;
   void MatMulRows(const Team& tm, const kernels::MatrixView& w, int n, const float* x,
                   const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0, int64_t r1);
   void AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x, const uint8_t* xq,
                      const uint8_t* prep, int64_t r0, int64_t r1);
+  void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in, std::vector<uint8_t>& q_buf,
+                     uint8_t* prep, int site);
   // The team's region of a prepared buffer for rows of `cols`.
   uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
   bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq, uint8_t* prep);

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/args.h"
@@ -40,6 +41,19 @@ std::vector<int> ParseList(const std::string& s) {
   return out;
 }
 
+// A greedy request of `prompt` followed by `random` random tokens, generating
+// exactly max_tokens tokens (EOS ignored).
+GenerationRequest Greedy(std::vector<int32_t> prompt, int random, int max_tokens,
+                         std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
+  GenerationRequest g;
+  g.prompt = std::move(prompt);
+  for (int k = 0; k < random; ++k) g.prompt.push_back(pick(rng));
+  g.sampling = SamplingParams::Greedy();
+  g.sampling.max_tokens = max_tokens;
+  g.sampling.ignore_eos = true;
+  return g;
+}
+
 struct LevelResult {
   int concurrency = 0;
   double wall_s = 0, gen_tok_s = 0, decode_tok_s = 0;
@@ -53,11 +67,7 @@ struct LevelResult {
 int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len,
                std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
   auto make = [&](GoalClass goal) {
-    GenerationRequest g;
-    for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
-    g.sampling = SamplingParams::Greedy();
-    g.sampling.max_tokens = gen_len;
-    g.sampling.ignore_eos = true;
+    GenerationRequest g = Greedy({}, prompt_len, gen_len, pick, rng);
     g.goal = goal;
     return g;
   };
@@ -117,14 +127,8 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   for (int i = 0; i < c; ++i) {
-    GenerationRequest g;
-    g.prompt = prefix;
-    for (int k = 0; k < prompt_len; ++k) g.prompt.push_back(pick(rng));
-    g.sampling = SamplingParams::Greedy();
-    g.sampling.max_tokens = gen_len;
-    g.sampling.ignore_eos = true;
     submitted_ms.push_back(since_t0());
-    BRAID_ASSIGN_OR_RETURN(auto h, engine.Submit(g));
+    BRAID_ASSIGN_OR_RETURN(auto h, engine.Submit(Greedy(prefix, prompt_len, gen_len, pick, rng)));
     handles.push_back(h);
   }
   std::vector<double> ttft, itl;
@@ -212,11 +216,7 @@ int ServeBenchMain(Args& args) {
   // The shared prefix once before any measured request, so that every level
   // (and every repetition) finds it in the prefix cache alike.
   if (shared > 0) {
-    GenerationRequest warm;
-    warm.prompt = prefix;
-    warm.sampling = SamplingParams::Greedy();
-    warm.sampling.max_tokens = 1;
-    auto h = engine.Submit(warm);
+    auto h = engine.Submit(Greedy(prefix, 0, 1, pick, rng));
     if (!h.ok()) {
       std::fprintf(stderr, "braid bench: %s\n", h.status().message().c_str());
       return 1;

@@ -136,6 +136,37 @@ inline void PrefetchL2(const void* p, int lines) {
   for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T1);
 }
 
+// f(integral_constant<int, C>) for head_dim = 16 C, the sizes the kernels
+// below are built for; false for the others.
+template <typename F>
+bool WithHeadDim(int hd, F&& f) {
+  switch (hd) {
+    case 32: f(std::integral_constant<int, 2>{}); return true;
+    case 64: f(std::integral_constant<int, 4>{}); return true;
+    case 96: f(std::integral_constant<int, 6>{}); return true;
+    case 128: f(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+
+// f(integral_constant<int, NH>) with NH = min(n, 4) (heads of one pass).
+template <typename F>
+void WithHeads(int n, F&& f) {
+  switch (std::min(n, 4)) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+// The largest of s[0..len).
+inline float Max(const float* s, int len) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < len; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), s + j));
+  return _mm512_reduce_max_ps(mx);
+}
+
 // Scores of every head, 16 positions at a time: s[h * len + j] = scale * (q_h . k_j).
 template <int C, typename E>
 void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
@@ -212,7 +243,7 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
     // Heads [h0, h0 + NH) over the tile, the head count fixed at compile time so
     // that the accumulators stay in registers (one broadcast-operand FMA per
     // head and dimension).
-    auto heads = [&]<int NH>(int h0) {
+    auto heads = [&]<int NH>(int h0, std::integral_constant<int, NH>) {
       __m512 acc[NH][4];
       Unroll<NH>([&](auto h) { Unroll<4>([&](auto c) { acc[h][c] = _mm512_setzero_ps(); }); });
       const float* qh = q + static_cast<int64_t>(h0) * hd;
@@ -229,23 +260,13 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
         StoreFirst(s + static_cast<int64_t>(h0 + h) * len + 16 * b, n, _mm512_mul_ps(sum, vscale));
       });
     };
-    for (int h0 = 0; h0 < n_q; h0 += kHeads) {
-      switch (std::min(kHeads, n_q - h0)) {
-        case 1: heads.template operator()<1>(h0); break;
-        case 2: heads.template operator()<2>(h0); break;
-        case 3: heads.template operator()<3>(h0); break;
-        default: heads.template operator()<4>(h0); break;
-      }
-    }
+    for (int h0 = 0; h0 < n_q; h0 += kHeads) WithHeads(n_q - h0, [&](auto nh) { heads(h0, nh); });
   }
 }
 
 // s[0..len) -> exp(s - max s) in place; returns 1 / sum.
 inline float SoftmaxUnnormalized(float* s, int len) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < len; j += 16)
-    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), s + j));
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  const __m512 m = _mm512_set1_ps(Max(s, len));
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < len; j += 16) {
     const __mmask16 k = FirstLanes(len - j);
@@ -299,12 +320,7 @@ void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int 
     for (int h = 0; h < nh; ++h) inv[h] = SoftmaxUnnormalized(scratch + static_cast<int64_t>(h0 + h) * len, len);
     const float* e = scratch + static_cast<int64_t>(h0) * len;
     float* o = out + static_cast<int64_t>(h0) * hd;
-    switch (nh) {
-      case 1: WeightedValues<C, 1, E>(e, len, kv, kv_head, inv, o); break;
-      case 2: WeightedValues<C, 2, E>(e, len, kv, kv_head, inv, o); break;
-      case 3: WeightedValues<C, 3, E>(e, len, kv, kv_head, inv, o); break;
-      default: WeightedValues<C, 4, E>(e, len, kv, kv_head, inv, o); break;
-    }
+    WithHeads(nh, [&](auto heads) { WeightedValues<C, heads, E>(e, len, kv, kv_head, inv, o); });
   }
 }
 
@@ -408,12 +424,9 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   float r[NH], back[NH];
   for (int h = 0; h < NH; ++h) {
     float* sh = s + h * len;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < len; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), sh + j));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    const __m512 m = _mm512_set1_ps(Max(sh, len));
     __m512 sum = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
     for (int b = 0; b < nblocks; ++b) {
-      if (b + 8 < nblocks) Prefetch(kv.v_scale + kv.block_table[b + 8] * kv.scale_block_stride + scale_head_off, 1);
       const __mmask16 live = FirstLanes(len - 16 * b);
       const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
       sum = _mm512_add_ps(sum, e);
@@ -433,7 +446,6 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     const int b1 = std::min(nblocks, b0 + kRunTiles);
     __m512i acc[NH][C];
     Unroll<NH>([&](auto h) { Unroll<C>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
-    for (int b = b0; b < std::min(b1, b0 + kAhead); ++b) Prefetch(vbase + tile(b), hd / 4);
     for (int b = b0; b < b1; ++b) {
       if (b + kAhead < b1) Prefetch(vbase + tile(b + kAhead), hd / 4);
       const int8_t* t = vbase + tile(b);
@@ -473,35 +485,7 @@ void AttendQ8(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, 
     const float* qh = q + static_cast<int64_t>(h0) * hd;
     float* s = scratch + static_cast<int64_t>(h0) * len;
     float* o = out + static_cast<int64_t>(h0) * hd;
-    switch (std::min(4, n_q - h0)) {
-      case 1: AttendQ8Heads<C, 1>(qh, kv, kv_head, len, scale, s, o); break;
-      case 2: AttendQ8Heads<C, 2>(qh, kv, kv_head, len, scale, s, o); break;
-      case 3: AttendQ8Heads<C, 3>(qh, kv, kv_head, len, scale, s, o); break;
-      default: AttendQ8Heads<C, 4>(qh, kv, kv_head, len, scale, s, o); break;
-    }
-  }
-}
-
-bool AttendQ8Any(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
-                 float scale, float* scratch, float* out) {
-  switch (hd) {
-    case 32: AttendQ8<2>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 64: AttendQ8<4>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 96: AttendQ8<6>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 128: AttendQ8<8>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    default: return false;
-  }
-}
-
-template <typename E>
-bool AttendChunkedAny(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
-                      float scale, float* scratch, float* out) {
-  switch (hd) {
-    case 32: AttendChunked<2, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 64: AttendChunked<4, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 96: AttendChunked<6, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    case 128: AttendChunked<8, E>(q, n_q, kv, kv_head, len, scale, scratch, out); return true;
-    default: return false;
+    WithHeads(n_q - h0, [&](auto heads) { AttendQ8Heads<C, heads>(qh, kv, kv_head, len, scale, s, o); });
   }
 }
 
@@ -510,18 +494,19 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
   const bool tiles16 = kv.block_size == 16;
   if ((kv.k_transposed || kv.type == KvType::kQ8) && !tiles16)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
-  bool done = false;
-  switch (kv.type) {
-    case KvType::kF32: done = AttendChunkedAny<float>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
-    case KvType::kF16: done = AttendChunkedAny<uint16_t>(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
-    case KvType::kQ8: done = AttendQ8Any(q, n_q, hd, kv, kv_head, len, scale, scratch, out); break;
-  }
+  const bool done = WithHeadDim(hd, [&](auto c) {
+    switch (kv.type) {
+      case KvType::kF32: AttendChunked<c, float>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
+      case KvType::kF16: AttendChunked<c, uint16_t>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
+      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
+    }
+  });
   if (!done && kv.type != KvType::kF32)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
 }
 
-bool FastF16Avx512(int hd) { return hd == 32 || hd == 64 || hd == 96 || hd == 128; }
+bool FastF16Avx512(int hd) { return WithHeadDim(hd, [](auto) {}); }
 bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && block_size == 16; }
 
 }  // namespace
