@@ -29,7 +29,7 @@ class KvStore {
           kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false)
       : n_layer_(n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_(n_kv),
         head_dim_(head_dim), type_(type), k_transposed_(k_transposed),
-        elem_(type == kernels::KvType::kF16 ? 2 : type == kernels::KvType::kQ8 ? 1 : 4),
+        elem_(kernels::KvElementBytes(type)),
         k_(static_cast<size_t>(n_layer) * n_blocks * block_size * n_kv * head_dim * elem_),
         v_(k_.size()),
         k_scale_(type == kernels::KvType::kQ8 ? static_cast<size_t>(n_layer) * n_blocks * n_kv * block_size : 0),

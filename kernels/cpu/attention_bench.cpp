@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     for (KvType type : {KvType::kF16, KvType::kQ8}) {
       Cache c;
       c.type = type;
-      c.elem = type == KvType::kF16 ? 2 : 1;
+      c.elem = KvElementBytes(type);
       const size_t elems = static_cast<size_t>(kLayers) * n_blocks * kBs * kKv * kHd;
       c.k.assign(elems * c.elem, 0);
       c.v.assign(elems * c.elem, 0);

@@ -23,7 +23,7 @@
 namespace braid::kernels::cpu {
 namespace {
 
-constexpr int kMaxTokens = 8;  // per pass of a group kernel
+constexpr int kMaxTokens = kGroupPassTokens;
 
 // The prepared activations of a batch of ntok tokens, in passes of
 // P = min(ntok, kMaxTokens) tokens, interleaved block by block within a pass,

@@ -85,6 +85,10 @@ inline void PrefetchAhead(const void* p, size_t bytes) {
 //            rows i >= valid_last left untouched; y = W x, or y += W x with
 //            `accumulate`. Every (row, token) gets the reference's fp32
 //            operations whatever ntok (batch invariance).
+// Tokens per pass of the group kernels; the prepared activations interleave a
+// batch's tokens in passes of this many (min(ntok, kGroupPassTokens)).
+inline constexpr int kGroupPassTokens = 8;
+
 struct GroupKernel {
   void (*prepare)(int64_t n, const void* xq, uint8_t* ws, int t, int ntok) = nullptr;
   void (*run)(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,

@@ -38,8 +38,9 @@ const cpu::GroupKernel* FindGroup(const MatrixView& w, DType act_type) {
 bool HasPreparedPath(const MatrixView& w, DType act_type) { return FindGroup(w, act_type) != nullptr; }
 
 size_t PreparedBytes(int64_t cols, int n_tokens) {
-  // Passes of 8 tokens (fewer tokens: one pass of them all), cpu/gemm16_avx512.cpp.
-  const int slots = n_tokens <= 8 ? n_tokens : (n_tokens + 7) / 8 * 8;
+  // Whole passes (fewer tokens than a pass: one pass of them all).
+  constexpr int kPass = cpu::kGroupPassTokens;
+  const int slots = n_tokens <= kPass ? n_tokens : (n_tokens + kPass - 1) / kPass * kPass;
   return static_cast<size_t>(slots) * cpu::DecodeWorkspaceStride(cols);
 }
 
@@ -75,7 +76,8 @@ static void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x
     return;
   }
   alignas(64) uint8_t ws[kWorkspaceBytes];
-  const int chunk = static_cast<int>(std::min<size_t>(8, std::max<size_t>(1, sizeof(ws) / PreparedBytes(w.cols, 1))));
+  const int chunk = static_cast<int>(
+      std::min<size_t>(cpu::kGroupPassTokens, std::max<size_t>(1, sizeof(ws) / PreparedBytes(w.cols, 1))));
   for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
     const int nt = std::min(chunk, n_tokens - t0);
     PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, 0, nt, nt, ws);

@@ -38,7 +38,7 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
 // lines on to L1 just ahead of use): measured (attention_bench) ~10% more
 // bytes/s than the first tiles only, and more than fetching V as well.
 void AttendPrefetch(const PagedKv& kv, int head_dim, int kv_head, int len) {
-  const size_t elem = kv.type == KvType::kF32 ? 4 : kv.type == KvType::kF16 ? 2 : 1;
+  const size_t elem = KvElementBytes(kv.type);
   const size_t tile = elem * static_cast<size_t>(kv.block_size) * head_dim;  // one head's rows of a block
   for (int j = 0; j < len; j += kv.block_size) {
     const char* p = static_cast<const char*>(kv.k) + elem * static_cast<size_t>(kv.TileOffset(kv_head, j));

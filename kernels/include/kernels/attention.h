@@ -3,6 +3,7 @@
 // reading each cached K and V row once for all of them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace braid::kernels {
@@ -32,6 +33,8 @@ namespace braid::kernels {
 // Attention over a kQ8 cache quantizes its other operands as well, so that
 // both products are exact int32 dot products (AttendPaged below).
 enum class KvType { kF32, kF16, kQ8 };
+// Bytes of one cached element (kQ8: not counting the row scales).
+inline constexpr size_t KvElementBytes(KvType t) { return t == KvType::kF32 ? 4 : t == KvType::kF16 ? 2 : 1; }
 
 struct PagedKv {
   const void* k = nullptr;  // float or uint16_t (fp16) elements, per `type`
