@@ -104,8 +104,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
     prep_att_.resize(threads * kernels::PreparedBytes(q_dim_, max_chunk_));
     prep_h_.resize(threads * kernels::PreparedBytes(c_.n_ff, max_chunk_));
   }
-  n_sites_ = c_.n_layer * kSitesPerLayer + 1;
-  claims_ = std::make_unique<Claim[]>(static_cast<size_t>(n_sites_));
+  claims_ = std::make_unique<Claim[]>(static_cast<size_t>(c_.n_layer));
 }
 
 void LlamaForward::Embed(const Team& tm) {
@@ -182,15 +181,15 @@ void LlamaForward::AddMatMulRows(const Team& tm, const kernels::MatrixView& w, c
 }
 
 // x += W in for the team's tokens: `in` quantized into the team's rows of
-// q_buf and prepared into `prep`, then W's rows in chunks (ForRows at `site`),
-// each adding its own output rows.
+// q_buf and prepared into `prep`, then each thread's share of W's rows
+// (ForRows) adding its own output rows.
 void LlamaForward::AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
-                                 std::vector<uint8_t>& q_buf, uint8_t* prep, int site) {
+                                 std::vector<uint8_t>& q_buf, uint8_t* prep) {
   uint8_t* xq = QuantizedRows(tm, q_buf, w);
   Quantize(tm, tm.n, w, in, xq);
   const bool prepared = Prepare(tm, tm.n, w, xq, prep);
   Sync(tm);
-  ForRows(tm, site, w.rows, tm.n, prepared, [&](int64_t r0, int64_t r1) {
+  ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
     AddMatMulRows(tm, w, in, xq, prepared ? prep : nullptr, r0, r1);
   });
   Sync(tm);
@@ -271,12 +270,12 @@ bool LlamaForward::AttentionFuses(const Team& tm, bool decode_only) const {
 // together (K and V read once for them), or single heads when there are too
 // few items to keep every thread busy; a head's numbers are the same either
 // way (kernels/attention.h), so the split never changes them. The team's
-// threads claim runs of items from counter `site` as they finish (a slower
+// threads claim runs of items from the layer's counter as they finish (a slower
 // core does less). With `fused` (AttentionFuses: every token is its
 // sequence's only one in the batch, items of whole groups) an item first
 // rotates and stores its own token's K/V head and rotates its query heads: no
 // other item reads them.
-void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, int site, bool fused,
+void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, bool fused,
                              KvStore& kv) {
   const int hd = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
@@ -311,7 +310,7 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, i
     return;
   }
   const int64_t run = std::max<int64_t>(1, items / (8 * tm.size));
-  std::atomic<int64_t>& counter = claims_[site].next;
+  std::atomic<int64_t>& counter = claims_[layer].next;
   for (int64_t c = counter.fetch_add(1, std::memory_order_relaxed); c * run < items;
        c = counter.fetch_add(1, std::memory_order_relaxed))
     for (int64_t it = c * run; it < std::min(items, (c + 1) * run); ++it) item(it);
@@ -383,7 +382,6 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   Sync(tm);
   for (int layer = 0; layer < c_.n_layer; ++layer) {
     const LayerWeights& l = w_.layers[layer];
-    const int site = layer * kSitesPerLayer;
     // Attention block.
     Normalize(tm, n, l.attn_norm, x, xn);
     Quantize(tm, n, l.wq, xn, rows_of(xq_, l.wq));
@@ -394,27 +392,25 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     if (!v_same) Quantize(tm, n, l.wv, xn, rows_of(xq_v_, l.wv));
     const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
     Sync(tm);
-    // Q, K and V rows in chunks taken by whichever thread is free (on the
-    // prepared path; else each thread its share). No barrier between them.
-    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y, int64_t ldy,
-                   int s) {
+    // Q, K and V: each thread its share of the rows, no barrier between them.
+    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y, int64_t ldy) {
       const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
       const uint8_t* xqt = rows_of(xq, w);
-      ForRows(tm, s, w.rows, n, prep != nullptr, [&](int64_t r0, int64_t r1) {
+      ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
         MatMulRows(tm, w, n, xn, xqt, prep, y + t0 * ldy, ldy, r0, r1);
       });
     };
-    qkv(l.wq, true, xq_, q_.data(), q_dim_, site + 0);
-    qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_, site + 1);
-    qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_, site + 2);
+    qkv(l.wq, true, xq_, q_.data(), q_dim_);
+    qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
+    qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
     Sync(tm);
     if (!fuse_attention) {
       RopeAndStore(tm, l, layer, kv);
       Sync(tm);
     }
-    Attention(tm, l, layer, site + 6, fuse_attention, kv);
+    Attention(tm, l, layer, fuse_attention, kv);
     Sync(tm);
-    AddProjection(tm, l.wo, att, attq_, prep_att, site + 3);  // x += Wo att
+    AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att
     // Feed-forward block.
     Normalize(tm, n, l.ffn_norm, x, xn);
     Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
@@ -423,10 +419,10 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     const bool g_prep =
         Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same && SharesPrepared(l.w_up, l.w_gate);
     Sync(tm);
-    // Gate and up rows of a chunk together, then SwiGLU on them.
+    // Gate and up rows of the thread's share together, then SwiGLU on them.
     const uint8_t* gate_q = rows_of(xq_, l.w_gate);
     const uint8_t* up_q = rows_of(up_same ? xq_ : xq_k_, l.w_up);
-    ForRows(tm, site + 4, l.w_gate.rows, n, g_prep, [&](int64_t r0, int64_t r1) {
+    ForRows(tm, l.w_gate.rows, [&](int64_t r0, int64_t r1) {
       const uint8_t* prep = g_prep ? prep_in : nullptr;
       MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
       MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
@@ -434,7 +430,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
         kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0, &hh[t * c_.n_ff + r0]);
     });
     Sync(tm);
-    AddProjection(tm, l.w_down, hh, hq_, prep_h, site + 5);  // x += Wdown h
+    AddProjection(tm, l.w_down, hh, hq_, prep_h);  // x += Wdown h
   }
 }
 
@@ -456,7 +452,7 @@ void LlamaForward::Head(const Team& all, float* logits) {
   Quantize(all, n_out, w_.output, xn_.data(), xq);
   const bool h_prep = Prepare(all, n_out, w_.output, xq, prep);
   Sync(all);
-  ForRows(all, c_.n_layer * kSitesPerLayer, w_.output.rows, n_out, h_prep, [&](int64_t r0, int64_t r1) {
+  ForRows(all, w_.output.rows, [&](int64_t r0, int64_t r1) {
     MatMulRows(all, w_.output, n_out, xn_.data(), xq, h_prep ? prep : nullptr, logits, c_.n_vocab, r0, r1);
   });
 }
@@ -483,7 +479,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   rope_sin_.resize(n * half);
   for (int t = 0; t < n; ++t)
     kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half], &rope_sin_[t * half]);
-  for (int i = 0; i < n_sites_; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < c_.n_layer; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
   const bool decode_only = std::all_of(batch.begin(), batch.end(),
                                        [](const BatchSegment& s) { return s.n_tokens == 1; });
   Teams(batch);
