@@ -104,5 +104,16 @@ TEST_CASE("MeasureReadBandwidth returns a positive rate") {
   CHECK(bw > 1e8);  // > 0.1 GB/s on anything that runs this
 }
 
+TEST_CASE("MeasureCrossCoreRead: rates with 2 threads, zeros with 1") {
+  ThreadPool two(2);
+  const CrossCoreRead r = MeasureCrossCoreRead(two, 4 << 20, 2);
+  CHECK(r.own > 1e8);
+  CHECK(r.other > 1e8);
+  ThreadPool one(1);
+  const CrossCoreRead z = MeasureCrossCoreRead(one, 4 << 20, 1);
+  CHECK(z.own == 0.0);
+  CHECK(z.other == 0.0);
+}
+
 }  // namespace
 }  // namespace braid::kernels

@@ -16,4 +16,11 @@ double MeasureInt8GemmPeak(int threads) {
   return kernels::MeasureInt8DotPeak(pool, 0.2, 3);
 }
 
+CrossCoreRates MeasureCrossCoreRates(int threads) {
+  if (threads < 2) return {};
+  kernels::ThreadPool pool(threads);
+  const kernels::CrossCoreRead r = kernels::MeasureCrossCoreRead(pool, size_t{8} << 20, 5);
+  return {r.own, r.other};
+}
+
 }  // namespace braid

@@ -281,6 +281,14 @@ int ServeBenchMain(Args& args) {
   const double ops_per_token = 2.0 * static_cast<double>(engine.model().info().n_params);
   std::printf("int8 dot peak (%d threads, vpdpbusd/maddubs loop): %.1f GOP/s\n", threads,
               peak / 1e9);
+  // Whether the cores share a last-level cache: where they do not, each team
+  // of a many-sequence step (one per thread) fetches the weights for itself.
+  if (threads >= 2) {
+    const CrossCoreRates cc = MeasureCrossCoreRates(threads);
+    std::printf("8 MiB just read by one core, read again: %.1f GB/s by that core, %.1f GB/s by another%s\n",
+                cc.own / 1e9, cc.other / 1e9,
+                cc.other < 0.5 * cc.own ? " (no shared last-level cache)" : "");
+  }
   for (const LevelResult& r : results) {
     if (peak > 0)
       std::printf("decode at %d concurrent: %.1f GOP/s = %.1f%% of the int8 peak\n", r.concurrency,

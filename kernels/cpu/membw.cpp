@@ -69,4 +69,44 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
   return static_cast<double>(bytes) / best;
 }
 
+CrossCoreRead MeasureCrossCoreRead(ThreadPool& pool, size_t bytes, int repetitions) {
+  CrossCoreRead best;
+  if (pool.size() < 2) return best;
+  bytes = std::max<size_t>(bytes / 4096, 1) * 4096;
+  const bool avx2 = HasAvx2();
+  uint64_t sink = 0;
+  auto read = [&](const char* p) { sink ^= avx2 ? cpu::ReadAllAvx2(p, bytes) : ReadAllScalar(p, bytes); };
+  for (int r = 0; r < std::max(1, repetitions); ++r) {
+    auto* buf = static_cast<char*>(std::aligned_alloc(4096, bytes));
+    if (buf == nullptr) return best;
+    double own = 0.0, other = 0.0;
+    // Each step is its own parallel region, so the reads do not overlap.
+    pool.Run([&](int i) {
+      if (i != 0) return;
+      std::memset(buf, 1, bytes);
+      read(buf);
+    });
+    auto timed = [&](int reader) {
+      double rate = 0.0;
+      pool.Run([&](int i) {
+        if (i != reader) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        read(buf);
+        const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+        rate = static_cast<double>(bytes) / dt.count();
+      });
+      return rate;
+    };
+    own = timed(0);
+    other = timed(1);
+    best.own = std::max(best.own, own);
+    best.other = std::max(best.other, other);
+    std::free(buf);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  volatile uint64_t keep = sink;
+  (void)keep;
+  return best;
+}
+
 }  // namespace braid::kernels

@@ -13,4 +13,13 @@ double MeasureReadBandwidth(int threads);
 // register-resident data, best of a few repetitions; 0 where neither exists.
 double MeasureInt8GemmPeak(int threads);
 
+// Read rates in bytes/second of an 8 MiB buffer that one core has just read:
+// by that core again (`own`) and by another (`other`); zeros below 2 threads
+// (kernels::MeasureCrossCoreRead). `other` far below `own` means the cores do
+// not share a last-level cache.
+struct CrossCoreRates {
+  double own = 0.0, other = 0.0;
+};
+CrossCoreRates MeasureCrossCoreRates(int threads);
+
 }  // namespace braid

@@ -14,4 +14,18 @@ namespace braid::kernels {
 // the CPU has them. Allocates and touches the buffer; call it from the pool's owner.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions);
 
+// Whether two cores share their last-level cache, as the forward pass sees
+// it: thread 0 of the pool writes and reads a buffer of `bytes` (more than a
+// core's L2, less than the last-level cache, e.g. 8 MiB), then reads it again
+// (`own`: bytes/s from its own caches), then thread 1 reads it (`other`).
+// Where the cores share the cache, `other` is near `own`; where each core has
+// its own (cores on different dies), the lines cross between the dies and
+// `other` is at or below the memory read bandwidth, so data one core has just
+// read costs the other a full fetch. Best of `repetitions`; zeros with fewer
+// than 2 threads. Call it from the pool's owner.
+struct CrossCoreRead {
+  double own = 0.0, other = 0.0;  // bytes per second
+};
+CrossCoreRead MeasureCrossCoreRead(ThreadPool& pool, size_t bytes, int repetitions);
+
 }  // namespace braid::kernels
