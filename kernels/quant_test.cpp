@@ -231,7 +231,7 @@ TEST_CASE("SIMD activation quantization is bit-identical to the reference") {
   std::mt19937 rng(5);
   testing::ForEachSimdTable([&] {
     for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K, DType::kQ8_0, DType::kQ8_1}) {
-      for (int64_t n : {256, 1536}) {
+      for (int64_t n : {256, 576, 1536}) {  // 576: 16 blocks and 2 more
         for (float scale : {1.0f, 1e-3f, 37.0f}) {
           std::vector<float> x = RandomFloats(rng, n, -scale, scale);
           for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // one all-zero block (Q16_0/1)
