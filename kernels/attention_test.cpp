@@ -177,5 +177,31 @@ TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with i
   });
 }
 
+TEST_CASE("StoreRowQ8: the dispatched kernel stores the reference's bytes and scale") {
+  std::mt19937 rng(35);
+  testing::ForEachSimdTable([&] {
+    for (int hd : {32, 64, 128, 40})
+    for (int bs : {16, 8})
+    for (bool value : {false, true})
+    for (int slot = 0; slot < bs; slot += 3) {
+      std::vector<float> x = testing::RandomFloats(rng, hd, -3.0f, 3.0f);
+      if (slot == 3) std::fill(x.begin(), x.end(), 0.0f);   // an all-zero row
+      if (slot == 6) x[hd / 2] = std::nanf("");              // a NaN element
+      if (slot == 9) {  // scale exactly 1: ties at k.5 round to even
+        x[0] = 127.0f;
+        x[1] = 2.5f;
+        x[2] = -3.5f;
+      }
+      std::vector<uint8_t> got(static_cast<size_t>(bs) * hd, 7), want(got);
+      const float s_got = StoreRowQ8(x.data(), hd, bs, slot, value, got.data());
+      const float s_want = ref::StoreRowQ8(x.data(), hd, bs, slot, value, want.data());
+      INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " bs " << bs << " value " << value
+                  << " slot " << slot);
+      CHECK(std::memcmp(&s_got, &s_want, sizeof(float)) == 0);
+      CHECK(got == want);  // the row's bytes, and every other slot's left as it was
+    }
+  });
+}
+
 }  // namespace
 }  // namespace braid::kernels

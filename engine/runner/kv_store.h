@@ -10,8 +10,6 @@
 // radix cache decide that); this class only holds the numbers.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,21 +81,7 @@ class KvStore {
   // kQ8: int8 with one scale per row, in kernels/attention.h's packed tiles
   // (K as q + 128 in 4-dimension groups, V in 4-slot groups).
   void PutQ8(bool value, int layer, int block, int slot, int kv_head, size_t tile, const float* x) {
-    float amax = 0.0f;
-    for (int i = 0; i < head_dim_; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = amax / 127.0f;
-    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    uint8_t* dst = (value ? v_ : k_).data() + tile;
-    for (int i = 0; i < head_dim_; ++i) {
-      // Round to nearest even (|x * inv| <= 127: adding 1.5 * 2^23 leaves no fraction bits).
-      const float r = (x[i] * inv + 12582912.0f) - 12582912.0f;
-      const int q = static_cast<int>(std::clamp(r, -127.0f, 127.0f));
-      if (value) {
-        dst[(slot / 4) * 4 * head_dim_ + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
-      } else {
-        dst[(i / 4) * 4 * block_size_ + 4 * slot + i % 4] = static_cast<uint8_t>(q + 128);
-      }
-    }
+    const float scale = kernels::StoreRowQ8(x, head_dim_, block_size_, slot, value, (value ? v_ : k_).data() + tile);
     (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) + static_cast<size_t>(kv_head) * block_size_ + slot] =
         scale;
   }

@@ -506,6 +506,45 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
 }
 
+// ref::StoreRowQ8 on vectors, 16 elements at a time (head_dim a multiple of
+// 16, block_size 16; else the reference): the same max, division and rounding
+// (roundscale to nearest even; NaN -> -127 through max's second operand).
+float StoreRowQ8Avx512(const float* x, int hd, int bs, int slot, bool value, uint8_t* tile) {
+  if (hd % 16 != 0 || bs != 16) return ref::StoreRowQ8(x, hd, bs, slot, value, tile);
+  __m512 amax = _mm512_setzero_ps();
+  for (int i = 0; i < hd; i += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), amax);
+  const float scale = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 inv = _mm512_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
+  auto quantized = [&](int i) {  // 16 elements as int32 in [-127, 127]
+    __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_cvtps_epi32(r);
+  };
+  if (value) {
+    // Byte slot % 4 of every int32 of the slot group's rows: element i at
+    // 4 i + slot % 4. A masked store writes those bytes only: the other three
+    // slots' bytes may be written at the same time by other threads (tokens
+    // of one prefill chunk), so no read-modify-write of the whole line.
+    uint8_t* group = tile + (slot / 4) * 4 * hd;
+    const int shift = 8 * (slot % 4);
+    const __mmask64 lane = 0x1111111111111111ULL << (slot % 4);
+    for (int i = 0; i < hd; i += 16) {
+      const __m512i q = _mm512_slli_epi32(_mm512_and_si512(quantized(i), _mm512_set1_epi32(0xFF)), shift);
+      _mm512_mask_storeu_epi8(group + 4 * i, lane, q);
+    }
+  } else {
+    // K: the 4 elements of group d / 4 as one int32 at (d / 4) * 64 + 4 slot.
+    alignas(16) int32_t words[4];
+    for (int i = 0; i < hd; i += 16) {
+      const __m512i q = _mm512_add_epi32(quantized(i), _mm512_set1_epi32(128));
+      _mm_store_si128(reinterpret_cast<__m128i*>(words), _mm512_cvtepi32_epi8(q));
+      for (int g = 0; g < 4; ++g) std::memcpy(tile + (i / 4 + g) * 64 + 4 * slot, &words[g], 4);
+    }
+  }
+  return scale;
+}
+
 bool FastF16Avx512(int hd) { return WithHeadDim(hd, [](auto) {}); }
 bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && block_size == 16; }
 
@@ -513,6 +552,7 @@ bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && 
 
 void FillAvx512Attention(KernelTable* t) {
   t->attend = AttendPagedAvx512;
+  t->store_row_q8 = StoreRowQ8Avx512;
   t->attend_fast_f16 = FastF16Avx512;
   t->attend_fast_transposed = FastTransposedAvx512;
 }

@@ -57,6 +57,7 @@ KernelTable MakeScalar() {
   t.axpy = ref::Axpy;
   t.argmax = ref::Argmax;
   t.attend = ref::AttendPaged;
+  t.store_row_q8 = ref::StoreRowQ8;
   return t;
 }
 

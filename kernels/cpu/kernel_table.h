@@ -115,6 +115,8 @@ struct KernelTable {
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;
   void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) = nullptr;
+  float (*store_row_q8)(const float* x, int head_dim, int block_size, int slot, bool value,
+                        uint8_t* tile) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference
   bool (*attend_fast_transposed)(int head_dim, int block_size) = nullptr;  // dimension-major K
 };

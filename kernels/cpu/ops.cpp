@@ -34,6 +34,10 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
   cpu::Kernels().attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
 }
 
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile) {
+  return cpu::Kernels().store_row_q8(x, head_dim, block_size, slot, value, tile);
+}
+
 // Every K tile of the item, into L2 (the kernel's own prefetch brings the
 // lines on to L1 just ahead of use): measured (attention_bench) ~10% more
 // bytes/s than the first tiles only, and more than fetching V as well.

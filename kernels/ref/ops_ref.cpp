@@ -100,6 +100,24 @@ float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum) {
   return qs;
 }
 
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile) {
+  float amax = 0.0f;
+  for (int i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN left out
+  const float scale = amax / 127.0f;
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  for (int i = 0; i < head_dim; ++i) {
+    float r = std::nearbyint(x[i] * inv);  // |x * inv| <= 127: exact to nearest even
+    r = r >= -127.0f ? std::min(r, 127.0f) : -127.0f;  // NaN -> -127
+    const int q = static_cast<int>(r);
+    if (value) {
+      tile[(slot / 4) * 4 * head_dim + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    } else {
+      tile[(i / 4) * 4 * block_size + 4 * slot + i % 4] = static_cast<uint8_t>(q + 128);
+    }
+  }
+  return scale;
+}
+
 namespace {
 
 // kernels/attention.h's integer attention over a kQ8 cache.

@@ -65,6 +65,7 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
 // A query head for kQ8 attention: qi = round(q / qs) with qs = amax / 127
 // (returned), and *sum = sum of qi.
 float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum);
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile);
 // kQ8 attention's integer runs: at most this many positions per int32 sum.
 inline constexpr int kQ8AttentionRun = 65536;
 

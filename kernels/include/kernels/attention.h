@@ -105,6 +105,14 @@ bool AttentionFastQ8(int head_dim, int block_size);
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
 
+// Stores one row (head_dim values) of K (`value` false) or V at `slot` of a
+// kQ8 (block, KV head) tile (the layout above; block_size and head_dim
+// multiples of 4) and returns the row's scale s = amax / 127: element x is
+// stored as round(x / s) (to nearest even) clamped to [-127, 127] (plus 128
+// for K); a NaN element as -127; an all-zero row as zeros with s = 0. Writes
+// the row's bytes only, so threads may store different slots of one tile at once.
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile);
+
 // Starts fetching the cached K rows that AttendPaged(..., kv, kv_head,
 // len, ...) will read, so that a caller can overlap that wait with the work
 // before it. A hint: no effect on any result.
