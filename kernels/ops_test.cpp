@@ -37,6 +37,7 @@ TEST_CASE("RmsNorm matches the reference (rel 1e-5)") {
 
 TEST_CASE("SwiGlu with the fast exp matches the reference (rel 1e-5 + abs 1e-6)") {
   std::mt19937 rng(32);
+  testing::ForEachSimdTable([&] {
   for (int64_t n : kSizes) {
     std::vector<float> g = RandomFloats(rng, n, -20, 20), u = RandomFloats(rng, n, -2, 2);
     if (n > 4) {
@@ -53,6 +54,7 @@ TEST_CASE("SwiGlu with the fast exp matches the reference (rel 1e-5 + abs 1e-6)"
       CHECK(std::fabs(y[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
     }
   }
+  });
 }
 
 TEST_CASE("DotF32 and Axpy match the reference") {
@@ -135,19 +137,22 @@ TEST_CASE("Rope rotates adjacent pairs (norm) or split halves (neox)") {
 
 TEST_CASE("RopeCosSin + RopeApply are Rope bit for bit") {
   std::mt19937 rng(9);
-  const int n_rot = 64;
-  std::vector<float> inv_freq(n_rot / 2);
-  for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(100000.0f, -2.0f * i / n_rot);
-  for (int64_t pos : {0, 1, 17, 4095, 131071}) {
-    for (bool neox : {false, true}) {
-      const std::vector<float> x = testing::RandomFloats(rng, n_rot, -3.0f, 3.0f);
-      std::vector<float> a = x, b = x, c(n_rot / 2), s(n_rot / 2);
-      Rope(a.data(), n_rot, pos, inv_freq.data(), neox);
-      RopeCosSin(n_rot, pos, inv_freq.data(), c.data(), s.data());
-      RopeApply(b.data(), n_rot, c.data(), s.data(), neox);
-      CHECK(std::memcmp(a.data(), b.data(), n_rot * sizeof(float)) == 0);
+  testing::ForEachSimdTable([&] {
+    for (int n_rot : {64, 128, 40})  // 40: not a whole number of vectors
+    for (int64_t pos : {0, 1, 17, 4095, 131071}) {
+      std::vector<float> inv_freq(n_rot / 2);
+      for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(100000.0f, -2.0f * i / n_rot);
+      for (bool neox : {false, true}) {
+        const std::vector<float> x = testing::RandomFloats(rng, n_rot, -3.0f, 3.0f);
+        std::vector<float> a = x, b = x, c(n_rot / 2), s(n_rot / 2);
+        Rope(a.data(), n_rot, pos, inv_freq.data(), neox);
+        RopeCosSin(n_rot, pos, inv_freq.data(), c.data(), s.data());
+        RopeApply(b.data(), n_rot, c.data(), s.data(), neox);
+        INFO("isa " << std::string(KernelIsa()) << " n_rot " << n_rot << " pos " << pos << " neox " << neox);
+        CHECK(std::memcmp(a.data(), b.data(), n_rot * sizeof(float)) == 0);
+      }
     }
-  }
+  });
 }
 
 TEST_CASE("ops under ForceScalarKernels equal the reference exactly") {

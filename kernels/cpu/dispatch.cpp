@@ -53,6 +53,7 @@ KernelTable MakeScalar() {
   t.quantize8[1] = ref::QuantizeRowQ8_1;
   t.rms_norm = ref::RmsNorm;
   t.swiglu = ref::SwiGlu;
+  t.rope_apply = ref::RopeApply;
   t.dot_f32 = ref::DotF32;
   t.axpy = ref::Axpy;
   t.argmax = ref::Argmax;
@@ -103,6 +104,7 @@ KernelTable MakeBest() {
     FillAvx512Decode8(&t);
     FillAvx512Gemm16(&t);
     FillAvx512Quantize(&t);
+    FillAvx512Ops(&t);
     FillAvx512Attention(&t);
   }
 #endif

@@ -110,6 +110,7 @@ struct KernelTable {
   QuantizeFn quantize8[2] = {};
   void (*rms_norm)(const float* x, const float* w, float eps, int64_t n, float* y) = nullptr;
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+  void (*rope_apply)(float* x, int n_rot, const float* cos, const float* sin, bool neox) = nullptr;
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, int64_t n, float* y) = nullptr;
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;
@@ -148,6 +149,7 @@ void FillAvx512Decode16(KernelTable* t);
 void FillAvx512Decode8(KernelTable* t);
 void FillAvx512Gemm16(KernelTable* t);
 void FillAvx512Quantize(KernelTable* t);
+void FillAvx512Ops(KernelTable* t);
 void FillAvx2Attention(KernelTable* t);
 void FillAvx512Attention(KernelTable* t);
 

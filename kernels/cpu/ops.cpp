@@ -19,7 +19,7 @@ void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float
   ref::RopeCosSin(n_rot, pos, inv_freq, cos, sin);
 }
 void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox) {
-  ref::RopeApply(x, n_rot, cos, sin, neox);
+  cpu::Kernels().rope_apply(x, n_rot, cos, sin, neox);
 }
 void Softmax(float* x, int64_t n) { ref::Softmax(x, n); }
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
