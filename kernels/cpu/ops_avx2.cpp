@@ -2,7 +2,9 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <initializer_list>
 
+#include "cpu/exp_cephes.h"
 #include "cpu/kernel_table.h"
 
 namespace braid::kernels::cpu {
@@ -15,21 +17,16 @@ float Hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp(x), ~2 ulp (Cephes expf): x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
-// minimax polynomial, 2^n built in the exponent bits. x is clamped to [-87.3, 88.3]
-// so 2^n stays a normal float; below that exp(x) < 1.2e-38 and silu does not care.
+// exp(x), ~2 ulp (cpu/exp_cephes.h), 2^n built in the exponent bits.
 __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  using namespace exp_cephes;
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMin)), _mm256_set1_ps(kMax));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP5);
+  for (float k : {kP4, kP3, kP2, kP1, kP0}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);

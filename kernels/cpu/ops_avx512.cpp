@@ -4,7 +4,9 @@
 #include "cpu/avx512.h"
 
 #include <cmath>
+#include <initializer_list>
 
+#include "cpu/exp_cephes.h"
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
 
@@ -46,20 +48,16 @@ void RopeApplyAvx512(float* x, int n_rot, const float* cos, const float* sin, bo
   }
 }
 
-// exp(x) as the AVX2 version (Cephes expf: x = n ln2 + r, a degree-6
-// polynomial, 2^n in the exponent bits; x clamped to [-87.3, 88.3]).
+// exp(x) as the AVX2 version (cpu/exp_cephes.h), 2^n by scalef.
 __m512 ExpClamped(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  using namespace exp_cephes;
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kMin)), _mm512_set1_ps(kMax));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kP5);
+  for (float k : {kP4, kP3, kP2, kP1, kP0}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
