@@ -196,6 +196,7 @@ void LlamaForward::AddProjection(const Team& tm, const kernels::MatrixView& w, c
 }
 
 uint8_t* LlamaForward::PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const {
+  if (exact_) return nullptr;  // the exact path prepares nothing
   // One region of max_chunk tokens per thread; a team of all threads uses the first.
   const size_t region = tm.size == 1 ? static_cast<size_t>(tm.tid) : 0;
   return prep.data() + region * kernels::PreparedBytes(cols, max_chunk_);
@@ -373,9 +374,9 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   float* hh = h_.data() + t0 * c_.n_ff;
   float* up = up_.data() + t0 * c_.n_ff;
   auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) { return QuantizedRows(tm, buf, w); };
-  uint8_t* prep_in = exact_ ? nullptr : PreparedFor(tm, prep_in_, E);
-  uint8_t* prep_att = exact_ ? nullptr : PreparedFor(tm, prep_att_, q_dim_);
-  uint8_t* prep_h = exact_ ? nullptr : PreparedFor(tm, prep_h_, c_.n_ff);
+  uint8_t* prep_in = PreparedFor(tm, prep_in_, E);
+  uint8_t* prep_att = PreparedFor(tm, prep_att_, q_dim_);
+  uint8_t* prep_h = PreparedFor(tm, prep_h_, c_.n_ff);
   const bool fuse_attention = AttentionFuses(tm, decode_only);
 
   Embed(tm);
@@ -448,7 +449,7 @@ void LlamaForward::Head(const Team& all, float* logits) {
                        &xn_[i * E]);
   }
   uint8_t* xq = QuantizedRows(all, xq_, w_.output);
-  uint8_t* prep = exact_ ? nullptr : PreparedFor(all, prep_in_, E);
+  uint8_t* prep = PreparedFor(all, prep_in_, E);
   Quantize(all, n_out, w_.output, xn_.data(), xq);
   const bool h_prep = Prepare(all, n_out, w_.output, xq, prep);
   Sync(all);

@@ -100,7 +100,7 @@ class LlamaForward {
                      const uint8_t* prep, int64_t r0, int64_t r1);
   void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in, std::vector<uint8_t>& q_buf,
                      uint8_t* prep);
-  // The team's region of a prepared buffer for rows of `cols`.
+  // The team's region of a prepared buffer for rows of `cols` (nullptr on the exact path).
   uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
   bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq, uint8_t* prep);
   bool SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const;

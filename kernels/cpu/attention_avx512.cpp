@@ -74,22 +74,8 @@ struct RowWalker {
 };
 
 // Lane i of the result = the sum of the 16 lanes of v[i] (a fixed tree).
-inline __m512 TransposeSum16(__m512 v[16]) {
-  __m512 a[8], b[4];
-  for (int k = 0; k < 8; ++k)
-    a[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
-                         _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
-  for (int m = 0; m < 4; ++m) {
-    const __m512d x = _mm512_castps_pd(a[2 * m]), y = _mm512_castps_pd(a[2 * m + 1]);
-    b[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  // b[m], 128-bit lane L, element e: lane L's sum of v[4m + e].
-  const __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88),
-                                  _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
-  const __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88),
-                                  _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+inline __m512 TransposeSum16(const __m512 v[16]) {
+  return TransposeReduce16(v, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
 }
 
 // exp(x) for x <= 0: x = n ln2 + r (|r| <= ln2 / 2, ln2 in two parts), a
@@ -506,43 +492,39 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
 }
 
-// ref::StoreRowQ8 on vectors, 16 elements at a time (head_dim a multiple of
-// 16, block_size 16; else the reference): the same max, division and rounding
-// (roundscale to nearest even; NaN -> -127 through max's second operand).
+// ref::StoreRowQ8 on vectors (block_size 16, the head sizes of WithHeadDim;
+// else the reference): the row quantized as a query head is (QuantizeQuery,
+// the same numbers), then laid out in the tile.
 float StoreRowQ8Avx512(const float* x, int hd, int bs, int slot, bool value, uint8_t* tile) {
-  if (hd % 16 != 0 || bs != 16) return ref::StoreRowQ8(x, hd, bs, slot, value, tile);
-  __m512 amax = _mm512_setzero_ps();
-  for (int i = 0; i < hd; i += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), amax);
-  const float scale = _mm512_reduce_max_ps(amax) / 127.0f;
-  const __m512 inv = _mm512_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
-  auto quantized = [&](int i) {  // 16 elements as int32 in [-127, 127]
-    __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-    return _mm512_cvtps_epi32(r);
-  };
-  if (value) {
-    // Byte slot % 4 of every int32 of the slot group's rows: element i at
-    // 4 i + slot % 4. A masked store writes those bytes only: the other three
-    // slots' bytes may be written at the same time by other threads (tokens
-    // of one prefill chunk), so no read-modify-write of the whole line.
-    uint8_t* group = tile + (slot / 4) * 4 * hd;
-    const int shift = 8 * (slot % 4);
-    const __mmask64 lane = 0x1111111111111111ULL << (slot % 4);
-    for (int i = 0; i < hd; i += 16) {
-      const __m512i q = _mm512_slli_epi32(_mm512_and_si512(quantized(i), _mm512_set1_epi32(0xFF)), shift);
-      _mm512_mask_storeu_epi8(group + 4 * i, lane, q);
+  float scale = 0.0f;
+  const bool done = bs == 16 && WithHeadDim(hd, [&](auto c) {
+    constexpr int kHd = 16 * c;
+    alignas(16) int8_t q[kHd];
+    int32_t sum;
+    scale = QuantizeQuery<c>(x, q, &sum);
+    if (value) {
+      // Byte slot % 4 of every int32 of the slot group's rows: element i at
+      // 4 i + slot % 4. A masked store writes those bytes only: the other three
+      // slots' bytes may be written at the same time by other threads (tokens
+      // of one prefill chunk), so no read-modify-write of the whole line.
+      uint8_t* group = tile + (slot / 4) * 4 * kHd;
+      const __mmask64 lane = 0x1111111111111111ULL << (slot % 4);
+      Unroll<c>([&](auto i) {
+        const __m512i v = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * i)));
+        _mm512_mask_storeu_epi8(group + 64 * i, lane, _mm512_slli_epi32(v, 8 * (slot % 4)));
+      });
+    } else {
+      // K: the 4 elements of group d / 4 as one int32 at (d / 4) * 64 + 4 slot,
+      // each q + 128 (the sign bit flipped).
+      for (int g = 0; g < kHd / 4; ++g) {
+        uint32_t word;
+        std::memcpy(&word, q + 4 * g, 4);
+        word ^= 0x80808080u;
+        std::memcpy(tile + 64 * g + 4 * slot, &word, 4);
+      }
     }
-  } else {
-    // K: the 4 elements of group d / 4 as one int32 at (d / 4) * 64 + 4 slot.
-    alignas(16) int32_t words[4];
-    for (int i = 0; i < hd; i += 16) {
-      const __m512i q = _mm512_add_epi32(quantized(i), _mm512_set1_epi32(128));
-      _mm_store_si128(reinterpret_cast<__m128i*>(words), _mm512_cvtepi32_epi8(q));
-      for (int g = 0; g < 4; ++g) std::memcpy(tile + (i / 4 + g) * 64 + 4 * slot, &words[g], 4);
-    }
-  }
-  return scale;
+  });
+  return done ? scale : ref::StoreRowQ8(x, hd, bs, slot, value, tile);
 }
 
 bool FastF16Avx512(int hd) { return WithHeadDim(hd, [](auto) {}); }

@@ -79,7 +79,6 @@ CrossCoreRead MeasureCrossCoreRead(ThreadPool& pool, size_t bytes, int repetitio
   for (int r = 0; r < std::max(1, repetitions); ++r) {
     auto* buf = static_cast<char*>(std::aligned_alloc(4096, bytes));
     if (buf == nullptr) return best;
-    double own = 0.0, other = 0.0;
     // Each step is its own parallel region, so the reads do not overlap.
     pool.Run([&](int i) {
       if (i != 0) return;
@@ -97,10 +96,8 @@ CrossCoreRead MeasureCrossCoreRead(ThreadPool& pool, size_t bytes, int repetitio
       });
       return rate;
     };
-    own = timed(0);
-    other = timed(1);
-    best.own = std::max(best.own, own);
-    best.other = std::max(best.other, other);
+    best.own = std::max(best.own, timed(0));  // then the other core, after it
+    best.other = std::max(best.other, timed(1));
     std::free(buf);
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);

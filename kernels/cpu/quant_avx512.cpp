@@ -39,31 +39,19 @@ inline int32_t QuantizeSym8Block(const float* x, uint16_t* d_out, int8_t* q) {
   return _mm512_reduce_add_epi32(_mm512_add_epi32(r0, r1));
 }
 
-// Lane i of the result = the largest lane of m[i] (a fixed tree; max is exact,
-// so any order gives the reference's value; m[i] holds no NaN).
-inline __m512 TransposeMax16(__m512 m[16]) {
-  __m512 a[8], b[4];
-  for (int k = 0; k < 8; ++k)
-    a[k] = _mm512_max_ps(_mm512_unpacklo_ps(m[2 * k], m[2 * k + 1]), _mm512_unpackhi_ps(m[2 * k], m[2 * k + 1]));
-  for (int k = 0; k < 4; ++k) {
-    const __m512d x = _mm512_castps_pd(a[2 * k]), y = _mm512_castps_pd(a[2 * k + 1]);
-    b[k] = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  const __m512 c0 = _mm512_max_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88), _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
-  const __m512 c1 = _mm512_max_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88), _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
-  return _mm512_max_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+// Lane i of the result = the largest lane of m[i] (max is exact, so any order
+// gives the reference's value; m[i] holds no NaN).
+inline __m512 TransposeMax16(const __m512 m[16]) {
+  return TransposeReduce16(m, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); });
 }
 
 // Lane i of the result = the sum of the lanes of v[i] (integer: exact in any order).
-inline __m512i TransposeSum16(__m512i v[16]) {
-  __m512i a[8], b[4];
-  for (int k = 0; k < 8; ++k)
-    a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-  for (int k = 0; k < 4; ++k)
-    b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
-  const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x88), _mm512_shuffle_i32x4(b[0], b[1], 0xDD));
-  const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], 0x88), _mm512_shuffle_i32x4(b[2], b[3], 0xDD));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
+inline __m512i TransposeSum16(const __m512i v[16]) {
+  __m512 bits[16];
+  for (int k = 0; k < 16; ++k) bits[k] = _mm512_castsi512_ps(v[k]);
+  return _mm512_castps_si512(TransposeReduce16(bits, [](__m512 x, __m512 y) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(x), _mm512_castps_si512(y)));
+  }));
 }
 
 // Blocks of 32 as QuantizeSym8Block, 16 at a time where there are 16: the

@@ -87,35 +87,48 @@ int64_t Argmax(const float* x, int64_t n) {
   return best < 0 ? 0 : best;
 }
 
+namespace {
+
+// The int8 rows of kQ8 attention (its query heads and its cached K and V):
+// s = amax / 127 (NaN left out, as std::max does), element x as round(x / s)
+// to nearest even, clamped to [-127, 127], NaN as -127.
+struct Sym8Row {
+  float scale, inv;
+  Sym8Row(const float* x, int n) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    scale = amax / 127.0f;
+    inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  }
+  int8_t operator()(float x) const {
+    const float r = std::nearbyint(x * inv);  // |x * inv| <= 127: exact to nearest even
+    return static_cast<int8_t>(r >= -127.0f ? std::min(r, 127.0f) : -127.0f);
+  }
+};
+
+}  // namespace
+
 float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum) {
-  float amax = 0.0f;
-  for (int d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(q[d]));
-  const float qs = amax / 127.0f;
-  const float inv = qs > 0.0f ? 1.0f / qs : 0.0f;
+  const Sym8Row row(q, head_dim);
   *sum = 0;
   for (int d = 0; d < head_dim; ++d) {
-    qi[d] = static_cast<int8_t>(std::clamp(std::nearbyint(q[d] * inv), -127.0f, 127.0f));
+    qi[d] = row(q[d]);
     *sum += qi[d];
   }
-  return qs;
+  return row.scale;
 }
 
 float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile) {
-  float amax = 0.0f;
-  for (int i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN left out
-  const float scale = amax / 127.0f;
-  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  const Sym8Row row(x, head_dim);
   for (int i = 0; i < head_dim; ++i) {
-    float r = std::nearbyint(x[i] * inv);  // |x * inv| <= 127: exact to nearest even
-    r = r >= -127.0f ? std::min(r, 127.0f) : -127.0f;  // NaN -> -127
-    const int q = static_cast<int>(r);
+    const int q = row(x[i]);
     if (value) {
       tile[(slot / 4) * 4 * head_dim + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
     } else {
       tile[(i / 4) * 4 * block_size + 4 * slot + i % 4] = static_cast<uint8_t>(q + 128);
     }
   }
-  return scale;
+  return row.scale;
 }
 
 namespace {

@@ -63,7 +63,8 @@ int64_t Argmax(const float* x, int64_t n);
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
 // A query head for kQ8 attention: qi = round(q / qs) with qs = amax / 127
-// (returned), and *sum = sum of qi.
+// (returned; clamped to [-127, 127], NaN as -127, as StoreRowQ8 stores K and
+// V), and *sum = sum of qi.
 float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum);
 float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile);
 // kQ8 attention's integer runs: at most this many positions per int32 sum.
