@@ -177,6 +177,28 @@ TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with i
   });
 }
 
+TEST_CASE("AttendPaged: the next-item hint changes no bit") {
+  std::mt19937 rng(33);
+  testing::ForEachSimdTable([&] {
+    const int hd = 64, bs = 16;
+    for (int n_q : {3, 6})  // one pass of heads, and two (the fetch spread over the first)
+    for (auto [len, next_len] : {std::pair{250, 250}, {17, 300}, {300, 1}})
+    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+      const Cache c = MakeCache(rng, 20, bs, 3, hd, type == KvType::kF32 ? Layout::kHeadMajor
+                                                                         : Layout::kTransposedK);
+      std::vector<int32_t> other(c.table.rbegin(), c.table.rend());
+      const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
+      std::vector<float> scratch(static_cast<size_t>(n_q) * len), plain(n_q * hd), hinted(n_q * hd);
+      AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), plain.data());
+      const AttendNext next{other.data(), 2, next_len};
+      AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), hinted.data(), &next);
+      INFO("isa " << std::string(KernelIsa()) << " n_q " << n_q << " len " << len << " next " << next_len
+                  << " type " << static_cast<int>(type));
+      CHECK(std::memcmp(plain.data(), hinted.data(), plain.size() * sizeof(float)) == 0);
+    }
+  });
+}
+
 TEST_CASE("StoreRowQ8: the dispatched kernel stores the reference's bytes and scale") {
   std::mt19937 rng(35);
   testing::ForEachSimdTable([&] {

@@ -290,7 +290,8 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
   // Item `it`: token t, query heads [h, h + per_item), KV head h / group.
   auto token = [&](int64_t it) { return tm.t0 + static_cast<int>(it / items_per_token); };
   auto head = [&](int64_t it) { return static_cast<int>(it % items_per_token) * per_item; };
-  auto item = [&](int64_t it) {
+  // Item `it`, the thread's next being `next` (or none: -1).
+  auto item = [&](int64_t it, int64_t next) {
     const int t = token(it), h = head(it);
     if (fused) {
       RopeStoreKv(l, layer, t, h / group, kv);
@@ -298,23 +299,28 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
     }
     pk.block_table = table_[t];
     const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
-    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch, &att_[off]);
+    kernels::AttendNext nx{};
+    if (next >= 0) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
+    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch, &att_[off],
+                         next >= 0 ? &nx : nullptr);
+  };
+  // Each item's call fetches the next one's rows while it computes (the
+  // first item of a run: its K rows before it).
+  auto items_from = [&](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    pk.block_table = table_[token(begin)];
+    kernels::AttendPrefetch(pk, hd, head(begin) / group, pos_[token(begin)] + 1);
+    for (int64_t it = begin; it < end; ++it) item(it, it + 1 < end ? it + 1 : -1);
   };
   if (tm.size == 1) {
-    for (int64_t it = 0; it < items; ++it) {
-      if (it + 1 < items) {  // the next item's K rows, read while this one computes
-        pk.block_table = table_[token(it + 1)];
-        kernels::AttendPrefetch(pk, hd, head(it + 1) / group, pos_[token(it + 1)] + 1);
-      }
-      item(it);
-    }
+    items_from(0, items);
     return;
   }
   const int64_t run = std::max<int64_t>(1, items / (8 * tm.size));
   std::atomic<int64_t>& counter = claims_[layer].next;
   for (int64_t c = counter.fetch_add(1, std::memory_order_relaxed); c * run < items;
        c = counter.fetch_add(1, std::memory_order_relaxed))
-    for (int64_t it = c * run; it < std::min(items, (c + 1) * run); ++it) item(it);
+    items_from(c * run, std::min(items, (c + 1) * run));
 }
 
 // Teams of one thread each need this many tokens (fewer, and one thread's

@@ -337,9 +337,59 @@ float QuantizeQuery(const float* q, int8_t* qi, int32_t* sum) {
 // uint8 weights, broadcast). Integer sums are exact, so the only rounding left
 // is in the scale products, the softmax and the weights' quantization, each a
 // per-head sequence of fp32 operations fixed by the reference.
+// The next item's lines, fetched into L2 a few at a time while the current
+// item computes (AttendNext, kernels/attention.h): per block its K tile, V
+// tile, K and V scale lines, in that order.
+class NextItemFetch {
+ public:
+  NextItemFetch() = default;
+  NextItemFetch(const PagedKv& kv, int hd, const AttendNext& n)
+      : k_(static_cast<const uint8_t*>(kv.k)),
+        v_(static_cast<const uint8_t*>(kv.v)),
+        ks_(kv.k_scale),
+        vs_(kv.v_scale),
+        table_(n.block_table),
+        block_stride_(kv.block_stride),
+        head_off_(static_cast<int64_t>(n.kv_head) * kv.head_stride),
+        scale_stride_(kv.scale_block_stride),
+        scale_head_(static_cast<int64_t>(n.kv_head) * kv.block_size),
+        tile_lines_(kv.block_size * hd / 64),
+        lines_((n.len + kv.block_size - 1) / kv.block_size * (2 * tile_lines_ + 2)) {}
+  int Lines() const { return lines_; }
+  // The next n lines (fewer at the end).
+  void Issue(int n) {
+    for (const int end = std::min(lines_, line_ + n); line_ < end; ++line_) {
+      const int64_t b = table_[block_];
+      const void* p;
+      if (row_ < tile_lines_) {
+        p = k_ + b * block_stride_ + head_off_ + 64 * row_;
+      } else if (row_ < 2 * tile_lines_) {
+        p = v_ + b * block_stride_ + head_off_ + 64 * (row_ - tile_lines_);
+      } else {
+        p = (row_ == 2 * tile_lines_ ? ks_ : vs_) + b * scale_stride_ + scale_head_;
+      }
+      _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+      if (++row_ == 2 * tile_lines_ + 2) {
+        row_ = 0;
+        ++block_;
+      }
+    }
+  }
+
+ private:
+  const uint8_t* k_ = nullptr;
+  const uint8_t* v_ = nullptr;
+  const float* ks_ = nullptr;
+  const float* vs_ = nullptr;
+  const int32_t* table_ = nullptr;
+  int64_t block_stride_ = 0, head_off_ = 0, scale_stride_ = 0, scale_head_ = 0;
+  int tile_lines_ = 0, lines_ = 0;
+  int line_ = 0, block_ = 0, row_ = 0;  // line_ = block_ * (2 tile_lines_ + 2) + row_
+};
+
 template <int C, int NH>
 void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, float scale, float* s,
-                   float* out) {
+                   float* out, NextItemFetch& next) {
   constexpr int hd = 16 * C;
   constexpr int kGroups = hd / 4;
   const auto* kbase = static_cast<const uint8_t*>(kv.k);
@@ -380,12 +430,17 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Prefetch(kv.k_scale + so, 1);
     Prefetch(kv.v_scale + so, 1);
   };
-  // The item's V tiles into L2 now, so that their misses overlap the K pass
-  // (attention_bench: ~8% more bytes/s on one thread).
-  for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
+  // Spread the next item's lines over this item's K and V tiles. Without a
+  // next item, this one was not fetched by its predecessor: its V tiles go to
+  // L2 now, so that their misses overlap the K pass (attention_bench: ~8% more
+  // bytes/s on one thread).
+  const int quota = (next.Lines() + 2 * nblocks - 1) / (2 * nblocks);
+  if (next.Lines() == 0)
+    for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
   for (int b = 0; b < kAhead; ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
     prefetch(b + kAhead);
+    next.Issue(quota);
     const uint8_t* t = kbase + tile(b);
     __m512i acc[NH][2];
     Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
@@ -434,6 +489,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Unroll<NH>([&](auto h) { Unroll<C>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
     for (int b = b0; b < b1; ++b) {
       if (b + kAhead < b1) Prefetch(vbase + tile(b + kAhead), hd / 4);
+      next.Issue(quota);
       const int8_t* t = vbase + tile(b);
       // The tile's weights as uint8, 4 positions per int32 (zero past len).
       alignas(64) int32_t u[NH][4];
@@ -461,30 +517,42 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       });
     });
   }
+  next.Issue(next.Lines());
 }
 
+// The heads in passes of up to four; the next item's lines are fetched during
+// the first pass.
 template <int C>
 void AttendQ8(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, float scale,
-              float* scratch, float* out) {
+              float* scratch, float* out, const AttendNext* next) {
   constexpr int hd = 16 * C;
+  NextItemFetch fetch = next != nullptr ? NextItemFetch(kv, hd, *next) : NextItemFetch();
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const float* qh = q + static_cast<int64_t>(h0) * hd;
     float* s = scratch + static_cast<int64_t>(h0) * len;
     float* o = out + static_cast<int64_t>(h0) * hd;
-    WithHeads(n_q - h0, [&](auto heads) { AttendQ8Heads<C, heads>(qh, kv, kv_head, len, scale, s, o); });
+    WithHeads(n_q - h0, [&](auto heads) { AttendQ8Heads<C, heads>(qh, kv, kv_head, len, scale, s, o, fetch); });
   }
 }
 
 void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
-                       float scale, float* scratch, float* out) {
+                       float scale, float* scratch, float* out, const AttendNext* next) {
   const bool tiles16 = kv.block_size == 16;
+  if (next != nullptr && !(kv.type == KvType::kQ8 && tiles16 && WithHeadDim(hd, [](auto) {}))) {
+    // Only the q8 kernel spreads the next item's fetch; the others get its K
+    // rows fetched at once, before this item.
+    PagedKv nk = kv;
+    nk.block_table = next->block_table;
+    AttendPrefetch(nk, hd, next->kv_head, next->len);
+    next = nullptr;
+  }
   if ((kv.k_transposed || kv.type == KvType::kQ8) && !tiles16)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   const bool done = WithHeadDim(hd, [&](auto c) {
     switch (kv.type) {
       case KvType::kF32: AttendChunked<c, float>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
       case KvType::kF16: AttendChunked<c, uint16_t>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
-      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
+      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, next); break;
     }
   });
   if (!done && kv.type != KvType::kF32)
@@ -533,7 +601,9 @@ bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && 
 }  // namespace
 
 void FillAvx512Attention(KernelTable* t) {
-  t->attend = AttendPagedAvx512;
+  t->attend = [](const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len, float scale,
+                float* scratch, float* out) { AttendPagedAvx512(q, n_q, hd, kv, kv_head, len, scale, scratch, out, nullptr); };
+  t->attend_next = AttendPagedAvx512;
   t->store_row_q8 = StoreRowQ8Avx512;
   t->attend_fast_f16 = FastF16Avx512;
   t->attend_fast_transposed = FastTransposedAvx512;

@@ -102,17 +102,17 @@ int main(int argc, char** argv) {
           std::vector<float> scratch(kGroup * context + 64), out(kGroup * kHd);
           for (int layer = 0; layer < kLayers; ++layer) {
             PagedKv kv = c.Layer(layer, n_blocks);
+            // As the engine does: the first item's K rows fetched before it,
+            // then each item with the thread's next one.
+            kv.block_table = tables[tid].data();
+            if (tid < kSeqs) AttendPrefetch(kv, kHd, 0, context);
             for (int s = tid; s < kSeqs; s += threads) {
               for (int g = 0; g < kKv; ++g) {
-                // As the engine does: the next item's first K rows, then this item.
                 const int ns = g + 1 < kKv ? s : s + threads;
-                if (ns < kSeqs) {
-                  kv.block_table = tables[ns].data();
-                  AttendPrefetch(kv, kHd, (g + 1) % kKv, context);
-                }
+                const AttendNext next{ns < kSeqs ? tables[ns].data() : nullptr, (g + 1) % kKv, context};
                 kv.block_table = tables[s].data();
                 AttendPaged(&q[(static_cast<size_t>(s) * kKv + g) * kGroup * kHd], kGroup, kHd, kv, g, context,
-                            0.125f, scratch.data(), out.data());
+                            0.125f, scratch.data(), out.data(), ns < kSeqs ? &next : nullptr);
               }
             }
           }
