@@ -1,5 +1,6 @@
 // Microbenchmark of MatMulQuantized on SmolLM2-135M's shapes (Q4_1 matrices and
-// the tied Q8_0 49152 x 576 output head), 1 and 2 threads, n_tokens 1 and 16,
+// the tied Q8_0 49152 x 576 output head), 1 and 2 threads, n_tokens 1, 8 (one
+// team of the serving engine at 16 concurrent) and 16,
 // int8 and split 16-bit activations.
 // Prints GB/s of weights streamed and GFLOP/s next to the read bandwidth that
 // MeasureReadBandwidth finds in the same run, and their ratio.
@@ -47,8 +48,10 @@ struct Result {
   double gflops;
 };
 
+// teams: every thread multiplies the whole matrix by its own n_tokens tokens
+// (the serving engine's team per thread), else the threads split the rows.
 Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precision,
-             double seconds, bool interleaved) {
+             double seconds, bool interleaved, bool teams = false) {
   const size_t row_bytes = RowBytes(s.type, s.cols);
   const size_t mat_bytes = row_bytes * static_cast<size_t>(s.rows);
   const size_t copies = std::max<size_t>(2, kWorkingSet / mat_bytes);
@@ -79,7 +82,7 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
     for (float& f : rowf) f = u(rng);
     QuantizeActivations(at, rowf.data(), xq.data() + t * xb, s.cols);
   }
-  std::vector<float> y(static_cast<size_t>(s.rows) * n_tokens);
+  std::vector<float> y(static_cast<size_t>(s.rows) * n_tokens * pool.size());
 
   size_t calls = 0;
   const double t0 = Now();
@@ -88,6 +91,10 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
     const MatrixView mv{s.type, s.rows, s.cols, w + (calls % copies) * mat_bytes, row_bytes,
                         interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows};
     pool.Run([&](int i) {
+      if (teams) {
+        MatMulQuantized(mv, at, xq.data(), xb, n_tokens, 0, s.rows, y.data() + i * s.rows * n_tokens, s.rows);
+        return;
+      }
       int64_t r0, r1;
       ThreadPool::Split(s.rows, pool.size(), i, 16, &r0, &r1);
       MatMulQuantized(mv, at, xq.data(), xb, n_tokens, r0, r1, y.data(), s.rows);
@@ -98,8 +105,9 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
   t1 = Now();
   std::free(w);
   const double dt = (t1 - t0) / static_cast<double>(calls);
+  const double work = teams ? pool.size() : 1;  // token sets multiplied per call
   return {static_cast<double>(mat_bytes) / dt / 1e9,
-          2.0 * static_cast<double>(s.rows) * s.cols * n_tokens / dt / 1e9};
+          2.0 * work * static_cast<double>(s.rows) * s.cols * n_tokens / dt / 1e9};
 }
 
 }  // namespace
@@ -125,13 +133,18 @@ int main(int argc, char** argv) {
                 "GB/s", "GFLOP/s", "GB/s / bw", "of peak");
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(filter) == std::string::npos) continue;
-      for (int n_tokens : {1, 16}) {
+      for (int n_tokens : {1, 8, 16}) {
         for (bool inter : {false, true}) {
           for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
             const Result r = Bench(pool, s, n_tokens, p, seconds, inter);
             std::printf("%-30s %6s %12s %8d %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name,
                         p == ActPrecision::kInt8 ? "int8" : "split16", inter ? "interleaved" : "rows",
                         n_tokens, r.gbps, r.gflops, 100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
+          }
+          if (inter && n_tokens == 8 && threads > 1) {  // teams: weights read by every thread
+            const Result r = Bench(pool, s, n_tokens, ActPrecision::kInt8, seconds, true, true);
+            std::printf("%-30s %6s %12s %8s %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name, "int8", "inter/teams",
+                        "8/thread", r.gbps, r.gflops, 100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
           }
         }
       }
