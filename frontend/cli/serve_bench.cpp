@@ -232,7 +232,11 @@ int ServeBenchMain(Args& args) {
   // a shared host falls on all of them); per level the run with the median
   // decode rate is kept.
   std::erase_if(levels, [](int c) { return c < 1; });
+  const int threads = engine.model().info().threads;
   std::vector<std::vector<LevelResult>> runs(levels.size());
+  // With several repetitions, the host's state after each (whether the cores
+  // share a last-level cache moves every ratio; "The host", docs/benchmarks.md).
+  std::vector<CrossCoreRates> host;
   for (int rep = 0; rep < reps; ++rep) {
     for (size_t i = 0; i < levels.size(); ++i) {
       auto r = RunLevel(engine, levels[i], prefix, prompt_len, gen_len, pick, rng);
@@ -242,6 +246,7 @@ int ServeBenchMain(Args& args) {
       }
       runs[i].push_back(*r);
     }
+    if (reps > 1 && threads >= 2) host.push_back(MeasureCrossCoreRates(threads));
   }
   std::vector<LevelResult> results;
   for (std::vector<LevelResult>& level : runs) {
@@ -265,6 +270,13 @@ int ServeBenchMain(Args& args) {
       std::printf("decode at %d concurrent / at 1, per repetition: median %.2fx (%.2f-%.2fx)\n", levels[i],
                   ratio[ratio.size() / 2], ratio.front(), ratio.back());
     }
+    for (size_t k = 0; k < host.size(); ++k) {
+      std::printf("repetition %zu:", k + 1);
+      for (size_t i = 1; i < levels.size(); ++i)
+        std::printf(" %d/1 %.2fx,", levels[i], runs[i][k].decode_tok_s / runs[0][k].decode_tok_s);
+      std::printf(" then 8 MiB re-read at %.0f GB/s by the other core (%.0f by the first)%s\n", host[k].other / 1e9,
+                  host[k].own / 1e9, host[k].other < 0.5 * host[k].own ? ", no shared last-level cache" : "");
+    }
   }
   if (!results.empty() && results.front().concurrency == 1) {
     for (const LevelResult& r : results)
@@ -276,7 +288,6 @@ int ServeBenchMain(Args& args) {
   // what fraction of it each level's decode reaches counting the useful work,
   // 2 x (multiply-adds per token ~ n_params: every weight once per token, the
   // tied embedding as the output head) x decode tok/s.
-  const int threads = engine.model().info().threads;
   const double peak = MeasureInt8GemmPeak(threads);
   const double ops_per_token = 2.0 * static_cast<double>(engine.model().info().n_params);
   std::printf("int8 dot peak (%d threads, vpdpbusd/maddubs loop): %.1f GOP/s\n", threads,
