@@ -356,20 +356,29 @@ class NextItemFetch {
         tile_lines_(kv.block_size * hd / 64),
         lines_((n.len + kv.block_size - 1) / kv.block_size * (2 * tile_lines_ + 2)) {}
   int Lines() const { return lines_; }
-  // The next n lines (fewer at the end).
+  // The next n lines (fewer at the end). A block's tile and scale pointers
+  // are formed once, at its first line.
   void Issue(int n) {
-    for (const int end = std::min(lines_, line_ + n); line_ < end; ++line_) {
-      const int64_t b = table_[block_];
-      const void* p;
-      if (row_ < tile_lines_) {
-        p = k_ + b * block_stride_ + head_off_ + 64 * row_;
-      } else if (row_ < 2 * tile_lines_) {
-        p = v_ + b * block_stride_ + head_off_ + 64 * (row_ - tile_lines_);
-      } else {
-        p = (row_ == 2 * tile_lines_ ? ks_ : vs_) + b * scale_stride_ + scale_head_;
+    const int per = 2 * tile_lines_ + 2;
+    while (n > 0 && line_ < lines_) {
+      if (row_ == 0) {
+        const int64_t b = table_[block_];
+        kp_ = reinterpret_cast<const char*>(k_ + b * block_stride_ + head_off_);
+        vp_ = reinterpret_cast<const char*>(v_ + b * block_stride_ + head_off_);
+        ksp_ = reinterpret_cast<const char*>(ks_ + b * scale_stride_ + scale_head_);
+        vsp_ = reinterpret_cast<const char*>(vs_ + b * scale_stride_ + scale_head_);
       }
-      _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
-      if (++row_ == 2 * tile_lines_ + 2) {
+      const int end = std::min(per, row_ + n);
+      n -= end - row_;
+      line_ += end - row_;
+      for (; row_ < end; ++row_) {
+        const char* p = row_ < tile_lines_       ? kp_ + 64 * row_
+                        : row_ < 2 * tile_lines_ ? vp_ + 64 * (row_ - tile_lines_)
+                        : row_ == 2 * tile_lines_ ? ksp_
+                                                  : vsp_;
+        _mm_prefetch(p, _MM_HINT_T1);
+      }
+      if (row_ == per) {
         row_ = 0;
         ++block_;
       }
@@ -385,6 +394,7 @@ class NextItemFetch {
   int64_t block_stride_ = 0, head_off_ = 0, scale_stride_ = 0, scale_head_ = 0;
   int tile_lines_ = 0, lines_ = 0;
   int line_ = 0, block_ = 0, row_ = 0;  // line_ = block_ * (2 tile_lines_ + 2) + row_
+  const char *kp_ = nullptr, *vp_ = nullptr, *ksp_ = nullptr, *vsp_ = nullptr;  // block_'s
 };
 
 template <int C, int NH>
@@ -434,17 +444,23 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   // next item, this one was not fetched by its predecessor: its V tiles go to
   // L2 now, so that their misses overlap the K pass (attention_bench: ~8% more
   // bytes/s on one thread).
+  // Per tile of each pass its share of the next item's lines, issued a few
+  // at a time inside the tile's loops (per pair of K groups, per V group):
+  // issuing a tile's share at once was slower (16 concurrent: -3%, 12
+  // interleaved pairs), a whole block per tile slower still (attention_bench:
+  // 15-25%), so the fetch trickles out.
   const int quota = (next.Lines() + 2 * nblocks - 1) / (2 * nblocks);
+  const int quota_k = (quota + kGroups / 2 - 1) / (kGroups / 2), quota_v = (quota + 3) / 4;
   if (next.Lines() == 0)
     for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
   for (int b = 0; b < kAhead; ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
     prefetch(b + kAhead);
-    next.Issue(quota);
     const uint8_t* t = kbase + tile(b);
     __m512i acc[NH][2];
     Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
     for (int g = 0; g < kGroups; g += 2) {
+      next.Issue(quota_k);
       Unroll<2>([&](auto i) {
         const __m512i k = _mm512_loadu_si512(t + 64 * (g + i));
         Unroll<NH>([&](auto h) {
@@ -489,7 +505,6 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Unroll<NH>([&](auto h) { Unroll<C>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
     for (int b = b0; b < b1; ++b) {
       if (b + kAhead < b1) Prefetch(vbase + tile(b + kAhead), hd / 4);
-      next.Issue(quota);
       const int8_t* t = vbase + tile(b);
       // The tile's weights as uint8, 4 positions per int32 (zero past len).
       alignas(64) int32_t u[NH][4];
@@ -500,6 +515,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
                         _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(r[h])))));
       });
       Unroll<4>([&](auto g) {
+        next.Issue(quota_v);
         Unroll<C>([&](auto i) {
           const __m512i v = _mm512_loadu_si512(t + g * 4 * hd + 64 * i);
           Unroll<NH>([&](auto h) {
