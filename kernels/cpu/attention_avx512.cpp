@@ -444,13 +444,16 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
   // next item, this one was not fetched by its predecessor: its V tiles go to
   // L2 now, so that their misses overlap the K pass (attention_bench: ~8% more
   // bytes/s on one thread).
-  // Per tile of each pass its share of the next item's lines, issued a few
-  // at a time inside the tile's loops (per pair of K groups, per V group):
-  // issuing a tile's share at once was slower (16 concurrent: -3%, 12
-  // interleaved pairs), a whole block per tile slower still (attention_bench:
-  // 15-25%), so the fetch trickles out.
-  const int quota = (next.Lines() + 2 * nblocks - 1) / (2 * nblocks);
+  // Per tile of each of the three passes (K, softmax, V) its share of the
+  // next item's lines, issued a few at a time inside the tile's loops (per
+  // pair of K groups, per head's softmax tile, per V group): issuing a tile's
+  // share at once in two passes was slower (16 concurrent: -3%, 12
+  // interleaved pairs; without the softmax pass's share: -2.5%, 12 pairs), a
+  // whole block per tile slower still (attention_bench: 15-25%), so the
+  // fetch trickles out.
+  const int quota = (next.Lines() + 3 * nblocks - 1) / (3 * nblocks);
   const int quota_k = (quota + kGroups / 2 - 1) / (kGroups / 2), quota_v = (quota + 3) / 4;
+  const int quota_s = (quota + NH - 1) / NH;
   if (next.Lines() == 0)
     for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
   for (int b = 0; b < kAhead; ++b) prefetch(b);
@@ -484,6 +487,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     const __m512 m = _mm512_set1_ps(Max(sh, len));
     __m512 sum = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
     for (int b = 0; b < nblocks; ++b) {
+      next.Issue(quota_s);
       const __mmask16 live = FirstLanes(len - 16 * b);
       const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
       sum = _mm512_add_ps(sum, e);
