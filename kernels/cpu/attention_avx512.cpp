@@ -329,14 +329,6 @@ float QuantizeQuery(const float* q, int8_t* qi, int32_t* sum) {
   return qs;
 }
 
-// ---- kQ8: integer dot products on both sides of the softmax -----------------
-// (kernels/attention.h; block_size 16, head_dim 16 C.) Per tile of 16
-// positions: the scores of NH heads from 16 C / 4 vpdpbusd each (K's 4-dimension
-// groups against the head's 4 quantized q values, broadcast), and the weighted
-// sum from 4 C vpdpbusd per head (V's 4-position groups against the head's 4
-// uint8 weights, broadcast). Integer sums are exact, so the only rounding left
-// is in the scale products, the softmax and the weights' quantization, each a
-// per-head sequence of fp32 operations fixed by the reference.
 // The next item's lines, fetched into L2 a few at a time while the current
 // item computes (AttendNext, kernels/attention.h): per block its K tile, V
 // tile, K and V scale lines, in that order.
@@ -397,6 +389,14 @@ class NextItemFetch {
   const char *kp_ = nullptr, *vp_ = nullptr, *ksp_ = nullptr, *vsp_ = nullptr;  // block_'s
 };
 
+// ---- kQ8: integer dot products on both sides of the softmax -----------------
+// (kernels/attention.h; block_size 16, head_dim 16 C.) Per tile of 16
+// positions: the scores of NH heads from 16 C / 4 vpdpbusd each (K's 4-dimension
+// groups against the head's 4 quantized q values, broadcast), and the weighted
+// sum from 4 C vpdpbusd per head (V's 4-position groups against the head's 4
+// uint8 weights, broadcast). Integer sums are exact, so the only rounding left
+// is in the scale products, the softmax and the weights' quantization, each a
+// per-head sequence of fp32 operations fixed by the reference.
 template <int C, int NH>
 void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, float scale, float* s,
                    float* out, NextItemFetch& next) {
@@ -440,17 +440,16 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Prefetch(kv.k_scale + so, 1);
     Prefetch(kv.v_scale + so, 1);
   };
-  // Spread the next item's lines over this item's K and V tiles. Without a
-  // next item, this one was not fetched by its predecessor: its V tiles go to
-  // L2 now, so that their misses overlap the K pass (attention_bench: ~8% more
+  // The next item's lines, spread over this item's three passes (K,
+  // softmax, V): per tile of each pass its share, issued a few at a time
+  // inside the tile's loops (per pair of K groups, per head's softmax tile,
+  // per V group). Issuing a tile's share at once, over two passes, was
+  // slower (16 concurrent: -3%, 12 interleaved pairs; without the softmax
+  // pass's share: -2.5%, 12 pairs), a whole block per tile slower still
+  // (attention_bench: 15-25%): the fetch has to trickle out. Without a next
+  // item, this one was not fetched by its predecessor: its V tiles go to L2
+  // now, so that their misses overlap the K pass (attention_bench: ~8% more
   // bytes/s on one thread).
-  // Per tile of each of the three passes (K, softmax, V) its share of the
-  // next item's lines, issued a few at a time inside the tile's loops (per
-  // pair of K groups, per head's softmax tile, per V group): issuing a tile's
-  // share at once in two passes was slower (16 concurrent: -3%, 12
-  // interleaved pairs; without the softmax pass's share: -2.5%, 12 pairs), a
-  // whole block per tile slower still (attention_bench: 15-25%), so the
-  // fetch trickles out.
   const int quota = (next.Lines() + 3 * nblocks - 1) / (3 * nblocks);
   const int quota_k = (quota + kGroups / 2 - 1) / (kGroups / 2), quota_v = (quota + 3) / 4;
   const int quota_s = (quota + NH - 1) / NH;
