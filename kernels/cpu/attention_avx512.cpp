@@ -336,33 +336,30 @@ class NextItemFetch {
  public:
   NextItemFetch() = default;
   NextItemFetch(const PagedKv& kv, int hd, const AttendNext& n)
-      : k_(static_cast<const uint8_t*>(kv.k)),
-        v_(static_cast<const uint8_t*>(kv.v)),
-        ks_(kv.k_scale),
-        vs_(kv.v_scale),
+      : k_(static_cast<const uint8_t*>(kv.k) + static_cast<int64_t>(n.kv_head) * kv.head_stride),
+        v_(static_cast<const uint8_t*>(kv.v) + static_cast<int64_t>(n.kv_head) * kv.head_stride),
+        ks_(kv.k_scale + static_cast<int64_t>(n.kv_head) * kv.block_size),
+        vs_(kv.v_scale + static_cast<int64_t>(n.kv_head) * kv.block_size),
         table_(n.block_table),
         block_stride_(kv.block_stride),
-        head_off_(static_cast<int64_t>(n.kv_head) * kv.head_stride),
         scale_stride_(kv.scale_block_stride),
-        scale_head_(static_cast<int64_t>(n.kv_head) * kv.block_size),
         tile_lines_(kv.block_size * hd / 64),
-        lines_((n.len + kv.block_size - 1) / kv.block_size * (2 * tile_lines_ + 2)) {}
-  int Lines() const { return lines_; }
+        blocks_((n.len + kv.block_size - 1) / kv.block_size) {}
+  int Lines() const { return blocks_ * (2 * tile_lines_ + 2); }
   // The next n lines (fewer at the end). A block's tile and scale pointers
   // are formed once, at its first line.
   void Issue(int n) {
     const int per = 2 * tile_lines_ + 2;
-    while (n > 0 && line_ < lines_) {
+    while (n > 0 && block_ < blocks_) {
       if (row_ == 0) {
         const int64_t b = table_[block_];
-        kp_ = reinterpret_cast<const char*>(k_ + b * block_stride_ + head_off_);
-        vp_ = reinterpret_cast<const char*>(v_ + b * block_stride_ + head_off_);
-        ksp_ = reinterpret_cast<const char*>(ks_ + b * scale_stride_ + scale_head_);
-        vsp_ = reinterpret_cast<const char*>(vs_ + b * scale_stride_ + scale_head_);
+        kp_ = reinterpret_cast<const char*>(k_ + b * block_stride_);
+        vp_ = reinterpret_cast<const char*>(v_ + b * block_stride_);
+        ksp_ = reinterpret_cast<const char*>(ks_ + b * scale_stride_);
+        vsp_ = reinterpret_cast<const char*>(vs_ + b * scale_stride_);
       }
       const int end = std::min(per, row_ + n);
       n -= end - row_;
-      line_ += end - row_;
       for (; row_ < end; ++row_) {
         const char* p = row_ < tile_lines_       ? kp_ + 64 * row_
                         : row_ < 2 * tile_lines_ ? vp_ + 64 * (row_ - tile_lines_)
@@ -378,14 +375,15 @@ class NextItemFetch {
   }
 
  private:
+  // The item's KV head's rows and scales in block 0 of the layer.
   const uint8_t* k_ = nullptr;
   const uint8_t* v_ = nullptr;
   const float* ks_ = nullptr;
   const float* vs_ = nullptr;
   const int32_t* table_ = nullptr;
-  int64_t block_stride_ = 0, head_off_ = 0, scale_stride_ = 0, scale_head_ = 0;
-  int tile_lines_ = 0, lines_ = 0;
-  int line_ = 0, block_ = 0, row_ = 0;  // line_ = block_ * (2 tile_lines_ + 2) + row_
+  int64_t block_stride_ = 0, scale_stride_ = 0;
+  int tile_lines_ = 0, blocks_ = 0;
+  int block_ = 0, row_ = 0;  // the next line: row_ of block_ (K tile, V tile, K scale, V scale)
   const char *kp_ = nullptr, *vp_ = nullptr, *ksp_ = nullptr, *vsp_ = nullptr;  // block_'s
 };
 
@@ -555,28 +553,28 @@ void AttendQ8(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, 
 }
 
 void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
-                       float scale, float* scratch, float* out, const AttendNext* next) {
+                       float scale, float* scratch, float* out) {
   const bool tiles16 = kv.block_size == 16;
-  if (next != nullptr && !(kv.type == KvType::kQ8 && tiles16 && WithHeadDim(hd, [](auto) {}))) {
-    // Only the q8 kernel spreads the next item's fetch; the others get its K
-    // rows fetched at once, before this item.
-    PagedKv nk = kv;
-    nk.block_table = next->block_table;
-    AttendPrefetch(nk, hd, next->kv_head, next->len);
-    next = nullptr;
-  }
   if ((kv.k_transposed || kv.type == KvType::kQ8) && !tiles16)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   const bool done = WithHeadDim(hd, [&](auto c) {
     switch (kv.type) {
       case KvType::kF32: AttendChunked<c, float>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
       case KvType::kF16: AttendChunked<c, uint16_t>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
-      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, next); break;
+      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, nullptr); break;
     }
   });
   if (!done && kv.type != KvType::kF32)
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
+}
+
+// KernelTable::attend_next: the q8 kernel, which spreads the next item's
+// fetch over its own work; false (nothing done) for the other caches.
+bool AttendNextAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len, float scale,
+                      float* scratch, float* out, const AttendNext& next) {
+  if (kv.type != KvType::kQ8 || kv.block_size != 16) return false;
+  return WithHeadDim(hd, [&](auto c) { AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, &next); });
 }
 
 // ref::StoreRowQ8 on vectors (block_size 16, the head sizes of WithHeadDim;
@@ -620,9 +618,8 @@ bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && 
 }  // namespace
 
 void FillAvx512Attention(KernelTable* t) {
-  t->attend = [](const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len, float scale,
-                float* scratch, float* out) { AttendPagedAvx512(q, n_q, hd, kv, kv_head, len, scale, scratch, out, nullptr); };
-  t->attend_next = AttendPagedAvx512;
+  t->attend = AttendPagedAvx512;
+  t->attend_next = AttendNextAvx512;
   t->store_row_q8 = StoreRowQ8Avx512;
   t->attend_fast_f16 = FastF16Avx512;
   t->attend_fast_transposed = FastTransposedAvx512;

@@ -104,8 +104,10 @@ int main(int argc, char** argv) {
             PagedKv kv = c.Layer(layer, n_blocks);
             // As the engine does: the first item's K rows fetched before it,
             // then each item with the thread's next one.
-            kv.block_table = tables[tid].data();
-            if (tid < kSeqs) AttendPrefetch(kv, kHd, 0, context);
+            if (tid < kSeqs) {
+              kv.block_table = tables[tid].data();
+              AttendPrefetch(kv, kHd, 0, context);
+            }
             for (int s = tid; s < kSeqs; s += threads) {
               for (int g = 0; g < kKv; ++g) {
                 const int ns = g + 1 < kKv ? s : s + threads;

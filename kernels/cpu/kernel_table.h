@@ -116,10 +116,11 @@ struct KernelTable {
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;
   void (*attend)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) = nullptr;
-  // attend, with the item the thread attends next (null: attend, then the
-  // next item's K rows fetched before it as AttendPrefetch does).
-  void (*attend_next)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
-                      float scale, float* scratch, float* out, const AttendNext* next) = nullptr;
+  // attend, fetching the thread's next item spread over this one's work;
+  // false (nothing done) where the kernels do not (AttendPaged then fetches
+  // the next item's K rows first, as AttendPrefetch does, and calls attend).
+  bool (*attend_next)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
+                      float scale, float* scratch, float* out, const AttendNext& next) = nullptr;
   float (*store_row_q8)(const float* x, int head_dim, int block_size, int slot, bool value,
                         uint8_t* tile) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference

@@ -32,11 +32,9 @@ int64_t Argmax(const float* x, int64_t n) { return cpu::Kernels().argmax(x, n); 
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out, const AttendNext* next) {
   const cpu::KernelTable& t = cpu::Kernels();
-  if (next != nullptr && t.attend_next != nullptr) {
-    t.attend_next(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out, next);
-    return;
-  }
   if (next != nullptr) {
+    if (t.attend_next != nullptr && t.attend_next(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out, *next))
+      return;
     PagedKv nk = kv;
     nk.block_table = next->block_table;
     AttendPrefetch(nk, head_dim, next->kv_head, next->len);

@@ -102,15 +102,13 @@ bool AttentionFastTransposedK(int head_dim, int block_size);
 // Whether they read int8 (kQ8) caches fast.
 bool AttentionFastQ8(int head_dim, int block_size);
 
-//
 // next (optional): the item the calling thread attends after this one, in the
 // same layer (`kv` with next->block_table). A hint, with no effect on any
 // result: the q8 kernels fetch its rows into L2 a few lines at a time
 // throughout this item's work, so that memory stays busy while this item
-// computes, and take
-// this item's own rows to be on their way already (fetched by the call before
-// it, or by AttendPrefetch); the other kernels fetch its K rows before this
-// item, as AttendPrefetch does.
+// computes, and take this item's own rows to be on their way already
+// (fetched by the call before it, or by AttendPrefetch); for the other
+// kernels its K rows are fetched before this item, as AttendPrefetch does.
 struct AttendNext {
   const int32_t* block_table;
   int kv_head;
