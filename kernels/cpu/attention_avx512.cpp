@@ -330,8 +330,9 @@ float QuantizeQuery(const float* q, int8_t* qi, int32_t* sum) {
 }
 
 // The next item's lines, fetched into L2 a few at a time while the current
-// item computes (AttendNext, kernels/attention.h): per block its K tile, V
-// tile, K and V scale lines, in that order.
+// item computes (AttendNext, kernels/attention.h): block by block its K tile,
+// V tile, K scale line and V scale line, a fixed number of lines at fixed
+// points of the loops.
 class NextItemFetch {
  public:
   NextItemFetch() = default;
@@ -344,37 +345,45 @@ class NextItemFetch {
         block_stride_(kv.block_stride),
         scale_stride_(kv.scale_block_stride),
         tile_lines_(kv.block_size * hd / 64),
-        blocks_((n.len + kv.block_size - 1) / kv.block_size) {}
-  int Lines() const { return blocks_ * (2 * tile_lines_ + 2); }
-  // The next n lines (fewer at the end). A block's tile and scale pointers
-  // are formed once, at its first line.
-  void Issue(int n) {
-    const int per = 2 * tile_lines_ + 2;
-    while (n > 0 && block_ < blocks_) {
-      if (row_ == 0) {
-        const int64_t b = table_[block_];
-        kp_ = reinterpret_cast<const char*>(k_ + b * block_stride_);
-        vp_ = reinterpret_cast<const char*>(v_ + b * block_stride_);
-        ksp_ = reinterpret_cast<const char*>(ks_ + b * scale_stride_);
-        vsp_ = reinterpret_cast<const char*>(vs_ + b * scale_stride_);
-      }
-      const int end = std::min(per, row_ + n);
-      n -= end - row_;
-      for (; row_ < end; ++row_) {
-        const char* p = row_ < tile_lines_       ? kp_ + 64 * row_
-                        : row_ < 2 * tile_lines_ ? vp_ + 64 * (row_ - tile_lines_)
-                        : row_ == 2 * tile_lines_ ? ksp_
-                                                  : vsp_;
-        _mm_prefetch(p, _MM_HINT_T1);
-      }
-      if (row_ == per) {
-        row_ = 0;
-        ++block_;
-      }
-    }
+        blocks_((n.len + kv.block_size - 1) / kv.block_size) {
+    Segment();
+  }
+  bool Any() const { return blocks_ > 0; }
+  // Paced for an item of `blocks` tiles: each Issue<N> takes N lines per time
+  // the next item's tiles outnumber them (rounded up).
+  void Pace(int blocks) { reps_ = std::max(1, (blocks_ + blocks - 1) / std::max(blocks, 1)); }
+  // The next N lines (times the pace; none past the last).
+  template <int N>
+  void Issue() {
+    for (int r = 0; r < reps_; ++r) Lines<N>();
+  }
+  // Every line not yet issued.
+  void Rest() {
+    while (left_ > 0) Lines<16>();
   }
 
  private:
+  template <int N>
+  void Lines() {
+    Unroll<N>([&](auto) {
+      if (left_ == 0) return;
+      _mm_prefetch(p_, _MM_HINT_T1);
+      p_ += 64;
+      if (--left_ == 0) Segment();
+    });
+  }
+  // Points p_ at the next run of lines: segment seg_ % 4 of block seg_ / 4.
+  void Segment() {
+    const int b = seg_ / 4;
+    if (b >= blocks_) return;
+    const int64_t t = table_[b];
+    switch (seg_++ % 4) {
+      case 0: p_ = reinterpret_cast<const char*>(k_ + t * block_stride_); left_ = tile_lines_; break;
+      case 1: p_ = reinterpret_cast<const char*>(v_ + t * block_stride_); left_ = tile_lines_; break;
+      case 2: p_ = reinterpret_cast<const char*>(ks_ + t * scale_stride_); left_ = 1; break;
+      default: p_ = reinterpret_cast<const char*>(vs_ + t * scale_stride_); left_ = 1; break;
+    }
+  }
   // The item's KV head's rows and scales in block 0 of the layer.
   const uint8_t* k_ = nullptr;
   const uint8_t* v_ = nullptr;
@@ -383,8 +392,9 @@ class NextItemFetch {
   const int32_t* table_ = nullptr;
   int64_t block_stride_ = 0, scale_stride_ = 0;
   int tile_lines_ = 0, blocks_ = 0;
-  int block_ = 0, row_ = 0;  // the next line: row_ of block_ (K tile, V tile, K scale, V scale)
-  const char *kp_ = nullptr, *vp_ = nullptr, *ksp_ = nullptr, *vsp_ = nullptr;  // block_'s
+  int seg_ = 0, left_ = 0;  // the next run of lines, and those left in the current one
+  int reps_ = 1;
+  const char* p_ = nullptr;
 };
 
 // ---- kQ8: integer dot products on both sides of the softmax -----------------
@@ -439,19 +449,21 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Prefetch(kv.v_scale + so, 1);
   };
   // The next item's lines, spread over this item's three passes (K,
-  // softmax, V): per tile of each pass its share, issued a few at a time
-  // inside the tile's loops (per pair of K groups, per head's softmax tile,
-  // per V group). Issuing a tile's share at once, over two passes, was
-  // slower (16 concurrent: -3%, 12 interleaved pairs; without the softmax
-  // pass's share: -2.5%, 12 pairs), a whole block per tile slower still
-  // (attention_bench: 15-25%): the fetch has to trickle out. Without a next
-  // item, this one was not fetched by its predecessor: its V tiles go to L2
-  // now, so that their misses overlap the K pass (attention_bench: ~8% more
-  // bytes/s on one thread).
-  const int quota = (next.Lines() + 3 * nblocks - 1) / (3 * nblocks);
-  const int quota_k = (quota + kGroups / 2 - 1) / (kGroups / 2), quota_v = (quota + 3) / 4;
-  const int quota_s = (quota + NH - 1) / NH;
-  if (next.Lines() == 0)
+  // softmax, V), a fixed number at fixed points of the loops: two per pair
+  // of K groups (its K tile's lines per tile), four per head's softmax tile
+  // and (3 C + 3) / 4 per V group; for an equally long next item that is all
+  // of its lines by ~85% of this item's time, and what is left is issued at
+  // the end. The fetch has to trickle out: a tile's share at once was 3%
+  // slower at 16 concurrent, a whole block per tile 15-25% (attention_bench).
+  // And it has to be cheap: counted loops whose trip counts vary from call to
+  // call (the quota of each point computed per item) cost 40% of a cached
+  // item's time (attention_bench, context 320 with 1 distinct layer, one
+  // thread: 1.78 ms, 1.11 without the fetch, 1.50 with the fixed points).
+  // Without a next item, this one was not fetched by its predecessor: its V
+  // tiles go to L2 now, so that their misses overlap the K pass
+  // (attention_bench: ~8% more bytes/s on one thread).
+  next.Pace(nblocks);
+  if (!next.Any())
     for (int b = 0; b < nblocks; ++b) PrefetchL2(vbase + tile(b), hd / 4);
   for (int b = 0; b < kAhead; ++b) prefetch(b);
   for (int b = 0; b < nblocks; ++b) {
@@ -460,7 +472,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     __m512i acc[NH][2];
     Unroll<NH>([&](auto h) { Unroll<2>([&](auto i) { acc[h][i] = _mm512_setzero_si512(); }); });
     for (int g = 0; g < kGroups; g += 2) {
-      next.Issue(quota_k);
+      next.Issue<2>();
       Unroll<2>([&](auto i) {
         const __m512i k = _mm512_loadu_si512(t + 64 * (g + i));
         Unroll<NH>([&](auto h) {
@@ -484,7 +496,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     const __m512 m = _mm512_set1_ps(Max(sh, len));
     __m512 sum = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
     for (int b = 0; b < nblocks; ++b) {
-      next.Issue(quota_s);
+      next.Issue<4>();
       const __mmask16 live = FirstLanes(len - 16 * b);
       const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
       sum = _mm512_add_ps(sum, e);
@@ -516,7 +528,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
                         _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(r[h])))));
       });
       Unroll<4>([&](auto g) {
-        next.Issue(quota_v);
+        next.Issue<(3 * C + 3) / 4>();
         Unroll<C>([&](auto i) {
           const __m512i v = _mm512_loadu_si512(t + g * 4 * hd + 64 * i);
           Unroll<NH>([&](auto h) {
@@ -534,7 +546,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       });
     });
   }
-  next.Issue(next.Lines());
+  next.Rest();
 }
 
 // The heads in passes of up to four; the next item's lines are fetched during

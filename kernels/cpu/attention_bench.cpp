@@ -8,6 +8,8 @@
 // the read bandwidth MeasureReadBandwidth finds in the same run.
 //
 // Usage: attention_bench [seconds_per_case (default 1)] [context (default 320)]
+//                        [distinct layers (default 30; 1: every layer reads the
+//                        same cache, which then stays in cache: compute alone)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -63,6 +65,7 @@ struct Cache {
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
   const int context = argc > 2 ? std::atoi(argv[2]) : 320;
+  const int distinct = argc > 3 ? std::clamp(std::atoi(argv[3]), 1, kLayers) : kLayers;
   const int blocks_per_seq = (context + kBs - 1) / kBs;
   const int n_blocks = blocks_per_seq * kSeqs;
   // Block j of sequence s is pool block j * kSeqs + s: the sequences grew together.
@@ -73,8 +76,8 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> q(static_cast<size_t>(kSeqs) * kKv * kGroup * kHd);
   for (float& x : q) x = u(rng);
-  std::printf("context %d, %d sequences, %d layers, %d KV heads of %d, block %d\n", context, kSeqs,
-              kLayers, kKv, kHd, kBs);
+  std::printf("context %d, %d sequences, %d layers (%d distinct), %d KV heads of %d, block %d\n", context,
+              kSeqs, kLayers, distinct, kKv, kHd, kBs);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads, MeasureReadBandwidth(pool, size_t{256} << 20, 3) / 1e9);
@@ -82,14 +85,14 @@ int main(int argc, char** argv) {
       Cache c;
       c.type = type;
       c.elem = KvElementBytes(type);
-      const size_t elems = static_cast<size_t>(kLayers) * n_blocks * kBs * kKv * kHd;
+      const size_t elems = static_cast<size_t>(distinct) * n_blocks * kBs * kKv * kHd;
       c.k.assign(elems * c.elem, 0);
       c.v.assign(elems * c.elem, 0);
       std::uniform_int_distribution<int> byte(0, 255);
       for (auto& x : c.k) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
       for (auto& x : c.v) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
       if (type == KvType::kQ8) {
-        c.k_scale.assign(static_cast<size_t>(kLayers) * n_blocks * kBs * kKv, 0.01f);
+        c.k_scale.assign(static_cast<size_t>(distinct) * n_blocks * kBs * kKv, 0.01f);
         c.v_scale.assign(c.k_scale.size(), 0.01f);
       }
       const double bytes_per_step = static_cast<double>(kLayers) * kSeqs * kKv * context *
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
         pool.Run([&](int tid) {
           std::vector<float> scratch(kGroup * context + 64), out(kGroup * kHd);
           for (int layer = 0; layer < kLayers; ++layer) {
-            PagedKv kv = c.Layer(layer, n_blocks);
+            PagedKv kv = c.Layer(layer % distinct, n_blocks);
             // As the engine does: the first item's K rows fetched before it,
             // then each item with the thread's next one.
             if (tid < kSeqs) {
