@@ -69,10 +69,14 @@ inline constexpr size_t DecodeWorkspaceStride(int64_t n) {
 inline constexpr size_t kDecodePrefetchBytes = 8192;
 // Prefetches the lines of [p, p + bytes) + kDecodePrefetchBytes. Past the end of
 // the matrix this is a hint for addresses never dereferenced (prefetches do not
-// fault); the address is formed as an integer for that reason.
+// fault); the address is formed as an integer for that reason. Non-temporal
+// (prefetchnta): a weight line is used once per pass, and the stream then
+// does not push the KV cache and activations out of the caches: 16 concurrent
+// +2.3% (8 interleaved pairs, 6 faster; +5-13% in 3 earlier pairs), pp512 and
+// single-request decode unchanged or faster.
 inline void PrefetchAhead(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kDecodePrefetchBytes;
-  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
 }
 
 // Interleaved weights (16-row groups, ref/interleave_ref.cpp) against several
