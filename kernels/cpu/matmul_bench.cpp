@@ -7,9 +7,12 @@
 //
 // Each shape is replicated into enough copies to exceed the last-level cache
 // (>= 256 MiB in total) and the copies are walked in turn, so weights come from
-// DRAM as they do in a real decode.
+// DRAM as they do in a real decode. A smaller working set (third argument, in
+// MiB; at least two copies) keeps small shapes in the caches: the kernels'
+// compute alone.
 //
 // Usage: matmul_bench [seconds_per_case (default 0.5)] [shape name filter]
+//                     [working set MiB (default 256)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,7 +40,7 @@ struct Shape {
   int64_t rows;  // output features
 };
 
-constexpr size_t kWorkingSet = size_t{256} << 20;
+size_t g_working_set = size_t{256} << 20;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -54,7 +57,7 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
              double seconds, bool interleaved, bool teams = false) {
   const size_t row_bytes = RowBytes(s.type, s.cols);
   const size_t mat_bytes = row_bytes * static_cast<size_t>(s.rows);
-  const size_t copies = std::max<size_t>(2, kWorkingSet / mat_bytes);
+  const size_t copies = std::max<size_t>(2, g_working_set / mat_bytes);
   // Fill the copies with one random quantized matrix (content does not matter
   // for speed, but keep scales finite).
   std::vector<uint8_t> one(mat_bytes);
@@ -115,12 +118,14 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
   const std::string filter = argc > 2 ? argv[2] : "";
+  if (argc > 3) g_working_set = static_cast<size_t>(std::max(1, std::atoi(argv[3]))) << 20;
   const Shape shapes[] = {
       {"q4_1 576x576 (attn_q/o)", DType::kQ4_1, 576, 576},
       {"q4_1 576x192 (attn_k/v)", DType::kQ4_1, 576, 192},
       {"q4_1 576x1536 (ffn_gate/up)", DType::kQ4_1, 576, 1536},
       {"q4_1 1536x576 (ffn_down)", DType::kQ4_1, 1536, 576},
       {"q8_0 576x49152 (output head)", DType::kQ8_0, 576, 49152},
+      {"q8_0 576x1024 (head rows)", DType::kQ8_0, 576, 1024},
   };
   std::printf("kernel ISA: %s\n", KernelIsa());
   for (int threads : {1, 2}) {
