@@ -32,7 +32,8 @@ for cfg in "split16 f16" "int8 f16" "int8 q8"; do
   "$braid" bench --serve -c 1,4,16 -r 3 --prompt-len 256 --gen-len 128 --shared-prefix 512 \
     -t "$threads" --precision "$p" --kv "$kv" --json "$out/serve_shared_${name}_t${threads}.json"
   echo "== latency class beside throughput work ($p, $kv KV)"
-  "$braid" bench --serve --latency-mix 8 --prompt-len 256 --gen-len 64 -t "$threads" --precision "$p" --kv "$kv"
+  "$braid" bench --serve --latency-mix 8 -r 3 --prompt-len 256 --gen-len 64 -t "$threads" --precision "$p" \
+    --kv "$kv"
 done
 # The batching goal (16 concurrent >= 6x single), levels 1 and 16 taking turns.
 echo "== batching goal (int8, q8 KV): 1 and 16 concurrent, 5 repetitions"

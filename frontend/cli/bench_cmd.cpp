@@ -39,7 +39,10 @@ const char* kBenchHelp =
     "  the tokens that came while every request of the level was decoding. With\n"
     "  -r the levels take turns REPS times; per level the run with the median\n"
     "  decode rate is kept, and each level's ratio to the single request run just\n"
-    "  before it is printed per repetition.\n";
+    "  before it is printed per repetition.\n"
+    "  --latency-mix N  instead: a latency-class request's inter-token time alone,\n"
+    "              then beside N throughput-class requests, and their ratio; with\n"
+    "              -r, REPS such pairs and the median ratio.\n";
 
 struct Stats {
   double mean = 0, stddev = 0;
