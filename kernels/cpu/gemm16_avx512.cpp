@@ -108,12 +108,13 @@ inline __m512i Bcast(const uint8_t* p) {
 // y[t * ldy + i] (t from 0) for rows i with bit i of `rows`.
 // `stream`: the group is read from memory for the first time, so each block
 // prefetches the bytes kDecodePrefetchBytes ahead of it (the layout is one
-// stream of blocks, groups one after another).
+// stream of blocks, groups one after another); `once`: no later pass reads
+// the group again (PrefetchAhead).
 // Within a block the loop runs chunk by chunk and, inside, token by token, so
 // that consecutive vpdpbusd are independent (T chains; 2 T with split 16-bit).
 template <bool kQ4, bool kSplit, int T>
 void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, float* y, int64_t ldy,
-           __mmask16 rows, bool stream, bool accumulate) {
+           __mmask16 rows, bool stream, bool once, bool accumulate) {
   constexpr size_t kQuant = kQ4 ? 256 : 512, kScale = kQ4 ? 64 : 32;
   constexpr int kPlanes = kSplit ? 2 : 1;
   const Prepared p{nb, ntok, kSplit};
@@ -127,7 +128,7 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
   Unroll<T>([&](auto t) __attribute__((always_inline)) { acc[t] = _mm512_setzero_ps(); });
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = g + (kQuant + kScale) * b;
-    if (stream) PrefetchAhead(q, kQuant + kScale);
+    if (stream) PrefetchAhead(q, kQuant + kScale, once);
     __m512i isum[T][kPlanes];
     Unroll<T>([&](auto t) __attribute__((always_inline)) {
       isum[t][0] = kQ4 ? _mm512_setzero_si512() : Bcast(aux + 4 * t);
@@ -188,16 +189,16 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
     float* yg = y + 16 * g;
     for (int t = 0; t < ntok; t += kMaxTokens) {
       float* yt = yg + t * ldy;
-      const bool first = t == 0;
+      const bool first = t == 0, once = ntok <= kMaxTokens;
       switch (std::min(kMaxTokens, ntok - t)) {
-        case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 3: Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 4: Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 5: Group<kQ4, kSplit, 5>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 6: Group<kQ4, kSplit, 6>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        case 7: Group<kQ4, kSplit, 7>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
-        default: Group<kQ4, kSplit, 8>(nb, grp, ws, ntok, t, yt, ldy, rows, first, accumulate); break;
+        case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 3: Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 4: Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 5: Group<kQ4, kSplit, 5>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 6: Group<kQ4, kSplit, 6>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 7: Group<kQ4, kSplit, 7>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        default: Group<kQ4, kSplit, 8>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
       }
     }
   }

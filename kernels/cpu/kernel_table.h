@@ -69,14 +69,20 @@ inline constexpr size_t DecodeWorkspaceStride(int64_t n) {
 inline constexpr size_t kDecodePrefetchBytes = 8192;
 // Prefetches the lines of [p, p + bytes) + kDecodePrefetchBytes. Past the end of
 // the matrix this is a hint for addresses never dereferenced (prefetches do not
-// fault); the address is formed as an integer for that reason. Non-temporal
-// (prefetchnta): a weight line is used once per pass, and the stream then
-// does not push the KV cache and activations out of the caches: 16 concurrent
-// +2.3% (8 interleaved pairs, 6 faster; +5-13% in 3 earlier pairs), pp512 and
-// single-request decode unchanged or faster.
-inline void PrefetchAhead(const void* p, size_t bytes) {
+// fault); the address is formed as an integer for that reason.
+// `once`: the lines are used once, right after they arrive (one pass over
+// the weights), so they are fetched non-temporal (prefetchnta) and the stream
+// does not push the KV cache and activations out of the caches: 16
+// concurrent +2.3% (8 interleaved pairs, 6 faster; +5-13% in 3 earlier
+// pairs). Where a group of rows is read again by later passes over more
+// tokens, non-temporal lines are gone by then: pp512 6% slower.
+inline void PrefetchAhead(const void* p, size_t bytes, bool once = true) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kDecodePrefetchBytes;
-  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
+  if (once) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
+  } else {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
+  }
 }
 
 // Interleaved weights (16-row groups, ref/interleave_ref.cpp) against several
