@@ -182,6 +182,7 @@ template <bool kQ4, bool kSplit>
 void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_last,
          const uint8_t* ws, int ntok, float* y, int64_t ldy, bool accumulate) {
   const int64_t nb = n / kQK;
+  const bool once = ntok <= kMaxTokens;  // one pass per group: its lines are used once
   for (int64_t g = 0; g < ngroups; ++g) {
     const uint8_t* grp = w + gbytes * g;
     const int valid = g + 1 == ngroups ? valid_last : 16;
@@ -189,7 +190,7 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
     float* yg = y + 16 * g;
     for (int t = 0; t < ntok; t += kMaxTokens) {
       float* yt = yg + t * ldy;
-      const bool first = t == 0, once = ntok <= kMaxTokens;
+      const bool first = t == 0;
       switch (std::min(kMaxTokens, ntok - t)) {
         case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
         case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
