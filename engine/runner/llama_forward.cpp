@@ -62,7 +62,9 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
                          ? kernels::ActPrecision::kInt8
                          : kernels::ActPrecision::kSplit16),
       kv_cache_(options.kv_cache),
-      max_chunk_(max_chunk) {
+      max_chunk_(max_chunk),
+      profile_(options.profile_stages),
+      clocks_(static_cast<size_t>(pool.size())) {
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   inv_freq_ = InverseFrequencies(c_);
@@ -105,6 +107,13 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
     prep_h_.resize(threads * kernels::PreparedBytes(c_.n_ff, max_chunk_));
   }
   claims_ = std::make_unique<Claim[]>(static_cast<size_t>(c_.n_layer));
+}
+
+const char* LlamaForward::StageName(int stage) {
+  static constexpr const char* kNames[kStages] = {
+      "norm, quantize (QKV input)", "Q, K, V matmuls", "attention", "Wo",
+      "norm, quantize (FFN input)", "gate, up, SwiGLU", "down", "wait for other teams", "output head"};
+  return stage >= 0 && stage < kStages ? kNames[stage] : "?";
 }
 
 void LlamaForward::Embed(const Team& tm) {
@@ -399,6 +408,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     if (!v_same) Quantize(tm, n, l.wv, xn, rows_of(xq_v_, l.wv));
     const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
     Sync(tm);
+    EndStage(tm.tid, kStageNormQkv);
     // Q, K and V: each thread its share of the rows, no barrier between them.
     auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y, int64_t ldy) {
       const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
@@ -411,13 +421,16 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
     qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
     Sync(tm);
+    EndStage(tm.tid, kStageQkv);
     if (!fuse_attention) {
       RopeAndStore(tm, l, layer, kv);
       Sync(tm);
     }
     Attention(tm, l, layer, fuse_attention, kv);
     Sync(tm);
+    EndStage(tm.tid, kStageAttention);
     AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att
+    EndStage(tm.tid, kStageWo);
     // Feed-forward block.
     Normalize(tm, n, l.ffn_norm, x, xn);
     Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
@@ -426,6 +439,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     const bool g_prep =
         Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same && SharesPrepared(l.w_up, l.w_gate);
     Sync(tm);
+    EndStage(tm.tid, kStageNormFfn);
     // Gate and up rows of the thread's share together, then SwiGLU on them.
     const uint8_t* gate_q = rows_of(xq_, l.w_gate);
     const uint8_t* up_q = rows_of(up_same ? xq_ : xq_k_, l.w_up);
@@ -437,7 +451,9 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
         kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0, &hh[t * c_.n_ff + r0]);
     });
     Sync(tm);
+    EndStage(tm.tid, kStageGateUp);
     AddProjection(tm, l.w_down, hh, hq_, prep_h);  // x += Wdown h
+    EndStage(tm.tid, kStageDown);
   }
 }
 
@@ -495,15 +511,20 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   Team all;
   all.size = pool_.size();
   all.n = n;
+  timing_ = profile_ && decode_only;
+  if (timing_) ++profiled_passes_;
   pool_.Run([&](int tid) {
+    if (timing_) clocks_[tid].last = std::chrono::steady_clock::now();
     Team tm = teams_.size() == 1 ? teams_[0] : teams_[tid];
     tm.tid = tid;
     tm.index = teams_.size() == 1 ? tid : 0;
     Layers(tm, kv, decode_only);
     if (teams_.size() > 1) pool_.Barrier();
+    EndStage(tid, kStageWait);
     Team head = all;
     head.tid = head.index = tid;
     Head(head, logits);
+    EndStage(tid, kStageHead);
   });
 }
 

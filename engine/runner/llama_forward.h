@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <vector>
@@ -72,6 +73,25 @@ class LlamaForward {
   // segment asks ([rows, n_vocab]).
   void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
 
+  // Stages of a forward pass, as the profile (ModelOptions::profile_stages)
+  // times them: each ends where the next begins.
+  enum Stage {
+    kStageNormQkv,    // RMS norm, quantization of the Q/K/V input (and the embedding)
+    kStageQkv,        // Q, K, V matmuls
+    kStageAttention,  // attention, with RoPE and the K/V stores
+    kStageWo,         // quantization of the attention output, Wo, residual add
+    kStageNormFfn,    // RMS norm, quantization of the FFN input
+    kStageGateUp,     // gate and up matmuls, SwiGLU
+    kStageDown,       // quantization of the FFN activations, down, residual add
+    kStageWait,       // waiting for the other teams before the head
+    kStageHead,       // output norm, quantization, the head matmul
+    kStages
+  };
+  static const char* StageName(int stage);
+  // Decode-only passes timed so far, and per thread the seconds per stage.
+  uint64_t profiled_passes() const { return profiled_passes_; }
+  const std::vector<double>& stage_seconds(int tid) const { return clocks_[tid].seconds; }
+
  private:
   // Threads computing a run of the batch's tokens together: `size` threads
   // (this one `index` among them, `tid` in the pool) over tokens [t0, t0 + n),
@@ -89,6 +109,14 @@ class LlamaForward {
   void Head(const Team& all, float* logits);
   void Sync(const Team& tm) {
     if (tm.size > 1) pool_.Barrier();
+  }
+  // Profile: the stage that ends now, on thread `tid`.
+  void EndStage(int tid, Stage s) {
+    if (!timing_) return;
+    ThreadClock& c = clocks_[tid];
+    const auto now = std::chrono::steady_clock::now();
+    c.seconds[s] += std::chrono::duration<double>(now - c.last).count();
+    c.last = now;
   }
   void Embed(const Team& tm);
   void Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out);
@@ -153,6 +181,14 @@ class LlamaForward {
   std::vector<int32_t> ids_;
   std::vector<int> out_rows_;               // tokens whose logits are wanted
   std::vector<Team> teams_;                 // Teams(): one per thread, or one for all
+  // Profile (ModelOptions::profile_stages): on, timing this pass, and each thread's clock.
+  bool profile_ = false, timing_ = false;
+  uint64_t profiled_passes_ = 0;
+  struct alignas(64) ThreadClock {
+    std::chrono::steady_clock::time_point last;
+    std::vector<double> seconds = std::vector<double>(kStages);
+  };
+  std::vector<ThreadClock> clocks_;
 };
 
 }  // namespace braid

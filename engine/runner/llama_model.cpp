@@ -235,4 +235,15 @@ void LlamaModel::Forward(std::span<const BatchSegment> batch, KvStore& kv, float
   forward_->Forward(batch, kv, logits);
 }
 
+void LlamaModel::StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  *passes = forward_->profiled_passes();
+  stages->clear();
+  for (int s = 0; s < LlamaForward::kStages; ++s) {
+    EngineStats::StageTime st{LlamaForward::StageName(s), {}};
+    for (int t = 0; t < pool_->size(); ++t) st.seconds.push_back(forward_->stage_seconds(t)[s]);
+    stages->push_back(std::move(st));
+  }
+}
+
 }  // namespace braid

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/engine.h"
 #include "engine/model.h"
 #include "kernels/thread_pool.h"
 #include "model/model_file.h"
@@ -35,6 +36,9 @@ class LlamaModel final : public Model {
   int max_chunk() const { return forward_->max_chunk(); }
   kernels::KvType KvTypeFor(int block_size) const { return forward_->KvTypeFor(block_size); }
   bool KTransposed(int block_size) const { return forward_->KTransposed(block_size); }
+  // ModelOptions::profile_stages: the decode-only passes timed so far, and per
+  // stage the seconds of each thread (waits for a running pass to finish).
+  void StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages);
 
  private:
   LlamaModel() = default;

@@ -435,8 +435,13 @@ class ServingEngine final : public Engine {
   }
 
   EngineStats stats() const override {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return stats_;
+    EngineStats s;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      s = stats_;
+    }
+    if (options_.model.profile_stages) model_->StageProfile(&s.profiled_passes, &s.forward_stages);
+    return s;
   }
   Model& model() override { return *model_; }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -157,6 +158,68 @@ TEST_CASE("batched greedy decoding on 2 threads (a team per thread) equals one r
       CAPTURE(i);
       CAPTURE(static_cast<int>(cfg.kv));
       CHECK(handles[i]->Wait().tokens == Alone(e.model(), prompts[i], 24));
+    }
+  }
+}
+
+// The stage profile: off, nothing is timed; on, every decode-only pass of
+// every thread is split into the forward pass's stages, which add up to no
+// more than the wall time of the generation, and the matmul and attention
+// stages take time.
+TEST_CASE("the stage profile times decode-only passes per thread and stage") {
+  if (!HaveModel()) return;
+  for (bool on : {false, true}) {
+    EngineOptions o = Options(64 * 64);
+    o.model.threads = 2;
+    o.model.profile_stages = on;
+    auto engine = Engine::Open(o);
+    REQUIRE(engine.ok());
+    Engine& e = **engine;
+    auto prompts = Prompts(e.model(), 8);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const auto& p : prompts) {
+      GenerationRequest g;
+      g.prompt = p;
+      g.sampling = SamplingParams::Greedy();
+      g.sampling.max_tokens = 12;
+      g.sampling.ignore_eos = true;
+      auto h = e.Submit(g);
+      REQUIRE(h.ok());
+      handles.push_back(*h);
+    }
+    for (auto& h : handles) CHECK(h->Wait().tokens.size() == 12);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const EngineStats s = e.stats();
+    CAPTURE(on);
+    if (!on) {
+      CHECK(s.profiled_passes == 0);
+      CHECK(s.forward_stages.empty());
+      continue;
+    }
+    // 11 decode steps at least (the first token of each comes from its prompt's pass).
+    CHECK(s.profiled_passes >= 11);
+    REQUIRE(s.forward_stages.size() == 9);
+    std::vector<double> total(2, 0.0);
+    for (const auto& st : s.forward_stages) {
+      CAPTURE(st.stage);
+      REQUIRE(st.seconds.size() == 2);
+      for (int t = 0; t < 2; ++t) {
+        CHECK(st.seconds[t] >= 0.0);
+        total[t] += st.seconds[t];
+      }
+    }
+    for (int t = 0; t < 2; ++t) {
+      CHECK(total[t] > 0.0);
+      CHECK(total[t] <= wall);
+    }
+    for (const char* busy : {"Q, K, V matmuls", "attention", "gate, up, SwiGLU", "output head"}) {
+      CAPTURE(busy);
+      const auto it = std::find_if(s.forward_stages.begin(), s.forward_stages.end(),
+                                   [&](const EngineStats::StageTime& st) { return st.stage == busy; });
+      REQUIRE(it != s.forward_stages.end());
+      CHECK(it->seconds[0] > 0.0);
+      CHECK(it->seconds[1] > 0.0);
     }
   }
 }

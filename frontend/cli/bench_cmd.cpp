@@ -33,7 +33,7 @@ const char* kBenchHelp =
     "\n"
     "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
     "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json FILE]\n"
-    "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N]\n"
+    "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N] [--profile]\n"
     "  concurrent requests through the serving engine: throughput, TTFT and\n"
     "  inter-token latency percentiles per concurrency level. Decode tok/s counts\n"
     "  the tokens that came while every request of the level was decoding. With\n"
@@ -42,7 +42,9 @@ const char* kBenchHelp =
     "  before it is printed per repetition.\n"
     "  --latency-mix N  instead: a latency-class request's inter-token time alone,\n"
     "              then beside N throughput-class requests, and their ratio; with\n"
-    "              -r, REPS such pairs and the median ratio.\n";
+    "              -r, REPS such pairs and the median ratio.\n"
+    "  --profile   also time each stage of the decode-only forward passes per\n"
+    "              thread (a clock read per stage) and print them per level.\n";
 
 struct Stats {
   double mean = 0, stddev = 0;

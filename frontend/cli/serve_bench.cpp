@@ -128,6 +128,46 @@ int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len, int 
   return 0;
 }
 
+// --profile: the forward stages of a level's decode-only passes, summed over
+// its repetitions (EngineStats::forward_stages, differences across each run).
+struct StageTotals {
+  uint64_t passes = 0;
+  std::vector<EngineStats::StageTime> stages;
+
+  void Add(const EngineStats& before, const EngineStats& after) {
+    passes += after.profiled_passes - before.profiled_passes;
+    if (stages.empty()) {
+      stages = after.forward_stages;
+      for (auto& s : stages) std::fill(s.seconds.begin(), s.seconds.end(), 0.0);
+    }
+    for (size_t s = 0; s < stages.size() && s < after.forward_stages.size(); ++s)
+      for (size_t t = 0; t < stages[s].seconds.size(); ++t)
+        stages[s].seconds[t] += after.forward_stages[s].seconds[t] -
+                                (s < before.forward_stages.size() ? before.forward_stages[s].seconds[t] : 0.0);
+  }
+
+  // Per stage, ms per decode-only pass for each thread and its share of that thread's total.
+  void Print(int concurrency) const {
+    if (passes == 0 || stages.empty()) return;
+    const size_t threads = stages.front().seconds.size();
+    std::vector<double> total(threads, 0.0);
+    for (const auto& s : stages)
+      for (size_t t = 0; t < threads; ++t) total[t] += s.seconds[t];
+    std::printf("\nforward stages at %d concurrent, %llu decode-only passes: ms per pass (share) per thread\n",
+                concurrency, static_cast<unsigned long long>(passes));
+    for (const auto& s : stages) {
+      std::printf("  %-28s", s.stage.c_str());
+      for (size_t t = 0; t < threads; ++t)
+        std::printf("  %7.3f (%4.1f%%)", 1e3 * s.seconds[t] / passes,
+                    total[t] > 0 ? 100.0 * s.seconds[t] / total[t] : 0.0);
+      std::printf("\n");
+    }
+    std::printf("  %-28s", "total");
+    for (size_t t = 0; t < threads; ++t) std::printf("  %7.3f        ", 1e3 * total[t] / passes);
+    std::printf("\n");
+  }
+};
+
 // c concurrent requests of `prefix` + prompt_len random tokens, gen_len
 // greedy tokens each: throughput, TTFT and inter-token percentiles.
 Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& prefix,
@@ -196,6 +236,7 @@ int ServeBenchMain(Args& args) {
   const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0));
   const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0));
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1));
+  const bool profile = args.Flag({"--profile"});
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
@@ -207,6 +248,7 @@ int ServeBenchMain(Args& args) {
   const int max_c = *std::max_element(levels.begin(), levels.end());
   EngineOptions eo;
   eo.model = mo;
+  eo.model.profile_stages = profile;
   eo.model.context = shared + prompt_len + gen_len * (latency_mix > 0 ? 4 : 1) + 16;
   eo.kv_tokens = std::max(max_c, latency_mix + 2) * (eo.model.context + 32) + 1024;
   eo.max_running = std::max(max_c, 1);
@@ -250,14 +292,17 @@ int ServeBenchMain(Args& args) {
   // With several repetitions, the host's state after each (whether the cores
   // share a last-level cache moves every ratio; "The host", docs/benchmarks.md).
   std::vector<CrossCoreRates> host;
+  std::vector<StageTotals> stages(levels.size());  // with --profile
   for (int rep = 0; rep < reps; ++rep) {
     for (size_t i = 0; i < levels.size(); ++i) {
+      const EngineStats before = profile ? engine.stats() : EngineStats{};
       auto r = RunLevel(engine, levels[i], prefix, prompt_len, gen_len, pick, rng);
       if (!r.ok()) {
         std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
         return 1;
       }
       runs[i].push_back(*r);
+      if (profile) stages[i].Add(before, engine.stats());
     }
     if (reps > 1 && threads >= 2) host.push_back(MeasureCrossCoreRates(threads));
   }
@@ -297,6 +342,8 @@ int ServeBenchMain(Args& args) {
         std::printf("decode tok/s at %d concurrent / at 1 (medians) = %.2fx\n", r.concurrency,
                     r.decode_tok_s / results.front().decode_tok_s);
   }
+  if (profile)
+    for (size_t i = 0; i < levels.size(); ++i) stages[i].Print(levels[i]);
   // The limit in the same run: the int8 dot-product peak of all threads, and
   // what fraction of it each level's decode reaches counting the useful work,
   // 2 x (multiply-adds per token ~ n_params: every weight once per token, the

@@ -63,6 +63,15 @@ struct EngineStats {
   uint64_t steps = 0;
   double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
   double decode_tokens_per_s = 0;
+  // With ModelOptions::profile_stages: the forward passes of decode-only
+  // batches so far, and per stage of them (in order) the seconds each thread
+  // spent in it, summed over those passes.
+  struct StageTime {
+    std::string stage;
+    std::vector<double> seconds;  // per thread
+  };
+  uint64_t profiled_passes = 0;
+  std::vector<StageTime> forward_stages;
 };
 
 class Engine {

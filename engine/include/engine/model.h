@@ -39,6 +39,9 @@ struct ModelOptions {
   enum class KvCache { kF16, kF32, kQ8 };
   KvCache kv_cache = KvCache::kF16;
   int context = 0;           // per-sequence capacity; 0 = min(trained context, 4096)
+  // Time each stage of the forward passes of decode-only batches, per thread
+  // (EngineStats::forward_stages); a clock read per stage and thread.
+  bool profile_stages = false;
 };
 
 struct ModelInfo {
