@@ -49,6 +49,23 @@ std::vector<std::vector<int32_t>> Prompts(Model& m, int count) {
   return out;
 }
 
+// Every prompt submitted as a greedy request of exactly max_tokens tokens.
+std::vector<std::shared_ptr<RequestHandle>> SubmitGreedy(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                                         int max_tokens) {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const auto& p : prompts) {
+    GenerationRequest g;
+    g.prompt = p;
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = max_tokens;
+    g.sampling.ignore_eos = true;
+    auto h = e.Submit(g);
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  return handles;
+}
+
 std::vector<int32_t> Alone(Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
   SamplingParams sp = SamplingParams::Greedy();
   sp.max_tokens = max_tokens;
@@ -143,17 +160,7 @@ TEST_CASE("batched greedy decoding on 2 threads (a team per thread) equals one r
     Engine& e = **engine;
     const int n = 12;
     auto prompts = Prompts(e.model(), n);
-    std::vector<std::shared_ptr<RequestHandle>> handles;
-    for (int i = 0; i < n; ++i) {
-      GenerationRequest g;
-      g.prompt = prompts[i];
-      g.sampling = SamplingParams::Greedy();
-      g.sampling.max_tokens = 24;
-      g.sampling.ignore_eos = true;
-      auto h = e.Submit(g);
-      REQUIRE(h.ok());
-      handles.push_back(*h);
-    }
+    auto handles = SubmitGreedy(e, prompts, 24);
     for (int i = 0; i < n; ++i) {
       CAPTURE(i);
       CAPTURE(static_cast<int>(cfg.kv));
@@ -177,17 +184,7 @@ TEST_CASE("the stage profile times decode-only passes per thread and stage") {
     Engine& e = **engine;
     auto prompts = Prompts(e.model(), 8);
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::shared_ptr<RequestHandle>> handles;
-    for (const auto& p : prompts) {
-      GenerationRequest g;
-      g.prompt = p;
-      g.sampling = SamplingParams::Greedy();
-      g.sampling.max_tokens = 12;
-      g.sampling.ignore_eos = true;
-      auto h = e.Submit(g);
-      REQUIRE(h.ok());
-      handles.push_back(*h);
-    }
+    auto handles = SubmitGreedy(e, prompts, 12);
     for (auto& h : handles) CHECK(h->Wait().tokens.size() == 12);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EngineStats s = e.stats();

@@ -129,21 +129,22 @@ int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len, int 
 }
 
 // --profile: the forward stages of a level's decode-only passes, summed over
-// its repetitions (EngineStats::forward_stages, differences across each run).
+// its repetitions (EngineStats::forward_stages, differences across each run;
+// with profiling on every snapshot has the same stages and threads).
 struct StageTotals {
   uint64_t passes = 0;
   std::vector<EngineStats::StageTime> stages;
 
   void Add(const EngineStats& before, const EngineStats& after) {
     passes += after.profiled_passes - before.profiled_passes;
-    if (stages.empty()) {
-      stages = after.forward_stages;
-      for (auto& s : stages) std::fill(s.seconds.begin(), s.seconds.end(), 0.0);
+    if (stages.empty()) stages = std::vector<EngineStats::StageTime>(after.forward_stages.size());
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const auto& a = after.forward_stages[s];
+      stages[s].stage = a.stage;
+      stages[s].seconds.resize(a.seconds.size());
+      for (size_t t = 0; t < a.seconds.size(); ++t)
+        stages[s].seconds[t] += a.seconds[t] - before.forward_stages[s].seconds[t];
     }
-    for (size_t s = 0; s < stages.size() && s < after.forward_stages.size(); ++s)
-      for (size_t t = 0; t < stages[s].seconds.size(); ++t)
-        stages[s].seconds[t] += after.forward_stages[s].seconds[t] -
-                                (s < before.forward_stages.size() ? before.forward_stages[s].seconds[t] : 0.0);
   }
 
   // Per stage, ms per decode-only pass for each thread and its share of that thread's total.
