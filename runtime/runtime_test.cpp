@@ -378,3 +378,21 @@ TEST_CASE("run: select and regex need the engine hooks; without them the node fa
   MESSAGE(ea);
   MESSAGE(eb);
 }
+
+TEST_CASE("run: a join or a prompt larger than max_value_bytes fails its node, naming the sizes") {
+  Fixture fx;
+  RunOptions o;
+  o.max_value_bytes = 1000;
+  auto run = fx.Start(o);
+  VarId big = run->Literal(std::string(400, 'x'), "big");
+  auto small = run->Join({Arg::Var(big), Arg::Var(big)}, ",");
+  REQUIRE(small.ok());
+  auto large = run->Join({Arg::Var(big), Arg::Var(big), Arg::Var(big)}, ",");
+  REQUIRE(large.ok());
+  REQUIRE(run->Want(*small, {}).ok());
+  REQUIRE(run->Want(*large, {}).ok());
+  CHECK(WaitFor(*run, *small) == VarState::kReady);
+  CHECK(run->value(*small).size() == 801);
+  REQUIRE(WaitFor(*run, *large) == VarState::kFailed);
+  CHECK(run->error(*large).find("1202 bytes, more than the limit of 1000") != std::string::npos);
+}

@@ -2,6 +2,8 @@
 // own file (generate_cmd.cpp, bench_cmd.cpp, ...).
 #include <cstdio>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,24 @@ void PrintUsage() {
 
 }  // namespace
 
+int Dispatch(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  // Every bound that input can reach is checked where the input is read; an
+  // allocation that still fails (the machine is out of memory) ends the
+  // command with a message instead of an abort.
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "braid: out of memory\n");
+    return 1;
+  } catch (const std::length_error& e) {
+    std::fprintf(stderr, "braid: a size is out of range (%s)\n", e.what());
+    return 1;
+  }
+}
+
+int Dispatch(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
     PrintUsage();
     return argc < 2 ? 2 : 0;

@@ -1,7 +1,14 @@
 #include "lua/driver.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -39,8 +46,18 @@ std::string ErrorText(lua_State* co) {
 // Converts the value at `idx` of L to JSON. Host section code: raw access
 // only. Errors name the path to the bad value.
 bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann::json* out,
-            std::string* error) {
+            std::string* error, size_t* budget) {
   idx = lua_absindex(L, idx);
+  // Every value costs its bytes (strings) or a few (the rest) of `budget`.
+  auto spend = [&](size_t bytes) {
+    if (bytes + 16 > *budget) {
+      *error = "the result is larger than the memory limit (--lua-memory-mb) once written out";
+      return false;
+    }
+    *budget -= bytes + 16;
+    return true;
+  };
+  if (!spend(0)) return false;
   switch (lua_type(L, idx)) {
     case LUA_TNIL:
       *out = nullptr;
@@ -63,6 +80,7 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
     case LUA_TSTRING: {
       size_t len = 0;
       const char* s = lua_tolstring(L, idx, &len);
+      if (!spend(len)) return false;
       *out = std::string(s, len);
       return true;
     }
@@ -92,7 +110,7 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
     for (lua_Unsigned i = 1; i <= n; ++i) {
       lua_rawgeti(L, idx, static_cast<lua_Integer>(i));
       nlohmann::json v;
-      bool ok = ToJson(L, -1, depth + 1, path + "[" + std::to_string(i) + "]", &v, error);
+      bool ok = ToJson(L, -1, depth + 1, path + "[" + std::to_string(i) + "]", &v, error, budget);
       lua_pop(L, 1);
       if (!ok) return false;
       out->push_back(std::move(v));
@@ -117,8 +135,12 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
       *error = "the result" + path + " has a " + lua_typename(L, kt) + " key, which has no JSON form";
       return false;
     }
+    if (!spend(key.size())) {
+      lua_pop(L, 2);
+      return false;
+    }
     nlohmann::json v;
-    bool ok = ToJson(L, -1, depth + 1, path + "." + key, &v, error);
+    bool ok = ToJson(L, -1, depth + 1, path + "." + key, &v, error, budget);
     lua_pop(L, 1);
     if (!ok) {
       lua_pop(L, 1);
@@ -202,6 +224,7 @@ int Driver::Spawn(lua_State* L, int nargs, bool background, std::string* error) 
   }
   c->background = background;
   c->thread = lua_newthread(L);
+  state_.MarkHostThread(L, -1);
   c->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   if (!lua_checkstack(c->thread, nargs + 2)) {
     *error = "too many arguments";
@@ -232,44 +255,120 @@ void Driver::BlockOnJoin(int target) {
 
 int Driver::PushResults(int id, lua_State* L) {
   Coroutine& c = *coros_[id];
-  if (!lua_checkstack(L, c.nresults + 1) || !lua_checkstack(c.thread, 1)) return 0;
-  int top = lua_gettop(c.thread);
-  for (int i = top - c.nresults + 1; i <= top; ++i) {
-    lua_pushvalue(c.thread, i);
-    lua_xmove(c.thread, L, 1);
-  }
+  if (c.nresults == 0) return 0;
+  if (!lua_checkstack(L, c.nresults + 1)) return -1;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c.results_ref);
+  for (int i = 1; i <= c.nresults; ++i) lua_rawgeti(L, -i, i);
+  lua_remove(L, -(c.nresults + 1));
   return c.nresults;
 }
+
+bool Driver::KeepResults(Coroutine& c, int nres) {
+  // The results move into a registry table and the thread's stack is
+  // emptied: the thread is then dead to Lua, and what join returns cannot be
+  // changed by a script that still holds the thread (coroutine.running()).
+  lua_State* L = state_.L();
+  if (!lua_checkstack(L, nres + 2)) {
+    lua_settop(c.thread, 0);
+    return false;
+  }
+  lua_xmove(c.thread, L, nres);
+  lua_settop(c.thread, 0);
+  lua_createtable(L, nres, 0);
+  lua_insert(L, -(nres + 1));
+  for (int i = nres; i >= 1; --i) lua_rawseti(L, -(i + 1), i);
+  c.results_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  c.nresults = nres;
+  return true;
+}
+
+namespace {
+
+// Closes a file descriptor when it goes out of scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string OpenErrorText(const std::string& path, int err) {
+  return "braid.read: cannot open '" + path + "': " + std::strerror(err);
+}
+
+// Why openat(dir, name, ... O_NOFOLLOW) failed with `err`, in words: a
+// symbolic link is named as such.
+std::string OpenAtErrorText(int dir, const std::string& name, const std::string& path, int err) {
+  struct stat st {};
+  if ((err == ELOOP || err == ENOTDIR) && ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISLNK(st.st_mode))
+    return "braid.read: '" + path + "' is or passes through a symbolic link ('" + name +
+           "'); only regular files beside the script can be read";
+  return OpenErrorText(path, err);
+}
+
+}  // namespace
 
 Result<std::string> Driver::ReadFile(const std::string& path) const {
   bool granted = false;
   for (const std::string& a : args_) granted = granted || a == path;
-  std::string full = path;
-  if (!granted) {
+  Fd file;
+  if (granted) {
+    // The user named this file on the command line.
+    file.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (file.fd < 0) return Status::NotFound(OpenErrorText(path, errno));
+  } else {
+    // A file beside the script: walked one component at a time from the
+    // script's directory, never following a symbolic link, so nothing
+    // outside the directory can be reached.
     std::filesystem::path p(path);
     bool bad = p.empty() || p.is_absolute() || options_.script_dir.empty();
-    for (const auto& part : p) bad = bad || part == "..";
-    if (bad)
+    std::vector<std::string> parts;
+    for (const auto& part : p) {
+      bad = bad || part == "..";
+      if (!part.empty() && part != ".") parts.push_back(part.string());
+    }
+    if (bad || parts.empty())
       return Status::InvalidArgument("braid.read: '" + path +
                                      "' is neither a program argument nor a file beside the script");
-    full = (std::filesystem::path(options_.script_dir) / p).string();
-  }
-  FILE* f = std::fopen(full.c_str(), "rb");
-  if (!f) return Status::NotFound("braid.read: cannot open '" + path + "'");
-  std::string data;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-    data.append(buf, n);
-    if (data.size() > options_.max_read_bytes) {
-      std::fclose(f);
-      return Status::OutOfRange("braid.read: '" + path + "' is larger than " +
-                                std::to_string(options_.max_read_bytes >> 20) + " MB");
+    Fd dir;
+    dir.fd = ::open(options_.script_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir.fd < 0) return Status::NotFound(OpenErrorText(options_.script_dir, errno));
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      int next = ::openat(dir.fd, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0) return Status::NotFound(OpenAtErrorText(dir.fd, parts[i], path, errno));
+      ::close(dir.fd);
+      dir.fd = next;
     }
+    file.fd = ::openat(dir.fd, parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (file.fd < 0) return Status::NotFound(OpenAtErrorText(dir.fd, parts.back(), path, errno));
   }
-  bool err = std::ferror(f);
-  std::fclose(f);
-  if (err) return Status::IoError("braid.read: error reading '" + path + "'");
+  // Regular files only (a FIFO or a device could block or never end), and
+  // the size checked before reading.
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) return Status::IoError(OpenErrorText(path, errno));
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("braid.read: '" + path + "' is not a regular file");
+  const std::string too_big = "braid.read: '" + path + "' is larger than " +
+                              std::to_string(options_.max_read_bytes >> 20) + " MB";
+  if (static_cast<uint64_t>(st.st_size) > options_.max_read_bytes) return Status::OutOfRange(too_big);
+  std::string data;
+  data.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (true) {
+    // Files whose size stat does not know (/proc) or that grow are read on,
+    // up to the cap.
+    if (got == data.size()) {
+      if (data.size() > options_.max_read_bytes) return Status::OutOfRange(too_big);
+      data.resize(std::min(options_.max_read_bytes + 1, std::max<size_t>(data.size() * 2, 4096)));
+    }
+    ssize_t n = ::read(file.fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoError("braid.read: error reading '" + path + "': " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > options_.max_read_bytes) return Status::OutOfRange(too_big);
+  data.resize(got);
   return data;
 }
 
@@ -283,9 +382,10 @@ void Driver::Wake(Coroutine& c) {
 
 std::string Driver::ErrorWithTraceback(lua_State* co, int status) {
   std::string msg = ErrorText(co);
-  if (status == LUA_ERRMEM || (state_.limit_hit() == LimitHit::kMemory &&
-                               msg.find("not enough memory") != std::string::npos)) {
-    msg = state_.LimitMessage();
+  LimitHit hit = state_.limit_hit();
+  if (hit != LimitHit::kNone &&
+      (status == LUA_ERRMEM || msg.find("not enough memory") != std::string::npos)) {
+    msg = hit == LimitHit::kMemory ? state_.LimitMessage() : state_.limit_error();
   }
   return msg;
 }
@@ -296,28 +396,34 @@ void Driver::Step(int id) {
   current_ = id;
   lua_State* co = c.thread;
   int nres = 0;
-  state_.BeginSlice();
+  state_.BeginSlice(co);
   int st = lua_resume(co, state_.L(), c.nargs, &nres);
   state_.EndSlice();
   current_ = -1;
   c.nargs = 0;
-  if (st == LUA_YIELD) {
+  LimitHit hit = state_.limit_hit();
+  // A limit (other than memory, which raises) makes the hook yield: the
+  // coroutine is never resumed again.
+  bool stopped = st == LUA_YIELD && hit != LimitHit::kNone && hit != LimitHit::kMemory;
+  if (st == LUA_YIELD && !stopped) {
     // A host request (get/join: the status says what we wait for) or a
     // plain coroutine.yield (stay runnable: the others get a turn).
     lua_pop(co, nres);
     if (c.status == CoStatus::kRunnable) runnable_.push_back(id);
     return;
   }
-  if (st == LUA_OK) {
+  if (st == LUA_OK && KeepResults(c, nres)) {
     c.status = CoStatus::kDone;
-    c.nresults = nres;
   } else {
     c.status = CoStatus::kFailed;
-    c.error = ErrorWithTraceback(co, st);
+    if (st == LUA_OK) {
+      c.error = "coroutine " + c.path + " returned too many values";
+    } else {
+      c.error = stopped ? state_.limit_error() : ErrorWithTraceback(co, st);
+    }
     luaL_traceback(state_.L(), co, nullptr, 0);
     c.traceback = lua_tostring(state_.L(), -1);
     lua_pop(state_.L(), 1);
-    LimitHit hit = state_.limit_hit();
     if (hit == LimitHit::kInterrupted) {
       fatal_ = Status::Cancelled("interrupted");
     } else if (hit != LimitHit::kNone && (hit != LimitHit::kMemory || st == LUA_ERRMEM)) {
@@ -415,19 +521,30 @@ Result<ProgramResult> Driver::MainResult() {
   }
   ProgramResult result;
   if (main.nresults == 0) return result;
-  lua_State* co = main.thread;
-  int t = lua_type(co, -1);
+  lua_State* L = state_.L();
+  if (!lua_checkstack(L, 8)) return Status::ResourceExhausted("no Lua stack left for the result");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, main.results_ref);
+  lua_rawgeti(L, -1, 1);
+  lua_remove(L, -2);
+  struct Pop {
+    lua_State* L;
+    ~Pop() { lua_pop(L, 1); }
+  } pop{L};
+  int t = lua_type(L, -1);
   if (t == LUA_TNIL) return result;
   if (t == LUA_TSTRING) {
     size_t len = 0;
-    const char* s = lua_tolstring(co, -1, &len);
+    const char* s = lua_tolstring(L, -1, &len);
     result.kind = ProgramResult::Kind::kString;
     result.text.assign(s, len);
     return result;
   }
   nlohmann::json j;
   std::string err;
-  if (!ToJson(co, -1, 0, "", &j, &err)) return Status::InvalidArgument(err);
+  // The JSON text may repeat one Lua string many times: bound its size by the
+  // memory cap too.
+  size_t budget = options_.limits.memory_bytes ? options_.limits.memory_bytes : SIZE_MAX;
+  if (!ToJson(L, -1, 0, "", &j, &err, &budget)) return Status::InvalidArgument(err);
   result.kind = ProgramResult::Kind::kJson;
   result.text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return result;

@@ -93,7 +93,8 @@ class Driver {
     bool wanted = false;     // kWaitVar: did the waiter call Want?
     int join_target = -1;    // kWaitJoin
     std::vector<int> joiners;
-    int nresults = 0;        // kDone: results left on the thread's stack
+    int nresults = 0;        // kDone: how many results
+    int results_ref = 0;     // kDone: registry reference of the results' list
     std::string error;       // kFailed: "FILE:LINE: message"
     std::string traceback;   // kFailed: "stack traceback:\n..."
     bool error_seen = false; // a join raised the error
@@ -138,7 +139,8 @@ class Driver {
   // braid.read: the file's contents under the policy of DriverOptions::script_dir.
   Result<std::string> ReadFile(const std::string& path) const;
 
-  // Pushes the results of finished coroutine `id` onto L (returns how many).
+  // Pushes the results of finished coroutine `id` onto L (returns how many,
+  // or -1 when L has no stack room for them).
   int PushResults(int id, lua_State* L);
 
   // Runs the program (see RunProgram).
@@ -147,6 +149,9 @@ class Driver {
 
  private:
   void Step(int id);
+  // Moves the nres results of finished coroutine c off its thread (false:
+  // too many to move).
+  bool KeepResults(Coroutine& c, int nres);
   std::string ErrorWithTraceback(lua_State* co, int status);
   void Wake(Coroutine& c);
   Status WaitForProgress();

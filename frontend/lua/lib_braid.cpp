@@ -1,8 +1,10 @@
 // The braid module. Every lua_CFunction here follows the host-section rule
 // of lua_state.h: argument checks (which may raise) first, with no C++
-// object alive; then a noexcept lambda run through HostCall that may hold
-// C++ objects but only calls raw, non-raising Lua API functions; then, with
-// the lambda's frame gone, lua_error or lua_yieldk if it asked for one.
+// object alive; then a lambda run through HostCall that may hold C++ objects
+// but only calls raw, non-raising Lua API functions; then, with the lambda's
+// frame gone, lua_error or lua_yieldk if it asked for one. Script data the
+// host keeps (call inputs, join parts, values set) is charged to the memory
+// cap (Charge).
 #include "lua/lib_braid.h"
 
 #include <cmath>
@@ -43,27 +45,49 @@ struct HandleUd {
   int id;
 };
 
+int PushError(lua_State* L, const std::string& msg);
+
+constexpr int kOutOfMemory = -3;  // the lambda ran out of host memory
+
 // Runs `impl` in a host section; raises if it returned kRaise. F must be a
-// lambda capturing by reference (trivially destructible).
+// lambda capturing by reference (trivially destructible). A std::bad_alloc
+// from the host's own copies becomes a Lua memory error once the lambda's
+// frame is gone, so no C++ exception crosses into Lua.
 template <typename F>
 int HostCall(lua_State* L, F&& impl) {
+  if (!Driver::From(L)) return luaL_error(L, "braid: the program has ended");
   LuaState* s = LuaState::From(L);
   s->EnterHost();
-  int r = impl();
+  int r;
+  try {
+    r = impl();
+  } catch (const std::bad_alloc&) {
+    r = kOutOfMemory;
+  }
   s->LeaveHost();
   if (r == kRaise) return lua_error(L);
+  if (r == kOutOfMemory) return luaL_error(L, "out of memory copying script data");
   return r;
 }
 
+// Counts `bytes` of script data the host is about to keep against the
+// memory cap; false (with the error pushed) when over it.
+bool Charge(lua_State* L, size_t bytes) {
+  LuaState* s = LuaState::From(L);
+  if (s->ChargeHost(bytes)) return true;
+  PushError(L, s->LimitMessage());
+  return false;
+}
+
 // Pushes "FILE:LINE: msg" (position of the calling Lua code); returns kRaise.
-int PushError(lua_State* L, const std::string& msg) noexcept {
+int PushError(lua_State* L, const std::string& msg) {
   luaL_where(L, 1);
   lua_pushlstring(L, msg.data(), msg.size());
   lua_concat(L, 2);
   return kRaise;
 }
 
-void PushVar(lua_State* L, rt::VarId id) noexcept {
+void PushVar(lua_State* L, rt::VarId id) {
   auto* ud = static_cast<VarUd*>(lua_newuserdatauv(L, sizeof(VarUd), 0));
   ud->id = id;
   luaL_setmetatable(L, kVarMeta);
@@ -78,7 +102,7 @@ VarUd* CheckVar(lua_State* L, int idx) {
 const char* TypeName(lua_State* L, int idx) { return luaL_typename(L, idx); }
 
 // A template input or join part: a string, a number or a variable.
-bool ToArg(lua_State* L, int idx, rt::Arg* out) noexcept {
+bool ToArg(lua_State* L, int idx, rt::Arg* out) {
   int t = lua_type(L, idx);
   if (t == LUA_TSTRING || t == LUA_TNUMBER) {
     lua_pushvalue(L, idx);  // tolstring converts numbers in place: work on a copy
@@ -131,7 +155,7 @@ int LuaFnNew(lua_State* L) {
                       TypeName(L, 1));
   }
   luaL_where(L, 1);  // default name: where braid.fn was called
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     size_t len = 0;
     rt::FunctionSpec spec;
@@ -168,7 +192,7 @@ int LuaFnCall(lua_State* L) {
                       TypeName(L, 2));
   lua_settop(L, 2);
   int index = f->index;
-  return HostCall(L, [L, index]() noexcept {
+  return HostCall(L, [L, index]() {
     Driver* d = Driver::From(L);
     const rt::SemanticFunction* fn = d->function(index);
     const std::string& name = fn->spec().name;
@@ -191,6 +215,7 @@ int LuaFnCall(lua_State* L) {
         if (!ToArg(L, -1, &arg))
           return PushError(L, name + ": input '" + key + "' must be a string or a braid variable, got " +
                                   TypeName(L, -1));
+        if (!Charge(L, arg.text.size())) return kRaise;
         args[key] = std::move(arg);
         lua_pop(L, 1);
       }
@@ -213,7 +238,7 @@ int LuaFnCall(lua_State* L) {
 int LuaFnToString(lua_State* L) {
   auto* f = static_cast<FnUd*>(luaL_checkudata(L, 1, kFnMeta));
   int index = f->index;
-  return HostCall(L, [L, index]() noexcept {
+  return HostCall(L, [L, index]() {
     std::string s = "braid.fn(" + Driver::From(L)->function(index)->spec().name + ")";
     lua_pushlstring(L, s.data(), s.size());
     return 1;
@@ -224,7 +249,7 @@ int LuaFnToString(lua_State* L) {
 
 // Pushes the value of a ready variable, raises for a failed or cancelled one,
 // or blocks the current coroutine on it (kYield).
-int CheckReady(lua_State* L, rt::VarId id, bool wanted) noexcept {
+int CheckReady(lua_State* L, rt::VarId id, bool wanted) {
   Driver* d = Driver::From(L);
   rt::Run& run = d->run();
   switch (run.state(id)) {
@@ -246,7 +271,7 @@ int CheckReady(lua_State* L, rt::VarId id, bool wanted) noexcept {
 
 int VarGetK(lua_State* L, int status, lua_KContext ctx) {
   auto id = static_cast<rt::VarId>(ctx);
-  int r = HostCall(L, [L, id]() noexcept { return CheckReady(L, id, true); });
+  int r = HostCall(L, [L, id]() { return CheckReady(L, id, true); });
   if (r != kYield) return r;
   lua_pushlightuserdata(L, LuaState::HostYieldTag());
   return lua_yieldk(L, 1, ctx, VarGetK);
@@ -296,7 +321,7 @@ int LuaVarGet(lua_State* L) {
   }
   CheckYieldable(L, "get");
   rt::VarId id = v->id;
-  int r = HostCall(L, [L, id, &opts]() noexcept {
+  int r = HostCall(L, [L, id, &opts]() {
     Driver* d = Driver::From(L);
     Status s = d->run().Want(id, opts);
     if (!s.ok()) return PushError(L, "get " + d->VarName(id) + ": " + s.message());
@@ -320,7 +345,7 @@ const char* StateName(rt::VarState s) {
 int LuaVarState(lua_State* L) {
   VarUd* v = CheckVar(L, 1);
   rt::VarId id = v->id;
-  return HostCall(L, [L, id]() noexcept {
+  return HostCall(L, [L, id]() {
     lua_pushstring(L, StateName(Driver::From(L)->run().state(id)));
     return 1;
   });
@@ -329,7 +354,7 @@ int LuaVarState(lua_State* L) {
 int LuaVarToString(lua_State* L) {
   VarUd* v = CheckVar(L, 1);
   rt::VarId id = v->id;
-  return HostCall(L, [L, id]() noexcept {
+  return HostCall(L, [L, id]() {
     Driver* d = Driver::From(L);
     std::string s = "braid.var(" + d->VarName(id) + " #" + std::to_string(id) + ", " +
                     StateName(d->run().state(id)) + ")";
@@ -347,7 +372,7 @@ int LuaVarConcat(lua_State* L) {
 int LuaSpawn(lua_State* L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   int n = lua_gettop(L);
-  return HostCall(L, [L, n]() noexcept {
+  return HostCall(L, [L, n]() {
     std::string error;
     int id = Driver::From(L)->Spawn(L, n - 1, /*background=*/false, &error);
     if (id < 0) return PushError(L, "braid.spawn: " + error);
@@ -358,14 +383,17 @@ int LuaSpawn(lua_State* L) {
   });
 }
 
-int JoinCheck(lua_State* L, int target) noexcept {
+int JoinCheck(lua_State* L, int target) {
   Driver* d = Driver::From(L);
   Driver::Coroutine* c = d->coroutine(target);
   if (!c) return PushError(L, "join: no such coroutine");
   if (c->id == d->current().id) return PushError(L, "join: a coroutine cannot join itself");
   switch (c->status) {
-    case Driver::CoStatus::kDone:
-      return d->PushResults(target, L);
+    case Driver::CoStatus::kDone: {
+      int n = d->PushResults(target, L);
+      if (n < 0) return PushError(L, "join: coroutine " + c->path + " returned too many values");
+      return n;
+    }
     case Driver::CoStatus::kFailed:
       c->error_seen = true;
       return PushError(L, "coroutine " + c->path + " failed: " + c->error);
@@ -377,7 +405,7 @@ int JoinCheck(lua_State* L, int target) noexcept {
 
 int HandleJoinK(lua_State* L, int status, lua_KContext ctx) {
   int target = static_cast<int>(ctx);
-  int r = HostCall(L, [L, target]() noexcept { return JoinCheck(L, target); });
+  int r = HostCall(L, [L, target]() { return JoinCheck(L, target); });
   if (r != kYield) return r;
   lua_pushlightuserdata(L, LuaState::HostYieldTag());
   return lua_yieldk(L, 1, ctx, HandleJoinK);
@@ -393,7 +421,7 @@ int LuaHandleJoin(lua_State* L) {
 int LuaHandleStatus(lua_State* L) {
   auto* h = static_cast<HandleUd*>(luaL_checkudata(L, 1, kHandleMeta));
   int id = h->id;
-  return HostCall(L, [L, id]() noexcept {
+  return HostCall(L, [L, id]() {
     Driver::Coroutine* c = Driver::From(L)->coroutine(id);
     const char* s = "running";
     if (c && c->status == Driver::CoStatus::kDone) s = "done";
@@ -406,7 +434,7 @@ int LuaHandleStatus(lua_State* L) {
 int LuaHandleToString(lua_State* L) {
   auto* h = static_cast<HandleUd*>(luaL_checkudata(L, 1, kHandleMeta));
   int id = h->id;
-  return HostCall(L, [L, id]() noexcept {
+  return HostCall(L, [L, id]() {
     Driver::Coroutine* c = Driver::From(L)->coroutine(id);
     std::string s = "braid.handle(" + (c ? c->path : std::string("?")) + ")";
     lua_pushlstring(L, s.data(), s.size());
@@ -421,7 +449,7 @@ int LuaJoin(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_optlstring(L, 2, "", nullptr);
   lua_settop(L, 2);
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     size_t seplen = 0;
     const char* sep = lua_isnil(L, 2) ? "" : lua_tolstring(L, 2, &seplen);
@@ -433,6 +461,7 @@ int LuaJoin(lua_State* L) {
       if (!ToArg(L, -1, &arg))
         return PushError(L, "braid.join: item " + std::to_string(i) +
                                 " must be a string or a braid variable, got " + TypeName(L, -1));
+      if (!Charge(L, arg.text.size() + seplen)) return kRaise;
       parts.push_back(std::move(arg));
       lua_pop(L, 1);
     }
@@ -449,7 +478,7 @@ int LuaMap(lua_State* L) {
   CheckVar(L, 1);
   luaL_checktype(L, 2, LUA_TFUNCTION);
   lua_settop(L, 2);
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     rt::VarId src = TestVar(L, 1)->id;
     rt::VarId out = d->run().HostVar("map", {src});
@@ -485,7 +514,7 @@ int LuaChunks(lua_State* L) {
     }
   }
   lua_settop(L, 1);
-  return HostCall(L, [L, max_chars]() noexcept {
+  return HostCall(L, [L, max_chars]() {
     size_t len = 0;
     const char* s = lua_tolstring(L, 1, &len);
     std::vector<std::string> chunks = SplitChunks(std::string_view(s, len), static_cast<size_t>(max_chars));
@@ -501,7 +530,7 @@ int LuaChunks(lua_State* L) {
 // braid.read(path) -> string (see DriverOptions::script_dir for what is allowed)
 int LuaRead(lua_State* L) {
   luaL_checkstring(L, 1);
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     auto data = Driver::From(L)->ReadFile(lua_tostring(L, 1));
     if (!data.ok()) return PushError(L, data.status().message());
     lua_pushlstring(L, data->data(), data->size());
@@ -522,7 +551,7 @@ int LuaAwait(lua_State* L) {
   VarUd* v = CheckVar(L, 1);
   CheckYieldable(L, "braid.map");
   rt::VarId id = v->id;
-  int r = HostCall(L, [L, id]() noexcept { return CheckReady(L, id, false); });
+  int r = HostCall(L, [L, id]() { return CheckReady(L, id, false); });
   if (r != kYield) return r;
   lua_pushlightuserdata(L, LuaState::HostYieldTag());
   return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarGetK);
@@ -533,10 +562,11 @@ int LuaSetValue(lua_State* L) {
   luaL_checklstring(L, 2, nullptr);
   bool fail = lua_toboolean(L, lua_upvalueindex(1));
   rt::VarId id = v->id;
-  return HostCall(L, [L, id, fail]() noexcept {
+  return HostCall(L, [L, id, fail]() {
     size_t len = 0;
     const char* s = lua_tolstring(L, 2, &len);
     rt::Run& run = Driver::From(L)->run();
+    if (!Charge(L, len)) return kRaise;
     Status st = fail ? run.SetFailed(id, std::string(s, len)) : run.SetValue(id, std::string(s, len));
     if (!st.ok()) return PushError(L, st.message());
     return 0;
@@ -551,7 +581,7 @@ int LuaWant(lua_State* L) {
   opts.criteria = lua_toboolean(L, 2) ? rt::Criteria::kLatency : rt::Criteria::kThroughput;
   if (lua_type(L, 3) == LUA_TNUMBER) opts.deadline_ms = lua_tonumber(L, 3);
   rt::VarId id = v->id;
-  return HostCall(L, [L, id, &opts]() noexcept {
+  return HostCall(L, [L, id, &opts]() {
     Driver* d = Driver::From(L);
     Status s = d->run().Want(id, opts);
     if (!s.ok()) return PushError(L, "get " + d->VarName(id) + ": " + s.message());
@@ -561,7 +591,7 @@ int LuaWant(lua_State* L) {
 
 // A replayed seed for math.randomseed.
 int LuaReplaySeed(lua_State* L) {
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     std::random_device rd;
     uint64_t fresh = (uint64_t{rd()} << 32) ^ rd();
@@ -579,7 +609,7 @@ int LuaOsTime(lua_State* L) {
     lua_call(L, 1, 1);
     return 1;
   }
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     std::string v = d->run().Replayable(d->NextReplayKey("os.time"),
                                         std::to_string(static_cast<long long>(std::time(nullptr))));
@@ -589,7 +619,7 @@ int LuaOsTime(lua_State* L) {
 }
 
 int LuaOsClock(lua_State* L) {
-  return HostCall(L, [L]() noexcept {
+  return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(std::clock()) / CLOCKS_PER_SEC);
@@ -679,7 +709,13 @@ const luaL_Reg kBraidFuncs[] = {
 const luaL_Reg kVarMethods[] = {{"get", LuaVarGet}, {"state", LuaVarState}, {nullptr, nullptr}};
 const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
 
-void NewMeta(lua_State* L, const char* name) { luaL_newmetatable(L, name); }
+// A host metatable, locked: getmetatable answers a string and setmetatable
+// refuses, so a script cannot add metamethods (say __gc) to the host's types.
+void NewMeta(lua_State* L, const char* name) {
+  luaL_newmetatable(L, name);
+  lua_pushliteral(L, "locked");
+  lua_setfield(L, -2, "__metatable");
+}
 
 }  // namespace
 

@@ -53,11 +53,25 @@ setmetatable = function(t, mt)
   return raw_setmetatable(t, mt)
 end
 
+-- The string metatable is shared by every string: locked, like the host's.
+getmetatable("").__metatable = "locked"
+
 -- Host yields (first value `tag`) travel up through coroutines the script
 -- created, to the host's coroutine; the host's answer travels back down.
 local create, resume, yield, status = coroutine.create, coroutine.resume,
                                        coroutine.yield, coroutine.status
+local raw_close, pcall = coroutine.close, pcall
 local pack, unpack = table.pack, table.unpack
+-- Coroutines the host runs (main, braid.spawn, braid.map bodies): only the
+-- host resumes or closes them; the script reaches them through
+-- coroutine.running() but may not drive them.
+local host_threads = raw_setmetatable({}, { __mode = "k" })
+local function check_script_thread(co, what)
+  if host_threads[co] then
+    error(what .. ": this coroutine is run by braid (main, braid.spawn or braid.map); " ..
+          "wait for it with join instead", 3)
+  end
+end
 local function pass_up(co, r)
   while r[1] and r[2] == tag and status(co) == "suspended" do
     r = pack(resume(co, yield(tag)))
@@ -65,6 +79,7 @@ local function pass_up(co, r)
   return r
 end
 coroutine.resume = function(co, ...)
+  check_script_thread(co, "coroutine.resume")
   local r = pass_up(co, pack(resume(co, ...)))
   return unpack(r, 1, r.n)
 end
@@ -76,12 +91,31 @@ coroutine.wrap = function(f)
     return unpack(r, 2, r.n)
   end
 end
+-- coroutine.close runs the coroutine's pending __close handlers, which may
+-- close further coroutines; Lua 5.4.4 does not count that nesting against
+-- its C-stack limit, so a long chain overflows the C stack. Bound it here.
+local close_depth = 0
+coroutine.close = function(co)
+  check_script_thread(co, "coroutine.close")
+  if close_depth >= 64 then
+    error("coroutine.close: closes nested more than 64 deep", 2)
+  end
+  close_depth = close_depth + 1
+  local r = pack(pcall(raw_close, co))
+  close_depth = close_depth - 1
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
+end
 
 raw_setmetatable(_G, { __index = function(_, k)
   if removed[k] then error("'" .. k .. "' is not available in the Braid sandbox", 2) end
   return nil
 end })
+
+return host_threads
 )lua";
+
+char host_threads_key;
 
 // print(...): tostring of each argument, tab-separated, as one log line.
 int LuaPrint(lua_State* L) {
@@ -116,6 +150,10 @@ void* LuaState::HostYieldTag() { return &host_yield_tag; }
 LuaState::LuaState(const LuaLimits& limits) : limits_(limits) {}
 
 LuaState::~LuaState() {
+  // Nothing of the script runs while the state closes: no script object has
+  // a finalizer (setmetatable refuses __gc, the host's metatables are
+  // locked) and pending __close handlers of suspended coroutines are not
+  // run by lua_close.
   if (L_) lua_close(L_);
 }
 
@@ -143,10 +181,12 @@ void* LuaState::Alloc(void* ud, void* ptr, size_t osize, size_t nsize) {
     s->mem_used_ -= old;
     return nullptr;
   }
-  if (nsize > old && s->limits_.memory_bytes && s->host_depth_ == 0 &&
-      s->mem_used_ - old + nsize > s->limits_.memory_bytes) {
-    if (s->hit_ == LimitHit::kNone) s->hit_ = LimitHit::kMemory;
-    return nullptr;  // Lua raises "not enough memory"
+  if (nsize > old && s->host_depth_ == 0) {
+    if (s->fail_allocs_) return nullptr;  // a limit's raise (see Hook)
+    if (s->limits_.memory_bytes && s->mem_used_ + s->host_bytes_ - old + nsize > s->limits_.memory_bytes) {
+      if (s->hit_ == LimitHit::kNone) s->hit_ = LimitHit::kMemory;
+      return nullptr;  // Lua raises "not enough memory"
+    }
   }
   void* p = std::realloc(ptr, nsize);
   if (!p) return nullptr;
@@ -170,11 +210,12 @@ void LuaState::OpenSandbox() {
   lua_pushcfunction(L_, LuaPrint);
   lua_setglobal(L_, "print");
   if (luaL_loadbufferx(L_, kSandboxLua, std::strlen(kSandboxLua), "=sandbox", "t") != LUA_OK ||
-      (lua_pushlightuserdata(L_, HostYieldTag()), lua_pcall(L_, 1, 0, 0)) != LUA_OK) {
+      (lua_pushlightuserdata(L_, HostYieldTag()), lua_pcall(L_, 1, 1, 0)) != LUA_OK) {
     std::fprintf(stderr, "braid: sandbox setup failed: %s\n", lua_tostring(L_, -1));
     std::abort();  // our own chunk: a bug, never bad input
   }
-  lua_sethook(L_, &LuaState::Hook, LUA_MASKCOUNT, kHookEvery);
+  lua_rawsetp(L_, LUA_REGISTRYINDEX, &host_threads_key);
+  lua_sethook(L_, &LuaState::Hook, LUA_MASKCOUNT, hook_every_);
 }
 
 void LuaState::Log(std::string_view line) const {
@@ -185,13 +226,33 @@ void LuaState::Log(std::string_view line) const {
   }
 }
 
-void LuaState::BeginSlice() {
+bool LuaState::ChargeHost(size_t bytes) {
+  if (limits_.memory_bytes && mem_used_ + host_bytes_ + bytes > limits_.memory_bytes) {
+    if (hit_ == LimitHit::kNone) hit_ = LimitHit::kMemory;
+    return false;
+  }
+  host_bytes_ += bytes;
+  return true;
+}
+
+void LuaState::MarkHostThread(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &host_threads_key);
+  lua_pushvalue(L, idx);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+void LuaState::BeginSlice(lua_State* running) {
+  running_ = running;
   in_slice_ = true;
   slice_start_ = std::chrono::steady_clock::now();
   --host_depth_;
 }
 
 void LuaState::EndSlice() {
+  running_ = nullptr;
   ++host_depth_;
   cpu_before_slice_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - slice_start_).count();
   in_slice_ = false;
@@ -227,10 +288,25 @@ std::string LuaState::LimitMessage() const {
 }
 
 // The count hook. No C++ object with a destructor lives in this frame: it may
-// raise.
+// raise or yield.
+//
+// Once a limit is hit the script must stop within a bounded time whatever it
+// does, so the hook does not raise an ordinary error there: a pcall would
+// catch it, and an xpcall message handler would run with hooks off (Lua
+// disables them while a hook runs, and the handler runs inside our raise), so
+// a looping handler could never be stopped. Instead:
+//  - in the coroutine the host is resuming, when it can yield, the hook
+//    yields: control returns to the driver at once, which sees the limit
+//    and ends the program without resuming it (no handler, no unwinding);
+//  - anywhere else (inside a message handler, a C callback such as a
+//    table.sort comparator, a coroutine the script resumes) it raises a
+//    memory error, for which Lua calls no message handler; from then on the
+//    hook fires at every instruction, so each enclosing pcall gives the error
+//    back at its next instruction until the host's coroutine yields.
 void LuaState::Hook(lua_State* L, lua_Debug* ar) {
   LuaState* s = From(L);
-  s->instructions_ += kHookEvery;
+  s->fail_allocs_ = false;
+  s->instructions_ += s->hook_every_;
   if (s->hit_ == LimitHit::kNone) {
     if (s->interrupted()) {
       s->hit_ = LimitHit::kInterrupted;
@@ -239,21 +315,33 @@ void LuaState::Hook(lua_State* L, lua_Debug* ar) {
     } else if (s->limits_.cpu_seconds > 0 && s->cpu_seconds_used() > s->limits_.cpu_seconds) {
       s->hit_ = LimitHit::kTime;
     }
+    if (s->hit_ != LimitHit::kNone && s->hit_ != LimitHit::kMemory) {
+      // Where the limit struck, for the message (no allocation here).
+      char where[128] = "";
+      if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        std::snprintf(where, sizeof where, "%s:%d: ", ar->short_src, ar->currentline);
+      s->EnterHost();
+      {
+        std::string m = s->LimitMessage();
+        std::snprintf(s->hit_message_, sizeof s->hit_message_, "%s%s", where, m.c_str());
+      }
+      s->LeaveHost();
+    }
   }
   if (s->hit_ == LimitHit::kNone || s->hit_ == LimitHit::kMemory) return;
-  // From now on check at every instruction: a pcall cannot swallow this.
-  lua_sethook(L, &LuaState::Hook, LUA_MASKCOUNT, 1);
-  s->EnterHost();
-  // Build the message into plain storage, then raise with no C++ temporaries alive.
-  {
-    std::string m = s->LimitMessage();
-    std::snprintf(s->hit_message_, sizeof s->hit_message_, "%s", m.c_str());
+  if (s->hook_every_ != 1) {
+    s->hook_every_ = 1;
+    lua_sethook(L, &LuaState::Hook, LUA_MASKCOUNT, 1);
+    // The host's coroutine too, when this is one the script resumed: it
+    // yields at its next instruction.
+    if (s->running_ && s->running_ != L) lua_sethook(s->running_, &LuaState::Hook, LUA_MASKCOUNT, 1);
   }
-  luaL_where(L, 0);
-  lua_pushstring(L, s->hit_message_);
-  lua_concat(L, 2);
-  s->LeaveHost();
-  lua_error(L);
+  if (L == s->running_ && lua_isyieldable(L)) {
+    lua_yield(L, 0);
+    return;
+  }
+  s->fail_allocs_ = true;
+  lua_newuserdatauv(L, 1, 0);  // fails: raises LUA_ERRMEM, which no handler sees
 }
 
 bool LuaState::LoadText(const std::string& source, const std::string& chunkname) {

@@ -52,6 +52,9 @@ struct LuaLimits {
   double cpu_seconds = 10.0;                // Lua running time; 0 = no cap
 };
 
+// Hook granularity: instructions between limit checks.
+inline constexpr int kHookEvery = 1000;
+
 // Which limit stopped the script, if any.
 enum class LimitHit { kNone, kMemory, kInstructions, kTime, kInterrupted };
 
@@ -74,12 +77,23 @@ class LuaState {
   void EnterHost() { ++host_depth_; }
   void LeaveHost() { --host_depth_; }
 
-  // Time accounting: the host brackets every stretch of Lua execution.
-  void BeginSlice();
+  // Time accounting: the host brackets every stretch of Lua execution,
+  // naming the coroutine it resumes (a limit makes that one yield back).
+  void BeginSlice(lua_State* running);
   void EndSlice();
   double cpu_seconds_used() const;
   uint64_t instructions_used() const { return instructions_; }
   size_t memory_used() const { return mem_used_; }
+
+  // Host copies of script data (call inputs, join parts, values the script
+  // sets) count against the memory cap as well. Returns false, and records
+  // the memory limit as hit, when `bytes` more would exceed it.
+  bool ChargeHost(size_t bytes);
+  size_t host_bytes() const { return host_bytes_; }
+
+  // Marks the thread at `idx` of L as run by the host: the script's
+  // coroutine.resume and coroutine.close refuse it.
+  void MarkHostThread(lua_State* L, int idx);
 
   // Asks the running script to stop at its next limit check (any thread may
   // call it; it is how Ctrl-C reaches a busy loop).
@@ -106,6 +120,9 @@ class LuaState {
   // "script time limit: Lua ran for more than 10 s (--lua-seconds)".
   LimitHit limit_hit() const { return hit_; }
   std::string LimitMessage() const;
+  // "FILE:LINE: <LimitMessage()>" where an instruction, time or interrupt
+  // limit struck ("" before one did).
+  const char* limit_error() const { return hit_message_; }
 
   // Loads `source` as a text chunk named "@<chunkname>" (so errors read
   // "<chunkname>:LINE: ...") and leaves the function on the stack. On a
@@ -121,6 +138,10 @@ class LuaState {
   lua_State* L_ = nullptr;
   LuaLimits limits_;
   size_t mem_used_ = 0;
+  size_t host_bytes_ = 0;
+  bool fail_allocs_ = false;     // set by Hook to raise a memory error
+  int hook_every_ = kHookEvery;  // 1 once a limit is hit
+  lua_State* running_ = nullptr; // the coroutine the host is resuming
   int host_depth_ = 1;  // the host starts outside Lua
   uint64_t instructions_ = 0;
   LimitHit hit_ = LimitHit::kNone;
@@ -132,8 +153,5 @@ class LuaState {
   std::function<void(std::string_view)> logger_;
   char hit_message_[256] = {0};
 };
-
-// Hook granularity: instructions between limit checks.
-inline constexpr int kHookEvery = 1000;
 
 }  // namespace braid::lua

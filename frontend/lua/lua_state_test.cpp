@@ -23,7 +23,9 @@ struct Outcome {
   std::string text;  // the error message, or the first result as a string
 };
 
-// Runs `code` as chunk "t.lua" under lua_pcall, inside one time slice.
+// Runs `code` as chunk "t.lua" in a coroutine the host resumes (as the
+// driver does), inside one time slice. A limit makes the coroutine yield
+// back for good; its message is then the outcome's text.
 Outcome RunCode(LuaState& s, const std::string& code) {
   lua_State* L = s.L();
   Outcome o;
@@ -32,7 +34,31 @@ Outcome RunCode(LuaState& s, const std::string& code) {
     lua_pop(L, 1);
     return o;
   }
-  s.BeginSlice();
+  lua_State* co = lua_newthread(L);
+  lua_insert(L, -2);
+  lua_xmove(L, co, 1);
+  int nres = 0;
+  s.BeginSlice(co);
+  int st = lua_resume(co, L, 0, &nres);
+  s.EndSlice();
+  o.ok = st == LUA_OK;
+  if (st == LUA_YIELD || (s.limit_hit() != LimitHit::kNone && s.limit_hit() != LimitHit::kMemory)) {
+    o.text = s.limit_error();  // as the driver reports it
+  } else {
+    const char* t = nres > 0 || st != LUA_OK ? lua_tostring(co, -1) : nullptr;
+    o.text = t ? t : "";
+  }
+  lua_pop(L, 1);  // the thread
+  return o;
+}
+
+// Runs `code` under lua_pcall on the state's main thread, which cannot
+// yield: limits there raise errors no handler sees.
+Outcome RunPcall(LuaState& s, const std::string& code) {
+  lua_State* L = s.L();
+  Outcome o;
+  REQUIRE(s.LoadText(code, "t.lua"));
+  s.BeginSlice(L);
   int st = lua_pcall(L, 0, 1, 0);
   s.EndSlice();
   o.ok = st == LUA_OK;
@@ -148,9 +174,34 @@ TEST_CASE("time limit stops loops, and pcall cannot swallow it") {
     auto t0 = std::chrono::steady_clock::now();
     Outcome o = RunCode(*s, code);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CAPTURE(o.text);
     CHECK_FALSE(o.ok);
     CHECK(o.text.find("time limit") != std::string::npos);
     CHECK(secs < 5.0);
+  }
+}
+
+TEST_CASE("limits end loops in message handlers, whether the thread can yield or not") {
+  LuaLimits limits;
+  limits.cpu_seconds = 0.2;
+  for (const char* code : {"xpcall(error, function() while true do end end) return 'escaped'",
+                           "while true do xpcall(function() while true do end end, "
+                           "function() while true do end end) end",
+                           "local function f(n) if n == 0 then while true do end end "
+                           "pcall(f, n - 1) pcall(f, n - 1) end f(40)",
+                           "table.sort({3, 2, 1}, function() while true do end end)"}) {
+    for (bool yieldable : {true, false}) {
+      CAPTURE(code);
+      CAPTURE(yieldable);
+      auto s = LuaState::Create(limits);
+      auto t0 = std::chrono::steady_clock::now();
+      Outcome o = yieldable ? RunCode(*s, code) : RunPcall(*s, code);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK_FALSE(o.ok);
+      CHECK(s->limit_hit() == LimitHit::kTime);
+      CHECK(std::string(s->limit_error()).find("t.lua:1: time limit") == 0);
+      CHECK(secs < 5.0);
+    }
   }
 }
 

@@ -143,6 +143,10 @@ struct RunOptions {
   Mode mode = Mode::kDag;
   int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
   std::string resume_id;          // resume this stored run instead of starting one
+  // The largest value the runtime builds from others (a join's result, a
+  // rendered prompt); a node that would build a larger one fails, naming
+  // both sizes, instead of growing without bound.
+  size_t max_value_bytes = size_t{64} << 20;
 };
 
 // A call's identity for resume: stable across re-executions of the same program.
