@@ -65,10 +65,23 @@ ByteSet ClassOf(char c) {
     for (int x = lo; x <= hi; ++x) s.set(static_cast<size_t>(x));
   };
   switch (c) {
-    case 'd': case 'D': range('0', '9'); break;
-    case 'w': case 'W': range('0', '9'); range('a', 'z'); range('A', 'Z'); s.set('_'); break;
-    case 's': case 'S': for (char x : std::string(" \t\n\r\f\v")) s.set(static_cast<uint8_t>(x)); break;
-    default: break;
+    case 'd':
+    case 'D':
+      range('0', '9');
+      break;
+    case 'w':
+    case 'W':
+      range('0', '9');
+      range('a', 'z');
+      range('A', 'Z');
+      s.set('_');
+      break;
+    case 's':
+    case 'S':
+      for (char x : std::string(" \t\n\r\f\v")) s.set(static_cast<uint8_t>(x));
+      break;
+    default:
+      break;
   }
   if (c == 'D' || c == 'W' || c == 'S') {
     ByteSet ascii;
@@ -120,14 +133,28 @@ class Parser {
       while (!AtEnd()) {
         int lo = 0, hi = 0;
         const char c = Peek();
-        if (c == '*') { lo = 0; hi = -1; ++pos_; }
-        else if (c == '+') { lo = 1; hi = -1; ++pos_; }
-        else if (c == '?') { lo = 0; hi = 1; ++pos_; }
-        else if (c == '{') {
+        if (c == '*') {
+          lo = 0;
+          hi = -1;
+          ++pos_;
+        } else if (c == '+') {
+          lo = 1;
+          hi = -1;
+          ++pos_;
+        } else if (c == '?') {
+          lo = 0;
+          hi = 1;
+          ++pos_;
+        } else if (c == '{') {
           size_t save = pos_;
-          if (!ParseBraces(&lo, &hi)) { pos_ = save; break; }
-          if (hi != -1 && hi < lo) return Error("bad repeat {" + std::to_string(lo) + "," + std::to_string(hi) + "}");
-          if (lo > kMaxRepeat || hi > kMaxRepeat) return Error("repeat count above " + std::to_string(kMaxRepeat));
+          if (!ParseBraces(&lo, &hi)) {
+            pos_ = save;
+            break;
+          }
+          if (hi != -1 && hi < lo)
+            return Error("bad repeat {" + std::to_string(lo) + "," + std::to_string(hi) + "}");
+          if (lo > kMaxRepeat || hi > kMaxRepeat)
+            return Error("repeat count above " + std::to_string(kMaxRepeat));
         } else {
           break;
         }
@@ -148,15 +175,24 @@ class Parser {
     auto number = [&](int* out) {
       size_t start = pos_;
       long v = 0;
-      while (!AtEnd() && Peek() >= '0' && Peek() <= '9' && v < 100000) v = v * 10 + (p_[pos_++] - '0');
+      while (!AtEnd() && Peek() >= '0' && Peek() <= '9' && v < 100000)
+        v = v * 10 + (p_[pos_++] - '0');
       *out = static_cast<int>(v);
       return pos_ > start;
     };
     if (!number(lo)) return false;
-    if (!AtEnd() && Peek() == '}') { ++pos_; *hi = *lo; return true; }
+    if (!AtEnd() && Peek() == '}') {
+      ++pos_;
+      *hi = *lo;
+      return true;
+    }
     if (AtEnd() || Peek() != ',') return false;
     ++pos_;
-    if (!AtEnd() && Peek() == '}') { ++pos_; *hi = -1; return true; }
+    if (!AtEnd() && Peek() == '}') {
+      ++pos_;
+      *hi = -1;
+      return true;
+    }
     if (!number(hi)) return false;
     if (AtEnd() || Peek() != '}') return false;
     ++pos_;
@@ -184,7 +220,8 @@ class Parser {
       AddMultibyte(alt.get());
       return alt;
     }
-    if (c == '*' || c == '+' || c == '?') return Error(std::string("nothing to repeat before '") + c + "'");
+    if (c == '*' || c == '+' || c == '?')
+      return Error(std::string("nothing to repeat before '") + c + "'");
     if (c == '\\') {
       ++pos_;
       if (AtEnd()) return Error("trailing '\\'");
@@ -222,26 +259,38 @@ class Parser {
 
   static uint8_t EscapeByte(char e) {
     switch (e) {
-      case 'n': return '\n';
-      case 't': return '\t';
-      case 'r': return '\r';
-      case 'f': return '\f';
-      case 'v': return '\v';
-      default: return static_cast<uint8_t>(e);
+      case 'n':
+        return '\n';
+      case 't':
+        return '\t';
+      case 'r':
+        return '\r';
+      case 'f':
+        return '\f';
+      case 'v':
+        return '\v';
+      default:
+        return static_cast<uint8_t>(e);
     }
   }
 
   Result<AstPtr> ParseClass() {
     ++pos_;  // '['
     bool negate = false;
-    if (!AtEnd() && Peek() == '^') { negate = true; ++pos_; }
+    if (!AtEnd() && Peek() == '^') {
+      negate = true;
+      ++pos_;
+    }
     ByteSet s;
     auto alt = MakeNode(Ast::Kind::kAlt);
     bool first = true;
     while (true) {
       if (AtEnd()) return Error("missing ']'");
       char c = Peek();
-      if (c == ']' && !first) { ++pos_; break; }
+      if (c == ']' && !first) {
+        ++pos_;
+        break;
+      }
       first = false;
       int lo;
       if (c == '\\') {
@@ -316,9 +365,15 @@ struct Nfa {
   }
   // Builds `a` between fresh states; returns {start, end}.
   std::pair<int, int> Build(const Ast& a) {
-    if (overflow) { int s = Add(); return {s, s}; }
+    if (overflow) {
+      int s = Add();
+      return {s, s};
+    }
     switch (a.kind) {
-      case Ast::Kind::kEmpty: { int s = Add(); return {s, s}; }
+      case Ast::Kind::kEmpty: {
+        int s = Add();
+        return {s, s};
+      }
       case Ast::Kind::kSet: {
         int s = Add(), e = Add();
         states[static_cast<size_t>(s)].set = a.set;
@@ -400,8 +455,9 @@ Result<RegexDfa> RegexDfa::Compile(std::string_view pattern) {
   BRAID_ASSIGN_OR_RETURN(AstPtr ast, parser.ParseAll());
   Nfa nfa;
   auto [start, accept] = nfa.Build(*ast);
-  if (nfa.overflow) return Status::InvalidArgument("regex: pattern too large (more than " +
-                                                   std::to_string(kMaxNfaStates) + " NFA states)");
+  if (nfa.overflow)
+    return Status::InvalidArgument("regex: pattern too large (more than " +
+                                   std::to_string(kMaxNfaStates) + " NFA states)");
 
   // Subset construction.
   std::map<std::vector<int>, int> ids;
@@ -447,12 +503,18 @@ Result<RegexDfa> RegexDfa::Compile(std::string_view pattern) {
   std::vector<bool> live(n);
   std::vector<int> stack;
   for (size_t i = 0; i < n; ++i)
-    if (accepting[i]) { live[i] = true; stack.push_back(static_cast<int>(i)); }
+    if (accepting[i]) {
+      live[i] = true;
+      stack.push_back(static_cast<int>(i));
+    }
   while (!stack.empty()) {
     int s = stack.back();
     stack.pop_back();
     for (int p : rev[static_cast<size_t>(s)])
-      if (!live[static_cast<size_t>(p)]) { live[static_cast<size_t>(p)] = true; stack.push_back(p); }
+      if (!live[static_cast<size_t>(p)]) {
+        live[static_cast<size_t>(p)] = true;
+        stack.push_back(p);
+      }
   }
   if (!live[0]) return Status::InvalidArgument("regex: the pattern matches nothing");
   std::vector<int> remap(n, kDead);
@@ -463,7 +525,8 @@ Result<RegexDfa> RegexDfa::Compile(std::string_view pattern) {
   for (size_t i = 0; i < n; ++i) {
     if (!live[i]) continue;
     auto& row = dfa.table_[static_cast<size_t>(remap[i])];
-    for (size_t b = 0; b < 256; ++b) row[b] = table[i][b] < 0 ? kDead : remap[static_cast<size_t>(table[i][b])];
+    for (size_t b = 0; b < 256; ++b)
+      row[b] = table[i][b] < 0 ? kDead : remap[static_cast<size_t>(table[i][b])];
     dfa.accepting_[static_cast<size_t>(remap[i])] = accepting[i];
   }
   return dfa;

@@ -1,8 +1,9 @@
+#include "exec/regex_dfa.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "exec/regex_dfa.h"
 #include "exec/token_mask.h"
 #include "testing/fakes.h"
 
@@ -22,7 +23,9 @@ TEST_CASE("regex: the usual syntax, anchored") {
   CHECK(!M("abc", "abcd"));
   CHECK(!M("abc", "ab"));
   CHECK(M("a.c", "abc"));
-  CHECK(M("a.c", "a\xc3\xa9" "c"));  // '.' is one UTF-8 character
+  CHECK(M("a.c",
+          "a\xc3\xa9"
+          "c"));  // '.' is one UTF-8 character
   CHECK(!M("a.c", "a\nc"));
   CHECK(M("[a-c]+", "abcabc"));
   CHECK(!M("[a-c]+", ""));

@@ -21,22 +21,32 @@ namespace braid::rt {
 
 const char* VarStateName(VarState s) {
   switch (s) {
-    case VarState::kPending: return "pending";
-    case VarState::kReady: return "ready";
-    case VarState::kFailed: return "failed";
-    case VarState::kCancelled: return "cancelled";
+    case VarState::kPending:
+      return "pending";
+    case VarState::kReady:
+      return "ready";
+    case VarState::kFailed:
+      return "failed";
+    case VarState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 const char* NodeStateName(NodeState s) {
   switch (s) {
-    case NodeState::kWaiting: return "waiting";
-    case NodeState::kReady: return "ready";
-    case NodeState::kRunning: return "running";
-    case NodeState::kDone: return "done";
-    case NodeState::kFailed: return "failed";
-    case NodeState::kCancelled: return "cancelled";
+    case NodeState::kWaiting:
+      return "waiting";
+    case NodeState::kReady:
+      return "ready";
+    case NodeState::kRunning:
+      return "running";
+    case NodeState::kDone:
+      return "done";
+    case NodeState::kFailed:
+      return "failed";
+    case NodeState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -70,11 +80,13 @@ class Cursor {
   void SkipSpaces() {
     while (!AtEnd() && std::isspace(static_cast<unsigned char>(Peek()))) Advance();
   }
-  struct Mark { int line, col; };
+  struct Mark {
+    int line, col;
+  };
   Mark mark() const { return {line_, col_}; }
   Status Error(Mark at, const std::string& what) const {
-    return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" + std::to_string(at.col) +
-                                   ": " + what);
+    return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" +
+                                   std::to_string(at.col) + ": " + what);
   }
   Status Error(const std::string& what) const { return Error(mark(), what); }
 
@@ -96,7 +108,7 @@ class Cursor {
 
 struct Value {
   enum class Kind { kNumber, kString, kList } kind = Kind::kNumber;
-  std::string text;                 // number text or string
+  std::string text;  // number text or string
   std::vector<std::string> list;
 };
 
@@ -114,12 +126,20 @@ Result<std::string> ParseString(Cursor& c) {
     }
     if (ch == '\\') {
       char e = c.Peek(1);
-      if (e == 'n') out += '\n';
-      else if (e == 't') out += '\t';
-      else if (e == '"') out += '"';
-      else if (e == '\\') out += '\\';
-      else if (e == '\0') return c.Error(start, "unterminated string");
-      else { out += '\\'; out += e; }
+      if (e == 'n')
+        out += '\n';
+      else if (e == 't')
+        out += '\t';
+      else if (e == '"')
+        out += '"';
+      else if (e == '\\')
+        out += '\\';
+      else if (e == '\0')
+        return c.Error(start, "unterminated string");
+      else {
+        out += '\\';
+        out += e;
+      }
       c.Advance(2);
       continue;
     }
@@ -147,8 +167,10 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
     while (true) {
       c.SkipSpaces();
       if (c.Peek() != '"') {
-        if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
-        return c.Error("bad value for '" + key + "' in " + where + ": expected a string in the list");
+        if (c.AtEnd() || c.StartsWith("}}"))
+          return c.Error(start, "unterminated list for '" + key + "' in " + where);
+        return c.Error("bad value for '" + key + "' in " + where +
+                       ": expected a string in the list");
       }
       BRAID_ASSIGN_OR_RETURN(std::string s, ParseString(c));
       v.list.push_back(std::move(s));
@@ -161,7 +183,8 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
         c.Advance();
         return v;
       }
-      if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
+      if (c.AtEnd() || c.StartsWith("}}"))
+        return c.Error(start, "unterminated list for '" + key + "' in " + where);
       return c.Error("bad value for '" + key + "' in " + where + ": expected ',' or ']'");
     }
   }
@@ -205,9 +228,12 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       return bad("expected a positive integer, got '" + v.text + "'");
     out->max_tokens = static_cast<int>(n);
   } else if (key == "stop" && gen) {
-    if (v.kind == Value::Kind::kString) out->stop = {v.text};
-    else if (v.kind == Value::Kind::kList) out->stop = v.list;
-    else return bad("expected a string or a list of strings");
+    if (v.kind == Value::Kind::kString)
+      out->stop = {v.text};
+    else if (v.kind == Value::Kind::kList)
+      out->stop = v.list;
+    else
+      return bad("expected a string or a list of strings");
     for (const auto& s : out->stop)
       if (s.empty()) return bad("a stop string is empty");
   } else if (key == "temperature" && (gen || rx)) {
@@ -222,10 +248,12 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
     out->top_p = static_cast<float>(p);
   } else if (key == "seed" && (gen || rx)) {
     uint64_t s = 0;
-    if (!number || !ParseUint(v.text, &s)) return bad("expected a non-negative integer, got '" + v.text + "'");
+    if (!number || !ParseUint(v.text, &s))
+      return bad("expected a non-negative integer, got '" + v.text + "'");
     out->seed = s;
   } else if (key == "choices" && sel) {
-    if (v.kind != Value::Kind::kList || v.list.empty()) return bad("expected a non-empty list of strings");
+    if (v.kind != Value::Kind::kList || v.list.empty())
+      return bad("expected a non-empty list of strings");
     std::set<std::string> seen;
     for (const auto& s : v.list) {
       if (s.empty()) return bad("a choice is empty");
@@ -276,39 +304,51 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       if (!c.StartsWith("}}")) {
         if (word.empty()) {
           if (c.Peek() == '{' || c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
-          return c.Error(word_at, std::string("bad character '") + c.Peek() + "' in a placeholder name");
+          return c.Error(word_at,
+                         std::string("bad character '") + c.Peek() + "' in a placeholder name");
         }
         // Look for the end to tell "unknown kind" from "unterminated".
         const std::string rest = spec.prompt.substr(c.pos());
-        if (rest.find("}}") == std::string::npos) return c.Error(open, "unterminated placeholder '{{'");
-        return c.Error(word_at, "unknown placeholder kind '" + word +
-                                    "' (expected {{name}}, {{gen ...}}, {{select ...}} or {{regex ...}})");
+        if (rest.find("}}") == std::string::npos)
+          return c.Error(open, "unterminated placeholder '{{'");
+        return c.Error(word_at,
+                       "unknown placeholder kind '" + word +
+                           "' (expected {{name}}, {{gen ...}}, {{select ...}} or {{regex ...}})");
       }
       if (word.empty()) return c.Error(word_at, "empty name in {{ }}");
-      if (!IsNameStart(word[0])) return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
+      if (!IsNameStart(word[0]))
+        return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
       c.Advance(2);
-      if (outputs.count(word)) return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
+      if (outputs.count(word))
+        return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
       flush_text();
       fn->pieces_.push_back({Piece::Kind::kInput, word, -1});
       if (inputs.insert(word).second) fn->inputs_.push_back(word);
       continue;
     }
     OutputSpec out;
-    out.kind = word == "gen" ? OutputSpec::Kind::kGen
-             : word == "select" ? OutputSpec::Kind::kSelect : OutputSpec::Kind::kRegex;
+    out.kind = word == "gen"      ? OutputSpec::Kind::kGen
+               : word == "select" ? OutputSpec::Kind::kSelect
+                                  : OutputSpec::Kind::kRegex;
     c.SkipSpaces();
     const auto name_at = c.mark();
     out.name = c.Word();
-    const std::string where = "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
+    const std::string where =
+        "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
     if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
     if (out.name.empty() || c.Peek() == '=') {
-      if (c.Peek() == '=' || c.StartsWith("}}") || std::isspace(static_cast<unsigned char>(c.Peek())))
+      if (c.Peek() == '=' || c.StartsWith("}}") ||
+          std::isspace(static_cast<unsigned char>(c.Peek())))
         return c.Error(name_at, "empty name in {{" + word + " ...}}");
-      return c.Error(name_at, std::string("bad character '") + c.Peek() + "' in the output name of {{" + word + " ...}}");
+      return c.Error(name_at, std::string("bad character '") + c.Peek() +
+                                  "' in the output name of {{" + word + " ...}}");
     }
-    if (!IsNameStart(out.name[0])) return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
-    if (outputs.count(out.name)) return c.Error(name_at, "duplicate output name '" + out.name + "'");
-    if (inputs.count(out.name)) return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
+    if (!IsNameStart(out.name[0]))
+      return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
+    if (outputs.count(out.name))
+      return c.Error(name_at, "duplicate output name '" + out.name + "'");
+    if (inputs.count(out.name))
+      return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
     // Options until "}}".
     std::set<std::string> seen_keys;
     while (true) {
@@ -322,7 +362,8 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       const auto key_at = c.mark();
       if (!spaced) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
       std::string key = c.Word();
-      if (key.empty()) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
+      if (key.empty())
+        return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
       if (c.Peek() != '=') {
         if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
         return c.Error(key_at, "option '" + key + "' needs '=value' in " + where);
@@ -330,7 +371,8 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       c.Advance();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
       BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
-      if (!seen_keys.insert(key).second) return c.Error(key_at, "option '" + key + "' given twice in " + where);
+      if (!seen_keys.insert(key).second)
+        return c.Error(key_at, "option '" + key + "' given twice in " + where);
       BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &out));
     }
     if (out.kind == OutputSpec::Kind::kSelect && out.choices.empty())
@@ -344,7 +386,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
   }
   flush_text();
   if (fn->outputs_.empty())
-    return Status::InvalidArgument(name + ": the template has no output ({{gen NAME}}, {{select NAME ...}} or {{regex NAME ...}})");
+    return Status::InvalidArgument(
+        name +
+        ": the template has no output ({{gen NAME}}, {{select NAME ...}} or {{regex NAME ...}})");
   return std::shared_ptr<const SemanticFunction>(std::move(fn));
 }
 

@@ -6,7 +6,8 @@ using namespace braid;
 using namespace braid::rt;
 
 namespace {
-Result<std::shared_ptr<const SemanticFunction>> P(const std::string& prompt, const std::string& system = "") {
+Result<std::shared_ptr<const SemanticFunction>> P(const std::string& prompt,
+                                                  const std::string& system = "") {
   return SemanticFunction::Parse({"fn", system, prompt});
 }
 std::string Err(const std::string& prompt) {
@@ -17,8 +18,10 @@ std::string Err(const std::string& prompt) {
 }  // namespace
 
 TEST_CASE("template: inputs, outputs and pieces in order") {
-  auto r = P("Doc: {{doc}}\nTitle: {{gen title max_tokens=8 stop=\"\\n\"}} by {{ author }} {{doc}}"
-             "{{select mood choices=[\"good\", \"bad\"]}}{{regex year pattern=\"[0-9]{4}\" max_tokens=4}}");
+  auto r =
+      P("Doc: {{doc}}\nTitle: {{gen title max_tokens=8 stop=\"\\n\"}} by {{ author }} {{doc}}"
+        "{{select mood choices=[\"good\", \"bad\"]}}{{regex year pattern=\"[0-9]{4}\" "
+        "max_tokens=4}}");
   REQUIRE(r.ok());
   const auto& fn = **r;
   CHECK(fn.inputs() == std::vector<std::string>{"doc", "author"});
@@ -48,7 +51,9 @@ TEST_CASE("template: inputs, outputs and pieces in order") {
 }
 
 TEST_CASE("template: options and escapes") {
-  auto r = P("{{gen a temperature=0.7 top_p=0.9 seed=42 stop=[\"x\", \"say \\\"hi\\\"\", \"a\\\\b\"] max_tokens=3}}");
+  auto r =
+      P("{{gen a temperature=0.7 top_p=0.9 seed=42 stop=[\"x\", \"say \\\"hi\\\"\", \"a\\\\b\"] "
+        "max_tokens=3}}");
   REQUIRE(r.ok());
   const auto& o = (*r)->outputs()[0];
   CHECK(o.temperature == doctest::Approx(0.7));
@@ -69,9 +74,11 @@ TEST_CASE("template: options and escapes") {
 }
 
 TEST_CASE("template: errors name the function, line:column and the problem") {
-  CHECK(Err("hi\n  {{gen summary max_token=3}}") == "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
+  CHECK(Err("hi\n  {{gen summary max_token=3}}") ==
+        "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
   CHECK(Err("{{gen a max_tokens=zero}}") ==
-        "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got 'zero'");
+        "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got "
+        "'zero'");
   CHECK(Err("{{gen a max_tokens=0}}").find("bad value for 'max_tokens'") != std::string::npos);
   CHECK(Err("{{gen a temperature=-1}}").find("fn:1:9: bad value for 'temperature'") == 0);
   CHECK(Err("{{gen a top_p=1.5}}").find("expected a number in (0, 1]") != std::string::npos);
@@ -80,7 +87,8 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("ab\ncd {{gen a max_tokens=3") == "fn:2:4: unterminated placeholder '{{'");
   CHECK(Err("x {{doc") == "fn:1:3: unterminated placeholder '{{'");
   CHECK(Err("{{gen a stop=\"abc}}") == "fn:1:14: unterminated string");
-  CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") == "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
+  CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") ==
+        "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
   CHECK(Err("{{gen a}} {{gen a}}") == "fn:1:17: duplicate output name 'a'");
   CHECK(Err("{{gen a}} {{a}}") == "fn:1:13: 'a' is an output and cannot be used as an input");
   CHECK(Err("{{a}} {{gen a}}") == "fn:1:13: 'a' is an input and cannot also be an output");
@@ -90,13 +98,18 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("{{select s}}") == "fn:1:1: missing option 'choices' in {{select s ...}}");
   CHECK(Err("{{select s choices=[]}}").find("expected a non-empty list") != std::string::npos);
   CHECK(Err("{{select s choices=[\"a\",\"a\"]}}").find("duplicate choice") != std::string::npos);
-  CHECK(Err("{{select s choices=[\"a\"] max_tokens=3}}") == "fn:1:26: unknown option 'max_tokens' in {{select s ...}}");
+  CHECK(Err("{{select s choices=[\"a\"] max_tokens=3}}") ==
+        "fn:1:26: unknown option 'max_tokens' in {{select s ...}}");
   CHECK(Err("{{regex r}}") == "fn:1:1: missing option 'pattern' in {{regex r ...}}");
-  CHECK(Err("{{regex r pattern=\"(ab\"}}").find("bad value for 'pattern' in {{regex r ...}}: regex: missing ')'") !=
+  CHECK(Err("{{regex r pattern=\"(ab\"}}")
+            .find("bad value for 'pattern' in {{regex r ...}}: regex: missing ')'") !=
         std::string::npos);
-  CHECK(Err("{{regex r pattern=\"a\" stop=\"x\"}}").find("unknown option 'stop'") != std::string::npos);
-  CHECK(Err("{{gen a max_tokens}}") == "fn:1:9: option 'max_tokens' needs '=value' in {{gen a ...}}");
-  CHECK(Err("{{gen a max_tokens=3 max_tokens=4}}") == "fn:1:22: option 'max_tokens' given twice in {{gen a ...}}");
+  CHECK(Err("{{regex r pattern=\"a\" stop=\"x\"}}").find("unknown option 'stop'") !=
+        std::string::npos);
+  CHECK(Err("{{gen a max_tokens}}") ==
+        "fn:1:9: option 'max_tokens' needs '=value' in {{gen a ...}}");
+  CHECK(Err("{{gen a max_tokens=3 max_tokens=4}}") ==
+        "fn:1:22: option 'max_tokens' given twice in {{gen a ...}}");
   CHECK(Err("{{foo bar}}").find("unknown placeholder kind 'foo'") != std::string::npos);
   CHECK(Err("{{9x}}").find("bad name '9x'") != std::string::npos);
   CHECK(Err("plain text").find("has no output") != std::string::npos);
