@@ -10,6 +10,11 @@
 // Any other backslash pair in a string is kept as written (so regex escapes
 // such as \d pass through). Options: gen: max_tokens stop temperature top_p
 // seed; select: choices; regex: pattern max_tokens temperature top_p seed.
+//
+// Templates come from scripts and over HTTP, so the parser is bounded: it
+// never recurses (the grammar does not nest), and the template's size, its
+// number of placeholders, the length of a list and the work of compiling its
+// regex patterns are capped, each with an error that says which and where.
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -52,6 +57,14 @@ const char* NodeStateName(NodeState s) {
 }
 
 namespace {
+
+// Well beyond any model's context window (128K tokens is about 512 KB).
+constexpr size_t kMaxTemplateBytes = 1 << 20;
+constexpr size_t kMaxPlaceholders = 1024;
+constexpr size_t kMaxListStrings = 1024;
+// What all the regex outputs of one template may take to compile together
+// (each one alone is bounded by RegexDfa::kMaxSteps): under a second.
+constexpr size_t kMaxRegexSteps = 2 * RegexDfa::kMaxSteps;
 
 bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -172,6 +185,9 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
         return c.Error("bad value for '" + key + "' in " + where +
                        ": expected a string in the list");
       }
+      if (v.list.size() == kMaxListStrings)
+        return c.Error("more than " + std::to_string(kMaxListStrings) +
+                       " strings in the list for '" + key + "' in " + where);
       BRAID_ASSIGN_OR_RETURN(std::string s, ParseString(c));
       v.list.push_back(std::move(s));
       c.SkipSpaces();
@@ -213,9 +229,10 @@ bool ParseUint(const std::string& s, uint64_t* out) {
   return true;
 }
 
-// Applies one option to `out`; errors point at the option's key.
+// Applies one option to `out`; errors point at the option's key. A pattern's
+// compilation draws on *regex_steps, shared by the template's patterns.
 Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Value& v,
-                   const std::string& where, OutputSpec* out) {
+                   const std::string& where, size_t* regex_steps, OutputSpec* out) {
   using K = OutputSpec::Kind;
   const bool gen = out->kind == K::kGen, sel = out->kind == K::kSelect, rx = out->kind == K::kRegex;
   auto bad = [&](const std::string& why) {
@@ -262,7 +279,7 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
     out->choices = v.list;
   } else if (key == "pattern" && rx) {
     if (v.kind != Value::Kind::kString || v.text.empty()) return bad("expected a non-empty string");
-    auto dfa = RegexDfa::Compile(v.text);
+    auto dfa = RegexDfa::Compile(v.text, regex_steps);
     if (!dfa.ok()) return bad(dfa.status().message());
     out->pattern = v.text;
   } else {
@@ -277,7 +294,13 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
   auto fn = std::make_shared<SemanticFunction>();
   fn->spec_ = spec;
   const std::string name = spec.name.empty() ? "<function>" : spec.name;
+  if (spec.prompt.size() > kMaxTemplateBytes)
+    return Status::InvalidArgument(
+        name + ": the template is " + std::to_string(spec.prompt.size()) +
+        " bytes, more than the limit of " + std::to_string(kMaxTemplateBytes));
   Cursor c(name, spec.prompt);
+  size_t placeholders = 0;
+  size_t regex_steps = kMaxRegexSteps;
   std::string text;
   std::set<std::string> inputs, outputs;
   // Where each name was first used, for "both input and output" errors.
@@ -292,6 +315,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       continue;
     }
     const auto open = c.mark();
+    if (++placeholders > kMaxPlaceholders)
+      return c.Error(
+          open, "more than " + std::to_string(kMaxPlaceholders) + " placeholders in the template");
     c.Advance(2);
     c.SkipSpaces();
     const auto word_at = c.mark();
@@ -373,7 +399,7 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
       if (!seen_keys.insert(key).second)
         return c.Error(key_at, "option '" + key + "' given twice in " + where);
-      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &out));
+      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &regex_steps, &out));
     }
     if (out.kind == OutputSpec::Kind::kSelect && out.choices.empty())
       return c.Error(open, "missing option 'choices' in " + where);

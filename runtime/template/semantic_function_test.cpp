@@ -114,3 +114,67 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("{{9x}}").find("bad name '9x'") != std::string::npos);
   CHECK(Err("plain text").find("has no output") != std::string::npos);
 }
+
+TEST_CASE("template: size is bounded: huge templates, many placeholders, long lists") {
+  // 1 MiB parses; one byte more is refused before any parsing.
+  std::string big(1 << 20, 'x');
+  big.replace(0, 9, "{{gen a}}");
+  auto r = P(big);
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  CHECK((*r)->pieces().size() == 2);
+  CHECK(Err(big + "x") == "fn: the template is 1048577 bytes, more than the limit of 1048576");
+  CHECK(Err(std::string(64 << 20, '{')) ==
+        "fn: the template is 67108864 bytes, more than the limit of 1048576");
+  // 1,024 placeholders parse; the 1,025th is refused where it opens.
+  std::string many = "{{gen out}}";
+  for (int i = 1; i < 1024; ++i) many += "{{x}}";
+  CHECK(P(many).ok());
+  CHECK(Err(many + "\n{{x}}") == "fn:2:1: more than 1024 placeholders in the template");
+  std::string choices;
+  for (int i = 0; i < 1024; ++i) choices += (i ? ",\"c" : "\"c") + std::to_string(i) + "\"";
+  auto sel = P("{{select s choices=[" + choices + "]}}");
+  REQUIRE_MESSAGE(sel.ok(), sel.status().message());
+  CHECK((*sel)->outputs()[0].choices.size() == 1024);
+  CHECK(Err("{{select s choices=[" + choices + ", \"more\"]}}") ==
+        "fn:1:" + std::to_string(23 + choices.size()) +
+            ": more than 1024 strings in the list for 'choices' in {{select s ...}}");
+}
+
+TEST_CASE("template: deep nesting fails cleanly (the grammar does not nest)") {
+  CHECK(Err(std::string(200000, '{')) == "fn:1:3: empty name in {{ }}");
+  CHECK(Err("x " + std::string(100000, '{') + std::string(100000, '}')) ==
+        "fn:1:5: empty name in {{ }}");
+  CHECK(Err("{{select s choices=" + std::string(100000, '[') + "}}") ==
+        "fn:1:21: bad value for 'choices' in {{select s ...}}: expected a string in the list");
+  CHECK(Err("{{gen a stop=[\"a\"" + std::string(100000, ']') + "}}") ==
+        "fn:1:19: unexpected ']' in {{gen a ...}}");
+  // A regex output's pattern is bounded by the regex compiler's nesting limit.
+  CHECK(Err("{{regex r pattern=\"" + std::string(9000, '(') + "a" + std::string(9000, ')') +
+            "\"}}") ==
+        "fn:1:11: bad value for 'pattern' in {{regex r ...}}: regex: groups and repeats nested "
+        "deeper "
+        "than 250 at 250");
+  CHECK(Err("{{regex r pattern=\"a" + std::string(1000000, '*') + "\"}}") ==
+        "fn:1:11: bad value for 'pattern' in {{regex r ...}}: regex: pattern longer than 65536 "
+        "bytes at "
+        "65536");
+}
+
+TEST_CASE("template: the regex outputs of one template share a compile budget") {
+  // Each pattern alone compiles (about 11.5M construction steps); four of
+  // them exceed the template's 40M.
+  const std::string costly = "(.*a.*){100}";
+  CHECK(P("{{regex r pattern=\"" + costly + "\"}}").ok());
+  std::string t;
+  for (int i = 0; i < 4; ++i)
+    t += "{{regex r" + std::to_string(i) + " pattern=\"" + costly + "\"}}";
+  const std::string e = Err(t);
+  CHECK(e.find("fn:1:117: bad value for 'pattern' in {{regex r3 ...}}: regex: pattern needs more "
+               "construction steps than the ") == 0);
+  CHECK(e.find(" left of a budget shared with other patterns") != std::string::npos);
+  // Cheap patterns are many before they add up.
+  std::string cheap;
+  for (int i = 0; i < 200; ++i)
+    cheap += "{{regex d" + std::to_string(i) + " pattern=\"[0-9]{4}-[0-9]{2}-[0-9]{2}\"}}";
+  CHECK(P(cheap).ok());
+}
