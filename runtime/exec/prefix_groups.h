@@ -11,9 +11,9 @@
 namespace braid::rt {
 
 struct PrefixCluster {
-  size_t leader = 0;               // index into the input
-  std::vector<size_t> followers;   // indices, in input order
-  size_t shared = 0;               // tokens every member shares with the leader
+  size_t leader = 0;              // index into the input
+  std::vector<size_t> followers;  // indices, in input order
+  size_t shared = 0;              // tokens every member shares with the leader
 };
 
 // Length of the common leading run of a and b.

@@ -1,8 +1,9 @@
+#include "exec/regex_dfa.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "exec/regex_dfa.h"
 #include "exec/token_mask.h"
 #include "testing/fakes.h"
 
@@ -22,7 +23,9 @@ TEST_CASE("regex: the usual syntax, anchored") {
   CHECK(!M("abc", "abcd"));
   CHECK(!M("abc", "ab"));
   CHECK(M("a.c", "abc"));
-  CHECK(M("a.c", "a\xc3\xa9" "c"));  // '.' is one UTF-8 character
+  CHECK(M("a.c",
+          "a\xc3\xa9"
+          "c"));  // '.' is one UTF-8 character
   CHECK(!M("a.c", "a\nc"));
   CHECK(M("[a-c]+", "abcabc"));
   CHECK(!M("[a-c]+", ""));
@@ -102,4 +105,96 @@ TEST_CASE("regex mask: tokens that cannot continue are -inf; EOG only when accep
   mask(gen, logits);
   CHECK(std::isfinite(logits['e']));
   CHECK(!std::isfinite(logits['o']));
+}
+
+namespace {
+std::string CompileError(const std::string& pattern) {
+  auto d = RegexDfa::Compile(pattern);
+  return d.ok() ? "(compiled)" : d.status().message();
+}
+std::string Nested(size_t n) { return std::string(n, '(') + "a" + std::string(n, ')'); }
+}  // namespace
+
+TEST_CASE("regex: nesting is bounded, deep groups fail cleanly instead of overflowing the stack") {
+  // 250 levels compile; one more is refused where the 251st group opens.
+  CHECK(M(Nested(250), "a"));
+  CHECK(CompileError(Nested(251)) == "regex: groups and repeats nested deeper than 250 at 250");
+  CHECK(CompileError(Nested(9000)) == "regex: groups and repeats nested deeper than 250 at 250");
+  CHECK(CompileError(std::string(9000, '(')) ==
+        "regex: groups and repeats nested deeper than 250 at 250");
+  CHECK(CompileError("(?:" + Nested(9000) + ")") ==
+        "regex: groups and repeats nested deeper than 250 at 252");
+  CHECK(CompileError(Nested(100000)) == "regex: pattern longer than 65536 bytes at 65536");
+  // Groups and repeats count together: 200 groups around 60 stacked stars.
+  CHECK(CompileError(std::string(200, '(') + "a" + std::string(60, '*') + std::string(200, ')'))
+            .find("regex: groups and repeats nested deeper than 250 at ") == 0);
+}
+
+TEST_CASE("regex: stacked repeats are bounded, a million '*' fail cleanly") {
+  CHECK(M("a**", "aaa"));
+  CHECK(M("a" + std::string(250, '*'), "aa"));
+  CHECK(CompileError("a" + std::string(251, '*')) ==
+        "regex: groups and repeats nested deeper than 250 at 251");
+  CHECK(CompileError("a" + std::string(60000, '*')) ==
+        "regex: groups and repeats nested deeper than 250 at 251");
+  CHECK(CompileError("a" + std::string(1000000, '*')) ==
+        "regex: pattern longer than 65536 bytes at 65536");
+  CHECK(CompileError("a{2}" + std::string(300, '?')).find("nested deeper than 250") !=
+        std::string::npos);
+}
+
+TEST_CASE("regex: long alternations compile or name the NFA bound") {
+  std::string words;
+  for (int i = 0; i < 2000; ++i) words += (i ? "|w" : "w") + std::to_string(i);
+  auto d = RegexDfa::Compile("(" + words + ")");
+  REQUIRE_MESSAGE(d.ok(), d.status().message());
+  CHECK(d->FullMatch("w1999"));
+  CHECK(d->FullMatch("w0"));
+  CHECK(!d->FullMatch("w2000"));
+  std::string many;
+  for (int i = 0; i < 30000; ++i) many += "a|";
+  many += "a";
+  CHECK(CompileError(many).find("regex: pattern too large (more than 50000 NFA states) at ") == 0);
+  // Alternations nested in one another are groups like any other.
+  std::string nested;
+  for (int i = 0; i < 9000; ++i) nested += "(a|";
+  nested += "b" + std::string(9000, ')');
+  CHECK(CompileError(nested) == "regex: groups and repeats nested deeper than 250 at 750");
+}
+
+TEST_CASE("regex: DFA blow-up is refused, not built") {
+  // (a|b)*a(a|b){n} needs 2^(n+1) DFA states: 2^13 fit, 2^21 do not.
+  auto d = RegexDfa::Compile("(a|b)*a(a|b){12}");
+  REQUIRE_MESSAGE(d.ok(), d.status().message());
+  CHECK(d->FullMatch("bbba" + std::string(12, 'b')));
+  CHECK(!d->FullMatch("bbbb" + std::string(12, 'b')));
+  CHECK(CompileError("(a|b)*a(a|b){20}") ==
+        "regex: pattern too large for a DFA (more than 10000 states)");
+  CHECK(CompileError("[ab]*a[ab]{1000}") ==
+        "regex: pattern too large for a DFA (more than 10000 states)");
+  // Few DFA states, each a large set of NFA states: bounded by their total.
+  CHECK(CompileError("(a{0,1000}){20}b") ==
+        "regex: pattern too large for a DFA (more than 2000000 NFA states across its states)");
+  // Many byte classes over large sets: bounded by the construction's steps.
+  CHECK(CompileError("(\\w*\\d*\\s*.?){100}[xyz]{99}") ==
+        "regex: pattern too large for a DFA (more than 20000000 construction steps)");
+}
+
+TEST_CASE("regex: a shared step budget bounds patterns compiled together") {
+  const std::string pattern = "(a|b)*a(a|b){8}";
+  size_t left = RegexDfa::kMaxSteps;
+  REQUIRE(RegexDfa::Compile(pattern, &left).ok());
+  const size_t spent = RegexDfa::kMaxSteps - left;
+  CHECK(spent > 0);
+  // Room for three and a half: three compile, the fourth runs out.
+  left = 3 * spent + spent / 2;
+  for (int i = 0; i < 3; ++i) CHECK(RegexDfa::Compile(pattern, &left).ok());
+  CHECK(left == spent / 2);
+  auto fourth = RegexDfa::Compile(pattern, &left);
+  REQUIRE(!fourth.ok());
+  CHECK(fourth.status().code() == StatusCode::kResourceExhausted);
+  CHECK(fourth.status().message() == "regex: pattern needs more construction steps than the " +
+                                         std::to_string(spent / 2) +
+                                         " left of a budget shared with other patterns");
+  CHECK(left == 0);
 }

@@ -10,6 +10,11 @@
 // Any other backslash pair in a string is kept as written (so regex escapes
 // such as \d pass through). Options: gen: max_tokens stop temperature top_p
 // seed; select: choices; regex: pattern max_tokens temperature top_p seed.
+//
+// Templates come from scripts and over HTTP, so the parser is bounded: it
+// never recurses (the grammar does not nest), and the template's size, its
+// number of placeholders, the length of a list and the work of compiling its
+// regex patterns are capped, each with an error that says which and where.
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -21,27 +26,45 @@ namespace braid::rt {
 
 const char* VarStateName(VarState s) {
   switch (s) {
-    case VarState::kPending: return "pending";
-    case VarState::kReady: return "ready";
-    case VarState::kFailed: return "failed";
-    case VarState::kCancelled: return "cancelled";
+    case VarState::kPending:
+      return "pending";
+    case VarState::kReady:
+      return "ready";
+    case VarState::kFailed:
+      return "failed";
+    case VarState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 const char* NodeStateName(NodeState s) {
   switch (s) {
-    case NodeState::kWaiting: return "waiting";
-    case NodeState::kReady: return "ready";
-    case NodeState::kRunning: return "running";
-    case NodeState::kDone: return "done";
-    case NodeState::kFailed: return "failed";
-    case NodeState::kCancelled: return "cancelled";
+    case NodeState::kWaiting:
+      return "waiting";
+    case NodeState::kReady:
+      return "ready";
+    case NodeState::kRunning:
+      return "running";
+    case NodeState::kDone:
+      return "done";
+    case NodeState::kFailed:
+      return "failed";
+    case NodeState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 namespace {
+
+// Well beyond any model's context window (128K tokens is about 512 KB).
+constexpr size_t kMaxTemplateBytes = 1 << 20;
+constexpr size_t kMaxPlaceholders = 1024;
+constexpr size_t kMaxListStrings = 1024;
+// What all the regex outputs of one template may take to compile together
+// (each one alone is bounded by RegexDfa::kMaxSteps): under a second.
+constexpr size_t kMaxRegexSteps = 2 * RegexDfa::kMaxSteps;
 
 bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -70,11 +93,13 @@ class Cursor {
   void SkipSpaces() {
     while (!AtEnd() && std::isspace(static_cast<unsigned char>(Peek()))) Advance();
   }
-  struct Mark { int line, col; };
+  struct Mark {
+    int line, col;
+  };
   Mark mark() const { return {line_, col_}; }
   Status Error(Mark at, const std::string& what) const {
-    return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" + std::to_string(at.col) +
-                                   ": " + what);
+    return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" +
+                                   std::to_string(at.col) + ": " + what);
   }
   Status Error(const std::string& what) const { return Error(mark(), what); }
 
@@ -96,7 +121,7 @@ class Cursor {
 
 struct Value {
   enum class Kind { kNumber, kString, kList } kind = Kind::kNumber;
-  std::string text;                 // number text or string
+  std::string text;  // number text or string
   std::vector<std::string> list;
 };
 
@@ -114,12 +139,20 @@ Result<std::string> ParseString(Cursor& c) {
     }
     if (ch == '\\') {
       char e = c.Peek(1);
-      if (e == 'n') out += '\n';
-      else if (e == 't') out += '\t';
-      else if (e == '"') out += '"';
-      else if (e == '\\') out += '\\';
-      else if (e == '\0') return c.Error(start, "unterminated string");
-      else { out += '\\'; out += e; }
+      if (e == 'n')
+        out += '\n';
+      else if (e == 't')
+        out += '\t';
+      else if (e == '"')
+        out += '"';
+      else if (e == '\\')
+        out += '\\';
+      else if (e == '\0')
+        return c.Error(start, "unterminated string");
+      else {
+        out += '\\';
+        out += e;
+      }
       c.Advance(2);
       continue;
     }
@@ -147,9 +180,14 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
     while (true) {
       c.SkipSpaces();
       if (c.Peek() != '"') {
-        if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
-        return c.Error("bad value for '" + key + "' in " + where + ": expected a string in the list");
+        if (c.AtEnd() || c.StartsWith("}}"))
+          return c.Error(start, "unterminated list for '" + key + "' in " + where);
+        return c.Error("bad value for '" + key + "' in " + where +
+                       ": expected a string in the list");
       }
+      if (v.list.size() == kMaxListStrings)
+        return c.Error("more than " + std::to_string(kMaxListStrings) +
+                       " strings in the list for '" + key + "' in " + where);
       BRAID_ASSIGN_OR_RETURN(std::string s, ParseString(c));
       v.list.push_back(std::move(s));
       c.SkipSpaces();
@@ -161,7 +199,8 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
         c.Advance();
         return v;
       }
-      if (c.AtEnd() || c.StartsWith("}}")) return c.Error(start, "unterminated list for '" + key + "' in " + where);
+      if (c.AtEnd() || c.StartsWith("}}"))
+        return c.Error(start, "unterminated list for '" + key + "' in " + where);
       return c.Error("bad value for '" + key + "' in " + where + ": expected ',' or ']'");
     }
   }
@@ -190,9 +229,10 @@ bool ParseUint(const std::string& s, uint64_t* out) {
   return true;
 }
 
-// Applies one option to `out`; errors point at the option's key.
+// Applies one option to `out`; errors point at the option's key. A pattern's
+// compilation draws on *regex_steps, shared by the template's patterns.
 Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Value& v,
-                   const std::string& where, OutputSpec* out) {
+                   const std::string& where, size_t* regex_steps, OutputSpec* out) {
   using K = OutputSpec::Kind;
   const bool gen = out->kind == K::kGen, sel = out->kind == K::kSelect, rx = out->kind == K::kRegex;
   auto bad = [&](const std::string& why) {
@@ -205,9 +245,12 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       return bad("expected a positive integer, got '" + v.text + "'");
     out->max_tokens = static_cast<int>(n);
   } else if (key == "stop" && gen) {
-    if (v.kind == Value::Kind::kString) out->stop = {v.text};
-    else if (v.kind == Value::Kind::kList) out->stop = v.list;
-    else return bad("expected a string or a list of strings");
+    if (v.kind == Value::Kind::kString)
+      out->stop = {v.text};
+    else if (v.kind == Value::Kind::kList)
+      out->stop = v.list;
+    else
+      return bad("expected a string or a list of strings");
     for (const auto& s : out->stop)
       if (s.empty()) return bad("a stop string is empty");
   } else if (key == "temperature" && (gen || rx)) {
@@ -222,10 +265,12 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
     out->top_p = static_cast<float>(p);
   } else if (key == "seed" && (gen || rx)) {
     uint64_t s = 0;
-    if (!number || !ParseUint(v.text, &s)) return bad("expected a non-negative integer, got '" + v.text + "'");
+    if (!number || !ParseUint(v.text, &s))
+      return bad("expected a non-negative integer, got '" + v.text + "'");
     out->seed = s;
   } else if (key == "choices" && sel) {
-    if (v.kind != Value::Kind::kList || v.list.empty()) return bad("expected a non-empty list of strings");
+    if (v.kind != Value::Kind::kList || v.list.empty())
+      return bad("expected a non-empty list of strings");
     std::set<std::string> seen;
     for (const auto& s : v.list) {
       if (s.empty()) return bad("a choice is empty");
@@ -234,7 +279,7 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
     out->choices = v.list;
   } else if (key == "pattern" && rx) {
     if (v.kind != Value::Kind::kString || v.text.empty()) return bad("expected a non-empty string");
-    auto dfa = RegexDfa::Compile(v.text);
+    auto dfa = RegexDfa::Compile(v.text, regex_steps);
     if (!dfa.ok()) return bad(dfa.status().message());
     out->pattern = v.text;
   } else {
@@ -249,7 +294,13 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
   auto fn = std::make_shared<SemanticFunction>();
   fn->spec_ = spec;
   const std::string name = spec.name.empty() ? "<function>" : spec.name;
+  if (spec.prompt.size() > kMaxTemplateBytes)
+    return Status::InvalidArgument(
+        name + ": the template is " + std::to_string(spec.prompt.size()) +
+        " bytes, more than the limit of " + std::to_string(kMaxTemplateBytes));
   Cursor c(name, spec.prompt);
+  size_t placeholders = 0;
+  size_t regex_steps = kMaxRegexSteps;
   std::string text;
   std::set<std::string> inputs, outputs;
   // Where each name was first used, for "both input and output" errors.
@@ -264,6 +315,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       continue;
     }
     const auto open = c.mark();
+    if (++placeholders > kMaxPlaceholders)
+      return c.Error(
+          open, "more than " + std::to_string(kMaxPlaceholders) + " placeholders in the template");
     c.Advance(2);
     c.SkipSpaces();
     const auto word_at = c.mark();
@@ -276,39 +330,51 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       if (!c.StartsWith("}}")) {
         if (word.empty()) {
           if (c.Peek() == '{' || c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
-          return c.Error(word_at, std::string("bad character '") + c.Peek() + "' in a placeholder name");
+          return c.Error(word_at,
+                         std::string("bad character '") + c.Peek() + "' in a placeholder name");
         }
         // Look for the end to tell "unknown kind" from "unterminated".
         const std::string rest = spec.prompt.substr(c.pos());
-        if (rest.find("}}") == std::string::npos) return c.Error(open, "unterminated placeholder '{{'");
-        return c.Error(word_at, "unknown placeholder kind '" + word +
-                                    "' (expected {{name}}, {{gen ...}}, {{select ...}} or {{regex ...}})");
+        if (rest.find("}}") == std::string::npos)
+          return c.Error(open, "unterminated placeholder '{{'");
+        return c.Error(word_at,
+                       "unknown placeholder kind '" + word +
+                           "' (expected {{name}}, {{gen ...}}, {{select ...}} or {{regex ...}})");
       }
       if (word.empty()) return c.Error(word_at, "empty name in {{ }}");
-      if (!IsNameStart(word[0])) return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
+      if (!IsNameStart(word[0]))
+        return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
       c.Advance(2);
-      if (outputs.count(word)) return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
+      if (outputs.count(word))
+        return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
       flush_text();
       fn->pieces_.push_back({Piece::Kind::kInput, word, -1});
       if (inputs.insert(word).second) fn->inputs_.push_back(word);
       continue;
     }
     OutputSpec out;
-    out.kind = word == "gen" ? OutputSpec::Kind::kGen
-             : word == "select" ? OutputSpec::Kind::kSelect : OutputSpec::Kind::kRegex;
+    out.kind = word == "gen"      ? OutputSpec::Kind::kGen
+               : word == "select" ? OutputSpec::Kind::kSelect
+                                  : OutputSpec::Kind::kRegex;
     c.SkipSpaces();
     const auto name_at = c.mark();
     out.name = c.Word();
-    const std::string where = "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
+    const std::string where =
+        "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
     if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
     if (out.name.empty() || c.Peek() == '=') {
-      if (c.Peek() == '=' || c.StartsWith("}}") || std::isspace(static_cast<unsigned char>(c.Peek())))
+      if (c.Peek() == '=' || c.StartsWith("}}") ||
+          std::isspace(static_cast<unsigned char>(c.Peek())))
         return c.Error(name_at, "empty name in {{" + word + " ...}}");
-      return c.Error(name_at, std::string("bad character '") + c.Peek() + "' in the output name of {{" + word + " ...}}");
+      return c.Error(name_at, std::string("bad character '") + c.Peek() +
+                                  "' in the output name of {{" + word + " ...}}");
     }
-    if (!IsNameStart(out.name[0])) return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
-    if (outputs.count(out.name)) return c.Error(name_at, "duplicate output name '" + out.name + "'");
-    if (inputs.count(out.name)) return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
+    if (!IsNameStart(out.name[0]))
+      return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
+    if (outputs.count(out.name))
+      return c.Error(name_at, "duplicate output name '" + out.name + "'");
+    if (inputs.count(out.name))
+      return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
     // Options until "}}".
     std::set<std::string> seen_keys;
     while (true) {
@@ -322,7 +388,8 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       const auto key_at = c.mark();
       if (!spaced) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
       std::string key = c.Word();
-      if (key.empty()) return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
+      if (key.empty())
+        return c.Error(key_at, std::string("unexpected '") + c.Peek() + "' in " + where);
       if (c.Peek() != '=') {
         if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
         return c.Error(key_at, "option '" + key + "' needs '=value' in " + where);
@@ -330,8 +397,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       c.Advance();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
       BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
-      if (!seen_keys.insert(key).second) return c.Error(key_at, "option '" + key + "' given twice in " + where);
-      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &out));
+      if (!seen_keys.insert(key).second)
+        return c.Error(key_at, "option '" + key + "' given twice in " + where);
+      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &regex_steps, &out));
     }
     if (out.kind == OutputSpec::Kind::kSelect && out.choices.empty())
       return c.Error(open, "missing option 'choices' in " + where);
@@ -344,7 +412,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
   }
   flush_text();
   if (fn->outputs_.empty())
-    return Status::InvalidArgument(name + ": the template has no output ({{gen NAME}}, {{select NAME ...}} or {{regex NAME ...}})");
+    return Status::InvalidArgument(
+        name +
+        ": the template has no output ({{gen NAME}}, {{select NAME ...}} or {{regex NAME ...}})");
   return std::shared_ptr<const SemanticFunction>(std::move(fn));
 }
 

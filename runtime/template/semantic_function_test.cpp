@@ -6,7 +6,8 @@ using namespace braid;
 using namespace braid::rt;
 
 namespace {
-Result<std::shared_ptr<const SemanticFunction>> P(const std::string& prompt, const std::string& system = "") {
+Result<std::shared_ptr<const SemanticFunction>> P(const std::string& prompt,
+                                                  const std::string& system = "") {
   return SemanticFunction::Parse({"fn", system, prompt});
 }
 std::string Err(const std::string& prompt) {
@@ -17,8 +18,10 @@ std::string Err(const std::string& prompt) {
 }  // namespace
 
 TEST_CASE("template: inputs, outputs and pieces in order") {
-  auto r = P("Doc: {{doc}}\nTitle: {{gen title max_tokens=8 stop=\"\\n\"}} by {{ author }} {{doc}}"
-             "{{select mood choices=[\"good\", \"bad\"]}}{{regex year pattern=\"[0-9]{4}\" max_tokens=4}}");
+  auto r =
+      P("Doc: {{doc}}\nTitle: {{gen title max_tokens=8 stop=\"\\n\"}} by {{ author }} {{doc}}"
+        "{{select mood choices=[\"good\", \"bad\"]}}{{regex year pattern=\"[0-9]{4}\" "
+        "max_tokens=4}}");
   REQUIRE(r.ok());
   const auto& fn = **r;
   CHECK(fn.inputs() == std::vector<std::string>{"doc", "author"});
@@ -48,7 +51,9 @@ TEST_CASE("template: inputs, outputs and pieces in order") {
 }
 
 TEST_CASE("template: options and escapes") {
-  auto r = P("{{gen a temperature=0.7 top_p=0.9 seed=42 stop=[\"x\", \"say \\\"hi\\\"\", \"a\\\\b\"] max_tokens=3}}");
+  auto r =
+      P("{{gen a temperature=0.7 top_p=0.9 seed=42 stop=[\"x\", \"say \\\"hi\\\"\", \"a\\\\b\"] "
+        "max_tokens=3}}");
   REQUIRE(r.ok());
   const auto& o = (*r)->outputs()[0];
   CHECK(o.temperature == doctest::Approx(0.7));
@@ -69,9 +74,11 @@ TEST_CASE("template: options and escapes") {
 }
 
 TEST_CASE("template: errors name the function, line:column and the problem") {
-  CHECK(Err("hi\n  {{gen summary max_token=3}}") == "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
+  CHECK(Err("hi\n  {{gen summary max_token=3}}") ==
+        "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
   CHECK(Err("{{gen a max_tokens=zero}}") ==
-        "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got 'zero'");
+        "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got "
+        "'zero'");
   CHECK(Err("{{gen a max_tokens=0}}").find("bad value for 'max_tokens'") != std::string::npos);
   CHECK(Err("{{gen a temperature=-1}}").find("fn:1:9: bad value for 'temperature'") == 0);
   CHECK(Err("{{gen a top_p=1.5}}").find("expected a number in (0, 1]") != std::string::npos);
@@ -80,7 +87,8 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("ab\ncd {{gen a max_tokens=3") == "fn:2:4: unterminated placeholder '{{'");
   CHECK(Err("x {{doc") == "fn:1:3: unterminated placeholder '{{'");
   CHECK(Err("{{gen a stop=\"abc}}") == "fn:1:14: unterminated string");
-  CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") == "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
+  CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") ==
+        "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
   CHECK(Err("{{gen a}} {{gen a}}") == "fn:1:17: duplicate output name 'a'");
   CHECK(Err("{{gen a}} {{a}}") == "fn:1:13: 'a' is an output and cannot be used as an input");
   CHECK(Err("{{a}} {{gen a}}") == "fn:1:13: 'a' is an input and cannot also be an output");
@@ -90,14 +98,83 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("{{select s}}") == "fn:1:1: missing option 'choices' in {{select s ...}}");
   CHECK(Err("{{select s choices=[]}}").find("expected a non-empty list") != std::string::npos);
   CHECK(Err("{{select s choices=[\"a\",\"a\"]}}").find("duplicate choice") != std::string::npos);
-  CHECK(Err("{{select s choices=[\"a\"] max_tokens=3}}") == "fn:1:26: unknown option 'max_tokens' in {{select s ...}}");
+  CHECK(Err("{{select s choices=[\"a\"] max_tokens=3}}") ==
+        "fn:1:26: unknown option 'max_tokens' in {{select s ...}}");
   CHECK(Err("{{regex r}}") == "fn:1:1: missing option 'pattern' in {{regex r ...}}");
-  CHECK(Err("{{regex r pattern=\"(ab\"}}").find("bad value for 'pattern' in {{regex r ...}}: regex: missing ')'") !=
+  CHECK(Err("{{regex r pattern=\"(ab\"}}")
+            .find("bad value for 'pattern' in {{regex r ...}}: regex: missing ')'") !=
         std::string::npos);
-  CHECK(Err("{{regex r pattern=\"a\" stop=\"x\"}}").find("unknown option 'stop'") != std::string::npos);
-  CHECK(Err("{{gen a max_tokens}}") == "fn:1:9: option 'max_tokens' needs '=value' in {{gen a ...}}");
-  CHECK(Err("{{gen a max_tokens=3 max_tokens=4}}") == "fn:1:22: option 'max_tokens' given twice in {{gen a ...}}");
+  CHECK(Err("{{regex r pattern=\"a\" stop=\"x\"}}").find("unknown option 'stop'") !=
+        std::string::npos);
+  CHECK(Err("{{gen a max_tokens}}") ==
+        "fn:1:9: option 'max_tokens' needs '=value' in {{gen a ...}}");
+  CHECK(Err("{{gen a max_tokens=3 max_tokens=4}}") ==
+        "fn:1:22: option 'max_tokens' given twice in {{gen a ...}}");
   CHECK(Err("{{foo bar}}").find("unknown placeholder kind 'foo'") != std::string::npos);
   CHECK(Err("{{9x}}").find("bad name '9x'") != std::string::npos);
   CHECK(Err("plain text").find("has no output") != std::string::npos);
+}
+
+TEST_CASE("template: size is bounded: huge templates, many placeholders, long lists") {
+  // 1 MiB parses; one byte more is refused before any parsing.
+  std::string big(1 << 20, 'x');
+  big.replace(0, 9, "{{gen a}}");
+  auto r = P(big);
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  CHECK((*r)->pieces().size() == 2);
+  CHECK(Err(big + "x") == "fn: the template is 1048577 bytes, more than the limit of 1048576");
+  CHECK(Err(std::string(64 << 20, '{')) ==
+        "fn: the template is 67108864 bytes, more than the limit of 1048576");
+  // 1,024 placeholders parse; the 1,025th is refused where it opens.
+  std::string many = "{{gen out}}";
+  for (int i = 1; i < 1024; ++i) many += "{{x}}";
+  CHECK(P(many).ok());
+  CHECK(Err(many + "\n{{x}}") == "fn:2:1: more than 1024 placeholders in the template");
+  std::string choices;
+  for (int i = 0; i < 1024; ++i) choices += (i ? ",\"c" : "\"c") + std::to_string(i) + "\"";
+  auto sel = P("{{select s choices=[" + choices + "]}}");
+  REQUIRE_MESSAGE(sel.ok(), sel.status().message());
+  CHECK((*sel)->outputs()[0].choices.size() == 1024);
+  CHECK(Err("{{select s choices=[" + choices + ", \"more\"]}}") ==
+        "fn:1:" + std::to_string(23 + choices.size()) +
+            ": more than 1024 strings in the list for 'choices' in {{select s ...}}");
+}
+
+TEST_CASE("template: deep nesting fails cleanly (the grammar does not nest)") {
+  CHECK(Err(std::string(200000, '{')) == "fn:1:3: empty name in {{ }}");
+  CHECK(Err("x " + std::string(100000, '{') + std::string(100000, '}')) ==
+        "fn:1:5: empty name in {{ }}");
+  CHECK(Err("{{select s choices=" + std::string(100000, '[') + "}}") ==
+        "fn:1:21: bad value for 'choices' in {{select s ...}}: expected a string in the list");
+  CHECK(Err("{{gen a stop=[\"a\"" + std::string(100000, ']') + "}}") ==
+        "fn:1:19: unexpected ']' in {{gen a ...}}");
+  // A regex output's pattern is bounded by the regex compiler's nesting limit.
+  CHECK(Err("{{regex r pattern=\"" + std::string(9000, '(') + "a" + std::string(9000, ')') +
+            "\"}}") ==
+        "fn:1:11: bad value for 'pattern' in {{regex r ...}}: regex: groups and repeats nested "
+        "deeper "
+        "than 250 at 250");
+  CHECK(Err("{{regex r pattern=\"a" + std::string(1000000, '*') + "\"}}") ==
+        "fn:1:11: bad value for 'pattern' in {{regex r ...}}: regex: pattern longer than 65536 "
+        "bytes at "
+        "65536");
+}
+
+TEST_CASE("template: the regex outputs of one template share a compile budget") {
+  // Each pattern alone compiles (about 12.5M construction steps); four of
+  // them exceed the template's 40M.
+  const std::string costly = "(a?){1000}a{1000}";
+  CHECK(P("{{regex r pattern=\"" + costly + "\"}}").ok());
+  std::string t;
+  for (int i = 0; i < 4; ++i)
+    t += "{{regex r" + std::to_string(i) + " pattern=\"" + costly + "\"}}";
+  const std::string e = Err(t);
+  CHECK(e.find("fn:1:132: bad value for 'pattern' in {{regex r3 ...}}: regex: pattern needs more "
+               "construction steps than the ") == 0);
+  CHECK(e.find(" left of a budget shared with other patterns") != std::string::npos);
+  // Cheap patterns are many before they add up.
+  std::string cheap;
+  for (int i = 0; i < 200; ++i)
+    cheap += "{{regex d" + std::to_string(i) + " pattern=\"[0-9]{4}-[0-9]{2}-[0-9]{2}\"}}";
+  CHECK(P(cheap).ok());
 }
