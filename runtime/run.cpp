@@ -9,9 +9,14 @@
 
 namespace braid::rt {
 
-RunImpl::RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options, bool resumed)
-    : ctx_(std::move(ctx)), id_(std::move(id)), options_(std::move(options)), resumed_(resumed),
-      t0_(Clock::now()), inbox_(std::make_shared<Inbox>()) {
+RunImpl::RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options,
+                 bool resumed)
+    : ctx_(std::move(ctx)),
+      id_(std::move(id)),
+      options_(std::move(options)),
+      resumed_(resumed),
+      t0_(Clock::now()),
+      inbox_(std::make_shared<Inbox>()) {
   inbox_->wake = ctx_->wake;
 }
 
@@ -31,9 +36,13 @@ void RunImpl::Notify() {
 
 void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::string& detail) {
   if (!ctx_->store) return;
-  nlohmann::json j = {{"node", n.id}, {"label", n.label}, {"engine", n.engine},
-                      {"prompt_tokens", n.prompt_tokens}, {"cached_tokens", n.cached_tokens},
-                      {"generated_tokens", n.generated_tokens}, {"run_ms", n.run_ms}};
+  nlohmann::json j = {{"node", n.id},
+                      {"label", n.label},
+                      {"engine", n.engine},
+                      {"prompt_tokens", n.prompt_tokens},
+                      {"cached_tokens", n.cached_tokens},
+                      {"generated_tokens", n.generated_tokens},
+                      {"run_ms", n.run_ms}};
   if (!detail.empty()) j["detail"] = detail;
   (void)ctx_->store->AppendEvent(id_, kind, j.dump());
 }
@@ -46,18 +55,21 @@ Status RunImpl::CheckArg(const Arg& a, const std::string& what) const {
 
 std::string RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
 
-std::string RunImpl::Render(const DagNode& n, int output,
-                            const std::map<std::string, std::string>& values) const {
-  std::string out;
+std::vector<PromptPiece> RunImpl::Render(const DagNode& n, int output,
+                                         const std::map<std::string, std::string>& values) const {
+  // Only the template's literal text may hold special tokens; inputs and the
+  // outputs generated so far are plain text, so that a document cannot forge
+  // a chat turn.
+  std::vector<PromptPiece> out;
   for (const auto& p : n.fn->pieces()) {
     if (p.kind == SemanticFunction::Piece::Kind::kText) {
-      out += p.text;
+      AppendPiece(out, p.text, /*allow_special=*/true);
     } else if (p.kind == SemanticFunction::Piece::Kind::kInput) {
-      out += ArgValue(n.args.at(p.text));
+      AppendPiece(out, ArgValue(n.args.at(p.text)), /*allow_special=*/false);
     } else {
       if (p.output >= output) break;
       auto it = values.find(p.text);
-      if (it != values.end()) out += it->second;
+      if (it != values.end()) AppendPiece(out, it->second, /*allow_special=*/false);
     }
   }
   return out;
@@ -167,24 +179,29 @@ VarId RunImpl::HostVar(std::string name, const std::vector<VarId>& depends_on) {
   node.label = "host";
   std::string bad;
   for (VarId d : depends_on) {
-    if (dag_.HasVar(d)) node.inputs.push_back(d);
-    else bad += (bad.empty() ? "" : ", ") + std::to_string(d);
+    if (dag_.HasVar(d))
+      node.inputs.push_back(d);
+    else
+      bad += (bad.empty() ? "" : ", ") + std::to_string(d);
   }
   const NodeId id = dag_.AddNode(std::move(node));
   VarId v = dag_.AddVar(std::move(name), id);
   dag_.AttachOutput(id, v);
   // HostVar cannot return an error: an unknown dependency fails the variable.
-  if (!bad.empty()) FailNode(id, "unknown variable " + bad + " in depends_on of '" + dag_.var(v).name + "'");
+  if (!bad.empty())
+    FailNode(id, "unknown variable " + bad + " in depends_on of '" + dag_.var(v).name + "'");
   return v;
 }
 
 Status RunImpl::AddDependency(VarId host_var, VarId dep) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!dag_.HasVar(host_var)) return Status::InvalidArgument("unknown variable " + std::to_string(host_var));
+  if (!dag_.HasVar(host_var))
+    return Status::InvalidArgument("unknown variable " + std::to_string(host_var));
   if (!dag_.HasVar(dep)) return Status::InvalidArgument("unknown variable " + std::to_string(dep));
   const NodeId n = dag_.var(host_var).producer;
   if (!n || dag_.node(n).kind != DagNode::Kind::kHost || dag_.node(n).Finished())
-    return Status::InvalidArgument("variable '" + dag_.var(host_var).name + "' is not a pending host variable");
+    return Status::InvalidArgument("variable '" + dag_.var(host_var).name +
+                                   "' is not a pending host variable");
   BRAID_RETURN_IF_ERROR(dag_.AddInput(n, dep));
   Notify();
   return Status::Ok();
@@ -199,7 +216,8 @@ Status RunImpl::SetValue(VarId var, std::string value) {
     return Status::InvalidArgument("variable '" + v.name + "' is not a host variable");
   if (v.state != VarState::kPending)
     return Status::InvalidArgument("variable '" + v.name + "' is already " + VarStateName(v.state));
-  if (ctx_->store) (void)ctx_->store->AppendEvent(id_, "host_value", nlohmann::json{{"var", var}}.dump());
+  if (ctx_->store)
+    (void)ctx_->store->AppendEvent(id_, "host_value", nlohmann::json{{"var", var}}.dump());
   v.value = std::move(value);
   v.state = VarState::kReady;
   dag_.node(n).state = NodeState::kDone;
@@ -223,7 +241,8 @@ Status RunImpl::SetFailed(VarId var, std::string error) {
 double RunImpl::EstimateVarTokens(VarId id) {
   DagVar& v = dag_.var(id);
   if (v.state == VarState::kReady) {
-    if (v.token_estimate < 0) v.token_estimate = static_cast<int>(model().Tokenize(v.value).size());
+    if (v.token_estimate < 0)
+      v.token_estimate = static_cast<int>(model().TokenizeText(v.value).size());
     return v.token_estimate;
   }
   if (!v.producer) return 0;
@@ -235,7 +254,8 @@ double RunImpl::EstimateVarTokens(VarId id) {
   }
   if (p.kind == DagNode::Kind::kJoin) {
     double t = 0;
-    for (const auto& part : p.parts) t += part.var ? EstimateVarTokens(part.var) : model().Tokenize(part.text).size();
+    for (const auto& part : p.parts)
+      t += part.var ? EstimateVarTokens(part.var) : model().TokenizeText(part.text).size();
     return t;
   }
   return 0;
@@ -245,18 +265,21 @@ double RunImpl::CostMs(const DagNode& n, const CostModel& rates) {
   if (n.kind != DagNode::Kind::kCall) return 0;
   auto [it, fresh] = literal_tokens_.emplace(n.fn.get(), 0.0);
   if (fresh) {
-    std::string literal = n.fn->spec().system;
+    std::vector<PromptPiece> literal;
+    AppendPiece(literal, n.fn->spec().system, /*allow_special=*/false);
     for (const auto& p : n.fn->pieces())
-      if (p.kind == SemanticFunction::Piece::Kind::kText) literal += p.text;
+      if (p.kind == SemanticFunction::Piece::Kind::kText) AppendPiece(literal, p.text, true);
     it->second = static_cast<double>(model().Tokenize(literal).size());
   }
   double prompt = it->second, gen = 0;
   for (const auto& p : n.fn->pieces()) {
     if (p.kind != SemanticFunction::Piece::Kind::kInput) continue;
     const Arg& a = n.args.at(p.text);
-    prompt += a.var ? EstimateVarTokens(a.var) : static_cast<double>(model().Tokenize(a.text).size());
+    prompt +=
+        a.var ? EstimateVarTokens(a.var) : static_cast<double>(model().TokenizeText(a.text).size());
   }
-  for (const auto& o : n.fn->outputs()) gen += o.kind == OutputSpec::Kind::kSelect ? 0 : o.max_tokens;
+  for (const auto& o : n.fn->outputs())
+    gen += o.kind == OutputSpec::Kind::kSelect ? 0 : o.max_tokens;
   return rates.CostMs(prompt, gen);
 }
 
@@ -307,8 +330,10 @@ void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
       if (!dag_.HasVar(v) || dag_.var(v).state != VarState::kPending) return true;
     return vars.empty();
   };
-  if (timeout_ms < 0) changed_.wait(lock, any);
-  else changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), any);
+  if (timeout_ms < 0)
+    changed_.wait(lock, any);
+  else
+    changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), any);
 }
 
 std::string RunImpl::Replayable(const std::string& key, const std::string& value) {
@@ -352,7 +377,8 @@ std::vector<NodeInfo> RunImpl::Nodes() const {
       for (const auto& [fid, f] : flights_)
         if (f.node == n.id) info.generated_tokens += f.live_tokens->load(std::memory_order_relaxed);
       if (auto e = exec_.find(n.id); e != exec_.end() && e->second.submitted_once)
-        info.run_ms = std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
+        info.run_ms =
+            std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
     }
     info.error = n.error;
     out.push_back(std::move(info));
@@ -370,10 +396,13 @@ std::vector<VarInfo> RunImpl::Vars() const {
     info.name = v.name;
     info.state = v.state;
     // Per the contract, host-set variables report no producer.
-    info.producer = v.producer && dag_.node(v.producer).kind != DagNode::Kind::kHost ? v.producer : 0;
+    info.producer =
+        v.producer && dag_.node(v.producer).kind != DagNode::Kind::kHost ? v.producer : 0;
     info.consumers = v.consumers;
-    if (v.state == VarState::kReady) info.value = v.value;
-    else info.error = v.error;
+    if (v.state == VarState::kReady)
+      info.value = v.value;
+    else
+      info.error = v.error;
     out.push_back(std::move(info));
   }
   return out;
@@ -384,18 +413,27 @@ std::string DotEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     out += c;
   }
   return out;
 }
 const char* DotColor(NodeState s) {
   switch (s) {
-    case NodeState::kWaiting: case NodeState::kReady: return "lightgrey";
-    case NodeState::kRunning: return "yellow";
-    case NodeState::kDone: return "palegreen";
-    case NodeState::kFailed: return "tomato";
-    case NodeState::kCancelled: return "white";
+    case NodeState::kWaiting:
+    case NodeState::kReady:
+      return "lightgrey";
+    case NodeState::kRunning:
+      return "yellow";
+    case NodeState::kDone:
+      return "palegreen";
+    case NodeState::kFailed:
+      return "tomato";
+    case NodeState::kCancelled:
+      return "white";
   }
   return "white";
 }
@@ -404,7 +442,8 @@ const char* DotColor(NodeState s) {
 std::string RunImpl::ToDot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream o;
-  o << "digraph \"" << DotEscape(id_) << "\" {\n  rankdir=LR;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
+  o << "digraph \"" << DotEscape(id_)
+    << "\" {\n  rankdir=LR;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
   for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
     const DagNode& n = dag_.node(i);
     std::ostringstream label;
@@ -412,14 +451,17 @@ std::string RunImpl::ToDot() const {
     if (n.wanted) label << (n.goal == Criteria::kLatency ? ", latency" : ", throughput");
     if (n.group) label << ", group " << n.group;
     if (n.kind == DagNode::Kind::kCall && (n.prompt_tokens || n.generated_tokens))
-      label << "\n" << n.prompt_tokens << " in (" << n.cached_tokens << " cached), " << n.generated_tokens << " out";
+      label << "\n"
+            << n.prompt_tokens << " in (" << n.cached_tokens << " cached), " << n.generated_tokens
+            << " out";
     if (n.run_ms > 0) {
       char ms[32];
       std::snprintf(ms, sizeof ms, "%.0f", n.run_ms);
       label << "\n" << ms << " ms" << (n.engine.empty() ? "" : " on " + n.engine);
     }
-    o << "  n" << n.id << " [label=\"" << DotEscape(label.str()) << "\", fillcolor=" << DotColor(n.state)
-      << (n.wanted ? "" : ", style=\"filled,dashed\"") << "];\n";
+    o << "  n" << n.id << " [label=\"" << DotEscape(label.str())
+      << "\", fillcolor=" << DotColor(n.state) << (n.wanted ? "" : ", style=\"filled,dashed\"")
+      << "];\n";
   }
   for (size_t i = 1; i <= dag_.num_vars(); ++i) {
     const DagVar& v = dag_.var(i);
@@ -441,7 +483,8 @@ void RunImpl::Finish(const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;
   if (ctx_->store)
-    (void)ctx_->store->FinishRun(id_, status.ok() ? "done" : "failed", status.ok() ? "" : status.message());
+    (void)ctx_->store->FinishRun(id_, status.ok() ? "done" : "failed",
+                                 status.ok() ? "" : status.message());
   Notify();
 }
 

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -64,13 +63,13 @@ class RunImpl final : public Run, public Pumpable {
   struct Exec {
     int output = 0;                             // output being generated
     std::map<std::string, std::string> values;  // outputs generated so far
-    std::string prompt_text;
+    std::vector<PromptPiece> prompt_pieces;     // the text of `prompt`
     std::vector<int32_t> prompt;                // current segment (empty = not rendered)
     int engine = -1;
     Clock::time_point ready_since{}, started{};
     bool submitted_once = false;
     std::optional<Clock::time_point> send_at, done_at;  // baseline round trips
-    uint64_t wait_leader = 0;                   // follower of this flight's prefix
+    uint64_t wait_leader = 0;                           // follower of this flight's prefix
   };
   // One request in an engine.
   struct Flight {
@@ -88,7 +87,7 @@ class RunImpl final : public Run, public Pumpable {
   struct Share {
     int engine = 0;
     uint64_t pin = 0;
-    int pending = 0;                // followers not admitted yet
+    int pending = 0;  // followers not admitted yet
   };
 
   double NowMs() const;
@@ -96,7 +95,10 @@ class RunImpl final : public Run, public Pumpable {
   Model& model() const { return ctx_->engines[0].engine->model(); }
   Status CheckArg(const Arg& a, const std::string& what) const;
   std::string ArgValue(const Arg& a) const;
-  std::string Render(const DagNode& n, int output, const std::map<std::string, std::string>& values) const;
+  // The prompt of `output` of a call: template literals as allow_special
+  // pieces, inputs and earlier outputs as plain pieces.
+  std::vector<PromptPiece> Render(const DagNode& n, int output,
+                                  const std::map<std::string, std::string>& values) const;
   std::string CallKeyString(const DagNode& n) const;
   std::atomic<bool> rtt_paid_{false};  // DAG mode: the run's one client round trip
   // Completes call `id` from the store when this run is a resumption that

@@ -9,7 +9,7 @@
 namespace braid {
 namespace {
 
-constexpr int kMaxChunk = 256;   // tokens per forward pass
+constexpr int kMaxChunk = 256;  // tokens per forward pass
 constexpr int kSeqBlockSize = 16;
 
 // A sequence with a private KV store whose block table is the identity.
@@ -17,8 +17,8 @@ class LlamaSequence final : public Sequence {
  public:
   LlamaSequence(LlamaModel& model, int capacity)
       : model_(model),
-        kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize,
-            kSeqBlockSize, model.config().n_head_kv, model.config().head_dim, model.KvTypeFor(kSeqBlockSize),
+        kv_(model.config().n_layer, (capacity + kSeqBlockSize - 1) / kSeqBlockSize, kSeqBlockSize,
+            model.config().n_head_kv, model.config().head_dim, model.KvTypeFor(kSeqBlockSize),
             model.KTransposed(kSeqBlockSize)),
         capacity_(capacity),
         table_(kv_.n_blocks()) {
@@ -46,8 +46,10 @@ class LlamaSequence final : public Sequence {
       const size_t m = std::min<size_t>(model_.max_chunk(), n - b);
       const bool last = b + m == n;
       float* out = nullptr;
-      if (logits && all_logits) out = logits->data() + b * n_vocab;
-      else if (logits && last) out = logits->data();
+      if (logits && all_logits)
+        out = logits->data() + b * n_vocab;
+      else if (logits && last)
+        out = logits->data();
       // Chunks whose logits nobody wants still compute the last row's head
       // into scratch; it costs one row of the output matmul.
       if (!out) {
@@ -82,10 +84,10 @@ std::string DescribeTypes(const ModelFile& f, const ModelConfig& c) {
   std::map<std::string, int> counts;
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight", "output.weight"};
   for (int i = 0; i < c.n_layer; ++i)
-    for (const char* s : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                          "ffn_up.weight", "ffn_down.weight", "attn_q.bias", "attn_k.bias",
-                          "attn_v.bias"})
+    for (const char* s :
+         {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+          "ffn_down.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"})
       names.push_back("blk." + std::to_string(i) + "." + s);
   for (const std::string& n : names)
     if (const TensorInfo* t = f.Find(n)) counts[kernels::Info(t->type).name]++;
@@ -147,8 +149,8 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
   int context = options.context;
   if (context == 0) context = std::min(c.n_ctx > 0 ? c.n_ctx : 4096, 4096);
   m->pool_ = std::make_unique<kernels::ThreadPool>(threads);
-  m->forward_ = std::make_unique<LlamaForward>(c, m->weights_, *m->pool_, options,
-                                               kMaxChunk, context);
+  m->forward_ =
+      std::make_unique<LlamaForward>(c, m->weights_, *m->pool_, options, kMaxChunk, context);
 
   ModelInfo& i = m->info_;
   i.path = options.path;
@@ -181,32 +183,39 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
                           "ffn_up.weight", "ffn_down.weight"})
       if (const TensorInfo* t = m->file_->Find("blk." + std::to_string(l) + "." + s))
         i.weight_bytes += t->nbytes;
-  i.isa = options.exact ? std::string("fp32 (") + kernels::KernelIsa() + ")"
-                        : std::string(kernels::KernelIsa()) +
-                              (options.precision == ModelOptions::Precision::kInt8 ? ", int8" : ", split16") +
-                              " activations";
+  i.isa = options.exact
+              ? std::string("fp32 (") + kernels::KernelIsa() + ")"
+              : std::string(kernels::KernelIsa()) +
+                    (options.precision == ModelOptions::Precision::kInt8 ? ", int8" : ", split16") +
+                    " activations";
   switch (m->KvTypeFor(kSeqBlockSize)) {
-    case kernels::KvType::kF32: i.isa += ", fp32 KV"; break;
-    case kernels::KvType::kF16: i.isa += ", fp16 KV"; break;
-    case kernels::KvType::kQ8: i.isa += ", q8 KV"; break;
+    case kernels::KvType::kF32:
+      i.isa += ", fp32 KV";
+      break;
+    case kernels::KvType::kF16:
+      i.isa += ", fp16 KV";
+      break;
+    case kernels::KvType::kQ8:
+      i.isa += ", q8 KV";
+      break;
   }
   i.threads = threads;
 
   if (m->tokenizer_) {
     const std::string& tmpl = m->tokenizer_->chat_template();
-    ChatFormat fallback = c.arch == Arch::kLlama && m->tokenizer_->pre_tokenizer() ==
-                                                        PreTokenizer::kSentencePiece
-                              ? ChatFormat::kLlama2
-                              : ChatFormat::kChatML;
+    ChatFormat fallback =
+        c.arch == Arch::kLlama && m->tokenizer_->pre_tokenizer() == PreTokenizer::kSentencePiece
+            ? ChatFormat::kLlama2
+            : ChatFormat::kChatML;
     m->chat_format_ = DetectChatFormat(tmpl, fallback);
     if (m->chat_format_ == ChatFormat::kChatML) m->default_system_ = DefaultSystemPrompt(tmpl);
   }
   return m;
 }
 
-std::vector<int32_t> LlamaModel::Tokenize(std::string_view text) const {
+std::vector<int32_t> LlamaModel::Tokenize(std::span<const PromptPiece> pieces) const {
   if (!tokenizer_) return {};
-  return tokenizer_->Encode(text, /*parse_special=*/true, tokenizer_->add_bos_by_default());
+  return tokenizer_->Encode(pieces, tokenizer_->add_bos_by_default());
 }
 
 std::string LlamaModel::Detokenize(std::span<const int32_t> ids) const {
@@ -217,13 +226,11 @@ std::string LlamaModel::TokenBytes(int32_t id) const {
   return tokenizer_ ? tokenizer_->TokenBytes(id) : std::string();
 }
 
-bool LlamaModel::IsEndOfGeneration(int32_t id) const {
-  return tokenizer_ && tokenizer_->IsEog(id);
-}
+bool LlamaModel::IsEndOfGeneration(int32_t id) const { return tokenizer_ && tokenizer_->IsEog(id); }
 
-std::string LlamaModel::FormatChat(std::span<const ChatMessage> messages,
-                                   bool add_generation_prompt) const {
-  return ApplyChatTemplate(chat_format_, messages, add_generation_prompt, default_system_);
+std::vector<PromptPiece> LlamaModel::FormatChat(std::span<const ChatMessage> messages,
+                                                bool add_generation_prompt) const {
+  return ApplyChatTemplatePieces(chat_format_, messages, add_generation_prompt, default_system_);
 }
 
 std::unique_ptr<Sequence> LlamaModel::NewSequence() {

@@ -20,12 +20,12 @@ class LlamaModel final : public Model {
   static Result<std::unique_ptr<LlamaModel>> Load(const ModelOptions& options);
 
   const ModelInfo& info() const override { return info_; }
-  std::vector<int32_t> Tokenize(std::string_view text) const override;
+  std::vector<int32_t> Tokenize(std::span<const PromptPiece> pieces) const override;
   std::string Detokenize(std::span<const int32_t> ids) const override;
   std::string TokenBytes(int32_t id) const override;
   bool IsEndOfGeneration(int32_t id) const override;
-  std::string FormatChat(std::span<const ChatMessage> messages,
-                         bool add_generation_prompt) const override;
+  std::vector<PromptPiece> FormatChat(std::span<const ChatMessage> messages,
+                                      bool add_generation_prompt) const override;
   std::unique_ptr<Sequence> NewSequence() override;
 
   // nullptr for checkpoints shipped without a tokenizer.

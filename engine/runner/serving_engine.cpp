@@ -24,7 +24,9 @@
 
 namespace braid {
 
-const char* GoalClassName(GoalClass g) { return g == GoalClass::kLatency ? "latency" : "throughput"; }
+const char* GoalClassName(GoalClass g) {
+  return g == GoalClass::kLatency ? "latency" : "throughput";
+}
 
 namespace {
 
@@ -39,7 +41,10 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 class Request final : public RequestHandle {
  public:
   Request(uint64_t id, GenerationRequest req, DeltaCallback cb, const Tokenizer* tok)
-      : id_(id), req_(std::move(req)), cb_(std::move(cb)), sampler_(req_.sampling),
+      : id_(id),
+        req_(std::move(req)),
+        cb_(std::move(cb)),
+        sampler_(req_.sampling),
         stops_(req_.sampling.stop) {
     if (tok) decoder_ = std::make_unique<StreamDecoder>(*tok);
     submitted_ = Clock::now();
@@ -50,8 +55,10 @@ class Request final : public RequestHandle {
   std::optional<Delta> Next(int timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] { return !queue_.empty() || taken_final_ || done_; };
-    if (timeout_ms < 0) cv_.wait(lock, ready);
-    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    if (timeout_ms < 0)
+      cv_.wait(lock, ready);
+    else
+      cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
     if (queue_.empty()) return std::nullopt;
     Delta d = std::move(queue_.front());
     queue_.pop_front();
@@ -204,7 +211,8 @@ TokenLogprob Logprobs(std::span<const float> logits, int32_t id, int k) {
 // others find the prompt in the prefix cache.
 class ScoreRequest final : public RequestHandle, public std::enable_shared_from_this<ScoreRequest> {
  public:
-  using SubmitFn = std::function<Result<std::shared_ptr<RequestHandle>>(GenerationRequest, DeltaCallback)>;
+  using SubmitFn =
+      std::function<Result<std::shared_ptr<RequestHandle>>(GenerationRequest, DeltaCallback)>;
   ScoreRequest(uint64_t id, GenerationRequest req, DeltaCallback cb, SubmitFn submit)
       : id_(id), req_(std::move(req)), cb_(std::move(cb)), submit_(std::move(submit)) {
     result_.choice_logprobs.assign(req_.score_choices.size(), 0.0f);
@@ -217,8 +225,10 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
   std::optional<Delta> Next(int timeout_ms) override {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] { return done_; };
-    if (timeout_ms < 0) cv_.wait(lock, ready);
-    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    if (timeout_ms < 0)
+      cv_.wait(lock, ready);
+    else
+      cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
     if (!done_ || taken_) return std::nullopt;
     taken_ = true;
     Delta d;
@@ -290,7 +300,8 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
       if (c.finish_reason != "length") {
         failed = true;
         if (result_.error.empty())
-          result_.error = c.error.empty() ? "choice " + std::to_string(i) + " " + c.finish_reason : c.error;
+          result_.error =
+              c.error.empty() ? "choice " + std::to_string(i) + " " + c.finish_reason : c.error;
       }
       float sum = 0;
       for (float x : c.prompt_logprobs) sum += x;
@@ -345,10 +356,13 @@ class ServingEngine final : public Engine {
  public:
   ServingEngine(const EngineOptions& o, std::unique_ptr<LlamaModel> model,
                 std::unique_ptr<AdmissionPolicy> policy, int kv_blocks)
-      : options_(o), model_(std::move(model)), policy_(std::move(policy)),
-        pool_(kv_blocks), cache_(pool_, o.block_size),
-        store_(model_->config().n_layer, kv_blocks, o.block_size,
-               model_->config().n_head_kv, model_->config().head_dim, model_->KvTypeFor(o.block_size),
+      : options_(o),
+        model_(std::move(model)),
+        policy_(std::move(policy)),
+        pool_(kv_blocks),
+        cache_(pool_, o.block_size),
+        store_(model_->config().n_layer, kv_blocks, o.block_size, model_->config().n_head_kv,
+               model_->config().head_dim, model_->KvTypeFor(o.block_size),
                model_->KTransposed(o.block_size)),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
                    pool_, cache_, *policy_),
@@ -360,20 +374,21 @@ class ServingEngine final : public Engine {
 
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
     BRAID_RETURN_IF_ERROR(r.sampling.Validate());
-    if (r.prompt.empty() && !r.prompt_text.empty()) r.prompt = model_->Tokenize(r.prompt_text);
+    if (r.prompt.empty() && !r.prompt_text.empty()) r.prompt = model_->TokenizeText(r.prompt_text);
     if (!r.score_choices.empty()) return SubmitScoring(std::move(r), std::move(cb));
     if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
     const int n_vocab = model_->config().n_vocab;
     for (size_t i = 0; i < r.prompt.size(); ++i)
       if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
-        return Status::InvalidArgument("prompt token " + std::to_string(i) + " is " +
-                                       std::to_string(r.prompt[i]) + ", outside the vocabulary [0, " +
-                                       std::to_string(n_vocab) + ")");
+        return Status::InvalidArgument(
+            "prompt token " + std::to_string(i) + " is " + std::to_string(r.prompt[i]) +
+            ", outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
     const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.sampling.max_tokens;
     const int context = model_->info().context;
     if (total > context)
       return Status::OutOfRange("the prompt has " + std::to_string(r.prompt.size()) +
-                                " tokens and max_tokens is " + std::to_string(r.sampling.max_tokens) +
+                                " tokens and max_tokens is " +
+                                std::to_string(r.sampling.max_tokens) +
                                 ": together more than the context of " + std::to_string(context));
     if (scheduler_.BlocksFor(static_cast<int>(total)) > pool_.num_blocks())
       return Status::OutOfRange("the request needs " + std::to_string(total) +
@@ -392,10 +407,10 @@ class ServingEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Cancelled("the engine is shutting down");
     if (static_cast<int>(inbox_.size()) + waiting_count_ >= options_.max_waiting)
-      return Status::ResourceExhausted("the queue is full (" + std::to_string(options_.max_waiting) +
-                                       " requests waiting)");
-    auto req = std::make_shared<Request>(++next_id_, std::move(r), std::move(cb),
-                                         model_->tokenizer());
+      return Status::ResourceExhausted("the queue is full (" +
+                                       std::to_string(options_.max_waiting) + " requests waiting)");
+    auto req =
+        std::make_shared<Request>(++next_id_, std::move(r), std::move(cb), model_->tokenizer());
     inbox_.push_back(req);
     cv_.notify_one();
     return std::shared_ptr<RequestHandle>(req);
@@ -414,9 +429,10 @@ class ServingEngine final : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       id = ++next_id_;
     }
-    auto req = std::make_shared<ScoreRequest>(
-        id, std::move(r), std::move(cb),
-        [this](GenerationRequest g, DeltaCallback c) { return Submit(std::move(g), std::move(c)); });
+    auto req = std::make_shared<ScoreRequest>(id, std::move(r), std::move(cb),
+                                              [this](GenerationRequest g, DeltaCallback c) {
+                                                return Submit(std::move(g), std::move(c));
+                                              });
     BRAID_RETURN_IF_ERROR(req->Start());
     return std::shared_ptr<RequestHandle>(req);
   }
@@ -489,7 +505,7 @@ class ServingEngine final : public Engine {
   KvStore store_;
   Scheduler scheduler_;
   LatencyBudget latency_budget_;  // step loop only
-  std::mutex kv_mu_;  // pool, cache and scheduler: the loop holds it during planning
+  std::mutex kv_mu_;              // pool, cache and scheduler: the loop holds it during planning
 
   std::mutex mu_;  // inbox and stop flag
   std::condition_variable cv_;
@@ -605,8 +621,8 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   {
     bool latency_only = true;
     for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
-    latency_budget_.Observe(plan.n_tokens, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                            latency_only);
+    latency_budget_.Observe(
+        plan.n_tokens, std::chrono::duration<double, std::milli>(t1 - t0).count(), latency_only);
   }
 
   // Sample, stream, retire.
@@ -621,8 +637,10 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       const ScheduledItem& it = plan.items[item];
       Request* r = by_seq[it.seq];
       r->MarkScheduled(t0);
-      if (it.n_tokens == 1 && it.start >= it.seq->prompt_len) ++decode_tokens;
-      else prefill_tokens += it.n_tokens;
+      if (it.n_tokens == 1 && it.start >= it.seq->prompt_len)
+        ++decode_tokens;
+      else
+        prefill_tokens += it.n_tokens;
       // Prompt log-probabilities: the row at position p scores token p + 1.
       int row = first_row[item];
       const int from = LogitsFrom(it);
@@ -641,10 +659,9 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       std::span<float> logits(&logits_[static_cast<size_t>(row - 1) * n_vocab], n_vocab);
       if (r->request().logits_processor) {
         const auto& toks = it.seq->tokens;
-        r->request().logits_processor(
-            std::span<const int32_t>(toks.data() + it.seq->prompt_len,
-                                     toks.size() - it.seq->prompt_len),
-            logits);
+        r->request().logits_processor(std::span<const int32_t>(toks.data() + it.seq->prompt_len,
+                                                               toks.size() - it.seq->prompt_len),
+                                      logits);
       }
       const int k = r->request().top_logprobs;
       std::vector<float> raw;
@@ -676,8 +693,10 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     stats_.steps++;
     const double secs = std::max(1e-9, std::chrono::duration<double>(t1 - t0).count());
     auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.9 * avg + 0.1 * x; };
-    if (prefill_tokens > 0 && decode_tokens == 0) ema(stats_.prefill_tokens_per_s, prefill_tokens / secs);
-    if (decode_tokens > 0 && prefill_tokens == 0) ema(stats_.decode_tokens_per_s, decode_tokens / secs);
+    if (prefill_tokens > 0 && decode_tokens == 0)
+      ema(stats_.prefill_tokens_per_s, prefill_tokens / secs);
+    if (decode_tokens > 0 && prefill_tokens == 0)
+      ema(stats_.decode_tokens_per_s, decode_tokens / secs);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -689,21 +708,23 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
   if (o.block_size < 1 || o.block_size > 1024)
-    return Status::InvalidArgument("block_size must be in [1, 1024], got " + std::to_string(o.block_size));
+    return Status::InvalidArgument("block_size must be in [1, 1024], got " +
+                                   std::to_string(o.block_size));
   if (o.max_running < 1) return Status::InvalidArgument("max_running must be >= 1");
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 256)
     return Status::InvalidArgument("max_batch_tokens must be in [1, 256], got " +
                                    std::to_string(o.max_batch_tokens));
   if (o.latency_batch_tokens < 0)
-    return Status::InvalidArgument("latency_batch_tokens must be >= 0 (0 = learned from step times)");
-  if (o.kv_blocks < 0 || o.kv_tokens < 0) return Status::InvalidArgument("KV pool size must be >= 0");
+    return Status::InvalidArgument(
+        "latency_batch_tokens must be >= 0 (0 = learned from step times)");
+  if (o.kv_blocks < 0 || o.kv_tokens < 0)
+    return Status::InvalidArgument("KV pool size must be >= 0");
   auto policy = MakePolicy(o.policy);
   if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(o.model));
   int blocks = o.kv_blocks > 0 ? o.kv_blocks : (o.kv_tokens + o.block_size - 1) / o.block_size;
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
-  return std::unique_ptr<Engine>(
-      new ServingEngine(o, std::move(model), std::move(policy), blocks));
+  return std::unique_ptr<Engine>(new ServingEngine(o, std::move(model), std::move(policy), blocks));
 }
 
 }  // namespace braid

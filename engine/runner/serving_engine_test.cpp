@@ -44,14 +44,14 @@ std::vector<std::vector<int32_t>> Prompts(Model& m, int count) {
   for (int i = 0; i < count; ++i) {
     std::string t = texts[i % 8];
     for (int r = 0; r < i / 8; ++r) t += " And then, again:";
-    out.push_back(m.Tokenize(t));
+    out.push_back(m.TokenizeRaw(t));
   }
   return out;
 }
 
 // Every prompt submitted as a greedy request of exactly max_tokens tokens.
-std::vector<std::shared_ptr<RequestHandle>> SubmitGreedy(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                                         int max_tokens) {
+std::vector<std::shared_ptr<RequestHandle>> SubmitGreedy(
+    Engine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (const auto& p : prompts) {
     GenerationRequest g;
@@ -186,7 +186,8 @@ TEST_CASE("the stage profile times decode-only passes per thread and stage") {
     const auto t0 = std::chrono::steady_clock::now();
     auto handles = SubmitGreedy(e, prompts, 12);
     for (auto& h : handles) CHECK(h->Wait().tokens.size() == 12);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EngineStats s = e.stats();
     CAPTURE(on);
     if (!on) {
@@ -212,8 +213,9 @@ TEST_CASE("the stage profile times decode-only passes per thread and stage") {
     }
     for (const char* busy : {"Q, K, V matmuls", "attention", "gate, up, SwiGLU", "output head"}) {
       CAPTURE(busy);
-      const auto it = std::find_if(s.forward_stages.begin(), s.forward_stages.end(),
-                                   [&](const EngineStats::StageTime& st) { return st.stage == busy; });
+      const auto it =
+          std::find_if(s.forward_stages.begin(), s.forward_stages.end(),
+                       [&](const EngineStats::StageTime& st) { return st.stage == busy; });
       REQUIRE(it != s.forward_stages.end());
       CHECK(it->seconds[0] > 0.0);
       CHECK(it->seconds[1] > 0.0);
@@ -258,7 +260,7 @@ TEST_CASE("cancel frees the request's blocks at once") {
   REQUIRE(engine.ok());
   Engine& e = **engine;
   GenerationRequest g;
-  g.prompt = e.model().Tokenize("Tell me a long story about a dragon.");
+  g.prompt = e.model().TokenizeText("Tell me a long story about a dragon.");
   g.sampling = SamplingParams::Greedy();
   g.sampling.max_tokens = 1000;
   g.sampling.ignore_eos = true;
@@ -293,7 +295,7 @@ TEST_CASE("bad requests are refused with a clear error and the engine keeps serv
     CHECK(h.status().message().find(words) != std::string::npos);
   };
   GenerationRequest ok;
-  ok.prompt = e.model().Tokenize("Hello");
+  ok.prompt = e.model().TokenizeText("Hello");
   ok.sampling = SamplingParams::Greedy();
   ok.sampling.max_tokens = 8;
 
@@ -338,8 +340,8 @@ TEST_CASE("prompt log-probabilities score a continuation; a logits processor con
   REQUIRE(engine.ok());
   Engine& e = **engine;
   Model& m = e.model();
-  std::vector<int32_t> prompt = m.Tokenize("The capital of France is");
-  std::vector<int32_t> good = m.Tokenize(" Paris"), bad = m.Tokenize(" banana");
+  std::vector<int32_t> prompt = m.TokenizeText("The capital of France is");
+  std::vector<int32_t> good = m.TokenizeText(" Paris"), bad = m.TokenizeText(" banana");
   auto score = [&](const std::vector<int32_t>& choice) {
     GenerationRequest g;
     g.prompt = prompt;
@@ -398,8 +400,11 @@ TEST_CASE("score_choices ranks continuations by total log-probability") {
   Engine& e = **engine;
   Model& m = e.model();
   GenerationRequest g;
-  g.prompt = m.Tokenize("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\nThe capital of France is");
-  g.score_choices = {m.Tokenize(" Paris."), m.Tokenize(" a banana."), m.Tokenize(" Berlin.")};
+  g.prompt = m.TokenizeRaw(
+      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\nThe "
+      "capital of France is");
+  g.score_choices = {m.TokenizeText(" Paris."), m.TokenizeText(" a banana."),
+                     m.TokenizeText(" Berlin.")};
   auto h = e.Submit(g);
   REQUIRE(h.ok());
   Completion c = (*h)->Wait();

@@ -31,10 +31,14 @@ int ParseByteToken(std::string_view text) {
   for (int i = 3; i < 5; ++i) {
     const char c = text[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return -1;
     v = v * 16 + d;
   }
   return v;
@@ -54,8 +58,8 @@ bool UnmapByteLevel(std::string_view text, std::string& out) {
   return true;
 }
 
-const char* const kEogNames[] = {"<|endoftext|>", "<|im_end|>",    "<|eot_id|>", "<|eom_id|>",
-                                 "<|end_of_text|>", "</s>", "<end_of_turn>"};
+const char* const kEogNames[] = {"<|endoftext|>",   "<|im_end|>", "<|eot_id|>",   "<|eom_id|>",
+                                 "<|end_of_text|>", "</s>",       "<end_of_turn>"};
 
 }  // namespace
 
@@ -97,10 +101,12 @@ Status BpeTokenizer::Init(VocabSpec spec) {
   const std::string& nm = name_;
   const size_t n = spec.tokens.size();
   if (n == 0) return Status::InvalidArgument(nm + ": the vocabulary is empty");
-  if (n > (1u << 24)) return Status::InvalidArgument(nm + ": vocabulary too large (" + std::to_string(n) + " tokens)");
+  if (n > (1u << 24))
+    return Status::InvalidArgument(nm + ": vocabulary too large (" + std::to_string(n) +
+                                   " tokens)");
   if (spec.kinds.size() != n) {
-    return Status::InvalidArgument(nm + ": " + std::to_string(spec.kinds.size()) + " token types for " +
-                                   std::to_string(n) + " tokens");
+    return Status::InvalidArgument(nm + ": " + std::to_string(spec.kinds.size()) +
+                                   " token types for " + std::to_string(n) + " tokens");
   }
   if (spec.merges_by_score && spec.scores.size() != n) {
     return Status::InvalidArgument(nm + ": " + std::to_string(spec.scores.size()) + " scores for " +
@@ -121,6 +127,7 @@ Status BpeTokenizer::Init(VocabSpec spec) {
   bos_id_ = spec.bos;
   eos_id_ = spec.eos;
   unk_id_ = spec.unk;
+  unk_for_missing_bytes_ = spec.unk_for_missing_bytes;
   add_bos_ = spec.add_bos && spec.bos >= 0;
   pre_ = spec.byte_level ? spec.pre : PreTokenizer::kSentencePiece;
   chat_template_ = std::move(spec.chat_template);
@@ -175,7 +182,14 @@ Status BpeTokenizer::Init(VocabSpec spec) {
     if (ia < 0) return Status::InvalidArgument(where + ": unknown token '" + a + "'");
     if (ib < 0) return Status::InvalidArgument(where + ": unknown token '" + b + "'");
     const int32_t im = Lookup(a + b);
-    if (im < 0) return Status::InvalidArgument(where + ": merged token '" + a + b + "' is not in the vocabulary");
+    if (im < 0)
+      return Status::InvalidArgument(where + ": merged token '" + a + b +
+                                     "' is not in the vocabulary");
+    // A merge that spells a control token's text (some trained vocabularies
+    // have "<" + "s>" -> "<s>") would let plain text produce that control
+    // token; HF tokenizers keeps such merges, but text from inputs must never
+    // yield special ids, so they are left out.
+    if (kinds_[im] == TokenKind::kControl) continue;
     merges_.Add(ia, ib, {static_cast<int32_t>(r), im});
   }
 
@@ -205,16 +219,67 @@ int32_t BpeTokenizer::Lookup(std::string_view text) const {
   return it == text_to_id_.end() ? -1 : it->second;
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool parse_special, bool add_bos) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
-  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+int32_t BpeTokenizer::UnknownFor(bool byte_level) const {
+  // An input must never end the text early: an unknown token that also ends
+  // generation (SmolLM2's is <|endoftext|>) is never emitted for input text.
+  if (unk_id_ < 0 || IsEog(unk_id_)) return -1;
+  return !byte_level || unk_for_missing_bytes_ ? unk_id_ : -1;
+}
+
+std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool parse_special,
+                                          bool add_bos) const {
   std::vector<SpecialTokenMatcher::Segment> segments;
   if (parse_special && !specials_.empty()) {
     specials_.Split(text, segments);
   } else if (!text.empty()) {
     segments.push_back({0, static_cast<uint32_t>(text.size()), -1});
   }
+  return EncodeSegments(text, segments, add_bos);
+}
+
+std::vector<int32_t> BpeTokenizer::Encode(std::span<const PromptPiece> pieces, bool add_bos) const {
+  std::string text;
+  for (const PromptPiece& p : pieces) text += p.text;
+  std::vector<SpecialTokenMatcher::Segment> segments, found;
+  // Adjacent plain segments are joined, so that BPE runs across the pieces'
+  // boundaries exactly as over the whole text.
+  const auto push = [&segments](SpecialTokenMatcher::Segment seg) {
+    if (seg.id < 0 && !segments.empty() && segments.back().id < 0 &&
+        segments.back().end == seg.begin) {
+      segments.back().end = seg.end;
+    } else {
+      segments.push_back(seg);
+    }
+  };
+  uint32_t pos = 0;
+  for (size_t i = 0; i < pieces.size();) {
+    // A run of pieces that allow special tokens or not: special-token text
+    // may span pieces of one run (as it would in the joined text), never a
+    // boundary between runs.
+    const bool special = pieces[i].allow_special && !specials_.empty();
+    uint32_t end = pos;
+    for (; i < pieces.size() && (pieces[i].allow_special && !specials_.empty()) == special; ++i) {
+      end += static_cast<uint32_t>(pieces[i].text.size());
+    }
+    if (end == pos) continue;
+    if (special) {
+      found.clear();
+      specials_.Split(std::string_view(text).substr(pos, end - pos), found);
+      for (const auto& seg : found) push({seg.begin + pos, seg.end + pos, seg.id});
+    } else {
+      push({pos, end, -1});
+    }
+    pos = end;
+  }
+  return EncodeSegments(text, segments, add_bos);
+}
+
+std::vector<int32_t> BpeTokenizer::EncodeSegments(
+    std::string_view text, std::span<const SpecialTokenMatcher::Segment> segments,
+    bool add_bos) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
   for (const auto& seg : segments) {
     if (seg.id >= 0) {
       out.push_back(seg.id);
@@ -235,6 +300,7 @@ void BpeTokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>& 
   std::vector<Piece> pieces;
   PreTokenize(pre_, text, chars, pieces);
   std::vector<int32_t> symbols;
+  const int32_t unknown = UnknownFor(/*byte_level=*/true);
   for (const Piece& p : pieces) {
     const std::string_view piece = text.substr(p.begin, p.end - p.begin);
     if (ignore_merges_) {
@@ -246,12 +312,12 @@ void BpeTokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>& 
     }
     symbols.clear();
     for (char ch : piece) {
-      const int32_t id = byte_token_[static_cast<uint8_t>(ch)];
-      if (id >= 0) {
-        symbols.push_back(id);
-      } else if (unk_id_ >= 0) {
-        symbols.push_back(unk_id_);
-      }
+      // A byte with no token (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14,
+      // 0x16, 0x1d) is dropped and its neighbours may merge across the gap,
+      // as HF tokenizers' BPE does without an unknown token.
+      int32_t id = byte_token_[static_cast<uint8_t>(ch)];
+      if (id < 0) id = unknown;
+      if (id >= 0) symbols.push_back(id);
     }
     ApplyMerges(merges_, symbols);
     out.insert(out.end(), symbols.begin(), symbols.end());
@@ -266,7 +332,8 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
     out += bytes_[id];
   }
   // SentencePiece drops the space it added in front of the text.
-  if (!byte_level_ && space_prefix_ != SpacePrefix::kNone && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (!byte_level_ && space_prefix_ != SpacePrefix::kNone && !out.empty() && out[0] == ' ')
+    out.erase(0, 1);
   return out;
 }
 

@@ -22,32 +22,42 @@ namespace braid {
 
 // GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenKind : uint8_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 // How a SentencePiece-style tokenizer adds the leading '▁'.
 enum class SpacePrefix {
   kNone,
-  kAlways,           // every text segment, unconditionally (llama.cpp, HF Prepend normalizer)
-  kIfMissing,        // every segment not already starting with a space (Metaspace "always")
-  kFirstIfMissing,   // only the segment at the start of the text (Metaspace "first")
+  kAlways,          // every text segment, unconditionally (llama.cpp, HF Prepend normalizer)
+  kIfMissing,       // every segment not already starting with a space (Metaspace "always")
+  kFirstIfMissing,  // only the segment at the start of the text (Metaspace "first")
 };
 
 struct VocabSpec {
-  std::string name;            // file name, prefixes every error
+  std::string name;  // file name, prefixes every error
   PreTokenizer pre = PreTokenizer::kGpt2;
-  bool byte_level = true;      // false: SentencePiece style
-  std::vector<std::string> tokens;  // id -> text as stored
-  std::vector<TokenKind> kinds;     // id -> kind
-  std::vector<float> scores;        // id -> score (merges_by_score only)
+  bool byte_level = true;                                   // false: SentencePiece style
+  std::vector<std::string> tokens;                          // id -> text as stored
+  std::vector<TokenKind> kinds;                             // id -> kind
+  std::vector<float> scores;                                // id -> score (merges_by_score only)
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
-  std::string merges_field = "merges";  // how errors name the merges
+  std::string merges_field = "merges";                      // how errors name the merges
   bool merges_by_score = false;  // SentencePiece BPE by token score (GGUF "llama")
   bool ignore_merges = false;    // a piece that is a whole token is not merged (llama3)
   bool byte_fallback = false;
   SpacePrefix space_prefix = SpacePrefix::kNone;
   bool metaspace_split = false;  // split pieces before each '▁'
   int32_t bos = -1, eos = -1, unk = -1;
+  // Byte-level: a byte with no token becomes `unk` (tokenizer.json with a
+  // model.unk_token, as HF's BPE) instead of being dropped (HF's BPE without
+  // one; the GGUF reference). Never when `unk` ends generation.
+  bool unk_for_missing_bytes = false;
   bool add_bos = false;
   std::string chat_template;
 };
@@ -59,6 +69,8 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true,
                               bool add_bos = false) const override;
+  std::vector<int32_t> Encode(std::span<const PromptPiece> pieces,
+                              bool add_bos = false) const override;
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const override;
   std::string TokenBytes(int32_t id) const override;
   bool IsSpecial(int32_t id) const override;
@@ -68,6 +80,12 @@ class BpeTokenizer final : public Tokenizer {
  private:
   BpeTokenizer() = default;
   Status Init(VocabSpec spec);
+  // Encodes `text` split into plain and special-token segments.
+  std::vector<int32_t> EncodeSegments(std::string_view text,
+                                      std::span<const SpecialTokenMatcher::Segment> segments,
+                                      bool add_bos) const;
+  // The id standing in for a byte or text with no token, or -1 to drop it.
+  int32_t UnknownFor(bool byte_level) const;
   void EncodeByteLevel(std::string_view text, std::vector<int32_t>& out) const;
   void EncodeSentencePiece(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void EncodeSpmByMerges(std::string_view normalized, std::vector<int32_t>& out) const;
@@ -89,11 +107,12 @@ class BpeTokenizer final : public Tokenizer {
   SpacePrefix space_prefix_ = SpacePrefix::kNone;
   bool metaspace_split_ = false;
   int32_t unk_id_ = -1;
+  bool unk_for_missing_bytes_ = false;
   std::vector<std::string> bytes_;  // id -> the bytes it decodes to
   std::vector<TokenKind> kinds_;
   std::vector<float> scores_;
-  TextMap text_to_id_;              // stored text -> id (first id wins)
-  TextMap bytes_to_id_;             // byte-level: decoded bytes of normal tokens -> id
+  TextMap text_to_id_;                     // stored text -> id (first id wins)
+  TextMap bytes_to_id_;                    // byte-level: decoded bytes of normal tokens -> id
   std::array<int32_t, 256> byte_token_{};  // byte -> its single-byte token, or -1
   MergeTable merges_;
   SpecialTokenMatcher specials_;

@@ -1,60 +1,98 @@
 // Chat templates of the four families, written out by hand to match the Jinja
 // templates the models ship (checked against jinja2 renderings in
-// tests/fixtures/tokenizer/chat_templates.json).
+// tests/fixtures/tokenizer/chat_templates.json). Each renders pieces: the
+// template's markup may hold special tokens, roles and message contents may
+// not, so that a message cannot open or close a turn.
 #include <string>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
 namespace braid {
 namespace {
 
-// Jinja's trim / Python's str.strip(): leading and trailing white space.
-std::string Strip(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-  size_t b = 0, e = s.size();
-  while (b < e && space(s[b])) ++b;
-  while (e > b && space(s[e - 1])) --e;
-  return std::string(s.substr(b, e - b));
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Builds the pieces of a rendering: markup may hold special tokens, message
+// text may not.
+class Pieces {
+ public:
+  Pieces& Markup(std::string_view text) {
+    AppendPiece(out_, text, true);
+    return *this;
+  }
+  Pieces& Text(std::string_view text) {
+    AppendPiece(out_, text, false);
+    return *this;
+  }
+  Pieces& Add(std::vector<PromptPiece> pieces) {
+    for (PromptPiece& p : pieces) AppendPiece(out_, p.text, p.allow_special);
+    return *this;
+  }
+  std::vector<PromptPiece> Take() { return std::move(out_); }
+
+ private:
+  std::vector<PromptPiece> out_;
+};
+
+// Jinja's trim / Python's str.strip() over the joined text of `pieces`:
+// leading and trailing white space, whichever pieces it lies in.
+std::vector<PromptPiece> Strip(std::vector<PromptPiece> pieces) {
+  for (auto it = pieces.begin(); it != pieces.end(); ++it) {
+    size_t b = 0;
+    while (b < it->text.size() && IsSpace(it->text[b])) ++b;
+    it->text.erase(0, b);
+    if (!it->text.empty()) break;
+  }
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+    size_t e = it->text.size();
+    while (e > 0 && IsSpace(it->text[e - 1])) --e;
+    it->text.resize(e);
+    if (!it->text.empty()) break;
+  }
+  std::erase_if(pieces, [](const PromptPiece& p) { return p.text.empty(); });
+  return pieces;
+}
+
+std::vector<PromptPiece> Plain(std::string_view text) {
+  std::vector<PromptPiece> out;
+  AppendPiece(out, text, false);
+  return out;
 }
 
 // <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
-std::string RenderChatML(std::span<const ChatMessage> msgs, bool gen, std::string_view default_system) {
-  std::string out;
+std::vector<PromptPiece> RenderChatML(std::span<const ChatMessage> msgs, bool gen,
+                                      std::string_view default_system) {
+  Pieces out;
   if (!msgs.empty() && msgs[0].role != "system" && !default_system.empty()) {
-    out += "<|im_start|>system\n";
-    out += default_system;
-    out += "<|im_end|>\n";
+    out.Markup("<|im_start|>system\n").Text(default_system).Markup("<|im_end|>\n");
   }
   for (const ChatMessage& m : msgs) {
-    out += "<|im_start|>";
-    out += m.role;
-    out += '\n';
-    out += m.content;
-    out += "<|im_end|>\n";
+    out.Markup("<|im_start|>").Text(m.role).Markup("\n").Text(m.content).Markup("<|im_end|>\n");
   }
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+  if (gen) out.Markup("<|im_start|>assistant\n");
+  return out.Take();
 }
 
-// Llama 3: <|begin_of_text|> then <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>.
-std::string RenderLlama3(std::span<const ChatMessage> msgs, bool gen) {
-  std::string out;
+// Llama 3: <|begin_of_text|> then
+// <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>.
+std::vector<PromptPiece> RenderLlama3(std::span<const ChatMessage> msgs, bool gen) {
+  Pieces out;
   for (size_t i = 0; i < msgs.size(); ++i) {
-    if (i == 0) out += "<|begin_of_text|>";
-    out += "<|start_header_id|>";
-    out += msgs[i].role;
-    out += "<|end_header_id|>\n\n";
-    out += Strip(msgs[i].content);
-    out += "<|eot_id|>";
+    if (i == 0) out.Markup("<|begin_of_text|>");
+    out.Markup("<|start_header_id|>").Text(msgs[i].role).Markup("<|end_header_id|>\n\n");
+    out.Add(Strip(Plain(msgs[i].content))).Markup("<|eot_id|>");
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (gen) out.Markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out.Take();
 }
 
 // Llama 2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
-std::string RenderLlama2(std::span<const ChatMessage> msgs) {
-  std::string out;
-  std::string system;
+std::vector<PromptPiece> RenderLlama2(std::span<const ChatMessage> msgs) {
+  Pieces out;
+  std::string_view system;
   bool has_system = false;
   if (!msgs.empty() && msgs[0].role == "system") {
     system = msgs[0].content;
@@ -62,26 +100,24 @@ std::string RenderLlama2(std::span<const ChatMessage> msgs) {
     msgs = msgs.subspan(1);
   }
   for (size_t i = 0; i < msgs.size(); ++i) {
-    std::string content = msgs[i].content;
-    if (i == 0 && has_system) content.insert(0, "<<SYS>>\n" + system + "\n<</SYS>>\n\n");
+    Pieces content;
+    if (i == 0 && has_system) content.Markup("<<SYS>>\n").Text(system).Markup("\n<</SYS>>\n\n");
+    content.Text(msgs[i].content);
     if (msgs[i].role == "user") {
-      out += "<s>[INST] ";
-      out += Strip(content);
-      out += " [/INST]";
+      out.Markup("<s>[INST] ").Add(Strip(content.Take())).Markup(" [/INST]");
     } else if (msgs[i].role == "assistant") {
-      out += ' ';
-      out += Strip(content);
-      out += " </s>";
+      out.Markup(" ").Add(Strip(content.Take())).Markup(" </s>");
     }
   }
-  return out;
+  return out.Take();
 }
 
 // Mistral: <s>[INST] {user} [/INST]{assistant}</s>; a system message is put
 // in front of the first user message, separated by a blank line.
-std::string RenderMistral(std::span<const ChatMessage> msgs) {
-  std::string out = "<s>";
-  std::string system;
+std::vector<PromptPiece> RenderMistral(std::span<const ChatMessage> msgs) {
+  Pieces out;
+  out.Markup("<s>");
+  std::string_view system;
   if (!msgs.empty() && msgs[0].role == "system") {
     system = msgs[0].content;
     msgs = msgs.subspan(1);
@@ -89,18 +125,15 @@ std::string RenderMistral(std::span<const ChatMessage> msgs) {
   bool first_user = true;
   for (const ChatMessage& m : msgs) {
     if (m.role == "user") {
-      std::string content = m.content;
-      if (first_user && !system.empty()) content.insert(0, system + "\n\n");
+      out.Markup("[INST] ");
+      if (first_user && !system.empty()) out.Text(system).Markup("\n\n");
       first_user = false;
-      out += "[INST] ";
-      out += content;
-      out += " [/INST]";
+      out.Text(m.content).Markup(" [/INST]");
     } else if (m.role == "assistant") {
-      out += m.content;
-      out += "</s>";
+      out.Text(m.content).Markup("</s>");
     }
   }
-  return out;
+  return out.Take();
 }
 
 }  // namespace
@@ -114,15 +147,27 @@ ChatFormat DetectChatFormat(std::string_view t, ChatFormat fallback) {
   return fallback;
 }
 
-std::string ApplyChatTemplate(ChatFormat format, std::span<const ChatMessage> messages, bool add_generation_prompt,
-                              std::string_view default_system) {
+std::vector<PromptPiece> ApplyChatTemplatePieces(ChatFormat format,
+                                                 std::span<const ChatMessage> messages,
+                                                 bool add_generation_prompt,
+                                                 std::string_view default_system) {
   switch (format) {
-    case ChatFormat::kChatML: return RenderChatML(messages, add_generation_prompt, default_system);
-    case ChatFormat::kLlama3: return RenderLlama3(messages, add_generation_prompt);
-    case ChatFormat::kLlama2: return RenderLlama2(messages);
-    case ChatFormat::kMistral: return RenderMistral(messages);
+    case ChatFormat::kChatML:
+      return RenderChatML(messages, add_generation_prompt, default_system);
+    case ChatFormat::kLlama3:
+      return RenderLlama3(messages, add_generation_prompt);
+    case ChatFormat::kLlama2:
+      return RenderLlama2(messages);
+    case ChatFormat::kMistral:
+      return RenderMistral(messages);
   }
   return {};
+}
+
+std::string ApplyChatTemplate(ChatFormat format, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt, std::string_view default_system) {
+  return JoinPieces(
+      ApplyChatTemplatePieces(format, messages, add_generation_prompt, default_system));
 }
 
 }  // namespace braid

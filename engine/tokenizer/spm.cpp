@@ -9,15 +9,23 @@
 
 namespace braid {
 
-void BpeTokenizer::EncodeSentencePiece(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+void BpeTokenizer::EncodeSentencePiece(std::string_view text, bool at_start,
+                                       std::vector<int32_t>& out) const {
   std::string normalized;
   const bool starts_with_space = !text.empty() && text[0] == ' ';
   bool prefix = false;
   switch (space_prefix_) {
-    case SpacePrefix::kNone: break;
-    case SpacePrefix::kAlways: prefix = true; break;
-    case SpacePrefix::kIfMissing: prefix = !starts_with_space; break;
-    case SpacePrefix::kFirstIfMissing: prefix = at_start && !starts_with_space; break;
+    case SpacePrefix::kNone:
+      break;
+    case SpacePrefix::kAlways:
+      prefix = true;
+      break;
+    case SpacePrefix::kIfMissing:
+      prefix = !starts_with_space;
+      break;
+    case SpacePrefix::kFirstIfMissing:
+      prefix = at_start && !starts_with_space;
+      break;
   }
   if (prefix) normalized = kSpaceMark;
   normalized += ReplaceAll(text, " ", kSpaceMark);
@@ -45,8 +53,8 @@ void BpeTokenizer::AppendBytesOrUnknown(std::string_view bytes, std::vector<int3
   for (char ch : bytes) all = all && byte_token_[static_cast<uint8_t>(ch)] >= 0;
   if (all) {
     for (char ch : bytes) out.push_back(byte_token_[static_cast<uint8_t>(ch)]);
-  } else if (unk_id_ >= 0) {
-    out.push_back(unk_id_);
+  } else if (const int32_t unk = UnknownFor(/*byte_level=*/false); unk >= 0) {
+    out.push_back(unk);
   }
 }
 
@@ -91,7 +99,8 @@ void BpeTokenizer::EncodeSpmByScore(std::string_view text, std::vector<int32_t>&
   if (chars.empty()) return;
   std::vector<Symbol> sym(chars.size());
   for (size_t i = 0; i < chars.size(); ++i) {
-    const uint32_t end = i + 1 < chars.size() ? chars[i + 1].offset : static_cast<uint32_t>(text.size());
+    const uint32_t end =
+        i + 1 < chars.size() ? chars[i + 1].offset : static_cast<uint32_t>(text.size());
     sym[i] = {static_cast<int32_t>(i) - 1, i + 1 < chars.size() ? static_cast<int32_t>(i + 1) : -1,
               chars[i].offset, end - chars[i].offset};
   }
@@ -100,10 +109,12 @@ void BpeTokenizer::EncodeSpmByScore(std::string_view text, std::vector<int32_t>&
     if (l < 0 || r < 0) return;
     const uint32_t len = sym[l].len + sym[r].len;
     const int32_t id = Lookup(text.substr(sym[l].start, len));
-    if (id < 0) return;
+    if (id < 0 || kinds_[id] == TokenKind::kControl)
+      return;  // plain text never spells a control token
     queue.push({l, r, scores_[id], len});
   };
-  for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
+  for (size_t i = 1; i < sym.size(); ++i)
+    try_add(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
   while (!queue.empty()) {
     const Bigram b = queue.top();
     queue.pop();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/chat.h"
+#include "engine/prompt.h"
 #include "engine/status.h"
 
 namespace braid {
@@ -37,6 +38,13 @@ class Tokenizer {
   // (e.g. "<|im_start|>") becomes their ids; otherwise it is ordinary text.
   // add_bos prepends bos_id() when the model has one.
   virtual std::vector<int32_t> Encode(std::string_view text, bool parse_special = true,
+                                      bool add_bos = false) const = 0;
+  // Pieces -> ids: the ids of the pieces' concatenated text, BPE running
+  // across piece boundaries, except that the text of special tokens becomes
+  // their ids only where it lies wholly inside a run of allow_special pieces
+  // (engine/prompt.h). All pieces allow_special: Encode(joined, true); none:
+  // Encode(joined, false).
+  virtual std::vector<int32_t> Encode(std::span<const PromptPiece> pieces,
                                       bool add_bos = false) const = 0;
   // Ids -> bytes (may end inside a UTF-8 sequence; see StreamDecoder).
   // Special tokens are rendered as their text unless skip_special.
@@ -95,6 +103,14 @@ ChatFormat DetectChatFormat(std::string_view jinja_template, ChatFormat fallback
 // Renders messages in the family's format; with add_generation_prompt the
 // assistant's turn is opened. `default_system` is inserted when the first
 // message is not a system message and the family does so (SmolLM2's template).
+// The template's markup comes as allow_special pieces, roles and contents
+// (default_system included) as plain pieces, so that a message cannot forge a
+// turn; their text joined is ApplyChatTemplate's.
+std::vector<PromptPiece> ApplyChatTemplatePieces(ChatFormat format,
+                                                 std::span<const ChatMessage> messages,
+                                                 bool add_generation_prompt,
+                                                 std::string_view default_system = "");
+// The same, as one string (for display and tests).
 std::string ApplyChatTemplate(ChatFormat format, std::span<const ChatMessage> messages,
                               bool add_generation_prompt, std::string_view default_system = "");
 

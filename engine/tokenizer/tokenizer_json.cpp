@@ -4,9 +4,8 @@
 // byte-level ones, Metaspace or a '▁' normalizer for SentencePiece style.
 #include <fstream>
 #include <limits>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -34,8 +33,10 @@ bool DepthOk(std::string_view text) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -48,7 +49,8 @@ bool DepthOk(std::string_view text) {
 }
 
 Result<json> ParseJson(std::string_view text, const std::string& name) {
-  if (!DepthOk(text)) return Status::InvalidArgument(name + ": JSON nested deeper than " + std::to_string(kMaxDepth));
+  if (!DepthOk(text))
+    return Status::InvalidArgument(name + ": JSON nested deeper than " + std::to_string(kMaxDepth));
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
@@ -73,7 +75,8 @@ std::string GetString(const json& obj, const char* key) {
 
 // The state collected while reading the pre-tokenizer and normalizer.
 struct Family {
-  bool byte_level = false, use_regex = true, digits = false, metaspace = false, spm_normalizer = false;
+  bool byte_level = false, use_regex = true, digits = false, metaspace = false,
+       spm_normalizer = false;
   std::string split_regex;  // empty when there is no Split
   SpacePrefix prefix = SpacePrefix::kNone;
   bool metaspace_split = false;
@@ -84,9 +87,11 @@ Status ReadPreTokenizer(const json& pt, const std::string& where, Family& f) {
   const std::string type = GetString(pt, "type");
   if (type == "Sequence") {
     const json* list = Get(pt, "pretokenizers");
-    if (list == nullptr || !list->is_array()) return Status::InvalidArgument(where + ".pretokenizers is not an array");
+    if (list == nullptr || !list->is_array())
+      return Status::InvalidArgument(where + ".pretokenizers is not an array");
     for (size_t i = 0; i < list->size(); ++i) {
-      BRAID_RETURN_IF_ERROR(ReadPreTokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]", f));
+      BRAID_RETURN_IF_ERROR(
+          ReadPreTokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]", f));
     }
   } else if (type == "ByteLevel") {
     f.byte_level = true;
@@ -113,9 +118,12 @@ Status ReadPreTokenizer(const json& pt, const std::string& where, Family& f) {
     f.metaspace = true;
     const std::string scheme = GetString(pt, "prepend_scheme");
     const bool add_prefix = GetBool(pt, "add_prefix_space", true);
-    if (scheme == "never" || (scheme.empty() && !add_prefix)) f.prefix = SpacePrefix::kNone;
-    else if (scheme == "first") f.prefix = SpacePrefix::kFirstIfMissing;
-    else f.prefix = SpacePrefix::kIfMissing;
+    if (scheme == "never" || (scheme.empty() && !add_prefix))
+      f.prefix = SpacePrefix::kNone;
+    else if (scheme == "first")
+      f.prefix = SpacePrefix::kFirstIfMissing;
+    else
+      f.prefix = SpacePrefix::kIfMissing;
     f.metaspace_split = GetBool(pt, "split", true);
     if (GetString(pt, "replacement") != kSpaceMark) {
       return Status::Unsupported(where + ".replacement is not U+2581");
@@ -133,16 +141,20 @@ Status ReadNormalizer(const json& n, const std::string& where, Family& f) {
   const std::string type = GetString(n, "type");
   if (type == "Sequence") {
     const json* list = Get(n, "normalizers");
-    if (list == nullptr || !list->is_array()) return Status::InvalidArgument(where + ".normalizers is not an array");
+    if (list == nullptr || !list->is_array())
+      return Status::InvalidArgument(where + ".normalizers is not an array");
     for (size_t i = 0; i < list->size(); ++i) {
-      BRAID_RETURN_IF_ERROR(ReadNormalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]", f));
+      BRAID_RETURN_IF_ERROR(
+          ReadNormalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]", f));
     }
   } else if (type == "Prepend") {
-    if (GetString(n, "prepend") != kSpaceMark) return Status::Unsupported(where + ": Prepend of other than U+2581");
+    if (GetString(n, "prepend") != kSpaceMark)
+      return Status::Unsupported(where + ": Prepend of other than U+2581");
     f.prefix = SpacePrefix::kAlways;
   } else if (type == "Replace") {
     const json* pattern = Get(n, "pattern");
-    if (pattern == nullptr || GetString(*pattern, "String") != " " || GetString(n, "content") != kSpaceMark) {
+    if (pattern == nullptr || GetString(*pattern, "String") != " " ||
+        GetString(n, "content") != kSpaceMark) {
       return Status::Unsupported(where + ": only Replace(' ', U+2581) is supported");
     }
     f.spm_normalizer = true;
@@ -157,10 +169,15 @@ Status ChoosePreTokenizer(const Family& f, const std::string& name, VocabSpec& s
     spec.byte_level = true;
     const std::string& r = f.split_regex;
     if (!r.empty() && !f.use_regex && !f.digits) {
-      if (r == kLlama3Regex) spec.pre = PreTokenizer::kLlama3;
-      else if (r == kQwen2Regex) spec.pre = PreTokenizer::kQwen2;
-      else if (r == kGpt2Regex) spec.pre = PreTokenizer::kGpt2;
-      else return Status::Unsupported(name + ": pre_tokenizer Split regex is not one of gpt2, llama3, qwen2");
+      if (r == kLlama3Regex)
+        spec.pre = PreTokenizer::kLlama3;
+      else if (r == kQwen2Regex)
+        spec.pre = PreTokenizer::kQwen2;
+      else if (r == kGpt2Regex)
+        spec.pre = PreTokenizer::kGpt2;
+      else
+        return Status::Unsupported(name +
+                                   ": pre_tokenizer Split regex is not one of gpt2, llama3, qwen2");
     } else if (r.empty() && f.use_regex) {
       spec.pre = f.digits ? PreTokenizer::kSmollm : PreTokenizer::kGpt2;
     } else {
@@ -175,7 +192,9 @@ Status ChoosePreTokenizer(const Family& f, const std::string& name, VocabSpec& s
     spec.metaspace_split = f.metaspace && f.metaspace_split;
     return Status::Ok();
   }
-  return Status::Unsupported(name + ": pre_tokenizer: cannot tell the family (no ByteLevel, Metaspace or U+2581 normalizer)");
+  return Status::Unsupported(
+      name +
+      ": pre_tokenizer: cannot tell the family (no ByteLevel, Metaspace or U+2581 normalizer)");
 }
 
 // A token named in tokenizer_config.json: a string or {"content": ...}.
@@ -186,16 +205,19 @@ std::string TokenName(const json* v) {
   return {};
 }
 
-Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string& name, const json* config,
-                                        const std::string& config_name) {
+Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string& name,
+                                        const json* config, const std::string& config_name) {
   BRAID_ASSIGN_OR_RETURN(json root, ParseJson(text, name));
   if (!root.is_object()) return Status::InvalidArgument(name + ": the top level is not an object");
   const json* model = Get(root, "model");
-  if (model == nullptr || !model->is_object()) return Status::InvalidArgument(name + ": model is missing or not an object");
+  if (model == nullptr || !model->is_object())
+    return Status::InvalidArgument(name + ": model is missing or not an object");
   const std::string type = GetString(*model, "type");
-  if (!type.empty() && type != "BPE") return Status::Unsupported(name + ": model.type '" + type + "' is not supported (only BPE)");
+  if (!type.empty() && type != "BPE")
+    return Status::Unsupported(name + ": model.type '" + type + "' is not supported (only BPE)");
   const json* vocab = Get(*model, "vocab");
-  if (vocab == nullptr || !vocab->is_object()) return Status::InvalidArgument(name + ": model.vocab is missing or not an object");
+  if (vocab == nullptr || !vocab->is_object())
+    return Status::InvalidArgument(name + ": model.vocab is missing or not an object");
 
   VocabSpec spec;
   spec.name = name;
@@ -205,7 +227,8 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
   entries.reserve(vocab->size());
   int64_t max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() >= kMaxId) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() >= kMaxId) {
       return Status::InvalidArgument(name + ": model.vocab['" + it.key() + "'] is not a valid id");
     }
     entries.emplace_back(it.value().get<int64_t>(), it.key());
@@ -223,11 +246,13 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
       const json& t = (*list)[i];
       const json* id = Get(t, "id");
       const json* content = Get(t, "content");
-      if (id == nullptr || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() >= kMaxId ||
-          content == nullptr || !content->is_string()) {
-        return Status::InvalidArgument(name + ": added_tokens[" + std::to_string(i) + "] needs an id and a content");
+      if (id == nullptr || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+          id->get<int64_t>() >= kMaxId || content == nullptr || !content->is_string()) {
+        return Status::InvalidArgument(name + ": added_tokens[" + std::to_string(i) +
+                                       "] needs an id and a content");
       }
-      added.push_back({id->get<int64_t>(), content->get<std::string>(), GetBool(t, "special", false)});
+      added.push_back(
+          {id->get<int64_t>(), content->get<std::string>(), GetBool(t, "special", false)});
       max_id = std::max(max_id, added.back().id);
     }
   }
@@ -236,15 +261,17 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
   spec.kinds.assign(n, TokenKind::kUnused);
   std::vector<char> seen(n, 0);
   for (const auto& [id, tok] : entries) {
-    if (seen[id]) return Status::InvalidArgument(name + ": model.vocab: id " + std::to_string(id) + " is used twice");
+    if (seen[id])
+      return Status::InvalidArgument(name + ": model.vocab: id " + std::to_string(id) +
+                                     " is used twice");
     seen[id] = 1;
     spec.tokens[id] = tok;
     spec.kinds[id] = TokenKind::kNormal;
   }
   for (const Added& a : added) {
     if (seen[a.id] && spec.tokens[a.id] != a.content) {
-      return Status::InvalidArgument(name + ": added token '" + a.content + "' reuses the id " + std::to_string(a.id) +
-                                     " of '" + spec.tokens[a.id] + "'");
+      return Status::InvalidArgument(name + ": added token '" + a.content + "' reuses the id " +
+                                     std::to_string(a.id) + " of '" + spec.tokens[a.id] + "'");
     }
     seen[a.id] = 1;
     spec.tokens[a.id] = a.content;
@@ -253,7 +280,8 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
 
   // Merges: "a b" strings or ["a", "b"] pairs.
   if (const json* merges = Get(*model, "merges")) {
-    if (!merges->is_array()) return Status::InvalidArgument(name + ": model.merges is not an array");
+    if (!merges->is_array())
+      return Status::InvalidArgument(name + ": model.merges is not an array");
     spec.merges.reserve(merges->size());
     for (size_t i = 0; i < merges->size(); ++i) {
       const json& m = (*merges)[i];
@@ -262,7 +290,8 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
         const std::string& s = m.get_ref<const std::string&>();
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return Status::InvalidArgument(where + " '" + s + "' is not two tokens separated by one space");
+          return Status::InvalidArgument(where + " '" + s +
+                                         "' is not two tokens separated by one space");
         }
         spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
@@ -274,8 +303,10 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
   }
   spec.ignore_merges = GetBool(*model, "ignore_merges", false);
   spec.byte_fallback = GetBool(*model, "byte_fallback", false);
-  if (!GetString(*model, "continuing_subword_prefix").empty() || !GetString(*model, "end_of_word_suffix").empty()) {
-    return Status::Unsupported(name + ": model.continuing_subword_prefix/end_of_word_suffix are not supported");
+  if (!GetString(*model, "continuing_subword_prefix").empty() ||
+      !GetString(*model, "end_of_word_suffix").empty()) {
+    return Status::Unsupported(
+        name + ": model.continuing_subword_prefix/end_of_word_suffix are not supported");
   }
   const auto find_id = [&](const std::string& tok) -> int32_t {
     if (tok.empty()) return -1;
@@ -286,18 +317,24 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
   };
   if (const std::string unk = GetString(*model, "unk_token"); !unk.empty()) {
     spec.unk = find_id(unk);
-    if (spec.unk < 0) return Status::InvalidArgument(name + ": model.unk_token '" + unk + "' is not in the vocabulary");
+    if (spec.unk < 0)
+      return Status::InvalidArgument(name + ": model.unk_token '" + unk +
+                                     "' is not in the vocabulary");
     if (spec.kinds[spec.unk] == TokenKind::kNormal) spec.kinds[spec.unk] = TokenKind::kUnknown;
+    spec.unk_for_missing_bytes = true;  // HF's BPE: a character with no token becomes unk_token
   }
 
   Family family;
-  if (const json* norm = Get(root, "normalizer")) BRAID_RETURN_IF_ERROR(ReadNormalizer(*norm, name + ": normalizer", family));
-  if (const json* pt = Get(root, "pre_tokenizer")) BRAID_RETURN_IF_ERROR(ReadPreTokenizer(*pt, name + ": pre_tokenizer", family));
+  if (const json* norm = Get(root, "normalizer"))
+    BRAID_RETURN_IF_ERROR(ReadNormalizer(*norm, name + ": normalizer", family));
+  if (const json* pt = Get(root, "pre_tokenizer"))
+    BRAID_RETURN_IF_ERROR(ReadPreTokenizer(*pt, name + ": pre_tokenizer", family));
   BRAID_RETURN_IF_ERROR(ChoosePreTokenizer(family, name, spec));
 
   // bos from a TemplateProcessing post-processor that starts with a special token.
   if (const json* post = Get(root, "post_processor")) {
-    const json* single = GetString(*post, "type") == "TemplateProcessing" ? Get(*post, "single") : nullptr;
+    const json* single =
+        GetString(*post, "type") == "TemplateProcessing" ? Get(*post, "single") : nullptr;
     if (single != nullptr && single->is_array() && !single->empty()) {
       const json* st = Get((*single)[0], "SpecialToken");
       if (st != nullptr) {
@@ -308,7 +345,8 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
   }
   // tokenizer_config.json: chat template, bos/eos names, add_bos_token.
   if (config != nullptr) {
-    if (!config->is_object()) return Status::InvalidArgument(config_name + ": the top level is not an object");
+    if (!config->is_object())
+      return Status::InvalidArgument(config_name + ": the top level is not an object");
     if (const json* t = Get(*config, "chat_template")) {
       if (t->is_string()) {
         spec.chat_template = t->get<std::string>();
@@ -324,7 +362,9 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
       const std::string tok = TokenName(Get(*config, key));
       if (tok.empty()) continue;
       const int32_t id = find_id(tok);
-      if (id < 0) return Status::InvalidArgument(config_name + ": " + key + " '" + tok + "' is not in the vocabulary");
+      if (id < 0)
+        return Status::InvalidArgument(config_name + ": " + key + " '" + tok +
+                                       "' is not in the vocabulary");
       (std::string_view(key) == "bos_token" ? spec.bos : spec.eos) = id;
     }
     spec.add_bos = GetBool(*config, "add_bos_token", spec.add_bos);
@@ -334,7 +374,8 @@ Result<std::unique_ptr<Tokenizer>> Load(std::string_view text, const std::string
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonText(std::string_view json_text, const std::string& name) {
+Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonText(std::string_view json_text,
+                                                           const std::string& name) {
   return Load(json_text, name, nullptr, "");
 }
 
@@ -351,7 +392,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonFile(const std::string& pa
   if (!read(path, text)) return Status::NotFound(path + ": cannot read the file");
   const size_t slash = path.find_last_of('/');
   const std::string config_path =
-      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "tokenizer_config.json";
+      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+      "tokenizer_config.json";
   std::string config_text;
   if (read(config_path, config_text)) {
     BRAID_ASSIGN_OR_RETURN(json config, ParseJson(config_text, config_path));

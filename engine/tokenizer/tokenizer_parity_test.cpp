@@ -18,8 +18,8 @@ namespace {
 
 // Checks ids against the fixture and the decode round trip; returns how many
 // strings matched.
-size_t CheckParity(const Tokenizer& tok, const std::vector<std::string>& corpus, const std::string& ids_file,
-                   bool round_trip, bool parse_special = true) {
+size_t CheckParity(const Tokenizer& tok, const std::vector<std::string>& corpus,
+                   const std::string& ids_file, bool round_trip, bool parse_special = true) {
   const auto expected = test::ReadJsonLines(ids_file);
   REQUIRE(expected.size() <= corpus.size());
   REQUIRE(expected.size() > 0);
@@ -33,7 +33,8 @@ size_t CheckParity(const Tokenizer& tok, const std::vector<std::string>& corpus,
       std::string g, w;
       for (int32_t id : got) g += std::to_string(id) + " ";
       for (int32_t id : want) w += std::to_string(id) + " ";
-      FAIL_CHECK("string " << i << " " << nlohmann::json(corpus[i]).dump() << "\n  got:  " << g << "\n  want: " << w);
+      FAIL_CHECK("string " << i << " " << nlohmann::json(corpus[i]).dump() << "\n  got:  " << g
+                           << "\n  want: " << w);
     }
     if (round_trip) CHECK_MESSAGE(tok.Decode(got) == corpus[i], "round trip of string " << i);
   }
@@ -111,24 +112,37 @@ std::string SmolLm2Json(const GgufFile& file) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     vocab[tokens[i]] = i;
     if (types[i] == 3) {
-      j["added_tokens"].push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+      j["added_tokens"].push_back({{"id", i},
+                                   {"content", tokens[i]},
+                                   {"single_word", false},
+                                   {"lstrip", false},
+                                   {"rstrip", false},
+                                   {"normalized", false},
+                                   {"special", true}});
     }
   }
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = {{"type", "Sequence"},
                         {"pretokenizers",
                          {{{"type", "Digits"}, {"individual_digits", true}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}}}};
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", true}}}}};
   j["post_processor"] = nullptr;
-  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"},
+                  {"add_prefix_space", true},
+                  {"trim_offsets", true},
+                  {"use_regex", true}};
   json m = json::array();
   for (const auto& s : merges) {
     const size_t sp = s.find(' ', 1);
     m.push_back({s.substr(0, sp), s.substr(sp + 1)});
   }
-  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
-                {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", m}};
+  j["model"] = {{"type", "BPE"},          {"dropout", nullptr},
+                {"unk_token", nullptr},   {"fuse_unk", false},
+                {"byte_fallback", false}, {"ignore_merges", false},
+                {"vocab", vocab},         {"merges", m}};
   return j.dump();
 }
 
@@ -152,6 +166,54 @@ TEST_CASE("SmolLM2 through tokenizer.json matches too") {
   MESSAGE("SmolLM2 (tokenizer.json): " << same << " strings identical");
 }
 
+// Bytes that SmolLM2's byte-level vocabulary has no token for (0x04, 0x06,
+// 0x13, 0x14, 0x16, 0x1d): HF tokenizers drops them and merges across the gap;
+// nothing may stand in for them, least of all <|endoftext|> (the GGUF's
+// unknown token). Also special-token text encoded as plain text.
+// Fixture: scripts/reference/tokenizer_edge_fixtures.py.
+void CheckEdgeCases(const Tokenizer& t) {
+  const auto rows = test::ReadJsonLines(test::FixturePath("smollm2_edge.jsonl"));
+  REQUIRE(rows.size() > 100);
+  size_t missing = 0;
+  for (const auto& row : rows) {
+    const std::string text = row["text"];
+    const bool special = row["special"];
+    const auto want = row["ids"].get<std::vector<int32_t>>();
+    CAPTURE(nlohmann::json(text).dump());
+    CHECK(t.Encode(text, special) == want);
+    const PromptPiece piece{text, special};
+    CHECK(t.Encode(std::span<const PromptPiece>(&piece, 1)) == want);
+    if (row["case"] == "missing_bytes") {
+      ++missing;
+      for (int32_t id : want) CHECK_FALSE(t.IsEog(id));
+    }
+  }
+  CHECK(missing > 60);
+}
+
+TEST_CASE("SmolLM2: bytes with no token are dropped as by HF tokenizers") {
+  auto file = OpenModel();
+  auto gguf = Tokenizer::FromGguf(*file);
+  REQUIRE(gguf.ok());
+  // The premise: byte 0x04 has no token, and the GGUF's unknown token ends text.
+  CHECK((*gguf)->Encode("\x04", false).empty());
+  CHECK((*gguf)->Encode("==\x04==", false) == (*gguf)->Encode("====", false));
+  CheckEdgeCases(**gguf);
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("braid_tok_edge_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "tokenizer.json").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << SmolLm2Json(*file);
+  }
+  auto json = Tokenizer::FromJsonFile(path);
+  std::filesystem::remove_all(dir);
+  REQUIRE(json.ok());
+  CheckEdgeCases(**json);
+}
+
 TEST_CASE("small trained tokenizers match HF tokenizers") {
   const auto corpus = test::ReadCorpus();
   struct Case {
@@ -168,7 +230,8 @@ TEST_CASE("small trained tokenizers match HF tokenizers") {
     const Tokenizer& t = **tok;
     CHECK(t.pre_tokenizer() == c.pre);
     CHECK(DetectChatFormat(t.chat_template(), ChatFormat::kMistral) == c.chat);
-    const size_t same = CheckParity(t, corpus, test::FixturePath(std::string(c.dir) + "/ids.jsonl"), true);
+    const size_t same =
+        CheckParity(t, corpus, test::FixturePath(std::string(c.dir) + "/ids.jsonl"), true);
     MESSAGE(c.dir << ": " << same << " strings identical");
   }
 }
@@ -191,7 +254,8 @@ TEST_CASE("SentencePiece GGUF matches sentencepiece") {
   MESSAGE("spm_gguf: " << same << " strings identical");
   std::vector<int32_t> want = {1, 1};
   for (int32_t id : t.Encode("hi", false)) want.push_back(id);
-  CHECK(t.Encode("<s>hi", true, true) == want);  // a space prefix after a special token, as llama.cpp
+  CHECK(t.Encode("<s>hi", true, true) ==
+        want);  // a space prefix after a special token, as llama.cpp
 }
 
 TEST_CASE("bos and eos of the small tokenizers") {

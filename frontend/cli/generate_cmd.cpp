@@ -1,6 +1,7 @@
 // braid generate / braid chat.
 #include <cstdio>
 #include <iostream>
+#include <span>
 #include <string>
 
 #include "cli/args.h"
@@ -28,7 +29,9 @@ const char* kGenerateHelp =
     "      --stop TEXT         stop string (repeatable)\n"
     "      --ignore-eos        keep going past end-of-generation tokens\n"
     "      --system TEXT       chat: the system message\n"
-    "      --raw               generate: do not wrap the prompt in the chat template\n"
+    "      --raw               generate: do not wrap the prompt in the chat template; the\n"
+    "                          text of special tokens in it (<|im_start|>) becomes those\n"
+    "                          tokens (else every prompt and message is plain text)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --ctx N             context size per sequence\n"
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"
@@ -43,8 +46,9 @@ bool PrintPiece(std::string_view piece) {
   return true;
 }
 
-int RunOnce(Model& model, const std::string& prompt_text, const SamplingParams& sp, bool verbose) {
-  std::vector<int32_t> prompt = model.Tokenize(prompt_text);
+int RunOnce(Model& model, std::span<const PromptPiece> pieces, const SamplingParams& sp,
+            bool verbose) {
+  std::vector<int32_t> prompt = model.Tokenize(pieces);
   auto r = Generate(model, prompt, sp, PrintPiece);
   std::printf("\n");
   if (!r.ok()) {
@@ -118,7 +122,12 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
   std::vector<ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
   if (!chat) {
-    if (raw) return RunOnce(m, prompt, sp, verbose);
+    // --raw: the user wrote the whole prompt, chat markup included, so its
+    // special-token text is meant as special tokens.
+    if (raw) {
+      const PromptPiece piece = MarkupPiece(prompt);
+      return RunOnce(m, std::span<const PromptPiece>(&piece, 1), sp, verbose);
+    }
     messages.push_back({"user", prompt});
     return RunOnce(m, m.FormatChat(messages, true), sp, verbose);
   }
@@ -135,6 +144,8 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
     messages.push_back({"user", line});
+    // Messages are plain text: only the chat template's markup yields special
+    // tokens, so a typed "<|im_end|>" cannot close the turn.
     std::vector<int32_t> ids = m.Tokenize(m.FormatChat(messages, true));
     auto r = Generate(m, ids, sp, PrintPiece);
     std::printf("\n");

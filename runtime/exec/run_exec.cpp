@@ -147,7 +147,8 @@ void RunImpl::OnAdmitted(uint64_t flight_id) {
   share.pin = ctx_->engines[static_cast<size_t>(engine)].engine->Pin(f.prefix, 0);
   for (NodeId n : followers) {
     auto ex = exec_.find(n);
-    if (ex == exec_.end() || ex->second.wait_leader != flight_id || dag_.node(n).Finished()) continue;
+    if (ex == exec_.end() || ex->second.wait_leader != flight_id || dag_.node(n).Finished())
+      continue;
     ex->second.wait_leader = 0;
     uint64_t fid = 0;
     SubmitOrFail(n, engine, &fid);
@@ -156,8 +157,10 @@ void RunImpl::OnAdmitted(uint64_t flight_id) {
       ++share.pending;
     }
   }
-  if (share.pending > 0) shares_[flight_id] = share;
-  else ctx_->engines[static_cast<size_t>(engine)].engine->Unpin(share.pin);
+  if (share.pending > 0)
+    shares_[flight_id] = share;
+  else
+    ctx_->engines[static_cast<size_t>(engine)].engine->Unpin(share.pin);
 }
 
 void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
@@ -182,8 +185,8 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     auto dfa = RegexDfa::Compile(spec.pattern);
     if (dfa.ok() && !dfa->FullMatch(value))
-      return FailNode(n, "output '" + spec.name + "' = \"" + value + "\" does not match /" + spec.pattern +
-                             "/ (finish: " + c.finish_reason + ")");
+      return FailNode(n, "output '" + spec.name + "' = \"" + value + "\" does not match /" +
+                             spec.pattern + "/ (finish: " + c.finish_reason + ")");
   }
   ex.values[spec.name] = std::move(value);
   ex.prompt.clear();
@@ -194,7 +197,9 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
   }
   node.run_ms = MsBetween(ex.started, Clock::now());
   if (!dag_mode() && options_.rtt_ms > 0) {
-    ex.done_at = Clock::now() + std::chrono::microseconds(options_.rtt_ms * 500);  // the response's way back (half the trip)
+    ex.done_at =
+        Clock::now() + std::chrono::microseconds(options_.rtt_ms *
+                                                 500);  // the response's way back (half the trip)
     return;
   }
   CompleteNode(n);
@@ -203,13 +208,16 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
 Status RunImpl::Prepare(NodeId n) {
   DagNode& node = dag_.node(n);
   Exec& ex = exec_[n];
-  std::string text = Render(node, ex.output, ex.values);
+  std::vector<PromptPiece> pieces = Render(node, ex.output, ex.values);
   if (!node.fn->spec().system.empty()) {
-    const ChatMessage msgs[] = {{"system", node.fn->spec().system}, {"user", text}};
-    text = model().FormatChat(msgs, /*add_generation_prompt=*/true);
+    // Chat style: the rendered template is the user message and, like every
+    // message content, plain text; only the chat template's markup yields
+    // special tokens.
+    const ChatMessage msgs[] = {{"system", node.fn->spec().system}, {"user", JoinPieces(pieces)}};
+    pieces = model().FormatChat(msgs, /*add_generation_prompt=*/true);
   }
-  ex.prompt = model().Tokenize(text);
-  ex.prompt_text = std::move(text);
+  ex.prompt = model().Tokenize(pieces);
+  ex.prompt_pieces = std::move(pieces);
   if (ex.prompt.empty()) return Status::InvalidArgument("the rendered prompt is empty");
   return Status::Ok();
 }
@@ -236,33 +244,42 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
     if (node.latest_finish_ms) r.deadline_ms = std::max(0.0, *node.latest_finish_ms - NowMs());
   }
   if (spec.kind == OutputSpec::Kind::kSelect) {
-    // Each choice's tokens as they continue this prompt.
+    // Each choice's tokens as they continue this prompt. Choices are
+    // template literals, so they may name special tokens.
     std::vector<std::vector<int32_t>> conts;
     for (const auto& choice : spec.choices) {
-      std::vector<int32_t> full = model().Tokenize(ex.prompt_text + choice);
-      if (full.size() > ex.prompt.size() && std::equal(ex.prompt.begin(), ex.prompt.end(), full.begin())) {
+      std::vector<PromptPiece> with_choice = ex.prompt_pieces;
+      AppendPiece(with_choice, choice, /*allow_special=*/true);
+      std::vector<int32_t> full = model().Tokenize(with_choice);
+      if (full.size() > ex.prompt.size() &&
+          std::equal(ex.prompt.begin(), ex.prompt.end(), full.begin())) {
         conts.emplace_back(full.begin() + static_cast<long>(ex.prompt.size()), full.end());
       } else {
-        std::vector<int32_t> alone = model().Tokenize(choice);
-        const std::vector<int32_t> bos = model().Tokenize("");
-        if (!bos.empty() && alone.size() > bos.size()) alone.erase(alone.begin(), alone.begin() + static_cast<long>(bos.size()));
+        std::vector<int32_t> alone = model().TokenizeRaw(choice);
+        const std::vector<int32_t> bos = model().TokenizeRaw("");
+        if (!bos.empty() && alone.size() > bos.size())
+          alone.erase(alone.begin(), alone.begin() + static_cast<long>(bos.size()));
         conts.push_back(std::move(alone));
       }
     }
     r.sampling.max_tokens = 1;
     if (!SetScoreChoices(r, std::move(conts)))
-      return Status::Unsupported("select output '" + spec.name +
-                                 "' needs the engine's choice scoring (GenerationRequest::score_choices), "
-                                 "which this build of the engine does not have");
+      return Status::Unsupported(
+          "select output '" + spec.name +
+          "' needs the engine's choice scoring (GenerationRequest::score_choices), "
+          "which this build of the engine does not have");
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     BRAID_ASSIGN_OR_RETURN(RegexDfa dfa, RegexDfa::Compile(spec.pattern));
     auto mask = std::make_shared<RegexMask>(std::make_shared<const RegexDfa>(std::move(dfa)),
                                             TokenTable::ForModel(slot.engine->model()));
-    auto fn = [mask](std::span<const int32_t> generated, std::span<float> logits) { (*mask)(generated, logits); };
+    auto fn = [mask](std::span<const int32_t> generated, std::span<float> logits) {
+      (*mask)(generated, logits);
+    };
     if (!SetLogitsProcessor(r, std::move(fn)))
-      return Status::Unsupported("regex output '" + spec.name +
-                                 "' needs the engine's logits hook (GenerationRequest::logits_processor), "
-                                 "which this build of the engine does not have");
+      return Status::Unsupported(
+          "regex output '" + spec.name +
+          "' needs the engine's logits hook (GenerationRequest::logits_processor), "
+          "which this build of the engine does not have");
   }
 
   const uint64_t fid = ++next_flight_;
@@ -389,7 +406,8 @@ void RunImpl::Schedule(Clock::time_point now) {
   std::vector<NodeId> ready;
   for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
     DagNode& node = dag_.node(i);
-    if (node.state != NodeState::kWaiting || !node.wanted || node.kind == DagNode::Kind::kHost) continue;
+    if (node.state != NodeState::kWaiting || !node.wanted || node.kind == DagNode::Kind::kHost)
+      continue;
     bool all = true;
     std::string bad;
     for (VarId v : node.inputs) {
@@ -430,8 +448,10 @@ void RunImpl::Schedule(Clock::time_point now) {
     for (NodeId n : ready) {
       dag_.node(n).state = NodeState::kReady;
       // The request's way out: half of the round trip (the other half on the way back).
-      if (options_.rtt_ms > 0) exec_[n].send_at = now + std::chrono::microseconds(options_.rtt_ms * 500);
-      else SubmitOrFail(n, -1);
+      if (options_.rtt_ms > 0)
+        exec_[n].send_at = now + std::chrono::microseconds(options_.rtt_ms * 500);
+      else
+        SubmitOrFail(n, -1);
     }
     return;
   }
@@ -459,8 +479,10 @@ void RunImpl::Schedule(Clock::time_point now) {
   std::vector<NodeId> prepared;
   for (NodeId n : go) {
     Status s = Prepare(n);
-    if (!s.ok()) FailNode(n, s.message());
-    else prepared.push_back(n);
+    if (!s.ok())
+      FailNode(n, s.message());
+    else
+      prepared.push_back(n);
   }
   // Prefix sharing: the leader of each cluster goes first; its followers wait
   // until its prompt is cached (OnAdmitted), unless the prefix already is.
@@ -476,7 +498,8 @@ void RunImpl::Schedule(Clock::time_point now) {
     if (c.shared < kShareWorthTokens || 2 * c.shared < lp.size()) continue;
     const std::vector<int32_t> prefix(lp.begin(), lp.begin() + static_cast<long>(c.shared));
     const int engine = ctx_->PickEngine(prefix, 0, true);
-    if (ctx_->engines[static_cast<size_t>(engine)].engine->ProbePrefix(prefix, 0) + static_cast<int>(kShareMinTokens) >
+    if (ctx_->engines[static_cast<size_t>(engine)].engine->ProbePrefix(prefix, 0) +
+            static_cast<int>(kShareMinTokens) >
         static_cast<int>(c.shared))
       continue;  // already cached: everyone can go now
     uint64_t fid = 0;

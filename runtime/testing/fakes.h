@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -16,31 +17,68 @@
 namespace braid::rt::testing {
 
 // One token per byte; id 256 is end-of-generation and the "BOS" is absent.
+// Inside allow_special pieces "<|im_start|>" and "<|im_end|>" are the special
+// ids 257 and 258 (pieces are matched one at a time), so that tests can see
+// which prompt text may produce special tokens.
 class FakeModel final : public Model {
  public:
-  FakeModel() { info_.n_vocab = 257; info_.context = 4096; }
+  static constexpr int32_t kImStart = 257, kImEnd = 258;
+
+  FakeModel() {
+    info_.n_vocab = 259;
+    info_.context = 4096;
+  }
   const ModelInfo& info() const override { return info_; }
-  std::vector<int32_t> Tokenize(std::string_view text) const override {
+  std::vector<int32_t> Tokenize(std::span<const PromptPiece> pieces) const override {
     std::vector<int32_t> out;
-    for (unsigned char c : text) out.push_back(c);
+    for (const PromptPiece& p : pieces) {
+      std::string_view t = p.text;
+      while (!t.empty()) {
+        if (p.allow_special && t.starts_with(kImStartText)) {
+          out.push_back(kImStart);
+          t.remove_prefix(kImStartText.size());
+        } else if (p.allow_special && t.starts_with(kImEndText)) {
+          out.push_back(kImEnd);
+          t.remove_prefix(kImEndText.size());
+        } else {
+          out.push_back(static_cast<unsigned char>(t[0]));
+          t.remove_prefix(1);
+        }
+      }
+    }
     return out;
   }
   std::string Detokenize(std::span<const int32_t> ids) const override {
     std::string s;
-    for (int32_t id : ids) if (id < 256) s += static_cast<char>(id);
+    for (int32_t id : ids) {
+      if (id < 256)
+        s += static_cast<char>(id);
+      else if (id == kImStart)
+        s += kImStartText;
+      else if (id == kImEnd)
+        s += kImEndText;
+    }
     return s;
   }
-  std::string TokenBytes(int32_t id) const override { return id < 256 ? std::string(1, static_cast<char>(id)) : ""; }
+  std::string TokenBytes(int32_t id) const override {
+    return id < 256 ? std::string(1, static_cast<char>(id)) : "";
+  }
   bool IsEndOfGeneration(int32_t id) const override { return id == 256; }
-  std::string FormatChat(std::span<const ChatMessage> messages, bool add_generation_prompt) const override {
-    std::string s;
-    for (const auto& m : messages) s += "<" + m.role + ">" + m.content + "</" + m.role + ">";
-    if (add_generation_prompt) s += "<assistant>";
-    return s;
+  std::vector<PromptPiece> FormatChat(std::span<const ChatMessage> messages,
+                                      bool add_generation_prompt) const override {
+    std::vector<PromptPiece> out;
+    for (const auto& m : messages) {
+      AppendPiece(out, "<" + m.role + ">", true);
+      AppendPiece(out, m.content, false);
+      AppendPiece(out, "</" + m.role + ">", true);
+    }
+    if (add_generation_prompt) AppendPiece(out, "<assistant>", true);
+    return out;
   }
   std::unique_ptr<Sequence> NewSequence() override { return nullptr; }
 
  private:
+  static constexpr std::string_view kImStartText = "<|im_start|>", kImEndText = "<|im_end|>";
   ModelInfo info_;
 };
 
@@ -65,8 +103,8 @@ class FakeEngine final : public Engine {
   struct Submitted {
     std::string prompt;
     GenerationRequest request;
-    int cached = 0;         // prefix tokens found cached at submission
-    int pins_active = 0;    // pins held when it was submitted
+    int cached = 0;       // prefix tokens found cached at submission
+    int pins_active = 0;  // pins held when it was submitted
   };
   std::function<std::string(const std::string&)> respond = [](const std::string& p) {
     return "<" + std::to_string(p.size()) + ">";
@@ -104,7 +142,9 @@ class FakeEngine final : public Engine {
     }
     return std::shared_ptr<RequestHandle>(std::make_shared<FakeHandle>(++next_id_, c));
   }
-  int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t) override { return ProbeLocked(tokens); }
+  int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t) override {
+    return ProbeLocked(tokens);
+  }
   uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++pins_active_;
@@ -123,8 +163,14 @@ class FakeEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     return submitted_;
   }
-  int pins_active() const { std::lock_guard<std::mutex> lock(mu_); return pins_active_; }
-  int pins_total() const { std::lock_guard<std::mutex> lock(mu_); return pins_total_; }
+  int pins_active() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pins_active_;
+  }
+  int pins_total() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pins_total_;
+  }
 
  private:
   // Longest common prefix with any earlier prompt, in whole 16-token blocks.
@@ -149,7 +195,11 @@ class FakeEngine final : public Engine {
 
 class MemoryStore final : public RunStore {
  public:
-  Status CreateRun(const StoredRun& run) override { std::lock_guard<std::mutex> l(mu_); runs_[run.id] = run; return {}; }
+  Status CreateRun(const StoredRun& run) override {
+    std::lock_guard<std::mutex> l(mu_);
+    runs_[run.id] = run;
+    return {};
+  }
   Result<StoredRun> GetRun(const std::string& id) override {
     std::lock_guard<std::mutex> l(mu_);
     auto it = runs_.find(id);
@@ -162,7 +212,8 @@ class MemoryStore final : public RunStore {
     for (auto& [id, r] : runs_) out.push_back(r);
     return out;
   }
-  Status FinishRun(const std::string& id, const std::string& status, const std::string& error) override {
+  Status FinishRun(const std::string& id, const std::string& status,
+                   const std::string& error) override {
     std::lock_guard<std::mutex> l(mu_);
     runs_[id].status = status;
     runs_[id].error = error;
@@ -173,7 +224,8 @@ class MemoryStore final : public RunStore {
     calls_[run_id][call.key] = call;
     return {};
   }
-  Result<std::optional<StoredCall>> FindCall(const std::string& run_id, const std::string& key) override {
+  Result<std::optional<StoredCall>> FindCall(const std::string& run_id,
+                                             const std::string& key) override {
     std::lock_guard<std::mutex> l(mu_);
     auto& m = calls_[run_id];
     auto it = m.find(key);
@@ -186,19 +238,22 @@ class MemoryStore final : public RunStore {
     for (auto& [k, c] : calls_[run_id]) out.push_back(c);
     return out;
   }
-  Status RecordValue(const std::string& run_id, const std::string& key, const std::string& value) override {
+  Status RecordValue(const std::string& run_id, const std::string& key,
+                     const std::string& value) override {
     std::lock_guard<std::mutex> l(mu_);
     values_[run_id][key] = value;
     return {};
   }
-  Result<std::optional<std::string>> FindValue(const std::string& run_id, const std::string& key) override {
+  Result<std::optional<std::string>> FindValue(const std::string& run_id,
+                                               const std::string& key) override {
     std::lock_guard<std::mutex> l(mu_);
     auto& m = values_[run_id];
     auto it = m.find(key);
     if (it == m.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
-  Status AppendEvent(const std::string& run_id, const std::string& kind, const std::string& data) override {
+  Status AppendEvent(const std::string& run_id, const std::string& kind,
+                     const std::string& data) override {
     std::lock_guard<std::mutex> l(mu_);
     events_[run_id].push_back(kind + " " + data);
     return {};

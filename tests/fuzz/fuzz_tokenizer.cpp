@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
 
@@ -48,8 +47,9 @@ std::string ByteLevelJson(const char* pre) {
   vocab["<|im_start|>"] = static_cast<int>(vocab.size());
   vocab["<|im_end|>"] = static_cast<int>(vocab.size());
   nlohmann::json j;
-  j["added_tokens"] = {{{"id", vocab["<|im_start|>"]}, {"content", "<|im_start|>"}, {"special", true}},
-                       {{"id", vocab["<|im_end|>"]}, {"content", "<|im_end|>"}, {"special", true}}};
+  j["added_tokens"] = {
+      {{"id", vocab["<|im_start|>"]}, {"content", "<|im_start|>"}, {"special", true}},
+      {{"id", vocab["<|im_end|>"]}, {"content", "<|im_end|>"}, {"special", true}}};
   j["pre_tokenizer"] = nlohmann::json::parse(pre);
   j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}};
   return j.dump();
@@ -62,7 +62,12 @@ std::string SpmJson() {
     std::snprintf(buf, sizeof buf, "<0x%02X>", b);
     vocab[buf] = 3 + b;
   }
-  for (const char* t : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab"}) {
+  for (const char* t : {"\xE2\x96\x81", "a", "b",
+                        "\xE2\x96\x81"
+                        "a",
+                        "ab",
+                        "\xE2\x96\x81"
+                        "ab"}) {
     vocab[t] = static_cast<int>(vocab.size());
   }
   nlohmann::json j;
@@ -71,7 +76,10 @@ std::string SpmJson() {
                        {{"id", 2}, {"content", "</s>"}, {"special", true}}};
   j["normalizer"] = nlohmann::json::parse(
       R"({"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]})");
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"unk_token", "<unk>"}, {"byte_fallback", true},
+  j["model"] = {{"type", "BPE"},
+                {"vocab", vocab},
+                {"unk_token", "<unk>"},
+                {"byte_fallback", true},
                 {"merges", {"▁ a", "a b", "▁a b"}}};
   return j.dump();
 }
@@ -126,10 +134,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<int32_t> ids = t->Encode(input, /*parse_special=*/false);
     const bool spm = t->pre_tokenizer() == braid::PreTokenizer::kSentencePiece;
     if (!(spm && has_space_mark) && t->Decode(ids) != input) {
-      std::fprintf(stderr, "round trip failed (pre-tokenizer %d)\n", static_cast<int>(t->pre_tokenizer()));
+      std::fprintf(stderr, "round trip failed (pre-tokenizer %d)\n",
+                   static_cast<int>(t->pre_tokenizer()));
       std::abort();
     }
-    (void)t->Encode(input, /*parse_special=*/true);
+    // Pieces cut anywhere (even inside a character or a special token's
+    // text) give the ids of the whole text when they agree on special tokens.
+    const size_t cut = size == 0 ? 0 : data[0] % (size + 1);
+    std::vector<braid::PromptPiece> pieces = {braid::PlainPiece(std::string(input.substr(0, cut))),
+                                              braid::PlainPiece(std::string(input.substr(cut)))};
+    if (t->Encode(pieces) != ids) {
+      std::fprintf(stderr, "plain pieces differ from the whole text\n");
+      std::abort();
+    }
+    pieces[0].allow_special = pieces[1].allow_special = true;
+    if (t->Encode(pieces) != t->Encode(input, /*parse_special=*/true)) {
+      std::fprintf(stderr, "special pieces differ from the whole text\n");
+      std::abort();
+    }
   }
   return 0;
 }

@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "engine/chat.h"
+#include "engine/prompt.h"
 #include "engine/sampling.h"
 #include "engine/status.h"
 
 namespace braid {
 
 struct ModelOptions {
-  std::string path;          // .gguf file, or a safetensors checkpoint directory
-  int threads = 0;           // 0 = one per core
+  std::string path;  // .gguf file, or a safetensors checkpoint directory
+  int threads = 0;   // 0 = one per core
   // true: fp32 activations and KV cache everywhere (the parity path); false:
   // activations quantized per block for integer dot products (the fast path;
   // `precision` below).
@@ -38,7 +39,7 @@ struct ModelOptions {
   // (int8 with a scale per row: a quarter). The exact path keeps fp32.
   enum class KvCache { kF16, kF32, kQ8 };
   KvCache kv_cache = KvCache::kF16;
-  int context = 0;           // per-sequence capacity; 0 = min(trained context, 4096)
+  int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
   // Time each stage of the forward passes of decode-only batches, per thread
   // (EngineStats::forward_stages); a clock read per stage and thread.
   bool profile_stages = false;
@@ -65,19 +66,36 @@ class Model {
 
   virtual const ModelInfo& info() const = 0;
 
-  // Text -> ids (special-token text becomes special ids; BOS added when the
-  // model asks for it).
-  virtual std::vector<int32_t> Tokenize(std::string_view text) const = 0;
+  // Pieces -> ids, BOS added when the model asks for it. Special-token text
+  // ("<|im_start|>") becomes special ids only inside allow_special pieces
+  // (engine/prompt.h); text from inputs goes in plain pieces, so that it
+  // cannot forge a chat turn. BPE runs across the pieces' boundaries.
+  virtual std::vector<int32_t> Tokenize(std::span<const PromptPiece> pieces) const = 0;
+  // Text from an input: special-token text stays ordinary text.
+  std::vector<int32_t> TokenizeText(std::string_view text) const {
+    return TokenizeOne(text, false);
+  }
+  // A raw prompt its author wrote out in full, chat markup included:
+  // special-token text becomes special ids. Never for text from inputs.
+  std::vector<int32_t> TokenizeRaw(std::string_view text) const { return TokenizeOne(text, true); }
   virtual std::string Detokenize(std::span<const int32_t> ids) const = 0;
   // The bytes of one token (for streaming, see TextStream).
   virtual std::string TokenBytes(int32_t id) const = 0;
   virtual bool IsEndOfGeneration(int32_t id) const = 0;
-  // Renders messages with the model's chat template.
-  virtual std::string FormatChat(std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt) const = 0;
+  // Renders messages with the model's chat template: its markup as
+  // allow_special pieces, roles and contents as plain pieces (a message cannot
+  // open or close a turn). JoinPieces gives the text.
+  virtual std::vector<PromptPiece> FormatChat(std::span<const ChatMessage> messages,
+                                              bool add_generation_prompt) const = 0;
 
   // A new empty sequence with its own KV cache.
   virtual std::unique_ptr<Sequence> NewSequence() = 0;
+
+ private:
+  std::vector<int32_t> TokenizeOne(std::string_view text, bool allow_special) const {
+    const PromptPiece piece{std::string(text), allow_special};
+    return Tokenize(std::span<const PromptPiece>(&piece, 1));
+  }
 };
 
 // One sequence's evaluation state (its KV cache). Not thread-safe.
@@ -102,8 +120,8 @@ struct GenerateResult {
   std::string text;             // generated text, stop string removed
   std::string finish_reason;    // "stop" (EOG or stop string), "length"
   int prompt_tokens = 0;
-  double prefill_seconds = 0;   // evaluating the prompt
-  double decode_seconds = 0;    // everything after the first token
+  double prefill_seconds = 0;  // evaluating the prompt
+  double decode_seconds = 0;   // everything after the first token
 };
 
 // Generates from `prompt` on a fresh sequence. `on_text` receives UTF-8-safe

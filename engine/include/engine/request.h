@@ -19,16 +19,18 @@ enum class GoalClass { kThroughput = 0, kLatency = 1 };
 const char* GoalClassName(GoalClass g);
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt;   // token ids; when empty, prompt_text is tokenized
+  std::vector<int32_t> prompt;  // token ids; when empty, prompt_text is tokenized
+  // Tokenized as plain text: special-token text stays text (a caller that
+  // wants special tokens passes ids, e.g. from Model::Tokenize with pieces).
   std::string prompt_text;
   SamplingParams sampling;
   GoalClass goal = GoalClass::kThroughput;
-  int priority = 0;              // higher runs first within a goal class
+  int priority = 0;                   // higher runs first within a goal class
   std::optional<double> deadline_ms;  // relative to submission; earlier deadlines first
   // Requests share prefix-cache entries only when their salts are equal
   // (one salt per tenant, or per security domain).
   uint64_t cache_salt = 0;
-  int top_logprobs = -1;         // -1: none; 0: the sampled token's logprob; k: also the top k
+  int top_logprobs = -1;  // -1: none; 0: the sampled token's logprob; k: also the top k
   // Log-probabilities of the prompt's own tokens from this index on (each
   // given the tokens before it), returned in Completion::prompt_logprobs;
   // -1 = none. With max_tokens 0 the request only scores its prompt (how
@@ -42,7 +44,7 @@ struct GenerationRequest {
   // the prompt (its total log-probability, in Completion::choice_logprobs).
   // The first choice computes the prompt; the rest reuse its cached KV.
   std::vector<std::vector<int32_t>> score_choices;
-  std::string client;            // identity for fair sharing and accounting
+  std::string client;  // identity for fair sharing and accounting
 };
 
 struct TokenLogprob {
@@ -54,23 +56,23 @@ struct TokenLogprob {
 // One increment of a request's output.
 struct Delta {
   std::vector<int32_t> tokens;
-  std::string text;                     // UTF-8-safe, stop strings withheld
-  std::vector<TokenLogprob> logprobs;   // one per token when asked
+  std::string text;                    // UTF-8-safe, stop strings withheld
+  std::vector<TokenLogprob> logprobs;  // one per token when asked
   bool finished = false;
-  std::string finish_reason;            // "stop", "length", "cancelled", "error" when finished
-  std::string error;                    // set with finish_reason "error"
+  std::string finish_reason;  // "stop", "length", "cancelled", "error" when finished
+  std::string error;          // set with finish_reason "error"
 };
 
 struct Usage {
   int prompt_tokens = 0;
-  int cached_tokens = 0;     // prompt tokens whose KV came from the prefix cache
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int generated_tokens = 0;
 };
 
 struct Timings {
-  double queue_ms = 0;       // submission to first scheduled step
-  double ttft_ms = 0;        // submission to first token
-  double total_ms = 0;       // submission to finish
+  double queue_ms = 0;                 // submission to first scheduled step
+  double ttft_ms = 0;                  // submission to first token
+  double total_ms = 0;                 // submission to finish
   std::vector<double> inter_token_ms;  // gaps between consecutive tokens
 };
 
@@ -80,7 +82,8 @@ struct Completion {
   std::string text;
   std::vector<TokenLogprob> logprobs;
   std::vector<float> prompt_logprobs;  // for prompt tokens [prompt_logprobs_from, prompt_len)
-  std::vector<float> choice_logprobs;  // per score_choices entry: sum of its tokens' log-probabilities
+  std::vector<float>
+      choice_logprobs;  // per score_choices entry: sum of its tokens' log-probabilities
   std::string finish_reason;
   std::string error;
   Usage usage;
