@@ -55,22 +55,34 @@ Status RunImpl::CheckArg(const Arg& a, const std::string& what) const {
 
 std::string RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
 
-std::vector<PromptPiece> RunImpl::Render(const DagNode& n, int output,
-                                         const std::map<std::string, std::string>& values) const {
+Result<std::vector<PromptPiece>> RunImpl::Render(const DagNode& n, int output,
+                                                 const std::map<std::string, std::string>& values) const {
   // Only the template's literal text may hold special tokens; inputs and the
   // outputs generated so far are plain text, so that a document cannot forge
   // a chat turn.
   std::vector<PromptPiece> out;
+  size_t bytes = 0;
+  auto append = [&](const std::string& text, bool allow_special) {
+    bytes += text.size();
+    if (bytes > options_.max_value_bytes) return false;
+    AppendPiece(out, text, allow_special);
+    return true;
+  };
   for (const auto& p : n.fn->pieces()) {
+    bool ok = true;
     if (p.kind == SemanticFunction::Piece::Kind::kText) {
-      AppendPiece(out, p.text, /*allow_special=*/true);
+      ok = append(p.text, /*allow_special=*/true);
     } else if (p.kind == SemanticFunction::Piece::Kind::kInput) {
-      AppendPiece(out, ArgValue(n.args.at(p.text)), /*allow_special=*/false);
+      const Arg& a = n.args.at(p.text);
+      ok = append(a.var ? dag_.var(a.var).value : a.text, /*allow_special=*/false);
     } else {
       if (p.output >= output) break;
       auto it = values.find(p.text);
-      if (it != values.end()) AppendPiece(out, it->second, /*allow_special=*/false);
+      if (it != values.end()) ok = append(it->second, /*allow_special=*/false);
     }
+    if (!ok)
+      return Status::OutOfRange("the rendered prompt is more than " + std::to_string(options_.max_value_bytes) +
+                                " bytes (RunOptions::max_value_bytes)");
   }
   return out;
 }

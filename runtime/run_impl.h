@@ -97,7 +97,7 @@ class RunImpl final : public Run, public Pumpable {
   std::string ArgValue(const Arg& a) const;
   // The prompt of `output` of a call: template literals as allow_special
   // pieces, inputs and earlier outputs as plain pieces.
-  std::vector<PromptPiece> Render(const DagNode& n, int output,
+  Result<std::vector<PromptPiece>> Render(const DagNode& n, int output,
                                   const std::map<std::string, std::string>& values) const;
   std::string CallKeyString(const DagNode& n) const;
   std::atomic<bool> rtt_paid_{false};  // DAG mode: the run's one client round trip

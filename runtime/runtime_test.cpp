@@ -467,4 +467,12 @@ TEST_CASE("run: a join or a prompt larger than max_value_bytes fails its node, n
   CHECK(run->value(*small).size() == 801);
   REQUIRE(WaitFor(*run, *large) == VarState::kFailed);
   CHECK(run->error(*large).find("1202 bytes, more than the limit of 1000") != std::string::npos);
+
+  auto fn = Fn("f", "{{a}} {{b}} {{c}} {{gen y max_tokens=2}}");
+  auto outs = run->Call(*fn, {{"a", Arg::Var(big)}, {"b", Arg::Var(big)}, {"c", Arg::Var(big)}}, {"main", 0});
+  REQUIRE(outs.ok());
+  VarId y = outs->at("y");
+  REQUIRE(run->Want(y, {}).ok());
+  REQUIRE(WaitFor(*run, y) == VarState::kFailed);
+  CHECK(run->error(y).find("the rendered prompt is more than 1000 bytes") != std::string::npos);
 }

@@ -208,7 +208,7 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
 Status RunImpl::Prepare(NodeId n) {
   DagNode& node = dag_.node(n);
   Exec& ex = exec_[n];
-  std::vector<PromptPiece> pieces = Render(node, ex.output, ex.values);
+  BRAID_ASSIGN_OR_RETURN(std::vector<PromptPiece> pieces, Render(node, ex.output, ex.values));
   if (!node.fn->spec().system.empty()) {
     // Chat style: the rendered template is the user message and, like every
     // message content, plain text; only the chat template's markup yields
