@@ -267,7 +267,12 @@ int RunMain(const std::vector<std::string>& argv) {
     return 1;
   }
   rt::RunOptions runo;
-  runo.program = script;
+  // The absolute path, so that a resume from another directory (or through
+  // another relative path) names the same program.
+  std::error_code path_ec;
+  std::filesystem::path absolute = std::filesystem::weakly_canonical(script, path_ec);
+  runo.program = path_ec ? script : absolute.string();
+  runo.program_hash = rt::ProgramHash(source);
   runo.args = app_args;
   runo.mode = mode == "baseline"         ? rt::Mode::kBaseline
               : mode == "baseline-async" ? rt::Mode::kBaselineAsync
@@ -280,6 +285,8 @@ int RunMain(const std::vector<std::string>& argv) {
     return 1;
   }
   std::shared_ptr<rt::Run> run = *started;
+  if (const std::string w = run->resume_warning(); !w.empty())
+    std::fprintf(stderr, "braid run: warning: %s\n", w.c_str());
   if (!db.empty() && !quiet)
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
                  resume.empty() ? "" : ", resumed", db.c_str());

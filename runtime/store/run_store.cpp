@@ -145,8 +145,8 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt insert,
-        db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+        db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix, "
+                     "program_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
     BRAID_RETURN_IF_ERROR(insert.BindText(1, run.id));
     BRAID_RETURN_IF_ERROR(insert.BindText(2, run.program));
     BRAID_RETURN_IF_ERROR(insert.BindText(3, status));
@@ -154,6 +154,7 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
     // 0 means "now": callers normally let the store stamp the run.
     BRAID_RETURN_IF_ERROR(insert.BindDouble(5, run.created_unix != 0 ? run.created_unix : now));
     if (status != "running") BRAID_RETURN_IF_ERROR(insert.BindDouble(6, now));
+    BRAID_RETURN_IF_ERROR(insert.BindText(7, run.program_hash));
     BRAID_RETURN_IF_ERROR(insert.Run());
   }
   BRAID_ASSIGN_OR_RETURN(
@@ -176,7 +177,8 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt stmt,
-        db_->Prepare("SELECT program, status, error, created_unix FROM runs WHERE id = ?1"));
+        db_->Prepare("SELECT program, status, error, created_unix, program_hash FROM runs "
+                     "WHERE id = ?1"));
     BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
     BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
     if (!found) return Status::NotFound(db_->path() + ": run '" + id + "' not found");
@@ -185,6 +187,7 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
     run.status = stmt.ColumnText(1);
     run.error = stmt.ColumnText(2);
     run.created_unix = stmt.ColumnDouble(3);
+    run.program_hash = stmt.ColumnText(4);
   }
   BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(id));
   BRAID_RETURN_IF_ERROR(txn.Commit());
@@ -198,7 +201,8 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
   std::vector<StoredRun> runs;
   {
     BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
-                           db_->Prepare("SELECT id, program, status, error, created_unix FROM runs "
+                           db_->Prepare("SELECT id, program, status, error, created_unix, "
+                                        "program_hash FROM runs "
                                         "ORDER BY created_unix DESC, seq DESC LIMIT ?1"));
     // SQLite treats a negative LIMIT as no limit.
     BRAID_RETURN_IF_ERROR(stmt.BindInt64(1, limit > 0 ? limit : -1));
@@ -211,6 +215,7 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
       run.status = stmt.ColumnText(2);
       run.error = stmt.ColumnText(3);
       run.created_unix = stmt.ColumnDouble(4);
+      run.program_hash = stmt.ColumnText(5);
       runs.push_back(std::move(run));
     }
   }

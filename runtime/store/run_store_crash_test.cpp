@@ -55,7 +55,8 @@ void WriteAll(int fd, const void* data, size_t size) {
 [[noreturn]] void ChildRecords(const std::string& path, int fd) {
   Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
   if (!store.ok()) _exit(10);
-  if (!(*store)->CreateRun(StoredRun{"crash", "crash.lua", {}, "running", "", 0}).ok()) _exit(11);
+  if (!(*store)->CreateRun(StoredRun{"crash", "crash.lua", {}, "running", "", 0, ""}).ok())
+    _exit(11);
   for (int64_t i = 0; i < kChildMaxCalls; ++i) {
     if (!(*store)->RecordCall("crash", CallFor(i)).ok()) _exit(12);
     WriteAll(fd, &i, sizeof(i));

@@ -34,6 +34,7 @@ StoredRun MakeRun(const std::string& id, double created = 0) {
   run.args = {"--in", "sample.txt", ""};
   run.status = "running";
   run.created_unix = created;
+  run.program_hash = "fnv1a64:0123456789abcdef:42";
   return run;
 }
 
@@ -58,6 +59,7 @@ void RoundTrip(RunStore& store) {
   CHECK(got->status == "running");
   CHECK(got->error.empty());
   CHECK(got->created_unix == doctest::Approx(1700000000.5));
+  CHECK(got->program_hash == run.program_hash);
 
   StoredCall a = MakeCall("main#0#summarize#abc", "first");
   StoredCall b = MakeCall("main#1#summarize#def", "second");
@@ -122,7 +124,7 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
     RoundTrip(**store);
   }
   CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
-  CHECK(RawQuery(path, "PRAGMA user_version") == "1");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
 
   std::unique_ptr<RunStore> store = MustOpen(path);
@@ -149,6 +151,32 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
   REQUIRE(calls.ok());
   REQUIRE(calls->size() == 4);
   CHECK(calls->back().key == "main#3#summarize#ghi");
+}
+
+TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty program_hash") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("v1.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("old")).ok());
+    REQUIRE(store->RecordCall("old", MakeCall("main#0#f#h", "kept")).ok());
+  }
+  // Back to what version 1 wrote.
+  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN program_hash; PRAGMA user_version = 1") ==
+          "ok");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
+  Result<StoredRun> old = store->GetRun("old");
+  REQUIRE(old.ok());
+  CHECK(old->program == MakeRun("old").program);
+  CHECK(old->program_hash.empty());
+  Result<std::vector<StoredCall>> calls = store->Calls("old");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->front().outputs == MakeCall("x", "kept").outputs);
+  REQUIRE(store->CreateRun(MakeRun("new")).ok());
+  CHECK(store->GetRun("new")->program_hash == MakeRun("new").program_hash);
 }
 
 TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {
