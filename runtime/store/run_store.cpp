@@ -400,14 +400,27 @@ Status SqliteRunStore::AppendEvent(const std::string& run_id, const std::string&
 // Applies the connection settings. journal_mode must be set outside a
 // transaction; it is also the first statement that reads the file, so a file
 // that is not a database fails here with SQLITE_NOTADB.
+//
+// locking_mode=EXCLUSIVE comes first: in WAL mode it makes SQLite keep the
+// WAL index in heap memory instead of a shared `-shm` file that every
+// connection mmaps. With a mapped -shm, anything that truncates that file
+// while the store is open (another program, a cleanup script) kills the
+// process with SIGBUS on its next access; there is nothing to catch. The cost
+// is that one process at a time holds the store, for as long as it is open
+// (a braid run: the whole run); another that opens it waits busy_timeout and
+// gets an IoError saying the store is in use.
 Status Configure(SqliteDb& db, bool sync_full) {
-  BRAID_ASSIGN_OR_RETURN(std::string mode,
-                         db.QueryText("PRAGMA journal_mode = WAL", "set journal_mode=WAL"));
-  // An in-memory database reports "memory" and has nothing to make durable.
-  if (mode != "wal" && mode != "memory") {
-    return Status::IoError(db.path() + ": set journal_mode=WAL: SQLite kept journal mode '" + mode +
-                           "'");
+  BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA locking_mode = EXCLUSIVE", "set locking_mode=EXCLUSIVE"));
+  Result<std::string> set_mode = db.QueryText("PRAGMA journal_mode = WAL", "set journal_mode=WAL");
+  if (!set_mode.ok()) {
+    if ((sqlite3_errcode(db.handle()) & 0xff) == SQLITE_BUSY) {
+      return Status::IoError(db.path() +
+                             ": the run store is in use by another process (it holds the store "
+                             "while open); wait for it to finish or use another store file");
+    }
+    return set_mode.status();
   }
+  const std::string mode = *set_mode;
   BRAID_RETURN_IF_ERROR(db.Exec(
       sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL", "set synchronous"));
   BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA foreign_keys = ON", "enable foreign keys"));
@@ -416,6 +429,20 @@ Status Configure(SqliteDb& db, bool sync_full) {
     return Status::Unsupported(db.path() + ": this SQLite build cannot enforce foreign keys");
   }
   return Status::Ok();
+}
+
+// PRAGMA quick_check: the b-tree structure of every table and index (not
+// that indexes match their tables, which integrity_check adds at several times
+// the cost). A damaged store is refused rather than appended to: a resume
+// could replay garbage, and writing into a damaged b-tree can spread the
+// damage. Nothing is written before this check, so the file stays as it was
+// for recovery (sqlite3's .recover).
+Status CheckIntegrity(SqliteDb& db) {
+  BRAID_ASSIGN_OR_RETURN(std::string result, db.QueryText("PRAGMA quick_check", "quick_check"));
+  if (result == "ok") return Status::Ok();
+  return Status::Corruption(db.path() + ": the run store is damaged (quick_check: " + result +
+                            "); it was left as it is: move it aside to start a new one, or "
+                            "recover its contents with sqlite3's .recover");
 }
 
 }  // namespace
@@ -430,6 +457,7 @@ Result<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path,
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db,
                          SqliteDb::Open(path, options.busy_timeout_ms));
   BRAID_RETURN_IF_ERROR(Configure(*db, options.sync_full));
+  BRAID_RETURN_IF_ERROR(CheckIntegrity(*db));
   BRAID_RETURN_IF_ERROR(MigrateRunStore(*db));
   std::function<double()> clock = options.clock ? options.clock : SystemClock;
   return std::unique_ptr<RunStore>(new SqliteRunStore(std::move(db), std::move(clock)));
