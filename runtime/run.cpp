@@ -10,11 +10,12 @@
 namespace braid::rt {
 
 RunImpl::RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options,
-                 bool resumed)
+                 bool resumed, std::string resume_warning)
     : ctx_(std::move(ctx)),
       id_(std::move(id)),
       options_(std::move(options)),
       resumed_(resumed),
+      resume_warning_(std::move(resume_warning)),
       t0_(Clock::now()),
       inbox_(std::make_shared<Inbox>()) {
   inbox_->wake = ctx_->wake;

@@ -20,10 +20,12 @@ namespace braid::rt {
 
 class RunImpl final : public Run, public Pumpable {
  public:
-  RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options, bool resumed);
+  RunImpl(std::shared_ptr<RuntimeContext> ctx, std::string id, RunOptions options, bool resumed,
+          std::string resume_warning = "");
   ~RunImpl() override;
 
   const std::string& id() const override { return id_; }
+  std::string resume_warning() const override { return resume_warning_; }
   Result<std::map<std::string, VarId>> Call(const SemanticFunction& fn,
                                             const std::map<std::string, Arg>& args,
                                             const CallKey& key) override;
@@ -127,6 +129,7 @@ class RunImpl final : public Run, public Pumpable {
   const std::string id_;
   const RunOptions options_;
   const bool resumed_;
+  const std::string resume_warning_;
   const Clock::time_point t0_;
   std::shared_ptr<Inbox> inbox_;
 

@@ -1,5 +1,6 @@
 // Runtime: engines, the optional store and the dispatcher thread; StartRun
 // creates or resumes runs.
+#include <cstdio>
 #include <random>
 
 #include "run_impl.h"
@@ -23,6 +24,57 @@ std::string NewRunId() {
   return std::string("run-") + stamp + "-" + suffix;
 }
 
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string ArgList(const std::vector<std::string>& args) {
+  std::string out = "[";
+  for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + Quote(args[i]);
+  return out + "]";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Whether `options` may resume the stored run: the same program and the same
+// arguments, else the calls of one program would be recorded into another's
+// run. Returns a warning (not an error) when only the source changed: fixing a
+// script and resuming it is what resume is for, and calls whose key still
+// matches replay their record.
+Result<std::string> CheckResume(const StoredRun& stored, const RunOptions& options) {
+  const std::string head = "cannot resume run " + Quote(stored.id) + ": ";
+  // Runs recorded before schema version 2 have no hash, and their program is
+  // the path as typed then (relative to an unknown directory): only the
+  // arguments can be compared.
+  const bool legacy = stored.program_hash.empty();
+  if (!legacy && stored.program != options.program)
+    return Status::InvalidArgument(
+        head + "it ran program " + Quote(stored.program) + " (source " + stored.program_hash +
+        "), not " + Quote(options.program) +
+        (options.program_hash.empty() ? "" : " (source " + options.program_hash + ")"));
+  if (stored.args != options.args)
+    return Status::InvalidArgument(head + "it ran with arguments " + ArgList(stored.args) +
+                                   ", not " + ArgList(options.args));
+  if (!legacy && !options.program_hash.empty() && stored.program_hash != options.program_hash)
+    return "program " + Quote(options.program) + " changed since run " + Quote(stored.id) +
+           " was recorded (source " + stored.program_hash + ", now " + options.program_hash +
+           "); calls whose function and inputs are unchanged replay their recorded outputs";
+  return std::string();
+}
+
 class RuntimeImpl final : public Runtime {
  public:
   explicit RuntimeImpl(std::shared_ptr<RuntimeContext> ctx)
@@ -32,14 +84,18 @@ class RuntimeImpl final : public Runtime {
   Result<std::shared_ptr<Run>> StartRun(const RunOptions& options) override {
     std::string id;
     bool resumed = false;
+    std::string warning;
     if (!options.resume_id.empty()) {
       if (!ctx_->store)
         return Status::InvalidArgument("cannot resume run '" + options.resume_id + "': the runtime has no store (db_path)");
       auto run = ctx_->store->GetRun(options.resume_id);
       if (!run.ok()) return run.status();
+      BRAID_ASSIGN_OR_RETURN(warning, CheckResume(*run, options));
       id = options.resume_id;
       resumed = true;
       (void)ctx_->store->AppendEvent(id, "run_resumed", "{}");
+      if (!warning.empty())
+        (void)ctx_->store->AppendEvent(id, "program_changed", JsonString(warning));
     } else {
       id = NewRunId();
       if (ctx_->store) {
@@ -47,13 +103,14 @@ class RuntimeImpl final : public Runtime {
         r.id = id;
         r.program = options.program;
         r.args = options.args;
+        r.program_hash = options.program_hash;
         r.status = "running";
         r.created_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         BRAID_RETURN_IF_ERROR(ctx_->store->CreateRun(r));
         (void)ctx_->store->AppendEvent(id, "run_started", "{}");
       }
     }
-    auto run = std::make_shared<RunImpl>(ctx_, id, options, resumed);
+    auto run = std::make_shared<RunImpl>(ctx_, id, options, resumed, std::move(warning));
     dispatcher_->Add(run);
     return std::shared_ptr<Run>(run);
   }
@@ -64,6 +121,15 @@ class RuntimeImpl final : public Runtime {
 };
 
 }  // namespace
+
+std::string ProgramHash(std::string_view source) {
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a 64 offset basis
+  for (unsigned char c : source) h = (h ^ c) * 1099511628211ull;
+  char out[64];
+  std::snprintf(out, sizeof out, "fnv1a64:%016llx:%zu", static_cast<unsigned long long>(h),
+                source.size());
+  return out;
+}
 
 Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
   if (options.engines.empty()) return Status::InvalidArgument("the runtime needs at least one engine");

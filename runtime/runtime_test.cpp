@@ -384,6 +384,72 @@ TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
   CHECK(fx.rt->StartRun(o).status().code() == StatusCode::kNotFound);
 }
 
+TEST_CASE("run: a resume must name the stored program and arguments; an edited source warns") {
+  Fixture fx(/*with_store=*/true);
+  RunOptions first;
+  first.program = "/apps/a/app.lua";
+  first.program_hash = ProgramHash("return 1");
+  first.args = {"x", "y"};
+  const std::string id = fx.Start(first)->id();
+  auto stored = fx.store->GetRun(id);
+  REQUIRE(stored.ok());
+  CHECK(stored->program_hash == first.program_hash);
+
+  RunOptions o = first;
+  o.resume_id = id;
+  SUBCASE("the same program and arguments resume without a warning") {
+    CHECK(fx.Start(o)->resume_warning().empty());
+  }
+  SUBCASE("another program is refused, naming both paths and sources") {
+    o.program = "/apps/b/app.lua";
+    o.program_hash = ProgramHash("return 2");
+    auto r = fx.rt->StartRun(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message() ==
+          "cannot resume run '" + id + "': it ran program '/apps/a/app.lua' (source " +
+              first.program_hash + "), not '/apps/b/app.lua' (source " + o.program_hash + ")");
+  }
+  SUBCASE("other arguments are refused, naming both lists") {
+    o.args = {"x"};
+    auto r = fx.rt->StartRun(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message() ==
+          "cannot resume run '" + id + "': it ran with arguments ['x', 'y'], not ['x']");
+    o.args = {};
+    CHECK(fx.rt->StartRun(o).status().message().find("not []") != std::string::npos);
+  }
+  SUBCASE("an edited source of the same program resumes with a warning naming both hashes") {
+    o.program_hash = ProgramHash("return 1 -- fixed");
+    auto run = fx.Start(o);
+    const std::string w = run->resume_warning();
+    CHECK(w.find("'/apps/a/app.lua' changed since run '" + id + "'") != std::string::npos);
+    CHECK(w.find(first.program_hash) != std::string::npos);
+    CHECK(w.find(o.program_hash) != std::string::npos);
+    bool logged = false;
+    for (const auto& e : fx.store->events(id)) logged |= e.rfind("program_changed", 0) == 0;
+    CHECK(logged);
+  }
+  SUBCASE("a run recorded without a hash (schema 1) is checked on its arguments only") {
+    StoredRun legacy;
+    legacy.id = "legacy";
+    legacy.program = "app.lua";  // as typed then, relative to an unknown directory
+    legacy.args = {"x", "y"};
+    REQUIRE(fx.store->CreateRun(legacy).ok());
+    o.resume_id = "legacy";
+    CHECK(fx.Start(o)->resume_warning().empty());
+    o.args = {"z"};
+    CHECK(fx.rt->StartRun(o).status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("ProgramHash: a digest of the bytes and their length") {
+  CHECK(ProgramHash("") == "fnv1a64:cbf29ce484222325:0");
+  CHECK(ProgramHash("a") == "fnv1a64:af63dc4c8601ec8c:1");  // FNV-1a 64 test vector
+  CHECK(ProgramHash("return 1") != ProgramHash("return 2"));
+  CHECK(ProgramHash(std::string("a\0b", 3)) != ProgramHash("ab"));
+}
+
 TEST_CASE("run: cancel marks pending variables cancelled") {
   Fixture fx;
   auto run = fx.Start();

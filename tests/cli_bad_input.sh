@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The braid command on bad model files: each must fail with a non-zero exit
-# and one line on stderr that names the file and the problem.
+# The braid command on bad model files and bad option values: each must fail
+# with a non-zero exit and one line on stderr that names the file or the
+# option, the value and the problem (for numbers, the range).
 # Usage: cli_bad_input.sh BRAID_BINARY MODEL_PATH
 set -u
 braid=$1
@@ -48,6 +49,83 @@ expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus
 expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
 expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
+
+# Numbers: every numeric option of every subcommand refuses a value that
+# would wrap, a value out of its range, a non-number and (for reals) NaN and
+# infinities, naming the option, the value and the range.
+# range NAME OPTION VALUE LO HI ARGS...: runs braid ARGS... OPTION VALUE, then
+# the words in $after (braid run's script).
+after=()
+range() {
+  local name=$1 opt=$2 value=$3 lo=$4 hi=$5
+  shift 5
+  expect "$name" "^braid .*: option $opt: $value is out of range \\[$lo, $hi\\]\$" \
+    "$@" "$opt" "$value" "${after[@]}"
+}
+# generate / chat
+range gen_n_wraps -n 4294967296 1 1048576 generate -p hi
+range gen_n_zero -n 0 1 1048576 generate -p hi
+range gen_n_long -n 99999999999999999999 1 1048576 generate -p hi
+range gen_threads_wraps -t 4294967297 0 1024 generate -p hi
+range gen_threads_neg -t -1 0 1024 generate -p hi
+range gen_ctx_huge --ctx 2147483648 0 131072 generate -p hi
+range gen_top_k --top-k 4294967296 0 1048576 generate -p hi
+range gen_last_n --repeat-last-n -2 -1 1048576 generate -p hi
+range gen_temp --temp 101 0 100 generate -p hi
+range gen_top_p --top-p 1.5 0 1 generate -p hi
+range gen_min_p --min-p -0.1 0 1 generate -p hi
+range gen_repeat_penalty --repeat-penalty 1e9 0 100 generate -p hi
+range gen_freq --frequency-penalty 3 -2 2 generate -p hi
+range gen_presence --presence-penalty -3 -2 2 generate -p hi
+range chat_n -n 4294967296 1 1048576 chat -p hi
+expect gen_temp_nan "option --temp: nan is not a finite number" generate -p hi --temp nan
+expect gen_top_p_inf "option --top-p: inf is not a finite number" generate -p hi --top-p inf
+expect gen_n_text "option -n: '12x' is not an integer" generate -p hi -n 12x
+expect gen_n_empty "option -n: '' is not an integer" generate -p hi -n ""
+expect gen_seed_neg "option --seed: '-1' is not an unsigned integer" generate -p hi --seed -1
+expect gen_seed_wraps "option --seed: 18446744073709551616 is out of range" generate -p hi --seed 18446744073709551616
+expect gen_needs_value "option -n needs a value" generate -p hi -n
+# Files read by options: regular files only, of a bounded size.
+expect gen_file_dev "option -f: '/dev/zero' is not a regular file" generate -f /dev/zero
+expect gen_file_dir "option -f: '$tmp' is not a regular file" generate -f "$tmp"
+expect gen_file_missing "option -f: cannot open '$tmp/none.txt'" generate -f "$tmp/none.txt"
+truncate -s 16777217 "$tmp/big.txt"
+expect gen_file_big "option -f: '$tmp/big.txt' has 16777217 bytes, more than the limit of 16777216" generate -f "$tmp/big.txt"
+# bench
+range bench_p -p 4294967296 0 131064 bench
+range bench_n -n -1 0 131064 bench
+range bench_r -r 0 1 1000 bench
+range bench_threads -t 2000 0 1024 bench
+range bench_ctx --ctx 131073 0 131072 bench
+# bench --serve
+range serve_c -c 4294967297 1 4096 bench --serve
+range serve_c_zero -c 0 1 4096 bench --serve
+expect serve_c_item "option -c: 'x' is not an integer" bench --serve -c 1,x,4
+range serve_prompt --prompt-len 0 1 32768 bench --serve
+range serve_gen --gen-len 4294967296 1 32768 bench --serve
+range serve_shared --shared-prefix -1 0 32768 bench --serve
+range serve_batch --batch-tokens 257 1 256 bench --serve
+range serve_latency_tokens --latency-batch-tokens 300 0 256 bench --serve
+range serve_mix --latency-mix 1000 0 256 bench --serve
+range serve_reps -r 0 1 1000 bench --serve
+range serve_threads -t 4294967297 0 1024 bench --serve
+expect serve_kv "needs a context of .* and [0-9]+ KV tokens; the limits are 131072 and 4194304" bench --serve -c 4096 --prompt-len 32768
+# run (options before the script; the script is not read before they pass)
+echo 'return "x"' >"$tmp/app.lua"
+after=("$tmp/app.lua")
+range run_engines --engines 65 1 64 run --db none
+range run_kv --kv-tokens 4294967296 1 4194304 run --db none
+range run_max_running --max-running 0 1 4096 run --db none
+range run_rtt --rtt-ms -1 0 600000 run --db none
+range run_threads -t 4294967297 0 1024 run --db none
+range run_ctx --ctx 99999999 0 131072 run --db none
+range run_lua_mem_zero --lua-memory-mb 0 1 65536 run --db none
+range run_lua_mem_neg --lua-memory-mb -1 1 65536 run --db none
+range run_lua_seconds_neg --lua-seconds -1 0.001 86400 run --db none
+range run_lua_instr --lua-instructions -1 0 1000000000000000 run --db none
+expect run_lua_seconds_nan "option --lua-seconds: nan is not a finite number" run --db none --lua-seconds nan "$tmp/app.lua"
+expect run_resume_empty "option --resume: the run id is empty" run --db none --resume "" "$tmp/app.lua"
+expect run_script_dev "script: '/dev/zero' is not a regular file" run --db none /dev/zero
 
 if [ $fail != 0 ]; then echo "$fail failed"; exit 1; fi
 echo "all bad inputs refused cleanly"

@@ -49,6 +49,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
 
   r.finish_reason = "length";
   for (int i = 0; i < params.max_tokens; ++i) {
+    if (!Sampler::AllFinite(logits)) return Sampler::NonFiniteError(seq->position() - 1);
     const int32_t id = sampler.Sample(logits, history);
     const bool eog = !params.ignore_eos && model.IsEndOfGeneration(id);
     bool stop_token = false;

@@ -644,10 +644,27 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       // Prompt log-probabilities: the row at position p scores token p + 1.
       int row = first_row[item];
       const int from = LogitsFrom(it);
+      int non_finite_at = -1;  // the position of a row of NaN/Inf logits
       for (int p = from; p < it.start + it.n_tokens; ++p, ++row) {
         if (p + 1 >= it.seq->prompt_len || p + 1 < it.seq->logprobs_from) continue;
         std::span<const float> l(&logits_[static_cast<size_t>(row) * n_vocab], n_vocab);
-        r->SetPromptLogprob(p + 1, Logprobs(l, it.seq->tokens[p + 1], 0).logprob);
+        const float lp = Logprobs(l, it.seq->tokens[p + 1], 0).logprob;
+        // A non-finite logit makes the log-sum non-finite: one check per score.
+        if (!std::isfinite(lp) && non_finite_at < 0) non_finite_at = p;
+        r->SetPromptLogprob(p + 1, lp);
+      }
+      if (it.sample && non_finite_at < 0 &&
+          !Sampler::AllFinite(
+              std::span<const float>(&logits_[static_cast<size_t>(row - 1) * n_vocab], n_vocab)))
+        non_finite_at = it.start + it.n_tokens - 1;
+      if (non_finite_at >= 0) {
+        // The request fails (its caller sees finish_reason "error"); its KV
+        // is not offered to the prefix cache, since it came from the same
+        // broken numbers.
+        r->Finish("error", t1, Sampler::NonFiniteError(non_finite_at).message());
+        scheduler_.Remove(it.seq, /*insert=*/false);
+        ++finished;
+        continue;
       }
       if (!it.sample) continue;
       if (it.seq->max_tokens == 0) {  // scoring only

@@ -26,6 +26,14 @@ class Sampler {
   // Index of the largest logit (lowest index on ties).
   static int32_t Argmax(std::span<const float> logits);
 
+  // True when every logit is finite. A model whose weights hold NaN or Inf
+  // (or whose activations overflow) yields such rows, from which sampling
+  // would pick an arbitrary token; callers check the row they sample from,
+  // before any logits processor may set -inf on purpose.
+  static bool AllFinite(std::span<const float> logits);
+  // The error a request fails with when AllFinite is false.
+  static Status NonFiniteError(int64_t position);
+
  private:
   void ApplyPenalties(std::span<float> logits, std::span<const int32_t> history) const;
 

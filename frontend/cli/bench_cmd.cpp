@@ -20,10 +20,11 @@ namespace {
 
 const char* kBenchHelp =
     "usage: braid bench [-m MODEL] [-p 512] [-n 128] [-r 5] [-t THREADS] [--json FILE]\n"
-    "  -p N        prompt tokens per pp test (0 = skip)\n"
-    "  -n N        generated tokens per tg test (0 = skip)\n"
-    "  -r N        repetitions (default 5), after one warm-up\n"
-    "  -t N        threads (default: all cores)\n"
+    "  -p N        prompt tokens per pp test, 0..131064 (0 = skip; default 512)\n"
+    "  -n N        generated tokens per tg test, 0..131064 (0 = skip; default 128)\n"
+    "  -r N        repetitions, 1..1000 (default 5), after one warm-up\n"
+    "  -t N        threads, 0..1024 (default 0: all cores)\n"
+    "  --ctx N     context per sequence, 0..131072 (default: the larger of -p and -n, plus 8)\n"
     "  --exact     fp32 activations and KV cache\n"
     "  --precision split16|int8   fast-path activations (default split16)\n"
     "  --kv TYPE   KV cache: f16 (default), q8 (int8 + a scale per row, attention on\n"
@@ -34,13 +35,22 @@ const char* kBenchHelp =
     "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
     "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json FILE]\n"
     "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N] [--profile]\n"
+    "  -c LIST              concurrency levels, each 1..4096\n"
+    "  --prompt-len N       random prompt tokens per request, 1..32768\n"
+    "  --gen-len N          tokens generated per request, 1..32768\n"
+    "  --shared-prefix N    a prompt prefix all requests share, 0..32768\n"
+    "  --batch-tokens N     tokens per engine step, 1..256\n"
+    "  --latency-batch-tokens N  a latency-class step's tokens, 0..256 (0 = learned)\n"
+    "  -r, --reps N         1..1000 (default 1)\n"
+    "  each request's context (shared prefix + prompt + generated tokens) may be at most\n"
+    "  131072 tokens, and the largest level's requests together at most 4194304 KV tokens\n"
     "  concurrent requests through the serving engine: throughput, TTFT and\n"
     "  inter-token latency percentiles per concurrency level. Decode tok/s counts\n"
     "  the tokens that came while every request of the level was decoding. With\n"
     "  -r the levels take turns REPS times; per level the run with the median\n"
     "  decode rate is kept, and each level's ratio to the single request run just\n"
     "  before it is printed per repetition.\n"
-    "  --latency-mix N  instead: a latency-class request's inter-token time alone,\n"
+    "  --latency-mix N  0..256; instead: a latency-class request's inter-token time alone,\n"
     "              then beside N throughput-class requests, and their ratio; with\n"
     "              -r, REPS such pairs and the median ratio.\n"
     "  --profile   also time each stage of the decode-only forward passes per\n"
@@ -99,17 +109,15 @@ int BenchMain(const std::vector<std::string>& argv) {
   }
   if (args.Flag({"--serve"})) return ServeBenchMain(args);
   ModelOptions mo = ReadModelOptions(args);
-  int pp = static_cast<int>(args.Int({"-p", "--n-prompt"}, 512));
-  int tg = static_cast<int>(args.Int({"-n", "--n-gen"}, 128));
-  int reps = static_cast<int>(args.Int({"-r", "--repetitions"}, 5));
+  // Sizes up to the longest context a run may ask for (--ctx), repetitions
+  // up to a number that still ends the same day.
+  int pp = static_cast<int>(args.Int({"-p", "--n-prompt"}, 512, 0, kMaxContext - 8));
+  int tg = static_cast<int>(args.Int({"-n", "--n-gen"}, 128, 0, kMaxContext - 8));
+  int reps = static_cast<int>(args.Int({"-r", "--repetitions"}, 5, 1, 1000));
   bool no_bw = args.Flag({"--no-bw"});
   std::string json = args.Str({"--json"}, "");
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench: %s\n", e.c_str());
-    return 2;
-  }
-  if (pp < 0 || tg < 0 || reps < 1) {
-    std::fprintf(stderr, "braid bench: -p and -n must be >= 0 and -r >= 1\n");
     return 2;
   }
   if (mo.context == 0) mo.context = std::max(pp, tg) + 8;

@@ -13,27 +13,33 @@
 namespace braid::cli {
 namespace {
 
+// Tokens to generate, top-k and the penalty window: 1 Mi is more than any
+// context holds, and keeps every product of them far from int overflow.
+constexpr long long kMaxTokens = 1 << 20;
+
 const char* kGenerateHelp =
     "usage: braid generate [-m MODEL] -p TEXT [options]\n"
     "       braid chat [-m MODEL] [-p MESSAGE] [--system TEXT] [options]\n"
     "\n"
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
     "  -p, --prompt TEXT       prompt (generate) or a single message (chat; else interactive)\n"
-    "  -f, --file PATH         read the prompt from a file\n"
-    "  -n, --max-tokens N      tokens to generate (default 128)\n"
-    "      --temp T            temperature, 0 = greedy (default 0.8)\n"
-    "      --top-k K           (default 40)   --top-p P (0.95)   --min-p P (0.05)\n"
-    "      --repeat-penalty R  (default 1.0)  --repeat-last-n N (64)\n"
-    "      --frequency-penalty F  --presence-penalty P\n"
-    "      --seed S            sampling seed\n"
+    "  -f, --file PATH         read the prompt from a regular file of at most 16 MiB\n"
+    "  -n, --max-tokens N      tokens to generate, 1..1048576 (default 128)\n"
+    "      --temp T            temperature, 0..100, 0 = greedy (default 0.8)\n"
+    "      --top-k K           0..1048576, 0 = all (default 40)\n"
+    "      --top-p P           (0, 1] (default 0.95)   --min-p P  [0, 1] (default 0.05)\n"
+    "      --repeat-penalty R  (0, 100] (default 1.0)\n"
+    "      --repeat-last-n N   -1..1048576, -1 = the whole sequence (default 64)\n"
+    "      --frequency-penalty F  --presence-penalty P   [-2, 2] (default 0)\n"
+    "      --seed S            sampling seed, 0..2^64-1\n"
     "      --stop TEXT         stop string (repeatable)\n"
     "      --ignore-eos        keep going past end-of-generation tokens\n"
     "      --system TEXT       chat: the system message\n"
     "      --raw               generate: do not wrap the prompt in the chat template; the\n"
     "                          text of special tokens in it (<|im_start|>) becomes those\n"
     "                          tokens (else every prompt and message is plain text)\n"
-    "  -t, --threads N         CPU threads (default: all cores)\n"
-    "      --ctx N             context size per sequence\n"
+    "  -t, --threads N         CPU threads, 0..1024 (default 0: all cores)\n"
+    "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"
     "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
@@ -80,16 +86,17 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
   std::string prompt = args.Str({"-p", "--prompt"}, "");
   std::string file = args.Str({"-f", "--file"}, "");
   SamplingParams sp;
-  sp.max_tokens = static_cast<int>(args.Int({"-n", "--max-tokens"}, 128));
-  sp.temperature = static_cast<float>(args.Num({"--temp", "--temperature"}, sp.temperature));
-  sp.top_k = static_cast<int>(args.Int({"--top-k"}, sp.top_k));
-  sp.top_p = static_cast<float>(args.Num({"--top-p"}, sp.top_p));
-  sp.min_p = static_cast<float>(args.Num({"--min-p"}, sp.min_p));
-  sp.repetition_penalty = static_cast<float>(args.Num({"--repeat-penalty"}, 1.0));
-  sp.penalty_last_n = static_cast<int>(args.Int({"--repeat-last-n"}, 64));
-  sp.frequency_penalty = static_cast<float>(args.Num({"--frequency-penalty"}, 0.0));
-  sp.presence_penalty = static_cast<float>(args.Num({"--presence-penalty"}, 0.0));
-  sp.seed = static_cast<uint64_t>(args.Int({"--seed"}, static_cast<long>(sp.seed)));
+  sp.max_tokens = static_cast<int>(args.Int({"-n", "--max-tokens"}, 128, 1, kMaxTokens));
+  sp.temperature =
+      static_cast<float>(args.Num({"--temp", "--temperature"}, sp.temperature, 0.0, 100.0));
+  sp.top_k = static_cast<int>(args.Int({"--top-k"}, sp.top_k, 0, kMaxTokens));
+  sp.top_p = static_cast<float>(args.Num({"--top-p"}, sp.top_p, 0.0, 1.0));
+  sp.min_p = static_cast<float>(args.Num({"--min-p"}, sp.min_p, 0.0, 1.0));
+  sp.repetition_penalty = static_cast<float>(args.Num({"--repeat-penalty"}, 1.0, 0.0, 100.0));
+  sp.penalty_last_n = static_cast<int>(args.Int({"--repeat-last-n"}, 64, -1, kMaxTokens));
+  sp.frequency_penalty = static_cast<float>(args.Num({"--frequency-penalty"}, 0.0, -2.0, 2.0));
+  sp.presence_penalty = static_cast<float>(args.Num({"--presence-penalty"}, 0.0, -2.0, 2.0));
+  sp.seed = args.U64({"--seed"}, sp.seed);
   sp.stop = args.All({"--stop"});
   sp.ignore_eos = args.Flag({"--ignore-eos"});
   std::string system = args.Str({"--system"}, "");
@@ -103,9 +110,12 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     std::fprintf(stderr, "braid: %s\n", s.message().c_str());
     return 2;
   }
-  if (!file.empty() && !ReadFile(file, &prompt)) {
-    std::fprintf(stderr, "braid: cannot read prompt file '%s'\n", file.c_str());
-    return 2;
+  if (!file.empty()) {
+    if (Status s = ReadRegularFile(file, kMaxInputFileBytes, &prompt); !s.ok()) {
+      std::fprintf(stderr, "braid %s: option -f: %s\n", chat ? "chat" : "generate",
+                   s.message().c_str());
+      return 2;
+    }
   }
   if (!chat && prompt.empty()) {
     std::fprintf(stderr, "braid generate: give a prompt with -p TEXT or -f FILE\n");

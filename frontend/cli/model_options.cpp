@@ -19,8 +19,8 @@ std::string DefaultModel() {
 ModelOptions ReadModelOptions(Args& args) {
   ModelOptions o;
   o.path = args.Str({"-m", "--model"}, DefaultModel());
-  o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0));
-  o.context = static_cast<int>(args.Int({"--ctx"}, 0));
+  o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0, 0, kMaxThreads));
+  o.context = static_cast<int>(args.Int({"--ctx"}, 0, 0, kMaxContext));
   o.exact = args.Flag({"--exact"});
   const std::string p = args.Str({"--precision"}, "split16");
   if (p == "int8") {

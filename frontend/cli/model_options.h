@@ -8,6 +8,12 @@
 
 namespace braid::cli {
 
+// Bounds of the shared numeric options (the engine's own limit for threads;
+// a context of 128 Ki tokens is the longest that common models are trained
+// for, and already gigabytes of KV cache per sequence).
+inline constexpr long long kMaxThreads = 1024;
+inline constexpr long long kMaxContext = 131072;
+
 // -m/--model (default: the bundled model), -t/--threads, --ctx, --exact,
 // --precision split16|int8, --kv f16|f32|q8.
 ModelOptions ReadModelOptions(Args& args);

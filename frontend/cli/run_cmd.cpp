@@ -38,25 +38,34 @@ const char* kRunHelp =
     "tables as JSON), the live view and braid.log lines to stderr.\n"
     "\n"
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
-    "  -t, --threads N         CPU threads in all (default: all cores), split between engines\n"
-    "      --ctx N             context size per sequence\n"
+    "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
+    "                          between engines\n"
+    "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --precision P       activations: split16 (default, most accurate) or int8 (faster batches)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
-    "      --engines N         embedded engines on the same model (default 1)\n"
-    "      --max-running N     sequences an engine decodes together (default 64; small = latency-tuned)\n"
-    "      --kv-tokens N       KV cache tokens per engine (default 16384)\n"
+    "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
+    "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
+    "                          small = latency-tuned)\n"
+    "      --kv-tokens N       KV cache tokens per engine, 1..4194304 (default 16384)\n"
     "      --mode M            dag (default): goals, task groups, prefix sharing;\n"
     "                          baseline: one blocking FCFS request per call, one at a time;\n"
     "                          baseline-async: one FCFS request per call, sent when its inputs are ready\n"
-    "      --rtt-ms N          added client round trip per call (baseline comparisons)\n"
+    "      --rtt-ms N          added client round trip per call, 0..600000 (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
     "      --json              print {run_id, result, nodes: [...]} as JSON\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
     "  -q, --quiet             no live view or progress lines\n"
-    "      --lua-memory-mb N   Lua memory cap (default 256)\n"
-    "      --lua-seconds S     Lua running time cap, not counting waits for the model (default 10)\n"
-    "      --lua-instructions N  Lua instruction cap (default: none)\n";
+    "      --lua-memory-mb N   Lua memory cap, 1..65536 (default 256)\n"
+    "      --lua-seconds S     Lua running time cap, 0.001..86400 (default 10), not counting\n"
+    "                          waits for the model\n"
+    "      --lua-instructions N  Lua instruction cap, 0..10^15 (default 0: none)\n"
+    "\n"
+    "The script must be a regular file of at most 16 MiB.\n";
+
+// Bounds of the options that size memory or limits (see the help text).
+constexpr long long kMaxKvTokens = 4LL << 20;
+constexpr long long kMaxLuaInstructions = 1000000000000000LL;
 
 // Options that take a value (everything before the script is ours).
 const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--kv", "--engines",
@@ -182,43 +191,39 @@ int RunMain(const std::vector<std::string>& argv) {
   std::vector<std::string> app_args(argv.begin() + script_at + 1, argv.end());
 
   ModelOptions mo = ReadModelOptions(args);
-  int engines_n = static_cast<int>(args.Int({"--engines"}, 1));
-  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 16384));
-  int max_running = static_cast<int>(args.Int({"--max-running"}, 64));
+  int engines_n = static_cast<int>(args.Int({"--engines"}, 1, 1, 64));
+  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 16384, 1, kMaxKvTokens));
+  int max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
   std::string mode = args.Str({"--mode"}, "dag");
-  int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0));
+  int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0, 0, 600000));
   std::string graph = args.Str({"--graph"}, "");
   bool json = args.Flag({"--json"});
   std::string db = args.Str({"--db"}, DefaultDb());
+  // Absent and empty differ: `--resume ""` (an unset variable in a script)
+  // must not quietly start a fresh run.
+  const bool resuming = args.Has({"--resume"});
   std::string resume = args.Str({"--resume"}, "");
+  if (resuming && resume.empty()) args.Fail("option --resume: the run id is empty");
   bool quiet = args.Flag({"-q", "--quiet"});
   lua::DriverOptions dopts;
-  dopts.limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256)) << 20;
-  dopts.limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0);
-  dopts.limits.max_instructions = static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0));
+  // The Lua limits have no "off" value here: 0, negative or NaN would lift a
+  // cap of the sandbox without saying so.
+  dopts.limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536))
+                              << 20;
+  dopts.limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
+  dopts.limits.max_instructions =
+      static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0, 0, kMaxLuaInstructions));
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid run: %s\n", e.c_str());
-    return 2;
-  }
-  if (max_running < 1 || max_running > 4096) {
-    std::fprintf(stderr, "braid run: --max-running must be between 1 and 4096\n");
-    return 2;
-  }
-  if (engines_n < 1 || engines_n > 64) {
-    std::fprintf(stderr, "braid run: --engines must be between 1 and 64\n");
     return 2;
   }
   if (mode != "dag" && mode != "baseline" && mode != "baseline-async") {
     std::fprintf(stderr, "braid run: --mode must be dag, baseline or baseline-async, got '%s'\n", mode.c_str());
     return 2;
   }
-  if (rtt_ms < 0) {
-    std::fprintf(stderr, "braid run: --rtt-ms must be >= 0\n");
-    return 2;
-  }
   std::string source;
-  if (!ReadFile(script, &source)) {
-    std::fprintf(stderr, "braid run: cannot read script '%s'\n", script.c_str());
+  if (Status s = ReadRegularFile(script, kMaxInputFileBytes, &source); !s.ok()) {
+    std::fprintf(stderr, "braid run: script: %s\n", s.message().c_str());
     return 2;
   }
   if (db == "none") db.clear();
@@ -262,7 +267,12 @@ int RunMain(const std::vector<std::string>& argv) {
     return 1;
   }
   rt::RunOptions runo;
-  runo.program = script;
+  // The absolute path, so that a resume from another directory (or through
+  // another relative path) names the same program.
+  std::error_code path_ec;
+  std::filesystem::path absolute = std::filesystem::weakly_canonical(script, path_ec);
+  runo.program = path_ec ? script : absolute.string();
+  runo.program_hash = rt::ProgramHash(source);
   runo.args = app_args;
   runo.mode = mode == "baseline"         ? rt::Mode::kBaseline
               : mode == "baseline-async" ? rt::Mode::kBaselineAsync
@@ -275,6 +285,8 @@ int RunMain(const std::vector<std::string>& argv) {
     return 1;
   }
   std::shared_ptr<rt::Run> run = *started;
+  if (const std::string w = run->resume_warning(); !w.empty())
+    std::fprintf(stderr, "braid run: warning: %s\n", w.c_str());
   if (!db.empty() && !quiet)
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
                  resume.empty() ? "" : ", resumed", db.c_str());

@@ -21,6 +21,14 @@
 namespace braid::cli {
 namespace {
 
+// Bounds of the sizes (documented in `braid bench --help`): concurrency up to
+// the engine's largest batch of sequences; each request's parts up to 32 Ki
+// tokens; and the KV cache of the largest level, which every request of it
+// needs at once, up to 4 Mi tokens (as braid run's --kv-tokens).
+constexpr int kMaxConcurrency = 4096;
+constexpr long long kMaxRequestTokens = 32768;
+constexpr long long kMaxKvTokens = 4LL << 20;
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -29,13 +37,24 @@ double Percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - lo);
 }
 
-std::vector<int> ParseList(const std::string& s) {
+// A comma-separated list of integers, each in [lo, hi]; a bad element is
+// recorded on `args` (naming the option) and left out.
+std::vector<int> ParseList(Args& args, const std::string& option, const std::string& s, int lo,
+                           int hi) {
   std::vector<int> out;
   size_t i = 0;
-  while (i < s.size()) {
+  while (i <= s.size()) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
-    out.push_back(std::atoi(s.substr(i, j - i).c_str()));
+    // One element at a time through Args, for the same checks and messages.
+    const std::string item = s.substr(i, j - i);
+    Args one({option, item});
+    const long long v = one.Int({option.c_str()}, lo - 1LL, lo, hi);
+    if (std::string e = one.Error(); !e.empty()) {
+      args.Fail(e);
+    } else {
+      out.push_back(static_cast<int>(v));
+    }
     i = j + 1;
   }
   return out;
@@ -228,31 +247,44 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
 
 int ServeBenchMain(Args& args) {
   ModelOptions mo = ReadModelOptions(args);
-  std::vector<int> levels = ParseList(args.Str({"-c", "--concurrency"}, "1,4,16,64"));
-  const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256));
-  const int gen_len = static_cast<int>(args.Int({"--gen-len"}, 128));
-  const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0));
-  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256));
+  const std::string level_list = args.Str({"-c", "--concurrency"}, "1,4,16,64");
+  std::vector<int> levels = ParseList(args, "-c", level_list, 1, kMaxConcurrency);
+  const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256, 1, kMaxRequestTokens));
+  const int gen_len = static_cast<int>(args.Int({"--gen-len"}, 128, 1, kMaxRequestTokens));
+  const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0, 0, kMaxRequestTokens));
+  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256, 1, 256));
   std::string json = args.Str({"--json"}, "");
-  const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0));
-  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0));
-  const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1));
+  const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0, 0, 256));
+  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 256));
+  const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
   }
-  if (levels.empty() || prompt_len < 1 || gen_len < 1 || shared < 0 || reps < 1) {
-    std::fprintf(stderr, "braid bench --serve: bad sizes\n");
+  if (levels.empty()) {
+    std::fprintf(stderr, "braid bench --serve: option -c: no concurrency levels\n");
     return 2;
   }
-  const int max_c = *std::max_element(levels.begin(), levels.end());
+  // The KV cache every request of the largest level needs at once, in 64
+  // bits (the bounds above keep it well inside them, not inside an int).
+  const long long max_c = *std::max_element(levels.begin(), levels.end());
+  const long long context = shared + prompt_len + gen_len * (latency_mix > 0 ? 4LL : 1LL) + 16;
+  const long long kv_tokens = std::max(max_c, latency_mix + 2LL) * (context + 32) + 1024;
+  if (context > kMaxContext || kv_tokens > kMaxKvTokens) {
+    std::fprintf(stderr,
+                 "braid bench --serve: -c %lld with --shared-prefix %d, --prompt-len %d and "
+                 "--gen-len %d needs a context of %lld and %lld KV tokens; the limits are %lld "
+                 "and %lld\n",
+                 max_c, shared, prompt_len, gen_len, context, kv_tokens, kMaxContext, kMaxKvTokens);
+    return 2;
+  }
   EngineOptions eo;
   eo.model = mo;
   eo.model.profile_stages = profile;
-  eo.model.context = shared + prompt_len + gen_len * (latency_mix > 0 ? 4 : 1) + 16;
-  eo.kv_tokens = std::max(max_c, latency_mix + 2) * (eo.model.context + 32) + 1024;
-  eo.max_running = std::max(max_c, 1);
+  eo.model.context = static_cast<int>(context);
+  eo.kv_tokens = static_cast<int>(kv_tokens);
+  eo.max_running = static_cast<int>(max_c);
   eo.max_batch_tokens = batch_tokens;
   eo.policy = latency_mix > 0 ? "priority" : "fcfs";
   eo.latency_batch_tokens = latency_tokens;
@@ -287,7 +319,6 @@ int ServeBenchMain(Args& args) {
   // Every level `reps` times, the levels taking turns (so that a slow spell of
   // a shared host falls on all of them); per level the run with the median
   // decode rate is kept.
-  std::erase_if(levels, [](int c) { return c < 1; });
   const int threads = engine.model().info().threads;
   std::vector<std::vector<LevelResult>> runs(levels.size());
   // With several repetitions, the host's state after each (whether the cores

@@ -145,8 +145,8 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt insert,
-        db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+        db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix, "
+                     "program_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
     BRAID_RETURN_IF_ERROR(insert.BindText(1, run.id));
     BRAID_RETURN_IF_ERROR(insert.BindText(2, run.program));
     BRAID_RETURN_IF_ERROR(insert.BindText(3, status));
@@ -154,6 +154,7 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
     // 0 means "now": callers normally let the store stamp the run.
     BRAID_RETURN_IF_ERROR(insert.BindDouble(5, run.created_unix != 0 ? run.created_unix : now));
     if (status != "running") BRAID_RETURN_IF_ERROR(insert.BindDouble(6, now));
+    BRAID_RETURN_IF_ERROR(insert.BindText(7, run.program_hash));
     BRAID_RETURN_IF_ERROR(insert.Run());
   }
   BRAID_ASSIGN_OR_RETURN(
@@ -176,7 +177,8 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt stmt,
-        db_->Prepare("SELECT program, status, error, created_unix FROM runs WHERE id = ?1"));
+        db_->Prepare("SELECT program, status, error, created_unix, program_hash FROM runs "
+                     "WHERE id = ?1"));
     BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
     BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
     if (!found) return Status::NotFound(db_->path() + ": run '" + id + "' not found");
@@ -185,6 +187,7 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
     run.status = stmt.ColumnText(1);
     run.error = stmt.ColumnText(2);
     run.created_unix = stmt.ColumnDouble(3);
+    run.program_hash = stmt.ColumnText(4);
   }
   BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(id));
   BRAID_RETURN_IF_ERROR(txn.Commit());
@@ -198,7 +201,8 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
   std::vector<StoredRun> runs;
   {
     BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
-                           db_->Prepare("SELECT id, program, status, error, created_unix FROM runs "
+                           db_->Prepare("SELECT id, program, status, error, created_unix, "
+                                        "program_hash FROM runs "
                                         "ORDER BY created_unix DESC, seq DESC LIMIT ?1"));
     // SQLite treats a negative LIMIT as no limit.
     BRAID_RETURN_IF_ERROR(stmt.BindInt64(1, limit > 0 ? limit : -1));
@@ -211,6 +215,7 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
       run.status = stmt.ColumnText(2);
       run.error = stmt.ColumnText(3);
       run.created_unix = stmt.ColumnDouble(4);
+      run.program_hash = stmt.ColumnText(5);
       runs.push_back(std::move(run));
     }
   }
@@ -395,14 +400,27 @@ Status SqliteRunStore::AppendEvent(const std::string& run_id, const std::string&
 // Applies the connection settings. journal_mode must be set outside a
 // transaction; it is also the first statement that reads the file, so a file
 // that is not a database fails here with SQLITE_NOTADB.
+//
+// locking_mode=EXCLUSIVE comes first: in WAL mode it makes SQLite keep the
+// WAL index in heap memory instead of a shared `-shm` file that every
+// connection mmaps. With a mapped -shm, anything that truncates that file
+// while the store is open (another program, a cleanup script) kills the
+// process with SIGBUS on its next access; there is nothing to catch. The cost
+// is that one process at a time holds the store, for as long as it is open
+// (a braid run: the whole run); another that opens it waits busy_timeout and
+// gets an IoError saying the store is in use.
 Status Configure(SqliteDb& db, bool sync_full) {
-  BRAID_ASSIGN_OR_RETURN(std::string mode,
-                         db.QueryText("PRAGMA journal_mode = WAL", "set journal_mode=WAL"));
-  // An in-memory database reports "memory" and has nothing to make durable.
-  if (mode != "wal" && mode != "memory") {
-    return Status::IoError(db.path() + ": set journal_mode=WAL: SQLite kept journal mode '" + mode +
-                           "'");
+  BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA locking_mode = EXCLUSIVE", "set locking_mode=EXCLUSIVE"));
+  Result<std::string> set_mode = db.QueryText("PRAGMA journal_mode = WAL", "set journal_mode=WAL");
+  if (!set_mode.ok()) {
+    if ((sqlite3_errcode(db.handle()) & 0xff) == SQLITE_BUSY) {
+      return Status::IoError(db.path() +
+                             ": the run store is in use by another process (it holds the store "
+                             "while open); wait for it to finish or use another store file");
+    }
+    return set_mode.status();
   }
+  const std::string mode = *set_mode;
   BRAID_RETURN_IF_ERROR(db.Exec(
       sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL", "set synchronous"));
   BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA foreign_keys = ON", "enable foreign keys"));
@@ -411,6 +429,20 @@ Status Configure(SqliteDb& db, bool sync_full) {
     return Status::Unsupported(db.path() + ": this SQLite build cannot enforce foreign keys");
   }
   return Status::Ok();
+}
+
+// PRAGMA quick_check: the b-tree structure of every table and index (not
+// that indexes match their tables, which integrity_check adds at several times
+// the cost). A damaged store is refused rather than appended to: a resume
+// could replay garbage, and writing into a damaged b-tree can spread the
+// damage. Nothing is written before this check, so the file stays as it was
+// for recovery (sqlite3's .recover).
+Status CheckIntegrity(SqliteDb& db) {
+  BRAID_ASSIGN_OR_RETURN(std::string result, db.QueryText("PRAGMA quick_check", "quick_check"));
+  if (result == "ok") return Status::Ok();
+  return Status::Corruption(db.path() + ": the run store is damaged (quick_check: " + result +
+                            "); it was left as it is: move it aside to start a new one, or "
+                            "recover its contents with sqlite3's .recover");
 }
 
 }  // namespace
@@ -425,6 +457,7 @@ Result<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path,
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db,
                          SqliteDb::Open(path, options.busy_timeout_ms));
   BRAID_RETURN_IF_ERROR(Configure(*db, options.sync_full));
+  BRAID_RETURN_IF_ERROR(CheckIntegrity(*db));
   BRAID_RETURN_IF_ERROR(MigrateRunStore(*db));
   std::function<double()> clock = options.clock ? options.clock : SystemClock;
   return std::unique_ptr<RunStore>(new SqliteRunStore(std::move(db), std::move(clock)));

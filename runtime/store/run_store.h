@@ -25,6 +25,9 @@ struct StoredRun {
   std::string status;        // "running", "done", "failed"
   std::string error;
   double created_unix = 0;
+  // A digest of the program's source (rt::ProgramHash) when the run was
+  // created; empty for runs recorded before schema version 2.
+  std::string program_hash;
 };
 
 // A finished call, found again on resume by its key.

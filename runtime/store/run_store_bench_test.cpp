@@ -34,7 +34,7 @@ Timing Measure(const std::string& path, bool sync_full) {
   options.sync_full = sync_full;
   Result<std::unique_ptr<RunStore>> store = OpenSqliteRunStore(path, options);
   REQUIRE_MESSAGE(store.ok(), store.status().ToString());
-  REQUIRE((*store)->CreateRun(StoredRun{"bench", "bench.lua", {}, "running", "", 0}).ok());
+  REQUIRE((*store)->CreateRun(StoredRun{"bench", "bench.lua", {}, "running", "", 0, ""}).ok());
   std::vector<double> us;
   us.reserve(kCalls);
   for (int i = 0; i < kCalls; ++i) {

@@ -82,8 +82,16 @@ CREATE TABLE events (
 CREATE INDEX events_by_run ON events (run_id, seq);
 )sql";
 
+// Version 2: runs.program_hash, a digest of the program's source, so that a
+// resume can tell an edited program from the one that made the record. Runs
+// recorded before have '' (unknown).
+constexpr char kSchemaV2[] = R"sql(
+ALTER TABLE runs ADD COLUMN program_hash TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
+    {2, kSchemaV2},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kRunStoreSchemaVersion,
               "one migration per schema version");

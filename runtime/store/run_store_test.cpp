@@ -4,9 +4,13 @@
 #include "store/run_store.h"
 
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -34,6 +38,7 @@ StoredRun MakeRun(const std::string& id, double created = 0) {
   run.args = {"--in", "sample.txt", ""};
   run.status = "running";
   run.created_unix = created;
+  run.program_hash = "fnv1a64:0123456789abcdef:42";
   return run;
 }
 
@@ -58,6 +63,7 @@ void RoundTrip(RunStore& store) {
   CHECK(got->status == "running");
   CHECK(got->error.empty());
   CHECK(got->created_unix == doctest::Approx(1700000000.5));
+  CHECK(got->program_hash == run.program_hash);
 
   StoredCall a = MakeCall("main#0#summarize#abc", "first");
   StoredCall b = MakeCall("main#1#summarize#def", "second");
@@ -122,33 +128,64 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
     RoundTrip(**store);
   }
   CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
-  CHECK(RawQuery(path, "PRAGMA user_version") == "1");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
 
-  std::unique_ptr<RunStore> store = MustOpen(path);
-  Result<StoredRun> run = store->GetRun("r1");
-  REQUIRE(run.ok());
-  CHECK(run->status == "failed");
-  CHECK(run->error == "engine out of memory");
-  CHECK(run->args == MakeRun("r1").args);
-  Result<std::vector<StoredCall>> calls = store->Calls("r1");
-  REQUIRE(calls.ok());
-  REQUIRE(calls->size() == 3);
-  CHECK((*calls)[0].outputs == MakeCall("x", "first").outputs);
-  CHECK((*calls)[1].outputs == MakeCall("x", "second").outputs);
-  Result<std::optional<std::string>> value = store->FindValue("r1", "os.time#0");
-  REQUIRE(value.ok());
-  CHECK(value->value_or("") == "1700000001");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    Result<StoredRun> run = store->GetRun("r1");
+    REQUIRE(run.ok());
+    CHECK(run->status == "failed");
+    CHECK(run->error == "engine out of memory");
+    CHECK(run->args == MakeRun("r1").args);
+    Result<std::vector<StoredCall>> calls = store->Calls("r1");
+    REQUIRE(calls.ok());
+    REQUIRE(calls->size() == 3);
+    CHECK((*calls)[0].outputs == MakeCall("x", "first").outputs);
+    CHECK((*calls)[1].outputs == MakeCall("x", "second").outputs);
+    Result<std::optional<std::string>> value = store->FindValue("r1", "os.time#0");
+    REQUIRE(value.ok());
+    CHECK(value->value_or("") == "1700000001");
+  }
+  // Its own connection, after the store closed (an open store holds the file).
   CHECK(RawQuery(path,
                  "SELECT group_concat(kind, ',') FROM "
                  "(SELECT kind FROM events WHERE run_id = 'r1' ORDER BY seq)") ==
         "run_started,node_finished");
+  std::unique_ptr<RunStore> store = MustOpen(path);
   // Recording continues after a reopen, after the calls already there.
   REQUIRE(store->RecordCall("r1", MakeCall("main#3#summarize#ghi", "fourth")).ok());
-  calls = store->Calls("r1");
+  Result<std::vector<StoredCall>> calls = store->Calls("r1");
   REQUIRE(calls.ok());
   REQUIRE(calls->size() == 4);
   CHECK(calls->back().key == "main#3#summarize#ghi");
+}
+
+TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty program_hash") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("v1.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("old")).ok());
+    REQUIRE(store->RecordCall("old", MakeCall("main#0#f#h", "kept")).ok());
+  }
+  // Back to what version 1 wrote.
+  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN program_hash; PRAGMA user_version = 1") ==
+          "ok");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  Result<StoredRun> old = store->GetRun("old");
+  REQUIRE(old.ok());
+  CHECK(old->program == MakeRun("old").program);
+  CHECK(old->program_hash.empty());
+  Result<std::vector<StoredCall>> calls = store->Calls("old");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->front().outputs == MakeCall("x", "kept").outputs);
+  REQUIRE(store->CreateRun(MakeRun("new")).ok());
+  CHECK(store->GetRun("new")->program_hash == MakeRun("new").program_hash);
+  store.reset();
+  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
 }
 
 TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {
@@ -222,6 +259,7 @@ TEST_CASE("RunStore: every run-scoped method reports NotFound for an unknown run
   check_not_found(store->RecordValue("ghost", "k", "v"), "RecordValue");
   check_not_found(store->FindValue("ghost", "k").status(), "FindValue");
   check_not_found(store->AppendEvent("ghost", "run_started", ""), "AppendEvent");
+  store.reset();  // the store holds the file while open
   // Nothing was written for the unknown run.
   CHECK(RawQuery(path,
                  "SELECT (SELECT count(*) FROM calls) + (SELECT count(*) FROM host_values)"
@@ -305,14 +343,27 @@ TEST_CASE("RunStore keeps values byte for byte: NULs, invalid UTF-8, empty and l
   CHECK(value->value_or("") == large);
 }
 
-// Writers on one store (serialized by its mutex) and on two stores over the
-// same file (two connections: BEGIN IMMEDIATE + busy_timeout) all succeed.
-TEST_CASE("RunStore: concurrent writers from several threads and connections") {
+// Writers on one store from several threads (serialized by its mutex) all
+// succeed; a second store on the same file, while the first is open, is
+// refused with an error saying the store is in use (the first holds the file:
+// locking_mode=EXCLUSIVE), and opens once the first closed.
+TEST_CASE("RunStore: concurrent writers from several threads; one process holds the file") {
   TempDir dir;
   REQUIRE(dir.ok());
   const std::string path = dir.File("runs.db");
   std::unique_ptr<RunStore> first = MustOpen(path);
-  std::unique_ptr<RunStore> second = MustOpen(path);
+  SqliteRunStoreOptions quick;
+  quick.busy_timeout_ms = 50;
+  {
+    Result<std::unique_ptr<RunStore>> other = OpenSqliteRunStore(path, quick);
+    REQUIRE_FALSE(other.ok());
+    CHECK(other.status().code() == StatusCode::kIoError);
+    CHECK(other.status().message() ==
+          path +
+              ": the run store is in use by another process (it holds the store while open); "
+              "wait for it to finish or use another store file");
+  }
+  RunStore* second = first.get();
   REQUIRE(first->CreateRun(MakeRun("shared")).ok());
 
   constexpr int kThreads = 8;
@@ -355,6 +406,8 @@ TEST_CASE("RunStore: concurrent writers from several threads and connections") {
     REQUIRE(own.ok());
     CHECK(own->size() == kCallsPerThread);
   }
+  first.reset();
+  CHECK(MustOpen(path, quick)->GetRun("shared").ok());
   CHECK(RawQuery(path, "SELECT count(*) FROM events") ==
         std::to_string(kThreads * kCallsPerThread));
   // Ordinals within the shared run are 0..n-1 with no gaps or repeats.
@@ -362,6 +415,77 @@ TEST_CASE("RunStore: concurrent writers from several threads and connections") {
                  "SELECT count(DISTINCT ordinal) = count(*) AND min(ordinal) = 0 AND "
                  "max(ordinal) = count(*) - 1 FROM calls WHERE run_id = 'shared'") == "1");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
+}
+
+// The WAL index lives in the process's heap, not in a mmapped -shm file:
+// truncating a -shm file (what killed a writer with SIGBUS on its next
+// access) cannot touch the store. The writer runs in a child, so a SIGBUS
+// would show as its exit status rather than end the test binary.
+TEST_CASE("RunStore: no -shm file is mapped; truncating one mid-run is harmless") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  const std::string shm = path + "-shm";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+    if (!store.ok() || !(*store)->CreateRun(MakeRun("r")).ok()) _exit(10);
+    if (!(*store)->RecordCall("r", MakeCall("a", "before")).ok()) _exit(11);
+    if (std::filesystem::exists(shm)) _exit(12);
+    std::ofstream(shm, std::ios::binary) << std::string(65536, 'x');  // a stale one, then cut
+    if (truncate(shm.c_str(), 0) != 0) _exit(13);
+    for (int i = 0; i < 20; ++i)
+      if (!(*store)->RecordCall("r", MakeCall("b" + std::to_string(i), "after")).ok()) _exit(14);
+    _exit(0);
+  }
+  int wstatus = 0;
+  REQUIRE(waitpid(pid, &wstatus, 0) == pid);
+  REQUIRE_MESSAGE(WIFEXITED(wstatus), "child died of signal " << WTERMSIG(wstatus));
+  CHECK(WEXITSTATUS(wstatus) == 0);
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  Result<std::vector<StoredCall>> calls = store->Calls("r");
+  REQUIRE(calls.ok());
+  CHECK(calls->size() == 21);
+}
+
+// A store that fails PRAGMA quick_check is refused at Open with a Corruption
+// naming the path and the check's finding, and the file is left byte for
+// byte as it was (for recovery).
+TEST_CASE("RunStore: a store failing quick_check is refused and left untouched") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("damaged.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("r")).ok());
+    for (int i = 0; i < 200; ++i)
+      REQUIRE(
+          store->RecordCall("r", MakeCall("k" + std::to_string(i), std::string(300, 'v'))).ok());
+  }  // the last close checkpoints the WAL into the main file
+  auto read_all = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  std::string bytes = read_all();
+  REQUIRE(bytes.size() > 16 * 4096);
+  // One leaf page in the middle: its cell count (header bytes 3-4) made
+  // larger than the page can hold. Opening and reading page 1 still work.
+  const size_t page = (bytes.size() / 4096 / 2) * 4096;
+  REQUIRE(
+      (bytes[page] == 0x0d || bytes[page] == 0x0a || bytes[page] == 0x02 || bytes[page] == 0x05));
+  bytes[page + 3] = static_cast<char>(0x7f);
+  bytes[page + 4] = static_cast<char>(0xff);
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; }
+
+  Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == StatusCode::kCorruption);
+  CHECK(store.status().message().find(path + ": ") == 0);
+  CHECK(store.status().message().find("the run store is damaged (quick_check: ") !=
+        std::string::npos);
+  CHECK(read_all() == bytes);
+  CHECK_FALSE(std::filesystem::exists(path + "-wal"));
 }
 
 TEST_CASE("RunStore: a file of random bytes is reported as corrupt, naming the path") {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -138,7 +139,12 @@ enum class Mode {
 };
 
 struct RunOptions {
-  std::string program;            // e.g. the script path, for display and the store
+  // The program's identity: its path (the command line passes it absolute)
+  // and ProgramHash of its source. Stored with a new run; a resume must give
+  // the same program and args as the stored run (else InvalidArgument naming
+  // both), and a different hash is reported by Run::resume_warning().
+  std::string program;
+  std::string program_hash;
   std::vector<std::string> args;
   Mode mode = Mode::kDag;
   int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
@@ -148,6 +154,12 @@ struct RunOptions {
   // both sizes, instead of growing without bound.
   size_t max_value_bytes = size_t{64} << 20;
 };
+
+// A digest of a program's source for RunOptions::program_hash: FNV-1a 64 of
+// the bytes and their length, "fnv1a64:<16 hex digits>:<length>". It tells an
+// edited file from the one a run recorded; it is not meant to resist a
+// deliberately made collision.
+std::string ProgramHash(std::string_view source);
 
 // A call's identity for resume: stable across re-executions of the same program.
 struct CallKey {
@@ -159,6 +171,9 @@ class Run {
  public:
   virtual ~Run() = default;
   virtual const std::string& id() const = 0;
+  // Non-empty when this run resumes one recorded from a different source of
+  // the same program (RunOptions::program_hash differs): says what changed.
+  virtual std::string resume_warning() const { return ""; }
 
   // -- building (program thread) --
   // Adds a call of `fn` with every input bound; returns its outputs by name.
