@@ -54,7 +54,7 @@ Status RunImpl::CheckArg(const Arg& a, const std::string& what) const {
   return Status::Ok();
 }
 
-std::string RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
+const std::string& RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
 
 Result<std::vector<PromptPiece>> RunImpl::Render(const DagNode& n, int output,
                                                  const std::map<std::string, std::string>& values) const {
@@ -74,8 +74,7 @@ Result<std::vector<PromptPiece>> RunImpl::Render(const DagNode& n, int output,
     if (p.kind == SemanticFunction::Piece::Kind::kText) {
       ok = append(p.text, /*allow_special=*/true);
     } else if (p.kind == SemanticFunction::Piece::Kind::kInput) {
-      const Arg& a = n.args.at(p.text);
-      ok = append(a.var ? dag_.var(a.var).value : a.text, /*allow_special=*/false);
+      ok = append(ArgValue(n.args.at(p.text)), /*allow_special=*/false);
     } else {
       if (p.output >= output) break;
       auto it = values.find(p.text);

@@ -96,7 +96,7 @@ class RunImpl final : public Run, public Pumpable {
   bool dag_mode() const { return options_.mode == Mode::kDag; }
   Model& model() const { return ctx_->engines[0].engine->model(); }
   Status CheckArg(const Arg& a, const std::string& what) const;
-  std::string ArgValue(const Arg& a) const;
+  const std::string& ArgValue(const Arg& a) const;
   // The prompt of `output` of a call: template literals as allow_special
   // pieces, inputs and earlier outputs as plain pieces.
   Result<std::vector<PromptPiece>> Render(const DagNode& n, int output,

@@ -328,8 +328,7 @@ void RunImpl::RunJoin(NodeId n) {
   DagNode& node = dag_.node(n);
   size_t bytes = 0;
   for (size_t i = 0; i < node.parts.size(); ++i)
-    bytes += (i ? node.sep.size() : 0) + (node.parts[i].var ? dag_.var(node.parts[i].var).value.size()
-                                                            : node.parts[i].text.size());
+    bytes += (i ? node.sep.size() : 0) + ArgValue(node.parts[i]).size();
   if (bytes > options_.max_value_bytes) {
     FailNode(n, "join: the joined value would be " + std::to_string(bytes) + " bytes, more than the limit of " +
                     std::to_string(options_.max_value_bytes) + " (RunOptions::max_value_bytes)");
