@@ -135,6 +135,32 @@ TEST_CASE("interleaved weights: SIMD == reference bitwise, batch and range invar
   ForceScalarKernels(before);
 }
 
+TEST_CASE("interleaved Q8_0: weights of -128 (the extreme byte) stay exact") {
+  std::mt19937 rng(73);
+  const int64_t rows = 32, cols = 256;
+  std::vector<uint8_t> w = RandomWeights(rng, DType::kQ8_0, rows, cols);
+  const size_t rb = RowBytes(DType::kQ8_0, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b)
+      for (int i = (r + b) % 3; i < 32; i += 3) w[r * rb + b * 34 + 2 + i] = 0x80;  // qs = -128
+  const MatrixView mv{DType::kQ8_0, rows, cols, w.data(), rb};
+  const Packed packed = Pack(mv);
+  auto check = [&] {
+    for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
+      const DType at = ActivationType(DType::kQ8_0, p);
+      size_t xb;
+      const std::vector<uint8_t> x = RandomActivations(rng, at, 11, cols, &xb);
+      const std::vector<float> got = Run(packed.view, at, x, xb, 11, 0, rows);
+      std::vector<float> want(got.size(), -7.0f);
+      ref::MatMulInterleaved(DType::kQ8_0, packed.view.data, cols, at, x.data(), xb, 11, 0, rows, want.data(),
+                             rows + 5);
+      INFO("isa " << std::string(KernelIsa()) << " " << std::string(Info(at).name));
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+  };
+  testing::ForEachSimdTable(check);
+}
+
 TEST_CASE("interleaved weights: the layout keeps every row's bytes") {
   std::mt19937 rng(72);
   for (DType t : {DType::kQ4_1, DType::kQ8_0}) {

@@ -1,10 +1,15 @@
 #include "runner/llama_model.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "kernels/quant.h"
+#include "kernels/stream.h"
 
 namespace braid {
 namespace {
@@ -111,7 +116,83 @@ std::string DefaultSystemPrompt(const std::string& tmpl) {
   return text;
 }
 
+// Median seconds of `steps` single-token steps of `seq` (after `warm` untimed
+// ones), from position 0.
+double StepSeconds(Sequence& seq, int warm, int steps) {
+  seq.Truncate(0);
+  std::vector<double> ts;
+  std::vector<float> logits;
+  const int32_t id = 0;
+  for (int i = 0; i < warm + steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!seq.Eval(std::span<const int32_t>(&id, 1), &logits).ok()) return 0.0;
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    if (i >= warm) ts.push_back(dt.count());
+  }
+  std::nth_element(ts.begin(), ts.begin() + ts.size() / 2, ts.end());
+  return ts[ts.size() / 2];
+}
+
+// Measured choices of this process by (weight bytes per token, threads):
+// what decides between the variants is how the working set compares with the
+// caches the threads share.
+struct MeasuredStream {
+  kernels::StreamVariant choice;
+  std::string note;
+};
+std::mutex g_stream_mu;
+std::map<std::pair<uint64_t, int>, MeasuredStream> g_streams;
+
 }  // namespace
+
+// Sets the weight-streaming variant (kernels/stream.h) and says how it was
+// chosen: forced by the options or BRAID_STREAM, else measured on this model
+// (once per process for its size and thread count): two rounds, each 1 + 3 single-token steps under each
+// variant in turn, the lower median step time kept (the non-temporal variant
+// on a tie within 1%).
+Result<std::string> LlamaModel::ChooseStream(ModelOptions::Stream option) {
+  using kernels::StreamVariant;
+  if (option == ModelOptions::Stream::kAuto) {
+    if (const char* env = std::getenv("BRAID_STREAM"); env != nullptr && std::string(env) != "auto") {
+      StreamVariant v;
+      if (!kernels::ParseStreamVariant(env, &v))
+        return Status::InvalidArgument(std::string("BRAID_STREAM must be nt, t0 or auto, got '") + env +
+                                       "'");
+      kernels::SetStreamVariant(v);
+      return std::string(kernels::StreamVariantName(v)) + " (forced by BRAID_STREAM)";
+    }
+  } else {
+    const StreamVariant v =
+        option == ModelOptions::Stream::kTemporal ? StreamVariant::kTemporal : StreamVariant::kNonTemporal;
+    kernels::SetStreamVariant(v);
+    return std::string(kernels::StreamVariantName(v)) + " (forced)";
+  }
+  std::lock_guard<std::mutex> lock(g_stream_mu);
+  const auto key = std::make_pair(info_.bytes_per_token, info_.threads);
+  auto it = g_streams.find(key);
+  if (it == g_streams.end()) {
+    constexpr int kWarm = 1, kSteps = 3, kRounds = 2;
+    auto seq = NewSequence();
+    if (seq->capacity() < kWarm + kSteps) {
+      kernels::SetStreamVariant(StreamVariant::kNonTemporal);
+      return std::string("nt (default: the context is too short to time decode)");
+    }
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < kRounds; ++r)
+      for (int v = 0; v < 2; ++v) {
+        kernels::SetStreamVariant(static_cast<StreamVariant>(v));
+        best[v] = std::min(best[v], StepSeconds(*seq, kWarm, kSteps));
+      }
+    MeasuredStream m;
+    m.choice = best[1] < 0.99 * best[0] ? StreamVariant::kTemporal : StreamVariant::kNonTemporal;
+    char note[160];
+    std::snprintf(note, sizeof note, "measured: nt %.2f, t0 %.2f ms/token", 1e3 * best[0], 1e3 * best[1]);
+    m.note = note;
+    it = g_streams.emplace(key, std::move(m)).first;
+  }
+  kernels::SetStreamVariant(it->second.choice);
+  return std::string(kernels::StreamVariantName(it->second.choice)) + " (" + it->second.note + ")";
+}
 
 Result<std::unique_ptr<Model>> Model::Open(const ModelOptions& options) {
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> m, LlamaModel::Load(options));
@@ -209,6 +290,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
             : ChatFormat::kChatML;
     m->chat_format_ = DetectChatFormat(tmpl, fallback);
     if (m->chat_format_ == ChatFormat::kChatML) m->default_system_ = DefaultSystemPrompt(tmpl);
+  }
+  if (!options.exact) {
+    BRAID_ASSIGN_OR_RETURN(i.stream, m->ChooseStream(options.stream));
   }
   return m;
 }

@@ -41,6 +41,7 @@ class LlamaModel final : public Model {
   void StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages);
 
  private:
+  Result<std::string> ChooseStream(ModelOptions::Stream option);
   LlamaModel() = default;
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -11,6 +11,11 @@ double MeasureReadBandwidth(int threads) {
   return kernels::MeasureReadBandwidth(pool, size_t{512} << 20, 5);
 }
 
+double MeasureStreamBandwidth(int threads, uint64_t bytes) {
+  kernels::ThreadPool pool(threads < 1 ? 1 : threads);
+  return kernels::MeasureStreamBandwidth(pool, bytes, 5);
+}
+
 double MeasureInt8GemmPeak(int threads) {
   kernels::ThreadPool pool(threads < 1 ? 1 : threads);
   return kernels::MeasureInt8DotPeak(pool, 0.2, 3);

@@ -29,6 +29,8 @@ const char* kBenchHelp =
     "  --precision split16|int8   fast-path activations (default split16)\n"
     "  --kv TYPE   KV cache: f16 (default), q8 (int8 + a scale per row, attention on\n"
     "              integer dot products) or f32\n"
+    "  --stream S  weight prefetch: auto (default: both timed at load, the faster\n"
+    "              kept), nt (non-temporal) or t0 (ordinary); also BRAID_STREAM\n"
     "  --no-bw     skip the bandwidth probe\n"
     "  --json FILE also write the results as JSON\n"
     "\n"

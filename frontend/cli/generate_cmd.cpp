@@ -43,6 +43,7 @@ const char* kGenerateHelp =
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"
     "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
+    "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
     "  -v, --verbose           print model info and timings to stderr\n";
 
 // Streams generated text to stdout as it arrives.

@@ -36,6 +36,14 @@ ModelOptions ReadModelOptions(Args& args) {
   } else if (kv != "f16") {
     args.Fail("--kv must be f16, f32 or q8, not '" + kv + "'");
   }
+  const std::string st = args.Str({"--stream"}, "auto");
+  if (st == "nt") {
+    o.stream = ModelOptions::Stream::kNonTemporal;
+  } else if (st == "t0") {
+    o.stream = ModelOptions::Stream::kTemporal;
+  } else if (st != "auto") {
+    args.Fail("--stream must be auto, nt or t0, not '" + st + "'");
+  }
   return o;
 }
 
@@ -43,10 +51,11 @@ void PrintModelInfo(const ModelInfo& i) {
   std::fprintf(stderr,
                "model: %s\n  arch %s, %d layers, n_embd %d, heads %d/%d, vocab %d, context %d "
                "(trained %d)\n  %.1f M parameters, weights %.1f MB (%s)\n  kernels %s, %d "
-               "threads\n",
+               "threads\n%s%s%s",
                i.path.c_str(), i.arch.c_str(), i.n_layer, i.n_embd, i.n_head, i.n_head_kv,
                i.n_vocab, i.context, i.n_ctx_train, i.n_params / 1e6, i.weight_bytes / 1e6,
-               i.weight_types.c_str(), i.isa.c_str(), i.threads);
+               i.weight_types.c_str(), i.isa.c_str(), i.threads, i.stream.empty() ? "" : "  weight stream ",
+               i.stream.c_str(), i.stream.empty() ? "" : "\n");
 }
 
 }  // namespace braid::cli

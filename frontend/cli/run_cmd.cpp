@@ -43,6 +43,7 @@ const char* kRunHelp =
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --precision P       activations: split16 (default, most accurate) or int8 (faster batches)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
+    "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
     "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
     "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
     "                          small = latency-tuned)\n"
@@ -68,7 +69,7 @@ constexpr long long kMaxKvTokens = 4LL << 20;
 constexpr long long kMaxLuaInstructions = 1000000000000000LL;
 
 // Options that take a value (everything before the script is ours).
-const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--kv", "--engines",
+const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--kv", "--stream", "--engines",
                                              "--max-running",
                                              "--kv-tokens", "--mode", "--rtt-ms", "--graph", "--db",
                                              "--resume", "--lua-memory-mb", "--lua-seconds",

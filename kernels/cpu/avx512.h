@@ -11,21 +11,10 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <utility>
+
+#include "cpu/unroll.h"
 
 namespace braid::kernels::cpu {
-
-// f(integral_constant<int, i>) for i in [0, N): loop bodies with compile-time
-// indices, so that GCC keeps arrays of vectors in registers (with a runtime
-// index, even a constant-bound one, it keeps them in memory and reloads them
-// around every use). Bodies should be `__attribute__((always_inline))`
-// lambdas: large ones are otherwise left as calls.
-template <int N, typename F>
-__attribute__((always_inline)) inline void Unroll(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
-    (f(std::integral_constant<int, I>{}), ...);
-  }(std::make_integer_sequence<int, N>{});
-}
 
 // acc + dot(u, the 4 bytes at s broadcast to every lane): vpdpbusd, unsigned
 // bytes of u times signed bytes of s, with the broadcast read by the

@@ -89,6 +89,7 @@ KernelTable MakeAvx2() {
     FillAvx2Ops(&t);
     FillAvx2Quantize(&t);
     FillAvx2Attention(&t);
+    FillAvx2Gemm16(&t);
   }
   return t;
 }

@@ -25,78 +25,7 @@ namespace {
 
 constexpr int kMaxTokens = kGroupPassTokens;
 
-// The prepared activations of a batch of ntok tokens, in passes of
-// P = min(ntok, kMaxTokens) tokens, interleaved block by block within a pass,
-// so that a pass reads every operand of block b at a fixed offset from one
-// pointer per array (and two threads preparing different passes write
-// different cache lines):
-//   [plane 0: 32 int8 per entry][plane 1 (split 16-bit only): the same]
-//   [dx: a float per entry][aux: 4 bytes per entry]
-// entry (b, t) of each at index ((t / P) nb + b) P + t % P. Plane 0 holds q
-// (int8) or hi (split), plane 1 lo; aux is sx = dx * sum(q) as float (Q4_1
-// weights) or the int32 start of the block's dot (Q8_0 weights: -128 sum(q)
-// with int8, -sum(q16) with split, which makes the unsigned weights
-// u = w + 128 exact).
-struct Prepared {
-  int64_t nb;
-  int ntok;
-  bool split;
-  int Width() const { return std::min(ntok, kMaxTokens); }
-  size_t Slots() const { return static_cast<size_t>((ntok + Width() - 1) / Width()) * Width() * nb; }
-  size_t Plane(int j) const { return static_cast<size_t>(j) * Slots() * 32; }
-  size_t DxOff() const { return Plane(split ? 2 : 1); }
-  size_t AuxOff() const { return DxOff() + 4 * Slots(); }
-  size_t Entry(int64_t b, int t) const {
-    return (static_cast<size_t>(t / Width()) * nb + b) * Width() + t % Width();
-  }
-};
-
-template <bool kQ4, bool kSplit>
-void Prepare(int64_t n, const void* xq, uint8_t* ws, int t, int ntok) {
-  const Prepared p{n / kQK, ntok, kSplit};
-  auto* dx = reinterpret_cast<float*>(ws + p.DxOff());
-  auto* aux = ws + p.AuxOff();
-  for (int64_t b = 0; b < p.nb; ++b) {
-    const size_t e = p.Entry(b, t);
-    float d;
-    int32_t sum = 0;
-    if constexpr (kSplit) {
-      if constexpr (kQ4) {
-        const auto& x = static_cast<const BlockQ16_1*>(xq)[b];
-        d = x.d;
-        sum = x.sum;
-        std::memcpy(ws + p.Plane(0) + 32 * e, x.hi, kQK);
-        std::memcpy(ws + p.Plane(1) + 32 * e, x.lo, kQK);
-      } else {
-        const auto& x = static_cast<const BlockQ16_0*>(xq)[b];
-        d = x.d;
-        for (int i = 0; i < kQK; ++i) sum += Q16(x.hi, x.lo, i);
-        std::memcpy(ws + p.Plane(0) + 32 * e, x.hi, kQK);
-        std::memcpy(ws + p.Plane(1) + 32 * e, x.lo, kQK);
-      }
-    } else {
-      if constexpr (kQ4) {
-        const auto& x = static_cast<const BlockQ8_1*>(xq)[b];
-        d = _cvtsh_ss(x.d);
-        sum = x.sum;
-        std::memcpy(ws + 32 * e, x.qs, kQK);
-      } else {
-        const auto& x = static_cast<const BlockQ8_0*>(xq)[b];
-        d = _cvtsh_ss(x.d);
-        for (int i = 0; i < kQK; ++i) sum += x.qs[i];
-        std::memcpy(ws + 32 * e, x.qs, kQK);
-      }
-    }
-    dx[e] = d;
-    if constexpr (kQ4) {
-      const float sx = d * static_cast<float>(sum);
-      std::memcpy(aux + 4 * e, &sx, 4);
-    } else {
-      const int32_t init = kSplit ? -sum : -128 * sum;
-      std::memcpy(aux + 4 * e, &init, 4);
-    }
-  }
-}
+#include "cpu/gemm16_prepare.inc"
 
 inline __m512i Bcast(const uint8_t* p) {
   int32_t v;

@@ -3,6 +3,7 @@
 // scalar code. Internal.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,18 +68,22 @@ inline constexpr size_t DecodeWorkspaceStride(int64_t n) {
 // 60-70% of its read bandwidth (matmul_bench); prefetching the bytes this far
 // ahead of the row being read gives 85-100%.
 inline constexpr size_t kDecodePrefetchBytes = 8192;
+
+// The weight-streaming variant in use (kernels/stream.h): true = kTemporal.
+extern std::atomic<bool> g_stream_temporal;
+
 // Prefetches the lines of [p, p + bytes) + kDecodePrefetchBytes. Past the end of
 // the matrix this is a hint for addresses never dereferenced (prefetches do not
 // fault); the address is formed as an integer for that reason.
-// `once`: the lines are used once, right after they arrive (one pass over
-// the weights), so they are fetched non-temporal (prefetchnta) and the stream
-// does not push the KV cache and activations out of the caches: 16
-// concurrent +2.3% (8 interleaved pairs, 6 faster; +5-13% in 3 earlier
-// pairs). Where a group of rows is read again by later passes over more
-// tokens, non-temporal lines are gone by then: pp512 6% slower.
+// `once`: the lines are used once, right after they arrive (one pass over the
+// weights); under StreamVariant::kNonTemporal they are then fetched
+// non-temporal (prefetchnta), so that the stream does not push the KV cache
+// and activations out of the caches (docs/kernels.md). Where a group of rows
+// is read again by later passes over more tokens, non-temporal lines are gone
+// by then, so those are always ordinary prefetches.
 inline void PrefetchAhead(const void* p, size_t bytes, bool once = true) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kDecodePrefetchBytes;
-  if (once) {
+  if (once && !g_stream_temporal.load(std::memory_order_relaxed)) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
   } else {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
@@ -159,6 +164,7 @@ bool ForceAvx2Kernels(bool force);
 void FillAvx2VecDot(KernelTable* t);
 void FillAvx2Ops(KernelTable* t);
 void FillAvx2Quantize(KernelTable* t);
+void FillAvx2Gemm16(KernelTable* t);
 void FillAvx512VecDot(KernelTable* t);
 void FillAvx512Decode16(KernelTable* t);
 void FillAvx512Decode8(KernelTable* t);

@@ -12,6 +12,7 @@
 namespace braid::kernels {
 namespace cpu {
 uint64_t ReadAllAvx2(const void* p, size_t bytes);
+uint64_t StreamAllAvx2(const void* p, size_t bytes);
 }  // namespace cpu
 
 namespace {
@@ -60,6 +61,34 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
     });
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::min(best, dt.count());
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  volatile uint64_t keep = 0;
+  for (uint64_t s : sink) keep = keep ^ s;
+  (void)keep;
+  std::free(buf);
+  return static_cast<double>(bytes) / best;
+}
+
+double MeasureStreamBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
+  const int n = pool.size();
+  constexpr size_t kChunk = 4096;
+  bytes = std::max(bytes / (kChunk * n), size_t{1}) * kChunk * n;
+  auto* buf = static_cast<char*>(std::aligned_alloc(kChunk, bytes));
+  if (buf == nullptr) return 0.0;
+  const size_t part = bytes / n;
+  pool.Run([&](int i) { std::memset(buf + part * i, i + 1, part); });
+  const bool avx2 = HasAvx2();
+  std::vector<uint64_t> sink(static_cast<size_t>(n) * 8);
+  double best = 1e30;
+  for (int r = 0; r <= std::max(1, repetitions); ++r) {  // pass 0 warms the caches
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.Run([&](int i) {
+      const char* p = buf + part * i;
+      sink[static_cast<size_t>(i) * 8] ^= avx2 ? cpu::StreamAllAvx2(p, part) : ReadAllScalar(p, part);
+    });
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    if (r > 0) best = std::min(best, dt.count());
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   volatile uint64_t keep = 0;

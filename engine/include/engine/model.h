@@ -43,6 +43,13 @@ struct ModelOptions {
   // Time each stage of the forward passes of decode-only batches, per thread
   // (EngineStats::forward_stages); a clock read per stage and thread.
   bool profile_stages = false;
+  // Fast path only: how decode streams the weights (kernels/stream.h). kAuto
+  // times both variants on this model's decode steps at the first fast-path
+  // load in the process (~16 steps) and keeps the faster, unless the
+  // environment variable BRAID_STREAM (nt, t0 or auto) forces one; the
+  // others force one. The choice holds for the whole process.
+  enum class Stream { kAuto, kNonTemporal, kTemporal };
+  Stream stream = Stream::kAuto;
 };
 
 struct ModelInfo {
@@ -55,6 +62,9 @@ struct ModelInfo {
   uint64_t bytes_per_token = 0;  // weight bytes read to decode one token (no embedding table)
   std::string isa;               // kernels in use
   int threads = 0;
+  // The weight-streaming variant in use and how it was chosen, e.g.
+  // "t0 (measured: nt 8.61, t0 8.32 ms/token)" or "nt (forced)"; empty on the exact path.
+  std::string stream;
 };
 
 class Sequence;

@@ -2,11 +2,19 @@
 // limits measured in the same run.
 #pragma once
 
+#include <cstdint>
+
 namespace braid {
 
 // Streaming read bandwidth in bytes/second with `threads` threads over a
 // buffer far larger than the caches (best of a few repetitions).
 double MeasureReadBandwidth(int threads);
+
+// The decode roofline's bandwidth: a working set of `bytes` (the weight bytes
+// read per token) read again and again by `threads` threads with the decode
+// kernels' prefetches (kernels::MeasureStreamBandwidth): the last-level
+// cache's bandwidth where it fits there, memory's otherwise. Bytes/second.
+double MeasureStreamBandwidth(int threads, uint64_t bytes);
 
 // Peak int8 dot-product rate in operations/second (a multiply-add is 2) with
 // `threads` threads: a loop of vpdpbusd (AVX-512 VNNI) or maddubs (AVX2) on

@@ -14,6 +14,15 @@ namespace braid::kernels {
 // the CPU has them. Allocates and touches the buffer; call it from the pool's owner.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions);
 
+// What decode's weight stream can reach: a working set of `bytes` (the weight
+// bytes read per token), split in contiguous parts between the pool's
+// threads, read again and again in order with the prefetches the decode
+// kernels issue (kDecodePrefetchBytes ahead, the StreamVariant in use). Where
+// the working set fits in the last-level cache this is that cache's bandwidth,
+// else memory's. Best of `repetitions` passes after one warm-up pass, in bytes
+// per second.
+double MeasureStreamBandwidth(ThreadPool& pool, size_t bytes, int repetitions);
+
 // Whether two cores share their last-level cache, as the forward pass sees
 // it: thread 0 of the pool writes and reads a buffer of `bytes` (more than a
 // core's L2, less than the last-level cache, e.g. 8 MiB), then reads it again
