@@ -12,7 +12,12 @@ mkdir -p "$out"
 braid=build/frontend/braid
 [ -x "$braid" ] || scripts/build.sh
 commit=$(git rev-parse --short HEAD)
-echo "commit $commit, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The processor beside the results (braid bench also prints its caches).
+cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1 || true)
+[ -n "$cpu" ] || cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n1)
+[ -n "$cpu" ] || cpu="unknown CPU"
+echo "commit $commit, $cpu, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$cpu, $(nproc) cores (commit $commit, $(date -u +%Y-%m-%d))" >"$out/cpu.txt"
 
 echo "== braid bench (pp512, tg128, $threads threads): split 16-bit, then int8 activations"
 "$braid" bench -p 512 -n 128 -r 5 -t "$threads" --json "$out/bench_t${threads}.json"

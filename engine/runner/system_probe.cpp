@@ -1,10 +1,16 @@
 #include "engine/system_probe.h"
 
+#include "kernels/cpu_info.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/membw.h"
 #include "kernels/thread_pool.h"
 
 namespace braid {
+
+HostCpuSummary DescribeHostCpu() {
+  const kernels::CpuInfo& cpu = kernels::HostCpu();
+  return {cpu.model, kernels::DescribeCpu(cpu), cpu.l3_bytes};
+}
 
 double MeasureReadBandwidth(int threads) {
   kernels::ThreadPool pool(threads < 1 ? 1 : threads);

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/json_text.h"
 #include "cli/model_options.h"
 #include "engine/model.h"
 #include "engine/system_probe.h"
@@ -122,6 +123,8 @@ int BenchMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid bench: %s\n", e.c_str());
     return 2;
   }
+  const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
+  std::printf("cpu: %s\n", cpu.line.c_str());
   if (mo.context == 0) mo.context = std::max(pp, tg) + 8;
   auto opened = Model::Open(mo);
   if (!opened.ok()) {
@@ -181,6 +184,8 @@ int BenchMain(const std::vector<std::string>& argv) {
     }
     std::fprintf(f, "{\n  \"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\",\n", name.c_str(),
                  info.threads, info.isa.c_str());
+    std::fprintf(f, "  \"cpu\": \"%s\", \"l3_bytes\": %zu,\n", JsonEscape(cpu.model).c_str(),
+                 cpu.l3_bytes);
     std::fprintf(f, "  \"weight_bytes\": %llu, \"bytes_per_token\": %llu,\n",
                  static_cast<unsigned long long>(info.weight_bytes),
                  static_cast<unsigned long long>(info.bytes_per_token));

@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/json_text.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "engine/system_probe.h"
@@ -279,6 +280,8 @@ int ServeBenchMain(Args& args) {
                  max_c, shared, prompt_len, gen_len, context, kv_tokens, kMaxContext, kMaxKvTokens);
     return 2;
   }
+  const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
+  std::printf("cpu: %s\n", cpu.line.c_str());
   EngineOptions eo;
   eo.model = mo;
   eo.model.profile_stages = profile;
@@ -421,10 +424,12 @@ int ServeBenchMain(Args& args) {
       return 1;
     }
     std::fprintf(f,
-                 "{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"prompt_len\": %d, "
-                 "\"shared_prefix\": %d, \"gen_len\": %d, \"int8_peak_gops\": %.1f, \"levels\": [",
-                 engine.model().info().path.c_str(), engine.model().info().threads,
-                 engine.model().info().isa.c_str(), prompt_len, shared, gen_len, peak / 1e9);
+                 "{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+                 "\"prompt_len\": %d, \"shared_prefix\": %d, \"gen_len\": %d, "
+                 "\"int8_peak_gops\": %.1f, \"levels\": [",
+                 engine.model().info().path.c_str(), JsonEscape(cpu.model).c_str(),
+                 engine.model().info().threads, engine.model().info().isa.c_str(), prompt_len,
+                 shared, gen_len, peak / 1e9);
     for (size_t i = 0; i < results.size(); ++i) {
       const LevelResult& r = results[i];
       std::fprintf(f,

@@ -2,9 +2,22 @@
 // limits measured in the same run.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace braid {
+
+// The processor a figure is measured on (kernels::HostCpu, probed once):
+// `model` its brand string, `l3_bytes` the L3 instance one core sees (0 if
+// unknown), `line` one line naming both with the family, the other caches,
+// the CPU count and the SIMD extensions, e.g. "AMD EPYC 7571 (family 23
+// model 1), L1d 32 KiB, L2 512 KiB, L3 8 MiB, 2 CPUs, avx2".
+struct HostCpuSummary {
+  std::string model, line;
+  size_t l3_bytes = 0;
+};
+HostCpuSummary DescribeHostCpu();
 
 // Streaming read bandwidth in bytes/second with `threads` threads over a
 // buffer far larger than the caches (best of a few repetitions).
