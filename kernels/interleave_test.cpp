@@ -152,8 +152,8 @@ TEST_CASE("interleaved Q8_0: weights of -128 (the extreme byte) stay exact") {
       const std::vector<uint8_t> x = RandomActivations(rng, at, 11, cols, &xb);
       const std::vector<float> got = Run(packed.view, at, x, xb, 11, 0, rows);
       std::vector<float> want(got.size(), -7.0f);
-      ref::MatMulInterleaved(DType::kQ8_0, packed.view.data, cols, at, x.data(), xb, 11, 0, rows, want.data(),
-                             rows + 5);
+      ref::MatMulInterleaved(DType::kQ8_0, packed.view.data, cols, at, x.data(), xb, 11, 0, rows,
+                             want.data(), rows + 5);
       INFO("isa " << std::string(KernelIsa()) << " " << std::string(Info(at).name));
       CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
     }

@@ -1,6 +1,8 @@
 // ThreadPool: every index runs once per Run, writes are visible after Run and
 // across Barrier, and the pool survives sleeping between Runs. Build with
 // -fsanitize=thread to check the memory ordering.
+#include "kernels/thread_pool.h"
+
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -9,7 +11,7 @@
 #include <vector>
 
 #include "kernels/membw.h"
-#include "kernels/thread_pool.h"
+#include "kernels/stream.h"
 
 namespace braid::kernels {
 namespace {
@@ -102,6 +104,20 @@ TEST_CASE("MeasureReadBandwidth returns a positive rate") {
   ThreadPool pool(2);
   const double bw = MeasureReadBandwidth(pool, 8 << 20, 2);
   CHECK(bw > 1e8);  // > 0.1 GB/s on anything that runs this
+}
+
+TEST_CASE(
+    "MeasureStreamBandwidth: positive, with stages of any size and more threads than a stage's "
+    "lines") {
+  ThreadPool pool(2);
+  const std::vector<uint64_t> stages = {1 << 20, 64, 3000, 2 << 20};
+  CHECK(MeasureStreamBandwidth(pool, stages, 2) > 1e8);
+  ThreadPool one(1);
+  CHECK(MeasureStreamBandwidth(one, stages, 1) > 1e8);
+  for (auto variant : {StreamVariant::kTemporal, StreamVariant::kNonTemporal}) {
+    SetStreamVariant(variant);
+    CHECK(MeasureStreamBandwidth(pool, std::vector<uint64_t>{4 << 20}, 1) > 1e8);
+  }
 }
 
 TEST_CASE("MeasureCrossCoreRead: rates with 2 threads, zeros with 1") {

@@ -427,6 +427,10 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
       Sync(tm);
     }
     Attention(tm, l, layer, fuse_attention, kv);
+    // Attention leaves the memory bus idle: fetch this thread's share of Wo
+    // meanwhile (at decode, where the matmuls wait on memory).
+    if (decode_only)
+      ForRows(tm, l.wo.rows, [&](int64_t r0, int64_t r1) { kernels::PrefetchRows(l.wo, r0, r1); });
     Sync(tm);
     EndStage(tm.tid, kStageAttention);
     AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att

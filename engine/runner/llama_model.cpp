@@ -147,23 +147,24 @@ std::map<std::pair<uint64_t, int>, MeasuredStream> g_streams;
 
 // Sets the weight-streaming variant (kernels/stream.h) and says how it was
 // chosen: forced by the options or BRAID_STREAM, else measured on this model
-// (once per process for its size and thread count): two rounds, each 1 + 3 single-token steps under each
-// variant in turn, the lower median step time kept (the non-temporal variant
-// on a tie within 1%).
+// (once per process for its size and thread count): two rounds, each 1 + 3
+// single-token steps under each variant in turn, the lower median step time
+// kept (the non-temporal variant on a tie within 1%).
 Result<std::string> LlamaModel::ChooseStream(ModelOptions::Stream option) {
   using kernels::StreamVariant;
   if (option == ModelOptions::Stream::kAuto) {
-    if (const char* env = std::getenv("BRAID_STREAM"); env != nullptr && std::string(env) != "auto") {
+    if (const char* env = std::getenv("BRAID_STREAM");
+        env != nullptr && std::string(env) != "auto") {
       StreamVariant v;
       if (!kernels::ParseStreamVariant(env, &v))
-        return Status::InvalidArgument(std::string("BRAID_STREAM must be nt, t0 or auto, got '") + env +
-                                       "'");
+        return Status::InvalidArgument(std::string("BRAID_STREAM must be nt, t0 or auto, got '") +
+                                       env + "'");
       kernels::SetStreamVariant(v);
       return std::string(kernels::StreamVariantName(v)) + " (forced by BRAID_STREAM)";
     }
   } else {
-    const StreamVariant v =
-        option == ModelOptions::Stream::kTemporal ? StreamVariant::kTemporal : StreamVariant::kNonTemporal;
+    const StreamVariant v = option == ModelOptions::Stream::kTemporal ? StreamVariant::kTemporal
+                                                                      : StreamVariant::kNonTemporal;
     kernels::SetStreamVariant(v);
     return std::string(kernels::StreamVariantName(v)) + " (forced)";
   }
@@ -186,7 +187,8 @@ Result<std::string> LlamaModel::ChooseStream(ModelOptions::Stream option) {
     MeasuredStream m;
     m.choice = best[1] < 0.99 * best[0] ? StreamVariant::kTemporal : StreamVariant::kNonTemporal;
     char note[160];
-    std::snprintf(note, sizeof note, "measured: nt %.2f, t0 %.2f ms/token", 1e3 * best[0], 1e3 * best[1]);
+    std::snprintf(note, sizeof note, "measured: nt %.2f, t0 %.2f ms/token", 1e3 * best[0],
+                  1e3 * best[1]);
     m.note = note;
     it = g_streams.emplace(key, std::move(m)).first;
   }
@@ -247,12 +249,20 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelOptions& options
   auto add = [&](const kernels::MatrixView& w) {
     i.n_params += w.rows * w.cols;
     i.bytes_per_token += w.rows * w.row_bytes;
+    i.decode_stages.back() += w.rows * w.row_bytes;
   };
   for (const LayerWeights& l : m->weights_.layers) {
-    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+    for (const auto& stage : {std::vector<const kernels::MatrixView*>{&l.wq, &l.wk, &l.wv},
+                              {&l.wo},
+                              {&l.w_gate, &l.w_up},
+                              {&l.w_down}}) {
+      i.decode_stages.push_back(0);
+      for (const auto* w : stage) add(*w);
+    }
     i.n_params += static_cast<int64_t>(l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() +
                                        l.bk.size() + l.bv.size());
   }
+  i.decode_stages.push_back(0);
   add(m->weights_.output);
   if (!c.tied_embeddings && m->file_->Find("output.weight"))
     i.n_params += m->weights_.token_embd->elements();

@@ -17,9 +17,9 @@ double MeasureReadBandwidth(int threads) {
   return kernels::MeasureReadBandwidth(pool, size_t{512} << 20, 5);
 }
 
-double MeasureStreamBandwidth(int threads, uint64_t bytes) {
+double MeasureStreamBandwidth(int threads, const std::vector<uint64_t>& stages) {
   kernels::ThreadPool pool(threads < 1 ? 1 : threads);
-  return kernels::MeasureStreamBandwidth(pool, bytes, 5);
+  return kernels::MeasureStreamBandwidth(pool, stages, 5);
 }
 
 double MeasureInt8GemmPeak(int threads) {

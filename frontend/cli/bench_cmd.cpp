@@ -1,6 +1,7 @@
 // braid bench: llama-bench style prompt-processing (pp) and text-generation
 // (tg) throughput, with the memory read bandwidth measured in the same run
-// and the decode roofline it implies (bandwidth / weight bytes per token).
+// and the decode roofline it implies (bandwidth over a working set of the
+// weights read per token / those bytes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,8 +37,10 @@ const char* kBenchHelp =
     "  --json FILE also write the results as JSON\n"
     "\n"
     "usage: braid bench --serve [-m MODEL] [-c 1,4,16,64] [--prompt-len 256] [--gen-len 128]\n"
-    "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json FILE]\n"
-    "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N] [--profile]\n"
+    "                   [--shared-prefix 0] [--batch-tokens 256] [-r REPS] [-t THREADS] [--json "
+    "FILE]\n"
+    "                   [--precision split16|int8] [--kv f16|q8|f32] [--latency-mix N] "
+    "[--profile]\n"
     "  -c LIST              concurrency levels, each 1..4096\n"
     "  --prompt-len N       random prompt tokens per request, 1..32768\n"
     "  --gen-len N          tokens generated per request, 1..32768\n"
@@ -165,13 +168,25 @@ int BenchMain(const std::vector<std::string>& argv) {
                 info.weight_bytes / 1048576.0, info.n_params / 1e6, info.isa.c_str(), info.threads,
                 r.test.c_str(), r.s.mean, r.s.stddev);
 
-  double bw = 0, roofline = 0;
+  std::printf("\nweight stream: %s\n",
+              info.stream.empty() ? "(exact path: none)" : info.stream.c_str());
+  // The roofline: the bandwidth at which the weights read per token can
+  // stream, measured over a working set of that size with the decode
+  // kernels' prefetches, so it is the last-level cache's where they fit there
+  // and memory's where they do not; memory's (a 512 MiB buffer) beside it.
+  double bw = 0, mem_bw = 0, roofline = 0;
   if (!no_bw) {
-    bw = MeasureReadBandwidth(info.threads);
+    bw = MeasureStreamBandwidth(info.threads, info.decode_stages);
+    mem_bw = MeasureReadBandwidth(info.threads);
     roofline = bw / static_cast<double>(info.bytes_per_token);
-    std::printf("\nread bandwidth (%d threads): %.1f GB/s; weights read per token: %.1f MB; "
-                "decode roofline: %.1f tok/s\n",
-                info.threads, bw / 1e9, info.bytes_per_token / 1e6, roofline);
+    const bool fits = cpu.l3_bytes != 0 && info.bytes_per_token <= cpu.l3_bytes;
+    std::printf("weights read per token: %.1f MB, %s the last-level cache (%.0f MiB)\n",
+                info.bytes_per_token / 1e6, fits ? "inside" : "larger than",
+                cpu.l3_bytes / 1048576.0);
+    std::printf(
+        "read bandwidth (%d threads): %.1f GB/s streaming the weights as decode does, %.1f GB/s "
+        "from memory (512 MiB)\ndecode roofline: %.1f tok/s\n",
+        info.threads, bw / 1e9, mem_bw / 1e9, roofline);
     for (const Row& r : rows)
       if (r.test.rfind("tg", 0) == 0)
         std::printf("%s / roofline = %.1f%%\n", r.test.c_str(), 100.0 * r.s.mean / roofline);
@@ -189,8 +204,11 @@ int BenchMain(const std::vector<std::string>& argv) {
     std::fprintf(f, "  \"weight_bytes\": %llu, \"bytes_per_token\": %llu,\n",
                  static_cast<unsigned long long>(info.weight_bytes),
                  static_cast<unsigned long long>(info.bytes_per_token));
-    std::fprintf(f, "  \"read_bandwidth_bytes_per_s\": %.0f, \"decode_roofline_tok_s\": %.2f,\n",
-                 bw, roofline);
+    std::fprintf(f, "  \"weight_stream\": \"%s\",\n", JsonEscape(info.stream).c_str());
+    std::fprintf(f,
+                 "  \"read_bandwidth_bytes_per_s\": %.0f, \"memory_bandwidth_bytes_per_s\": %.0f, "
+                 "\"decode_roofline_tok_s\": %.2f,\n",
+                 bw, mem_bw, roofline);
     std::fprintf(f, "  \"results\": [");
     for (size_t i = 0; i < rows.size(); ++i) {
       std::fprintf(f, "%s\n    {\"test\": \"%s\", \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",

@@ -54,8 +54,9 @@ void PrintModelInfo(const ModelInfo& i) {
                "threads\n%s%s%s",
                i.path.c_str(), i.arch.c_str(), i.n_layer, i.n_embd, i.n_head, i.n_head_kv,
                i.n_vocab, i.context, i.n_ctx_train, i.n_params / 1e6, i.weight_bytes / 1e6,
-               i.weight_types.c_str(), i.isa.c_str(), i.threads, i.stream.empty() ? "" : "  weight stream ",
-               i.stream.c_str(), i.stream.empty() ? "" : "\n");
+               i.weight_types.c_str(), i.isa.c_str(), i.threads,
+               i.stream.empty() ? "" : "  weight stream ", i.stream.c_str(),
+               i.stream.empty() ? "" : "\n");
 }
 
 }  // namespace braid::cli

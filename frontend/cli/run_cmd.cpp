@@ -41,7 +41,8 @@ const char* kRunHelp =
     "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
     "                          between engines\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
-    "      --precision P       activations: split16 (default, most accurate) or int8 (faster batches)\n"
+    "      --precision P       activations: split16 (default, most accurate) or int8 (faster "
+    "batches)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
     "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
@@ -50,7 +51,8 @@ const char* kRunHelp =
     "      --kv-tokens N       KV cache tokens per engine, 1..4194304 (default 16384)\n"
     "      --mode M            dag (default): goals, task groups, prefix sharing;\n"
     "                          baseline: one blocking FCFS request per call, one at a time;\n"
-    "                          baseline-async: one FCFS request per call, sent when its inputs are ready\n"
+    "                          baseline-async: one FCFS request per call, sent when its inputs are "
+    "ready\n"
     "      --rtt-ms N          added client round trip per call, 0..600000 (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
     "      --json              print {run_id, result, nodes: [...]} as JSON\n"
@@ -69,10 +71,24 @@ constexpr long long kMaxKvTokens = 4LL << 20;
 constexpr long long kMaxLuaInstructions = 1000000000000000LL;
 
 // Options that take a value (everything before the script is ours).
-const std::set<std::string> kValueOptions = {"-m", "--model", "-t", "--threads", "--ctx", "--precision", "--kv", "--stream", "--engines",
+const std::set<std::string> kValueOptions = {"-m",
+                                             "--model",
+                                             "-t",
+                                             "--threads",
+                                             "--ctx",
+                                             "--precision",
+                                             "--kv",
+                                             "--stream",
+                                             "--engines",
                                              "--max-running",
-                                             "--kv-tokens", "--mode", "--rtt-ms", "--graph", "--db",
-                                             "--resume", "--lua-memory-mb", "--lua-seconds",
+                                             "--kv-tokens",
+                                             "--mode",
+                                             "--rtt-ms",
+                                             "--graph",
+                                             "--db",
+                                             "--resume",
+                                             "--lua-memory-mb",
+                                             "--lua-seconds",
                                              "--lua-instructions"};
 
 std::atomic<bool> g_interrupt{false};

@@ -40,7 +40,9 @@ inline __m256i Bcast(const uint8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-inline __m256i Load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i Load(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 // Tokens per sub-pass: the int16 (Q4_1) or int32 (Q8_0) sums of a block,
 // 2 registers per token and plane, within the 16 ymm registers.
@@ -115,7 +117,8 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
       Unroll<8>([&](auto k) __attribute__((always_inline)) {
         __m256i w[2], aw[2];
         Unroll<2>([&](auto h) __attribute__((always_inline)) {
-          w[h] = _mm256_xor_si256(Load(q + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+          w[h] = _mm256_xor_si256(Load(q + 64 * k + 32 * h),
+                                  _mm256_set1_epi8(static_cast<char>(0x80)));
           aw[h] = _mm256_abs_epi8(w[h]);
         });
         Unroll<T>([&](auto t) __attribute__((always_inline)) {
@@ -139,14 +142,16 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
     __m256 dw[2], mw[2];
     Unroll<2>([&](auto h) __attribute__((always_inline)) {
       dw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16 * h)));
-      if constexpr (kQ4) mw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32 + 16 * h)));
+      if constexpr (kQ4)
+        mw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32 + 16 * h)));
     });
     Unroll<T>([&](auto t) __attribute__((always_inline)) {
       const __m256 d = _mm256_set1_ps(dx[t]);
       float sx = 0.0f;
       if constexpr (kQ4) std::memcpy(&sx, aux + 4 * t, 4);
       Unroll<2>([&](auto h) __attribute__((always_inline)) {
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), _mm256_mul_ps(dw[h], d), acc[t][h]);
+        acc[t][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), _mm256_mul_ps(dw[h], d), acc[t][h]);
         if constexpr (kQ4) acc[t][h] = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(sx), acc[t][h]);
       });
     });
@@ -190,13 +195,19 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
         float* yt = yg + t * ldy;
         const bool first = t == 0;
         switch (std::min(kSub, pass_end - t)) {
-          case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate); break;
-          case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate); break;
+          case 1:
+            Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
+            break;
+          case 2:
+            Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
+            break;
           case 3:
-            if constexpr (kSub >= 3) Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
+            if constexpr (kSub >= 3)
+              Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
             break;
           default:
-            if constexpr (kSub >= 4) Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
+            if constexpr (kSub >= 4)
+              Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, valid, first, once, accumulate);
             break;
         }
       }

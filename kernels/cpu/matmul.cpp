@@ -173,6 +173,20 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
   }
 }
 
+void PrefetchRows(const MatrixView& w, int64_t r0, int64_t r1) {
+  if (r0 >= r1) return;
+  const auto* base = static_cast<const char*>(w.data);
+  size_t begin, end;
+  if (w.layout == WeightLayout::kInterleaved16) {
+    begin = static_cast<size_t>(r0 / 16) * 16 * w.row_bytes;
+    end = static_cast<size_t>((r1 + 15) / 16) * 16 * w.row_bytes;
+  } else {
+    begin = static_cast<size_t>(r0) * w.row_bytes;
+    end = static_cast<size_t>(r1) * w.row_bytes;
+  }
+  for (size_t o = begin & ~size_t{63}; o < end; o += 64) __builtin_prefetch(base + o, 0, 2);
+}
+
 // Dequantizes each weight row once into `scratch` and dots it with every token in fp32.
 void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
                float* y, int64_t ldy, float* scratch) {

@@ -70,22 +70,42 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
   return static_cast<double>(bytes) / best;
 }
 
-double MeasureStreamBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
+double MeasureStreamBandwidth(ThreadPool& pool, std::span<const uint64_t> stages, int repetitions) {
   const int n = pool.size();
-  constexpr size_t kChunk = 4096;
-  bytes = std::max(bytes / (kChunk * n), size_t{1}) * kChunk * n;
-  auto* buf = static_cast<char*>(std::aligned_alloc(kChunk, bytes));
+  constexpr size_t kLine = 128;  // StreamAllAvx2's step
+  std::vector<size_t> at{0};     // stage s: [at[s], at[s + 1]), whole steps
+  for (uint64_t b : stages) at.push_back(at.back() + std::max<size_t>(b / kLine, 1) * kLine);
+  const size_t bytes = at.back();
+  auto* buf = static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
   if (buf == nullptr) return 0.0;
-  const size_t part = bytes / n;
-  pool.Run([&](int i) { std::memset(buf + part * i, i + 1, part); });
   const bool avx2 = HasAvx2();
   std::vector<uint64_t> sink(static_cast<size_t>(n) * 8);
+  // Thread i's part of stage s, as ThreadPool::Split divides rows.
+  auto part = [&](size_t s, int i, size_t* b, size_t* e) {
+    int64_t lb, le;
+    ThreadPool::Split(static_cast<int64_t>((at[s + 1] - at[s]) / kLine), n, i, 1, &lb, &le);
+    *b = at[s] + static_cast<size_t>(lb) * kLine;
+    *e = at[s] + static_cast<size_t>(le) * kLine;
+  };
+  pool.Run([&](int i) {  // first touch by the reader
+    for (size_t s = 0; s + 1 < at.size(); ++s) {
+      size_t b, e;
+      part(s, i, &b, &e);
+      std::memset(buf + b, i + 1, e - b);
+    }
+  });
   double best = 1e30;
   for (int r = 0; r <= std::max(1, repetitions); ++r) {  // pass 0 warms the caches
     const auto t0 = std::chrono::steady_clock::now();
     pool.Run([&](int i) {
-      const char* p = buf + part * i;
-      sink[static_cast<size_t>(i) * 8] ^= avx2 ? cpu::StreamAllAvx2(p, part) : ReadAllScalar(p, part);
+      for (size_t s = 0; s + 1 < at.size(); ++s) {
+        size_t b, e;
+        part(s, i, &b, &e);
+        if (e > b)
+          sink[static_cast<size_t>(i) * 8] ^=
+              avx2 ? cpu::StreamAllAvx2(buf + b, e - b) : ReadAllScalar(buf + b, e - b);
+        pool.Barrier();
+      }
     });
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (r > 0) best = std::min(best, dt.count());

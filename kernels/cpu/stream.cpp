@@ -9,7 +9,9 @@ namespace cpu {
 std::atomic<bool> g_stream_temporal{false};
 }  // namespace cpu
 
-const char* StreamVariantName(StreamVariant v) { return v == StreamVariant::kTemporal ? "t0" : "nt"; }
+const char* StreamVariantName(StreamVariant v) {
+  return v == StreamVariant::kTemporal ? "t0" : "nt";
+}
 
 bool ParseStreamVariant(std::string_view name, StreamVariant* v) {
   if (name == "nt") {
@@ -24,7 +26,7 @@ bool ParseStreamVariant(std::string_view name, StreamVariant* v) {
 
 StreamVariant CurrentStreamVariant() {
   return cpu::g_stream_temporal.load(std::memory_order_relaxed) ? StreamVariant::kTemporal
-                                                                 : StreamVariant::kNonTemporal;
+                                                                : StreamVariant::kNonTemporal;
 }
 
 void SetStreamVariant(StreamVariant v) {

@@ -14,7 +14,8 @@ template <int N, typename F>
 __attribute__((always_inline)) inline void Unroll(F&& f) {
   [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
     (f(std::integral_constant<int, I>{}), ...);
-  }(std::make_integer_sequence<int, N>{});
+  }
+  (std::make_integer_sequence<int, N>{});
 }
 
 }  // namespace braid::kernels::cpu

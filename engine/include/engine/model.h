@@ -60,6 +60,10 @@ struct ModelInfo {
   int64_t n_params = 0;
   uint64_t weight_bytes = 0;     // bytes of all weight tensors
   uint64_t bytes_per_token = 0;  // weight bytes read to decode one token (no embedding table)
+  // Those bytes per matmul stage of a decode step, in order (Q K V, Wo, gate
+  // and up, down per layer, then the output head): threads split each stage
+  // by rows, with a barrier between stages.
+  std::vector<uint64_t> decode_stages;
   std::string isa;               // kernels in use
   int threads = 0;
   // The weight-streaming variant in use and how it was chosen, e.g.

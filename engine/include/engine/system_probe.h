@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace braid {
 
@@ -23,11 +24,12 @@ HostCpuSummary DescribeHostCpu();
 // buffer far larger than the caches (best of a few repetitions).
 double MeasureReadBandwidth(int threads);
 
-// The decode roofline's bandwidth: a working set of `bytes` (the weight bytes
-// read per token) read again and again by `threads` threads with the decode
-// kernels' prefetches (kernels::MeasureStreamBandwidth): the last-level
-// cache's bandwidth where it fits there, memory's otherwise. Bytes/second.
-double MeasureStreamBandwidth(int threads, uint64_t bytes);
+// The decode roofline's bandwidth: the weight bytes of each matmul stage of a
+// decode step (ModelInfo::decode_stages) read again and again as decode reads
+// them, by `threads` threads with the decode kernels' prefetches
+// (kernels::MeasureStreamBandwidth): the last-level cache's bandwidth where
+// they fit there, memory's otherwise. Bytes/second.
+double MeasureStreamBandwidth(int threads, const std::vector<uint64_t>& stages);
 
 // Peak int8 dot-product rate in operations/second (a multiply-add is 2) with
 // `threads` threads: a loop of vpdpbusd (AVX-512 VNNI) or maddubs (AVX2) on

@@ -69,6 +69,12 @@ void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
                     int64_t r0, int64_t r1, float* y, int64_t ldy, bool accumulate = false);
 
+// Asks the caches (L2) for the bytes of rows [r0, r1) of `w` (for an
+// interleaved matrix, the 16-row groups holding them), ahead of a matmul over
+// them: work that leaves the memory bus idle (attention at decode) can hide
+// the next matrix's fetch. A hint; nothing is read.
+void PrefetchRows(const MatrixView& w, int64_t r0, int64_t r1);
+
 // Exact path: fp32 activations [n_tokens, cols]; each weight row is
 // dequantized to fp32 into `scratch` (cols floats, per thread) and dotted in fp32.
 void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,

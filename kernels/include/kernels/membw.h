@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 
 #include "kernels/thread_pool.h"
 
@@ -14,14 +16,16 @@ namespace braid::kernels {
 // the CPU has them. Allocates and touches the buffer; call it from the pool's owner.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions);
 
-// What decode's weight stream can reach: a working set of `bytes` (the weight
-// bytes read per token), split in contiguous parts between the pool's
-// threads, read again and again in order with the prefetches the decode
-// kernels issue (kDecodePrefetchBytes ahead, the StreamVariant in use). Where
-// the working set fits in the last-level cache this is that cache's bandwidth,
-// else memory's. Best of `repetitions` passes after one warm-up pass, in bytes
-// per second.
-double MeasureStreamBandwidth(ThreadPool& pool, size_t bytes, int repetitions);
+// What decode's weight stream can reach, read as decode reads it: `stages`
+// are the weight bytes of each matmul stage of one decode step, in order
+// (laid out back to back, bytes_per_token in all); each stage is split in
+// contiguous parts between the pool's threads, with a barrier between stages,
+// and read with the decode kernels' prefetches (kDecodePrefetchBytes ahead,
+// the StreamVariant in use). Pass after pass over the same buffer: where it
+// fits in the last-level cache this is that cache's bandwidth, else
+// memory's. Best of `repetitions` passes after one warm-up pass, in bytes per
+// second of the stages' total.
+double MeasureStreamBandwidth(ThreadPool& pool, std::span<const uint64_t> stages, int repetitions);
 
 // Whether two cores share their last-level cache, as the forward pass sees
 // it: thread 0 of the pool writes and reads a buffer of `bytes` (more than a
