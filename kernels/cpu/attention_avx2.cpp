@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cpu/kernel_table.h"
+#include "cpu/unroll.h"
 #include "ref/ref.h"
 
 namespace braid::kernels::cpu {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads, MeasureReadBandwidth(pool, size_t{256} << 20, 3) / 1e9);
-    for (KvType type : {KvType::kF16, KvType::kQ8}) {
+    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
       Cache c;
       c.type = type;
       c.elem = KvElementBytes(type);
@@ -91,6 +92,14 @@ int main(int argc, char** argv) {
       std::uniform_int_distribution<int> byte(0, 255);
       for (auto& x : c.k) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
       for (auto& x : c.v) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
+      if (type == KvType::kF32) {  // small finite values
+        std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+        for (auto* buf : {&c.k, &c.v})
+          for (size_t i = 0; i + 4 <= buf->size(); i += 4) {
+            const float f = val(rng);
+            std::memcpy(buf->data() + i, &f, 4);
+          }
+      }
       if (type == KvType::kQ8) {
         c.k_scale.assign(static_cast<size_t>(distinct) * n_blocks * kBs * kKv, 0.01f);
         c.v_scale.assign(c.k_scale.size(), 0.01f);
@@ -126,7 +135,10 @@ int main(int argc, char** argv) {
         t = Now();
       }
       const double per_step = (t - t0) / steps;
-      std::printf("  %-4s %7.2f ms per step (%d sequences)  %6.1f GB/s\n", type == KvType::kF16 ? "f16" : "q8",
+      std::printf("  %-4s %7.2f ms per step (%d sequences)  %6.1f GB/s\n",
+                  type == KvType::kF32   ? "f32"
+                  : type == KvType::kF16 ? "f16"
+                                         : "q8",
                   per_step * 1e3, kSeqs, bytes_per_step / per_step / 1e9);
     }
   }
