@@ -19,7 +19,7 @@ double MeasureReadBandwidth(int threads) {
 
 double MeasureStreamBandwidth(int threads, const std::vector<uint64_t>& stages) {
   kernels::ThreadPool pool(threads < 1 ? 1 : threads);
-  return kernels::MeasureStreamBandwidth(pool, stages, 5);
+  return kernels::MeasureStreamBandwidth(pool, stages, 15);
 }
 
 double MeasureInt8GemmPeak(int threads) {

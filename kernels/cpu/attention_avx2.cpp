@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cpu/kernel_table.h"
 #include "cpu/unroll.h"
@@ -20,6 +21,9 @@ struct Vec {
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static __m256i Mask(int m) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static T LoadHalf(const uint16_t* p) {  // 8 fp16 -> fp32
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static T Load(const float* p, int m) {
     return m == kLanes ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, Mask(m));
@@ -43,6 +47,9 @@ struct Vec {
 
 }  // namespace
 
-void FillAvx2Attention(KernelTable* t) { t->attend = AttendPagedSimd; }
+void FillAvx2Attention(KernelTable* t) {
+  t->attend = AttendPagedSimd;
+  t->attend_fast_f16 = FastF16Simd;
+}
 
 }  // namespace braid::kernels::cpu

@@ -33,6 +33,9 @@ struct Vec {
     }
   }
   // ((lanes 0..7 + 8..15) -> 4 -> 2 -> 1), a fixed tree.
+  static T LoadHalf(const uint16_t* p) {  // 16 fp16 -> fp32
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static float Sum(T v) {
     __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));

@@ -49,7 +49,10 @@ struct Cache {
     p.block_stride = static_cast<int64_t>(kBs) * kKv * kHd;
     p.head_stride = static_cast<int64_t>(kBs) * kHd;
     p.row_stride = kHd;
-    p.k_transposed = type != KvType::kF32;
+    // K as the engine stores it (LlamaForward::KTransposed): dimension-major
+    // where the kernels read that fast, and always for q8.
+    p.k_transposed =
+        type == KvType::kQ8 || (type == KvType::kF16 && AttentionFastTransposedK(kHd, kBs));
     p.type = type;
     if (type == KvType::kQ8) {
       const size_t scales = static_cast<size_t>(n_blocks) * kBs * kKv;
