@@ -38,6 +38,14 @@ bool HasAvx2() {
 #endif
 }
 
+// Keeps the reads' results alive, so that the compiler drops no read.
+void KeepSums(const std::vector<uint64_t>& sink) {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  volatile uint64_t keep = 0;
+  for (uint64_t s : sink) keep = keep ^ s;
+  (void)keep;
+}
+
 }  // namespace
 
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
@@ -62,10 +70,7 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repetitions) {
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::min(best, dt.count());
   }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  volatile uint64_t keep = 0;
-  for (uint64_t s : sink) keep = keep ^ s;
-  (void)keep;
+  KeepSums(sink);
   std::free(buf);
   return static_cast<double>(bytes) / best;
 }
@@ -110,10 +115,7 @@ double MeasureStreamBandwidth(ThreadPool& pool, std::span<const uint64_t> stages
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (r > 0) best = std::min(best, dt.count());
   }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  volatile uint64_t keep = 0;
-  for (uint64_t s : sink) keep = keep ^ s;
-  (void)keep;
+  KeepSums(sink);
   std::free(buf);
   return static_cast<double>(bytes) / best;
 }
