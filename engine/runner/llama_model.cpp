@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -117,7 +118,7 @@ std::string DefaultSystemPrompt(const std::string& tmpl) {
 }
 
 // Median seconds of `steps` single-token steps of `seq` (after `warm` untimed
-// ones), from position 0.
+// ones), from position 0; infinity if a step fails.
 double StepSeconds(Sequence& seq, int warm, int steps) {
   seq.Truncate(0);
   std::vector<double> ts;
@@ -125,7 +126,8 @@ double StepSeconds(Sequence& seq, int warm, int steps) {
   const int32_t id = 0;
   for (int i = 0; i < warm + steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!seq.Eval(std::span<const int32_t>(&id, 1), &logits).ok()) return 0.0;
+    if (!seq.Eval(std::span<const int32_t>(&id, 1), &logits).ok())
+      return std::numeric_limits<double>::infinity();
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (i >= warm) ts.push_back(dt.count());
   }
@@ -147,9 +149,10 @@ std::map<std::pair<uint64_t, int>, MeasuredStream> g_streams;
 
 // Sets the weight-streaming variant (kernels/stream.h) and says how it was
 // chosen: forced by the options or BRAID_STREAM, else measured on this model
-// (once per process for its size and thread count): two rounds, each 1 + 3
-// single-token steps under each variant in turn, the lower median step time
-// kept (the non-temporal variant on a tie within 1%).
+// (once per process for its size and thread count) on a short sequence of
+// its own: two rounds, each 1 + 3 single-token steps under each variant in
+// turn; the variant with the lower best-round median step time is kept (the
+// non-temporal one on a tie within 1%).
 Result<std::string> LlamaModel::ChooseStream(ModelOptions::Stream option) {
   using kernels::StreamVariant;
   if (option == ModelOptions::Stream::kAuto) {
@@ -173,16 +176,17 @@ Result<std::string> LlamaModel::ChooseStream(ModelOptions::Stream option) {
   auto it = g_streams.find(key);
   if (it == g_streams.end()) {
     constexpr int kWarm = 1, kSteps = 3, kRounds = 2;
-    auto seq = NewSequence();
-    if (seq->capacity() < kWarm + kSteps) {
+    if (info_.context < kWarm + kSteps) {
       kernels::SetStreamVariant(StreamVariant::kNonTemporal);
       return std::string("nt (default: the context is too short to time decode)");
     }
-    double best[2] = {1e30, 1e30};
+    LlamaSequence seq(*this, kWarm + kSteps);  // a KV cache of just those positions
+    const StreamVariant variants[2] = {StreamVariant::kNonTemporal, StreamVariant::kTemporal};
+    double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
     for (int r = 0; r < kRounds; ++r)
       for (int v = 0; v < 2; ++v) {
-        kernels::SetStreamVariant(static_cast<StreamVariant>(v));
-        best[v] = std::min(best[v], StepSeconds(*seq, kWarm, kSteps));
+        kernels::SetStreamVariant(variants[v]);
+        best[v] = std::min(best[v], StepSeconds(seq, kWarm, kSteps));
       }
     MeasuredStream m;
     m.choice = best[1] < 0.99 * best[0] ? StreamVariant::kTemporal : StreamVariant::kNonTemporal;

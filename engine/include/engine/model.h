@@ -44,9 +44,9 @@ struct ModelOptions {
   // (EngineStats::forward_stages); a clock read per stage and thread.
   bool profile_stages = false;
   // Fast path only: how decode streams the weights (kernels/stream.h). kAuto
-  // times both variants on this model's decode steps at the first fast-path
-  // load in the process (~16 steps) and keeps the faster, unless the
-  // environment variable BRAID_STREAM (nt, t0 or auto) forces one; the
+  // times both variants on 16 decode steps of this model at load (once per
+  // process per model size and thread count) and keeps the faster, unless
+  // the environment variable BRAID_STREAM (nt, t0 or auto) forces one; the
   // others force one. The choice holds for the whole process.
   enum class Stream { kAuto, kNonTemporal, kTemporal };
   Stream stream = Stream::kAuto;
