@@ -116,7 +116,9 @@ expect serve_kv "needs a context of .* and [0-9]+ KV tokens; the limits are 1310
 echo 'return "x"' >"$tmp/app.lua"
 after=("$tmp/app.lua")
 range run_engines --engines 65 1 64 run --db none
-range run_kv --kv-tokens 4294967296 1 4194304 run --db none
+range run_kv --kv-tokens 4294967296 0 4194304 run --db none
+range run_kv_memory --kv-memory 0.99 0.01 0.95 run --db none
+range run_kv_memory_zero --kv-memory 0 0.01 0.95 run --db none
 range run_max_running --max-running 0 1 4096 run --db none
 range run_rtt --rtt-ms -1 0 600000 run --db none
 range run_threads -t 4294967297 0 1024 run --db none

@@ -39,6 +39,13 @@ class KvStore {
   int kv_dim() const { return n_kv_ * head_dim_; }
   kernels::KvType type() const { return type_; }
   size_t bytes() const { return 2 * k_.size() + 2 * k_scale_.size() * sizeof(float); }
+  // bytes() per block of such a store.
+  static size_t BlockBytes(int n_layer, int block_size, int n_kv, int head_dim,
+                           kernels::KvType type) {
+    const size_t slots = static_cast<size_t>(n_layer) * block_size * n_kv;
+    return 2 * slots * head_dim * kernels::KvElementBytes(type) +
+           (type == kernels::KvType::kQ8 ? 2 * slots * sizeof(float) : 0);
+  }
 
   // Stores head_dim values of K (or V) of one KV head at (layer, block, slot).
   void Put(bool value, int layer, int block, int slot, int kv_head, const float* x) {
@@ -95,8 +102,10 @@ class KvStore {
   kernels::KvType type_;
   bool k_transposed_;
   size_t elem_;
-  std::vector<uint8_t, kernels::LargeAllocator<uint8_t>> k_, v_;
-  std::vector<float, kernels::LargeAllocator<float>> k_scale_, v_scale_;  // kQ8 only
+  // Zeroed, and touched only as blocks fill (a pool sized from memory costs
+  // what its sequences use).
+  kernels::ZeroedBuffer<uint8_t> k_, v_;
+  kernels::ZeroedBuffer<float> k_scale_, v_scale_;  // kQ8 only
 };
 
 }  // namespace braid

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "engine/engine.h"
+#include "engine/system_probe.h"
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
 #include "runner/kv_store.h"
@@ -368,6 +369,8 @@ class ServingEngine final : public Engine {
                    pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens) {
     scheduler_.set_latency_budget(&latency_budget_);
+    stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
+    stats_.kv_pool_bytes = store_.bytes();
     loop_ = std::thread([this] { Loop(); });
   }
   ~ServingEngine() override { Shutdown(); }
@@ -493,6 +496,7 @@ class ServingEngine final : public Engine {
     stats_.running = scheduler_.num_running();
     stats_.waiting = scheduler_.num_waiting();
     stats_.kv_blocks_total = pool_.num_blocks();
+    stats_.kv_pool_bytes = store_.bytes();
     stats_.kv_blocks_free = pool_.num_free();
     stats_.kv_blocks_cached = cache_.stats().cached_blocks;
   }
@@ -723,6 +727,17 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
 
 }  // namespace
 
+// The largest pool sized from memory (as braid run's --kv-tokens).
+constexpr int kMaxPoolTokens = 4 << 20;
+
+int KvBlocksForMemory(uint64_t available, double fraction, size_t block_bytes, int min_blocks,
+                      int max_blocks) {
+  const double fit = static_cast<double>(available) * fraction / static_cast<double>(block_bytes);
+  const int64_t blocks = static_cast<int64_t>(std::min<double>(fit, max_blocks));
+  return static_cast<int>(
+      std::clamp<int64_t>(blocks, std::min(min_blocks, max_blocks), max_blocks));
+}
+
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
   if (o.block_size < 1 || o.block_size > 1024)
     return Status::InvalidArgument("block_size must be in [1, 1024], got " +
@@ -736,10 +751,21 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
         "latency_batch_tokens must be >= 0 (0 = learned from step times)");
   if (o.kv_blocks < 0 || o.kv_tokens < 0)
     return Status::InvalidArgument("KV pool size must be >= 0");
+  if (!(o.kv_memory_fraction > 0.0 && o.kv_memory_fraction <= 0.95))
+    return Status::InvalidArgument("kv_memory_fraction must be in (0, 0.95], got " +
+                                   std::to_string(o.kv_memory_fraction));
   auto policy = MakePolicy(o.policy);
   if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(o.model));
   int blocks = o.kv_blocks > 0 ? o.kv_blocks : (o.kv_tokens + o.block_size - 1) / o.block_size;
+  if (o.kv_blocks == 0 && o.kv_tokens == 0) {
+    const ModelConfig& c = model->config();
+    const size_t per_block = KvStore::BlockBytes(c.n_layer, o.block_size, c.n_head_kv, c.head_dim,
+                                                 model->KvTypeFor(o.block_size));
+    blocks = KvBlocksForMemory(AvailableMemoryBytes(), o.kv_memory_fraction, per_block,
+                               (model->info().context + o.block_size - 1) / o.block_size,
+                               kMaxPoolTokens / o.block_size);
+  }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
   return std::unique_ptr<Engine>(new ServingEngine(o, std::move(model), std::move(policy), blocks));
 }

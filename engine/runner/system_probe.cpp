@@ -1,5 +1,9 @@
 #include "engine/system_probe.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "kernels/cpu_info.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/membw.h"
@@ -10,6 +14,20 @@ namespace braid {
 HostCpuSummary DescribeHostCpu() {
   const kernels::CpuInfo& cpu = kernels::HostCpu();
   return {cpu.model, kernels::DescribeCpu(cpu), cpu.l3_bytes};
+}
+
+uint64_t AvailableMemoryBytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f))
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    std::fclose(f);
+    if (found) return static_cast<uint64_t>(kb) * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
 double MeasureReadBandwidth(int threads) {

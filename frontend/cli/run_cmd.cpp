@@ -10,18 +10,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/file_util.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/system_probe.h"
 #include "lua/driver.h"
 #include "lua/live_view.h"
 #include "runtime/runtime.h"
@@ -48,7 +48,11 @@ const char* kRunHelp =
     "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
     "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
     "                          small = latency-tuned)\n"
-    "      --kv-tokens N       KV cache tokens per engine, 1..4194304 (default 16384)\n"
+    "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
+    "                          memory, see --kv-memory)\n"
+    "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
+    "                          memory available at start, split between engines, 0.01..0.95\n"
+    "                          (default 0.3); pages are used as the caches fill\n"
     "      --mode M            dag (default): goals, task groups, prefix sharing;\n"
     "                          baseline: one blocking FCFS request per call, one at a time;\n"
     "                          baseline-async: one FCFS request per call, sent when its inputs are "
@@ -82,6 +86,7 @@ const std::set<std::string> kValueOptions = {"-m",
                                              "--engines",
                                              "--max-running",
                                              "--kv-tokens",
+                                             "--kv-memory",
                                              "--mode",
                                              "--rtt-ms",
                                              "--graph",
@@ -209,7 +214,8 @@ int RunMain(const std::vector<std::string>& argv) {
 
   ModelOptions mo = ReadModelOptions(args);
   int engines_n = static_cast<int>(args.Int({"--engines"}, 1, 1, 64));
-  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 16384, 1, kMaxKvTokens));
+  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
+  double kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
   int max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
   std::string mode = args.Str({"--mode"}, "dag");
   int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0, 0, 600000));
@@ -255,6 +261,8 @@ int RunMain(const std::vector<std::string>& argv) {
 
   // Engines: each its own Engine on the same model, threads split between them.
   int threads = mo.threads > 0 ? mo.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const uint64_t available_at_start = AvailableMemoryBytes();
+  int kv_block_size = 0;
   std::vector<std::unique_ptr<Engine>> engines;
   std::vector<Engine*> engine_ptrs;
   std::vector<std::string> names;
@@ -263,6 +271,8 @@ int RunMain(const std::vector<std::string>& argv) {
     eo.model = mo;
     eo.model.threads = std::max(1, threads / engines_n);
     eo.kv_tokens = kv_tokens;
+    eo.kv_memory_fraction = kv_memory / engines_n;
+    kv_block_size = eo.block_size;
     eo.max_running = max_running;
     if (mode != "dag") eo.policy = "fcfs";
     auto e = Engine::Open(eo);
@@ -304,6 +314,18 @@ int RunMain(const std::vector<std::string>& argv) {
   std::shared_ptr<rt::Run> run = *started;
   if (const std::string w = run->resume_warning(); !w.empty())
     std::fprintf(stderr, "braid run: warning: %s\n", w.c_str());
+  if (!quiet) {
+    const EngineStats st = engines[0]->stats();
+    const int tokens = st.kv_blocks_total * kv_block_size;
+    if (kv_tokens == 0) {
+      std::fprintf(stderr,
+                   "braid: KV cache %d tokens per engine (%.0f MB; %.0f%% of %.1f GB available)\n",
+                   tokens, st.kv_pool_bytes / 1e6, 100.0 * kv_memory, available_at_start / 1e9);
+    } else {
+      std::fprintf(stderr, "braid: KV cache %d tokens per engine (%.0f MB)\n", tokens,
+                   st.kv_pool_bytes / 1e6);
+    }
+  }
   if (!db.empty() && !quiet)
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
                  resume.empty() ? "" : ", resumed", db.c_str());

@@ -23,7 +23,11 @@ namespace braid {
 struct EngineOptions {
   ModelOptions model;
   int kv_blocks = 0;             // KV pool size in blocks; 0 = enough for kv_tokens
-  int kv_tokens = 16384;         // used when kv_blocks is 0
+  int kv_tokens = 16384;         // used when kv_blocks is 0; 0 = sized from memory:
+  // with kv_blocks and kv_tokens 0, the pool takes this fraction of the memory
+  // available when the engine opens (MemAvailable), at least one full context
+  // and at most 4 Mi tokens. Its pages are touched only as it fills.
+  double kv_memory_fraction = 0.3;
   int block_size = 16;           // tokens per KV block
   int max_running = 64;          // sequences decoding together
   int max_batch_tokens = 256;    // tokens per step (chunked prefill budget)
@@ -58,6 +62,7 @@ using DeltaCallback = std::function<void(const Delta&)>;
 struct EngineStats {
   int running = 0, waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  uint64_t kv_pool_bytes = 0;  // the KV pool's size (all blocks, K and V)
   uint64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0;
@@ -73,6 +78,11 @@ struct EngineStats {
   uint64_t profiled_passes = 0;
   std::vector<StageTime> forward_stages;
 };
+
+// The KV pool's blocks when sized from memory (EngineOptions::kv_tokens 0):
+// fraction * available / block_bytes, within [min_blocks, max_blocks].
+int KvBlocksForMemory(uint64_t available, double fraction, size_t block_bytes, int min_blocks,
+                      int max_blocks);
 
 class Engine {
  public:

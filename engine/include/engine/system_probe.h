@@ -20,6 +20,10 @@ struct HostCpuSummary {
 };
 HostCpuSummary DescribeHostCpu();
 
+// Memory the OS can give this process now without swapping (Linux
+// MemAvailable; else the free physical pages), in bytes; 0 if unknown.
+uint64_t AvailableMemoryBytes();
+
 // Streaming read bandwidth in bytes/second with `threads` threads over a
 // buffer far larger than the caches (best of a few repetitions).
 double MeasureReadBandwidth(int threads);

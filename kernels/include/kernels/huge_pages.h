@@ -26,4 +26,35 @@ struct LargeAllocator {
   bool operator==(const LargeAllocator<U>&) const { return true; }
 };
 
+// `bytes` of zeroed memory, 2 MiB aligned and advised as huge pages, whose
+// pages are touched only where written (an anonymous mapping on Linux; a
+// zeroed allocation elsewhere): a large KV pool costs memory as it fills,
+// not when it is made. Throws std::bad_alloc when out of address space.
+// Freed with FreeZeroed(p, bytes).
+void* AllocateZeroed(size_t bytes);
+void FreeZeroed(void* p, size_t bytes);
+
+// `n` zeroed elements of T (trivial) from AllocateZeroed.
+template <typename T>
+class ZeroedBuffer {
+ public:
+  ZeroedBuffer() = default;
+  explicit ZeroedBuffer(size_t n)
+      : p_(n ? static_cast<T*>(AllocateZeroed(n * sizeof(T))) : nullptr), n_(n) {}
+  ~ZeroedBuffer() {
+    if (p_ != nullptr) FreeZeroed(p_, n_ * sizeof(T));
+  }
+  ZeroedBuffer(const ZeroedBuffer&) = delete;
+  ZeroedBuffer& operator=(const ZeroedBuffer&) = delete;
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 }  // namespace braid::kernels
