@@ -112,6 +112,13 @@ range serve_mix --latency-mix 1000 0 256 bench --serve
 range serve_reps -r 0 1 1000 bench --serve
 range serve_threads -t 4294967297 0 1024 bench --serve
 expect serve_kv "needs a context of .* and [0-9]+ KV tokens; the limits are 131072 and 4194304" bench --serve -c 4096 --prompt-len 32768
+# runs
+expect runs_show_unknown "no run store at '.*runs.db'" runs --db "$tmp/runs.db" show nope
+expect runs_show_two "give one run id, got 2" runs --db "$tmp/runs.db" show a b
+expect runs_rm_none "give the ids of the runs to remove" runs --db "$tmp/runs.db" rm
+expect runs_verb "unknown subcommand 'bogus'" runs --db "$tmp/runs.db" bogus
+expect runs_option "unknown option '--bogus'" runs --db "$tmp/runs.db" --bogus
+range runs_n -n 0 1 1000000 runs --db "$tmp/runs.db"
 # run (options before the script; the script is not read before they pass)
 echo 'return "x"' >"$tmp/app.lua"
 after=("$tmp/app.lua")

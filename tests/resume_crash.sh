@@ -18,8 +18,15 @@ for delay in 2 4 6; do
   wait "$pid" 2>/dev/null
   id=$(grep -o 'braid: run run-[^ ]*' "$tmp/err" | head -n 1 | cut -d' ' -f3)
   if [ -z "$id" ]; then echo "FAIL: no run id in: $(head -c 300 "$tmp/err")"; fail=1; continue; fi
+  killed=1
   if grep -q '"run_id"' "$tmp/out"; then
     echo "note: run finished before the kill at ${delay}s"
+    killed=0
+  fi
+  # braid runs: the killed run is interrupted, not running.
+  state=$("$braid" runs --db "$db" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['state'])")
+  if [ $killed = 1 ] && [ "$state" != interrupted ]; then
+    echo "FAIL: braid runs shows the killed run $id as '$state'"; fail=1
   fi
   if ! "$braid" run -t 1 --db "$db" --json --resume "$id" "$app" >"$tmp/out2" 2>"$tmp/err2"; then
     echo "FAIL: resume of $id: $(tail -n 3 "$tmp/err2")"; fail=1; continue
@@ -27,6 +34,13 @@ for delay in 2 4 6; do
   replayed=$(grep -c '"engine": "store"' "$tmp/out2")
   total=$(grep -c '"label"' "$tmp/out2")
   if ! grep -q '"abstract"' "$tmp/out2"; then echo "FAIL: resumed run has no abstract"; fail=1; continue; fi
+  # Finished now, with its nodes' values; then removed.
+  if ! "$braid" runs --db "$db" show "$id" | grep -q "^run $id: done"; then
+    echo "FAIL: braid runs show $id: $("$braid" runs --db "$db" show "$id" 2>&1 | head -n 3)"; fail=1
+  fi
+  if ! "$braid" runs --db "$db" rm "$id" || "$braid" runs --db "$db" show "$id" 2>/dev/null; then
+    echo "FAIL: braid runs rm $id left the run"; fail=1
+  fi
   echo "ok: killed at ${delay}s; resumed $id: $replayed of $total nodes replayed from the store"
 done
 [ $fail = 0 ] && echo "resume after kill -9: ok"

@@ -112,6 +112,17 @@ class Args {
     }
     return x;
   }
+  // The arguments no option has taken, in order (positional arguments), now
+  // taken; options that start with '-' are left for Error() to report.
+  std::vector<std::string> Positional() {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < args_.size(); ++i)
+      if (!used_[i] && (args_[i].empty() || args_[i][0] != '-')) {
+        used_[i] = true;
+        out.push_back(args_[i]);
+      }
+    return out;
+  }
   // Records a bad value (the first one recorded is reported by Error()).
   void Fail(const std::string& message) {
     if (error_.empty()) error_ = message;

@@ -20,6 +20,7 @@ void PrintUsage() {
       "  chat       interactive chat:    braid chat [-m MODEL]\n"
       "  bench      llama-bench style:   braid bench [-m MODEL] [-p 512] [-n 128] [-t THREADS]\n"
       "  run        run a Lua program:   braid run [-m MODEL] apps/map_reduce/app.lua [ARGS...]\n"
+      "  runs       recorded runs:       braid runs [show ID | rm ID...] [--db PATH] [--json]\n"
       "\n"
       "Run 'braid <command> --help' for the options of one command.\n");
 }
@@ -55,6 +56,7 @@ int Dispatch(int argc, char** argv) {
   if (cmd == "bench") return braid::cli::BenchMain(args);
 #ifdef BRAID_HAVE_RUNTIME
   if (cmd == "run") return braid::cli::RunMain(args);
+  if (cmd == "runs") return braid::cli::RunsMain(args);
 #endif
   std::fprintf(stderr, "braid: unknown command '%s'\n", cmd.c_str());
   PrintUsage();

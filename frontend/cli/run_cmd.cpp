@@ -109,12 +109,6 @@ bool WriteFile(const std::string& path, const std::string& data) {
   return std::fclose(f) == 0 && ok;
 }
 
-std::string DefaultDb() {
-  const char* home = std::getenv("HOME");
-  if (!home || !*home) return "";
-  return std::string(home) + "/.cache/braid/runs.db";
-}
-
 // Renders dot text with Graphviz: `dot -T<format> -o <path>`, text on stdin.
 Status RenderDot(const std::string& dot, const std::string& format, const std::string& path) {
   int fds[2];

@@ -37,6 +37,8 @@ class SqliteRunStore final : public RunStore {
   Result<std::vector<StoredRun>> ListRuns(int limit) override;
   Status FinishRun(const std::string& id, const std::string& status,
                    const std::string& error) override;
+  Result<RunTotals> Totals(const std::string& id) override;
+  Status DeleteRun(const std::string& id) override;
   Status RecordCall(const std::string& run_id, const StoredCall& call) override;
   Result<std::optional<StoredCall>> FindCall(const std::string& run_id,
                                              const std::string& key) override;
@@ -224,6 +226,56 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
   }
   BRAID_RETURN_IF_ERROR(txn.Commit());
   return runs;
+}
+
+Result<RunTotals> SqliteRunStore::Totals(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  RunTotals t;
+  {
+    BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                           db_->Prepare("SELECT finished_unix FROM runs WHERE id = ?1"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+    if (!found) return Status::NotFound(db_->path() + ": run '" + id + "' not found");
+    t.finished_unix = stmt.ColumnIsNull(0) ? 0.0 : stmt.ColumnDouble(0);
+  }
+  {
+    // The nodes' events carry their token counts (RunImpl::LogEvent).
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt stmt,
+        db_->Prepare("SELECT COALESCE(SUM(kind = 'node_finished'), 0), "
+                     "COALESCE(SUM(kind = 'node_failed'), 0), "
+                     "COALESCE(SUM(json_extract(data, '$.prompt_tokens')), 0), "
+                     "COALESCE(SUM(json_extract(data, '$.cached_tokens')), 0), "
+                     "COALESCE(SUM(json_extract(data, '$.generated_tokens')), 0) "
+                     "FROM events WHERE run_id = ?1 AND kind IN ('node_finished', 'node_failed') "
+                     "AND json_valid(data)"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row) {
+      t.nodes_done = static_cast<int>(stmt.ColumnInt64(0));
+      t.nodes_failed = static_cast<int>(stmt.ColumnInt64(1));
+      t.prompt_tokens = stmt.ColumnInt64(2);
+      t.cached_tokens = stmt.ColumnInt64(3);
+      t.generated_tokens = stmt.ColumnInt64(4);
+    }
+  }
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return t;
+}
+
+Status SqliteRunStore::DeleteRun(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(RequireRun(id));
+  // Foreign keys (enforced: Configure) cascade to args, calls, outputs, values, events.
+  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt, db_->Prepare("DELETE FROM runs WHERE id = ?1"));
+  BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+  BRAID_RETURN_IF_ERROR(stmt.Run());
+  return txn.Commit();
 }
 
 Status SqliteRunStore::FinishRun(const std::string& id, const std::string& status,

@@ -30,6 +30,13 @@ struct StoredRun {
   std::string program_hash;
 };
 
+// A run's totals from its record and event log, for listings.
+struct RunTotals {
+  double finished_unix = 0;  // 0: not finished
+  int nodes_done = 0, nodes_failed = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+};
+
 // A finished call, found again on resume by its key.
 struct StoredCall {
   std::string key;           // "path#index#function#input-hash"
@@ -49,6 +56,9 @@ class RunStore {
   virtual Result<std::vector<StoredRun>> ListRuns(int limit) = 0;  // newest first
   virtual Status FinishRun(const std::string& id, const std::string& status,
                            const std::string& error) = 0;
+  virtual Result<RunTotals> Totals(const std::string& id) = 0;  // NotFound if unknown
+  // Removes the run with its calls, values and events; NotFound if unknown.
+  virtual Status DeleteRun(const std::string& id) = 0;
 
   // Records a finished call's outputs in one transaction (durable on return).
   virtual Status RecordCall(const std::string& run_id, const StoredCall& call) = 0;

@@ -568,5 +568,62 @@ TEST_CASE("RunStore refuses other databases, newer schemas and unusable paths") 
   }
 }
 
+TEST_CASE("RunStore totals from the node events, and deleting a run takes everything of it") {
+  double now = 500;
+  SqliteRunStoreOptions options;
+  options.clock = [&now] { return now; };
+  std::unique_ptr<RunStore> store = MustOpen(":memory:", options);
+  REQUIRE(store->CreateRun(MakeRun("a", 100)).ok());
+  REQUIRE(store->CreateRun(MakeRun("b", 200)).ok());
+  REQUIRE(store->AppendEvent("a", "run_started", "{}").ok());
+  REQUIRE(store->AppendEvent("a", "node_started", R"({"node":1,"prompt_tokens":9})").ok());
+  REQUIRE(
+      store
+          ->AppendEvent("a", "node_finished",
+                        R"({"node":1,"prompt_tokens":10,"cached_tokens":4,"generated_tokens":20})")
+          .ok());
+  REQUIRE(
+      store
+          ->AppendEvent("a", "node_finished",
+                        R"({"node":2,"prompt_tokens":5,"cached_tokens":0,"generated_tokens":7})")
+          .ok());
+  REQUIRE(store->AppendEvent("a", "node_failed", R"({"node":3,"prompt_tokens":1})").ok());
+  REQUIRE(store->AppendEvent("a", "node_finished", "not json").ok());  // counted nowhere
+  StoredCall call;
+  call.key = "k";
+  call.function = "f";
+  call.outputs = {{"out", "v"}};
+  REQUIRE(store->RecordCall("a", call).ok());
+  REQUIRE(store->RecordValue("a", "time", "1").ok());
+
+  Result<RunTotals> t = store->Totals("a");
+  REQUIRE(t.ok());
+  CHECK(t->finished_unix == 0);  // still "running"
+  CHECK(t->nodes_done == 2);
+  CHECK(t->nodes_failed == 1);
+  CHECK(t->prompt_tokens == 16);
+  CHECK(t->cached_tokens == 4);
+  CHECK(t->generated_tokens == 27);
+  now = 600;
+  REQUIRE(store->FinishRun("a", "done", "").ok());
+  CHECK(store->Totals("a")->finished_unix == doctest::Approx(600));
+  Result<RunTotals> empty = store->Totals("b");
+  REQUIRE(empty.ok());
+  CHECK(empty->nodes_done == 0);
+  CHECK(empty->prompt_tokens == 0);
+  CHECK(store->Totals("nope").status().code() == StatusCode::kNotFound);
+
+  REQUIRE(store->DeleteRun("a").ok());
+  CHECK(store->GetRun("a").status().code() == StatusCode::kNotFound);
+  CHECK(store->Totals("a").status().code() == StatusCode::kNotFound);
+  // Recreated with the same id: none of the old calls, values or events remain.
+  REQUIRE(store->CreateRun(MakeRun("a", 700)).ok());
+  CHECK(store->Calls("a")->empty());
+  CHECK(!store->FindValue("a", "time")->has_value());
+  CHECK(store->Totals("a")->nodes_done == 0);
+  CHECK(store->GetRun("b").ok());  // the other run untouched
+  CHECK(store->DeleteRun("nope").code() == StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace braid::rt

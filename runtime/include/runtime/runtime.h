@@ -239,4 +239,28 @@ class Runtime {
   virtual Result<std::shared_ptr<Run>> StartRun(const RunOptions& options) = 0;
 };
 
+// Runs recorded in a run store (`braid runs`). A live run holds its store
+// exclusively (store/run_store.cpp), so a run recorded as running in a store
+// that could be opened is not running any more: its state reads
+// "interrupted" (resume it with `braid run --resume ID`).
+struct RunRecord {
+  std::string id, program, state, error;  // state: done, failed or interrupted
+  std::vector<std::string> args;
+  double started_unix = 0, finished_unix = 0;  // finished 0: never finished
+  int nodes_done = 0, nodes_failed = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+};
+// A finished call of a run, with its output values.
+struct RunNodeRecord {
+  std::string function;
+  std::map<std::string, std::string> outputs;
+};
+// Newest first, at most `limit` (<= 0: all). NotFound when no store exists at
+// db_path (nothing is created).
+Result<std::vector<RunRecord>> ListStoredRuns(const std::string& db_path, int limit);
+// One run, and its finished calls in order into *nodes (when not null).
+Result<RunRecord> GetStoredRun(const std::string& db_path, const std::string& id,
+                               std::vector<RunNodeRecord>* nodes);
+Status DeleteStoredRun(const std::string& db_path, const std::string& id);
+
 }  // namespace braid::rt
