@@ -219,6 +219,25 @@ class MemoryStore final : public RunStore {
     runs_[id].error = error;
     return {};
   }
+  // Counts only (the SQLite store sums tokens from the events' JSON).
+  Result<RunTotals> Totals(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!runs_.count(id)) return Status::NotFound("run '" + id + "'");
+    RunTotals t;
+    for (const std::string& e : events_[id]) {
+      t.nodes_done += e.rfind("node_finished ", 0) == 0;
+      t.nodes_failed += e.rfind("node_failed ", 0) == 0;
+    }
+    return t;
+  }
+  Status DeleteRun(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!runs_.erase(id)) return Status::NotFound("run '" + id + "'");
+    calls_.erase(id);
+    values_.erase(id);
+    events_.erase(id);
+    return {};
+  }
   Status RecordCall(const std::string& run_id, const StoredCall& call) override {
     std::lock_guard<std::mutex> l(mu_);
     calls_[run_id][call.key] = call;
