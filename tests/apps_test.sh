@@ -111,6 +111,19 @@ if grep -q "stack traceback" "$tmp/err"; then echo "ok   bad/loop has a tracebac
 printf 'return 1' >"$tmp/args.lua"
 "$braid" run --mode fast "$tmp/args.lua" >/dev/null 2>"$tmp/err"
 if [ $? = 2 ] && grep -q "mode must be dag, baseline or baseline-async" "$tmp/err"; then echo "ok   bad/option"; else echo "FAIL bad/option: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
+# --json on failure: a JSON object with the error; -q still names the run on stderr.
+printf 'error("boom")\n' >"$tmp/boom.lua"
+"$braid" run -m "$model" -t "$threads" --db "$tmp/runs.db" -q --json "$tmp/boom.lua" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 1 ] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r['result'] is None and 'boom' in r['error'] and r['run_id'].startswith('run-'), r
+" "$tmp/out" && grep -q "^braid: run run-" "$tmp/err"; then
+  echo "ok   bad/json: error object, run id on stderr with -q"
+else
+  echo "FAIL bad/json: rc=$rc out: $(head -c 300 "$tmp/out") err: $(head -c 300 "$tmp/err")"; fail=$((fail + 1))
+fi
 
 [ $fail -gt 0 ] && exit 1
 [ $skip -gt 0 ] && exit 77

@@ -59,7 +59,8 @@ const char* kRunHelp =
     "ready\n"
     "      --rtt-ms N          added client round trip per call, 0..600000 (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
-    "      --json              print {run_id, result, nodes: [...]} as JSON\n"
+    "      --json              print {run_id, result, nodes: [...]} as JSON; on failure\n"
+    "                          {run_id, result: null, error, nodes: [...]} (exit status 1)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
     "  -q, --quiet             no live view or progress lines\n"
@@ -320,7 +321,8 @@ int RunMain(const std::vector<std::string>& argv) {
                    st.kv_pool_bytes / 1e6);
     }
   }
-  if (!db.empty() && !quiet)
+  // The run id even with -q: it is what --resume and braid runs take.
+  if (!db.empty())
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
                  resume.empty() ? "" : ", resumed", db.c_str());
 
@@ -344,19 +346,36 @@ int RunMain(const std::vector<std::string>& argv) {
   run->Finish(result.ok() ? Status::Ok() : result.status());
   if (!graph.empty()) WriteGraph(*run, graph);
 
+  // --json: {run_id, program, mode, elapsed_ms, result | error, nodes}.
+  auto json_out = [&] {
+    nlohmann::json out;
+    out["run_id"] = run->id();
+    out["program"] = script;
+    out["mode"] = mode;
+    out["elapsed_ms"] = elapsed_ms;
+    return out;
+  };
+  auto print_json = [&](nlohmann::json out) {
+    out["nodes"] = nlohmann::json::array();
+    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n));
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fflush(stdout);
+  };
   if (!result.ok()) {
     std::fprintf(stderr, "braid: %s\n", result.status().message().c_str());
+    if (json) {
+      nlohmann::json out = json_out();
+      out["result"] = nullptr;
+      out["error"] = result.status().message();
+      print_json(std::move(out));
+    }
     if (!db.empty() && result.status().code() == StatusCode::kCancelled)
       std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run->id().c_str(), script.c_str());
     return result.status().code() == StatusCode::kCancelled ? 130 : 1;
   }
   const lua::ProgramResult& r = *result;
   if (json) {
-    nlohmann::json out;
-    out["run_id"] = run->id();
-    out["program"] = script;
-    out["mode"] = mode;
-    out["elapsed_ms"] = elapsed_ms;
+    nlohmann::json out = json_out();
     if (r.kind == lua::ProgramResult::Kind::kString) {
       out["result"] = r.text;
     } else if (r.kind == lua::ProgramResult::Kind::kJson) {
@@ -364,9 +383,7 @@ int RunMain(const std::vector<std::string>& argv) {
     } else {
       out["result"] = nullptr;
     }
-    out["nodes"] = nlohmann::json::array();
-    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n));
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    print_json(std::move(out));
   } else if (r.kind == lua::ProgramResult::Kind::kString) {
     std::fwrite(r.text.data(), 1, r.text.size(), stdout);
     if (r.text.empty() || r.text.back() != '\n') std::fputc('\n', stdout);
