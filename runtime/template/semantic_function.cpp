@@ -15,9 +15,11 @@
 // never recurses (the grammar does not nest), and the template's size, its
 // number of placeholders, the length of a list and the work of compiling its
 // regex patterns are capped, each with an error that says which and where.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "exec/regex_dfa.h"
 #include "runtime/runtime.h"
@@ -168,19 +170,20 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
     BRAID_ASSIGN_OR_RETURN(v.text, ParseString(c));
     return v;
   }
-  if (c.Peek() == '[') {
+  if (c.Peek() == '[' || c.Peek() == '{') {  // ["a", "b"], or Lua's {"a", "b"}
+    const char close = c.Peek() == '[' ? ']' : '}';
     const auto start = c.mark();
     v.kind = Value::Kind::kList;
     c.Advance();
     c.SkipSpaces();
-    if (c.Peek() == ']') {
+    if (c.Peek() == close) {
       c.Advance();
       return v;
     }
     while (true) {
       c.SkipSpaces();
       if (c.Peek() != '"') {
-        if (c.AtEnd() || c.StartsWith("}}"))
+        if (c.AtEnd() || (close == ']' && c.StartsWith("}}")))
           return c.Error(start, "unterminated list for '" + key + "' in " + where);
         return c.Error("bad value for '" + key + "' in " + where +
                        ": expected a string in the list");
@@ -195,13 +198,14 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
         c.Advance();
         continue;
       }
-      if (c.Peek() == ']') {
+      if (c.Peek() == close) {
         c.Advance();
         return v;
       }
       if (c.AtEnd() || c.StartsWith("}}"))
         return c.Error(start, "unterminated list for '" + key + "' in " + where);
-      return c.Error("bad value for '" + key + "' in " + where + ": expected ',' or ']'");
+      return c.Error("bad value for '" + key + "' in " + where + ": expected ',' or '" + close +
+                     "'");
     }
   }
   while (!c.AtEnd() && !std::isspace(static_cast<unsigned char>(c.Peek())) && !c.StartsWith("}}")) {
@@ -227,6 +231,42 @@ bool ParseUint(const std::string& s, uint64_t* out) {
   }
   *out = v;
   return true;
+}
+
+// Levenshtein distance (short option names only).
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for the option of this kind nearest to `key`, when
+// one is within a third of its length; else "".
+std::string DidYouMean(const std::string& key, OutputSpec::Kind kind) {
+  using K = OutputSpec::Kind;
+  const std::vector<std::string> known =
+      kind == K::kSelect ? std::vector<std::string>{"choices"}
+      : kind == K::kRegex
+          ? std::vector<std::string>{"pattern", "max_tokens", "temperature", "top_p", "seed"}
+          : std::vector<std::string>{"max_tokens", "stop", "temperature", "top_p", "seed", "regex"};
+  std::string best;
+  size_t best_d = key.size();
+  for (const std::string& k : known)
+    if (const size_t d = EditDistance(key, k); d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  if (best.empty() || best_d * 3 > best.size()) return "";
+  return " (did you mean '" + best + "'?)";
 }
 
 // Applies one option to `out`; errors point at the option's key. A pattern's
@@ -277,13 +317,20 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       if (!seen.insert(s).second) return bad("duplicate choice \"" + s + "\"");
     }
     out->choices = v.list;
-  } else if (key == "pattern" && rx) {
+  } else if ((key == "pattern" && rx) || (key == "regex" && gen)) {
+    // {{gen x regex="..."}} is {{regex x pattern="..."}}.
     if (v.kind != Value::Kind::kString || v.text.empty()) return bad("expected a non-empty string");
+    if (!out->stop.empty())
+      return bad("a regex output ends where its pattern does: no 'stop' with it");
     auto dfa = RegexDfa::Compile(v.text, regex_steps);
     if (!dfa.ok()) return bad(dfa.status().message());
+    out->kind = K::kRegex;
     out->pattern = v.text;
+  } else if (key == "stop" && rx) {
+    return c.Error(
+        at, "unknown option 'stop' in " + where + ": a regex output ends where its pattern does");
   } else {
-    return c.Error(at, "unknown option '" + key + "' in " + where);
+    return c.Error(at, "unknown option '" + key + "' in " + where + DidYouMean(key, out->kind));
   }
   return Status::Ok();
 }

@@ -73,9 +73,43 @@ TEST_CASE("template: options and escapes") {
   CHECK(!(*d)->outputs()[0].seed.has_value());
 }
 
+TEST_CASE("template: Lua-style lists, gen regex= as a regex output, did-you-mean") {
+  // choices={"a","b"} (Lua's braces) as well as ["a","b"], also next to "}}".
+  for (const char* t :
+       {"{{select s choices={\"a\", \"b\"}}}", "{{select s choices={\"a\",\"b\"} }}",
+        "{{select s choices=[\"a\", \"b\"]}}"}) {
+    auto f = P(t);
+    REQUIRE_MESSAGE(f.ok(), t << ": " << f.status().ToString());
+    CHECK((*f)->outputs()[0].choices == std::vector<std::string>{"a", "b"});
+  }
+  auto stop = P("{{gen g stop={\"x\", \"y\"}}}");
+  REQUIRE(stop.ok());
+  CHECK((*stop)->outputs()[0].stop == std::vector<std::string>{"x", "y"});
+  CHECK(Err("{{select s choices={\"a\", \"b\"]}}").find("expected ',' or '}'") !=
+        std::string::npos);
+  CHECK(Err("{{select s choices={\"a\"").find("unterminated") != std::string::npos);
+  // {{gen x regex="..."}} is {{regex x pattern="..."}}, options kept.
+  auto g = P("{{gen year regex=\"[0-9]{4}\" max_tokens=8}}");
+  REQUIRE(g.ok());
+  CHECK((*g)->outputs()[0].kind == OutputSpec::Kind::kRegex);
+  CHECK((*g)->outputs()[0].pattern == "[0-9]{4}");
+  CHECK((*g)->outputs()[0].max_tokens == 8);
+  CHECK(Err("{{gen y stop=\"x\" regex=\"a\"}}").find("no 'stop' with it") != std::string::npos);
+  CHECK(
+      Err("{{gen y regex=\"a\" stop=\"x\"}}").find("a regex output ends where its pattern does") !=
+      std::string::npos);
+  CHECK(Err("{{gen y regex=\"(a\"}}").find("bad value for 'regex'") != std::string::npos);
+  CHECK(Err("{{regex y regex=\"a\"}}").find("unknown option 'regex'") != std::string::npos);
+  // Did you mean: the nearest option of that kind, only when close.
+  CHECK(Err("{{select s choice=[\"a\"]}}").find("(did you mean 'choices'?)") != std::string::npos);
+  CHECK(Err("{{regex r patern=\"a\"}}").find("(did you mean 'pattern'?)") != std::string::npos);
+  CHECK(Err("{{gen g temprature=0}}").find("(did you mean 'temperature'?)") != std::string::npos);
+  CHECK(Err("{{gen g colour=1}}").find("did you mean") == std::string::npos);
+}
+
 TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("hi\n  {{gen summary max_token=3}}") ==
-        "fn:2:17: unknown option 'max_token' in {{gen summary ...}}");
+        "fn:2:17: unknown option 'max_token' in {{gen summary ...}} (did you mean 'max_tokens'?)");
   CHECK(Err("{{gen a max_tokens=zero}}") ==
         "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got "
         "'zero'");
