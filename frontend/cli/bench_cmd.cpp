@@ -179,10 +179,15 @@ int BenchMain(const std::vector<std::string>& argv) {
     bw = MeasureStreamBandwidth(info.threads, info.decode_stages);
     mem_bw = MeasureReadBandwidth(info.threads);
     roofline = bw / static_cast<double>(info.bytes_per_token);
-    const bool fits = cpu.l3_bytes != 0 && info.bytes_per_token <= cpu.l3_bytes;
-    std::printf("weights read per token: %.1f MB, %s the last-level cache (%.0f MiB)\n",
-                info.bytes_per_token / 1e6, fits ? "inside" : "larger than",
-                cpu.l3_bytes / 1048576.0);
+    if (cpu.l3_bytes == 0) {
+      std::printf("weights read per token: %.1f MB (last-level cache size unknown)\n",
+                  info.bytes_per_token / 1e6);
+    } else {
+      std::printf("weights read per token: %.1f MB, %s the last-level cache (%.0f MiB)\n",
+                  info.bytes_per_token / 1e6,
+                  info.bytes_per_token <= cpu.l3_bytes ? "inside" : "larger than",
+                  cpu.l3_bytes / 1048576.0);
+    }
     std::printf(
         "read bandwidth (%d threads): %.1f GB/s streaming the weights as decode does, %.1f GB/s "
         "from memory (512 MiB)\ndecode roofline: %.1f tok/s\n",
