@@ -76,9 +76,26 @@ class Request final : public RequestHandle {
     return done_;
   }
   void Cancel() override { cancel_.store(true); }
+  void SetGoal(GoalClass goal, int priority, std::optional<double> deadline_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    goal_change_ = GoalChange{goal, priority, deadline_ms};
+  }
 
   // ---- step loop only ----
   bool cancel_requested() const { return cancel_.load(); }
+  // Applies a pending SetGoal to the sequence (`now`: engine clock, seconds).
+  bool ApplyGoalChange(double now) {
+    std::optional<GoalChange> g;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      g.swap(goal_change_);
+    }
+    if (!g) return false;
+    seq_.goal = g->goal;
+    seq_.priority = g->priority;
+    if (g->deadline_ms) seq_.deadline = now + *g->deadline_ms / 1000.0;
+    return true;
+  }
   SeqState& seq() { return seq_; }
   const GenerationRequest& request() const { return req_; }
   Sampler& sampler() { return sampler_; }
@@ -177,6 +194,12 @@ class Request final : public RequestHandle {
   std::unique_ptr<StreamDecoder> decoder_;
   StopMatcher stops_;
   std::atomic<bool> cancel_{false};
+  struct GoalChange {
+    GoalClass goal;
+    int priority;
+    std::optional<double> deadline_ms;
+  };
+  std::optional<GoalChange> goal_change_;  // guarded by mu_
   Clock::time_point submitted_, last_token_;
   bool first_token_ = false, scheduled_ = false, stop_hit_ = false;
 
@@ -256,6 +279,18 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
     }
     for (auto& c : children) c->Cancel();
   }
+  void SetGoal(GoalClass goal, int priority, std::optional<double> deadline_ms) override {
+    std::vector<std::shared_ptr<RequestHandle>> children;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      req_.goal = goal;  // for the choices not launched yet
+      req_.priority = priority;
+      req_.deadline_ms = deadline_ms;
+      children = children_;
+    }
+    for (auto& c : children)
+      if (c) c->SetGoal(goal, priority, deadline_ms);
+  }
 
  private:
   Status SubmitChoice(size_t i) {
@@ -265,9 +300,12 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
     g.prompt_logprobs_from = static_cast<int>(req_.prompt.size());
     g.sampling = SamplingParams::Greedy();
     g.sampling.max_tokens = 0;
-    g.goal = req_.goal;
-    g.priority = req_.priority;
-    g.deadline_ms = req_.deadline_ms;
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // SetGoal may change them
+      g.goal = req_.goal;
+      g.priority = req_.priority;
+      g.deadline_ms = req_.deadline_ms;
+    }
     g.cache_salt = req_.cache_salt;
     g.client = req_.client;
     // A weak reference: children must not keep their parent alive (the
@@ -521,12 +559,12 @@ class ServingEngine final : public Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::vector<float> logits_;
+  const Clock::time_point origin_ = Clock::now();  // the engine clock's zero
   std::thread loop_;
 };
 
 void ServingEngine::Loop() {
   std::vector<std::shared_ptr<Request>> active;  // admitted to the scheduler, not finished
-  const Clock::time_point origin = Clock::now();
   for (;;) {
     std::vector<std::shared_ptr<Request>> fresh;
     {
@@ -551,7 +589,7 @@ void ServingEngine::Loop() {
         s.logprobs_from = g.prompt_logprobs_from;
         s.goal = g.goal;
         s.priority = g.priority;
-        s.arrival = Ms(origin, Clock::now()) / 1000.0;
+        s.arrival = Ms(origin_, Clock::now()) / 1000.0;
         if (g.deadline_ms) s.deadline = s.arrival + *g.deadline_ms / 1000.0;
         s.salt = g.cache_salt;
         s.client = g.client;
@@ -588,6 +626,8 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       ++cancelled;
     }
     std::erase_if(active, [](const auto& r) { return r->finished(); });
+    // Goal changes reorder the queue at this step (Schedule sorts by policy).
+    for (auto& r : active) r->ApplyGoalChange(Ms(origin_, now) / 1000.0);
     plan = scheduler_.Schedule();
     preempted = plan.preempted.size();
   }

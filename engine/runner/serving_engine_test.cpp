@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -281,6 +282,52 @@ TEST_CASE("cancel frees the request's blocks at once") {
   }
   CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
   CHECK(s.running == 0);
+}
+
+TEST_CASE("SetGoal raises a waiting request in place: it is admitted first") {
+  if (!HaveModel()) return;
+  EngineOptions o = Options(4096);
+  o.max_running = 1;
+  auto engine = Engine::Open(o);
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  GenerationRequest g;
+  g.prompt = e.model().TokenizeText("Tell me a long story about a dragon.");
+  g.sampling = SamplingParams::Greedy();
+  g.sampling.max_tokens = 1000;
+  g.sampling.ignore_eos = true;
+  auto busy = e.Submit(g);
+  REQUIRE(busy.ok());
+  REQUIRE((*busy)->Next(10000).has_value());  // running: it holds the only slot
+  std::mutex mu;
+  std::vector<char> first;  // which request produced its first token, in order
+  auto submit = [&](char name) {
+    GenerationRequest r;
+    r.prompt = e.model().TokenizeText(std::string("Say ") + name);
+    r.sampling = SamplingParams::Greedy();
+    r.sampling.max_tokens = 4;
+    r.sampling.ignore_eos = true;
+    bool seen = false;
+    auto h = e.Submit(r, [&, name, seen](const Delta& d) mutable {
+      if (seen || d.tokens.empty()) return;
+      seen = true;
+      std::lock_guard<std::mutex> lock(mu);
+      first.push_back(name);
+    });
+    REQUIRE(h.ok());
+    return *h;
+  };
+  auto b = submit('b');
+  auto c = submit('c');
+  c->SetGoal(GoalClass::kLatency, 0, std::nullopt);
+  // Two more steps of the busy request: the change has been applied.
+  REQUIRE((*busy)->Next(10000).has_value());
+  REQUIRE((*busy)->Next(10000).has_value());
+  (*busy)->Cancel();
+  CHECK(b->Wait().finish_reason == "length");
+  CHECK(c->Wait().finish_reason == "length");
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(first == std::vector<char>{'c', 'b'});  // FCFS among equals would be b, c
 }
 
 TEST_CASE("bad requests are refused with a clear error and the engine keeps serving") {

@@ -55,6 +55,11 @@ class RequestHandle {
   // Asks the engine to stop the request; its blocks are freed at the next
   // step and it finishes with reason "cancelled". Idempotent.
   virtual void Cancel() = 0;
+  // Changes the request's goal class, priority and deadline (relative to
+  // now) while it waits or runs, without restarting it: a caller that
+  // started work early raises it once someone waits for the result. Takes
+  // effect at the engine's next step; ignored once the request finished.
+  virtual void SetGoal(GoalClass goal, int priority, std::optional<double> deadline_ms) = 0;
 };
 
 using DeltaCallback = std::function<void(const Delta&)>;
