@@ -43,7 +43,15 @@ void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::str
                       {"prompt_tokens", n.prompt_tokens},
                       {"cached_tokens", n.cached_tokens},
                       {"generated_tokens", n.generated_tokens},
-                      {"run_ms", n.run_ms}};
+                      {"run_ms", n.run_ms},
+                      {"start_ms", n.start_ms},
+                      {"end_ms", n.end_ms}};
+  if (n.latest_finish_ms) {
+    j["deadline_ms"] = *n.latest_finish_ms;
+    j["slack_ms"] = n.slack_ms;
+    if (n.state == NodeState::kDone) j["deadline_met"] = n.end_ms <= *n.latest_finish_ms;
+  }
+  if (!n.read_before.empty()) j["read_before"] = n.read_before;
   if (!detail.empty()) j["detail"] = detail;
   (void)ctx_->store->AppendEvent(id_, kind, j.dump());
 }
@@ -105,7 +113,8 @@ std::string RunImpl::CallKeyString(const DagNode& n) const {
 
 Result<std::map<std::string, VarId>> RunImpl::Call(const SemanticFunction& fn,
                                                    const std::map<std::string, Arg>& args,
-                                                   const CallKey& key) {
+                                                   const CallKey& key,
+                                                   const std::vector<VarId>& read_before) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string& fname = fn.spec().name;
   for (const auto& in : fn.inputs())
@@ -123,6 +132,20 @@ Result<std::map<std::string, VarId>> RunImpl::Call(const SemanticFunction& fn,
   node.key = key;
   for (const auto& in : fn.inputs())
     if (VarId v = args.at(in).var) node.inputs.push_back(v);
+  for (VarId v : read_before) {
+    if (!dag_.HasVar(v))
+      return Status::InvalidArgument(fname + ": unknown variable " + std::to_string(v) +
+                                     " read before the call");
+    if (dag_.var(v).state != VarState::kReady)
+      return Status::InvalidArgument(fname + ": variable '" + dag_.var(v).name +
+                                     "' is read before the call but is not ready");
+  }
+  // Edges already implied by the inputs are left out.
+  std::vector<VarId> candidates = node.inputs;
+  candidates.insert(candidates.end(), read_before.begin(), read_before.end());
+  for (VarId v : dag_.LatestOf(candidates))
+    if (std::find(node.inputs.begin(), node.inputs.end(), v) == node.inputs.end())
+      node.read_before.push_back(v);
   const NodeId id = dag_.AddNode(std::move(node));
   std::map<std::string, VarId> outs;
   for (const auto& o : fn.outputs()) {
@@ -156,6 +179,11 @@ bool RunImpl::ReplayFromStore(NodeId id) {
   n.state = NodeState::kDone;
   n.engine = "store";
   return true;
+}
+
+std::vector<VarId> RunImpl::LatestOf(const std::vector<VarId>& vars) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dag_.LatestOf(vars);
 }
 
 VarId RunImpl::Literal(std::string value, std::string name) {
@@ -313,6 +341,7 @@ Status RunImpl::Want(VarId var, const GetOptions& options) {
   params.goals = dag_mode();
   params.next_group = &next_group_;
   BRAID_RETURN_IF_ERROR(DeduceGoals(dag_, var, options, params));
+  PushGoals();
   Notify();
   return Status::Ok();
 }
@@ -348,6 +377,45 @@ void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
     changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), any);
 }
 
+bool RunImpl::SettlesLocked(VarId id, std::vector<uint8_t>& memo) const {
+  if (!dag_.HasVar(id)) return true;  // reads as failed
+  const DagVar& v = dag_.var(id);
+  if (v.state != VarState::kPending) return true;
+  if (!v.producer) return false;
+  uint8_t& m = memo[v.producer];
+  if (m == 1 || m == 2) return m == 1;
+  if (m == 3) return false;  // a cycle cannot settle
+  m = 3;
+  const DagNode& n = dag_.node(v.producer);
+  bool ok = n.state == NodeState::kRunning || n.state == NodeState::kReady;
+  if (!ok && Runnable(n)) {
+    ok = true;
+    for (VarId in : n.inputs) ok = ok && SettlesLocked(in, memo);
+  }
+  memo[v.producer] = ok ? 1 : 2;
+  return ok;
+}
+
+bool RunImpl::AnySettles(const std::vector<VarId>& vars) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint8_t> memo(dag_.num_nodes() + 1);
+  for (VarId v : vars)
+    if (SettlesLocked(v, memo)) return true;
+  return false;
+}
+
+std::vector<NodeInfo> RunImpl::Outstanding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint8_t> memo(dag_.num_nodes() + 1);
+  std::vector<NodeInfo> out;
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
+    const DagNode& n = dag_.node(i);
+    if (n.Finished() || n.outputs.empty() || n.kind == DagNode::Kind::kHost) continue;
+    if (SettlesLocked(n.outputs[0], memo)) out.push_back(InfoLocked(n));
+  }
+  return out;
+}
+
 std::string RunImpl::Replayable(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ctx_->store) {
@@ -362,39 +430,48 @@ std::string RunImpl::Replayable(const std::string& key, const std::string& value
   return it->second;
 }
 
+NodeInfo RunImpl::InfoLocked(const DagNode& n) const {
+  NodeInfo info;
+  info.id = n.id;
+  info.label = n.label;
+  info.state = n.state;
+  info.inputs = n.inputs;
+  info.outputs = n.outputs;
+  info.wanted = n.wanted;
+  info.goal = n.goal;
+  info.group = n.group;
+  info.slack_ms = n.slack_ms;
+  info.priority = n.priority;
+  info.deadline_ms = n.latest_finish_ms;
+  if (n.latest_finish_ms && n.state == NodeState::kDone && n.end_ms >= 0)
+    info.deadline_met = n.end_ms <= *n.latest_finish_ms;
+  else if (n.latest_finish_ms && n.state == NodeState::kFailed)
+    info.deadline_met = false;
+  info.read_before = n.read_before;
+  info.start_ms = n.start_ms;
+  info.end_ms = n.end_ms;
+  info.engine = n.engine;
+  info.prompt_tokens = n.prompt_tokens;
+  info.cached_tokens = n.cached_tokens;
+  info.generated_tokens = n.generated_tokens;
+  info.queued_ms = n.queued_ms;
+  info.run_ms = n.run_ms;
+  if (n.state == NodeState::kRunning) {
+    // Live figures: tokens streamed by its requests in flight, time since it started.
+    for (const auto& [fid, f] : flights_)
+      if (f.node == n.id) info.generated_tokens += f.live_tokens->load(std::memory_order_relaxed);
+    if (auto e = exec_.find(n.id); e != exec_.end() && e->second.submitted_once)
+      info.run_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
+  }
+  info.error = n.error;
+  return info;
+}
+
 std::vector<NodeInfo> RunImpl::Nodes() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<NodeInfo> out;
-  for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
-    const DagNode& n = dag_.node(i);
-    NodeInfo info;
-    info.id = n.id;
-    info.label = n.label;
-    info.state = n.state;
-    info.inputs = n.inputs;
-    info.outputs = n.outputs;
-    info.wanted = n.wanted;
-    info.goal = n.goal;
-    info.group = n.group;
-    info.slack_ms = n.slack_ms;
-    info.priority = n.priority;
-    info.engine = n.engine;
-    info.prompt_tokens = n.prompt_tokens;
-    info.cached_tokens = n.cached_tokens;
-    info.generated_tokens = n.generated_tokens;
-    info.queued_ms = n.queued_ms;
-    info.run_ms = n.run_ms;
-    if (n.state == NodeState::kRunning) {
-      // Live figures: tokens streamed by its requests in flight, time since it started.
-      for (const auto& [fid, f] : flights_)
-        if (f.node == n.id) info.generated_tokens += f.live_tokens->load(std::memory_order_relaxed);
-      if (auto e = exec_.find(n.id); e != exec_.end() && e->second.submitted_once)
-        info.run_ms =
-            std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
-    }
-    info.error = n.error;
-    out.push_back(std::move(info));
-  }
+  for (size_t i = 1; i <= dag_.num_nodes(); ++i) out.push_back(InfoLocked(dag_.node(i)));
   return out;
 }
 
@@ -411,6 +488,7 @@ std::vector<VarInfo> RunImpl::Vars() const {
     info.producer =
         v.producer && dag_.node(v.producer).kind != DagNode::Kind::kHost ? v.producer : 0;
     info.consumers = v.consumers;
+    info.readers = v.readers;
     if (v.state == VarState::kReady)
       info.value = v.value;
     else
@@ -449,6 +527,14 @@ const char* DotColor(NodeState s) {
   }
   return "white";
 }
+// At most `max` bytes of `s` (cut at a UTF-8 boundary), "..." when cut.
+std::string Truncate(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
 }  // namespace
 
 std::string RunImpl::ToDot() const {
@@ -456,6 +542,7 @@ std::string RunImpl::ToDot() const {
   std::ostringstream o;
   o << "digraph \"" << DotEscape(id_)
     << "\" {\n  rankdir=LR;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
+  char buf[96];
   for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
     const DagNode& n = dag_.node(i);
     std::ostringstream label;
@@ -466,20 +553,36 @@ std::string RunImpl::ToDot() const {
       label << "\n"
             << n.prompt_tokens << " in (" << n.cached_tokens << " cached), " << n.generated_tokens
             << " out";
-    if (n.run_ms > 0) {
-      char ms[32];
-      std::snprintf(ms, sizeof ms, "%.0f", n.run_ms);
-      label << "\n" << ms << " ms" << (n.engine.empty() ? "" : " on " + n.engine);
+    if (n.start_ms >= 0) {
+      std::snprintf(buf, sizeof buf, "\n%.0f-%s ms", n.start_ms,
+                    n.end_ms >= 0 ? std::to_string(static_cast<long>(n.end_ms)).c_str() : "");
+      label << buf << (n.engine.empty() ? "" : " on " + n.engine);
     }
+    if (n.latest_finish_ms) {
+      const bool done = n.state == NodeState::kDone && n.end_ms >= 0;
+      std::snprintf(buf, sizeof buf, "\ndeadline %.0f ms%s", *n.latest_finish_ms,
+                    !done                             ? ""
+                    : n.end_ms <= *n.latest_finish_ms ? ", met"
+                                                      : ", MISSED");
+      label << buf;
+    }
+    if (n.state == NodeState::kDone && n.kind == DagNode::Kind::kCall)
+      for (VarId v : n.outputs)
+        label << "\n" << dag_.var(v).name << " = " << Truncate(dag_.var(v).value, 40);
+    if (n.state == NodeState::kFailed) label << "\n" << Truncate(n.error, 60);
     o << "  n" << n.id << " [label=\"" << DotEscape(label.str())
       << "\", fillcolor=" << DotColor(n.state) << (n.wanted ? "" : ", style=\"filled,dashed\"")
       << "];\n";
   }
+  // Inputs as solid edges; values the program read before a call as dashed ones.
   for (size_t i = 1; i <= dag_.num_vars(); ++i) {
     const DagVar& v = dag_.var(i);
     if (!v.producer) continue;
     for (NodeId c : v.consumers)
       o << "  n" << v.producer << " -> n" << c << " [label=\"" << DotEscape(v.name) << "\"];\n";
+    for (NodeId r : v.readers)
+      o << "  n" << v.producer << " -> n" << r << " [style=dashed, label=\"read "
+        << DotEscape(v.name) << "\"];\n";
   }
   o << "}\n";
   return o.str();

@@ -28,7 +28,9 @@ class RunImpl final : public Run, public Pumpable {
   std::string resume_warning() const override { return resume_warning_; }
   Result<std::map<std::string, VarId>> Call(const SemanticFunction& fn,
                                             const std::map<std::string, Arg>& args,
-                                            const CallKey& key) override;
+                                            const CallKey& key,
+                                            const std::vector<VarId>& read_before = {}) override;
+  std::vector<VarId> LatestOf(const std::vector<VarId>& vars) const override;
   VarId Literal(std::string value, std::string name) override;
   Result<VarId> Join(const std::vector<Arg>& parts, std::string sep) override;
   VarId HostVar(std::string name, const std::vector<VarId>& depends_on) override;
@@ -40,6 +42,8 @@ class RunImpl final : public Run, public Pumpable {
   std::string value(VarId var) const override;
   std::string error(VarId var) const override;
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override;
+  bool AnySettles(const std::vector<VarId>& vars) const override;
+  std::vector<NodeInfo> Outstanding() const override;
   std::string Replayable(const std::string& key, const std::string& value) override;
   std::vector<NodeInfo> Nodes() const override;
   std::vector<VarInfo> Vars() const override;
@@ -82,6 +86,10 @@ class RunImpl final : public Run, public Pumpable {
     std::vector<NodeId> followers;  // leader: nodes waiting for its prefix
     std::vector<int32_t> prefix;    // leader: the shared prefix
     uint64_t share = 0;             // follower: its leader's flight id
+    // The goal the engine has for it (Want may raise it: PushGoals).
+    Criteria goal = Criteria::kThroughput;
+    int priority = 0;
+    std::optional<double> latest_finish_ms;
     // Tokens streamed so far (the engine's callback counts them; Nodes reads
     // them for running nodes, before the completion's usage arrives).
     std::shared_ptr<std::atomic<int>> live_tokens = std::make_shared<std::atomic<int>>(0);
@@ -121,9 +129,18 @@ class RunImpl final : public Run, public Pumpable {
   void SubmitOrFail(NodeId n, int engine, uint64_t* flight_id = nullptr);
   void CompleteNode(NodeId n);
   void RunJoin(NodeId n);
-  void FailNode(NodeId n, const std::string& cause, bool cancelled = false);
+  void FailNode(NodeId n, const std::string& cause, bool cancelled = false, bool inherited = false);
   void SetVarFailed(VarId v, const std::string& message, bool cancelled);
   void CancelLocked();
+  bool FollowInFlight(NodeId n);
+  // Settles with a memo (0 unknown, 1 yes, 2 no, 3 in progress).
+  bool SettlesLocked(VarId var, std::vector<uint8_t>& memo) const;
+  NodeInfo InfoLocked(const DagNode& n) const;
+  // Sends goal changes made by a Want to the requests already in engines.
+  void PushGoals();
+  // Eager calls (and joins) run when their inputs are ready; lazy calls only
+  // once wanted.
+  bool Runnable(const DagNode& n) const;
 
   const std::shared_ptr<RuntimeContext> ctx_;
   const std::string id_;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "runtime/runtime.h"
@@ -14,12 +15,13 @@ using namespace braid::rt;
 
 namespace {
 
-std::unique_ptr<Engine> OpenEngine() {
+std::unique_ptr<Engine> OpenEngine(int max_batch_tokens = 256) {
   if (!std::filesystem::exists(BRAID_MODEL_PATH)) return nullptr;
   EngineOptions o;
   o.model.path = BRAID_MODEL_PATH;
   o.model.threads = 1;
   o.kv_tokens = 4096;
+  o.max_batch_tokens = max_batch_tokens;
   auto e = Engine::Open(o);
   REQUIRE_MESSAGE(e.ok(), e.status().message());
   return std::move(e).value();
@@ -64,7 +66,11 @@ MapReduce Build(Run& run) {
   auto f = run.Call(**fin, {{"all", Arg::Var(m.joined)}}, {"main", 4});
   REQUIRE(f.ok());
   m.final = f->at("headline");
-  auto u = run.Call(**sum, {{"chunk", Arg::Text("Nobody asks for this summary.")}}, {"main", 5});
+  // A lazy function's call runs only once wanted (an eager one would start now).
+  auto later = SemanticFunction::Parse({"summarize_later", "You summarize news in a few words.",
+                                        "Summarize: {{chunk}}{{gen summary max_tokens=12}}", true});
+  REQUIRE(later.ok());
+  auto u = run.Call(**later, {{"chunk", Arg::Text("Nobody asks for this summary.")}}, {"main", 5});
   REQUIRE(u.ok());
   m.unwanted = u->at("summary");
   return m;
@@ -144,6 +150,51 @@ TEST_CASE("e2e: map-reduce in DAG mode with a latency want") {
   MESSAGE("dag mode: " << ms << " ms; headline: " << (*run)->value(m.final));
   MESSAGE((*run)->ToDot());
   (*run)->Finish(Status::Ok());
+}
+
+TEST_CASE("e2e: a long shared prefix is computed once, however the sharers arrive (20 runs)") {
+  // Small steps: the prefix takes several steps of chunked prefill, a wide
+  // window for a second sharer to start computing it too.
+  auto engine = OpenEngine(/*max_batch_tokens=*/24);
+  if (!engine) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  RuntimeOptions ro;
+  ro.engines = {engine.get()};
+  auto rt = Runtime::Open(ro);
+  REQUIRE(rt.ok());
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 20; ++rep) {
+    CAPTURE(rep);
+    // A fresh system prompt each time (nothing cached from the last rep),
+    // well over the 64 tokens from which sharers are co-scheduled.
+    std::string system = "Run " + std::to_string(rep) + ". You are a careful assistant.";
+    for (int i = 0; i < 6; ++i)
+      system += " Answer briefly, in plain words, and never repeat the question.";
+    auto fn =
+        SemanticFunction::Parse({"agent", system, "Task: {{task}}{{gen answer max_tokens=2}}"});
+    REQUIRE(fn.ok());
+    auto run = (*rt)->StartRun({});
+    REQUIRE(run.ok());
+    // The two sharers become ready 0-3 ms apart: in one dispatcher pass or
+    // in two, the second one finds the first one's prefix in flight.
+    auto a = (*run)->Call(**fn, {{"task", Arg::Text("name a colour")}}, {"main", 0});
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    auto b = (*run)->Call(**fn, {{"task", Arg::Text("name a fruit")}}, {"main", 1});
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(WaitFor(**run, a->at("answer")) == VarState::kReady);
+    REQUIRE(WaitFor(**run, b->at("answer")) == VarState::kReady);
+    auto nodes = (*run)->Nodes();
+    REQUIRE(nodes.size() == 2);
+    const int shared = nodes[0].prompt_tokens - 8;  // all but the differing task text
+    const int computed = nodes[0].prompt_tokens - nodes[0].cached_tokens + nodes[1].prompt_tokens -
+                         nodes[1].cached_tokens;
+    CHECK(nodes[0].cached_tokens + nodes[1].cached_tokens >= shared - 16);
+    CHECK(computed <= nodes[0].prompt_tokens + 24);
+    (*run)->Finish(Status::Ok());
+  }
 }
 
 TEST_CASE("e2e: baseline mode gives the same kind of output") {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "testing/fakes.h"
 
@@ -17,8 +18,8 @@ using braid::rt::testing::MemoryStore;
 namespace {
 
 std::shared_ptr<const SemanticFunction> Fn(const std::string& name, const std::string& prompt,
-                                           const std::string& system = "") {
-  auto r = SemanticFunction::Parse({name, system, prompt});
+                                           const std::string& system = "", bool lazy = false) {
+  auto r = SemanticFunction::Parse({name, system, prompt, lazy});
   REQUIRE_MESSAGE(r.ok(), r.status().message());
   return *r;
 }
@@ -56,7 +57,8 @@ const NodeInfo& NodeOf(const std::vector<NodeInfo>& nodes, NodeId id) { return n
 TEST_CASE("run: Call binds inputs, returns outputs, and checks references") {
   Fixture fx;
   auto run = fx.Start();
-  auto fn = Fn("greet", "Hello {{name}}! {{gen reply max_tokens=4}} {{gen more}}");
+  auto fn =
+      Fn("greet", "Hello {{name}}! {{gen reply max_tokens=4}} {{gen more}}", "", /*lazy=*/true);
   VarId name = run->Literal("Ada", "name");
   auto outs = run->Call(*fn, {{"name", Arg::Var(name)}}, {"main", 0});
   REQUIRE(outs.ok());
@@ -74,7 +76,7 @@ TEST_CASE("run: Call binds inputs, returns outputs, and checks references") {
   VarId bad = run->HostVar("h", {name, 555});
   CHECK(run->state(bad) == VarState::kFailed);
   CHECK(run->error(bad).find("unknown variable 555 in depends_on of 'h'") != std::string::npos);
-  // Nothing was wanted: nothing ran.
+  // Nothing was wanted, and the function is lazy: nothing ran.
   CHECK(fx.engine.submitted().empty());
   run->Finish(Status::Ok());
 }
@@ -110,8 +112,10 @@ TEST_CASE("run: host variables, dependencies and cycles") {
 TEST_CASE("run: map-reduce with latency want: groups in one pass, unwanted nodes never run") {
   Fixture fx;
   auto run = fx.Start();
-  auto sum = Fn("summarize", "Summarize: {{chunk}}\n{{gen s max_tokens=8}}");
-  auto fin = Fn("final", "All: {{all}}\n{{gen f max_tokens=8}}");
+  // Lazy functions: nothing runs before the Want, so the whole DAG is known
+  // when goals are deduced.
+  auto sum = Fn("summarize", "Summarize: {{chunk}}\n{{gen s max_tokens=8}}", "", true);
+  auto fin = Fn("final", "All: {{all}}\n{{gen f max_tokens=8}}", "", true);
   std::vector<Arg> parts;
   std::vector<VarId> sums;
   for (int i = 0; i < 4; ++i) {
@@ -541,4 +545,134 @@ TEST_CASE("run: a join or a prompt larger than max_value_bytes fails its node, n
   REQUIRE(run->Want(y, {}).ok());
   REQUIRE(WaitFor(*run, y) == VarState::kFailed);
   CHECK(run->error(y).find("the rendered prompt is more than 1000 bytes") != std::string::npos);
+}
+
+TEST_CASE("run: eager calls start before any Want; a later Want raises them in place") {
+  Fixture fx;
+  fx.engine.hold = true;
+  auto run = fx.Start();
+  auto fn = Fn("turn", "Say {{x}}: {{gen y max_tokens=4}}");
+  auto a = run->Call(*fn, {{"x", Arg::Text("a")}}, {"main", 0});
+  auto b = run->Call(*fn, {{"x", Arg::Text("b")}}, {"main", 1});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // Nothing wanted yet, and both are in the engine at once.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (fx.engine.submitted().size() < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 2);
+  for (const auto& s : subs) CHECK(s.request.goal == GoalClass::kThroughput);
+  for (const auto& n : run->Nodes()) {
+    CHECK(n.state == NodeState::kRunning);
+    CHECK(!n.wanted);
+  }
+  CHECK(run->Outstanding().size() == 2);
+  CHECK(run->AnySettles({a->at("y")}));
+  // The program now waits for a with low latency: its request is raised
+  // without being submitted again.
+  GetOptions get;
+  get.criteria = Criteria::kLatency;
+  REQUIRE(run->Want(a->at("y"), get).ok());
+  subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 2);
+  CHECK(subs[0].goal_changes == std::vector<GoalClass>{GoalClass::kLatency});
+  CHECK(subs[1].goal_changes.empty());
+  fx.engine.hold = false;
+  CHECK(fx.engine.Release() == 2);
+  CHECK(WaitFor(*run, a->at("y")) == VarState::kReady);
+  CHECK(WaitFor(*run, b->at("y")) == VarState::kReady);
+  CHECK(run->Outstanding().empty());
+  CHECK(fx.engine.submitted().size() == 2);
+  run->Finish(Status::Ok());
+}
+
+TEST_CASE("run: lazy calls wait for a Want; what settles and what is outstanding") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto lazy = Fn("maybe", "Maybe {{x}}: {{gen y max_tokens=4}}", "", true);
+  auto eager = Fn("use", "Use {{x}}: {{gen z max_tokens=4}}");
+  auto m = run->Call(*lazy, {{"x", Arg::Text("a")}}, {"main", 0});
+  REQUIRE(m.ok());
+  // An eager call fed by a lazy one waits for it: neither settles by itself.
+  auto u = run->Call(*eager, {{"x", Arg::Var(m->at("y"))}}, {"main", 1});
+  REQUIRE(u.ok());
+  VarId host = run->HostVar("h", {});
+  CHECK(!run->AnySettles({m->at("y"), u->at("z"), host}));
+  CHECK(run->Outstanding().empty());
+  REQUIRE(run->Want(m->at("y"), {}).ok());
+  CHECK(run->AnySettles({u->at("z")}));
+  CHECK(WaitFor(*run, u->at("z")) == VarState::kReady);  // eager once its input is there
+  CHECK(fx.engine.submitted().size() == 2);
+  run->Finish(Status::Ok());
+}
+
+TEST_CASE("run: read-before edges are recorded, minimal, drawn dashed") {
+  Fixture fx;
+  auto run = fx.Start();
+  auto fn = Fn("turn", "Reply to {{x}}: {{gen y max_tokens=4}}");
+  auto t1 = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+  REQUIRE(t1.ok());
+  REQUIRE(run->Want(t1->at("y"), {}).ok());
+  REQUIRE(WaitFor(*run, t1->at("y")) == VarState::kReady);
+  // The program read t1 and built the next prompt from its text in Lua.
+  auto t2 = run->Call(*fn, {{"x", Arg::Text("hello " + run->value(t1->at("y")))}}, {"main", 1},
+                      {t1->at("y")});
+  REQUIRE(t2.ok());
+  REQUIRE(WaitFor(*run, t2->at("y")) == VarState::kReady);
+  // t3 read both: t1 is upstream of t2 through the first edge, so only t2 counts.
+  CHECK(run->LatestOf({t1->at("y"), t2->at("y")}) == std::vector<VarId>{t2->at("y")});
+  auto t3 = run->Call(*fn, {{"x", Arg::Text("x")}}, {"main", 2}, {t1->at("y"), t2->at("y")});
+  REQUIRE(t3.ok());
+  // A read of a pending value is refused: a read value is ready by definition.
+  auto t4 = run->Call(*fn, {{"x", Arg::Text("x")}}, {"main", 3}, {t3->at("y")});
+  if (run->state(t3->at("y")) == VarState::kPending)
+    CHECK(t4.status().message().find("is read before the call but is not ready") !=
+          std::string::npos);
+  auto nodes = run->Nodes();
+  CHECK(NodeOf(nodes, 1).read_before.empty());
+  CHECK(NodeOf(nodes, 2).read_before == std::vector<VarId>{t1->at("y")});
+  CHECK(NodeOf(nodes, 3).read_before == std::vector<VarId>{t2->at("y")});
+  CHECK(NodeOf(nodes, 2).inputs.empty());
+  auto vars = run->Vars();
+  CHECK(vars.at(t1->at("y") - 1).readers == std::vector<NodeId>{2});
+  const std::string dot = run->ToDot();
+  CHECK(dot.find("n1 -> n2 [style=dashed") != std::string::npos);
+  CHECK(dot.find("n2 -> n3 [style=dashed") != std::string::npos);
+  CHECK(dot.find("n1 -> n3") == std::string::npos);
+  // A Want on t3 reaches back through the read-before edges (finished nodes
+  // are skipped, so nothing is resubmitted).
+  REQUIRE(run->Want(t3->at("y"), {}).ok());
+  CHECK(WaitFor(*run, t3->at("y")) == VarState::kReady);
+  run->Finish(Status::Ok());
+}
+
+TEST_CASE("run: a sharer arriving while its prefix is in prefill waits for it") {
+  Fixture fx;
+  fx.engine.hold = true;
+  auto run = fx.Start();
+  const std::string system(200, 's');  // 200 fake tokens of shared system prompt
+  auto fn = Fn("agent", "Task {{x}}: {{gen y max_tokens=4}}", system);
+  auto a = run->Call(*fn, {{"x", Arg::Text("one")}}, {"main", 0});
+  REQUIRE(a.ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (fx.engine.submitted().empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(fx.engine.submitted().size() == 1);
+  // b becomes ready in a later pass, while a's prompt is still being computed.
+  auto b = run->Call(*fn, {{"x", Arg::Text("two")}}, {"main", 1});
+  REQUIRE(b.ok());
+  while (NodeOf(run->Nodes(), 2).state != NodeState::kReady &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(NodeOf(run->Nodes(), 2).state == NodeState::kReady);  // held behind a
+  CHECK(fx.engine.submitted().size() == 1);
+  fx.engine.hold = false;
+  fx.engine.Release();
+  REQUIRE(WaitFor(*run, b->at("y")) == VarState::kReady);
+  auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 2);
+  CHECK(subs[1].cached >= 200);  // the shared prefix came from the cache
+  CHECK(subs[1].pins_active == 1);
+  run->Finish(Status::Ok());
 }

@@ -63,6 +63,11 @@ const char* kRunHelp =
     "                          {run_id, result: null, error, nodes: [...]} (exit status 1)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
+    "      --on-return W       work left when the program returns (coroutines not joined,\n"
+    "                          calls nobody read): wait (default) finishes it; cancel drops\n"
+    "                          it; either way what is dropped is named on stderr\n"
+    "      --strict-deadlines  exit with status 3 when a node missed its deadline (misses\n"
+    "                          are reported on stderr either way)\n"
     "  -q, --quiet             no live view or progress lines\n"
     "      --lua-memory-mb N   Lua memory cap, 1..65536 (default 256)\n"
     "      --lua-seconds S     Lua running time cap, 0.001..86400 (default 10), not counting\n"
@@ -93,6 +98,7 @@ const std::set<std::string> kValueOptions = {"-m",
                                              "--graph",
                                              "--db",
                                              "--resume",
+                                             "--on-return",
                                              "--lua-memory-mb",
                                              "--lua-seconds",
                                              "--lua-instructions"};
@@ -160,7 +166,15 @@ void WriteGraph(rt::Run& run, const std::string& path) {
   }
 }
 
-nlohmann::json NodeJson(const rt::NodeInfo& n) {
+// At most `max` bytes of `s`, cut at a UTF-8 boundary, "..." when cut.
+std::string Truncated(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& vars) {
   nlohmann::json j;
   j["id"] = n.id;
   j["label"] = n.label;
@@ -175,6 +189,29 @@ nlohmann::json NodeJson(const rt::NodeInfo& n) {
   j["generated_tokens"] = n.generated_tokens;
   j["queued_ms"] = n.queued_ms;
   j["run_ms"] = n.run_ms;
+  // The run's clock (ms since it started); null until then.
+  j["start_ms"] = n.start_ms >= 0 ? nlohmann::json(n.start_ms) : nlohmann::json();
+  j["end_ms"] = n.end_ms >= 0 ? nlohmann::json(n.end_ms) : nlohmann::json();
+  if (n.deadline_ms) {
+    j["deadline_ms"] = *n.deadline_ms;
+    j["slack_ms"] = n.slack_ms;
+    j["deadline_met"] = n.deadline_met ? nlohmann::json(*n.deadline_met) : nlohmann::json();
+  }
+  auto var_ids = [&](const std::vector<rt::VarId>& ids) {
+    nlohmann::json a = nlohmann::json::array();
+    for (rt::VarId v : ids)
+      a.push_back(
+          {{"var", v}, {"name", vars.at(v - 1).name}, {"producer", vars.at(v - 1).producer}});
+    return a;
+  };
+  j["inputs"] = var_ids(n.inputs);
+  j["read_before"] = var_ids(n.read_before);  // dashed edges: read by the program, then this call
+  nlohmann::json outputs = nlohmann::json::object();
+  for (rt::VarId v : n.outputs) {
+    const rt::VarInfo& var = vars.at(v - 1);
+    if (var.state == rt::VarState::kReady) outputs[var.name] = Truncated(var.value, 500);
+  }
+  j["outputs"] = outputs;
   if (!n.error.empty()) j["error"] = n.error;
   return j;
 }
@@ -223,6 +260,8 @@ int RunMain(const std::vector<std::string>& argv) {
   std::string resume = args.Str({"--resume"}, "");
   if (resuming && resume.empty()) args.Fail("option --resume: the run id is empty");
   bool quiet = args.Flag({"-q", "--quiet"});
+  const std::string on_return = args.Str({"--on-return"}, "wait");
+  const bool strict_deadlines = args.Flag({"--strict-deadlines"});
   lua::DriverOptions dopts;
   // The Lua limits have no "off" value here: 0, negative or NaN would lift a
   // cap of the sandbox without saying so.
@@ -235,6 +274,13 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: %s\n", e.c_str());
     return 2;
   }
+  if (on_return != "wait" && on_return != "cancel") {
+    std::fprintf(stderr, "braid run: --on-return must be wait or cancel, got '%s'\n",
+                 on_return.c_str());
+    return 2;
+  }
+  dopts.on_return = on_return == "wait" ? lua::DriverOptions::OnReturn::kWait
+                                        : lua::DriverOptions::OnReturn::kCancel;
   if (mode != "dag" && mode != "baseline" && mode != "baseline-async") {
     std::fprintf(stderr, "braid run: --mode must be dag, baseline or baseline-async, got '%s'\n", mode.c_str());
     return 2;
@@ -357,7 +403,8 @@ int RunMain(const std::vector<std::string>& argv) {
   };
   auto print_json = [&](nlohmann::json out) {
     out["nodes"] = nlohmann::json::array();
-    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n));
+    const std::vector<rt::VarInfo> vars = run->Vars();
+    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n, vars));
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
   };
@@ -372,6 +419,18 @@ int RunMain(const std::vector<std::string>& argv) {
     if (!db.empty() && result.status().code() == StatusCode::kCancelled)
       std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run->id().c_str(), script.c_str());
     return result.status().code() == StatusCode::kCancelled ? 130 : 1;
+  }
+  // Deadlines: every miss on stderr; with --strict-deadlines in the exit status.
+  int missed = 0;
+  for (const auto& n : run->Nodes()) {
+    if (!n.deadline_met || *n.deadline_met) continue;
+    ++missed;
+    std::fprintf(
+        stderr, "braid: %s#%llu missed its deadline: due at %.0f ms, %s\n", n.label.c_str(),
+        static_cast<unsigned long long>(n.id), *n.deadline_ms,
+        n.end_ms >= 0
+            ? ("finished at " + std::to_string(static_cast<long>(n.end_ms)) + " ms").c_str()
+            : "failed");
   }
   const lua::ProgramResult& r = *result;
   if (json) {
@@ -392,6 +451,11 @@ int RunMain(const std::vector<std::string>& argv) {
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
+  if (missed && strict_deadlines) {
+    std::fprintf(stderr, "braid: %d node%s missed %s deadline (--strict-deadlines)\n", missed,
+                 missed == 1 ? "" : "s", missed == 1 ? "its" : "their");
+    return 3;
+  }
   return 0;
 }
 

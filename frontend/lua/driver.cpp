@@ -184,6 +184,18 @@ rt::CallKey Driver::NextCallKey() {
   return rt::CallKey{c.path, c.calls++};
 }
 
+void Driver::NoteReads(const std::vector<rt::VarId>& vars) {
+  if (current_ < 0 || vars.empty()) return;
+  std::vector<rt::VarId>& reads = current().reads;
+  for (rt::VarId v : vars)
+    if (std::find(reads.begin(), reads.end(), v) == reads.end()) reads.push_back(v);
+  reads = run_.LatestOf(reads);
+}
+
+std::vector<rt::VarId> Driver::Reads() const {
+  return current_ < 0 ? std::vector<rt::VarId>{} : coros_[current_]->reads;
+}
+
 std::string Driver::NextReplayKey(const std::string& what) {
   // Before any coroutine runs (while the module opens) the path is "init".
   std::map<std::string, int>& counts = current_ < 0 ? init_replays_ : current().replays;
@@ -221,6 +233,7 @@ int Driver::Spawn(lua_State* L, int nargs, bool background, std::string* error) 
   } else {
     Coroutine& parent = current();
     c->path = parent.path + "/" + std::to_string(++parent.spawns);
+    c->reads = parent.reads;
   }
   c->background = background;
   c->thread = lua_newthread(L);
@@ -437,13 +450,12 @@ void Driver::Step(int id) {
 
 Status Driver::WaitForProgress() {
   std::vector<rt::VarId> vars;
-  bool any_wanted = false;
-  for (const auto& c : coros_) {
-    if (c->status != CoStatus::kWaitVar) continue;
-    vars.push_back(c->var);
-    any_wanted = any_wanted || c->wanted;
-  }
-  if (any_wanted) run_.WaitAny(vars, options_.poll_ms);
+  for (const auto& c : coros_)
+    if (c->status == CoStatus::kWaitVar) vars.push_back(c->var);
+  // Someone must wait for a variable the runtime will produce by itself;
+  // a variable only the program sets (braid.map's output) is produced once
+  // the coroutine setting it can go on.
+  if (run_.AnySettles(vars)) run_.WaitAny(vars, options_.poll_ms);
   bool woke = false;
   for (const auto& c : coros_) {
     if (c->status == CoStatus::kWaitVar && run_.state(c->var) != rt::VarState::kPending) {
@@ -451,7 +463,7 @@ Status Driver::WaitForProgress() {
       woke = true;
     }
   }
-  if (!any_wanted && !woke) {
+  if (!woke && !run_.AnySettles(vars)) {
     std::string who;
     for (const auto& c : coros_)
       if (c->status == CoStatus::kWaitJoin || c->status == CoStatus::kWaitVar)
@@ -462,6 +474,54 @@ Status Driver::WaitForProgress() {
                                    "variable the runtime will produce (" + who + ")");
   }
   return Status::Ok();
+}
+
+void Driver::FinishLeftovers() {
+  auto unfinished = [&] {
+    for (const auto& c : coros_)
+      if (c->status != CoStatus::kDone && c->status != CoStatus::kFailed) return true;
+    return false;
+  };
+  if (options_.on_return == DriverOptions::OnReturn::kWait) {
+    // Coroutines first (they may make more calls), then the calls.
+    while (fatal_.ok() && unfinished()) {
+      while (!runnable_.empty() && fatal_.ok()) {
+        int id = runnable_.front();
+        runnable_.pop_front();
+        Step(id);
+      }
+      if (!fatal_.ok() || !unfinished()) break;
+      if (state_.interrupted()) {
+        fatal_ = Status::Cancelled("interrupted");
+        return;
+      }
+      if (!WaitForProgress().ok()) break;  // what is left can never finish
+    }
+    while (fatal_.ok()) {
+      std::vector<rt::NodeInfo> left = run_.Outstanding();
+      if (left.empty()) break;
+      if (state_.interrupted()) {
+        fatal_ = Status::Cancelled("interrupted");
+        return;
+      }
+      std::vector<rt::VarId> outs;
+      for (const auto& n : left) outs.push_back(n.outputs[0]);
+      run_.WaitAny(outs, options_.poll_ms);
+    }
+  }
+  if (!fatal_.ok()) return;
+  std::string names;
+  for (const auto& c : coros_) {
+    if (c->status == CoStatus::kDone || c->status == CoStatus::kFailed) continue;
+    names += (names.empty() ? "" : ", ") + std::string("coroutine ") + c->path;
+    if (c->status == CoStatus::kWaitVar) names += " (awaiting " + VarName(c->var) + ")";
+    if (c->status == CoStatus::kWaitJoin)
+      names += " (joining " + coros_[c->join_target]->path + ")";
+  }
+  for (const auto& n : run_.Outstanding())
+    names += (names.empty() ? "" : ", ") + n.label + "#" + std::to_string(n.id);
+  if (!names.empty())
+    state_.Log("braid: warning: the program returned with work pending; cancelled: " + names);
 }
 
 Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::string& source,
@@ -496,6 +556,7 @@ Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::s
       Step(id);
     }
     if (!fatal_.ok()) break;
+    if (main.status == CoStatus::kDone) FinishLeftovers();
     if (main.status == CoStatus::kDone || main.status == CoStatus::kFailed) break;
     if (state_.interrupted()) {
       fatal_ = Status::Cancelled("interrupted");

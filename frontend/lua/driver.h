@@ -6,9 +6,11 @@
 // Run::WaitAny on the union of the variables they wait for and resumes those
 // whose variables changed. Every get first calls Run::Want with its goal.
 //
-// The program ends when its main function returns (like a process whose
-// main returns): coroutines still blocked are abandoned. A spawned coroutine
-// that failed and was never joined fails the program.
+// The program ends when its main function returns and the work it leaves
+// (coroutines still running, calls that will still run) is finished or,
+// as DriverOptions::on_return says, cancelled with a warning naming each
+// piece. A spawned coroutine that failed and was never joined fails the
+// program.
 //
 // Resume keys: each semantic-function call gets CallKey{path, index}, where
 // path names the coroutine in the spawn tree ("main", "main/2", "main/2/1":
@@ -49,6 +51,13 @@ struct DriverOptions {
   std::string script_dir;
   size_t max_read_bytes = size_t{16} << 20;
   // Caps on what one program may create.
+  // Work left when the main function returns: spawned coroutines not done
+  // and calls that will still run. kWait (default) finishes it first; a
+  // coroutine that can never finish (it waits for something nothing will
+  // produce) and, with kCancel, all of it is cancelled with a warning
+  // through `log` naming each piece.
+  enum class OnReturn { kWait, kCancel };
+  OnReturn on_return = OnReturn::kWait;
   size_t max_coroutines = 100000;
   size_t max_functions = 10000;
 };
@@ -99,6 +108,10 @@ class Driver {
     std::string traceback;   // kFailed: "stack traceback:\n..."
     bool error_seen = false; // a join raised the error
     bool background = false; // braid.map bodies: errors are handled inside
+    // Values this coroutine (or its parent before spawning it, or a
+    // coroutine it joined) read: its next calls depend on them (read-before
+    // edges). Kept minimal with Run::LatestOf.
+    std::vector<rt::VarId> reads;
   };
 
   Driver(rt::Run& run, LuaState& state, const DriverOptions& options);
@@ -115,6 +128,11 @@ class Driver {
   Coroutine* coroutine(int id);
 
   rt::CallKey NextCallKey();
+  // The current coroutine read `var`'s value (or the values in `vars`).
+  void NoteRead(rt::VarId var) { NoteReads({var}); }
+  void NoteReads(const std::vector<rt::VarId>& vars);
+  // What the current coroutine's next call was preceded by (Coroutine::reads).
+  std::vector<rt::VarId> Reads() const;
   // "PATH:what#k", k counting `what` within the current coroutine.
   std::string NextReplayKey(const std::string& what);
 
@@ -154,7 +172,10 @@ class Driver {
   bool KeepResults(Coroutine& c, int nres);
   std::string ErrorWithTraceback(lua_State* co, int status);
   void Wake(Coroutine& c);
+  // Sleeps until a waiting coroutine can go on; an error when none ever can.
   Status WaitForProgress();
+  // The work left when main returned (DriverOptions::on_return).
+  void FinishLeftovers();
   Result<ProgramResult> MainResult();
 
   rt::Run& run_;

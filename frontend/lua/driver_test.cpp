@@ -296,5 +296,59 @@ TEST_CASE("interrupt stops a program") {
   CHECK(r.status().code() == StatusCode::kCancelled);
 }
 
+TEST_CASE("read-before: a call made after a get depends on the value read") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "t", prompt = "T {{x}} {{gen y}}" }
+return function()
+  local a = f{ x = "1" }.y
+  local text = a:get()
+  local b = f{ x = text .. "!" }.y        -- built in Lua from the value read
+  local h = braid.spawn(function() return f{ x = "c" }.y:get() end)  -- inherits what main read
+  local c = h:join()
+  local d = f{ x = "d" }.y                -- after joining: what the child read too
+  return b:get() .. c .. d:get()
+end
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  REQUIRE(run.reads.size() == 4);
+  CHECK(run.reads[0].empty());
+  const VarId a = 1;  // the first call's only output
+  CHECK(run.reads[1] == std::vector<VarId>{a});
+  CHECK(run.reads[2] == std::vector<VarId>{a});  // the spawned coroutine's call
+  // main read a; the child read its own call's output (variable 3).
+  CHECK(run.reads[3] == std::vector<VarId>{a, 3});
+}
+
+TEST_CASE("work left when main returns: waited for, or cancelled with a warning naming it") {
+  const char* code = R"lua(
+local f = braid.fn { name = "echo", prompt = "Echo {{x}} {{gen y}}" }
+return function()
+  braid.spawn(function() braid.log("child got " .. f{ x = "a" }.y:get()) end)
+  return "main done"
+end
+)lua";
+  for (auto mode : {DriverOptions::OnReturn::kWait, DriverOptions::OnReturn::kCancel}) {
+    CAPTURE(static_cast<int>(mode));
+    FakeRun run;
+    std::vector<std::string> lines;
+    DriverOptions o;
+    o.on_return = mode;
+    o.log = [&](std::string_view l) { lines.emplace_back(l); };
+    auto r = RunLua(run, code, {}, o);
+    REQUIRE_MESSAGE(r.ok(), Text(r));
+    CHECK(r->text == "main done");
+    std::string all;
+    for (const auto& l : lines) all += l + "\n";
+    if (mode == DriverOptions::OnReturn::kWait) {
+      CHECK(all == "child got y[a]\n");
+    } else {
+      CHECK(all.find("child got") == std::string::npos);
+      CHECK(all.find("warning: the program returned with work pending; cancelled: coroutine "
+                     "main/1 (awaiting echo.y)") != std::string::npos);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace braid::lua

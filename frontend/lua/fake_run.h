@@ -43,8 +43,10 @@ class FakeRun final : public rt::Run {
   const std::string& id() const override { return id_; }
   Result<std::map<std::string, VarId>> Call(const rt::SemanticFunction& fn,
                                             const std::map<std::string, rt::Arg>& args,
-                                            const rt::CallKey& key) override {
+                                            const rt::CallKey& key,
+                                            const std::vector<VarId>& read_before = {}) override {
     keys.push_back(key.path + "#" + std::to_string(key.index));
+    reads.push_back(read_before);
     Node n{Node::kCall, fn.spec().name, {}, {}, "", false};
     for (const std::string& in : fn.inputs()) n.inputs.push_back(args.at(in));
     std::map<std::string, VarId> outs;
@@ -91,6 +93,14 @@ class FakeRun final : public rt::Run {
     return Status::Ok();
   }
   VarState state(VarId var) const override { return vars_.at(var).state; }
+  // Only wanted calls and joins run here (see WaitAny).
+  bool AnySettles(const std::vector<VarId>& vars) const override {
+    for (VarId v : vars) {
+      const Var& var = vars_.at(v);
+      if (var.state != VarState::kPending || (var.producer >= 0 && var.wanted)) return true;
+    }
+    return false;
+  }
   std::string value(VarId var) const override { return vars_.at(var).value; }
   std::string error(VarId var) const override { return vars_.at(var).error; }
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override {
@@ -122,6 +132,7 @@ class FakeRun final : public rt::Run {
   void Finish(const Status&) override {}
 
   std::vector<std::string> keys;
+  std::vector<std::vector<VarId>> reads;  // read_before of each call
   std::vector<std::pair<VarId, rt::GetOptions>> wants;
   int wait_calls = 0;
   int calls_before_first_wait = -1;

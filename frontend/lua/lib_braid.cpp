@@ -134,8 +134,9 @@ int LuaFnNew(lua_State* L) {
     while (lua_next(L, 1)) {
       lua_pop(L, 1);
       const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
-      if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name")))
-        return luaL_error(L, "braid.fn: unknown field '%s' (fields: name, system, prompt)",
+      if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name") &&
+                 std::strcmp(k, "lazy")))
+        return luaL_error(L, "braid.fn: unknown field '%s' (fields: name, system, prompt, lazy)",
                           k ? k : luaL_typename(L, -1));
     }
     lua_getfield(L, 1, "prompt");
@@ -154,11 +155,20 @@ int LuaFnNew(lua_State* L) {
     return luaL_error(L, "braid.fn: expected a template string or a table {name=, system=, prompt=}, got %s",
                       TypeName(L, 1));
   }
+  bool lazy = false;
+  if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_getfield(L, 1, "lazy");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return luaL_error(L, "braid.fn: field 'lazy' must be a boolean, got %s", TypeName(L, -1));
+    lazy = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   luaL_where(L, 1);  // default name: where braid.fn was called
-  return HostCall(L, [L]() {
+  return HostCall(L, [L, lazy]() {
     Driver* d = Driver::From(L);
     size_t len = 0;
     rt::FunctionSpec spec;
+    spec.lazy = lazy;
     const char* p = lua_tolstring(L, 2, &len);
     spec.prompt.assign(p, len);
     p = lua_tolstring(L, 3, &len);
@@ -222,7 +232,7 @@ int LuaFnCall(lua_State* L) {
     }
     for (const std::string& in : fn->inputs())
       if (!args.count(in)) return PushError(L, name + ": missing input '" + in + "'");
-    auto outs = d->run().Call(*fn, args, d->NextCallKey());
+    auto outs = d->run().Call(*fn, args, d->NextCallKey(), d->Reads());
     if (!outs.ok()) return PushError(L, name + ": " + outs.status().message());
     lua_createtable(L, 0, static_cast<int>(outs->size()));
     for (const auto& [out, var] : *outs) {
@@ -254,6 +264,7 @@ int CheckReady(lua_State* L, rt::VarId id, bool wanted) {
   rt::Run& run = d->run();
   switch (run.state(id)) {
     case rt::VarState::kReady: {
+      d->NoteRead(id);
       std::string v = run.value(id);
       lua_pushlstring(L, v.data(), v.size());
       return 1;
@@ -390,6 +401,7 @@ int JoinCheck(lua_State* L, int target) {
   if (c->id == d->current().id) return PushError(L, "join: a coroutine cannot join itself");
   switch (c->status) {
     case Driver::CoStatus::kDone: {
+      d->NoteReads(c->reads);  // what it read, its results may carry
       int n = d->PushResults(target, L);
       if (n < 0) return PushError(L, "join: coroutine " + c->path + " returned too many values");
       return n;

@@ -304,6 +304,9 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   f.node = n;
   f.engine = engine;
   f.handle = std::move(handle);
+  f.goal = node.goal;
+  f.priority = node.priority;
+  f.latest_finish_ms = node.latest_finish_ms;
   flights_.emplace(fid, std::move(f));
   if (flight_id) *flight_id = fid;
   ex.engine = engine;
@@ -311,6 +314,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
     ex.submitted_once = true;
     ex.started = Clock::now();
     node.queued_ms = MsBetween(ex.ready_since, ex.started);
+    node.start_ms = NowMs();
     node.engine = slot.name;
     node.state = NodeState::kRunning;
     LogEvent("node_started", node);
@@ -367,6 +371,7 @@ void RunImpl::CompleteNode(NodeId n) {
     var.state = VarState::kReady;
   }
   node.state = NodeState::kDone;
+  node.end_ms = NowMs();
   exec_.erase(n);
   LogEvent("node_finished", node);
   changed_.notify_all();
@@ -380,15 +385,20 @@ void RunImpl::SetVarFailed(VarId id, const std::string& message, bool cancelled)
 }
 
 // Fails `n` with `cause`, and with it every unfinished node downstream.
-void RunImpl::FailNode(NodeId n, const std::string& cause, bool cancelled) {
+// `inherited`: `cause` is the message of a failed input, passed on as is
+// (as the nodes downstream of a failure get it).
+void RunImpl::FailNode(NodeId n, const std::string& cause, bool cancelled, bool inherited) {
   DagNode& node = dag_.node(n);
   if (node.Finished()) return;
-  const std::string message = cancelled ? "cancelled" : "node " + node.Name() + " failed: " + cause;
+  const std::string message = cancelled   ? "cancelled"
+                              : inherited ? cause
+                                          : "node " + node.Name() + " failed: " + cause;
   node.state = cancelled ? NodeState::kCancelled : NodeState::kFailed;
-  node.error = cancelled ? "cancelled" : cause;
+  node.error = cancelled ? "cancelled" : inherited ? message : cause;
+  node.end_ms = NowMs();
   exec_.erase(n);
   for (VarId v : node.outputs) SetVarFailed(v, message, cancelled);
-  if (!cancelled) LogEvent("node_failed", node, cause);
+  if (!cancelled && !inherited) LogEvent("node_failed", node, cause);
   for (NodeId d : dag_.Downstream(n)) {
     DagNode& dn = dag_.node(d);
     if (dn.Finished()) continue;
@@ -400,13 +410,41 @@ void RunImpl::FailNode(NodeId n, const std::string& cause, bool cancelled) {
   changed_.notify_all();
 }
 
+bool RunImpl::Runnable(const DagNode& n) const {
+  switch (n.kind) {
+    case DagNode::Kind::kHost:
+      return false;  // the program sets it
+    case DagNode::Kind::kJoin:
+      return true;  // cheap, and eager calls may consume it
+    case DagNode::Kind::kCall:
+      return n.wanted || !n.fn->spec().lazy;
+  }
+  return false;
+}
+
+void RunImpl::PushGoals() {
+  if (!dag_mode()) return;
+  const double now = NowMs();
+  for (auto& [fid, f] : flights_) {
+    const DagNode& n = dag_.node(f.node);
+    if (n.goal == f.goal && n.priority == f.priority && n.latest_finish_ms == f.latest_finish_ms)
+      continue;
+    f.goal = n.goal;
+    f.priority = n.priority;
+    f.latest_finish_ms = n.latest_finish_ms;
+    std::optional<double> deadline;
+    if (n.latest_finish_ms) deadline = std::max(0.0, *n.latest_finish_ms - now);
+    f.handle->SetGoal(n.goal == Criteria::kLatency ? GoalClass::kLatency : GoalClass::kThroughput,
+                      n.priority, deadline);
+  }
+}
+
 void RunImpl::Schedule(Clock::time_point now) {
-  // Ready: wanted, waiting, every input ready.
+  // Ready: runnable (eager or wanted), waiting, every input ready.
   std::vector<NodeId> ready;
   for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
     DagNode& node = dag_.node(i);
-    if (node.state != NodeState::kWaiting || !node.wanted || node.kind == DagNode::Kind::kHost)
-      continue;
+    if (node.state != NodeState::kWaiting || !Runnable(node)) continue;
     bool all = true;
     std::string bad;
     for (VarId v : node.inputs) {
@@ -415,7 +453,7 @@ void RunImpl::Schedule(Clock::time_point now) {
       all &= var.state == VarState::kReady;
     }
     if (!bad.empty()) {
-      FailNode(i, bad);
+      FailNode(i, bad, /*cancelled=*/false, /*inherited=*/true);
       continue;
     }
     if (!all) continue;
@@ -517,8 +555,38 @@ void RunImpl::Schedule(Clock::time_point now) {
     }
     if (fid) flights_.at(fid).prefix = prefix;
   }
-  for (NodeId n : prepared)
-    if (!held.count(n)) SubmitOrFail(n, -1);
+  for (NodeId n : prepared) {
+    if (held.count(n)) continue;
+    if (!FollowInFlight(n)) SubmitOrFail(n, -1);
+  }
+}
+
+// A sharer that becomes ready while the request computing its prefix is
+// still in prefill (it arrived in an earlier pass) waits for that request
+// instead of computing the prefix a second time.
+bool RunImpl::FollowInFlight(NodeId n) {
+  const std::vector<int32_t>& prompt = exec_[n].prompt;
+  for (auto& [fid, f] : flights_) {
+    if (f.admitted) continue;
+    auto lead = exec_.find(f.node);
+    if (lead == exec_.end()) continue;
+    const std::vector<int32_t>& lp = lead->second.prompt;
+    size_t shared = 0;
+    while (shared < lp.size() && shared < prompt.size() && lp[shared] == prompt[shared]) ++shared;
+    shared = shared / kShareMinTokens * kShareMinTokens;
+    if (shared < kShareWorthTokens || 2 * shared < lp.size()) continue;
+    if (ctx_->engines[static_cast<size_t>(f.engine)].engine->ProbePrefix(prompt, 0) +
+            static_cast<int>(kShareMinTokens) >
+        static_cast<int>(shared))
+      return false;  // already cached there: go now
+    if (f.prefix.empty() || f.prefix.size() > shared)
+      f.prefix.assign(lp.begin(), lp.begin() + static_cast<long>(shared));
+    f.followers.push_back(n);
+    dag_.node(n).state = NodeState::kReady;
+    exec_[n].wait_leader = fid;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace braid::rt

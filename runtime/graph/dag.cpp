@@ -40,6 +40,10 @@ NodeId Dag::AddNode(DagNode node) {
     var(v).consumers.push_back(id);
     if (NodeId p = var(v).producer) boost::add_edge(p - 1, id - 1, graph_->g);
   }
+  for (VarId v : nodes_.back().read_before) {
+    var(v).readers.push_back(id);
+    if (NodeId p = var(v).producer) boost::add_edge(p - 1, id - 1, graph_->g);
+  }
   return id;
 }
 
@@ -81,9 +85,34 @@ Status Dag::AddInput(NodeId n, VarId v) {
 
 std::vector<NodeId> Dag::Producers(NodeId n) const {
   std::vector<NodeId> out;
-  for (VarId v : node(n).inputs) {
-    NodeId p = var(v).producer;
-    if (p && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  for (const auto* list : {&node(n).inputs, &node(n).read_before})
+    for (VarId v : *list) {
+      NodeId p = var(v).producer;
+      if (p && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    }
+  return out;
+}
+
+std::vector<VarId> Dag::LatestOf(const std::vector<VarId>& vars) const {
+  // One walk up from every variable's producer's producers: what it reaches
+  // is strictly upstream of some variable of the set.
+  std::vector<bool> upstream(nodes_.size() + 1);
+  std::vector<NodeId> stack;
+  for (VarId v : vars)
+    if (HasVar(v) && var(v).producer)
+      for (NodeId p : Producers(var(v).producer)) stack.push_back(p);
+  while (!stack.empty()) {
+    const NodeId at = stack.back();
+    stack.pop_back();
+    if (upstream[at]) continue;
+    upstream[at] = true;
+    for (NodeId p : Producers(at))
+      if (!upstream[p]) stack.push_back(p);
+  }
+  std::vector<VarId> out;
+  for (VarId v : vars) {
+    if (!HasVar(v) || !var(v).producer || upstream[var(v).producer]) continue;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
   }
   return out;
 }

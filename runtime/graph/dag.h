@@ -24,6 +24,9 @@ struct DagNode {
   std::string label;                 // function name, "join", "host"
   std::vector<VarId> inputs;         // distinct, in order of first use
   std::vector<VarId> outputs;
+  // Ready values the program read before it made this call (see Run::Call):
+  // graph edges like inputs, but never waited for.
+  std::vector<VarId> read_before;
   NodeState state = NodeState::kWaiting;
 
   // kCall: the function, its bound arguments and its resume key.
@@ -48,6 +51,7 @@ struct DagNode {
   std::string engine;
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   double queued_ms = 0, run_ms = 0;
+  double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
   std::string error;
 
   // "summarize#3": the name used in errors and events.
@@ -63,6 +67,7 @@ struct DagVar {
   VarState state = VarState::kPending;
   NodeId producer = 0;
   std::vector<NodeId> consumers;
+  std::vector<NodeId> readers;  // nodes with a read-before edge from this variable
   std::string value;
   std::string error;
   int token_estimate = -1;           // cached token count of a ready value (-1 = not yet)
@@ -77,8 +82,9 @@ class Dag {
 
   // A new variable; `producer` 0 for literals and host-set variables.
   VarId AddVar(std::string name, NodeId producer);
-  // A new node consuming `inputs` (which must exist; see HasVar); its outputs
-  // are added afterwards with AddVar(name, id) and AttachOutput.
+  // A new node consuming `inputs` and reading `read_before` (which must all
+  // exist; see HasVar); its outputs are added afterwards with AddVar(name,
+  // id) and AttachOutput.
   NodeId AddNode(DagNode node);
   void AttachOutput(NodeId node, VarId var);
   // Adds `var` as a further input of `node`. Errors: unknown ids, or the edge
@@ -94,7 +100,10 @@ class Dag {
   size_t num_nodes() const { return nodes_.size(); }
   size_t num_vars() const { return vars_.size(); }
 
-  // Distinct nodes producing `n`'s inputs, in input order.
+  // Of `vars`, those that are not strictly upstream of another of them,
+  // dropping literals and duplicates (order kept).
+  std::vector<VarId> LatestOf(const std::vector<VarId>& vars) const;
+  // Distinct nodes producing `n`'s inputs and read-before values, in order.
   std::vector<NodeId> Producers(NodeId n) const;
   // Distinct nodes consuming `n`'s outputs.
   std::vector<NodeId> Consumers(NodeId n) const;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -84,20 +85,28 @@ class FakeModel final : public Model {
 
 class FakeHandle final : public RequestHandle {
  public:
-  explicit FakeHandle(uint64_t id, Completion c) : id_(id), c_(std::move(c)) {}
+  using GoalFn = std::function<void(GoalClass, int, std::optional<double>)>;
+  FakeHandle(uint64_t id, Completion c, GoalFn on_goal = nullptr)
+      : id_(id), c_(std::move(c)), on_goal_(std::move(on_goal)) {}
   uint64_t id() const override { return id_; }
   std::optional<Delta> Next(int) override { return std::nullopt; }
   Completion Wait() override { return c_; }
   bool finished() const override { return true; }
   void Cancel() override {}
+  void SetGoal(GoalClass goal, int priority, std::optional<double> deadline_ms) override {
+    if (on_goal_) on_goal_(goal, priority, deadline_ms);
+  }
 
  private:
   uint64_t id_;
   Completion c_;
+  GoalFn on_goal_;
 };
 
 // Answers each request immediately: the reply is respond(prompt text) or,
 // when the prompt contains "FAIL", an engine error. Records every request.
+// With `hold` set, replies are held back until Release(): requests then stay
+// in flight, as in a busy engine.
 class FakeEngine final : public Engine {
  public:
   struct Submitted {
@@ -105,7 +114,19 @@ class FakeEngine final : public Engine {
     GenerationRequest request;
     int cached = 0;       // prefix tokens found cached at submission
     int pins_active = 0;  // pins held when it was submitted
+    std::vector<GoalClass> goal_changes;  // SetGoal calls on its handle, in order
   };
+  std::atomic<bool> hold{false};
+  // Delivers every held reply; returns how many.
+  int Release() {
+    std::vector<std::function<void()>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.swap(held_);
+    }
+    for (auto& deliver : held) deliver();
+    return static_cast<int>(held.size());
+  }
   std::function<std::string(const std::string&)> respond = [](const std::string& p) {
     return "<" + std::to_string(p.size()) + ">";
   };
@@ -116,8 +137,9 @@ class FakeEngine final : public Engine {
     int cached = ProbeLocked(r.prompt);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      submitted_.push_back({prompt, r, cached, pins_active_});
-      seen_.push_back(r.prompt);
+      submitted_.push_back({prompt, r, cached, pins_active_, {}});
+      // A held request's prompt is cached only once it is delivered.
+      if (!hold) seen_.push_back(r.prompt);
     }
     c.usage.prompt_tokens = static_cast<int>(r.prompt.size());
     c.usage.cached_tokens = cached;
@@ -136,11 +158,29 @@ class FakeEngine final : public Engine {
     last.finished = true;
     last.finish_reason = c.finish_reason;
     last.error = c.error;
-    if (cb) {
-      if (c.finish_reason != "error") cb(first);
+    auto deliver = [this, cb, first, last, error = c.finish_reason == "error", held = bool(hold),
+                    tokens = r.prompt] {
+      if (held) {
+        std::lock_guard<std::mutex> lock(mu_);
+        seen_.push_back(tokens);
+      }
+      if (!cb) return;
+      if (!error) cb(first);
       cb(last);
+    };
+    size_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      index = submitted_.size() - 1;
+      if (hold) held_.push_back(deliver);
     }
-    return std::shared_ptr<RequestHandle>(std::make_shared<FakeHandle>(++next_id_, c));
+    if (!hold) deliver();
+    auto on_goal = [this, index](GoalClass g, int, std::optional<double>) {
+      std::lock_guard<std::mutex> lock(mu_);
+      submitted_[index].goal_changes.push_back(g);
+    };
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::shared_ptr<RequestHandle>(std::make_shared<FakeHandle>(++next_id_, c, on_goal));
   }
   int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t) override {
     return ProbeLocked(tokens);
@@ -189,6 +229,7 @@ class FakeEngine final : public Engine {
   mutable std::mutex mu_;
   std::vector<Submitted> submitted_;
   std::vector<std::vector<int32_t>> seen_;
+  std::vector<std::function<void()>> held_;
   uint64_t next_id_ = 0, next_pin_ = 0;
   int pins_active_ = 0, pins_total_ = 0;
 };

@@ -62,6 +62,10 @@ struct FunctionSpec {
   std::string name;     // for errors, the live view and resume keys
   std::string system;   // chat-style when non-empty (the model's chat template is used)
   std::string prompt;   // the template text: literal text, {{input}} and output placeholders
+  // Calls start as soon as their inputs are ready (eager), with the
+  // throughput goal until something wants them. A lazy function's calls run
+  // only once wanted: for speculative branches the program may never read.
+  bool lazy = false;
 };
 
 // A parsed template: literal text, input references and outputs, in order.
@@ -112,9 +116,15 @@ struct NodeInfo {
   int group = 0;                  // task group (0 = none)
   double slack_ms = 0;            // deadline runs: latest start minus now at deduction
   int priority = 0;
+  // Deadline runs: when the node must finish (on the run's clock, ms since
+  // it started) and whether it did (unset until it finished).
+  std::optional<double> deadline_ms;
+  std::optional<bool> deadline_met;
+  std::vector<VarId> read_before;  // values the program read before making this call
   std::string engine;             // where it ran
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   double queued_ms = 0, run_ms = 0;
+  double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
   std::string error;
 };
 
@@ -124,6 +134,7 @@ struct VarInfo {
   VarState state = VarState::kPending;
   NodeId producer = 0;            // 0 for literals and host-set variables
   std::vector<NodeId> consumers;
+  std::vector<NodeId> readers;    // calls made after the program read this value
   std::string value;              // when ready
   std::string error;              // when failed
 };
@@ -177,10 +188,18 @@ class Run {
 
   // -- building (program thread) --
   // Adds a call of `fn` with every input bound; returns its outputs by name.
-  // Errors: a missing or unknown input, an unknown variable.
+  // `read_before`: values the program read (ready variables) before making
+  // the call; the call depends on them through the program's own code, so
+  // they become "read-before" edges of the graph (not inputs: they are
+  // ready, and failing them later is impossible). Errors: a missing or
+  // unknown input, an unknown variable.
   virtual Result<std::map<std::string, VarId>> Call(const SemanticFunction& fn,
                                                     const std::map<std::string, Arg>& args,
-                                                    const CallKey& key) = 0;
+                                                    const CallKey& key,
+                                                    const std::vector<VarId>& read_before = {}) = 0;
+  // Of `vars`, those that are not upstream of another of them (nor
+  // literals): the smallest set a later call's read-before edges need.
+  virtual std::vector<VarId> LatestOf(const std::vector<VarId>& vars) const { return vars; }
   // A ready variable holding `value`.
   virtual VarId Literal(std::string value, std::string name = "") = 0;
   // A native node: the parts joined with `sep` once all are ready.
@@ -204,6 +223,19 @@ class Run {
   virtual std::string error(VarId var) const = 0;   // "" unless failed
   // Sleeps until any of `vars` leaves kPending (or timeout_ms passes; -1 = no limit).
   virtual void WaitAny(const std::vector<VarId>& vars, int timeout_ms) = 0;
+  // Whether any of `vars` leaves kPending without the program doing
+  // anything more: it is not pending already, or its producer is a call that
+  // runs (eager, or lazy and wanted) or a join, and all their inputs settle.
+  // A variable the program sets itself (HostVar) does not settle by itself.
+  virtual bool AnySettles(const std::vector<VarId>& vars) const {
+    for (VarId v : vars)
+      if (state(v) != VarState::kPending) return true;
+    return false;
+  }
+  // Unfinished nodes that will still run without the program doing anything
+  // more (their outputs settle): the work a program leaves behind when it
+  // returns early.
+  virtual std::vector<NodeInfo> Outstanding() const { return {}; }
 
   // -- resume of non-deterministic host values (os.time, random numbers) --
   // Returns the recorded value for `key` if this run is a resumption and has
