@@ -464,6 +464,17 @@ NodeInfo RunImpl::InfoLocked(const DagNode& n) const {
       info.run_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - e->second.started).count();
   }
+  info.first_token_ms = n.first_token_ms;
+  if (n.kind == DagNode::Kind::kCall) {
+    info.scored = true;
+    for (const auto& o : n.fn->outputs())
+      info.scored = info.scored && o.kind == OutputSpec::Kind::kSelect;
+  }
+  if (n.first_token_ms >= 0 && info.generated_tokens > 1) {
+    const double until = n.end_ms >= 0 ? n.end_ms : NowMs();
+    if (until > n.first_token_ms)
+      info.decode_tokens_per_s = (info.generated_tokens - 1) * 1000.0 / (until - n.first_token_ms);
+  }
   info.error = n.error;
   return info;
 }

@@ -33,16 +33,39 @@ bool Finished(rt::NodeState s) {
   return s == rt::NodeState::kDone || s == rt::NodeState::kFailed || s == rt::NodeState::kCancelled;
 }
 
-double TokensPerSecond(const rt::NodeInfo& n) {
-  return n.run_ms > 0 && n.generated_tokens > 1 ? n.generated_tokens * 1000.0 / n.run_ms : 0.0;
-}
-
 std::string Truncate(std::string s, size_t n) {
   if (s.size() > n) s = s.substr(0, n - 1) + "~";
   return s;
 }
 
+// What a node's rate column says: "scored" for selects, else the decode
+// rate measured from its first token (prefill and queueing left out).
+std::string Rate(const rt::NodeInfo& n) {
+  if (n.scored) return "scored";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f tok/s", n.decode_tokens_per_s);
+  return buf;
+}
+
 }  // namespace
+
+// A node's name in at most `width` columns. "fn@FILE:LINE" names lose the
+// front of FILE (then its directories) first: the line number is what tells
+// two calls apart, so it is never cut.
+std::string DisplayName(const std::string& label, size_t width) {
+  if (label.size() <= width) return label;
+  const size_t at = label.find('@');
+  const size_t colon = label.rfind(':');
+  if (at == std::string::npos || colon == std::string::npos || colon < at)
+    return Truncate(label, width);
+  const std::string head = label.substr(0, at + 1), tail = label.substr(colon);
+  std::string file = label.substr(at + 1, colon - at - 1);
+  if (const size_t slash = file.rfind('/'); slash != std::string::npos)
+    file = file.substr(slash + 1);
+  const size_t room = width > head.size() + tail.size() ? width - head.size() - tail.size() : 0;
+  if (file.size() > room) file = room ? "~" + file.substr(file.size() - room + 1) : "";
+  return head + file + tail;
+}
 
 LiveView::LiveView(rt::Run& run, LiveViewOptions options)
     : run_(run), options_(std::move(options)), start_(std::chrono::steady_clock::now()) {
@@ -106,14 +129,20 @@ void LiveView::Render(bool final) {
       std::fprintf(stderr, "[%d/%zu] #%llu %s %s", static_cast<int>(reported_.size()), nodes.size(),
                    static_cast<unsigned long long>(n.id), n.label.c_str(), StateName(n.state));
       if (n.state == rt::NodeState::kDone && n.label != "join" && n.label != "host")
-        std::fprintf(stderr, ": %d tokens in %.2f s (%.1f tok/s)%s%s", n.generated_tokens, n.run_ms / 1000,
-                     TokensPerSecond(n), n.engine.empty() ? "" : " on ", n.engine.c_str());
+        std::fprintf(stderr, ": %d tokens in %.2f s (%s)%s%s", n.generated_tokens, n.run_ms / 1000,
+                     Rate(n).c_str(), n.engine.empty() ? "" : " on ", n.engine.c_str());
       if (n.state == rt::NodeState::kFailed) std::fprintf(stderr, ": %s", n.error.c_str());
       std::fprintf(stderr, "\n");
     }
-    if (final)
+    if (final) {
       std::fprintf(stderr, "run %s: %zu nodes (%d failed), %d tokens generated, %.1f s\n", run_.id().c_str(),
                    nodes.size(), failed, tokens, secs);
+    } else if (secs - last_heartbeat_ >= options_.heartbeat_s) {
+      // A sign of life in logs: long calls may finish nothing for minutes.
+      last_heartbeat_ = secs;
+      std::fprintf(stderr, "run %s: %d/%zu nodes done, %d running, %d tokens, %.0f s\n",
+                   run_.id().c_str(), done, nodes.size(), running, tokens, secs);
+    }
     std::fflush(stderr);
     return;
   }
@@ -138,11 +167,12 @@ void LiveView::Render(bool final) {
   size_t shown = std::min(rows.size(), kMaxRows);
   for (size_t i = 0; i < shown; ++i) {
     const rt::NodeInfo& n = *rows[i];
-    std::snprintf(line, sizeof line, "  #%-4llu %-22s %s%-9s\x1b[0m %5d tok %7.1f tok/s  %-10s %s%s\n",
-                  static_cast<unsigned long long>(n.id), Truncate(n.label, 22).c_str(), StateColor(n.state),
-                  StateName(n.state), n.generated_tokens, TokensPerSecond(n),
+    std::snprintf(line, sizeof line, "  #%-4llu %-32s %s%-9s\x1b[0m %5d tok %13s  %-10s %s%s\n",
+                  static_cast<unsigned long long>(n.id), DisplayName(n.label, 32).c_str(),
+                  StateColor(n.state), StateName(n.state), n.generated_tokens, Rate(n).c_str(),
                   n.wanted ? (n.goal == rt::Criteria::kLatency ? "latency" : "throughput") : "-",
-                  n.engine.c_str(), n.state == rt::NodeState::kFailed ? (" " + Truncate(n.error, 40)).c_str() : "");
+                  n.engine.c_str(),
+                  n.state == rt::NodeState::kFailed ? (" " + Truncate(n.error, 40)).c_str() : "");
     out += line;
   }
   if (rows.size() > shown && !final) {

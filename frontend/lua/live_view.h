@@ -1,8 +1,8 @@
 // The live view of a run on stderr: on a terminal, a block redrawn about
 // five times a second with a progress bar for the run and one row per
-// interesting node (state, tokens, tokens/s, goal, engine); elsewhere, one
-// plain line per node as it finishes. Log lines (braid.log, print) are
-// printed above the block.
+// interesting node (state, tokens, decode rate, goal, engine); elsewhere, one
+// plain line per node as it finishes and a heartbeat line every few seconds.
+// Log lines (braid.log, print) are printed above the block.
 //
 // Threading: the view polls Run::Nodes() (safe from any thread) on its own
 // thread; Log may be called from any thread.
@@ -26,7 +26,11 @@ struct LiveViewOptions {
   bool progress = true;  // false (--quiet): only log lines are printed
   std::string program;   // shown in the header
   int redraw_ms = 200;
+  double heartbeat_s = 5;  // plain mode: a progress line at least this often
 };
+
+// A node's name in at most `width` columns; "fn@FILE:LINE" keeps its line.
+std::string DisplayName(const std::string& label, size_t width);
 
 class LiveView {
  public:
@@ -49,6 +53,7 @@ class LiveView {
   bool stop_ = false;
   int block_lines_ = 0;          // lines of the block now on screen
   std::set<rt::NodeId> reported_;  // plain mode: nodes already printed
+  double last_heartbeat_ = 0;      // plain mode: seconds into the run
   std::thread thread_;
 };
 

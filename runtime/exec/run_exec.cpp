@@ -131,6 +131,7 @@ void RunImpl::HandleEvent(const Event& ev) {
 void RunImpl::OnAdmitted(uint64_t flight_id) {
   Flight& f = flights_.at(flight_id);
   f.admitted = true;
+  if (DagNode& node = dag_.node(f.node); node.first_token_ms < 0) node.first_token_ms = NowMs();
   if (f.share) {
     auto s = shares_.find(f.share);
     if (s != shares_.end() && --s->second.pending <= 0) {

@@ -52,6 +52,7 @@ struct DagNode {
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   double queued_ms = 0, run_ms = 0;
   double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
+  double first_token_ms = -1;
   std::string error;
 
   // "summarize#3": the name used in errors and events.

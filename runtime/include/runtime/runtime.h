@@ -125,6 +125,9 @@ struct NodeInfo {
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   double queued_ms = 0, run_ms = 0;
   double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
+  double first_token_ms = -1;         // run clock: its first generated token
+  double decode_tokens_per_s = 0;     // measured from the first token on (0: too few yet)
+  bool scored = false;                // every output is a select: scored, nothing decoded
   std::string error;
 };
 
