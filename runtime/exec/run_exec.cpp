@@ -208,12 +208,18 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
 Status RunImpl::Prepare(NodeId n) {
   DagNode& node = dag_.node(n);
   Exec& ex = exec_[n];
-  BRAID_ASSIGN_OR_RETURN(std::vector<PromptPiece> pieces, Render(node, ex.output, ex.values));
-  if (!node.fn->spec().system.empty()) {
-    // Chat style: the rendered template is the user message and, like every
-    // message content, plain text; only the chat template's markup yields
-    // special tokens.
-    const ChatMessage msgs[] = {{"system", node.fn->spec().system}, {"user", JoinPieces(pieces)}};
+  std::vector<ChatMessage> msgs;
+  size_t bytes = 0;
+  if (node.fn->chat()) {
+    BRAID_ASSIGN_OR_RETURN(msgs, RenderMessages(node, &bytes));
+  }
+  BRAID_ASSIGN_OR_RETURN(std::vector<PromptPiece> pieces,
+                         Render(node, ex.output, ex.values, bytes));
+  if (node.fn->chat()) {
+    // Chat style: the system text and messages, then the rendered template
+    // as the final user message; every content is plain text, and only the
+    // chat template's markup yields special tokens.
+    msgs.push_back({"user", JoinPieces(pieces)});
     pieces = model().FormatChat(msgs, /*add_generation_prompt=*/true);
   }
   ex.prompt = model().Tokenize(pieces);

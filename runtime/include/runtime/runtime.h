@@ -62,6 +62,13 @@ struct FunctionSpec {
   std::string name;     // for errors, the live view and resume keys
   std::string system;   // chat-style when non-empty (the model's chat template is used)
   std::string prompt;   // the template text: literal text, {{input}} and output placeholders
+  // The earlier turns of a chat-style conversation; `prompt` is the final
+  // user turn, after them. Roles "system" (first only, and not together
+  // with `system`), "user", "assistant". Contents are templates that may
+  // reference inputs ({{name}}) but hold no outputs. Non-empty makes the
+  // function chat-style. (The "= {}" keeps {name, system, prompt} free of
+  // missing-initializer warnings.)
+  std::vector<ChatMessage> messages = {};
 };
 
 // A parsed template: literal text, input references and outputs, in order.
@@ -79,15 +86,26 @@ class SemanticFunction {
 
   const FunctionSpec& spec() const { return spec_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  const std::vector<std::string>& inputs() const { return inputs_; }   // distinct, in order
+  // The pieces of each of spec().messages (text and inputs only).
+  const std::vector<std::vector<Piece>>& message_pieces() const { return message_pieces_; }
+  // Distinct, in order: the messages' inputs first, then the prompt's.
+  const std::vector<std::string>& inputs() const { return inputs_; }
   const std::vector<OutputSpec>& outputs() const { return outputs_; }
+  // Rendered through the model's chat template (a system text or messages).
+  bool chat() const { return !spec_.system.empty() || !spec_.messages.empty(); }
 
  private:
   FunctionSpec spec_;
   std::vector<Piece> pieces_;
+  std::vector<std::vector<Piece>> message_pieces_;
   std::vector<std::string> inputs_;
   std::vector<OutputSpec> outputs_;
 };
+
+// The log-probability the model gives each choice of a select output (the
+// sum over the choice's tokens, as a continuation of the prompt), in the
+// order of its choices.
+using ChoiceScores = std::vector<std::pair<std::string, double>>;
 
 // A value for a template input: a variable, or literal text.
 struct Arg {
