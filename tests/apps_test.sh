@@ -106,6 +106,10 @@ bad unknown_input "^braid: .*unknown_input\.lua:2: f: unknown input 'chunkk'" \
   $'local f = braid.fn { name = "f", prompt = "{{chunk}} {{gen s max_tokens=4}}" }\nreturn f{ chunkk = "x" }.s:get()\n'
 bad template "^braid: .*template\.lua:1: braid\.fn: " $'local f = braid.fn "{{gen s max_token=4}}"\n'
 bad sandbox "^braid: .*sandbox\.lua:1: 'io' is not available in the Braid sandbox" $'return io.open("/etc/passwd")\n'
+bad messages_output "^braid: .*messages_output\.lua:2: braid\.fn: g: messages\[2\]:1:4: an output \(\{\{gen b \.\.\.\}\}\) cannot be in a message" \
+  $'local x = 1\nlocal g = braid.fn { name = "g", prompt = "{{gen a}}", messages = {\n  { role = "user", content = "hi" }, { role = "assistant", content = "A: {{gen b}}" } } }\n'
+bad messages_role "^braid: .*messages_role\.lua:1: braid\.fn: messages\[2\]: role 'bot' is not one of system, user, assistant" \
+  $'local g = braid.fn { prompt = "{{gen a}}", messages = { { role = "user", content = "hi" }, { role = "bot", content = "x" } } }\n'
 bad loop "^braid: .*loop\.lua:1: time limit" $'while true do end\n'
 if grep -q "stack traceback" "$tmp/err"; then echo "ok   bad/loop has a traceback"; else echo "FAIL bad/loop: no traceback"; fail=$((fail + 1)); fi
 printf 'return 1' >"$tmp/args.lua"

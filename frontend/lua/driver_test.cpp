@@ -144,6 +144,31 @@ TEST_CASE("bad programs: clear errors naming file:line") {
       {"return braid.join({ 'a', 3, {} })", "app.lua:1: braid.join: item 3 must be"},
       {"return io.open('x')", "app.lua:1: 'io' is not available in the Braid sandbox"},
       {"return function() return print end", "the result is a function, which has no JSON form"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = 'hi' }",
+       "app.lua:1: braid.fn: field 'messages' must be a list of {role=, content=} tables, got "
+       "string"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { role = 'user', content = 'x' } }",
+       "app.lua:1: braid.fn: field 'messages' must be a list of {role=, content=} tables, but it "
+       "has the key '"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user', content = 'x' }, "
+       "'y' } }",
+       "app.lua:1: braid.fn: messages[2] must be a table {role=, content=}, got string"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'bot', content = 'x' } } "
+       "}",
+       "app.lua:1: braid.fn: messages[1]: role 'bot' is not one of system, user, assistant"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user' } } }",
+       "app.lua:1: braid.fn: messages[1]: 'content' must be a string, got nil"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 1, content = 'x' } } }",
+       "app.lua:1: braid.fn: messages[1]: 'role' must be a string, got number"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user', content = 'x', "
+       "name = 'n' } } }",
+       "app.lua:1: braid.fn: messages[1]: unknown field 'name' (fields: role, content)"},
+      {"local f = braid.fn { name = 'g', prompt = '{{gen a}}', messages = {\n"
+       "  { role = 'user', content = 'ok' }, { role = 'assistant', content = 'A: {{gen b}}' } } }",
+       "app.lua:1: braid.fn: g: messages[2]:1:4: an output ({{gen b ...}}) cannot be in a message"},
+      {"local f = braid.fn { name = 'g', system = 's', prompt = '{{gen a}}',\n"
+       "  messages = { { role = 'system', content = 't' } } }",
+       "app.lua:1: braid.fn: g: messages[1]: a system message and 'system' both given"},
   };
   for (const Case& c : cases) {
     FakeRun run;
@@ -206,6 +231,22 @@ return { t = os.time(), c = os.clock(), d = os.date("%H:%M:%S"), r = math.random
   FakeRun third(&store);
   auto c = RunLua(third, code);
   CHECK(Text(b) == Text(c));
+}
+
+TEST_CASE("braid.fn messages: earlier turns whose inputs are the function's inputs") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local ask = braid.fn { name = "ask", prompt = "{{q}} {{gen a}}", messages = {
+  { role = "system", content = "You know {{topic}}." },
+  { role = "user", content = "Hello." },
+  { role = "assistant", content = "Ask away." },
+} }
+local ok, err = pcall(function() return ask{ q = "Why?" } end)
+return ask{ q = "Why?", topic = "cats" }.a:get() .. " | " .. err
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  // The fake answers "a[<inputs in the function's order>]": the message's input first.
+  CHECK(r->text == "a[cats|Why?] | app.lua:7: ask: missing input 'topic'");
 }
 
 TEST_CASE("limits inside programs fail the run with a clear error") {

@@ -121,12 +121,69 @@ bool ToArg(lua_State* L, int idx, rt::Arg* out) {
 
 // ---- braid.fn ----------------------------------------------------------------
 
+// Checks braid.fn's `messages` field at `idx`: nil, or a list of tables
+// { role = "system"|"user"|"assistant", content = string }. Raises naming
+// the item and what is wrong. (Raw reads, so that what is checked here is
+// what LuaFnNew's host section reads.)
+void CheckMessages(lua_State* L, int idx) {
+  if (lua_isnil(L, idx)) return;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    luaL_error(L, "braid.fn: field 'messages' must be a list of {role=, content=} tables, got %s",
+               TypeName(L, idx));
+  const lua_Unsigned n = lua_rawlen(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const bool listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 &&
+                        static_cast<lua_Unsigned>(lua_tointeger(L, -1)) <= n;
+    if (!listed) {
+      const bool text = lua_type(L, -1) == LUA_TSTRING;
+      luaL_error(L,
+                 "braid.fn: field 'messages' must be a list of {role=, content=} tables, but it "
+                 "has the key %s%s%s",
+                 text ? "'" : "", luaL_tolstring(L, -1, nullptr), text ? "'" : "");
+    }
+  }
+  for (lua_Unsigned i = 1; i <= n; ++i) {
+    const int item = lua_gettop(L) + 1;
+    lua_rawgeti(L, idx, static_cast<lua_Integer>(i));
+    if (lua_type(L, item) != LUA_TTABLE)
+      luaL_error(L, "braid.fn: messages[%d] must be a table {role=, content=}, got %s",
+                 static_cast<int>(i), TypeName(L, item));
+    lua_pushnil(L);
+    while (lua_next(L, item)) {
+      lua_pop(L, 1);
+      const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
+      if (!k || (std::strcmp(k, "role") && std::strcmp(k, "content")))
+        luaL_error(L, "braid.fn: messages[%d]: unknown field '%s' (fields: role, content)",
+                   static_cast<int>(i), k ? k : luaL_typename(L, -1));
+    }
+    lua_pushliteral(L, "role");
+    lua_rawget(L, item);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "braid.fn: messages[%d]: 'role' must be a string, got %s", static_cast<int>(i),
+                 TypeName(L, -1));
+    const char* role = lua_tostring(L, -1);
+    if (std::strcmp(role, "system") && std::strcmp(role, "user") && std::strcmp(role, "assistant"))
+      luaL_error(L, "braid.fn: messages[%d]: role '%s' is not one of system, user, assistant",
+                 static_cast<int>(i), role);
+    lua_pushliteral(L, "content");
+    lua_rawget(L, item);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "braid.fn: messages[%d]: 'content' must be a string, got %s",
+                 static_cast<int>(i), TypeName(L, -1));
+    lua_settop(L, item - 1);
+  }
+}
+
 int LuaFnNew(lua_State* L) {
-  // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 default name.
+  // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 messages,
+  // 6 default name.
   if (lua_type(L, 1) == LUA_TSTRING) {
     lua_settop(L, 1);
     lua_pushvalue(L, 1);
     lua_pushliteral(L, "");
+    lua_pushnil(L);
     lua_pushnil(L);
   } else if (lua_type(L, 1) == LUA_TTABLE) {
     lua_settop(L, 1);
@@ -134,8 +191,10 @@ int LuaFnNew(lua_State* L) {
     while (lua_next(L, 1)) {
       lua_pop(L, 1);
       const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
-      if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name")))
-        return luaL_error(L, "braid.fn: unknown field '%s' (fields: name, system, prompt)",
+      if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name") &&
+                 std::strcmp(k, "messages")))
+        return luaL_error(L,
+                          "braid.fn: unknown field '%s' (fields: name, system, messages, prompt)",
                           k ? k : luaL_typename(L, -1));
     }
     lua_getfield(L, 1, "prompt");
@@ -150,8 +209,12 @@ int LuaFnNew(lua_State* L) {
     lua_getfield(L, 1, "name");
     if (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING)
       return luaL_error(L, "braid.fn: field 'name' must be a string, got %s", TypeName(L, 4));
+    lua_getfield(L, 1, "messages");
+    CheckMessages(L, 5);
   } else {
-    return luaL_error(L, "braid.fn: expected a template string or a table {name=, system=, prompt=}, got %s",
+    return luaL_error(L,
+                      "braid.fn: expected a template string or a table {name=, system=, messages=, "
+                      "prompt=}, got %s",
                       TypeName(L, 1));
   }
   luaL_where(L, 1);  // default name: where braid.fn was called
@@ -163,12 +226,29 @@ int LuaFnNew(lua_State* L) {
     spec.prompt.assign(p, len);
     p = lua_tolstring(L, 3, &len);
     spec.system.assign(p, len);
+    if (lua_type(L, 5) == LUA_TTABLE) {  // checked by CheckMessages
+      const lua_Unsigned n = lua_rawlen(L, 5);
+      for (lua_Unsigned i = 1; i <= n; ++i) {
+        lua_rawgeti(L, 5, static_cast<lua_Integer>(i));
+        ChatMessage m;
+        lua_pushliteral(L, "role");
+        lua_rawget(L, -2);
+        p = lua_tolstring(L, -1, &len);
+        m.role.assign(p, len);
+        lua_pushliteral(L, "content");
+        lua_rawget(L, -3);
+        p = lua_tolstring(L, -1, &len);
+        m.content.assign(p, len);
+        lua_pop(L, 3);
+        spec.messages.push_back(std::move(m));
+      }
+    }
     if (lua_type(L, 4) == LUA_TSTRING) {
       p = lua_tolstring(L, 4, &len);
       spec.name.assign(p, len);
     } else {
       // "fn@FILE:LINE" of the braid.fn call.
-      p = lua_tolstring(L, 5, &len);
+      p = lua_tolstring(L, 6, &len);
       std::string where(p, len);
       while (!where.empty() && (where.back() == ' ' || where.back() == ':')) where.pop_back();
       spec.name = where.empty() ? "fn" : "fn@" + where;
