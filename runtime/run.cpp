@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include "exec/stored_scores.h"
 #include "run_impl.h"
 #include "store/run_store.h"
 
@@ -171,11 +172,19 @@ bool RunImpl::ReplayFromStore(NodeId id) {
   auto found = ctx_->store->FindCall(id_, CallKeyString(n));
   if (!found.ok() || !found.value()) return false;
   const StoredCall& call = *found.value();
+  // The recorded outputs must be exactly the function's (beside the scores
+  // of its select outputs, under a key no output can have).
+  const auto scores_at = call.outputs.find(std::string(kScoresKey));
+  const bool has_scores = scores_at != call.outputs.end();
+  if (call.outputs.size() - (has_scores ? 1 : 0) != n.fn->outputs().size()) return false;
   for (const auto& o : n.fn->outputs())
     if (!call.outputs.count(o.name)) return false;
+  std::map<std::string, ChoiceScores> scores;
+  if (has_scores) scores = DecodeScores(scores_at->second);
   for (VarId out : n.outputs) {
     DagVar& v = dag_.var(out);
     v.value = call.outputs.at(v.name);
+    if (auto s = scores.find(v.name); s != scores.end()) v.scores = std::move(s->second);
     v.state = VarState::kReady;
   }
   n.state = NodeState::kDone;
@@ -376,6 +385,24 @@ std::string RunImpl::error(VarId var) const {
   return v.state == VarState::kFailed || v.state == VarState::kCancelled ? v.error : "";
 }
 
+Result<ChoiceScores> RunImpl::scores(VarId var) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
+  const DagVar& v = dag_.var(var);
+  bool select = false;
+  if (v.producer && dag_.node(v.producer).kind == DagNode::Kind::kCall)
+    for (const auto& o : dag_.node(v.producer).fn->outputs())
+      select |= o.name == v.name && o.kind == OutputSpec::Kind::kSelect;
+  if (!select) return Status::InvalidArgument("'" + v.name + "' is not a select output");
+  if (v.state != VarState::kReady)
+    return Status::NotFound("'" + v.name + "' is " + VarStateName(v.state) + ", not ready");
+  if (v.scores.empty())
+    return Status::NotFound(
+        "the scores of '" + v.name +
+        "' were not recorded (the call was replayed from a record without them)");
+  return v.scores;
+}
+
 void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   auto any = [&] {
@@ -456,6 +483,7 @@ std::vector<VarInfo> RunImpl::Vars() const {
       info.value = v.value;
     else
       info.error = v.error;
+    info.scores = v.scores;  // set only once ready
     out.push_back(std::move(info));
   }
   return out;

@@ -39,6 +39,7 @@ class RunImpl final : public Run, public Pumpable {
   VarState state(VarId var) const override;
   std::string value(VarId var) const override;
   std::string error(VarId var) const override;
+  Result<ChoiceScores> scores(VarId var) const override;
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override;
   std::string Replayable(const std::string& key, const std::string& value) override;
   std::vector<NodeInfo> Nodes() const override;
@@ -65,6 +66,7 @@ class RunImpl final : public Run, public Pumpable {
   struct Exec {
     int output = 0;                             // output being generated
     std::map<std::string, std::string> values;  // outputs generated so far
+    std::map<std::string, ChoiceScores> scores;  // select outputs so far: their choices' scores
     std::vector<PromptPiece> prompt_pieces;     // the text of `prompt`
     std::vector<int32_t> prompt;                // current segment (empty = not rendered)
     int engine = -1;

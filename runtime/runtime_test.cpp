@@ -4,8 +4,10 @@
 #include "runtime/runtime.h"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "testing/fakes.h"
 
@@ -583,6 +585,128 @@ TEST_CASE("run: resume through the SQLite store (db_path)") {
   CHECK((*run)->Replayable("clock", "9") == "1.5");
   CHECK(engine.submitted().size() == 1);
   (*run)->Finish(Status::Ok());
+}
+
+TEST_CASE("run: select scores are kept, shown in Vars, stored and replayed on resume") {
+  const std::string db = (std::filesystem::temp_directory_path() /
+                          ("braid_scores_test_" + std::to_string(::getpid()) + ".db"))
+                             .string();
+  auto remove_db = [&] {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  };
+  remove_db();
+  auto fn = Fn("pick",
+               "Mood of {{x}}? {{select mood choices=[\"good\", \"bad\", \"meh\"]}} "
+               "Why: {{gen why}}");
+  const ChoiceScores expected = {{"good", -6.0}, {"bad", -0.5}, {"meh", -5.0}};
+  FakeEngine engine;
+  engine.score = [](const std::string&, const std::vector<std::string>& choices) {
+    std::vector<float> out;
+    for (const auto& c : choices)
+      out.push_back(c == "bad" ? -0.5f : -2.0f - static_cast<float>(c.size()));
+    return out;
+  };
+  auto open_store = [&] {
+    auto s = RunStore::Open(db);
+    REQUIRE_MESSAGE(s.ok(), s.status().message());
+    return std::shared_ptr<RunStore>(std::move(s).value());
+  };
+  auto open_runtime = [&](std::shared_ptr<RunStore> store) {
+    RuntimeOptions ro;
+    ro.engines = {&engine};
+    ro.store = std::move(store);
+    auto r = Runtime::Open(ro);
+    REQUIRE(r.ok());
+    return std::move(r).value();
+  };
+  std::shared_ptr<RunStore> store = open_store();
+  std::string id;
+  {
+    auto rt = open_runtime(store);
+    auto run = rt->StartRun({});
+    REQUIRE(run.ok());
+    id = (*run)->id();
+    auto a = (*run)->Call(*fn, {{"x", Arg::Text("it")}}, {"main", 0});
+    auto pending = (*run)->Call(*fn, {{"x", Arg::Text("never wanted")}}, {"main", 1});
+    REQUIRE((*run)->Want(a->at("why"), {}).ok());
+    REQUIRE(WaitFor(**run, a->at("why")) == VarState::kReady);
+    CHECK((*run)->value(a->at("mood")) == "bad");
+    auto s = (*run)->scores(a->at("mood"));
+    REQUIRE_MESSAGE(s.ok(), s.status().message());
+    CHECK(*s == expected);
+    CHECK((*run)->scores(a->at("why")).status().code() == StatusCode::kInvalidArgument);
+    CHECK((*run)->scores(a->at("why")).status().message() == "'why' is not a select output");
+    CHECK((*run)->scores(pending->at("mood")).status().code() == StatusCode::kNotFound);
+    for (const VarInfo& v : (*run)->Vars()) {
+      CAPTURE(v.name);
+      CHECK(v.scores == (v.id == a->at("mood") ? expected : ChoiceScores{}));
+    }
+    (*run)->Finish(Status::Ok());
+  }
+  auto calls = store->Calls(id);
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  CHECK(calls->at(0).outputs.at("mood") == "bad");
+  CHECK(calls->at(0).outputs.count("#scores") == 1);
+
+  // Resumed: the value and its scores come from the store; nothing runs
+  // (this engine would return no scores now).
+  engine.score = nullptr;
+  RunOptions o;
+  o.resume_id = id;
+  {
+    auto rt = open_runtime(store);
+    auto run = rt->StartRun(o);
+    REQUIRE(run.ok());
+    auto a = (*run)->Call(*fn, {{"x", Arg::Text("it")}}, {"main", 0});
+    REQUIRE((*run)->state(a->at("mood")) == VarState::kReady);
+    auto s = (*run)->scores(a->at("mood"));
+    REQUIRE_MESSAGE(s.ok(), s.status().message());
+    CHECK(*s == expected);
+    CHECK(engine.submitted().size() == 2);
+  }
+  // `braid runs show` lists outputs: the scores' entry is not one.
+  store.reset();
+  std::vector<RunNodeRecord> nodes;
+  auto record = GetStoredRun(db, id, &nodes);
+  REQUIRE_MESSAGE(record.ok(), record.status().message());
+  REQUIRE(nodes.size() == 1);
+  CHECK(nodes[0].outputs.size() == 2);
+  CHECK(nodes[0].outputs.count("#scores") == 0);
+  remove_db();
+}
+
+TEST_CASE("run: a recorded call replays only when its outputs are exactly the function's") {
+  Fixture fx(/*with_store=*/true);
+  auto fn = Fn("step", "{{x}}{{gen y}}");
+  std::string id;
+  {
+    auto run = fx.Start();
+    id = run->id();
+    auto a = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+    REQUIRE(run->Want(a->at("y"), {}).ok());
+    REQUIRE(WaitFor(*run, a->at("y")) == VarState::kReady);
+  }
+  auto calls = fx.store->Calls(id);
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);
+  StoredCall call = calls->at(0);
+  RunOptions o;
+  o.resume_id = id;
+  auto replayed = [&] {
+    auto run = fx.Start(o);
+    auto a = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
+    REQUIRE(a.ok());
+    return run->state(a->at("y")) == VarState::kReady;
+  };
+  CHECK(replayed());
+  call.outputs["extra"] = "?";  // e.g. an output the function no longer has
+  REQUIRE(fx.store->RecordCall(id, call).ok());
+  CHECK_FALSE(replayed());
+  call.outputs.erase("extra");
+  call.outputs["#scores"] = "not json";  // the scores' entry is not an output
+  REQUIRE(fx.store->RecordCall(id, call).ok());
+  CHECK(replayed());
 }
 
 TEST_CASE("run: select and regex need the engine hooks; without them the node fails clearly") {

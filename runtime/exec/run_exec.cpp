@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/prefix_groups.h"
+#include "exec/stored_scores.h"
 #include "exec/token_mask.h"
 #include "run_impl.h"
 #include "store/run_store.h"
@@ -182,6 +183,9 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
     for (size_t i = 1; i < lps->size(); ++i)
       if ((*lps)[i] > (*lps)[best]) best = i;
     value = spec.choices[best];
+    ChoiceScores& scores = ex.scores[spec.name];
+    scores.clear();
+    for (size_t i = 0; i < lps->size(); ++i) scores.emplace_back(spec.choices[i], (*lps)[i]);
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     auto dfa = RegexDfa::Compile(spec.pattern);
     if (dfa.ok() && !dfa->FullMatch(value))
@@ -364,12 +368,14 @@ void RunImpl::CompleteNode(NodeId n) {
     call.key = CallKeyString(node);
     call.function = node.fn->spec().name;
     call.outputs = ex.values;
+    if (!ex.scores.empty()) call.outputs[std::string(kScoresKey)] = EncodeScores(ex.scores);
     Status s = ctx_->store->RecordCall(id_, call);
     if (!s.ok()) return FailNode(n, "could not record the call: " + s.message());
   }
   for (VarId v : node.outputs) {
     DagVar& var = dag_.var(v);
     var.value = ex.values[var.name];
+    if (auto s = ex.scores.find(var.name); s != ex.scores.end()) var.scores = s->second;
     var.state = VarState::kReady;
   }
   node.state = NodeState::kDone;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -144,6 +145,7 @@ struct VarInfo {
   std::vector<NodeId> consumers;
   std::string value;              // when ready
   std::string error;              // when failed
+  ChoiceScores scores;            // a ready select output: every choice's score
 };
 
 // ---- runs -------------------------------------------------------------------
@@ -220,6 +222,13 @@ class Run {
   virtual VarState state(VarId var) const = 0;
   virtual std::string value(VarId var) const = 0;   // "" unless ready
   virtual std::string error(VarId var) const = 0;   // "" unless failed
+  // The scores of a ready select output (any thread). Errors:
+  // InvalidArgument when `var` is unknown or not a select output; NotFound
+  // while it is not ready, or when it was replayed on resume from a record
+  // that has no scores.
+  virtual Result<ChoiceScores> scores(VarId var) const {
+    return Status::Unsupported("this run does not keep the scores of select outputs");
+  }
   // Sleeps until any of `vars` leaves kPending (or timeout_ms passes; -1 = no limit).
   virtual void WaitAny(const std::vector<VarId>& vars, int timeout_ms) = 0;
 
