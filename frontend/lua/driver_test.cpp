@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
@@ -247,6 +249,38 @@ return ask{ q = "Why?", topic = "cats" }.a:get() .. " | " .. err
   REQUIRE_MESSAGE(r.ok(), Text(r));
   // The fake answers "a[<inputs in the function's order>]": the message's input first.
   CHECK(r->text == "a[cats|Why?] | app.lua:7: ask: missing input 'topic'");
+}
+
+TEST_CASE("braid.now: wall-clock seconds with a fraction, replayed on resume") {
+  std::map<std::string, std::string> store;
+  const char* code = R"lua(
+local a = braid.now()
+local h = braid.spawn(function() return braid.now() end)
+local c = h:join()
+local b = braid.now()
+assert(math.type(a) == "float" and b >= a)
+return { a = a, b = b, c = c }
+)lua";
+  FakeRun first(&store);
+  auto r = RunLua(first, code);
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  REQUIRE(store.count("main:braid.now#0") == 1);
+  CHECK(store.count("main:braid.now#1") == 1);
+  CHECK(store.count("main/1:braid.now#0") == 1);
+  const double a = std::strtod(store["main:braid.now#0"].c_str(), nullptr);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  CHECK(a <= now);
+  CHECK(a > now - 60);
+  CHECK(a != std::floor(a));  // sub-second precision (a whole second: a one in a million chance)
+  // Tamper with the record: the resumed run must see it.
+  store["main:braid.now#0"] = "1234.5";
+  FakeRun second(&store);
+  auto b = RunLua(second, code);
+  REQUIRE_MESSAGE(b.ok(), Text(b));
+  CHECK(b->text.find("\"a\":1234.5") != std::string::npos);
+  FakeRun third(&store);
+  CHECK(Text(RunLua(third, code)) == Text(b));
 }
 
 TEST_CASE("limits inside programs fail the run with a clear error") {

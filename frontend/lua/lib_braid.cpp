@@ -7,6 +7,7 @@
 // cap (Charge).
 #include "lua/lib_braid.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -698,6 +699,21 @@ int LuaOsTime(lua_State* L) {
   });
 }
 
+// braid.now(): wall-clock seconds since the Unix epoch, with the sub-second
+// part; replayed on resume like os.time.
+int LuaNow(lua_State* L) {
+  return HostCall(L, [L]() {
+    Driver* d = Driver::From(L);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", now);
+    std::string v = d->run().Replayable(d->NextReplayKey("braid.now"), buf);
+    lua_pushnumber(L, std::strtod(v.c_str(), nullptr));
+    return 1;
+  });
+}
+
 int LuaOsClock(lua_State* L) {
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
@@ -781,10 +797,9 @@ end
 return main_body, map_body
 )lua";
 
-const luaL_Reg kBraidFuncs[] = {
-    {"fn", LuaFnNew},     {"spawn", LuaSpawn},   {"join", LuaJoin},
-    {"map", LuaMap},      {"chunks", LuaChunks}, {"read", LuaRead},
-    {nullptr, nullptr}};
+const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join", LuaJoin},
+                                {"map", LuaMap},  {"chunks", LuaChunks}, {"read", LuaRead},
+                                {"now", LuaNow},  {nullptr, nullptr}};
 
 const luaL_Reg kVarMethods[] = {{"get", LuaVarGet}, {"state", LuaVarState}, {nullptr, nullptr}};
 const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
