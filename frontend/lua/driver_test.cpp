@@ -283,6 +283,25 @@ return { a = a, b = b, c = c }
   CHECK(Text(RunLua(third, code)) == Text(b));
 }
 
+TEST_CASE("v:scores() waits like get and returns each choice's log-probability") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = [[{{x}} {{gen why}} {{select pick choices=["yes", "no"]}}]] }
+local o = f{ x = "q" }
+local s = o.pick:scores()  -- no get first: scores waits by itself
+local ok, err = pcall(function() return o.why:scores() end)
+local n = 0
+for _ in pairs(s) do n = n + 1 end
+return string.format("%s %d %.2f %.2f | %s", o.pick:get(), n, s.yes, s.no, err)
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text ==
+        "yes 2 -0.25 -0.50 | app.lua:5: scores: f.why is not a select output (only "
+        "{{select ...}} outputs have scores)");
+  CHECK(run.wants.size() == 2);  // scores and get wanted pick; why:scores wanted nothing
+  CHECK(run.wait_calls >= 1);
+}
+
 TEST_CASE("limits inside programs fail the run with a clear error") {
   DriverOptions o;
   o.limits.cpu_seconds = 0.2;

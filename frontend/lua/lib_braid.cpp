@@ -413,6 +413,67 @@ int LuaVarGet(lua_State* L) {
   return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarGetK);
 }
 
+// Pushes the scores of a ready select output as { choice = log-probability },
+// raises when `id` is not a select output, failed or has no scores, or
+// blocks the current coroutine on it (kYield).
+int CheckScores(lua_State* L, rt::VarId id) {
+  Driver* d = Driver::From(L);
+  rt::Run& run = d->run();
+  auto scores = run.scores(id);
+  if (scores.ok()) {
+    lua_createtable(L, 0, static_cast<int>(scores->size()));
+    for (const auto& [choice, lp] : *scores) {
+      lua_pushlstring(L, choice.data(), choice.size());
+      lua_pushnumber(L, static_cast<lua_Number>(lp));
+      lua_rawset(L, -3);
+    }
+    return 1;
+  }
+  if (scores.status().code() == StatusCode::kInvalidArgument)
+    return PushError(L, "scores: " + d->VarName(id) +
+                            " is not a select output (only {{select ...}} outputs have scores)");
+  switch (run.state(id)) {
+    case rt::VarState::kReady:
+      return PushError(L, "scores: " + d->VarName(id) + ": " + scores.status().message());
+    case rt::VarState::kFailed:
+      return PushError(L, d->VarName(id) + " failed: " + run.error(id));
+    case rt::VarState::kCancelled:
+      return PushError(L, d->VarName(id) + " was cancelled");
+    case rt::VarState::kPending:
+      break;
+  }
+  d->BlockOnVar(id, true);
+  return kYield;
+}
+
+int VarScoresK(lua_State* L, int status, lua_KContext ctx) {
+  auto id = static_cast<rt::VarId>(ctx);
+  int r = HostCall(L, [L, id]() { return CheckScores(L, id); });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, ctx, VarScoresK);
+}
+
+// v:scores(): waits like v:get() (with the default goal), then returns the
+// log-probability of each choice of the select output v.
+int LuaVarScores(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  CheckYieldable(L, "scores");
+  rt::VarId id = v->id;
+  int r = HostCall(L, [L, id]() {
+    Driver* d = Driver::From(L);
+    // Not a select output: say so now rather than after computing it.
+    if (d->run().scores(id).status().code() != StatusCode::kInvalidArgument) {
+      Status s = d->run().Want(id, rt::GetOptions{});
+      if (!s.ok()) return PushError(L, "scores " + d->VarName(id) + ": " + s.message());
+    }
+    return CheckScores(L, id);
+  });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarScoresK);
+}
+
 const char* StateName(rt::VarState s) {
   switch (s) {
     case rt::VarState::kPending: return "pending";
@@ -801,7 +862,8 @@ const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join"
                                 {"map", LuaMap},  {"chunks", LuaChunks}, {"read", LuaRead},
                                 {"now", LuaNow},  {nullptr, nullptr}};
 
-const luaL_Reg kVarMethods[] = {{"get", LuaVarGet}, {"state", LuaVarState}, {nullptr, nullptr}};
+const luaL_Reg kVarMethods[] = {
+    {"get", LuaVarGet}, {"state", LuaVarState}, {"scores", LuaVarScores}, {nullptr, nullptr}};
 const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
 
 // A host metatable, locked: getmetatable answers a string and setmetatable
