@@ -128,6 +128,36 @@ assert r['result'] is None and 'boom' in r['error'] and r['run_id'].startswith('
 else
   echo "FAIL bad/json: rc=$rc out: $(head -c 300 "$tmp/out") err: $(head -c 300 "$tmp/err")"; fail=$((fail + 1))
 fi
+# Select scores on a chat function with messages: v:scores() in the program,
+# the same scores in --json's node, and the value is the best-scored choice.
+cat >"$tmp/scores.lua" <<'LUA'
+local ask = braid.fn { name = "ask", prompt = [[{{select answer choices=["shark", "dolphin", "octopus"]}}]],
+  messages = {
+    { role = "system", content = "You answer multiple-choice questions with one word." },
+    { role = "user", content = "Which of these animals is a {{kind}}? shark, dolphin, octopus" },
+    { role = "assistant", content = "Let me think." },
+  } }
+local a = ask{ kind = "mammal" }.answer
+return { scores = a:scores(), answer = a:get() }
+LUA
+"$braid" run -m "$model" -t "$threads" --db none -q --json "$tmp/scores.lua" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc != 0 ] && grep -q "needs the engine's choice scoring" "$tmp/err"; then
+  echo "SKIP scores: the engine has no choice scoring for select yet"
+  skip=$((skip + 1))
+elif [ $rc = 0 ] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r['result']['scores']
+assert sorted(s) == ['dolphin', 'octopus', 'shark'], s
+assert all(isinstance(x, float) and x < 0 for x in s.values()), s
+assert r['result']['answer'] == max(s, key=s.get), r['result']
+assert r['nodes'][0]['scores'] == {'answer': s}, r['nodes'][0]
+" "$tmp/out"; then
+  echo "ok   scores: v:scores() and --json agree; the value is the best choice"
+else
+  echo "FAIL scores: rc=$rc out: $(head -c 600 "$tmp/out") err: $(head -c 300 "$tmp/err")"; fail=$((fail + 1))
+fi
 
 [ $fail -gt 0 ] && exit 1
 [ $skip -gt 0 ] && exit 77

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -60,7 +61,8 @@ const char* kRunHelp =
     "      --rtt-ms N          added client round trip per call, 0..600000 (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
     "      --json              print {run_id, result, nodes: [...]} as JSON; on failure\n"
-    "                          {run_id, result: null, error, nodes: [...]} (exit status 1)\n"
+    "                          {run_id, result: null, error, nodes: [...]} (exit status 1);\n"
+    "                          a node with select outputs has scores: {output: {choice: logprob}}\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
     "  -q, --quiet             no live view or progress lines\n"
@@ -176,6 +178,20 @@ nlohmann::json NodeJson(const rt::NodeInfo& n) {
   j["queued_ms"] = n.queued_ms;
   j["run_ms"] = n.run_ms;
   if (!n.error.empty()) j["error"] = n.error;
+  return j;
+}
+
+// {output: {choice: log-probability}} for the node's select outputs (empty
+// when it has none).
+nlohmann::json ScoresJson(const rt::NodeInfo& n, const std::map<rt::VarId, rt::VarInfo>& vars) {
+  nlohmann::json j = nlohmann::json::object();
+  for (rt::VarId v : n.outputs) {
+    auto it = vars.find(v);
+    if (it == vars.end() || it->second.scores.empty()) continue;
+    nlohmann::json s = nlohmann::json::object();
+    for (const auto& [choice, lp] : it->second.scores) s[choice] = lp;
+    j[it->second.name] = std::move(s);
+  }
   return j;
 }
 
@@ -357,7 +373,13 @@ int RunMain(const std::vector<std::string>& argv) {
   };
   auto print_json = [&](nlohmann::json out) {
     out["nodes"] = nlohmann::json::array();
-    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n));
+    std::map<rt::VarId, rt::VarInfo> vars;
+    for (rt::VarInfo& v : run->Vars()) vars.emplace(v.id, std::move(v));
+    for (const auto& n : run->Nodes()) {
+      nlohmann::json j = NodeJson(n);
+      if (nlohmann::json s = ScoresJson(n, vars); !s.empty()) j["scores"] = std::move(s);
+      out["nodes"].push_back(std::move(j));
+    }
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
   };
