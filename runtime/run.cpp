@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include "exec/stored_scores.h"
 #include "run_impl.h"
 #include "store/run_store.h"
 
@@ -65,12 +66,12 @@ Status RunImpl::CheckArg(const Arg& a, const std::string& what) const {
 const std::string& RunImpl::ArgValue(const Arg& a) const { return a.var ? dag_.var(a.var).value : a.text; }
 
 Result<std::vector<PromptPiece>> RunImpl::Render(const DagNode& n, int output,
-                                                 const std::map<std::string, std::string>& values) const {
+                                                 const std::map<std::string, std::string>& values,
+                                                 size_t bytes) const {
   // Only the template's literal text may hold special tokens; inputs and the
   // outputs generated so far are plain text, so that a document cannot forge
   // a chat turn.
   std::vector<PromptPiece> out;
-  size_t bytes = 0;
   auto append = [&](const std::string& text, bool allow_special) {
     bytes += text.size();
     if (bytes > options_.max_value_bytes) return false;
@@ -92,6 +93,31 @@ Result<std::vector<PromptPiece>> RunImpl::Render(const DagNode& n, int output,
       return Status::OutOfRange("the rendered prompt is more than " + std::to_string(options_.max_value_bytes) +
                                 " bytes (RunOptions::max_value_bytes)");
   }
+  return out;
+}
+
+Result<std::vector<ChatMessage>> RunImpl::RenderMessages(const DagNode& n, size_t* bytes) const {
+  // Message contents are plain text, their literal parts included: FormatChat
+  // marks them up, and only its markup yields special tokens.
+  const FunctionSpec& spec = n.fn->spec();
+  std::vector<ChatMessage> out;
+  *bytes = spec.system.size();
+  if (!spec.system.empty()) out.push_back({"system", spec.system});
+  for (size_t i = 0; i < spec.messages.size(); ++i) {
+    ChatMessage m{spec.messages[i].role, ""};
+    for (const auto& p : n.fn->message_pieces()[i]) {
+      const std::string& part =
+          p.kind == SemanticFunction::Piece::Kind::kInput ? ArgValue(n.args.at(p.text)) : p.text;
+      *bytes += part.size();
+      if (*bytes > options_.max_value_bytes) break;
+      m.content += part;
+    }
+    out.push_back(std::move(m));
+  }
+  if (*bytes > options_.max_value_bytes)
+    return Status::OutOfRange("the rendered prompt is more than " +
+                              std::to_string(options_.max_value_bytes) +
+                              " bytes (RunOptions::max_value_bytes)");
   return out;
 }
 
@@ -169,11 +195,19 @@ bool RunImpl::ReplayFromStore(NodeId id) {
   auto found = ctx_->store->FindCall(id_, CallKeyString(n));
   if (!found.ok() || !found.value()) return false;
   const StoredCall& call = *found.value();
+  // The recorded outputs must be exactly the function's (beside the scores
+  // of its select outputs, under a key no output can have).
+  const auto scores_at = call.outputs.find(std::string(kScoresKey));
+  const bool has_scores = scores_at != call.outputs.end();
+  if (call.outputs.size() - (has_scores ? 1 : 0) != n.fn->outputs().size()) return false;
   for (const auto& o : n.fn->outputs())
     if (!call.outputs.count(o.name)) return false;
+  std::map<std::string, ChoiceScores> scores;
+  if (has_scores) scores = DecodeScores(scores_at->second);
   for (VarId out : n.outputs) {
     DagVar& v = dag_.var(out);
     v.value = call.outputs.at(v.name);
+    if (auto s = scores.find(v.name); s != scores.end()) v.scores = std::move(s->second);
     v.state = VarState::kReady;
   }
   n.state = NodeState::kDone;
@@ -306,18 +340,34 @@ double RunImpl::CostMs(const DagNode& n, const CostModel& rates) {
   auto [it, fresh] = literal_tokens_.emplace(n.fn.get(), 0.0);
   if (fresh) {
     std::vector<PromptPiece> literal;
-    AppendPiece(literal, n.fn->spec().system, /*allow_special=*/false);
     for (const auto& p : n.fn->pieces())
       if (p.kind == SemanticFunction::Piece::Kind::kText) AppendPiece(literal, p.text, true);
+    if (n.fn->chat()) {
+      // The turns without their inputs, through the chat template: its
+      // markup is part of every prompt of the function.
+      std::vector<ChatMessage> turns;
+      if (!n.fn->spec().system.empty()) turns.push_back({"system", n.fn->spec().system});
+      for (size_t i = 0; i < n.fn->spec().messages.size(); ++i) {
+        turns.push_back({n.fn->spec().messages[i].role, ""});
+        for (const auto& p : n.fn->message_pieces()[i])
+          if (p.kind == SemanticFunction::Piece::Kind::kText) turns.back().content += p.text;
+      }
+      turns.push_back({"user", JoinPieces(literal)});
+      literal = model().FormatChat(turns, /*add_generation_prompt=*/true);
+    }
     it->second = static_cast<double>(model().Tokenize(literal).size());
   }
   double prompt = it->second, gen = 0;
-  for (const auto& p : n.fn->pieces()) {
-    if (p.kind != SemanticFunction::Piece::Kind::kInput) continue;
-    const Arg& a = n.args.at(p.text);
-    prompt +=
-        a.var ? EstimateVarTokens(a.var) : static_cast<double>(model().TokenizeText(a.text).size());
-  }
+  auto add_inputs = [&](const std::vector<SemanticFunction::Piece>& pieces) {
+    for (const auto& p : pieces) {
+      if (p.kind != SemanticFunction::Piece::Kind::kInput) continue;
+      const Arg& a = n.args.at(p.text);
+      prompt += a.var ? EstimateVarTokens(a.var)
+                      : static_cast<double>(model().TokenizeText(a.text).size());
+    }
+  };
+  for (const auto& pieces : n.fn->message_pieces()) add_inputs(pieces);
+  add_inputs(n.fn->pieces());
   for (const auto& o : n.fn->outputs())
     gen += o.kind == OutputSpec::Kind::kSelect ? 0 : o.max_tokens;
   return rates.CostMs(prompt, gen);
@@ -362,6 +412,24 @@ std::string RunImpl::error(VarId var) const {
   if (!dag_.HasVar(var)) return "unknown variable " + std::to_string(var);
   const DagVar& v = dag_.var(var);
   return v.state == VarState::kFailed || v.state == VarState::kCancelled ? v.error : "";
+}
+
+Result<ChoiceScores> RunImpl::scores(VarId var) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dag_.HasVar(var)) return Status::InvalidArgument("unknown variable " + std::to_string(var));
+  const DagVar& v = dag_.var(var);
+  bool select = false;
+  if (v.producer && dag_.node(v.producer).kind == DagNode::Kind::kCall)
+    for (const auto& o : dag_.node(v.producer).fn->outputs())
+      select |= o.name == v.name && o.kind == OutputSpec::Kind::kSelect;
+  if (!select) return Status::InvalidArgument("'" + v.name + "' is not a select output");
+  if (v.state != VarState::kReady)
+    return Status::NotFound("'" + v.name + "' is " + VarStateName(v.state) + ", not ready");
+  if (v.scores.empty())
+    return Status::NotFound(
+        "the scores of '" + v.name +
+        "' were not recorded (the call was replayed from a record without them)");
+  return v.scores;
 }
 
 void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
@@ -504,6 +572,7 @@ std::vector<VarInfo> RunImpl::Vars() const {
       info.value = v.value;
     else
       info.error = v.error;
+    info.scores = v.scores;  // set only once ready
     out.push_back(std::move(info));
   }
   return out;

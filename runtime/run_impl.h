@@ -41,6 +41,7 @@ class RunImpl final : public Run, public Pumpable {
   VarState state(VarId var) const override;
   std::string value(VarId var) const override;
   std::string error(VarId var) const override;
+  Result<ChoiceScores> scores(VarId var) const override;
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override;
   bool AnySettles(const std::vector<VarId>& vars) const override;
   std::vector<NodeInfo> Outstanding() const override;
@@ -69,6 +70,7 @@ class RunImpl final : public Run, public Pumpable {
   struct Exec {
     int output = 0;                             // output being generated
     std::map<std::string, std::string> values;  // outputs generated so far
+    std::map<std::string, ChoiceScores> scores;  // select outputs so far: their choices' scores
     std::vector<PromptPiece> prompt_pieces;     // the text of `prompt`
     std::vector<int32_t> prompt;                // current segment (empty = not rendered)
     int engine = -1;
@@ -106,9 +108,14 @@ class RunImpl final : public Run, public Pumpable {
   Status CheckArg(const Arg& a, const std::string& what) const;
   const std::string& ArgValue(const Arg& a) const;
   // The prompt of `output` of a call: template literals as allow_special
-  // pieces, inputs and earlier outputs as plain pieces.
+  // pieces, inputs and earlier outputs as plain pieces. `bytes` already
+  // rendered (the messages) count against RunOptions::max_value_bytes.
   Result<std::vector<PromptPiece>> Render(const DagNode& n, int output,
-                                  const std::map<std::string, std::string>& values) const;
+                                          const std::map<std::string, std::string>& values,
+                                          size_t bytes = 0) const;
+  // The turns before the prompt of a chat-style call: its system text, then
+  // its messages with their inputs substituted; *bytes is their size.
+  Result<std::vector<ChatMessage>> RenderMessages(const DagNode& n, size_t* bytes) const;
   std::string CallKeyString(const DagNode& n) const;
   std::atomic<bool> rtt_paid_{false};  // DAG mode: the run's one client round trip
   // Completes call `id` from the store when this run is a resumption that

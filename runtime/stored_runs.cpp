@@ -1,6 +1,7 @@
 // Listing, showing and removing the runs of a run store (runtime.h).
 #include <filesystem>
 
+#include "exec/stored_scores.h"
 #include "runtime/runtime.h"
 #include "store/run_store.h"
 
@@ -54,7 +55,10 @@ Result<RunRecord> GetStoredRun(const std::string& db_path, const std::string& id
   if (nodes != nullptr) {
     BRAID_ASSIGN_OR_RETURN(std::vector<StoredCall> calls, store->Calls(id));
     nodes->clear();
-    for (StoredCall& c : calls) nodes->push_back({std::move(c.function), std::move(c.outputs)});
+    for (StoredCall& c : calls) {
+      c.outputs.erase(std::string(kScoresKey));  // not an output: select scores, for replay
+      nodes->push_back({std::move(c.function), std::move(c.outputs)});
+    }
   }
   return r;
 }

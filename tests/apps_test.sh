@@ -106,6 +106,10 @@ bad unknown_input "^braid: .*unknown_input\.lua:2: f: unknown input 'chunkk'" \
   $'local f = braid.fn { name = "f", prompt = "{{chunk}} {{gen s max_tokens=4}}" }\nreturn f{ chunkk = "x" }.s:get()\n'
 bad template "^braid: .*template\.lua:1: braid\.fn: " $'local f = braid.fn "{{gen s max_token=4}}"\n'
 bad sandbox "^braid: .*sandbox\.lua:1: 'io' is not available in the Braid sandbox" $'return io.open("/etc/passwd")\n'
+bad messages_output "^braid: .*messages_output\.lua:2: braid\.fn: g: messages\[2\]:1:4: an output \(\{\{gen b \.\.\.\}\}\) cannot be in a message" \
+  $'local x = 1\nlocal g = braid.fn { name = "g", prompt = "{{gen a}}", messages = {\n  { role = "user", content = "hi" }, { role = "assistant", content = "A: {{gen b}}" } } }\n'
+bad messages_role "^braid: .*messages_role\.lua:1: braid\.fn: messages\[2\]: role 'bot' is not one of system, user, assistant" \
+  $'local g = braid.fn { prompt = "{{gen a}}", messages = { { role = "user", content = "hi" }, { role = "bot", content = "x" } } }\n'
 bad loop "^braid: .*loop\.lua:1: time limit" $'while true do end\n'
 if grep -q "stack traceback" "$tmp/err"; then echo "ok   bad/loop has a traceback"; else echo "FAIL bad/loop: no traceback"; fail=$((fail + 1)); fi
 printf 'return 1' >"$tmp/args.lua"
@@ -123,6 +127,36 @@ assert r['result'] is None and 'boom' in r['error'] and r['run_id'].startswith('
   echo "ok   bad/json: error object, run id on stderr with -q"
 else
   echo "FAIL bad/json: rc=$rc out: $(head -c 300 "$tmp/out") err: $(head -c 300 "$tmp/err")"; fail=$((fail + 1))
+fi
+# Select scores on a chat function with messages: v:scores() in the program,
+# the same scores in --json's node, and the value is the best-scored choice.
+cat >"$tmp/scores.lua" <<'LUA'
+local ask = braid.fn { name = "ask", prompt = [[{{select answer choices=["shark", "dolphin", "octopus"]}}]],
+  messages = {
+    { role = "system", content = "You answer multiple-choice questions with one word." },
+    { role = "user", content = "Which of these animals is a {{kind}}? shark, dolphin, octopus" },
+    { role = "assistant", content = "Let me think." },
+  } }
+local a = ask{ kind = "mammal" }.answer
+return { scores = a:scores(), answer = a:get() }
+LUA
+"$braid" run -m "$model" -t "$threads" --db none -q --json "$tmp/scores.lua" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc != 0 ] && grep -q "needs the engine's choice scoring" "$tmp/err"; then
+  echo "SKIP scores: the engine has no choice scoring for select yet"
+  skip=$((skip + 1))
+elif [ $rc = 0 ] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r['result']['scores']
+assert sorted(s) == ['dolphin', 'octopus', 'shark'], s
+assert all(isinstance(x, float) and x < 0 for x in s.values()), s
+assert r['result']['answer'] == max(s, key=s.get), r['result']
+assert r['nodes'][0]['scores'] == {'answer': s}, r['nodes'][0]
+" "$tmp/out"; then
+  echo "ok   scores: v:scores() and --json agree; the value is the best choice"
+else
+  echo "FAIL scores: rc=$rc out: $(head -c 600 "$tmp/out") err: $(head -c 300 "$tmp/err")"; fail=$((fail + 1))
 fi
 
 [ $fail -gt 0 ] && exit 1

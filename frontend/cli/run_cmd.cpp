@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -60,7 +61,8 @@ const char* kRunHelp =
     "      --rtt-ms N          added client round trip per call, 0..600000 (baseline comparisons)\n"
     "      --graph PATH        write the DAG: .dot as is, .svg/.png/.pdf through Graphviz 'dot'\n"
     "      --json              print {run_id, result, nodes: [...]} as JSON; on failure\n"
-    "                          {run_id, result: null, error, nodes: [...]} (exit status 1)\n"
+    "                          {run_id, result: null, error, nodes: [...]} (exit status 1);\n"
+    "                          a node with select outputs has scores: {output: {choice: logprob}}\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
     "      --on-return W       work left when the program returns (coroutines not joined,\n"
@@ -213,6 +215,20 @@ nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& v
   }
   j["outputs"] = outputs;
   if (!n.error.empty()) j["error"] = n.error;
+  return j;
+}
+
+// {output: {choice: log-probability}} for the node's select outputs (empty
+// when it has none).
+nlohmann::json ScoresJson(const rt::NodeInfo& n, const std::map<rt::VarId, rt::VarInfo>& vars) {
+  nlohmann::json j = nlohmann::json::object();
+  for (rt::VarId v : n.outputs) {
+    auto it = vars.find(v);
+    if (it == vars.end() || it->second.scores.empty()) continue;
+    nlohmann::json s = nlohmann::json::object();
+    for (const auto& [choice, lp] : it->second.scores) s[choice] = lp;
+    j[it->second.name] = std::move(s);
+  }
   return j;
 }
 
@@ -403,8 +419,14 @@ int RunMain(const std::vector<std::string>& argv) {
   };
   auto print_json = [&](nlohmann::json out) {
     out["nodes"] = nlohmann::json::array();
-    const std::vector<rt::VarInfo> vars = run->Vars();
-    for (const auto& n : run->Nodes()) out["nodes"].push_back(NodeJson(n, vars));
+    const std::vector<rt::VarInfo> var_list = run->Vars();
+    std::map<rt::VarId, rt::VarInfo> vars;
+    for (const rt::VarInfo& v : var_list) vars.emplace(v.id, v);
+    for (const auto& n : run->Nodes()) {
+      nlohmann::json j = NodeJson(n, var_list);
+      if (nlohmann::json s = ScoresJson(n, vars); !s.empty()) j["scores"] = std::move(s);
+      out["nodes"].push_back(std::move(j));
+    }
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
   };

@@ -3,15 +3,18 @@
 // "o[input1|input2|...]". The fake executes one level of wanted, ready nodes
 // per WaitAny, so tests see that the DAG is built before anything runs and
 // that goals reach the runtime through Want.
+#include "lua/driver.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "lua/driver.h"
 #include "lua/fake_run.h"
 
 namespace braid::lua {
@@ -131,19 +134,47 @@ TEST_CASE("bad programs: clear errors naming file:line") {
       {"local t = nil\nreturn t.x", "app.lua:2: attempt to index a nil value (local 't')"},
       {"local f = braid.fn [[{{chunk}} {{gen s}}]]\nreturn f{ chunkk = 'x' }",
        "app.lua:2: fn@app.lua:1: unknown input 'chunkk' (its inputs: chunk)"},
-      {"local f = braid.fn { name = 'g', prompt = '{{a}} {{gen s}}' }\nreturn f{}", "app.lua:2: g: missing input 'a'"},
+      {"local f = braid.fn { name = 'g', prompt = '{{a}} {{gen s}}' }\nreturn f{}",
+       "app.lua:2: g: missing input 'a'"},
       {"local f = braid.fn { name = 'g', prompt = '{{a}} {{gen s}}' }\nreturn f{ a = {} }",
        "app.lua:2: g: input 'a' must be a string or a braid variable, got table"},
       {"\nlocal f = braid.fn { prompt = '{{gen s max_token=3}}' }", "app.lua:2: braid.fn: "},
       {"local f = braid.fn { promt = 'x' }", "app.lua:1: braid.fn: unknown field 'promt'"},
-      {"local f = braid.fn { name = 'g', prompt = '{{gen s}}' }\nreturn f{}.s:get{ criteria = 'fast' }",
+      {"local f = braid.fn { name = 'g', prompt = '{{gen s}}' }\nreturn f{}.s:get{ criteria = "
+       "'fast' }",
        "app.lua:2: get: criteria must be"},
       {"local f = braid.fn { name = 'g', prompt = '{{gen s}}' }\nreturn 'a' .. f{}.s",
        "app.lua:2: cannot concatenate a braid variable"},
-      {"return braid.chunks('x', { tokens = 0 })", "app.lua:1: braid.chunks: tokens must be a positive integer"},
+      {"return braid.chunks('x', { tokens = 0 })",
+       "app.lua:1: braid.chunks: tokens must be a positive integer"},
       {"return braid.join({ 'a', 3, {} })", "app.lua:1: braid.join: item 3 must be"},
       {"return io.open('x')", "app.lua:1: 'io' is not available in the Braid sandbox"},
       {"return function() return print end", "the result is a function, which has no JSON form"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = 'hi' }",
+       "app.lua:1: braid.fn: field 'messages' must be a list of {role=, content=} tables, got "
+       "string"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { role = 'user', content = 'x' } }",
+       "app.lua:1: braid.fn: field 'messages' must be a list of {role=, content=} tables, but it "
+       "has the key '"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user', content = 'x' }, "
+       "'y' } }",
+       "app.lua:1: braid.fn: messages[2] must be a table {role=, content=}, got string"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'bot', content = 'x' } } "
+       "}",
+       "app.lua:1: braid.fn: messages[1]: role 'bot' is not one of system, user, assistant"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user' } } }",
+       "app.lua:1: braid.fn: messages[1]: 'content' must be a string, got nil"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 1, content = 'x' } } }",
+       "app.lua:1: braid.fn: messages[1]: 'role' must be a string, got number"},
+      {"local f = braid.fn { prompt = '{{gen a}}', messages = { { role = 'user', content = 'x', "
+       "name = 'n' } } }",
+       "app.lua:1: braid.fn: messages[1]: unknown field 'name' (fields: role, content)"},
+      {"local f = braid.fn { name = 'g', prompt = '{{gen a}}', messages = {\n"
+       "  { role = 'user', content = 'ok' }, { role = 'assistant', content = 'A: {{gen b}}' } } }",
+       "app.lua:1: braid.fn: g: messages[2]:1:4: an output ({{gen b ...}}) cannot be in a message"},
+      {"local f = braid.fn { name = 'g', system = 's', prompt = '{{gen a}}',\n"
+       "  messages = { { role = 'system', content = 't' } } }",
+       "app.lua:1: braid.fn: g: messages[1]: a system message and 'system' both given"},
   };
   for (const Case& c : cases) {
     FakeRun run;
@@ -206,6 +237,73 @@ return { t = os.time(), c = os.clock(), d = os.date("%H:%M:%S"), r = math.random
   FakeRun third(&store);
   auto c = RunLua(third, code);
   CHECK(Text(b) == Text(c));
+}
+
+TEST_CASE("braid.fn messages: earlier turns whose inputs are the function's inputs") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local ask = braid.fn { name = "ask", prompt = "{{q}} {{gen a}}", messages = {
+  { role = "system", content = "You know {{topic}}." },
+  { role = "user", content = "Hello." },
+  { role = "assistant", content = "Ask away." },
+} }
+local ok, err = pcall(function() return ask{ q = "Why?" } end)
+return ask{ q = "Why?", topic = "cats" }.a:get() .. " | " .. err
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  // The fake answers "a[<inputs in the function's order>]": the message's input first.
+  CHECK(r->text == "a[cats|Why?] | app.lua:7: ask: missing input 'topic'");
+}
+
+TEST_CASE("braid.now: wall-clock seconds with a fraction, replayed on resume") {
+  std::map<std::string, std::string> store;
+  const char* code = R"lua(
+local a = braid.now()
+local h = braid.spawn(function() return braid.now() end)
+local c = h:join()
+local b = braid.now()
+assert(math.type(a) == "float" and b >= a)
+return { a = a, b = b, c = c }
+)lua";
+  FakeRun first(&store);
+  auto r = RunLua(first, code);
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  REQUIRE(store.count("main:braid.now#0") == 1);
+  CHECK(store.count("main:braid.now#1") == 1);
+  CHECK(store.count("main/1:braid.now#0") == 1);
+  const double a = std::strtod(store["main:braid.now#0"].c_str(), nullptr);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  CHECK(a <= now);
+  CHECK(a > now - 60);
+  CHECK(a != std::floor(a));  // sub-second precision (a whole second: a one in a million chance)
+  // Tamper with the record: the resumed run must see it.
+  store["main:braid.now#0"] = "1234.5";
+  FakeRun second(&store);
+  auto b = RunLua(second, code);
+  REQUIRE_MESSAGE(b.ok(), Text(b));
+  CHECK(b->text.find("\"a\":1234.5") != std::string::npos);
+  FakeRun third(&store);
+  CHECK(Text(RunLua(third, code)) == Text(b));
+}
+
+TEST_CASE("v:scores() waits like get and returns each choice's log-probability") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = [[{{x}} {{gen why}} {{select pick choices=["yes", "no"]}}]] }
+local o = f{ x = "q" }
+local s = o.pick:scores()  -- no get first: scores waits by itself
+local ok, err = pcall(function() return o.why:scores() end)
+local n = 0
+for _ in pairs(s) do n = n + 1 end
+return string.format("%s %d %.2f %.2f | %s", o.pick:get(), n, s.yes, s.no, err)
+)lua");
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text ==
+        "yes 2 -0.25 -0.50 | app.lua:5: scores: f.why is not a select output (only "
+        "{{select ...}} outputs have scores)");
+  CHECK(run.wants.size() == 2);  // scores and get wanted pick; why:scores wanted nothing
+  CHECK(run.wait_calls >= 1);
 }
 
 TEST_CASE("limits inside programs fail the run with a clear error") {

@@ -2,7 +2,8 @@
 // deterministically: output `o` of a call becomes "o[input1|input2|...]".
 // It executes one level of wanted, ready nodes per WaitAny, so tests see that
 // the DAG is built before anything runs and that goals reach the runtime
-// through Want. A function named "fail" fails its outputs.
+// through Want. A function named "fail" fails its outputs. A select output
+// takes its first choice; choice i scores -(i + 1) / 4.
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,7 @@ class FakeRun final : public rt::Run {
     std::string fn;
     std::vector<rt::Arg> inputs;  // in the function's input order
     std::vector<std::pair<std::string, VarId>> outputs;
+    std::vector<std::vector<std::string>> choices;  // per output; empty unless select
     std::string sep;
     bool done = false;
   };
@@ -34,6 +36,7 @@ class FakeRun final : public rt::Run {
     std::string value, error;
     int producer = -1;
     std::vector<VarId> depends;  // host vars
+    rt::ChoiceScores scores;     // select outputs
     bool wanted = false;
   };
 
@@ -47,13 +50,14 @@ class FakeRun final : public rt::Run {
                                             const std::vector<VarId>& read_before = {}) override {
     keys.push_back(key.path + "#" + std::to_string(key.index));
     reads.push_back(read_before);
-    Node n{Node::kCall, fn.spec().name, {}, {}, "", false};
+    Node n{Node::kCall, fn.spec().name, {}, {}, {}, "", false};
     for (const std::string& in : fn.inputs()) n.inputs.push_back(args.at(in));
     std::map<std::string, VarId> outs;
     for (const rt::OutputSpec& o : fn.outputs()) {
       VarId v = NewVar();
       vars_[v].producer = static_cast<int>(nodes_.size());
       n.outputs.push_back({o.name, v});
+      n.choices.push_back(o.choices);
       outs[o.name] = v;
     }
     nodes_.push_back(std::move(n));
@@ -68,7 +72,7 @@ class FakeRun final : public rt::Run {
   Result<VarId> Join(const std::vector<rt::Arg>& parts, std::string sep) override {
     VarId v = NewVar();
     vars_[v].producer = static_cast<int>(nodes_.size());
-    nodes_.push_back(Node{Node::kJoin, "join", parts, {{"out", v}}, std::move(sep), false});
+    nodes_.push_back(Node{Node::kJoin, "join", parts, {{"out", v}}, {{}}, std::move(sep), false});
     return v;
   }
   VarId HostVar(std::string, const std::vector<VarId>& depends_on) override {
@@ -103,6 +107,18 @@ class FakeRun final : public rt::Run {
   }
   std::string value(VarId var) const override { return vars_.at(var).value; }
   std::string error(VarId var) const override { return vars_.at(var).error; }
+  Result<rt::ChoiceScores> scores(VarId var) const override {
+    const Var& v = vars_.at(var);
+    const bool select = v.producer >= 0 && [&] {
+      const Node& n = nodes_[static_cast<size_t>(v.producer)];
+      for (size_t i = 0; i < n.outputs.size(); ++i)
+        if (n.outputs[i].second == var) return !n.choices[i].empty();
+      return false;
+    }();
+    if (!select) return Status::InvalidArgument("not a select output");
+    if (v.state != VarState::kReady) return Status::NotFound("not ready");
+    return v.scores;
+  }
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override {
     ++wait_calls;
     if (calls_before_first_wait < 0) calls_before_first_wait = static_cast<int>(keys.size());
@@ -167,9 +183,15 @@ class FakeRun final : public rt::Run {
     }
     std::string ins;
     for (size_t i = 0; i < n.inputs.size(); ++i) ins += (i ? "|" : "") + ArgText(n.inputs[i]);
-    for (auto& [name, v] : n.outputs) {
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const auto& [name, v] = n.outputs[i];
+      const std::vector<std::string>& choices = n.choices[i];
       if (n.fn == "fail") {
         (void)SetFailed(v, "boom from the engine");
+      } else if (!choices.empty()) {
+        for (size_t c = 0; c < choices.size(); ++c)
+          vars_[v].scores.emplace_back(choices[c], -0.25 * static_cast<double>(c + 1));
+        (void)SetValue(v, choices[0]);
       } else {
         (void)SetValue(v, name + "[" + ins + "]");
       }

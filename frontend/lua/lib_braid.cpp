@@ -7,6 +7,7 @@
 // cap (Charge).
 #include "lua/lib_braid.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -121,12 +122,69 @@ bool ToArg(lua_State* L, int idx, rt::Arg* out) {
 
 // ---- braid.fn ----------------------------------------------------------------
 
+// Checks braid.fn's `messages` field at `idx`: nil, or a list of tables
+// { role = "system"|"user"|"assistant", content = string }. Raises naming
+// the item and what is wrong. (Raw reads, so that what is checked here is
+// what LuaFnNew's host section reads.)
+void CheckMessages(lua_State* L, int idx) {
+  if (lua_isnil(L, idx)) return;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    luaL_error(L, "braid.fn: field 'messages' must be a list of {role=, content=} tables, got %s",
+               TypeName(L, idx));
+  const lua_Unsigned n = lua_rawlen(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const bool listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 &&
+                        static_cast<lua_Unsigned>(lua_tointeger(L, -1)) <= n;
+    if (!listed) {
+      const bool text = lua_type(L, -1) == LUA_TSTRING;
+      luaL_error(L,
+                 "braid.fn: field 'messages' must be a list of {role=, content=} tables, but it "
+                 "has the key %s%s%s",
+                 text ? "'" : "", luaL_tolstring(L, -1, nullptr), text ? "'" : "");
+    }
+  }
+  for (lua_Unsigned i = 1; i <= n; ++i) {
+    const int item = lua_gettop(L) + 1;
+    lua_rawgeti(L, idx, static_cast<lua_Integer>(i));
+    if (lua_type(L, item) != LUA_TTABLE)
+      luaL_error(L, "braid.fn: messages[%d] must be a table {role=, content=}, got %s",
+                 static_cast<int>(i), TypeName(L, item));
+    lua_pushnil(L);
+    while (lua_next(L, item)) {
+      lua_pop(L, 1);
+      const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
+      if (!k || (std::strcmp(k, "role") && std::strcmp(k, "content")))
+        luaL_error(L, "braid.fn: messages[%d]: unknown field '%s' (fields: role, content)",
+                   static_cast<int>(i), k ? k : luaL_typename(L, -1));
+    }
+    lua_pushliteral(L, "role");
+    lua_rawget(L, item);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "braid.fn: messages[%d]: 'role' must be a string, got %s", static_cast<int>(i),
+                 TypeName(L, -1));
+    const char* role = lua_tostring(L, -1);
+    if (std::strcmp(role, "system") && std::strcmp(role, "user") && std::strcmp(role, "assistant"))
+      luaL_error(L, "braid.fn: messages[%d]: role '%s' is not one of system, user, assistant",
+                 static_cast<int>(i), role);
+    lua_pushliteral(L, "content");
+    lua_rawget(L, item);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "braid.fn: messages[%d]: 'content' must be a string, got %s",
+                 static_cast<int>(i), TypeName(L, -1));
+    lua_settop(L, item - 1);
+  }
+}
+
 int LuaFnNew(lua_State* L) {
-  // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 default name.
+  // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 messages,
+  // 6 default name.
   if (lua_type(L, 1) == LUA_TSTRING) {
     lua_settop(L, 1);
     lua_pushvalue(L, 1);
     lua_pushliteral(L, "");
+    lua_pushnil(L);
     lua_pushnil(L);
   } else if (lua_type(L, 1) == LUA_TTABLE) {
     lua_settop(L, 1);
@@ -135,9 +193,10 @@ int LuaFnNew(lua_State* L) {
       lua_pop(L, 1);
       const char* k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : nullptr;
       if (!k || (std::strcmp(k, "prompt") && std::strcmp(k, "system") && std::strcmp(k, "name") &&
-                 std::strcmp(k, "lazy")))
-        return luaL_error(L, "braid.fn: unknown field '%s' (fields: name, system, prompt, lazy)",
-                          k ? k : luaL_typename(L, -1));
+                 std::strcmp(k, "messages") && std::strcmp(k, "lazy")))
+        return luaL_error(
+            L, "braid.fn: unknown field '%s' (fields: name, system, messages, prompt, lazy)",
+            k ? k : luaL_typename(L, -1));
     }
     lua_getfield(L, 1, "prompt");
     if (lua_type(L, 2) != LUA_TSTRING) return luaL_error(L, "braid.fn: the table needs a string field 'prompt'");
@@ -151,8 +210,12 @@ int LuaFnNew(lua_State* L) {
     lua_getfield(L, 1, "name");
     if (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING)
       return luaL_error(L, "braid.fn: field 'name' must be a string, got %s", TypeName(L, 4));
+    lua_getfield(L, 1, "messages");
+    CheckMessages(L, 5);
   } else {
-    return luaL_error(L, "braid.fn: expected a template string or a table {name=, system=, prompt=}, got %s",
+    return luaL_error(L,
+                      "braid.fn: expected a template string or a table {name=, system=, messages=, "
+                      "prompt=}, got %s",
                       TypeName(L, 1));
   }
   bool lazy = false;
@@ -173,12 +236,29 @@ int LuaFnNew(lua_State* L) {
     spec.prompt.assign(p, len);
     p = lua_tolstring(L, 3, &len);
     spec.system.assign(p, len);
+    if (lua_type(L, 5) == LUA_TTABLE) {  // checked by CheckMessages
+      const lua_Unsigned n = lua_rawlen(L, 5);
+      for (lua_Unsigned i = 1; i <= n; ++i) {
+        lua_rawgeti(L, 5, static_cast<lua_Integer>(i));
+        ChatMessage m;
+        lua_pushliteral(L, "role");
+        lua_rawget(L, -2);
+        p = lua_tolstring(L, -1, &len);
+        m.role.assign(p, len);
+        lua_pushliteral(L, "content");
+        lua_rawget(L, -3);
+        p = lua_tolstring(L, -1, &len);
+        m.content.assign(p, len);
+        lua_pop(L, 3);
+        spec.messages.push_back(std::move(m));
+      }
+    }
     if (lua_type(L, 4) == LUA_TSTRING) {
       p = lua_tolstring(L, 4, &len);
       spec.name.assign(p, len);
     } else {
       // "fn@FILE:LINE" of the braid.fn call.
-      p = lua_tolstring(L, 5, &len);
+      p = lua_tolstring(L, 6, &len);
       std::string where(p, len);
       while (!where.empty() && (where.back() == ' ' || where.back() == ':')) where.pop_back();
       spec.name = where.empty() ? "fn" : "fn@" + where;
@@ -341,6 +421,67 @@ int LuaVarGet(lua_State* L) {
   if (r != kYield) return r;
   lua_pushlightuserdata(L, LuaState::HostYieldTag());
   return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarGetK);
+}
+
+// Pushes the scores of a ready select output as { choice = log-probability },
+// raises when `id` is not a select output, failed or has no scores, or
+// blocks the current coroutine on it (kYield).
+int CheckScores(lua_State* L, rt::VarId id) {
+  Driver* d = Driver::From(L);
+  rt::Run& run = d->run();
+  auto scores = run.scores(id);
+  if (scores.ok()) {
+    lua_createtable(L, 0, static_cast<int>(scores->size()));
+    for (const auto& [choice, lp] : *scores) {
+      lua_pushlstring(L, choice.data(), choice.size());
+      lua_pushnumber(L, static_cast<lua_Number>(lp));
+      lua_rawset(L, -3);
+    }
+    return 1;
+  }
+  if (scores.status().code() == StatusCode::kInvalidArgument)
+    return PushError(L, "scores: " + d->VarName(id) +
+                            " is not a select output (only {{select ...}} outputs have scores)");
+  switch (run.state(id)) {
+    case rt::VarState::kReady:
+      return PushError(L, "scores: " + d->VarName(id) + ": " + scores.status().message());
+    case rt::VarState::kFailed:
+      return PushError(L, d->VarName(id) + " failed: " + run.error(id));
+    case rt::VarState::kCancelled:
+      return PushError(L, d->VarName(id) + " was cancelled");
+    case rt::VarState::kPending:
+      break;
+  }
+  d->BlockOnVar(id, true);
+  return kYield;
+}
+
+int VarScoresK(lua_State* L, int status, lua_KContext ctx) {
+  auto id = static_cast<rt::VarId>(ctx);
+  int r = HostCall(L, [L, id]() { return CheckScores(L, id); });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, ctx, VarScoresK);
+}
+
+// v:scores(): waits like v:get() (with the default goal), then returns the
+// log-probability of each choice of the select output v.
+int LuaVarScores(lua_State* L) {
+  VarUd* v = CheckVar(L, 1);
+  CheckYieldable(L, "scores");
+  rt::VarId id = v->id;
+  int r = HostCall(L, [L, id]() {
+    Driver* d = Driver::From(L);
+    // Not a select output: say so now rather than after computing it.
+    if (d->run().scores(id).status().code() != StatusCode::kInvalidArgument) {
+      Status s = d->run().Want(id, rt::GetOptions{});
+      if (!s.ok()) return PushError(L, "scores " + d->VarName(id) + ": " + s.message());
+    }
+    return CheckScores(L, id);
+  });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, static_cast<lua_KContext>(id), VarScoresK);
 }
 
 const char* StateName(rt::VarState s) {
@@ -630,6 +771,21 @@ int LuaOsTime(lua_State* L) {
   });
 }
 
+// braid.now(): wall-clock seconds since the Unix epoch, with the sub-second
+// part; replayed on resume like os.time.
+int LuaNow(lua_State* L) {
+  return HostCall(L, [L]() {
+    Driver* d = Driver::From(L);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", now);
+    std::string v = d->run().Replayable(d->NextReplayKey("braid.now"), buf);
+    lua_pushnumber(L, std::strtod(v.c_str(), nullptr));
+    return 1;
+  });
+}
+
 int LuaOsClock(lua_State* L) {
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
@@ -713,12 +869,12 @@ end
 return main_body, map_body
 )lua";
 
-const luaL_Reg kBraidFuncs[] = {
-    {"fn", LuaFnNew},     {"spawn", LuaSpawn},   {"join", LuaJoin},
-    {"map", LuaMap},      {"chunks", LuaChunks}, {"read", LuaRead},
-    {nullptr, nullptr}};
+const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join", LuaJoin},
+                                {"map", LuaMap},  {"chunks", LuaChunks}, {"read", LuaRead},
+                                {"now", LuaNow},  {nullptr, nullptr}};
 
-const luaL_Reg kVarMethods[] = {{"get", LuaVarGet}, {"state", LuaVarState}, {nullptr, nullptr}};
+const luaL_Reg kVarMethods[] = {
+    {"get", LuaVarGet}, {"state", LuaVarState}, {"scores", LuaVarScores}, {nullptr, nullptr}};
 const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
 
 // A host metatable, locked: getmetatable answers a string and setmetatable

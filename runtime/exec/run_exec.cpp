@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/prefix_groups.h"
+#include "exec/stored_scores.h"
 #include "exec/token_mask.h"
 #include "run_impl.h"
 #include "store/run_store.h"
@@ -183,6 +184,9 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
     for (size_t i = 1; i < lps->size(); ++i)
       if ((*lps)[i] > (*lps)[best]) best = i;
     value = spec.choices[best];
+    ChoiceScores& scores = ex.scores[spec.name];
+    scores.clear();
+    for (size_t i = 0; i < lps->size(); ++i) scores.emplace_back(spec.choices[i], (*lps)[i]);
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     auto dfa = RegexDfa::Compile(spec.pattern);
     if (dfa.ok() && !dfa->FullMatch(value))
@@ -209,12 +213,18 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
 Status RunImpl::Prepare(NodeId n) {
   DagNode& node = dag_.node(n);
   Exec& ex = exec_[n];
-  BRAID_ASSIGN_OR_RETURN(std::vector<PromptPiece> pieces, Render(node, ex.output, ex.values));
-  if (!node.fn->spec().system.empty()) {
-    // Chat style: the rendered template is the user message and, like every
-    // message content, plain text; only the chat template's markup yields
-    // special tokens.
-    const ChatMessage msgs[] = {{"system", node.fn->spec().system}, {"user", JoinPieces(pieces)}};
+  std::vector<ChatMessage> msgs;
+  size_t bytes = 0;
+  if (node.fn->chat()) {
+    BRAID_ASSIGN_OR_RETURN(msgs, RenderMessages(node, &bytes));
+  }
+  BRAID_ASSIGN_OR_RETURN(std::vector<PromptPiece> pieces,
+                         Render(node, ex.output, ex.values, bytes));
+  if (node.fn->chat()) {
+    // Chat style: the system text and messages, then the rendered template
+    // as the final user message; every content is plain text, and only the
+    // chat template's markup yields special tokens.
+    msgs.push_back({"user", JoinPieces(pieces)});
     pieces = model().FormatChat(msgs, /*add_generation_prompt=*/true);
   }
   ex.prompt = model().Tokenize(pieces);
@@ -363,12 +373,14 @@ void RunImpl::CompleteNode(NodeId n) {
     call.key = CallKeyString(node);
     call.function = node.fn->spec().name;
     call.outputs = ex.values;
+    if (!ex.scores.empty()) call.outputs[std::string(kScoresKey)] = EncodeScores(ex.scores);
     Status s = ctx_->store->RecordCall(id_, call);
     if (!s.ok()) return FailNode(n, "could not record the call: " + s.message());
   }
   for (VarId v : node.outputs) {
     DagVar& var = dag_.var(v);
     var.value = ex.values[var.name];
+    if (auto s = ex.scores.find(var.name); s != ex.scores.end()) var.scores = s->second;
     var.state = VarState::kReady;
   }
   node.state = NodeState::kDone;

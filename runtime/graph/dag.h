@@ -72,6 +72,7 @@ struct DagVar {
   std::string value;
   std::string error;
   int token_estimate = -1;           // cached token count of a ready value (-1 = not yet)
+  ChoiceScores scores;               // a ready select output: every choice's score
 };
 
 class Dag {

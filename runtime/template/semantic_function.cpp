@@ -10,6 +10,8 @@
 // Any other backslash pair in a string is kept as written (so regex escapes
 // such as \d pass through). Options: gen: max_tokens stop temperature top_p
 // seed; select: choices; regex: pattern max_tokens temperature top_p seed.
+// A function's messages (earlier chat turns) are templates of the same
+// grammar without outputs; their inputs are the function's inputs too.
 //
 // Templates come from scripts and over HTTP, so the parser is bounded: it
 // never recurses (the grammar does not nest), and the template's size, its
@@ -64,6 +66,7 @@ namespace {
 constexpr size_t kMaxTemplateBytes = 1 << 20;
 constexpr size_t kMaxPlaceholders = 1024;
 constexpr size_t kMaxListStrings = 1024;
+constexpr size_t kMaxMessages = 1024;
 // What all the regex outputs of one template may take to compile together
 // (each one alone is bounded by RegexDfa::kMaxSteps): under a second.
 constexpr size_t kMaxRegexSteps = 2 * RegexDfa::kMaxSteps;
@@ -335,24 +338,27 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const FunctionSpec& spec) {
-  auto fn = std::make_shared<SemanticFunction>();
-  fn->spec_ = spec;
-  const std::string name = spec.name.empty() ? "<function>" : spec.name;
-  if (spec.prompt.size() > kMaxTemplateBytes)
-    return Status::InvalidArgument(
-        name + ": the template is " + std::to_string(spec.prompt.size()) +
-        " bytes, more than the limit of " + std::to_string(kMaxTemplateBytes));
-  Cursor c(name, spec.prompt);
+// What the templates of one function share while they are parsed: the
+// placeholder and regex budgets and the names seen so far.
+struct ParseState {
   size_t placeholders = 0;
   size_t regex_steps = kMaxRegexSteps;
+  std::set<std::string> input_set, output_set;
+  std::vector<std::string> inputs;  // distinct, in order
+  std::vector<OutputSpec> outputs;
+};
+
+using Piece = SemanticFunction::Piece;
+
+// Parses one template `tmpl` into `pieces`; errors start with `label`
+// ("summarize", "summarize: messages[2]"). Without `outputs_allowed` (a
+// message) an output placeholder is an error.
+Status ParseTemplate(const std::string& label, const std::string& tmpl, bool outputs_allowed,
+                     ParseState& st, std::vector<Piece>* pieces) {
+  Cursor c(label, tmpl);
   std::string text;
-  std::set<std::string> inputs, outputs;
-  // Where each name was first used, for "both input and output" errors.
   auto flush_text = [&] {
-    if (!text.empty()) fn->pieces_.push_back({Piece::Kind::kText, std::move(text), -1});
+    if (!text.empty()) pieces->push_back({Piece::Kind::kText, std::move(text), -1});
     text.clear();
   };
   while (!c.AtEnd()) {
@@ -362,7 +368,7 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       continue;
     }
     const auto open = c.mark();
-    if (++placeholders > kMaxPlaceholders)
+    if (++st.placeholders > kMaxPlaceholders)
       return c.Error(
           open, "more than " + std::to_string(kMaxPlaceholders) + " placeholders in the template");
     c.Advance(2);
@@ -381,7 +387,7 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
                          std::string("bad character '") + c.Peek() + "' in a placeholder name");
         }
         // Look for the end to tell "unknown kind" from "unterminated".
-        const std::string rest = spec.prompt.substr(c.pos());
+        const std::string rest = tmpl.substr(c.pos());
         if (rest.find("}}") == std::string::npos)
           return c.Error(open, "unterminated placeholder '{{'");
         return c.Error(word_at,
@@ -392,11 +398,11 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       if (!IsNameStart(word[0]))
         return c.Error(word_at, "bad name '" + word + "': must start with a letter or '_'");
       c.Advance(2);
-      if (outputs.count(word))
+      if (st.output_set.count(word))
         return c.Error(word_at, "'" + word + "' is an output and cannot be used as an input");
       flush_text();
-      fn->pieces_.push_back({Piece::Kind::kInput, word, -1});
-      if (inputs.insert(word).second) fn->inputs_.push_back(word);
+      pieces->push_back({Piece::Kind::kInput, word, -1});
+      if (st.input_set.insert(word).second) st.inputs.push_back(word);
       continue;
     }
     OutputSpec out;
@@ -408,6 +414,12 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
     out.name = c.Word();
     const std::string where =
         "{{" + word + " " + (out.name.empty() ? std::string("?") : out.name) + " ...}}";
+    // Messages are turns the model did not write in this call: what it
+    // generates belongs to the final user turn, the prompt.
+    if (!outputs_allowed)
+      return c.Error(open, "an output (" + where +
+                               ") cannot be in a message: outputs go in 'prompt', the final "
+                               "user turn");
     if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
     if (out.name.empty() || c.Peek() == '=') {
       if (c.Peek() == '=' || c.StartsWith("}}") ||
@@ -418,9 +430,9 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
     }
     if (!IsNameStart(out.name[0]))
       return c.Error(name_at, "bad name '" + out.name + "': must start with a letter or '_'");
-    if (outputs.count(out.name))
+    if (st.output_set.count(out.name))
       return c.Error(name_at, "duplicate output name '" + out.name + "'");
-    if (inputs.count(out.name))
+    if (st.input_set.count(out.name))
       return c.Error(name_at, "'" + out.name + "' is an input and cannot also be an output");
     // Options until "}}".
     std::set<std::string> seen_keys;
@@ -446,18 +458,75 @@ Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const Fu
       BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
       if (!seen_keys.insert(key).second)
         return c.Error(key_at, "option '" + key + "' given twice in " + where);
-      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &regex_steps, &out));
+      BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &st.regex_steps, &out));
     }
     if (out.kind == OutputSpec::Kind::kSelect && out.choices.empty())
       return c.Error(open, "missing option 'choices' in " + where);
     if (out.kind == OutputSpec::Kind::kRegex && out.pattern.empty())
       return c.Error(open, "missing option 'pattern' in " + where);
     flush_text();
-    outputs.insert(out.name);
-    fn->pieces_.push_back({Piece::Kind::kOutput, out.name, static_cast<int>(fn->outputs_.size())});
-    fn->outputs_.push_back(std::move(out));
+    st.output_set.insert(out.name);
+    pieces->push_back({Piece::Kind::kOutput, out.name, static_cast<int>(st.outputs.size())});
+    st.outputs.push_back(std::move(out));
   }
   flush_text();
+  return Status::Ok();
+}
+
+// The roles and order of the messages, and that `system` is given once.
+Status CheckMessages(const std::string& name, const FunctionSpec& spec) {
+  if (spec.messages.size() > kMaxMessages)
+    return Status::InvalidArgument(name + ": " + std::to_string(spec.messages.size()) +
+                                   " messages, more than the limit of " +
+                                   std::to_string(kMaxMessages));
+  for (size_t i = 0; i < spec.messages.size(); ++i) {
+    const std::string& role = spec.messages[i].role;
+    const std::string where = name + ": messages[" + std::to_string(i + 1) + "]: ";
+    if (role != "system" && role != "user" && role != "assistant")
+      return Status::InvalidArgument(where + "role '" + role +
+                                     "' is not one of system, user, assistant");
+    // Chat templates expect the system prompt first (some drop or refuse
+    // a later one).
+    if (role == "system" && i > 0)
+      return Status::InvalidArgument(where + "a system message must be the first message");
+    if (role == "system" && !spec.system.empty())
+      return Status::InvalidArgument(
+          where + "a system message and 'system' both given: give the system text once");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const SemanticFunction>> SemanticFunction::Parse(const FunctionSpec& spec) {
+  auto fn = std::make_shared<SemanticFunction>();
+  fn->spec_ = spec;
+  const std::string name = spec.name.empty() ? "<function>" : spec.name;
+  if (spec.prompt.size() > kMaxTemplateBytes)
+    return Status::InvalidArgument(
+        name + ": the template is " + std::to_string(spec.prompt.size()) +
+        " bytes, more than the limit of " + std::to_string(kMaxTemplateBytes));
+  BRAID_RETURN_IF_ERROR(CheckMessages(name, spec));
+  size_t total = spec.prompt.size();
+  for (const ChatMessage& m : spec.messages) total += m.content.size();
+  if (total > kMaxTemplateBytes)
+    return Status::InvalidArgument(name + ": the prompt and messages are " + std::to_string(total) +
+                                   " bytes, more than the limit of " +
+                                   std::to_string(kMaxTemplateBytes));
+  // Messages first: they come first in the conversation, so their inputs
+  // come first in inputs(), and a name used as an input there cannot become
+  // an output in the prompt.
+  ParseState st;
+  for (size_t i = 0; i < spec.messages.size(); ++i) {
+    fn->message_pieces_.emplace_back();
+    BRAID_RETURN_IF_ERROR(ParseTemplate(name + ": messages[" + std::to_string(i + 1) + "]",
+                                        spec.messages[i].content, /*outputs_allowed=*/false, st,
+                                        &fn->message_pieces_.back()));
+  }
+  BRAID_RETURN_IF_ERROR(
+      ParseTemplate(name, spec.prompt, /*outputs_allowed=*/true, st, &fn->pieces_));
+  fn->inputs_ = std::move(st.inputs);
+  fn->outputs_ = std::move(st.outputs);
   if (fn->outputs_.empty())
     return Status::InvalidArgument(
         name +

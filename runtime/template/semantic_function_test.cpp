@@ -212,3 +212,69 @@ TEST_CASE("template: the regex outputs of one template share a compile budget") 
     cheap += "{{regex d" + std::to_string(i) + " pattern=\"[0-9]{4}-[0-9]{2}-[0-9]{2}\"}}";
   CHECK(P(cheap).ok());
 }
+
+namespace {
+Result<std::shared_ptr<const SemanticFunction>> WithMessages(std::vector<ChatMessage> messages,
+                                                             const std::string& prompt,
+                                                             const std::string& system = "") {
+  FunctionSpec spec{"fn", system, prompt};
+  spec.messages = std::move(messages);
+  return SemanticFunction::Parse(spec);
+}
+std::string MsgErr(std::vector<ChatMessage> messages, const std::string& prompt = "{{gen a}}",
+                   const std::string& system = "") {
+  auto r = WithMessages(std::move(messages), prompt, system);
+  return r.ok() ? "(parsed)" : r.status().message();
+}
+}  // namespace
+
+TEST_CASE("template: messages are templates of inputs; their inputs come first") {
+  auto r = WithMessages({{"system", "You answer about {{topic}}."},
+                         {"user", "Here is {{doc}}"},
+                         {"assistant", "Read {{ doc }}. Ask."}},
+                        "Q: {{q}} on {{topic}}? {{gen a}}");
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  const auto& fn = **r;
+  CHECK(fn.chat());
+  CHECK(fn.inputs() == std::vector<std::string>{"topic", "doc", "q"});
+  REQUIRE(fn.message_pieces().size() == 3);
+  const auto& m1 = fn.message_pieces()[1];
+  REQUIRE(m1.size() == 2);
+  CHECK(m1[0].kind == SemanticFunction::Piece::Kind::kText);
+  CHECK(m1[0].text == "Here is ");
+  CHECK(m1[1].kind == SemanticFunction::Piece::Kind::kInput);
+  CHECK(m1[1].text == "doc");
+  CHECK(fn.message_pieces()[2].size() == 3);
+  REQUIRE(fn.outputs().size() == 1);
+  CHECK(fn.outputs()[0].name == "a");
+  // Without messages or system a function is not chat-style.
+  CHECK_FALSE((*P("{{gen a}}"))->chat());
+  CHECK((*P("{{gen a}}", "sys"))->chat());
+}
+
+TEST_CASE("template: messages hold no outputs; roles and system are checked") {
+  CHECK(MsgErr({{"user", "hi"}, {"assistant", "The answer:\n  {{gen a max_tokens=3}}"}}) ==
+        "fn: messages[2]:2:3: an output ({{gen a ...}}) cannot be in a message: outputs go in "
+        "'prompt', the final user turn");
+  CHECK(MsgErr({{"user", "{{select s choices=[\"x\"]}}"}})
+            .find("fn: messages[1]:1:1: an output "
+                  "({{select s ...}})") == 0);
+  CHECK(MsgErr({{"user", "ok {{regex r pattern=\"a\"}}"}}).find("fn: messages[1]:1:4: an output") ==
+        0);
+  // Other template errors point into the message too.
+  CHECK(MsgErr({{"user", "a\nb {{doc"}}) == "fn: messages[1]:2:3: unterminated placeholder '{{'");
+  CHECK(MsgErr({{"user", "hi"}, {"bot", "x"}}) ==
+        "fn: messages[2]: role 'bot' is not one of system, user, assistant");
+  CHECK(MsgErr({{"user", "hi"}, {"system", "x"}}) ==
+        "fn: messages[2]: a system message must be the first message");
+  CHECK(MsgErr({{"system", "x"}}, "{{gen a}}", "also system") ==
+        "fn: messages[1]: a system message and 'system' both given: give the system text once");
+  // A message's input cannot become an output of the prompt.
+  CHECK(MsgErr({{"user", "{{a}}"}}, "{{gen a}}") ==
+        "fn:1:7: 'a' is an input and cannot also be an output");
+  // The messages count against the template's size bound.
+  CHECK(MsgErr({{"user", std::string(700000, 'x')}}, std::string(400000, 'y') + "{{gen a}}")
+            .find("the prompt and messages are 1100009 bytes, more than the limit") !=
+        std::string::npos);
+  CHECK(MsgErr({{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u2"}}) == "(parsed)");
+}

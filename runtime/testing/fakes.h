@@ -130,6 +130,10 @@ class FakeEngine final : public Engine {
   std::function<std::string(const std::string&)> respond = [](const std::string& p) {
     return "<" + std::to_string(p.size()) + ">";
   };
+  // Scores of a request's score_choices (select outputs), given the prompt
+  // and each choice's text; unset, no scores are returned (an engine
+  // without choice scoring).
+  std::function<std::vector<float>(const std::string&, const std::vector<std::string>&)> score;
 
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
     std::string prompt = model_.Detokenize(r.prompt);
@@ -148,6 +152,11 @@ class FakeEngine final : public Engine {
       c.error = "fake engine failure";
     } else {
       c.text = respond(prompt);
+      if (score && !r.score_choices.empty()) {
+        std::vector<std::string> choices;
+        for (const auto& ids : r.score_choices) choices.push_back(model_.Detokenize(ids));
+        c.choice_logprobs = score(prompt, choices);
+      }
       c.finish_reason = "stop";
       c.usage.generated_tokens = static_cast<int>(c.text.size());
     }

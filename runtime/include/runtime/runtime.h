@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -66,6 +67,13 @@ struct FunctionSpec {
   // throughput goal until something wants them. A lazy function's calls run
   // only once wanted: for speculative branches the program may never read.
   bool lazy = false;
+  // The earlier turns of a chat-style conversation; `prompt` is the final
+  // user turn, after them. Roles "system" (first only, and not together
+  // with `system`), "user", "assistant". Contents are templates that may
+  // reference inputs ({{name}}) but hold no outputs. Non-empty makes the
+  // function chat-style. (The "= {}" keeps {name, system, prompt} free of
+  // missing-initializer warnings.)
+  std::vector<ChatMessage> messages = {};
 };
 
 // A parsed template: literal text, input references and outputs, in order.
@@ -83,15 +91,26 @@ class SemanticFunction {
 
   const FunctionSpec& spec() const { return spec_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  const std::vector<std::string>& inputs() const { return inputs_; }   // distinct, in order
+  // The pieces of each of spec().messages (text and inputs only).
+  const std::vector<std::vector<Piece>>& message_pieces() const { return message_pieces_; }
+  // Distinct, in order: the messages' inputs first, then the prompt's.
+  const std::vector<std::string>& inputs() const { return inputs_; }
   const std::vector<OutputSpec>& outputs() const { return outputs_; }
+  // Rendered through the model's chat template (a system text or messages).
+  bool chat() const { return !spec_.system.empty() || !spec_.messages.empty(); }
 
  private:
   FunctionSpec spec_;
   std::vector<Piece> pieces_;
+  std::vector<std::vector<Piece>> message_pieces_;
   std::vector<std::string> inputs_;
   std::vector<OutputSpec> outputs_;
 };
+
+// The log-probability the model gives each choice of a select output (the
+// sum over the choice's tokens, as a continuation of the prompt), in the
+// order of its choices.
+using ChoiceScores = std::vector<std::pair<std::string, double>>;
 
 // A value for a template input: a variable, or literal text.
 struct Arg {
@@ -140,6 +159,7 @@ struct VarInfo {
   std::vector<NodeId> readers;    // calls made after the program read this value
   std::string value;              // when ready
   std::string error;              // when failed
+  ChoiceScores scores;            // a ready select output: every choice's score
 };
 
 // ---- runs -------------------------------------------------------------------
@@ -224,6 +244,13 @@ class Run {
   virtual VarState state(VarId var) const = 0;
   virtual std::string value(VarId var) const = 0;   // "" unless ready
   virtual std::string error(VarId var) const = 0;   // "" unless failed
+  // The scores of a ready select output (any thread). Errors:
+  // InvalidArgument when `var` is unknown or not a select output; NotFound
+  // while it is not ready, or when it was replayed on resume from a record
+  // that has no scores.
+  virtual Result<ChoiceScores> scores(VarId var) const {
+    return Status::Unsupported("this run does not keep the scores of select outputs");
+  }
   // Sleeps until any of `vars` leaves kPending (or timeout_ms passes; -1 = no limit).
   virtual void WaitAny(const std::vector<VarId>& vars, int timeout_ms) = 0;
   // Whether any of `vars` leaves kPending without the program doing
