@@ -647,8 +647,15 @@ std::string RunImpl::ToDot() const {
       label << buf;
     }
     if (n.state == NodeState::kDone && n.kind == DagNode::Kind::kCall)
-      for (VarId v : n.outputs)
-        label << "\n" << dag_.var(v).name << " = " << Truncate(dag_.var(v).value, 40);
+      for (VarId v : n.outputs) {
+        const DagVar& var = dag_.var(v);
+        label << "\n" << var.name << " = " << Truncate(var.value, 40);
+        for (size_t k = 0; k < var.scores.size(); ++k) {  // select: every choice's score
+          std::snprintf(buf, sizeof buf, "%s%s %.2f", k ? ", " : " (",
+                        Truncate(var.scores[k].first, 24).c_str(), var.scores[k].second);
+          label << buf << (k + 1 == var.scores.size() ? ")" : "");
+        }
+      }
     if (n.state == NodeState::kFailed) label << "\n" << Truncate(n.error, 60);
     o << "  n" << n.id << " [label=\"" << DotEscape(label.str())
       << "\", fillcolor=" << DotColor(n.state) << (n.wanted ? "" : ", style=\"filled,dashed\"")

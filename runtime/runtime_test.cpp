@@ -647,6 +647,9 @@ TEST_CASE("run: select scores are kept, shown in Vars, stored and replayed on re
       CAPTURE(v.name);
       CHECK(v.scores == (v.id == a->at("mood") ? expected : ChoiceScores{}));
     }
+    // The graph box shows the chosen value and every choice's score.
+    CHECK((*run)->ToDot().find("mood = bad (good -6.00, bad -0.50, meh -5.00)") !=
+          std::string::npos);
     (*run)->Finish(Status::Ok());
   }
   auto calls = store->Calls(id);
