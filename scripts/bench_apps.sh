@@ -8,25 +8,43 @@
 #                   sequences) and for throughput (64), the faster one kept.
 # With an added client round trip of 0 and 200 ms per call. map_reduce runs on
 # bench/inputs/annual_report.txt (17 chunks). Each time is the median of REPS
-# runs (default 3; BRAID_BENCH_REPS), the modes taking turns. Writes bench/results/apps_t<THREADS>.json.
-#   scripts/bench_apps.sh [THREADS] [APPS...]
+# runs (default 3; BRAID_BENCH_REPS), the modes taking turns; BRAID_BENCH_RTTS
+# (default "0 200") picks the round trips. tree_summary
+# (bench/inputs/tree_report.txt, ~200 KB, made by scripts/make_tree_input.py)
+# takes minutes per run, so it is left out of the default list, runs at rtt 0
+# only and BRAID_BENCH_TREE_REPS times (default 1); scripts/bench_tree.sh
+# measures it with the KV pool sizes. Prints the CPU model; writes
+# bench/results/apps_t<THREADS>.json.
+#   [BRAID=BINARY] scripts/bench_apps.sh [THREADS] [APPS...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 threads=${1:-2}
 shift || true
 apps=("$@")
-[ ${#apps[@]} -eq 0 ] && apps=(map_reduce chain multi_agent voting react doc_chat)
-braid=build/frontend/braid
+[ ${#apps[@]} -eq 0 ] && apps=(map_reduce chain multi_agent voting react doc_chat debate extract_verify)
+braid=${BRAID:-build/frontend/braid}  # BRAID=PATH: another binary
 out=bench/results/apps_t${threads}.json
 mkdir -p bench/results
 args_for() {
   case "$1" in
     map_reduce) echo "bench/inputs/annual_report.txt" ;;
+    tree_summary) echo "bench/inputs/tree_report.txt" ;;
     *) echo "" ;;
   esac
 }
-reps=${BRAID_BENCH_REPS:-3}
+rtts_for() {  # the added round trips an app runs at
+  case "$1" in
+    tree_summary) echo "0" ;;
+    *) echo "${BRAID_BENCH_RTTS:-0 200}" ;;
+  esac
+}
+reps_for() {
+  case "$1" in
+    tree_summary) echo "${BRAID_BENCH_TREE_REPS:-1}" ;;
+    *) echo "${BRAID_BENCH_REPS:-3}" ;;
+  esac
+}
 run_once() {  # run_once APP MODE RTT MAX_RUNNING -> prints seconds
   local t0 t1
   t0=$(date +%s.%N)
@@ -36,13 +54,15 @@ run_once() {  # run_once APP MODE RTT MAX_RUNNING -> prints seconds
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l
 }
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; threads $threads" >&2
 median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 echo "[" >"$out"
 first=1
 printf "| app | rtt ms | dag s | baseline s | async baseline s (latency / throughput tuned) | dag vs baseline | dag vs best async |\n"
 printf "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 for app in "${apps[@]}"; do
-  for rtt in 0 200; do
+  reps=$(reps_for "$app")
+  for rtt in $(rtts_for "$app"); do
     # The modes take turns, rep after rep, so that a slow spell of this shared
     # host falls on all of them alike; each figure is the median.
     d=() q=() l=() h=()

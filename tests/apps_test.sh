@@ -4,6 +4,8 @@
 # JSON result). Then bad programs: each must fail with a non-zero exit and an
 # error that names FILE:LINE.
 # Usage: apps_test.sh BRAID_BINARY MODEL_PATH [APP...]
+# (default: the fast apps; tree_summary, minutes on 2 threads, runs by name only,
+# on its small bundled sample)
 # Exit: 0 all passed; 1 a failure; 77 nothing failed but some app was skipped
 # because the engine lacks a feature it needs (reported as SKIP).
 set -u
@@ -12,17 +14,25 @@ model=$2
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 apps=("$@")
-[ ${#apps[@]} = 0 ] && apps=(map_reduce chain doc_chat react voting multi_agent)
+[ ${#apps[@]} = 0 ] && apps=(map_reduce chain doc_chat react voting multi_agent debate extract_verify)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 skip=0
 threads=${BRAID_TEST_THREADS:-2}
 
-check() {  # check APP: structural checks on $tmp/out (JSON)
-  python3 - "$1" "$tmp/out" "$root" <<'PY'
+args_for() {  # small sizes, to keep the test fast
+  case "$1" in
+    debate) echo "1" ;;          # rounds
+    extract_verify) echo "4" ;;  # reviews
+    *) echo "" ;;
+  esac
+}
+
+check() {  # check APP ARGS: structural checks on $tmp/out (JSON)
+  python3 - "$1" "$tmp/out" "$root" "$2" <<'PY'
 import json, sys
-app, path, root = sys.argv[1], sys.argv[2], sys.argv[3]
+app, path, root, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
 r = json.load(open(path))
 def nonempty(s, what):
     assert isinstance(s, str) and s.strip(), f"{what} is empty: {s!r}"
@@ -59,6 +69,37 @@ elif app == "multi_agent":
         for x in rd:
             nonempty(x["code"], "code"); nonempty(x["review"], "review")
             assert x["verdict"] in ("approve", "revise"), x["verdict"]
+elif app == "debate":
+    rounds = int(args[0]) if args else 3
+    n = 2 * rounds  # both sides speak every round
+    nonempty(r["motion"], "motion")
+    assert len(r["turns"]) == n, f"{n} turns"
+    for i, t in enumerate(r["turns"]):
+        assert t["side"] == ("pro" if i % 2 == 0 else "con"), "pro, then con, every round"
+        assert t["round"] == i // 2 + 1, t
+        nonempty(t["text"], f"turn {i+1}")
+    assert [c["turn"] for c in r["fact_checks"]] == list(range(1, n + 1)), "one fact check per turn"
+    for c in r["fact_checks"]:
+        nonempty(c["note"], f"fact check {c['turn']}")
+        assert c["rating"] in ("yes", "no"), c["rating"]
+    assert r["verdict"] in ("pro", "con"), r["verdict"]
+elif app == "extract_verify":
+    n = int(args[0]) if args else 12
+    assert len(r["items"]) == n, f"{n} items"
+    for it in r["items"]:
+        nonempty(it["review"], "review"); nonempty(it["product"], "product")
+        assert it["rating"] in (1, 2, 3, 4, 5), it["rating"]
+        assert isinstance(it["verified"], bool), it["verified"]
+    assert r["verified"] == sum(it["verified"] for it in r["items"]), "verified counts the items"
+elif app == "tree_summary":
+    levels = r["levels"]
+    assert r["bytes"] > 0 and r["chunks"] >= 2, (r["bytes"], r["chunks"])
+    assert levels[0] == r["chunks"] and levels[-1] == 1, levels
+    for a, b in zip(levels, levels[1:]):
+        assert b == (a + 3) // 4, f"groups of four: {a} -> {b}"
+    nonempty(r["summary"], "summary")
+    cp = r["central_parts"]
+    assert isinstance(cp, list) and all(1 <= i <= r["chunks"] for i in cp), cp
 else:
     raise SystemExit(f"no checks for {app}")
 PY
@@ -66,7 +107,9 @@ PY
 
 for app in "${apps[@]}"; do
   start=$(date +%s.%N)
-  "$braid" run -m "$model" -t "$threads" --db none --quiet "$root/apps/$app/app.lua" >"$tmp/out" 2>"$tmp/err"
+  args=$(args_for "$app")
+  # shellcheck disable=SC2086
+  "$braid" run -m "$model" -t "$threads" --db none --quiet "$root/apps/$app/app.lua" $args >"$tmp/out" 2>"$tmp/err"
   rc=$?
   secs=$(python3 -c "import time; print(f'{time.time() - $start:.1f}')")
   if [ $rc != 0 ] && grep -q "needs the engine's choice scoring" "$tmp/err"; then
@@ -78,7 +121,7 @@ for app in "${apps[@]}"; do
   elif [ ! -s "$tmp/out" ]; then
     echo "FAIL $app: empty output"
     fail=$((fail + 1))
-  elif ! msg=$(check "$app" 2>&1); then
+  elif ! msg=$(check "$app" "$args" 2>&1); then
     echo "FAIL $app: $(echo "$msg" | tail -1)"
     echo "  output: $(head -c 600 "$tmp/out")"
     fail=$((fail + 1))
