@@ -194,6 +194,8 @@ nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& v
   // The run's clock (ms since it started); null until then.
   j["start_ms"] = n.start_ms >= 0 ? nlohmann::json(n.start_ms) : nlohmann::json();
   j["end_ms"] = n.end_ms >= 0 ? nlohmann::json(n.end_ms) : nlohmann::json();
+  j["first_token_ms"] = n.first_token_ms >= 0 ? nlohmann::json(n.first_token_ms) : nlohmann::json();
+  j["decode_tokens_per_s"] = n.decode_tokens_per_s;
   if (n.deadline_ms) {
     j["deadline_ms"] = *n.deadline_ms;
     j["slack_ms"] = n.slack_ms;
