@@ -259,8 +259,8 @@ TEST_CASE("run: inputs never produce special tokens; template literals do") {
 
 std::shared_ptr<const SemanticFunction> ChatFn(const std::string& name,
                                                std::vector<ChatMessage> messages,
-                                               const std::string& prompt) {
-  FunctionSpec spec{name, "", prompt};
+                                               const std::string& prompt, bool lazy = false) {
+  FunctionSpec spec{name, "", prompt, lazy};
   spec.messages = std::move(messages);
   auto r = SemanticFunction::Parse(spec);
   REQUIRE_MESSAGE(r.ok(), r.status().message());
@@ -324,7 +324,7 @@ TEST_CASE("run: messages count in the cost estimate: their text and their inputs
 
 TEST_CASE("run: an input used only in a message is part of the call's resume key") {
   Fixture fx(/*with_store=*/true);
-  auto fn = ChatFn("about", {{"user", "About {{topic}}."}}, "Go: {{gen y}}");
+  auto fn = ChatFn("about", {{"user", "About {{topic}}."}}, "Go: {{gen y}}", /*lazy=*/true);
   std::string run_id, first;
   {
     auto run = fx.Start();
@@ -437,7 +437,7 @@ TEST_CASE("run: async baseline mode: FCFS requests sent when ready, a round trip
 
 TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
   Fixture fx(/*with_store=*/true);
-  auto fn = Fn("step", "{{x}}{{gen y}}");
+  auto fn = Fn("step", "{{x}}{{gen y}}", "", /*lazy=*/true);  // unreplayed calls wait
   std::string run_id, first_value;
   {
     auto run = fx.Start();
@@ -687,7 +687,9 @@ TEST_CASE("run: select scores are kept, shown in Vars, stored and replayed on re
 
 TEST_CASE("run: a recorded call replays only when its outputs are exactly the function's") {
   Fixture fx(/*with_store=*/true);
-  auto fn = Fn("step", "{{x}}{{gen y}}");
+  // Lazy: a call that is not replayed stays pending (an eager one would run
+  // at once on the fake engine and race the check).
+  auto fn = Fn("step", "{{x}}{{gen y}}", "", /*lazy=*/true);
   std::string id;
   {
     auto run = fx.Start();
