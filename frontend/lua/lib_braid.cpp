@@ -431,6 +431,7 @@ int CheckScores(lua_State* L, rt::VarId id) {
   rt::Run& run = d->run();
   auto scores = run.scores(id);
   if (scores.ok()) {
+    d->NoteRead(id);  // the program may decide on them: a read, like get
     lua_createtable(L, 0, static_cast<int>(scores->size()));
     for (const auto& [choice, lp] : *scores) {
       lua_pushlstring(L, choice.data(), choice.size());
