@@ -337,27 +337,28 @@ int LuaFnToString(lua_State* L) {
 
 // ---- variables ---------------------------------------------------------------
 
+// For a variable in `state`, not ready: raises when it failed or was
+// cancelled, else blocks the current coroutine on it (kYield).
+int RaiseOrBlock(lua_State* L, rt::VarId id, rt::VarState state, bool wanted) {
+  Driver* d = Driver::From(L);
+  if (state == rt::VarState::kFailed)
+    return PushError(L, d->VarName(id) + " failed: " + d->run().error(id));
+  if (state == rt::VarState::kCancelled) return PushError(L, d->VarName(id) + " was cancelled");
+  d->BlockOnVar(id, wanted);
+  return kYield;
+}
+
 // Pushes the value of a ready variable, raises for a failed or cancelled one,
 // or blocks the current coroutine on it (kYield).
 int CheckReady(lua_State* L, rt::VarId id, bool wanted) {
   Driver* d = Driver::From(L);
   rt::Run& run = d->run();
-  switch (run.state(id)) {
-    case rt::VarState::kReady: {
-      d->NoteRead(id);
-      std::string v = run.value(id);
-      lua_pushlstring(L, v.data(), v.size());
-      return 1;
-    }
-    case rt::VarState::kFailed:
-      return PushError(L, d->VarName(id) + " failed: " + run.error(id));
-    case rt::VarState::kCancelled:
-      return PushError(L, d->VarName(id) + " was cancelled");
-    case rt::VarState::kPending:
-      break;
-  }
-  d->BlockOnVar(id, wanted);
-  return kYield;
+  const rt::VarState state = run.state(id);
+  if (state != rt::VarState::kReady) return RaiseOrBlock(L, id, state, wanted);
+  d->NoteRead(id);
+  std::string v = run.value(id);
+  lua_pushlstring(L, v.data(), v.size());
+  return 1;
 }
 
 int VarGetK(lua_State* L, int status, lua_KContext ctx) {
@@ -443,18 +444,10 @@ int CheckScores(lua_State* L, rt::VarId id) {
   if (scores.status().code() == StatusCode::kInvalidArgument)
     return PushError(L, "scores: " + d->VarName(id) +
                             " is not a select output (only {{select ...}} outputs have scores)");
-  switch (run.state(id)) {
-    case rt::VarState::kReady:
-      return PushError(L, "scores: " + d->VarName(id) + ": " + scores.status().message());
-    case rt::VarState::kFailed:
-      return PushError(L, d->VarName(id) + " failed: " + run.error(id));
-    case rt::VarState::kCancelled:
-      return PushError(L, d->VarName(id) + " was cancelled");
-    case rt::VarState::kPending:
-      break;
-  }
-  d->BlockOnVar(id, true);
-  return kYield;
+  const rt::VarState state = run.state(id);
+  if (state == rt::VarState::kReady)
+    return PushError(L, "scores: " + d->VarName(id) + ": " + scores.status().message());
+  return RaiseOrBlock(L, id, state, /*wanted=*/true);
 }
 
 int VarScoresK(lua_State* L, int status, lua_KContext ctx) {
