@@ -104,7 +104,7 @@ class RunImpl final : public Run, public Pumpable {
 
   double NowMs() const;
   bool dag_mode() const { return options_.mode == Mode::kDag; }
-  Model& model() const { return ctx_->engines[0].engine->model(); }
+  const Model& model() const { return *ctx_->tokenizer; }
   Status CheckArg(const Arg& a, const std::string& what) const;
   const std::string& ArgValue(const Arg& a) const;
   // The prompt of `output` of a call: template literals as allow_special

@@ -144,6 +144,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
     slot.name = options.engine_names.empty() ? "engine" + std::to_string(i) : options.engine_names[i];
     ctx->engines.push_back(std::move(slot));
   }
+  ctx->tokenizer = options.tokenizer;
+  if (!ctx->tokenizer) ctx->tokenizer = options.engines[0]->model();
+  if (!ctx->tokenizer)
+    return Status::InvalidArgument(
+        "the runtime needs a tokenizer: RuntimeOptions::tokenizer, or a first engine that runs "
+        "its model in this process");
   if (options.store) {
     ctx->store = options.store;
   } else if (!options.db_path.empty()) {

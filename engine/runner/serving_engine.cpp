@@ -500,7 +500,7 @@ class ServingEngine final : public Engine {
     if (options_.model.profile_stages) model_->StageProfile(&s.profiled_passes, &s.forward_stages);
     return s;
   }
-  Model& model() override { return *model_; }
+  Model* model() override { return model_.get(); }
 
   void Shutdown() override {
     {

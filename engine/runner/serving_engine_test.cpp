@@ -106,7 +106,7 @@ TEST_CASE("batched greedy decoding equals one request at a time, with preemption
   auto engine = Engine::Open(Options(40 * 16));
   REQUIRE(engine.ok());
   Engine& e = **engine;
-  auto prompts = Prompts(e.model(), 32);
+  auto prompts = Prompts(*e.model(), 32);
   std::vector<int> lengths;
   for (int i = 0; i < 32; ++i) lengths.push_back(8 + (i * 7) % 40);
 
@@ -132,7 +132,7 @@ TEST_CASE("batched greedy decoding equals one request at a time, with preemption
   for (int i = 0; i < 32; ++i) {
     CAPTURE(i);
     CHECK(results[i].finish_reason == "length");
-    CHECK(results[i].tokens == Alone(e.model(), prompts[i], lengths[i]));
+    CHECK(results[i].tokens == Alone(*e.model(), prompts[i], lengths[i]));
   }
   EngineStats s = e.stats();
   CHECK(s.running == 0);
@@ -160,12 +160,12 @@ TEST_CASE("batched greedy decoding on 2 threads (a team per thread) equals one r
     REQUIRE(engine.ok());
     Engine& e = **engine;
     const int n = 12;
-    auto prompts = Prompts(e.model(), n);
+    auto prompts = Prompts(*e.model(), n);
     auto handles = SubmitGreedy(e, prompts, 24);
     for (int i = 0; i < n; ++i) {
       CAPTURE(i);
       CAPTURE(static_cast<int>(cfg.kv));
-      CHECK(handles[i]->Wait().tokens == Alone(e.model(), prompts[i], 24));
+      CHECK(handles[i]->Wait().tokens == Alone(*e.model(), prompts[i], 24));
     }
   }
 }
@@ -183,7 +183,7 @@ TEST_CASE("the stage profile times decode-only passes per thread and stage") {
     auto engine = Engine::Open(o);
     REQUIRE(engine.ok());
     Engine& e = **engine;
-    auto prompts = Prompts(e.model(), 8);
+    auto prompts = Prompts(*e.model(), 8);
     const auto t0 = std::chrono::steady_clock::now();
     auto handles = SubmitGreedy(e, prompts, 12);
     for (auto& h : handles) CHECK(h->Wait().tokens.size() == 12);
@@ -261,7 +261,7 @@ TEST_CASE("cancel frees the request's blocks at once") {
   REQUIRE(engine.ok());
   Engine& e = **engine;
   GenerationRequest g;
-  g.prompt = e.model().TokenizeText("Tell me a long story about a dragon.");
+  g.prompt = e.model()->TokenizeText("Tell me a long story about a dragon.");
   g.sampling = SamplingParams::Greedy();
   g.sampling.max_tokens = 1000;
   g.sampling.ignore_eos = true;
@@ -292,7 +292,7 @@ TEST_CASE("SetGoal raises a waiting request in place: it is admitted first") {
   REQUIRE(engine.ok());
   Engine& e = **engine;
   GenerationRequest g;
-  g.prompt = e.model().TokenizeText("Tell me a long story about a dragon.");
+  g.prompt = e.model()->TokenizeText("Tell me a long story about a dragon.");
   g.sampling = SamplingParams::Greedy();
   g.sampling.max_tokens = 1000;
   g.sampling.ignore_eos = true;
@@ -303,7 +303,7 @@ TEST_CASE("SetGoal raises a waiting request in place: it is admitted first") {
   std::vector<char> first;  // which request produced its first token, in order
   auto submit = [&](char name) {
     GenerationRequest r;
-    r.prompt = e.model().TokenizeText(std::string("Say ") + name);
+    r.prompt = e.model()->TokenizeText(std::string("Say ") + name);
     r.sampling = SamplingParams::Greedy();
     r.sampling.max_tokens = 4;
     r.sampling.ignore_eos = true;
@@ -342,7 +342,7 @@ TEST_CASE("bad requests are refused with a clear error and the engine keeps serv
     CHECK(h.status().message().find(words) != std::string::npos);
   };
   GenerationRequest ok;
-  ok.prompt = e.model().TokenizeText("Hello");
+  ok.prompt = e.model()->TokenizeText("Hello");
   ok.sampling = SamplingParams::Greedy();
   ok.sampling.max_tokens = 8;
 
@@ -386,7 +386,7 @@ TEST_CASE("prompt log-probabilities score a continuation; a logits processor con
   auto engine = Engine::Open(Options(4096));
   REQUIRE(engine.ok());
   Engine& e = **engine;
-  Model& m = e.model();
+  Model& m = *e.model();
   std::vector<int32_t> prompt = m.TokenizeText("The capital of France is");
   std::vector<int32_t> good = m.TokenizeText(" Paris"), bad = m.TokenizeText(" banana");
   auto score = [&](const std::vector<int32_t>& choice) {
@@ -445,7 +445,7 @@ TEST_CASE("score_choices ranks continuations by total log-probability") {
   auto engine = Engine::Open(Options(4096));
   REQUIRE(engine.ok());
   Engine& e = **engine;
-  Model& m = e.model();
+  Model& m = *e.model();
   GenerationRequest g;
   g.prompt = m.TokenizeRaw(
       "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\nThe "

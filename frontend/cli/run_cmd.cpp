@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -20,7 +21,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/file_util.h"
-#include "cli/model_options.h"
+#include "cli/stack.h"
 #include "engine/engine.h"
 #include "engine/system_probe.h"
 #include "lua/driver.h"
@@ -38,22 +39,7 @@ const char* kRunHelp =
     "Runs a Braid Lua program; its return value goes to stdout (strings as is,\n"
     "tables as JSON), the live view and braid.log lines to stderr.\n"
     "\n"
-    "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
-    "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
-    "                          between engines\n"
-    "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
-    "      --precision P       activations: split16 (default, most accurate) or int8 (faster "
-    "batches)\n"
-    "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
-    "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
-    "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
-    "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
-    "                          small = latency-tuned)\n"
-    "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
-    "                          memory, see --kv-memory)\n"
-    "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
-    "                          memory available at start, split between engines, 0.01..0.95\n"
-    "                          (default 0.3); pages are used as the caches fill\n"
+    "%s"
     "      --mode M            dag (default): goals, task groups, prefix sharing;\n"
     "                          baseline: one blocking FCFS request per call, one at a time;\n"
     "                          baseline-async: one FCFS request per call, sent when its inputs are "
@@ -63,7 +49,6 @@ const char* kRunHelp =
     "      --json              print {run_id, result, nodes: [...]} as JSON; on failure\n"
     "                          {run_id, result: null, error, nodes: [...]} (exit status 1);\n"
     "                          a node with select outputs has scores: {output: {choice: logprob}}\n"
-    "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n"
     "      --resume RUN_ID     resume a stored run: finished calls are not recomputed\n"
     "      --on-return W       work left when the program returns (coroutines not joined,\n"
     "                          calls nobody read): wait (default) finishes it; cancel drops\n"
@@ -78,32 +63,19 @@ const char* kRunHelp =
     "\n"
     "The script must be a regular file of at most 16 MiB.\n";
 
-// Bounds of the options that size memory or limits (see the help text).
-constexpr long long kMaxKvTokens = 4LL << 20;
 constexpr long long kMaxLuaInstructions = 1000000000000000LL;
 
-// Options that take a value (everything before the script is ours).
-const std::set<std::string> kValueOptions = {"-m",
-                                             "--model",
-                                             "-t",
-                                             "--threads",
-                                             "--ctx",
-                                             "--precision",
-                                             "--kv",
-                                             "--stream",
-                                             "--engines",
-                                             "--max-running",
-                                             "--kv-tokens",
-                                             "--kv-memory",
-                                             "--mode",
-                                             "--rtt-ms",
-                                             "--graph",
-                                             "--db",
-                                             "--resume",
-                                             "--on-return",
-                                             "--lua-memory-mb",
-                                             "--lua-seconds",
-                                             "--lua-instructions"};
+// Options of braid run that take a value, besides the stack's (everything
+// before the script is ours).
+const std::set<std::string> kRunValueOptions = {
+    "--mode",      "--rtt-ms",        "--graph",       "--resume",
+    "--on-return", "--lua-memory-mb", "--lua-seconds", "--lua-instructions"};
+
+bool TakesValue(const std::string& option) {
+  return kRunValueOptions.count(option) > 0 ||
+         std::find(kStackValueOptions.begin(), kStackValueOptions.end(), option) !=
+             kStackValueOptions.end();
+}
 
 std::atomic<bool> g_interrupt{false};
 
@@ -240,7 +212,7 @@ int RunMain(const std::vector<std::string>& argv) {
   // Our options come before the script; everything after it is the app's.
   size_t script_at = argv.size();
   for (size_t i = 0; i < argv.size(); ++i) {
-    if (kValueOptions.count(argv[i])) {
+    if (TakesValue(argv[i])) {
       ++i;
       continue;
     }
@@ -252,7 +224,7 @@ int RunMain(const std::vector<std::string>& argv) {
   std::vector<std::string> ours(argv.begin(), argv.begin() + std::min(script_at, argv.size()));
   Args args(ours);
   if (args.Flag({"-h", "--help"})) {
-    std::printf("%s", kRunHelp);
+    std::printf(kRunHelp, kStackHelp);
     return 0;
   }
   if (script_at >= argv.size()) {
@@ -262,16 +234,12 @@ int RunMain(const std::vector<std::string>& argv) {
   const std::string script = argv[script_at];
   std::vector<std::string> app_args(argv.begin() + script_at + 1, argv.end());
 
-  ModelOptions mo = ReadModelOptions(args);
-  int engines_n = static_cast<int>(args.Int({"--engines"}, 1, 1, 64));
-  int kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
-  double kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
-  int max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
+  StackOptions so = ReadStackOptions(args);
   std::string mode = args.Str({"--mode"}, "dag");
   int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0, 0, 600000));
   std::string graph = args.Str({"--graph"}, "");
   bool json = args.Flag({"--json"});
-  std::string db = args.Str({"--db"}, DefaultDb());
+  const std::string db = so.db;
   // Absent and empty differ: `--resume ""` (an unset variable in a script)
   // must not quietly start a fresh run.
   const bool resuming = args.Has({"--resume"});
@@ -308,50 +276,17 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: script: %s\n", s.message().c_str());
     return 2;
   }
-  if (db == "none") db.clear();
-  if (!db.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(db).parent_path(), ec);
-  }
   if (!resume.empty() && db.empty()) {
     std::fprintf(stderr, "braid run: --resume needs the run store (--db)\n");
     return 2;
   }
-
-  // Engines: each its own Engine on the same model, threads split between them.
-  int threads = mo.threads > 0 ? mo.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const uint64_t available_at_start = AvailableMemoryBytes();
-  int kv_block_size = 0;
-  std::vector<std::unique_ptr<Engine>> engines;
-  std::vector<Engine*> engine_ptrs;
-  std::vector<std::string> names;
-  for (int i = 0; i < engines_n; ++i) {
-    EngineOptions eo;
-    eo.model = mo;
-    eo.model.threads = std::max(1, threads / engines_n);
-    eo.kv_tokens = kv_tokens;
-    eo.kv_memory_fraction = kv_memory / engines_n;
-    kv_block_size = eo.block_size;
-    eo.max_running = max_running;
-    if (mode != "dag") eo.policy = "fcfs";
-    auto e = Engine::Open(eo);
-    if (!e.ok()) {
-      std::fprintf(stderr, "braid: %s\n", e.status().message().c_str());
-      return 1;
-    }
-    engine_ptrs.push_back(e->get());
-    names.push_back("engine" + std::to_string(i));
-    engines.push_back(std::move(e).value());
-  }
-  rt::RuntimeOptions ro;
-  ro.engines = engine_ptrs;
-  ro.engine_names = names;
-  ro.db_path = db;
-  auto runtime = rt::Runtime::Open(ro);
-  if (!runtime.ok()) {
-    std::fprintf(stderr, "braid: %s\n", runtime.status().message().c_str());
+  if (mode != "dag") so.policy = "fcfs";
+  auto opened = OpenStack(so);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
     return 1;
   }
+  std::unique_ptr<Stack> stack = std::move(opened).value();
   rt::RunOptions runo;
   // The absolute path, so that a resume from another directory (or through
   // another relative path) names the same program.
@@ -365,7 +300,7 @@ int RunMain(const std::vector<std::string>& argv) {
                                          : rt::Mode::kDag;
   runo.rtt_ms = rtt_ms;
   runo.resume_id = resume;
-  auto started = (*runtime)->StartRun(runo);
+  auto started = stack->runtime->StartRun(runo);
   if (!started.ok()) {
     std::fprintf(stderr, "braid: %s\n", started.status().message().c_str());
     return 1;
@@ -373,18 +308,7 @@ int RunMain(const std::vector<std::string>& argv) {
   std::shared_ptr<rt::Run> run = *started;
   if (const std::string w = run->resume_warning(); !w.empty())
     std::fprintf(stderr, "braid run: warning: %s\n", w.c_str());
-  if (!quiet) {
-    const EngineStats st = engines[0]->stats();
-    const int tokens = st.kv_blocks_total * kv_block_size;
-    if (kv_tokens == 0) {
-      std::fprintf(stderr,
-                   "braid: KV cache %d tokens per engine (%.0f MB; %.0f%% of %.1f GB available)\n",
-                   tokens, st.kv_pool_bytes / 1e6, 100.0 * kv_memory, available_at_start / 1e9);
-    } else {
-      std::fprintf(stderr, "braid: KV cache %d tokens per engine (%.0f MB)\n", tokens,
-                   st.kv_pool_bytes / 1e6);
-    }
-  }
+  if (!quiet) std::fprintf(stderr, "braid: %s\n", stack->KvSummary().c_str());
   // The run id even with -q: it is what --resume and braid runs take.
   if (!db.empty())
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),

@@ -297,7 +297,7 @@ int ServeBenchMain(Args& args) {
     return 1;
   }
   Engine& engine = **opened;
-  const int n_vocab = engine.model().info().n_vocab;
+  const int n_vocab = engine.model()->info().n_vocab;
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
   std::vector<int32_t> prefix(shared);
@@ -322,7 +322,7 @@ int ServeBenchMain(Args& args) {
   // Every level `reps` times, the levels taking turns (so that a slow spell of
   // a shared host falls on all of them); per level the run with the median
   // decode rate is kept.
-  const int threads = engine.model().info().threads;
+  const int threads = engine.model()->info().threads;
   std::vector<std::vector<LevelResult>> runs(levels.size());
   // With several repetitions, the host's state after each (whether the cores
   // share a last-level cache moves every ratio; "The host", docs/benchmarks.md).
@@ -384,7 +384,7 @@ int ServeBenchMain(Args& args) {
   // 2 x (multiply-adds per token ~ n_params: every weight once per token, the
   // tied embedding as the output head) x decode tok/s.
   const double peak = MeasureInt8GemmPeak(threads);
-  const double ops_per_token = 2.0 * static_cast<double>(engine.model().info().n_params);
+  const double ops_per_token = 2.0 * static_cast<double>(engine.model()->info().n_params);
   std::printf("int8 dot peak (%d threads, vpdpbusd/maddubs loop): %.1f GOP/s\n", threads,
               peak / 1e9);
   // Whether the cores share a last-level cache: where they do not, each team
@@ -427,8 +427,8 @@ int ServeBenchMain(Args& args) {
                  "{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
                  "\"prompt_len\": %d, \"shared_prefix\": %d, \"gen_len\": %d, "
                  "\"int8_peak_gops\": %.1f, \"levels\": [",
-                 engine.model().info().path.c_str(), JsonEscape(cpu.model).c_str(),
-                 engine.model().info().threads, engine.model().info().isa.c_str(), prompt_len,
+                 engine.model()->info().path.c_str(), JsonEscape(cpu.model).c_str(),
+                 engine.model()->info().threads, engine.model()->info().isa.c_str(), prompt_len,
                  shared, gen_len, peak / 1e9);
     for (size_t i = 0; i < results.size(); ++i) {
       const LevelResult& r = results[i];

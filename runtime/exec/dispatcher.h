@@ -50,6 +50,7 @@ struct EngineSlot {
 // (the store and engines are thread-safe themselves).
 struct RuntimeContext {
   std::vector<EngineSlot> engines;
+  const Model* tokenizer = nullptr;  // RuntimeOptions::tokenizer, resolved
   std::shared_ptr<RunStore> store;  // null: not persisted
   std::shared_ptr<WakeSignal> wake = std::make_shared<WakeSignal>();
 

@@ -282,7 +282,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     BRAID_ASSIGN_OR_RETURN(RegexDfa dfa, RegexDfa::Compile(spec.pattern));
     auto mask = std::make_shared<RegexMask>(std::make_shared<const RegexDfa>(std::move(dfa)),
-                                            TokenTable::ForModel(slot.engine->model()));
+                                            TokenTable::ForModel(model()));
     auto fn = [mask](std::span<const int32_t> generated, std::span<float> logits) {
       (*mask)(generated, logits);
     };

@@ -205,7 +205,7 @@ class FakeEngine final : public Engine {
     if (pin) --pins_active_;
   }
   EngineStats stats() const override { return {}; }
-  Model& model() override { return model_; }
+  Model* model() override { return &model_; }
   void Shutdown() override {}
 
   std::vector<Submitted> submitted() const {

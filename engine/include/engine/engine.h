@@ -107,7 +107,9 @@ class Engine {
   virtual void Unpin(uint64_t pin) = 0;
 
   virtual EngineStats stats() const = 0;
-  virtual Model& model() = 0;
+  // The model this engine runs in this process; null for an engine that runs
+  // elsewhere (a remote server), whose callers tokenize with their own copy.
+  virtual Model* model() = 0;
   // Stops the step loop; pending requests finish with reason "cancelled".
   virtual void Shutdown() = 0;
 };

@@ -289,6 +289,9 @@ class RunStore;  // runtime/store/run_store.h
 struct RuntimeOptions {
   std::vector<Engine*> engines;   // not owned; at least one
   std::vector<std::string> engine_names;
+  // Tokenization and chat templates for every call (engines run the same
+  // model). Null: the first engine's model, which must then run here.
+  const Model* tokenizer = nullptr;
   std::string db_path;            // SQLite file for runs; "" = not persisted
   std::shared_ptr<RunStore> store;  // an already open store (tests, embedding); wins over db_path
 };

@@ -1,0 +1,106 @@
+#include "cli/stack.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/system_probe.h"
+
+namespace braid::cli {
+
+namespace {
+// Bounds of the options that size memory (see the help text).
+constexpr long long kMaxKvTokens = 4LL << 20;
+}  // namespace
+
+const char* const kStackHelp =
+    "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
+    "                          between engines\n"
+    "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
+    "      --precision P       activations: split16 (default, most accurate) or int8 (faster "
+    "batches)\n"
+    "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
+    "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
+    "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
+    "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
+    "                          small = latency-tuned)\n"
+    "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
+    "                          memory, see --kv-memory)\n"
+    "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
+    "                          memory available at start, split between engines, 0.01..0.95\n"
+    "                          (default 0.3); pages are used as the caches fill\n"
+    "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
+
+const std::vector<std::string> kStackValueOptions = {
+    "-m",          "--model",     "-t",       "--threads", "--ctx",
+    "--precision", "--kv",        "--stream", "--engines", "--max-running",
+    "--kv-tokens", "--kv-memory", "--db"};
+
+StackOptions ReadStackOptions(Args& args) {
+  StackOptions o;
+  o.model = ReadModelOptions(args);
+  o.engines = static_cast<int>(args.Int({"--engines"}, 1, 1, 64));
+  o.kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
+  o.kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
+  o.max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
+  o.db = args.Str({"--db"}, DefaultDb());
+  if (o.db == "none") o.db.clear();
+  return o;
+}
+
+std::string Stack::KvSummary() const {
+  const EngineStats st = engines.at(0)->stats();
+  const int tokens = st.kv_blocks_total * kv_block_size;
+  char line[256];
+  if (options.kv_tokens == 0) {
+    std::snprintf(line, sizeof line,
+                  "KV cache %d tokens per engine (%.0f MB; %.0f%% of %.1f GB available)", tokens,
+                  st.kv_pool_bytes / 1e6, 100.0 * options.kv_memory, available_at_start / 1e9);
+  } else {
+    std::snprintf(line, sizeof line, "KV cache %d tokens per engine (%.0f MB)", tokens,
+                  st.kv_pool_bytes / 1e6);
+  }
+  return line;
+}
+
+Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
+  auto stack = std::make_unique<Stack>();
+  stack->options = options;
+  const int n = std::max(1, options.engines);
+  const int threads = options.model.threads > 0
+                          ? options.model.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  stack->available_at_start = AvailableMemoryBytes();
+  for (int i = 0; i < n; ++i) {
+    EngineOptions eo;
+    eo.model = options.model;
+    eo.model.threads = std::max(1, threads / n);
+    eo.kv_tokens = options.kv_tokens;
+    eo.kv_memory_fraction = options.kv_memory / n;
+    eo.max_running = options.max_running;
+    eo.max_waiting = options.max_waiting;
+    eo.policy = options.policy;
+    stack->kv_block_size = eo.block_size;
+    BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
+    stack->engine_names.push_back("engine" + std::to_string(i));
+    stack->engines.push_back(std::move(engine));
+  }
+  stack->tokenizer = stack->engines[0]->model();
+  if (!options.db.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(options.db).parent_path(), ec);
+  }
+  rt::RuntimeOptions ro;
+  for (auto& e : stack->engines) ro.engines.push_back(e.get());
+  ro.engine_names = stack->engine_names;
+  ro.tokenizer = stack->tokenizer;
+  ro.db_path = options.db;
+  BRAID_ASSIGN_OR_RETURN(stack->runtime, rt::Runtime::Open(ro));
+  return stack;
+}
+
+}  // namespace braid::cli

@@ -1,0 +1,60 @@
+// The one place that opens Braid's stack from command-line options: the
+// engines on a model, the tokenizer the runtime uses, and the runtime with
+// its run store. braid run, braid serve and braid repl share it, so that an
+// option means the same in each.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "engine/status.h"
+#include "runtime/runtime.h"
+
+namespace braid::cli {
+
+struct StackOptions {
+  ModelOptions model;      // -m, -t (in all, split between engines), --ctx, --precision, --kv, ...
+  int engines = 1;         // embedded engines on the same model
+  int kv_tokens = 0;       // per engine; 0 = sized from memory (kv_memory)
+  double kv_memory = 0.3;  // with kv_tokens 0: this fraction of the memory available, in all
+  int max_running = 64;
+  int max_waiting = 4096;           // queued requests per engine beyond which it refuses
+  std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
+  std::string db;                   // run store path; "" = runs are not persisted
+};
+
+// The stack's options as --help lines, and those of them that take a value
+// (for commands that stop reading options at a positional argument).
+extern const char* const kStackHelp;
+extern const std::vector<std::string> kStackValueOptions;
+
+// Reads -m/-t/--ctx/--precision/--kv/--stream (ReadModelOptions), --engines,
+// --kv-tokens, --kv-memory, --max-running and --db (default DefaultDb();
+// "none" = no store). Problems go to args.Error().
+StackOptions ReadStackOptions(Args& args);
+
+// What OpenStack made. Members are destroyed in reverse order: the runtime
+// (its dispatcher thread) before the engines it drives.
+struct Stack {
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<std::string> engine_names;
+  const Model* tokenizer = nullptr;  // the first engine's model
+  std::unique_ptr<rt::Runtime> runtime;
+  StackOptions options;
+  uint64_t available_at_start = 0;  // memory available before the KV pools were taken
+  int kv_block_size = 0;
+
+  // "KV cache N tokens per engine (M MB; ...)", for the start-up lines.
+  std::string KvSummary() const;
+};
+
+// Opens the engines, then the runtime over them (creating the store's
+// directory). Errors: the model cannot be opened, a bad option, the store
+// cannot be opened.
+Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options);
+
+}  // namespace braid::cli
