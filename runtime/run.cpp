@@ -36,7 +36,16 @@ void RunImpl::Notify() {
   ctx_->wake->Raise();
 }
 
+void RunImpl::Watch(RunWatcher watcher) {
+  std::lock_guard<std::mutex> lock(watch_->mu);
+  watch_->fn = std::move(watcher);
+}
+
 void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::string& detail) {
+  const RunEvent::Kind k = kind == "node_started"    ? RunEvent::Kind::kNodeStarted
+                           : kind == "node_finished" ? RunEvent::Kind::kNodeFinished
+                                                     : RunEvent::Kind::kNodeFailed;
+  watch_->Emit({k, n.id, 0, detail});
   if (!ctx_->store) return;
   nlohmann::json j = {{"node", n.id},
                       {"label", n.label},

@@ -49,6 +49,7 @@ class RunImpl final : public Run, public Pumpable {
   std::vector<NodeInfo> Nodes() const override;
   std::vector<VarInfo> Vars() const override;
   std::string ToDot() const override;
+  void Watch(RunWatcher watcher) override;
   void Cancel() override;
   void Finish(const Status& status) override;
 
@@ -95,6 +96,15 @@ class RunImpl final : public Run, public Pumpable {
     // Tokens streamed so far (the engine's callback counts them; Nodes reads
     // them for running nodes, before the completion's usage arrives).
     std::shared_ptr<std::atomic<int>> live_tokens = std::make_shared<std::atomic<int>>(0);
+  };
+  // The watcher, shared with the engine callbacks of this run's requests.
+  struct WatchSlot {
+    std::mutex mu;
+    RunWatcher fn;
+    void Emit(const RunEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (fn) fn(e);
+    }
   };
   struct Share {
     int engine = 0;
@@ -156,6 +166,7 @@ class RunImpl final : public Run, public Pumpable {
   const std::string resume_warning_;
   const Clock::time_point t0_;
   std::shared_ptr<Inbox> inbox_;
+  const std::shared_ptr<WatchSlot> watch_ = std::make_shared<WatchSlot>();
 
   mutable std::mutex mu_;
   std::condition_variable changed_;

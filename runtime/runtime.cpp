@@ -1,6 +1,8 @@
 // Runtime: engines, the optional store and the dispatcher thread; StartRun
 // creates or resumes runs.
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "run_impl.h"
@@ -112,10 +114,38 @@ class RuntimeImpl final : public Runtime {
     }
     auto run = std::make_shared<RunImpl>(ctx_, id, options, resumed, std::move(warning));
     dispatcher_->Add(run);
+    {
+      std::lock_guard<std::mutex> lock(live_mu_);
+      std::erase_if(live_, [](const auto& kv) { return kv.second.expired(); });
+      live_[id] = run;
+    }
     return std::shared_ptr<Run>(run);
   }
 
+  Result<std::vector<RunRecord>> StoredRuns(int limit) override {
+    if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
+    BRAID_ASSIGN_OR_RETURN(std::vector<StoredRun> runs, ctx_->store->ListRuns(limit));
+    std::vector<RunRecord> out;
+    std::lock_guard<std::mutex> lock(live_mu_);
+    for (const StoredRun& run : runs) {
+      BRAID_ASSIGN_OR_RETURN(RunRecord r, StoredRunRecord(*ctx_->store, run));
+      auto live = live_.find(r.id);
+      if (r.state == "interrupted" && live != live_.end() && !live->second.expired())
+        r.state = "running";
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Result<std::optional<std::string>> StoredValue(const std::string& run_id,
+                                                 const std::string& key) override {
+    if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
+    return ctx_->store->FindValue(run_id, key);
+  }
+
  private:
+  std::mutex live_mu_;
+  std::map<std::string, std::weak_ptr<RunImpl>> live_;
   std::shared_ptr<RuntimeContext> ctx_;
   std::unique_ptr<Dispatcher> dispatcher_;
 };

@@ -16,7 +16,9 @@ Result<std::unique_ptr<RunStore>> OpenExisting(const std::string& db_path) {
   return RunStore::Open(db_path);
 }
 
-Result<RunRecord> Record(RunStore& store, const StoredRun& run) {
+}  // namespace
+
+Result<RunRecord> StoredRunRecord(RunStore& store, const StoredRun& run) {
   BRAID_ASSIGN_OR_RETURN(RunTotals t, store.Totals(run.id));
   RunRecord r;
   r.id = run.id;
@@ -34,14 +36,12 @@ Result<RunRecord> Record(RunStore& store, const StoredRun& run) {
   return r;
 }
 
-}  // namespace
-
 Result<std::vector<RunRecord>> ListStoredRuns(const std::string& db_path, int limit) {
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, OpenExisting(db_path));
   BRAID_ASSIGN_OR_RETURN(std::vector<StoredRun> runs, store->ListRuns(limit));
   std::vector<RunRecord> out;
   for (const StoredRun& run : runs) {
-    BRAID_ASSIGN_OR_RETURN(RunRecord r, Record(*store, run));
+    BRAID_ASSIGN_OR_RETURN(RunRecord r, StoredRunRecord(*store, run));
     out.push_back(std::move(r));
   }
   return out;
@@ -51,7 +51,7 @@ Result<RunRecord> GetStoredRun(const std::string& db_path, const std::string& id
                                std::vector<RunNodeRecord>* nodes) {
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, OpenExisting(db_path));
   BRAID_ASSIGN_OR_RETURN(StoredRun run, store->GetRun(id));
-  BRAID_ASSIGN_OR_RETURN(RunRecord r, Record(*store, run));
+  BRAID_ASSIGN_OR_RETURN(RunRecord r, StoredRunRecord(*store, run));
   if (nodes != nullptr) {
     BRAID_ASSIGN_OR_RETURN(std::vector<StoredCall> calls, store->Calls(id));
     nodes->clear();

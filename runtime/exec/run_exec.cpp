@@ -248,7 +248,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   if (spec.seed) r.sampling.seed = *spec.seed;
   r.sampling.max_tokens = spec.max_tokens;
   r.sampling.stop = spec.stop;
-  r.client = id_;
+  r.client = options_.client.empty() ? id_ : options_.client;
   if (dag_mode()) {
     r.goal = node.goal == Criteria::kLatency ? GoalClass::kLatency : GoalClass::kThroughput;
     r.priority = node.priority;
@@ -298,8 +298,14 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   bool first = false;
   Flight f;
   auto live = f.live_tokens;
-  auto cb = [inbox, fid, first, live](const Delta& d) mutable {
+  auto watch = watch_;
+  RunEvent tokens{RunEvent::Kind::kTokens, n, node.outputs[static_cast<size_t>(ex.output)], {}};
+  auto cb = [inbox, fid, first, live, watch, tokens](const Delta& d) mutable {
     live->fetch_add(static_cast<int>(d.tokens.size()), std::memory_order_relaxed);
+    if (!d.text.empty()) {
+      tokens.text = d.text;
+      watch->Emit(tokens);
+    }
     const bool report_first = !first && (!d.tokens.empty() || d.finished);
     if (!report_first && !d.finished) return;
     first = true;

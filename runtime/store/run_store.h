@@ -44,6 +44,12 @@ struct StoredCall {
   std::map<std::string, std::string> outputs;  // output name -> value
 };
 
+struct RunRecord;
+class RunStore;
+// The run's summary as braid runs shows it; "running" reads "interrupted"
+// (stored_runs.cpp).
+Result<RunRecord> StoredRunRecord(RunStore& store, const StoredRun& run);
+
 class RunStore {
  public:
   // Opens or creates the database at `path` (":memory:" for tests), applying

@@ -183,6 +183,9 @@ struct RunOptions {
   Mode mode = Mode::kDag;
   int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
   std::string resume_id;          // resume this stored run instead of starting one
+  // Whose work this is, for fair sharing and accounting in the engines
+  // (GenerationRequest::client); "" = the run id.
+  std::string client;
   // The largest value the runtime builds from others (a join's result, a
   // rendered prompt); a node that would build a larger one fails, naming
   // both sizes, instead of growing without bound.
@@ -200,6 +203,19 @@ struct CallKey {
   std::string path;   // coroutine path, e.g. "main/3/1"
   int index = 0;      // call index within that coroutine
 };
+
+// What a run reports as it goes (Run::Watch).
+struct RunEvent {
+  enum class Kind { kNodeStarted, kNodeFinished, kNodeFailed, kTokens };
+  Kind kind = Kind::kNodeStarted;
+  NodeId node = 0;
+  VarId var = 0;     // kTokens: the output being generated
+  std::string text;  // kTokens: the new text; kNodeFailed: the cause
+};
+// Called for node starts, finishes and failures on the dispatcher thread
+// with the run's lock held, and for token deltas on an engine thread: it
+// must neither block nor call back into the run.
+using RunWatcher = std::function<void(const RunEvent&)>;
 
 class Run {
  public:
@@ -277,6 +293,9 @@ class Run {
   virtual std::vector<VarInfo> Vars() const = 0;
   // Graphviz dot text: nodes coloured by state, labelled with timings.
   virtual std::string ToDot() const = 0;
+  // Sets the run's one watcher (null removes it); any thread. Requests
+  // already in engines report their tokens to it from their next delta.
+  virtual void Watch(RunWatcher watcher) {}
 
   // Cancels every pending node; their outputs become kCancelled.
   virtual void Cancel() = 0;
@@ -302,6 +321,13 @@ class Runtime {
   virtual ~Runtime() = default;
   // A new run, or the resumption of RunOptions::resume_id (NotFound if unknown).
   virtual Result<std::shared_ptr<Run>> StartRun(const RunOptions& options) = 0;
+  // The runs of the runtime's store, newest first, at most `limit` (<= 0:
+  // all); a run recorded as running that is not live in this runtime reads
+  // "interrupted", a live one "running". Unsupported without a store.
+  virtual Result<std::vector<struct RunRecord>> StoredRuns(int limit) = 0;
+  // A value a run recorded with Run::Replayable (nullopt: none under `key`).
+  virtual Result<std::optional<std::string>> StoredValue(const std::string& run_id,
+                                                         const std::string& key) = 0;
 };
 
 // Runs recorded in a run store (`braid runs`). A live run holds its store

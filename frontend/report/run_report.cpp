@@ -1,0 +1,178 @@
+#include "report/run_report.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace braid::report {
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& data) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+// Renders dot text with Graphviz: `dot -T<format> -o <path>`, text on stdin.
+}  // namespace
+
+Status RenderDot(const std::string& dot, const std::string& format, const std::string& path) {
+  int fds[2];
+  if (pipe(fds) != 0) return Status::IoError("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  std::string t = "-T" + format;
+  std::vector<char*> argv = {const_cast<char*>("dot"), t.data(), const_cast<char*>("-o"),
+                             const_cast<char*>(path.c_str()), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, "dot", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[0]);
+  if (rc != 0) {
+    close(fds[1]);
+    return Status::NotFound("Graphviz 'dot' not found (install graphviz)");
+  }
+  size_t off = 0;
+  std::signal(SIGPIPE, SIG_IGN);
+  while (off < dot.size()) {
+    ssize_t n = write(fds[1], dot.data() + off, dot.size() - off);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  close(fds[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return Status::IoError("dot -T" + format + " failed for " + path);
+  return Status::Ok();
+}
+
+void WriteGraph(const rt::Run& run, const std::string& path) {
+  std::string dot = run.ToDot();
+  std::string ext = std::filesystem::path(path).extension().string();
+  if (!ext.empty()) ext = ext.substr(1);
+  if (ext.empty() || ext == "dot" || ext == "gv") {
+    if (!WriteFile(path, dot)) std::fprintf(stderr, "braid: cannot write %s\n", path.c_str());
+    return;
+  }
+  Status s = RenderDot(dot, ext, path);
+  if (!s.ok()) {
+    std::string fallback = path + ".dot";
+    WriteFile(fallback, dot);
+    std::fprintf(stderr, "braid: %s; wrote the dot text to %s\n", s.message().c_str(),
+                 fallback.c_str());
+  }
+}
+
+// At most `max` bytes of `s`, cut at a UTF-8 boundary, "..." when cut.
+std::string Truncated(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& vars) {
+  nlohmann::json j;
+  j["id"] = n.id;
+  j["label"] = n.label;
+  j["state"] = rt::NodeStateName(n.state);
+  j["wanted"] = n.wanted;
+  j["goal"] = n.goal == rt::Criteria::kLatency ? "latency" : "throughput";
+  j["group"] = n.group;
+  j["priority"] = n.priority;
+  j["engine"] = n.engine;
+  j["prompt_tokens"] = n.prompt_tokens;
+  j["cached_tokens"] = n.cached_tokens;
+  j["generated_tokens"] = n.generated_tokens;
+  j["queued_ms"] = n.queued_ms;
+  j["run_ms"] = n.run_ms;
+  // The run's clock (ms since it started); null until then.
+  j["start_ms"] = n.start_ms >= 0 ? nlohmann::json(n.start_ms) : nlohmann::json();
+  j["end_ms"] = n.end_ms >= 0 ? nlohmann::json(n.end_ms) : nlohmann::json();
+  j["first_token_ms"] = n.first_token_ms >= 0 ? nlohmann::json(n.first_token_ms) : nlohmann::json();
+  j["decode_tokens_per_s"] = n.decode_tokens_per_s;
+  if (n.deadline_ms) {
+    j["deadline_ms"] = *n.deadline_ms;
+    j["slack_ms"] = n.slack_ms;
+    j["deadline_met"] = n.deadline_met ? nlohmann::json(*n.deadline_met) : nlohmann::json();
+  }
+  auto var_ids = [&](const std::vector<rt::VarId>& ids) {
+    nlohmann::json a = nlohmann::json::array();
+    for (rt::VarId v : ids)
+      a.push_back(
+          {{"var", v}, {"name", vars.at(v - 1).name}, {"producer", vars.at(v - 1).producer}});
+    return a;
+  };
+  j["inputs"] = var_ids(n.inputs);
+  j["read_before"] = var_ids(n.read_before);  // dashed edges: read by the program, then this call
+  nlohmann::json outputs = nlohmann::json::object();
+  for (rt::VarId v : n.outputs) {
+    const rt::VarInfo& var = vars.at(v - 1);
+    if (var.state == rt::VarState::kReady) outputs[var.name] = Truncated(var.value, 500);
+  }
+  j["outputs"] = outputs;
+  if (!n.error.empty()) j["error"] = n.error;
+  return j;
+}
+
+// {output: {choice: log-probability}} for the node's select outputs (empty
+// when it has none).
+nlohmann::json ScoresJson(const rt::NodeInfo& n, const std::map<rt::VarId, rt::VarInfo>& vars) {
+  nlohmann::json j = nlohmann::json::object();
+  for (rt::VarId v : n.outputs) {
+    auto it = vars.find(v);
+    if (it == vars.end() || it->second.scores.empty()) continue;
+    nlohmann::json s = nlohmann::json::object();
+    for (const auto& [choice, lp] : it->second.scores) s[choice] = lp;
+    j[it->second.name] = std::move(s);
+  }
+  return j;
+}
+
+nlohmann::json NodesJson(const rt::Run& run) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::vector<rt::VarInfo> var_list = run.Vars();
+  std::map<rt::VarId, rt::VarInfo> vars;
+  for (const rt::VarInfo& v : var_list) vars.emplace(v.id, v);
+  for (const auto& n : run.Nodes()) {
+    nlohmann::json j = NodeJson(n, var_list);
+    if (nlohmann::json s = ScoresJson(n, vars); !s.empty()) j["scores"] = std::move(s);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<std::string> GraphSvg(const rt::Run& run) {
+  char tmpl[] = "/tmp/braid-graph-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) return Status::IoError("cannot create a temporary file for the graph");
+  close(fd);
+  const std::string path = tmpl;
+  Status s = RenderDot(run.ToDot(), "svg", path);
+  std::string svg;
+  if (s.ok()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    svg = buf.str();
+  }
+  std::remove(path.c_str());
+  if (!s.ok()) return s;
+  return svg;
+}
+
+}  // namespace braid::report

@@ -1,0 +1,344 @@
+#include "server/dag_json.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace braid::server {
+namespace {
+
+using nlohmann::json;
+
+Status Bad(const std::string& where, const std::string& what) {
+  return Status::InvalidArgument(where + ": " + what);
+}
+
+const char* TypeName(const json& j) { return j.type_name(); }
+
+// Parses JSON with a nesting limit; errors give the byte offset.
+Result<json> ParseLimited(std::string_view body, int max_depth) {
+  bool too_deep = false;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t, json&) {
+    if (depth > max_depth) too_deep = true;
+    return !too_deep;
+  };
+  json j = json::parse(body.begin(), body.end(), cb, /*allow_exceptions=*/false);
+  if (too_deep)
+    return Status::InvalidArgument("the JSON nests deeper than " + std::to_string(max_depth) +
+                                   " levels");
+  if (j.is_discarded()) {
+    // Find where: parse again with exceptions kept inside this function.
+    try {
+      (void)json::parse(body.begin(), body.end());
+    } catch (const json::parse_error& e) {
+      return Status::InvalidArgument("invalid JSON at byte " + std::to_string(e.byte) + ": " +
+                                     e.what());
+    }
+    return Status::InvalidArgument("invalid JSON");
+  }
+  return j;
+}
+
+Result<std::string> String(const json& obj, const char* key, const std::string& where,
+                           bool required) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (required) return Bad(where, std::string("'") + key + "' is missing");
+    return std::string();
+  }
+  if (!it->is_string())
+    return Bad(where + "." + key, std::string("must be a string, not ") + TypeName(*it));
+  return it->get<std::string>();
+}
+
+Result<DagValue> Value(const json& v, const std::string& where, size_t* text_bytes) {
+  DagValue out;
+  if (v.is_string()) {
+    out.text = v.get<std::string>();
+    *text_bytes += out.text.size();
+    return out;
+  }
+  if (v.is_object() && v.size() == 1 && v.contains("ref") && v["ref"].is_string()) {
+    out.ref = v["ref"].get<std::string>();
+    if (out.ref.empty()) return Bad(where, "the ref is empty");
+    return out;
+  }
+  return Bad(where,
+             std::string("must be literal text (a string) or {\"ref\": \"CALL.OUTPUT\"}, not ") +
+                 TypeName(v));
+}
+
+Result<rt::FunctionSpec> Function(const std::string& name, const json& f, const std::string& where,
+                                  size_t* text_bytes) {
+  if (!f.is_object()) return Bad(where, std::string("must be an object, not ") + TypeName(f));
+  rt::FunctionSpec spec;
+  spec.name = name;
+  BRAID_ASSIGN_OR_RETURN(spec.prompt, String(f, "template", where, true));
+  BRAID_ASSIGN_OR_RETURN(spec.system, String(f, "system", where, false));
+  if (auto it = f.find("lazy"); it != f.end()) {
+    if (!it->is_boolean()) return Bad(where + ".lazy", "must be true or false");
+    spec.lazy = it->get<bool>();
+  }
+  if (auto it = f.find("messages"); it != f.end()) {
+    if (!it->is_array()) return Bad(where + ".messages", "must be an array");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string w = where + ".messages[" + std::to_string(i) + "]";
+      const json& m = (*it)[i];
+      if (!m.is_object()) return Bad(w, "must be an object {role, content}");
+      ChatMessage msg;
+      BRAID_ASSIGN_OR_RETURN(msg.role, String(m, "role", w, true));
+      BRAID_ASSIGN_OR_RETURN(msg.content, String(m, "content", w, true));
+      *text_bytes += msg.content.size();
+      spec.messages.push_back(std::move(msg));
+    }
+  }
+  *text_bytes += spec.prompt.size() + spec.system.size();
+  for (const auto& [key, _] : f.items())
+    if (key != "template" && key != "system" && key != "lazy" && key != "messages")
+      return Bad(where, "unknown field '" + key + "' (template, system, messages, lazy)");
+  // The template's own errors, with the function's name, line and column.
+  if (auto parsed = rt::SemanticFunction::Parse(spec); !parsed.ok())
+    return Bad(where, parsed.status().message());
+  return spec;
+}
+
+Result<rt::GetOptions> GetOptions(const json& o, const std::string& where) {
+  rt::GetOptions get;
+  BRAID_ASSIGN_OR_RETURN(std::string criteria, String(o, "criteria", where, false));
+  if (criteria == "latency") {
+    get.criteria = rt::Criteria::kLatency;
+  } else if (!criteria.empty() && criteria != "throughput") {
+    return Bad(where + ".criteria", "must be latency or throughput, not '" + criteria + "'");
+  }
+  if (auto it = o.find("deadline_ms"); it != o.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() <= 0 || it->get<double>() > 86400e3)
+      return Bad(where + ".deadline_ms", "must be a number of milliseconds in (0, 86400000]");
+    get.deadline_ms = it->get<double>();
+  }
+  return get;
+}
+
+}  // namespace
+
+Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
+  BRAID_ASSIGN_OR_RETURN(json root, ParseLimited(body, limits.max_depth));
+  if (!root.is_object()) return Status::InvalidArgument("the DAG must be a JSON object");
+  DagPlan plan;
+  size_t text_bytes = 0;
+
+  const json* functions = root.contains("functions") ? &root["functions"] : nullptr;
+  if (!functions || !functions->is_object() || functions->empty())
+    return Bad("functions", "must be a non-empty object {name: {template, ...}}");
+  if (functions->size() > limits.max_functions)
+    return Status::ResourceExhausted("functions: " + std::to_string(functions->size()) +
+                                     " functions, over the limit of " +
+                                     std::to_string(limits.max_functions));
+  for (const auto& [name, f] : functions->items()) {
+    BRAID_ASSIGN_OR_RETURN(rt::FunctionSpec spec,
+                           Function(name, f, "functions." + name, &text_bytes));
+    plan.functions.emplace(name, std::move(spec));
+  }
+
+  // Nodes, unordered for now.
+  std::vector<DagNodeSpec> nodes;
+  std::map<std::string, size_t> index;  // node id -> position in `nodes`
+  size_t edges = 0;
+  auto add_node = [&](DagNodeSpec n, const std::string& where) -> Status {
+    if (n.id.empty()) return Bad(where + ".id", "is empty");
+    if (n.id.find('.') != std::string::npos)
+      return Bad(where + ".id", "'" + n.id + "' contains '.', which refs use to name outputs");
+    if (!index.emplace(n.id, nodes.size()).second)
+      return Bad(where + ".id", "'" + n.id + "' is used twice");
+    nodes.push_back(std::move(n));
+    if (nodes.size() > limits.max_nodes)
+      return Status::ResourceExhausted("the DAG has more than " + std::to_string(limits.max_nodes) +
+                                       " calls and joins");
+    return Status::Ok();
+  };
+  for (const char* section : {"calls", "joins"}) {
+    auto it = root.find(section);
+    if (it == root.end()) continue;
+    if (!it->is_array()) return Bad(section, "must be an array");
+    const bool join = std::string(section) == "joins";
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string where = std::string(section) + "[" + std::to_string(i) + "]";
+      const json& c = (*it)[i];
+      if (!c.is_object()) return Bad(where, std::string("must be an object, not ") + TypeName(c));
+      DagNodeSpec n;
+      n.join = join;
+      BRAID_ASSIGN_OR_RETURN(n.id, String(c, "id", where, true));
+      if (join) {
+        BRAID_ASSIGN_OR_RETURN(n.sep, String(c, "sep", where, false));
+        auto parts = c.find("parts");
+        if (parts == c.end() || !parts->is_array())
+          return Bad(where + ".parts", "must be an array of texts and refs");
+        for (size_t k = 0; k < parts->size(); ++k) {
+          BRAID_ASSIGN_OR_RETURN(
+              DagValue v,
+              Value((*parts)[k], where + ".parts[" + std::to_string(k) + "]", &text_bytes));
+          edges += v.ref.empty() ? 0 : 1;
+          n.parts.push_back(std::move(v));
+        }
+      } else {
+        BRAID_ASSIGN_OR_RETURN(n.function, String(c, "function", where, true));
+        auto fn = plan.functions.find(n.function);
+        if (fn == plan.functions.end())
+          return Bad(where + ".function", "unknown function '" + n.function + "'");
+        auto inputs = c.find("inputs");
+        if (inputs != c.end() && !inputs->is_object())
+          return Bad(where + ".inputs", "must be an object {input: text or {\"ref\": ...}}");
+        if (inputs != c.end())
+          for (const auto& [name, v] : inputs->items()) {
+            BRAID_ASSIGN_OR_RETURN(DagValue dv, Value(v, where + ".inputs." + name, &text_bytes));
+            edges += dv.ref.empty() ? 0 : 1;
+            n.inputs.emplace(name, std::move(dv));
+          }
+        // Every input the template names, and no other.
+        auto parsed = rt::SemanticFunction::Parse(fn->second);
+        for (const std::string& in : (*parsed)->inputs())
+          if (!n.inputs.count(in))
+            return Bad(where + ".inputs",
+                       "input '" + in + "' of function '" + n.function + "' is not given");
+        for (const auto& [name, _] : n.inputs) {
+          const auto& want = (*parsed)->inputs();
+          if (std::find(want.begin(), want.end(), name) == want.end())
+            return Bad(where + ".inputs." + name,
+                       "function '" + n.function + "' has no input '" + name + "'");
+        }
+      }
+      if (edges > limits.max_edges)
+        return Status::ResourceExhausted("the DAG has more than " +
+                                         std::to_string(limits.max_edges) + " refs");
+      BRAID_RETURN_IF_ERROR(add_node(std::move(n), where));
+    }
+  }
+  if (text_bytes > limits.max_text_bytes)
+    return Status::ResourceExhausted("the DAG's text is " + std::to_string(text_bytes) +
+                                     " bytes, over the limit of " +
+                                     std::to_string(limits.max_text_bytes));
+
+  // A ref's node, or an error naming the place.
+  auto resolve = [&](const std::string& ref, const std::string& where) -> Result<size_t> {
+    const size_t dot = ref.find('.');
+    const std::string id = ref.substr(0, dot);
+    auto it = index.find(id);
+    if (it == index.end())
+      return Bad(where, "unknown ref '" + ref + "': no call or join '" + id + "'");
+    const DagNodeSpec& n = nodes[it->second];
+    if (n.join) {
+      if (dot != std::string::npos)
+        return Bad(where,
+                   "ref '" + ref + "': join '" + id + "' has one value; name it '" + id + "'");
+      return it->second;
+    }
+    if (dot == std::string::npos)
+      return Bad(where,
+                 "ref '" + ref + "' names a call: name one of its outputs, '" + id + ".OUTPUT'");
+    const std::string out = ref.substr(dot + 1);
+    auto parsed = rt::SemanticFunction::Parse(plan.functions.at(n.function));
+    for (const rt::OutputSpec& o : (*parsed)->outputs())
+      if (o.name == out) return it->second;
+    return Bad(where,
+               "ref '" + ref + "': function '" + n.function + "' has no output '" + out + "'");
+  };
+
+  // Topological order (Kahn); what is left over lies on or behind a cycle.
+  std::vector<std::vector<size_t>> users(nodes.size());
+  std::vector<int> pending(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const DagNodeSpec& n = nodes[i];
+    const std::string where = (n.join ? "joins '" : "calls '") + n.id + "'";
+    std::vector<const DagValue*> refs;
+    for (const auto& [_, v] : n.inputs) refs.push_back(&v);
+    for (const auto& v : n.parts) refs.push_back(&v);
+    for (const DagValue* v : refs) {
+      if (v->ref.empty()) continue;
+      BRAID_ASSIGN_OR_RETURN(size_t from, resolve(v->ref, where));
+      users[from].push_back(i);
+      ++pending[i];
+    }
+  }
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (pending[i] == 0) ready.push_back(i);
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push_back(u);
+  }
+  if (order.size() != nodes.size()) {
+    std::string stuck;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (pending[i] > 0) stuck += (stuck.empty() ? "" : ", ") + nodes[i].id;
+    return Status::InvalidArgument("the DAG has a cycle through: " + stuck);
+  }
+  for (size_t i : order) plan.nodes.push_back(std::move(nodes[i]));
+  index.clear();
+  for (size_t i = 0; i < plan.nodes.size(); ++i) index[plan.nodes[i].id] = i;
+  nodes = plan.nodes;  // resolve() reads `nodes`
+
+  auto outputs = root.find("outputs");
+  if (outputs == root.end() || !outputs->is_array() || outputs->empty())
+    return Bad("outputs", "must be a non-empty array of {ref, criteria?, deadline_ms?}");
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const std::string where = "outputs[" + std::to_string(i) + "]";
+    const json& o = (*outputs)[i];
+    DagOutputSpec out;
+    if (o.is_string()) {
+      out.ref = o.get<std::string>();
+    } else if (o.is_object()) {
+      BRAID_ASSIGN_OR_RETURN(out.ref, String(o, "ref", where, true));
+      BRAID_ASSIGN_OR_RETURN(out.get, GetOptions(o, where));
+    } else {
+      return Bad(where, "must be a ref or {ref, criteria?, deadline_ms?}");
+    }
+    BRAID_RETURN_IF_ERROR(resolve(out.ref, where + ".ref").status());
+    plan.outputs.push_back(std::move(out));
+  }
+  for (const auto& [key, _] : root.items())
+    if (key != "functions" && key != "calls" && key != "joins" && key != "outputs" &&
+        key != "detached" && key != "stream" && key != "name")
+      return Bad(key, "unknown field (functions, calls, joins, outputs, detached, stream, name)");
+  return plan;
+}
+
+Result<std::vector<std::pair<std::string, rt::VarId>>> BuildDag(const DagPlan& plan, rt::Run& run) {
+  std::map<std::string, std::shared_ptr<const rt::SemanticFunction>> fns;
+  for (const auto& [name, spec] : plan.functions) {
+    BRAID_ASSIGN_OR_RETURN(fns[name], rt::SemanticFunction::Parse(spec));
+  }
+  std::map<std::string, rt::VarId> vars;  // ref -> variable
+  auto arg = [&](const DagValue& v) {
+    return v.ref.empty() ? rt::Arg::Text(v.text) : rt::Arg::Var(vars.at(v.ref));
+  };
+  int index = 0;
+  for (const DagNodeSpec& n : plan.nodes) {
+    if (n.join) {
+      std::vector<rt::Arg> parts;
+      for (const DagValue& p : n.parts) parts.push_back(arg(p));
+      auto v = run.Join(parts, n.sep);
+      if (!v.ok()) return Status::InvalidArgument("join '" + n.id + "': " + v.status().message());
+      vars[n.id] = *v;
+      continue;
+    }
+    std::map<std::string, rt::Arg> args;
+    for (const auto& [name, v] : n.inputs) args.emplace(name, arg(v));
+    // Calls are keyed by their position in the sorted plan, which the same
+    // body always gives: a resumed DAG replays what finished.
+    auto outs = run.Call(*fns.at(n.function), args, rt::CallKey{"dag", index++});
+    if (!outs.ok())
+      return Status::InvalidArgument("call '" + n.id + "': " + outs.status().message());
+    for (const auto& [name, v] : *outs) vars[n.id + "." + name] = v;
+  }
+  std::vector<std::pair<std::string, rt::VarId>> out;
+  for (const DagOutputSpec& o : plan.outputs) {
+    const rt::VarId v = vars.at(o.ref);
+    BRAID_RETURN_IF_ERROR(run.Want(v, o.get));
+    out.emplace_back(o.ref, v);
+  }
+  return out;
+}
+
+}  // namespace braid::server
