@@ -1,7 +1,7 @@
 #include "server/dag_json.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
-#include <set>
 
 namespace braid::server {
 namespace {
@@ -14,8 +14,10 @@ Status Bad(const std::string& where, const std::string& what) {
 
 const char* TypeName(const json& j) { return j.type_name(); }
 
-// Parses JSON with a nesting limit; errors give the byte offset.
-Result<json> ParseLimited(std::string_view body, int max_depth) {
+}  // namespace
+
+Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth) {
+  using nlohmann::json;
   bool too_deep = false;
   json::parser_callback_t cb = [&](int depth, json::parse_event_t, json&) {
     if (depth > max_depth) too_deep = true;
@@ -28,7 +30,8 @@ Result<json> ParseLimited(std::string_view body, int max_depth) {
   if (j.is_discarded()) {
     // Find where: parse again with exceptions kept inside this function.
     try {
-      (void)json::parse(body.begin(), body.end());
+      const json again = json::parse(body.begin(), body.end());
+      (void)again;
     } catch (const json::parse_error& e) {
       return Status::InvalidArgument("invalid JSON at byte " + std::to_string(e.byte) + ": " +
                                      e.what());
@@ -37,6 +40,8 @@ Result<json> ParseLimited(std::string_view body, int max_depth) {
   }
   return j;
 }
+
+namespace {
 
 Result<std::string> String(const json& obj, const char* key, const std::string& where,
                            bool required) {
@@ -120,7 +125,7 @@ Result<rt::GetOptions> GetOptions(const json& o, const std::string& where) {
 }  // namespace
 
 Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
-  BRAID_ASSIGN_OR_RETURN(json root, ParseLimited(body, limits.max_depth));
+  BRAID_ASSIGN_OR_RETURN(json root, ParseJsonLimited(body, limits.max_depth));
   if (!root.is_object()) return Status::InvalidArgument("the DAG must be a JSON object");
   DagPlan plan;
   size_t text_bytes = 0;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,10 @@ struct DagPlan {
   std::vector<DagNodeSpec> nodes;  // in an order where every ref comes before its use
   std::vector<DagOutputSpec> outputs;
 };
+
+// Parses JSON with a nesting limit (deeper is InvalidArgument naming the
+// limit); syntax errors give the byte offset.
+Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth);
 
 // Parses and checks `body` (syntax, types, unknown functions and refs,
 // templates, cycles, limits). Errors (InvalidArgument, or

@@ -1,0 +1,105 @@
+// RunsService's state, shared by runs_service.cpp (programs, DAGs, runs)
+// and sessions.cpp (the incremental API).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/runs_service.h"
+#include "server/work_pool.h"
+
+namespace braid::server {
+
+// One run the server knows about (live, or finished and kept for status).
+struct Entry {
+  std::string id, kind, client;  // kind: "program", "dag" or "session"
+  bool detached = true;
+  std::shared_ptr<rt::Run> run;
+  std::atomic<bool> interrupt{false};  // stops a program at its next instruction or wait
+  double created_unix = 0;
+
+  std::mutex mu;                 // guards what follows; never held while calling into `run`
+  std::string state = "queued";  // queued, running, done, failed, cancelled
+  nlohmann::json result;         // programs: the return value; DAGs: {ref: value}
+  std::string error;
+  double finished_unix = 0;
+  std::vector<std::shared_ptr<http::EventStream>> watchers;  // GET .../events
+  std::shared_ptr<http::EventStream> waiter;  // the submitting connection (not detached)
+  bool waiter_sse = false;                    // waiter gets events, not just the result
+
+  // Sessions: their functions, and one builder at a time.
+  std::mutex build_mu;
+  std::map<std::string, std::shared_ptr<const rt::SemanticFunction>> functions;
+  int calls = 0;
+  std::atomic<int64_t> last_used_ms{0};
+
+  bool Finished() const { return state == "done" || state == "failed" || state == "cancelled"; }
+};
+
+struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
+  explicit Impl(RunsOptions o);
+
+  RunsOptions options;
+  WorkPool pool;
+  mutable std::mutex mu;
+  std::map<std::string, std::shared_ptr<Entry>> entries;
+  std::vector<std::string> finished_order;  // oldest first, for trimming
+  std::atomic<bool> stopping{false};
+  std::thread reaper;
+  std::mutex reaper_mu;  // guards cancel_requests
+  std::condition_variable reaper_cv;
+  std::vector<std::shared_ptr<Entry>> cancel_requests;
+
+  std::shared_ptr<Entry> Find(const std::string& id) const;
+  void Register(const std::shared_ptr<Entry>& e);
+  // Starts a run (or resumes `resume_id`) and records `request` with it, so
+  // that a restarted server can resume it.
+  Result<std::shared_ptr<Entry>> Start(const std::string& kind, const std::string& name,
+                                       const std::string& source, std::vector<std::string> args,
+                                       const std::string& client, const nlohmann::json& request,
+                                       const std::string& resume_id = "");
+  // Sends an event to the run's watchers (and to its waiter when it streams).
+  void Broadcast(Entry& e, const nlohmann::json& event);
+  // Marks the run finished, tells everyone and closes their streams.
+  void Complete(const std::shared_ptr<Entry>& e, std::string state, nlohmann::json result,
+                std::string error);
+  void CancelRun(const std::shared_ptr<Entry>& e);
+  // CancelRun from the service's own thread, soon: for hooks that may run
+  // with locks held.
+  void RequestCancel(const std::shared_ptr<Entry>& e);
+  // The submission's answer: 202 with the id when detached; else a stream
+  // tied to the connection (the result as JSON, or events with stream).
+  http::Response Answer(const std::shared_ptr<Entry>& e, bool detached, bool sse);
+  nlohmann::json StatusJson(Entry& e, bool details);
+
+  void ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
+                      std::vector<std::string> args);
+  void ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan);
+  bool Enqueue(const std::shared_ptr<Entry>& e, std::function<void()> job);
+
+  // Routes.
+  http::Response PostProgram(const http::Request& r);
+  http::Response PostDag(const http::Request& r);
+  http::Response ListRuns(const http::Request& r);
+  http::Response GetRun(const std::string& id);
+  http::Response Cancel(const std::string& id);
+  http::Response Graph(const http::Request& r, const std::string& id);
+  http::Response Events(const std::string& id);
+  // sessions.cpp
+  void AddSessionRoutes(http::Router* router);
+  void ReapIdleSessions();
+};
+
+// A Status as the HTTP error it means: InvalidArgument 400, NotFound 404,
+// ResourceExhausted 429 (with Retry-After) or 413, others 500.
+http::Response ErrorResponse(const Status& s);
+int64_t SteadyMs();
+
+}  // namespace braid::server

@@ -1,0 +1,661 @@
+#include "server/runs_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "lua/driver.h"
+#include "report/run_report.h"
+#include "server/runs_impl.h"
+
+namespace braid::server {
+
+using nlohmann::json;
+
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Reads an optional boolean field; InvalidArgument naming it otherwise.
+Result<bool> Bool(const json& body, const char* key, bool def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (!it->is_boolean())
+    return Status::InvalidArgument(std::string(key) + ": must be true or false");
+  return it->get<bool>();
+}
+
+}  // namespace
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+http::Response ErrorResponse(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      return http::JsonError(400, s.message());
+    case StatusCode::kNotFound:
+      return http::JsonError(404, s.message());
+    case StatusCode::kResourceExhausted: {
+      http::Response r = http::JsonError(429, s.message());
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    case StatusCode::kUnsupported:
+      return http::JsonError(501, s.message());
+    default:
+      return http::JsonError(500, s.message());
+  }
+}
+
+RunsService::Impl::Impl(RunsOptions o)
+    : options(std::move(o)), pool(options.max_programs, options.max_queued) {}
+
+std::shared_ptr<Entry> RunsService::Impl::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = entries.find(id);
+  return it == entries.end() ? nullptr : it->second;
+}
+
+void RunsService::Impl::Register(const std::shared_ptr<Entry>& e) {
+  std::lock_guard<std::mutex> lock(mu);
+  entries[e->id] = e;
+}
+
+Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
+    const std::string& kind, const std::string& name, const std::string& source,
+    std::vector<std::string> args, const std::string& client, const json& request,
+    const std::string& resume_id) {
+  rt::RunOptions ro;
+  ro.program = "http:" + kind + (name.empty() ? "" : ":" + name);
+  ro.program_hash = rt::ProgramHash(source);
+  ro.args = std::move(args);
+  ro.client = client;
+  ro.resume_id = resume_id;
+  BRAID_ASSIGN_OR_RETURN(std::shared_ptr<rt::Run> run, options.runtime->StartRun(ro));
+  // The request is recorded before the id goes back: a restarted server
+  // finds what to resume in the store.
+  if (resume_id.empty()) run->Replayable("#server:request", Dump(request));
+  auto e = std::make_shared<Entry>();
+  e->id = run->id();
+  e->kind = kind;
+  e->client = client;
+  e->run = run;
+  e->created_unix = UnixNow();
+  e->last_used_ms = SteadyMs();
+  std::weak_ptr<Impl> self = weak_from_this();
+  std::weak_ptr<Entry> weak = e;
+  run->Watch([self, weak](const rt::RunEvent& ev) {
+    auto impl = self.lock();
+    auto entry = weak.lock();
+    if (!impl || !entry) return;
+    json j;
+    if (ev.kind == rt::RunEvent::Kind::kTokens) {
+      j = {{"type", "tokens"}, {"node", ev.node}, {"var", ev.var}, {"text", ev.text}};
+    } else {
+      const char* state = ev.kind == rt::RunEvent::Kind::kNodeStarted    ? "running"
+                          : ev.kind == rt::RunEvent::Kind::kNodeFinished ? "done"
+                                                                         : "failed";
+      j = {{"type", "node"}, {"node", ev.node}, {"state", state}};
+      if (!ev.text.empty()) j["error"] = ev.text;
+    }
+    impl->Broadcast(*entry, j);
+  });
+  Register(e);
+  return e;
+}
+
+void RunsService::Impl::Broadcast(Entry& e, const json& event) {
+  const std::string chunk = http::SseEvent(Dump(event));
+  std::vector<std::shared_ptr<http::EventStream>> to;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    to = e.watchers;
+    if (e.waiter && e.waiter_sse) to.push_back(e.waiter);
+  }
+  // Outside the lock: a stream that gives up on a slow client runs its
+  // cancel hook from inside Send.
+  for (auto& w : to) w->Send(chunk);
+}
+
+void RunsService::Impl::Complete(const std::shared_ptr<Entry>& e, std::string state, json result,
+                                 std::string error) {
+  std::vector<std::shared_ptr<http::EventStream>> watchers;
+  std::shared_ptr<http::EventStream> waiter;
+  bool sse = false;
+  json final_event;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->Finished()) return;
+    e->state = std::move(state);
+    e->result = std::move(result);
+    e->error = std::move(error);
+    e->finished_unix = UnixNow();
+    watchers.swap(e->watchers);
+    waiter = std::move(e->waiter);
+    sse = e->waiter_sse;
+    final_event = {{"type", "run"}, {"id", e->id}, {"state", e->state}, {"result", e->result}};
+    if (!e->error.empty()) final_event["error"] = e->error;
+  }
+  e->run->Watch(nullptr);
+  const std::string chunk = http::SseEvent(Dump(final_event));
+  for (auto& w : watchers) {
+    w->Send(chunk);
+    w->Close();
+  }
+  if (waiter) {
+    if (sse) {
+      waiter->Send(chunk);
+      waiter->Send(http::SseEvent("[DONE]"));
+    } else {
+      json j = final_event;
+      j.erase("type");
+      waiter->Send(Dump(j) + "\n");
+    }
+    waiter->Close();
+  }
+  // Keep the newest finished runs' status in memory; the store keeps all.
+  std::lock_guard<std::mutex> lock(mu);
+  finished_order.push_back(e->id);
+  while (finished_order.size() > options.max_finished_kept) {
+    entries.erase(finished_order.front());
+    finished_order.erase(finished_order.begin());
+  }
+}
+
+void RunsService::Impl::RequestCancel(const std::shared_ptr<Entry>& e) {
+  e->interrupt = true;  // a program stops at its next instruction or wait
+  {
+    std::lock_guard<std::mutex> lock(reaper_mu);
+    cancel_requests.push_back(e);
+  }
+  reaper_cv.notify_all();
+}
+
+void RunsService::Impl::CancelRun(const std::shared_ptr<Entry>& e) {
+  e->interrupt = true;
+  e->run->Cancel();
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    queued = e->state == "queued";
+  }
+  // A queued run has no thread to finish it; a session has none at all.
+  if (queued || e->kind == "session") {
+    e->run->Finish(Status::Cancelled("cancelled"));
+    Complete(e, "cancelled", nullptr, "cancelled");
+  }
+}
+
+http::Response RunsService::Impl::Answer(const std::shared_ptr<Entry>& e, bool detached, bool sse) {
+  if (detached) {
+    return http::JsonResponse(202, Dump({{"id", e->id}, {"state", "queued"}, {"kind", e->kind}}));
+  }
+  auto stream = std::make_shared<http::EventStream>();
+  std::weak_ptr<Impl> self = weak_from_this();
+  std::weak_ptr<Entry> weak = e;
+  // The connection is the run's owner: when it goes, the run goes. The hook
+  // may run inside a watcher (the run's lock held), so the cancellation
+  // itself is left to the service's thread.
+  stream->OnCancel([self, weak] {
+    auto impl = self.lock();
+    auto entry = weak.lock();
+    if (impl && entry) impl->RequestCancel(entry);
+  });
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->detached = false;
+    e->waiter = stream;
+    e->waiter_sse = sse;
+  }
+  http::Response r;
+  r.status = 200;
+  r.stream = stream;
+  r.content_type = sse ? "text/event-stream" : "application/json";
+  r.headers.emplace_back("X-Braid-Run-Id", e->id);
+  if (sse)
+    stream->Send(http::SseEvent(Dump({{"type", "run"}, {"id", e->id}, {"state", "queued"}})));
+  return r;
+}
+
+bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<void()> job) {
+  std::weak_ptr<Impl> self = weak_from_this();
+  return pool.TrySubmit([self, e, job = std::move(job)] {
+    auto impl = self.lock();
+    if (!impl || impl->stopping) return;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      if (e->Finished()) return;  // cancelled while queued
+      e->state = "running";
+    }
+    impl->Broadcast(*e, {{"type", "run"}, {"id", e->id}, {"state", "running"}});
+    job();
+  });
+}
+
+void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
+                                       std::vector<std::string> args) {
+  lua::DriverOptions d;
+  d.limits = options.lua_limits;
+  d.interrupt = &e->interrupt;
+  d.script_dir.clear();  // a submitted program reads no files
+  Entry* raw = e.get();
+  d.log = [this, raw](std::string_view line) {
+    Broadcast(*raw, {{"type", "log"}, {"text", std::string(line)}});
+  };
+  auto result = lua::RunProgram(*e->run, "program.lua", source, args, d);
+  // The server stops: the run stays as it is in the store, for a restarted
+  // server to resume.
+  if (stopping) return;
+  e->run->Cancel();  // what nobody waits for any more
+  e->run->Finish(result.ok() ? Status::Ok() : result.status());
+  if (!result.ok()) {
+    const bool cancelled = e->interrupt || result.status().code() == StatusCode::kCancelled;
+    Complete(e, cancelled ? "cancelled" : "failed", nullptr, result.status().message());
+    return;
+  }
+  json value;
+  if (result->kind == lua::ProgramResult::Kind::kString) {
+    value = result->text;
+  } else if (result->kind == lua::ProgramResult::Kind::kJson) {
+    value = json::parse(result->text, nullptr, false);
+  }
+  Complete(e, "done", std::move(value), "");
+}
+
+void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan) {
+  auto outputs = BuildDag(plan, *e->run);
+  if (!outputs.ok()) {
+    e->run->Cancel();
+    e->run->Finish(outputs.status());
+    Complete(e, "failed", nullptr, outputs.status().message());
+    return;
+  }
+  std::vector<rt::VarId> pending;
+  for (const auto& [_, v] : *outputs) pending.push_back(v);
+  while (!pending.empty() && !e->interrupt) {
+    e->run->WaitAny(pending, 200);
+    std::erase_if(pending, [&](rt::VarId v) { return e->run->state(v) != rt::VarState::kPending; });
+  }
+  if (stopping) return;  // left for a restarted server to resume
+  json result = json::object();
+  std::string error;
+  bool cancelled = e->interrupt.load();
+  for (const auto& [ref, v] : *outputs) {
+    const rt::VarState s = e->run->state(v);
+    if (s == rt::VarState::kReady) {
+      result[ref] = e->run->value(v);
+    } else {
+      result[ref] = nullptr;
+      if (error.empty()) error = ref + ": " + e->run->error(v);
+      cancelled = cancelled || s == rt::VarState::kCancelled;
+    }
+  }
+  e->run->Cancel();
+  const Status st = error.empty() ? Status::Ok()
+                    : cancelled   ? Status::Cancelled(error)
+                                  : Status::InvalidArgument(error);
+  e->run->Finish(st);
+  Complete(e,
+           error.empty() ? "done"
+           : cancelled   ? "cancelled"
+                         : "failed",
+           std::move(result), error);
+}
+
+http::Response RunsService::Impl::PostProgram(const http::Request& r) {
+  auto body = ParseJsonLimited(r.body, options.dag_limits.max_depth);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object()) return http::JsonError(400, "the body must be a JSON object");
+  auto src = body->find("source");
+  if (src == body->end() || !src->is_string() || src->get<std::string>().empty())
+    return http::JsonError(400, "source: the program's Lua text is missing", "", "source");
+  std::string source = src->get<std::string>();
+  if (source.size() > options.max_source_bytes)
+    return http::JsonError(413, "source: " + std::to_string(source.size()) +
+                                    " bytes, over the limit of " +
+                                    std::to_string(options.max_source_bytes));
+  std::vector<std::string> args;
+  if (auto a = body->find("args"); a != body->end() && !a->is_null()) {
+    if (!a->is_array())
+      return http::JsonError(400, "args: must be an array of strings", "", "args");
+    for (const json& x : *a) {
+      if (!x.is_string())
+        return http::JsonError(400, "args: must be an array of strings", "", "args");
+      args.push_back(x.get<std::string>());
+    }
+  }
+  auto detached = Bool(*body, "detached", false);
+  auto sse = Bool(*body, "stream", false);
+  if (!detached.ok()) return ErrorResponse(detached.status());
+  if (!sse.ok()) return ErrorResponse(sse.status());
+  std::string name = body->value("name", "");
+  if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
+  json record = {{"kind", "program"}, {"source", source}, {"args", args}, {"name", name}};
+  auto e = Start("program", name, source, args, r.client, record);
+  if (!e.ok()) return ErrorResponse(e.status());
+  http::Response answer = Answer(*e, *detached, *sse);
+  std::weak_ptr<Impl> self = weak_from_this();
+  auto entry = *e;
+  if (!Enqueue(entry, [self, entry, source = std::move(source), args = std::move(args)]() mutable {
+        if (auto impl = self.lock())
+          impl->ExecuteProgram(entry, std::move(source), std::move(args));
+      })) {
+    CancelRun(entry);
+    return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
+  }
+  return answer;
+}
+
+http::Response RunsService::Impl::PostDag(const http::Request& r) {
+  auto plan = ParseDag(r.body, options.dag_limits);
+  if (!plan.ok()) return ErrorResponse(plan.status());
+  json body = json::parse(r.body, nullptr, false);  // parsed once already: valid
+  auto detached = Bool(body, "detached", false);
+  auto sse = Bool(body, "stream", false);
+  if (!detached.ok()) return ErrorResponse(detached.status());
+  if (!sse.ok()) return ErrorResponse(sse.status());
+  if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
+  json record = {{"kind", "dag"}, {"dag", r.body}};
+  auto e = Start("dag", body.value("name", ""), r.body, {}, r.client, record);
+  if (!e.ok()) return ErrorResponse(e.status());
+  http::Response answer = Answer(*e, *detached, *sse);
+  std::weak_ptr<Impl> self = weak_from_this();
+  auto entry = *e;
+  if (!Enqueue(entry, [self, entry, p = std::move(*plan)]() mutable {
+        if (auto impl = self.lock()) impl->ExecuteDag(entry, std::move(p));
+      })) {
+    CancelRun(entry);
+    return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
+  }
+  return answer;
+}
+
+json RunsService::Impl::StatusJson(Entry& e, bool details) {
+  json j;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    j = {{"id", e.id},         {"kind", e.kind},         {"state", e.state},
+         {"client", e.client}, {"detached", e.detached}, {"created_unix", e.created_unix}};
+    if (e.finished_unix > 0) j["finished_unix"] = e.finished_unix;
+    if (e.Finished()) j["result"] = e.result;
+    if (!e.error.empty()) j["error"] = e.error;
+  }
+  if (!details) return j;
+  j["nodes"] = report::NodesJson(*e.run);
+  json vars = json::array();
+  for (const rt::VarInfo& v : e.run->Vars()) {
+    json x = {{"id", v.id},
+              {"name", v.name},
+              {"state", rt::VarStateName(v.state)},
+              {"producer", v.producer}};
+    if (v.state == rt::VarState::kReady) x["value"] = report::Truncated(v.value, 2000);
+    if (!v.error.empty()) x["error"] = v.error;
+    vars.push_back(std::move(x));
+  }
+  j["vars"] = std::move(vars);
+  return j;
+}
+
+http::Response RunsService::Impl::ListRuns(const http::Request& r) {
+  int limit = 100;
+  if (auto it = r.query.find("limit"); it != r.query.end()) {
+    char* end = nullptr;
+    const long v = std::strtol(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end || v < 1 || v > 10000)
+      return http::JsonError(400, "limit: must be an integer in [1, 10000]", "", "limit");
+    limit = static_cast<int>(v);
+  }
+  json runs = json::array();
+  std::set<std::string> seen;
+  std::vector<std::shared_ptr<Entry>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [id, e] : entries) live.push_back(e);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a->created_unix > b->created_unix; });
+  for (auto& e : live) {
+    if (static_cast<int>(runs.size()) >= limit) break;
+    runs.push_back(StatusJson(*e, false));
+    seen.insert(e->id);
+  }
+  auto stored = options.runtime->StoredRuns(limit);
+  if (stored.ok()) {
+    for (const rt::RunRecord& rec : *stored) {
+      if (seen.count(rec.id) || static_cast<int>(runs.size()) >= limit) continue;
+      runs.push_back({{"id", rec.id},
+                      {"program", rec.program},
+                      {"state", rec.state},
+                      {"created_unix", rec.started_unix},
+                      {"nodes_done", rec.nodes_done},
+                      {"nodes_failed", rec.nodes_failed}});
+    }
+  }
+  return http::JsonResponse(200, Dump({{"runs", runs}}));
+}
+
+http::Response RunsService::Impl::GetRun(const std::string& id) {
+  if (auto e = Find(id)) return http::JsonResponse(200, Dump(StatusJson(*e, true)));
+  auto stored = options.runtime->StoredRuns(0);
+  if (stored.ok())
+    for (const rt::RunRecord& rec : *stored)
+      if (rec.id == id)
+        return http::JsonResponse(200, Dump({{"id", rec.id},
+                                             {"program", rec.program},
+                                             {"state", rec.state},
+                                             {"error", rec.error},
+                                             {"created_unix", rec.started_unix},
+                                             {"finished_unix", rec.finished_unix},
+                                             {"nodes_done", rec.nodes_done},
+                                             {"nodes_failed", rec.nodes_failed},
+                                             {"prompt_tokens", rec.prompt_tokens},
+                                             {"cached_tokens", rec.cached_tokens},
+                                             {"generated_tokens", rec.generated_tokens}}));
+  return http::JsonError(404, "no run '" + id + "'");
+}
+
+http::Response RunsService::Impl::Cancel(const std::string& id) {
+  auto e = Find(id);
+  if (!e) return http::JsonError(404, "no live run '" + id + "'");
+  CancelRun(e);
+  std::lock_guard<std::mutex> lock(e->mu);
+  return http::JsonResponse(200, Dump({{"id", id}, {"state", e->state}}));
+}
+
+http::Response RunsService::Impl::Graph(const http::Request& r, const std::string& id) {
+  auto e = Find(id);
+  if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
+  http::Response res;
+  if (auto f = r.query.find("format"); f != r.query.end() && f->second == "dot") {
+    res.content_type = "text/vnd.graphviz";
+    res.body = e->run->ToDot();
+    return res;
+  }
+  auto svg = report::GraphSvg(*e->run);
+  if (!svg.ok()) return http::JsonError(501, svg.status().message() + " (or ask ?format=dot)");
+  res.content_type = "image/svg+xml";
+  res.body = std::move(*svg);
+  return res;
+}
+
+http::Response RunsService::Impl::Events(const std::string& id) {
+  auto e = Find(id);
+  if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
+  auto stream = std::make_shared<http::EventStream>();
+  http::Response r;
+  r.content_type = "text/event-stream";
+  r.stream = stream;
+  // The current state first, then changes; a finished run ends at once.
+  json now = StatusJson(*e, false);
+  now["type"] = "run";
+  stream->Send(http::SseEvent(Dump(now)));
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->Finished()) {
+    stream->Close();
+  } else {
+    e->watchers.push_back(stream);
+  }
+  return r;
+}
+
+// ---- the service -------------------------------------------------------------
+
+RunsService::RunsService(RunsOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->reaper = std::thread([weak] {
+    while (true) {
+      auto impl = weak.lock();
+      if (!impl || impl->stopping) return;
+      std::unique_lock<std::mutex> lock(impl->reaper_mu);
+      impl->reaper_cv.wait_for(lock, std::chrono::seconds(1), [&] {
+        return impl->stopping.load() || !impl->cancel_requests.empty();
+      });
+      if (impl->stopping) return;
+      std::vector<std::shared_ptr<Entry>> cancel;
+      cancel.swap(impl->cancel_requests);
+      lock.unlock();
+      for (auto& e : cancel) impl->CancelRun(e);
+      impl->ReapIdleSessions();
+    }
+  });
+}
+
+RunsService::~RunsService() { Stop(); }
+
+void RunsService::Stop() {
+  if (impl_->stopping.exchange(true)) return;
+  impl_->reaper_cv.notify_all();
+  if (impl_->reaper.joinable()) impl_->reaper.join();
+  std::vector<std::shared_ptr<Entry>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& [_, e] : impl_->entries) all.push_back(e);
+  }
+  // Stop the programs where they are (their runs stay resumable in the
+  // store), then the threads.
+  for (auto& e : all) e->interrupt = true;
+  impl_->pool.Stop();
+}
+
+void RunsService::AddRoutes(http::Router* router) {
+  std::weak_ptr<Impl> weak = impl_;
+  auto with = [weak](auto fn) {
+    return [weak, fn](const http::Request& r, const http::Params& p) {
+      auto impl = weak.lock();
+      if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
+      return fn(*impl, r, p);
+    };
+  };
+  router->Add(
+      "POST", "/v1/programs",
+      with([](Impl& i, const http::Request& r, const http::Params&) { return i.PostProgram(r); }));
+  router->Add("POST", "/v1/dags", with([](Impl& i, const http::Request& r, const http::Params&) {
+                return i.PostDag(r);
+              }));
+  router->Add("GET", "/v1/runs", with([](Impl& i, const http::Request& r, const http::Params&) {
+                return i.ListRuns(r);
+              }));
+  router->Add("GET", "/v1/runs/{id}",
+              with([](Impl& i, const http::Request&, const http::Params& p) {
+                return i.GetRun(p.at("id"));
+              }));
+  router->Add("DELETE", "/v1/runs/{id}",
+              with([](Impl& i, const http::Request&, const http::Params& p) {
+                return i.Cancel(p.at("id"));
+              }));
+  router->Add("POST", "/v1/runs/{id}/cancel",
+              with([](Impl& i, const http::Request&, const http::Params& p) {
+                return i.Cancel(p.at("id"));
+              }));
+  router->Add("GET", "/v1/runs/{id}/graph",
+              with([](Impl& i, const http::Request& r, const http::Params& p) {
+                return i.Graph(r, p.at("id"));
+              }));
+  router->Add("GET", "/v1/runs/{id}/events",
+              with([](Impl& i, const http::Request&, const http::Params& p) {
+                return i.Events(p.at("id"));
+              }));
+  impl_->AddSessionRoutes(router);
+}
+
+Result<int> RunsService::ResumeInterrupted() {
+  auto stored = impl_->options.runtime->StoredRuns(0);
+  if (!stored.ok()) {
+    if (stored.status().code() == StatusCode::kUnsupported)
+      return 0;  // no store: nothing to resume
+    return stored.status();
+  }
+  int resumed = 0;
+  for (const rt::RunRecord& rec : *stored) {
+    if (rec.state != "interrupted" || rec.program.rfind("http:", 0) != 0) continue;
+    auto value = impl_->options.runtime->StoredValue(rec.id, "#server:request");
+    if (!value.ok() || !*value) continue;
+    json req = json::parse(**value, nullptr, false);
+    const std::string kind = req.is_object() ? req.value("kind", "") : "";
+    const std::string source = kind == "program" ? req.value("source", "") : req.value("dag", "");
+    std::vector<std::string> args = rec.args;
+    const std::string name = req.is_object() ? req.value("name", "") : "";
+    auto e = impl_->Start(kind.empty() ? "session" : kind, name, source, args, "", req, rec.id);
+    if (!e.ok()) {
+      std::fprintf(stderr, "braid serve: cannot resume run %s: %s\n", rec.id.c_str(),
+                   e.status().message().c_str());
+      continue;
+    }
+    auto entry = *e;
+    std::weak_ptr<Impl> self = impl_;
+    bool queued = false;
+    if (kind == "program") {
+      queued = impl_->Enqueue(entry, [self, entry, source, args]() mutable {
+        if (auto impl = self.lock()) impl->ExecuteProgram(entry, source, args);
+      });
+    } else if (kind == "dag") {
+      auto plan = ParseDag(source, impl_->options.dag_limits);
+      if (plan.ok())
+        queued = impl_->Enqueue(entry, [self, entry, p = std::move(*plan)]() mutable {
+          if (auto impl = self.lock()) impl->ExecuteDag(entry, std::move(p));
+        });
+    }
+    if (!queued) {
+      // A session (its client is gone with the old server) or no room.
+      const std::string why = kind == "session" || kind.empty()
+                                  ? "the server restarted; a session is not resumed"
+                                  : "no room to resume it";
+      entry->run->Cancel();
+      entry->run->Finish(Status::Cancelled(why));
+      impl_->Complete(entry, "cancelled", nullptr, why);
+      continue;
+    }
+    ++resumed;
+  }
+  return resumed;
+}
+
+RunsService::Counts RunsService::counts() const {
+  Counts c;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto& [_, e] : impl_->entries) {
+    std::lock_guard<std::mutex> l(e->mu);
+    if (e->state == "queued")
+      ++c.queued;
+    else if (e->state == "running")
+      ++c.running;
+    else if (e->state == "done")
+      ++c.done;
+    else if (e->state == "failed")
+      ++c.failed;
+    else
+      ++c.cancelled;
+  }
+  return c;
+}
+
+}  // namespace braid::server

@@ -1,0 +1,60 @@
+// The server's program surfaces (docs/http-api.md): Lua programs and whole
+// DAGs submitted as runs, the incremental Parrot-style sessions that build a
+// DAG call by call, and the runs themselves (list, status, cancel, the DAG
+// as SVG, a stream of node changes and token deltas).
+//
+// Threading: routes run on the HTTP workers. A program or DAG holds one
+// thread of a fixed pool (RunsOptions::max_programs) while it waits for the
+// model; submissions beyond the pool's queue are refused with 429. A
+// submission that is not detached is tied to its connection: the client
+// disconnecting cancels the run.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/status.h"
+#include "http/http_types.h"
+#include "lua/lua_state.h"
+#include "runtime/runtime.h"
+#include "server/dag_json.h"
+
+namespace braid::server {
+
+struct RunsOptions {
+  rt::Runtime* runtime = nullptr;  // not owned
+  int max_programs = 16;           // programs and DAGs running at once (threads)
+  size_t max_queued = 256;         // waiting for a thread, beyond which 429
+  lua::LuaLimits lua_limits;       // per program, as braid run's --lua-* options
+  DagLimits dag_limits;
+  size_t max_source_bytes = size_t{16} << 20;
+  size_t max_finished_kept = 1000;  // finished runs whose status stays in memory
+  int max_wait_ms = 60000;          // longest blocking variable read of a session
+  int session_idle_ms = 600000;     // sessions unused this long are closed
+};
+
+class RunsService {
+ public:
+  explicit RunsService(RunsOptions options);
+  ~RunsService();
+
+  // /v1/programs, /v1/dags, /v1/sessions/..., /v1/runs/...
+  void AddRoutes(http::Router* router);
+  // Resumes the programs and DAGs of this server that the store holds as
+  // interrupted (the server stopped while they ran), detached; closes
+  // interrupted sessions as failed. Returns how many runs were resumed.
+  Result<int> ResumeInterrupted();
+  // Cancels every run and joins the threads. Idempotent.
+  void Stop();
+
+  struct Counts {
+    int queued = 0, running = 0, done = 0, failed = 0, cancelled = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace braid::server

@@ -1,0 +1,300 @@
+// The server's program surfaces through the router (no sockets) on a fake
+// engine: DAG and program runs detached and tied to their connection, the
+// DAG's validation errors, sessions built call by call, cancellation, the
+// event stream, and the resumption of runs a stopped server left behind.
+#include "server/runs_service.h"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "testing/fakes.h"
+
+namespace braid::server {
+namespace {
+
+using nlohmann::json;
+using rt::testing::FakeEngine;
+using rt::testing::MemoryStore;
+
+struct Fixture {
+  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>())
+      : store(std::move(s)) {
+    rt::RuntimeOptions ro;
+    ro.engines = {&engine};
+    ro.store = store;
+    runtime = std::move(rt::Runtime::Open(ro)).value();
+    RunsOptions o;
+    o.runtime = runtime.get();
+    o.max_programs = 2;
+    o.max_queued = 4;
+    service = std::make_unique<RunsService>(o);
+    service->AddRoutes(&router);
+  }
+  ~Fixture() {
+    service->Stop();
+    service.reset();
+    runtime.reset();
+  }
+  http::Response Call(const std::string& method, const std::string& path, const json& body = {},
+                      std::map<std::string, std::string> query = {}) {
+    http::Request r;
+    r.method = method;
+    r.path = path;
+    r.target = path;
+    r.query = std::move(query);
+    r.client = "tester";
+    if (!body.is_null()) r.body = body.dump();
+    return router.Handle(r);
+  }
+  // Polls the run until it leaves queued/running (or 10 s pass).
+  json WaitRun(const std::string& id) {
+    for (int i = 0; i < 1000; ++i) {
+      json j = json::parse(Call("GET", "/v1/runs/" + id).body);
+      if (j["state"] != "queued" && j["state"] != "running") return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return json::parse(Call("GET", "/v1/runs/" + id).body);
+  }
+
+  std::shared_ptr<MemoryStore> store;
+  FakeEngine engine;
+  std::unique_ptr<rt::Runtime> runtime;
+  std::unique_ptr<RunsService> service;
+  http::Router router;
+};
+
+// Everything queued on a stream until it closes (or 10 s pass).
+std::string Drain(http::EventStream& s) {
+  std::string all;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<std::string> chunks;
+    bool closed = false;
+    s.Take(&chunks, &closed);
+    for (auto& c : chunks) all += c;
+    if (closed) return all;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return all + "<not closed>";
+}
+
+const json kDag = {{"functions",
+                    {{"shout", {{"template", "Shout: {{x}}\n{{gen out max_tokens=8}}"}}},
+                     {"both", {{"template", "A={{a}} B={{b}}{{gen out max_tokens=8}}"}}}}},
+                   {"calls",
+                    {{{"id", "c"},
+                      {"function", "both"},
+                      {"inputs", {{"a", {{"ref", "a.out"}}}, {"b", {{"ref", "j"}}}}}},
+                     {{"id", "a"}, {"function", "shout"}, {"inputs", {{"x", "hello"}}}},
+                     {{"id", "b"}, {"function", "shout"}, {"inputs", {{"x", "world"}}}}}},
+                   {"joins", {{{"id", "j"}, {"parts", {{{"ref", "b.out"}}, "!"}}, {"sep", ""}}}},
+                   {"outputs", {{{"ref", "c.out"}, {"criteria", "latency"}}, "a.out"}},
+                   {"detached", true}};
+
+TEST_CASE("a detached DAG runs to the end in dependency order and reports its outputs") {
+  Fixture f;
+  http::Response r = f.Call("POST", "/v1/dags", kDag);
+  REQUIRE(r.status == 202);
+  const std::string id = json::parse(r.body)["id"];
+  json done = f.WaitRun(id);
+  CHECK(done["state"] == "done");
+  // FakeEngine answers "<prompt length>"; "Shout: hello\n" is 13 bytes.
+  CHECK(done["result"]["a.out"] == "<13>");
+  // c's prompt holds a's answer and b's answer joined with "!".
+  CHECK(done["result"]["c.out"] ==
+        "<" + std::to_string(std::string("A=<13> B=<13>!").size()) + ">");
+  CHECK(done["nodes"].size() == 4);
+  CHECK(f.engine.submitted().back().request.client == "tester");
+  // Listed, with the store's record behind it.
+  json list = json::parse(f.Call("GET", "/v1/runs").body);
+  CHECK(list["runs"][0]["id"] == id);
+  CHECK(json::parse(f.Call("GET", "/v1/runs/" + id + "/graph", {}, {{"format", "dot"}}).body.empty()
+                        ? "null"
+                        : "true") == true);
+}
+
+TEST_CASE("DAG errors name the place") {
+  Fixture f;
+  auto error_of = [&](json dag) {
+    http::Response r = f.Call("POST", "/v1/dags", dag);
+    CHECK(r.status >= 400);
+    return json::parse(r.body)["error"]["message"].get<std::string>();
+  };
+  json cyc = kDag;
+  cyc["calls"][1]["inputs"]["x"] = {{"ref", "c.out"}};
+  CHECK(error_of(cyc).find("cycle through") != std::string::npos);
+  json unknown = kDag;
+  unknown["calls"][0]["inputs"]["a"] = {{"ref", "zz.out"}};
+  CHECK(error_of(unknown).find("unknown ref 'zz.out'") != std::string::npos);
+  json missing = kDag;
+  missing["calls"][0]["inputs"].erase("b");
+  CHECK(error_of(missing).find("calls[0].inputs: input 'b'") != std::string::npos);
+  json badout = kDag;
+  badout["outputs"] = {"a.nope"};
+  CHECK(error_of(badout).find("has no output 'nope'") != std::string::npos);
+  json badtpl = kDag;
+  badtpl["functions"]["shout"]["template"] = "{{gen out max_token=3}}";
+  CHECK(error_of(badtpl).find("functions.shout") != std::string::npos);
+  std::string deep(100, '[');
+  http::Response r = f.Call("POST", "/v1/dags");
+  http::Request raw;
+  raw.method = "POST";
+  raw.path = "/v1/dags";
+  raw.body = deep + std::string(100, ']');
+  http::Response d = f.router.Handle(raw);
+  CHECK(d.status == 400);
+  CHECK(d.body.find("nests deeper") != std::string::npos);
+  raw.body = "{\"functions\": ";
+  CHECK(f.router.Handle(raw).body.find("invalid JSON at byte") != std::string::npos);
+}
+
+TEST_CASE("a program tied to its connection answers on the stream; a disconnect cancels it") {
+  Fixture f;
+  const std::string src = R"(
+local f = braid.fn [[Say {{w}}: {{gen out max_tokens=4}}]]
+return function(w) return f{ w = w }.out:get() .. "|" .. w end)";
+  http::Response r = f.Call("POST", "/v1/programs", {{"source", src}, {"args", {"hi"}}});
+  REQUIRE(r.status == 200);
+  REQUIRE(r.stream);
+  json answer = json::parse(Drain(*r.stream));
+  CHECK(answer["state"] == "done");
+  CHECK(answer["result"] == "<8>|hi");  // "Say hi: " is 8 bytes
+
+  // Held replies: the program waits; the client goes away; the run is cancelled.
+  f.engine.hold = true;
+  http::Response held =
+      f.Call("POST", "/v1/programs", {{"source", src}, {"args", {"x"}}, {"stream", true}});
+  REQUIRE(held.stream);
+  std::string id;
+  for (auto& [k, v] : held.headers)
+    if (k == "X-Braid-Run-Id") id = v;
+  REQUIRE(!id.empty());
+  for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  held.stream->Cancel();
+  json st = f.WaitRun(id);
+  CHECK(st["state"] == "cancelled");
+  f.engine.hold = false;
+  f.engine.Release();
+}
+
+TEST_CASE("program errors and the queue limit") {
+  Fixture f;
+  CHECK(f.Call("POST", "/v1/programs", json::object()).status == 400);
+  http::Response bad =
+      f.Call("POST", "/v1/programs",
+             {{"source", "return function() error('boom') end"}, {"detached", true}});
+  REQUIRE(bad.status == 202);
+  json st = f.WaitRun(json::parse(bad.body)["id"]);
+  CHECK(st["state"] == "failed");
+  CHECK(st["error"].get<std::string>().find("boom") != std::string::npos);
+  // Two threads, four queued: the seventh waiting program is refused.
+  f.engine.hold = true;
+  const std::string wait_src = R"(
+local f = braid.fn [[Hi {{gen out max_tokens=2}}]]
+return function() return f{}.out:get() end)";
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 8; ++i) {
+    http::Response r = f.Call("POST", "/v1/programs", {{"source", wait_src}, {"detached", true}});
+    if (r.status == 202) ++accepted;
+    if (r.status == 429) {
+      ++refused;
+      CHECK(r.headers.size() == 1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(accepted == 6);
+  CHECK(refused == 2);
+  f.engine.hold = false;
+  f.engine.Release();
+}
+
+TEST_CASE("a session builds a DAG call by call and reads variables with a goal") {
+  Fixture f;
+  http::Response s = f.Call("POST", "/v1/sessions", json::object());
+  REQUIRE(s.status == 201);
+  const std::string sid = json::parse(s.body)["id"];
+  const std::string base = "/v1/sessions/" + sid;
+  http::Response fn = f.Call("POST", base + "/functions",
+                             {{"name", "echo"}, {"template", "Echo {{q}}{{gen a max_tokens=4}}"}});
+  REQUIRE(fn.status == 201);
+  CHECK(json::parse(fn.body)["inputs"] == json{"q"});
+  // A variable the client sets later feeds the first call.
+  const auto q = json::parse(f.Call("POST", base + "/vars", {{"name", "question"}}).body)["var"];
+  const auto a = json::parse(
+      f.Call("POST", base + "/calls", {{"function", "echo"}, {"inputs", {{"q", {{"var", q}}}}}})
+          .body)["outputs"]["a"];
+  const auto b = json::parse(
+      f.Call("POST", base + "/calls",
+             {{"template", "Then {{x}}{{gen b max_tokens=4}}"}, {"inputs", {{"x", {{"var", a}}}}}})
+          .body)["outputs"]["b"];
+  // Not set yet: the read times out pending.
+  http::Response early = f.Call("GET", base + "/vars/" + std::to_string(b.get<int>()), {},
+                                {{"timeout_ms", "50"}, {"criteria", "latency"}});
+  CHECK(early.status == 202);
+  CHECK(json::parse(early.body)["state"] == "pending");
+  CHECK(f.Call("PUT", base + "/vars/" + std::to_string(q.get<int>()), {{"value", "why?"}}).status ==
+        200);
+  http::Response got =
+      f.Call("GET", base + "/vars/" + std::to_string(b.get<int>()), {}, {{"timeout_ms", "5000"}});
+  CHECK(got.status == 200);
+  CHECK(json::parse(got.body)["value"] ==
+        "<" + std::to_string(std::string("Then <9>").size()) + ">");
+  // Errors: unknown variable, bad input, unknown function.
+  CHECK(f.Call("GET", base + "/vars/999").status == 404);
+  CHECK(f.Call("POST", base + "/calls", {{"function", "nope"}}).status == 400);
+  CHECK(f.Call("POST", base + "/calls", {{"function", "echo"}, {"inputs", {{"q", 5}}}}).status ==
+        400);
+  CHECK(f.Call("DELETE", base).status == 200);
+  CHECK(f.Call("POST", base + "/calls", {{"function", "echo"}}).status == 409);
+}
+
+TEST_CASE("events stream node changes, token deltas and the end") {
+  Fixture f;
+  f.engine.hold = true;
+  json dag = kDag;
+  http::Response r = f.Call("POST", "/v1/dags", dag);
+  const std::string id = json::parse(r.body)["id"];
+  http::Response ev = f.Call("GET", "/v1/runs/" + id + "/events");
+  REQUIRE(ev.stream);
+  for (int i = 0; i < 50; ++i) {
+    f.engine.Release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  f.engine.hold = false;
+  f.engine.Release();
+  const std::string all = Drain(*ev.stream);
+  CHECK(all.find("\"type\":\"node\"") != std::string::npos);
+  CHECK(all.find("\"type\":\"tokens\"") != std::string::npos);
+  CHECK(all.find("\"state\":\"done\"") != std::string::npos);
+  CHECK(all.find("<not closed>") == std::string::npos);
+}
+
+TEST_CASE("runs a stopped server left behind are resumed, finished calls replayed") {
+  auto store = std::make_shared<MemoryStore>();
+  std::string id;
+  size_t first_calls = 0;
+  {
+    Fixture f(store);
+    f.engine.hold = true;
+    http::Response r = f.Call("POST", "/v1/dags", kDag);
+    id = json::parse(r.body)["id"];
+    // a and b reach the engine; the first is answered, then the server stops.
+    for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    first_calls = f.engine.submitted().size();
+  }
+  Fixture g(store);
+  auto n = g.service->ResumeInterrupted();
+  REQUIRE(n.ok());
+  CHECK(*n == 1);
+  json done = g.WaitRun(id);
+  CHECK(done["state"] == "done");
+  CHECK(done["result"]["a.out"] == "<13>");
+  CHECK(first_calls >= 1);
+}
+
+}  // namespace
+}  // namespace braid::server

@@ -1,0 +1,302 @@
+// The incremental API, after Parrot's: a session is a run that a client
+// builds call by call over HTTP. It registers templates, adds calls whose
+// inputs are literal text or variables it holds, creates variables it sets
+// itself, and reads variables with a goal, blocking up to a timeout.
+#include <nlohmann/json.hpp>
+
+#include "server/runs_impl.h"
+
+namespace braid::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+Result<rt::VarId> ParseVarId(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end || text[0] == '-' || v == 0)
+    return Status::InvalidArgument("'" + text + "' is not a variable id");
+  return static_cast<rt::VarId>(v);
+}
+
+bool KnownVar(rt::Run& run, rt::VarId v) {
+  const auto vars = run.Vars();
+  return v >= 1 && v <= vars.size();
+}
+
+// A function spec from {template, system?, messages?, lazy?}.
+Result<rt::FunctionSpec> SpecOf(const json& b, const std::string& name) {
+  rt::FunctionSpec spec;
+  spec.name = name;
+  auto t = b.find("template");
+  if (t == b.end() || !t->is_string())
+    return Status::InvalidArgument("template: the function's template text is missing");
+  spec.prompt = t->get<std::string>();
+  if (auto s = b.find("system"); s != b.end() && s->is_string())
+    spec.system = s->get<std::string>();
+  if (auto l = b.find("lazy"); l != b.end() && l->is_boolean()) spec.lazy = l->get<bool>();
+  if (auto m = b.find("messages"); m != b.end() && m->is_array())
+    for (const json& x : *m) {
+      if (!x.is_object() || !x.contains("role") || !x.contains("content") ||
+          !x["role"].is_string() || !x["content"].is_string())
+        return Status::InvalidArgument("messages: each must be {role, content} strings");
+      spec.messages.push_back({x["role"].get<std::string>(), x["content"].get<std::string>()});
+    }
+  return spec;
+}
+
+}  // namespace
+
+void RunsService::Impl::ReapIdleSessions() {
+  std::vector<std::shared_ptr<Entry>> idle;
+  const int64_t now = SteadyMs();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [_, e] : entries)
+      if (e->kind == "session" && now - e->last_used_ms > options.session_idle_ms)
+        idle.push_back(e);
+  }
+  for (auto& e : idle) {
+    bool live = false;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      live = !e->Finished();
+    }
+    if (!live) continue;
+    e->run->Cancel();
+    e->run->Finish(Status::Cancelled("the session was idle too long"));
+    Complete(e, "cancelled", nullptr,
+             "the session was idle for " + std::to_string(options.session_idle_ms) + " ms");
+  }
+}
+
+void RunsService::Impl::AddSessionRoutes(http::Router* router) {
+  std::weak_ptr<Impl> weak = weak_from_this();
+  // The session named in the path, alive, marked used; or the error answer.
+  auto session = [weak](const http::Params& p, std::shared_ptr<Impl>* impl,
+                        std::shared_ptr<Entry>* e) -> std::optional<http::Response> {
+    *impl = weak.lock();
+    if (!*impl || (*impl)->stopping) return http::JsonError(503, "the server is stopping");
+    *e = (*impl)->Find(p.at("id"));
+    if (!*e || (*e)->kind != "session")
+      return http::JsonError(404, "no session '" + p.at("id") + "'");
+    std::lock_guard<std::mutex> lock((*e)->mu);
+    if ((*e)->Finished())
+      return http::JsonError(409, "session '" + p.at("id") + "' is " + (*e)->state);
+    (*e)->last_used_ms = SteadyMs();
+    return std::nullopt;
+  };
+  auto body_of = [weak](const http::Request& r) -> Result<json> {
+    auto impl = weak.lock();
+    const int depth = impl ? impl->options.dag_limits.max_depth : 32;
+    BRAID_ASSIGN_OR_RETURN(json b, ParseJsonLimited(r.body.empty() ? "{}" : r.body, depth));
+    if (!b.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+    return b;
+  };
+
+  router->Add("POST", "/v1/sessions", [weak, body_of](const http::Request& r, const http::Params&) {
+    auto impl = weak.lock();
+    if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
+    auto b = body_of(r);
+    if (!b.ok()) return ErrorResponse(b.status());
+    const std::string name = b->value("name", "");
+    auto e = impl->Start("session", name, "", {}, r.client, {{"kind", "session"}, {"name", name}});
+    if (!e.ok()) return ErrorResponse(e.status());
+    {
+      std::lock_guard<std::mutex> lock((*e)->mu);
+      (*e)->state = "running";
+    }
+    return http::JsonResponse(201, Dump({{"id", (*e)->id}, {"state", "running"}}));
+  });
+
+  router->Add("POST", "/v1/sessions/{id}/functions",
+              [session, body_of](const http::Request& r, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                auto b = body_of(r);
+                if (!b.ok()) return ErrorResponse(b.status());
+                const std::string name = b->value("name", "");
+                if (name.empty())
+                  return http::JsonError(400, "name: the function's name is missing", "", "name");
+                auto spec = SpecOf(*b, name);
+                if (!spec.ok()) return ErrorResponse(spec.status());
+                auto fn = rt::SemanticFunction::Parse(*spec);
+                if (!fn.ok()) return ErrorResponse(fn.status());
+                json inputs = (*fn)->inputs(), outputs = json::array();
+                for (const auto& o : (*fn)->outputs()) outputs.push_back(o.name);
+                std::lock_guard<std::mutex> lock(e->build_mu);
+                if (e->functions.size() >= impl->options.dag_limits.max_functions)
+                  return http::JsonError(429, "the session has too many functions");
+                e->functions[name] = *fn;
+                return http::JsonResponse(
+                    201, Dump({{"name", name}, {"inputs", inputs}, {"outputs", outputs}}));
+              });
+
+  router->Add(
+      "POST", "/v1/sessions/{id}/calls",
+      [session, body_of](const http::Request& r, const http::Params& p) {
+        std::shared_ptr<Impl> impl;
+        std::shared_ptr<Entry> e;
+        if (auto err = session(p, &impl, &e)) return *err;
+        auto b = body_of(r);
+        if (!b.ok()) return ErrorResponse(b.status());
+        std::lock_guard<std::mutex> lock(e->build_mu);
+        std::shared_ptr<const rt::SemanticFunction> fn;
+        if (auto f = b->find("function"); f != b->end() && f->is_string()) {
+          auto it = e->functions.find(f->get<std::string>());
+          if (it == e->functions.end())
+            return http::JsonError(
+                400, "function: no function '" + f->get<std::string>() + "' in this session", "",
+                "function");
+          fn = it->second;
+        } else {
+          auto spec = SpecOf(*b, "call" + std::to_string(e->calls + 1));
+          if (!spec.ok()) return ErrorResponse(spec.status());
+          auto parsed = rt::SemanticFunction::Parse(*spec);
+          if (!parsed.ok()) return ErrorResponse(parsed.status());
+          fn = *parsed;
+        }
+        if (static_cast<size_t>(e->calls) >= impl->options.dag_limits.max_nodes)
+          return http::JsonError(429, "the session has too many calls");
+        std::map<std::string, rt::Arg> args;
+        if (auto in = b->find("inputs"); in != b->end()) {
+          if (!in->is_object())
+            return http::JsonError(400, "inputs: must be an object", "", "inputs");
+          for (const auto& [name, v] : in->items()) {
+            if (v.is_string()) {
+              args[name] = rt::Arg::Text(v.get<std::string>());
+            } else if (v.is_object() && v.contains("var") && v["var"].is_number_unsigned()) {
+              const rt::VarId id = v["var"].get<rt::VarId>();
+              if (!KnownVar(*e->run, id))
+                return http::JsonError(
+                    400, "inputs." + name + ": no variable " + std::to_string(id), "", "inputs");
+              args[name] = rt::Arg::Var(id);
+            } else {
+              return http::JsonError(400, "inputs." + name + ": must be text or {\"var\": ID}", "",
+                                     "inputs");
+            }
+          }
+        }
+        auto outs = e->run->Call(*fn, args, rt::CallKey{"session", e->calls});
+        if (!outs.ok()) return ErrorResponse(outs.status());
+        ++e->calls;
+        json o = json::object();
+        for (const auto& [name, v] : *outs) o[name] = v;
+        return http::JsonResponse(201, Dump({{"outputs", o}}));
+      });
+
+  router->Add("POST", "/v1/sessions/{id}/vars",
+              [session, body_of](const http::Request& r, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                auto b = body_of(r);
+                if (!b.ok()) return ErrorResponse(b.status());
+                const std::string name = b->value("name", "");
+                std::lock_guard<std::mutex> lock(e->build_mu);
+                rt::VarId v = 0;
+                if (auto val = b->find("value"); val != b->end() && !val->is_null()) {
+                  if (!val->is_string())
+                    return http::JsonError(400, "value: must be a string", "", "value");
+                  v = e->run->Literal(val->get<std::string>(), name);
+                } else {
+                  v = e->run->HostVar(name, {});
+                }
+                return http::JsonResponse(201, Dump({{"var", v}, {"name", name}}));
+              });
+
+  router->Add("PUT", "/v1/sessions/{id}/vars/{var}",
+              [session, body_of](const http::Request& r, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                auto v = ParseVarId(p.at("var"));
+                if (!v.ok()) return ErrorResponse(v.status());
+                auto b = body_of(r);
+                if (!b.ok()) return ErrorResponse(b.status());
+                std::lock_guard<std::mutex> lock(e->build_mu);
+                Status s;
+                if (auto val = b->find("value"); val != b->end() && val->is_string()) {
+                  s = e->run->SetValue(*v, val->get<std::string>());
+                } else if (auto er = b->find("error"); er != b->end() && er->is_string()) {
+                  s = e->run->SetFailed(*v, er->get<std::string>());
+                } else {
+                  return http::JsonError(400, "give {\"value\": TEXT} or {\"error\": TEXT}");
+                }
+                if (!s.ok()) return ErrorResponse(s);
+                return http::JsonResponse(
+                    200, Dump({{"var", *v}, {"state", rt::VarStateName(e->run->state(*v))}}));
+              });
+
+  router->Add(
+      "GET", "/v1/sessions/{id}/vars/{var}",
+      [session](const http::Request& r, const http::Params& p) {
+        std::shared_ptr<Impl> impl;
+        std::shared_ptr<Entry> e;
+        if (auto err = session(p, &impl, &e)) return *err;
+        auto v = ParseVarId(p.at("var"));
+        if (!v.ok()) return ErrorResponse(v.status());
+        if (!KnownVar(*e->run, *v)) return http::JsonError(404, "no variable " + p.at("var"));
+        rt::GetOptions get;
+        if (auto c = r.query.find("criteria"); c != r.query.end()) {
+          if (c->second == "latency") {
+            get.criteria = rt::Criteria::kLatency;
+          } else if (c->second != "throughput") {
+            return http::JsonError(400, "criteria: latency or throughput", "", "criteria");
+          }
+        }
+        auto number = [&](const char* key, double def, double lo,
+                          double hi) -> std::optional<double> {
+          auto it = r.query.find(key);
+          if (it == r.query.end()) return def;
+          char* end = nullptr;
+          const double x = std::strtod(it->second.c_str(), &end);
+          if (it->second.empty() || *end || !(x >= lo && x <= hi)) return std::nullopt;
+          return x;
+        };
+        auto deadline = number("deadline_ms", 0, 0, 86400e3);
+        auto timeout = number("timeout_ms", 30000, 0, impl->options.max_wait_ms);
+        if (!deadline)
+          return http::JsonError(400, "deadline_ms: a number in [0, 86400000]", "", "deadline_ms");
+        if (!timeout)
+          return http::JsonError(
+              400, "timeout_ms: a number in [0, " + std::to_string(impl->options.max_wait_ms) + "]",
+              "", "timeout_ms");
+        if (*deadline > 0) get.deadline_ms = *deadline;
+        {
+          std::lock_guard<std::mutex> lock(e->build_mu);
+          if (Status s = e->run->Want(*v, get); !s.ok()) return ErrorResponse(s);
+        }
+        const int64_t until = SteadyMs() + static_cast<int64_t>(*timeout);
+        while (e->run->state(*v) == rt::VarState::kPending && !impl->stopping) {
+          const int64_t left = until - SteadyMs();
+          if (left <= 0) break;
+          e->run->WaitAny({*v}, static_cast<int>(std::min<int64_t>(left, 200)));
+        }
+        e->last_used_ms = SteadyMs();
+        const rt::VarState st = e->run->state(*v);
+        json j = {{"var", *v}, {"state", rt::VarStateName(st)}};
+        if (st == rt::VarState::kReady) j["value"] = e->run->value(*v);
+        if (st == rt::VarState::kFailed || st == rt::VarState::kCancelled)
+          j["error"] = e->run->error(*v);
+        // Still pending at the timeout: 202, ask again.
+        return http::JsonResponse(st == rt::VarState::kPending ? 202 : 200, Dump(j));
+      });
+
+  router->Add("DELETE", "/v1/sessions/{id}",
+              [session](const http::Request&, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                e->run->Cancel();
+                e->run->Finish(Status::Ok());
+                impl->Complete(e, "done", nullptr, "");
+                return http::JsonResponse(200, Dump({{"id", e->id}, {"state", "done"}}));
+              });
+}
+
+}  // namespace braid::server
