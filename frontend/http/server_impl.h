@@ -126,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool first_request_ = true;
   bool keep_alive_ = false;
+  bool http10_ = false;  // the request was HTTP/1.0: no chunked streams
   bool closing_ = false;
   // A request must arrive whole by this time (set at its first byte).
   net::steady_timer::time_point read_deadline_;

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace braid::http {
 namespace {
@@ -132,6 +133,9 @@ class Conn {
     buf_.erase(0, end + 4);
     return head;
   }
+
+  // Bytes received beyond what was parsed so far.
+  std::string TakeBuffered() { return std::exchange(buf_, std::string()); }
 
   // True when the server closes the connection within `limit` (nothing
   // more arrives). Any bytes that do arrive are appended to `got`.
@@ -379,6 +383,27 @@ TEST_CASE("server: keep-alive serves two requests on one connection") {
   CHECK(c.WaitClosed(2000ms));
 }
 
+TEST_CASE("server: Expect: 100-continue and chunked request bodies") {
+  Router router = EchoRouter();
+  auto server = MustStart(TestOptions(), &router);
+  Conn c(server->port());
+  c.Send("POST /echo/1 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  auto go = c.Read();  // the client may send the body now
+  REQUIRE(go);
+  CHECK(go->status == 100);
+  c.Send("hello");
+  auto r = c.Read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(nlohmann::json::parse(r->body)["body"] == "hello");
+  c.Send(
+      "POST /echo/2 HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+  r = c.Read();
+  REQUIRE(r);
+  CHECK(nlohmann::json::parse(r->body)["body"] == "abcde");
+}
+
 // Signals between a test and a stream's producer.
 struct Flag {
   std::mutex mu;
@@ -430,6 +455,15 @@ TEST_CASE("server: a streamed answer arrives chunked, in order and whole; keep-a
   auto after = c.Read();
   REQUIRE(after);
   CHECK(nlohmann::json::parse(after->body)["path"] == "/echo/after");
+  // HTTP/1.0 has no chunks: the same body, ended by the close.
+  Conn old(server->port());
+  old.Send("GET /stream HTTP/1.0\r\n\r\n");
+  auto head = old.ReadHead();
+  REQUIRE(head);
+  CHECK(head->find("Transfer-Encoding") == std::string::npos);
+  std::string body = old.TakeBuffered();
+  CHECK(old.WaitClosed(3000ms, &body));
+  CHECK(body == expected);
   for (auto& t : producers) t.join();
   CHECK(server->stats().streams_open == 0);
 }

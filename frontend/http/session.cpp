@@ -213,6 +213,7 @@ void Session::Dispatch() {
   first_request_ = false;
   impl_->counters.requests_total++;
   keep_alive_ = parser_->get().keep_alive();
+  http10_ = parser_->get().version() < 11;
   auto built = BuildRequest(parser_->release(), peer_);
   parser_.reset();
   if (!built.ok()) {
@@ -318,7 +319,13 @@ void Session::StartStream(Response response) {
     if (response.content_type.rfind("text/event-stream", 0) == 0) {
       stream_header_->set("X-Accel-Buffering", "no");
     }
-    stream_header_->chunked(true);
+    if (http10_) {
+      // HTTP/1.0 has no chunked encoding: the body ends with the connection.
+      keep_alive_ = false;
+      stream_header_->keep_alive(false);
+    } else {
+      stream_header_->chunked(true);
+    }
     stream_serializer_.emplace(*stream_header_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "http: cannot serialize a stream header: %s\n", e.what());
@@ -365,6 +372,10 @@ void Session::Pump() {
   chunks_out_.clear();
   for (const std::string& c : chunks) {
     if (c.empty()) continue;  // a zero-size chunk would end the body
+    if (http10_) {
+      chunks_out_ += c;
+      continue;
+    }
     char size[24];
     std::snprintf(size, sizeof size, "%zx\r\n", c.size());
     chunks_out_ += size;
@@ -372,10 +383,13 @@ void Session::Pump() {
     chunks_out_ += "\r\n";
   }
   if (closed) {
-    chunks_out_ += "0\r\n\r\n";
+    if (!http10_) chunks_out_ += "0\r\n\r\n";
     final_chunk_ = true;
   }
-  if (chunks_out_.empty()) return;
+  if (chunks_out_.empty()) {
+    if (final_chunk_) FinishStream();  // HTTP/1.0: nothing more to write, the close ends it
+    return;
+  }
   writing_ = true;
   stream_.expires_after(Millis(impl_->options.write_timeout_ms));
   net::async_write(stream_, net::buffer(chunks_out_),
