@@ -70,6 +70,7 @@ void EventStream::Take(std::vector<std::string>* out, bool* closed) {
 
 void EventStream::Cancel() {
   std::function<void()> fn;
+  std::function<void()> waker;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_ || closed_) return;  // a closed stream finished; nothing to stop
@@ -78,8 +79,10 @@ void EventStream::Cancel() {
     queued_bytes_ = 0;
     fn = std::move(on_cancel_);
     on_cancel_ = nullptr;
+    waker = waker_;
   }
   if (fn) fn();
+  if (waker) waker();
 }
 
 std::string SseEvent(std::string_view payload, std::string_view event) {

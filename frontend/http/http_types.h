@@ -56,7 +56,8 @@ class EventStream {
 
   // -- session side --
   // Called (any thread, with no lock held) whenever chunks arrive or the
-  // stream closes.
+  // stream closes or is cancelled (a producer's Send past the byte cap
+  // cancels it, and the session must then end the response).
   void SetWaker(std::function<void()> waker);
   // Moves the queued chunks into *out; *closed is true once Close was called
   // and nothing is left.

@@ -1,0 +1,98 @@
+// The parts of the server without sockets: the API key file and its
+// matching, and the request parsing the sessions and the fuzz target share.
+#include "http/request_parse.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "http/server.h"
+
+namespace braid::http {
+namespace {
+
+// ---- the key file ----
+
+std::string WriteTemp(const std::string& text) {
+  static int n = 0;
+  std::string path = "/tmp/braid_keys_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_CASE("ReadApiKeys: names, anonymous keys, comments; errors name file and line") {
+  std::string path =
+      WriteTemp("# keys\n\nalice  sk-alice-0123\n\tsk-anon-99999\nbob\tsk-bob-456789\n");
+  auto keys = ReadApiKeys(path);
+  REQUIRE_MESSAGE(keys.ok(), keys.status().ToString());
+  CHECK(keys->size() == 3);
+  CHECK(keys->at("sk-alice-0123") == "alice");
+  CHECK(keys->at("sk-anon-99999") == "key4");
+  CHECK(keys->at("sk-bob-456789") == "bob");
+  std::remove(path.c_str());
+
+  auto error = [](const std::string& text) {
+    std::string p = WriteTemp(text);
+    auto r = ReadApiKeys(p);
+    std::remove(p.c_str());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find(p) != std::string::npos);
+    return r.status().message();
+  };
+  CHECK(error("a sk-aaaaaaaa\nb sk-aaaaaaaa\n").find(":2:") != std::string::npos);
+  CHECK(error("# c\nshort\n").find(":2: key shorter") != std::string::npos);
+  CHECK(error("al/ice sk-aaaaaaaa\n").find(":1: name") != std::string::npos);
+  CHECK(error("a b sk-aaaaaaaa\n").find(":1:") != std::string::npos);
+  CHECK(error("# nothing\n").find("no API key") != std::string::npos);
+  auto missing = ReadApiKeys("/nonexistent/keys.txt");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kIoError);
+  CHECK(missing.status().message().find("/nonexistent/keys.txt") != std::string::npos);
+}
+
+TEST_CASE("MatchApiKey: exact keys only") {
+  std::map<std::string, std::string> keys{{"sk-aaaaaaaa", "a"}, {"sk-bbbbbbbb", "b"}};
+  CHECK(MatchApiKey(keys, "sk-bbbbbbbb") == std::optional<std::string>("b"));
+  CHECK_FALSE(MatchApiKey(keys, "sk-bbbbbbb"));
+  CHECK_FALSE(MatchApiKey(keys, "sk-bbbbbbbbb"));
+  CHECK_FALSE(MatchApiKey(keys, ""));
+  CHECK_FALSE(MatchApiKey({}, "sk-aaaaaaaa"));
+}
+
+// ---- the session's parsing, without sockets ----
+
+TEST_CASE("ParseRequestBytes: targets, chunked bodies, limits as HTTP statuses") {
+  ServerOptions o;
+  o.max_body_bytes = 64;
+  auto get = ParseRequestBytes(
+      "GET /a%2Fb/c?q=%41+b&q=last HTTP/1.1\r\nHost: h\r\n"
+      "Accept: x\r\naccept: y\r\n\r\n",
+      o);
+  REQUIRE_MESSAGE(get.ok(), get.status().ToString());
+  CHECK(get->path == "/a/b/c");
+  CHECK(get->query.at("q") == "last");
+  CHECK(get->headers.at("accept") == "x, y");
+  auto chunked = ParseRequestBytes(
+      "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+      "\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+      o);
+  REQUIRE_MESSAGE(chunked.ok(), chunked.status().ToString());
+  CHECK(chunked->body == "hello world");
+  auto big = ParseRequestBytes("POST /p HTTP/1.1\r\nContent-Length: 65\r\n\r\n", o);
+  CHECK(HttpStatusForParseError(big.status()) == 413);
+  auto partial = ParseRequestBytes("GET / HTTP/1.1\r\nHost", o);
+  CHECK(HttpStatusForParseError(partial.status()) == 400);
+  CHECK(HttpStatusForParseError(ParseRequestBytes("GET /%4 HTTP/1.1\r\n\r\n", o).status()) == 400);
+  CHECK(HttpStatusForParseError(ParseRequestBytes("GET http://x/ HTTP/1.1\r\n\r\n", o).status()) ==
+        400);
+  CHECK_FALSE(ParseRequestBytes("GET /a%00b HTTP/1.1\r\n\r\n", o).ok());
+  CHECK_FALSE(PercentDecode("%", false).ok());
+  CHECK(PercentDecode("a+b%2b", false).value() == "a+b+");
+  CHECK(PercentDecode("a+b%2b", true).value() == "a b+");
+}
+
+}  // namespace
+}  // namespace braid::http

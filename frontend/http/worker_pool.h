@@ -1,0 +1,43 @@
+// A fixed set of threads running tasks from a bounded queue: the handlers'
+// pool. A full queue refuses work (the caller answers 429) instead of
+// growing, so a flood of requests costs memory for max_pending of them only.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace braid::http {
+
+class WorkerPool {
+ public:
+  // Starts `threads` threads; at most `max_pending` tasks wait beyond those
+  // running.
+  WorkerPool(int threads, size_t max_pending);
+  ~WorkerPool();  // Stop()s
+
+  // Queues `task`; false (and `task` untouched) when max_pending tasks are
+  // already waiting or the pool is stopped. Any thread.
+  bool TrySubmit(std::function<void()>& task);
+  // Tasks waiting now (not the running ones).
+  size_t queued() const;
+  // Lets running tasks return, drops waiting ones (destroying them on this
+  // thread), joins the threads. Idempotent; not from a task.
+  void Stop();
+
+ private:
+  void Loop();
+
+  const size_t max_pending_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace braid::http
