@@ -51,6 +51,10 @@ Status CheckOptions(const ServerOptions& o) {
 
 }  // namespace
 
+void Server::SetRouter(const Router* router) {
+  if (router) impl_->router.store(router);
+}
+
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, const Router* router) {
   BRAID_RETURN_IF_ERROR(CheckOptions(options));
   const std::string where = options.host + ":" + std::to_string(options.port);

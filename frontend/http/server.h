@@ -66,6 +66,11 @@ class Server {
 
   int port() const;  // the bound port (the chosen one when options.port was 0)
 
+  // Routes the requests read from now on with `router` (not owned; it must
+  // outlive the server): a server listens while its model loads, then
+  // serves. Requests already routed finish with the old one.
+  void SetRouter(const Router* router);
+
   // Stops accepting, cancels open event streams (their OnCancel hooks run),
   // closes every connection, waits for running handlers to return and joins
   // all threads. Requests still waiting for a worker are dropped. Idempotent.

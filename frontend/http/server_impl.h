@@ -42,7 +42,7 @@ struct Server::Impl {
   Impl(const ServerOptions& o, const Router* r) : options(o), router(r) {}
 
   const ServerOptions options;
-  const Router* router;
+  std::atomic<const Router*> router;  // Server::SetRouter swaps it
 
   struct Counters {
     std::atomic<uint64_t> connections_open{0}, connections_total{0}, requests_total{0},

@@ -228,7 +228,7 @@ void Session::Dispatch() {
   std::function<void()> task = [self = shared_from_this(), request] {
     Response response;
     try {
-      response = self->impl_->router->Handle(*request);
+      response = self->impl_->router.load()->Handle(*request);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "http: handler for %s %s threw: %s\n", request->method.c_str(),
                    request->path.c_str(), e.what());
