@@ -7,7 +7,7 @@
 
 namespace braid::rt {
 
-std::shared_ptr<const TokenTable> TokenTable::ForModel(Model& model) {
+std::shared_ptr<const TokenTable> TokenTable::ForModel(const Model& model) {
   static std::mutex mu;
   static std::map<const Model*, std::shared_ptr<const TokenTable>> cache;
   std::lock_guard<std::mutex> lock(mu);

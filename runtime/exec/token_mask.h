@@ -22,7 +22,7 @@ struct TokenTable {
   std::vector<std::string> bytes;  // by token id
   std::vector<bool> eog;
   // The table of `model`, built on first use and kept for the process.
-  static std::shared_ptr<const TokenTable> ForModel(Model& model);
+  static std::shared_ptr<const TokenTable> ForModel(const Model& model);
 };
 
 class RegexMask {
