@@ -11,15 +11,18 @@ namespace {
 // ordered_json keeps "properties" in the order they were written.
 using Json = nlohmann::ordered_json;
 
-// Bounds. The weight is the regex's length with every bounded repeat's body
-// counted once per copy the NFA makes of it: about the NFA's size, which
-// must stay within the regex engine's 50,000 states (a string character
-// alone is ~30 bytes of pattern and ~20 states).
-constexpr size_t kMaxWeight = 24'000;
+// Bounds. A fragment's weight estimates the DFA states it contributes (one
+// per literal byte, measured figures for strings and numbers, bounded
+// repeats counting every copy): the regex engine allows 10,000 states.
+constexpr size_t kMaxWeight = 9'000;
+constexpr size_t kStringCharWeight = 16;  // a string of maxLength 256 has 3,843 states
+constexpr size_t kIntegerWeight = 20;     // 18 states
+constexpr size_t kNumberWeight = 45;      // ~39 states per number in an array
 constexpr int kMaxStringLength = 256;
 constexpr int kMaxItems = 256;
 constexpr int kMaxProperties = 64;
 constexpr int kMaxSchemaDepth = 24;
+constexpr int kMaxJsonDepth = 64;  // nesting of the schema's JSON text (enum values included)
 
 // A piece of regex and its weight.
 struct Frag {
@@ -31,6 +34,8 @@ Frag Raw(std::string re) {
   const size_t w = re.size();
   return {std::move(re), w};
 }
+
+Frag Weighed(std::string re, size_t weight) { return {std::move(re), weight}; }
 
 // `text` as a regex literal: punctuation escaped.
 Frag Literal(std::string_view text) {
@@ -62,7 +67,7 @@ Frag Alternation(const std::vector<Frag>& alts) {
     out.weight += alts[i].weight;
   }
   out.re += ')';
-  out.weight += alts.size() + 4;
+  out.weight += 1;
   return out;
 }
 
@@ -84,7 +89,7 @@ Frag Repeat(const Frag& body, int min, int max) {
     out.re += "{" + std::to_string(min) + "," + std::to_string(max) + "}";
   }
   const size_t copies = static_cast<size_t>(std::max({1, min, max}));
-  out.weight = body.weight * copies + 8;
+  out.weight = body.weight * copies + 1;
   return out;
 }
 
@@ -104,8 +109,10 @@ Frag StringChar() {
   std::string plain = "[^\"\\\\";
   plain += '\0';
   plain += "-\x1f]";
-  return Raw("(?:" + plain +
-             R"(|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})))");
+  return Weighed(
+      "(?:" + plain +
+          R"(|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})))",
+      kStringCharWeight);
 }
 
 Frag StringRegex(int min_len, int max_len) {
@@ -115,11 +122,12 @@ Frag StringRegex(int min_len, int max_len) {
 }
 
 const Frag& IntegerRegex() {
-  static const Frag f = Raw("-?(?:0|[1-9][0-9]{0,15})");
+  static const Frag f = Weighed("-?(?:0|[1-9][0-9]{0,15})", kIntegerWeight);
   return f;
 }
 const Frag& NumberRegex() {
-  static const Frag f = Raw("-?(?:0|[1-9][0-9]{0,15})(?:\\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?");
+  static const Frag f =
+      Weighed("-?(?:0|[1-9][0-9]{0,15})(?:\\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?", kNumberWeight);
   return f;
 }
 
@@ -458,9 +466,37 @@ class Compiler {
   std::vector<std::string> refs_;  // the references being expanded
 };
 
+// The deepest nesting of arrays and objects in `text`, outside strings:
+// checked before parsing, since printing parsed JSON (enum values) recurses.
+int JsonDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 Result<std::string> JsonSchemaRegex(std::string_view schema_json) {
+  if (JsonDepth(schema_json) > kMaxJsonDepth)
+    return Status::InvalidArgument("the schema nests deeper than " + std::to_string(kMaxJsonDepth) +
+                                   " levels");
   Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return Status::InvalidArgument("the schema is not valid JSON");
   Compiler c(schema);

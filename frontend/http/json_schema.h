@@ -13,8 +13,8 @@
 //               no extra property is ever emitted. An object without
 //               "properties" is any JSON object (below).
 //   array       "items" (one schema; absent: any JSON value), "minItems",
-//               "maxItems" (at most 64 when the items are not a plain scalar)
-//   string      "minLength", "maxLength" (at most 256; in characters, an
+//               "maxItems" (each at most 256)
+//   string      "minLength", "maxLength" (each at most 256; in characters, an
 //               escape counting as one)
 //   integer     -?(0|[1-9][0-9]{0,15}): at most 16 digits
 //   number      an integer part as above, an optional fraction of 1..15
@@ -26,8 +26,10 @@
 //   ignored     annotations: title, description, $schema, $id, $comment,
 //               default, examples, deprecated, readOnly, writeOnly, and
 //               "$defs"/"definitions" themselves
-// Any other keyword (pattern, format, minimum, oneOf, allOf, not,
-// patternProperties, uniqueItems, ...) is an error naming it and its path.
+// enum, const, anyOf and $ref take no sibling keywords but "type" and
+// annotations. Any other keyword (pattern, format, minimum, oneOf, allOf,
+// not, patternProperties, uniqueItems, ...) is an error naming it and its
+// path. Schemas nest at most 24 levels (their JSON text at most 64).
 //
 // Any JSON value (items without a schema, a schema of {} or true) nests at
 // most kAnyJsonDepth levels of objects and arrays, an object without
@@ -40,9 +42,11 @@
 // and \uXXXX outside the surrogate range; non-ASCII characters as UTF-8
 // (lead and continuation bytes, as the regex engine admits them).
 //
-// The regex size is bounded (bounded repeats count their copies), so that a
-// returned regex compiles within the regex engine's bounds; larger schemas are
-// an InvalidArgument naming the bound. Thread-safe: plain functions.
+// The regex's size is bounded: each piece's weight estimates the DFA states
+// it adds (bounded repeats count every copy; optional properties cost about
+// the square of their number), so that a returned regex compiles within the
+// regex engine's bounds (10,000 DFA states); larger schemas are an
+// InvalidArgument naming the bound. Thread-safe: plain functions.
 #pragma once
 
 #include <string>

@@ -173,7 +173,11 @@ TEST_CASE("json schema: a compiled regex of every accepted schema stays within b
        {R"({"type": "string", "maxLength": 256})",
         R"({"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 16})",
         R"({"type": "array", "items": {}, "maxItems": 3})",
-        R"({"type": "array", "items": {"type": "array", "items": {"type": "array"}}})"}) {
+        R"({"type": "array", "items": {"type": "array", "items": {"type": "array"}}})",
+        R"({"type": "array", "items": {"type": "number"}, "minItems": 256, "maxItems": 256})",
+        R"({"type": "array", "items": {"type": "string", "maxLength": 100}, "maxItems": 3})",
+        R"({"type": ["object", "array", "string", "integer", "number", "boolean", "null"]})",
+        R"({"type": "object", "properties": {"x": {"type": "array"}, "y": {"type": "array"}}})"}) {
     CAPTURE(s);
     auto re = JsonSchemaRegex(s);
     if (!re.ok()) {
