@@ -537,5 +537,37 @@ TEST_CASE("a full engine queue is 429 with Retry-After") {
   }
 }
 
+TEST_CASE("an engine that stops mid-stream gives an error event, then [DONE]") {
+  if (!HaveModel()) return;
+  EngineOptions o = TestEngineOptions();
+  o.kv_tokens = 1024;
+  auto e = Engine::Open(o);
+  REQUIRE(e.ok());
+  OpenAiOptions opts;
+  opts.model_name = "m";
+  opts.tokenizer = Fix().tokenizer.get();
+  opts.engines = {e->get()};
+  Router router;
+  AddOpenAiRoutes(&router, std::make_shared<OpenAiService>(opts));
+  Response r =
+      router.Handle(Post("/v1/completions", {{"prompt", "Tell me a story."},
+                                             {"max_tokens", 500},
+                                             {"ignore_eos", true},
+                                             {"stream", true},
+                                             {"stream_options", {{"include_usage", true}}}}));
+  REQUIRE(r.stream);
+  // Let it start, then stop the engine under it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  (*e)->Shutdown();
+  std::vector<std::string> events = Events(r);
+  REQUIRE(events.size() >= 2);
+  CHECK(events.back() == "[DONE]");
+  json err = json::parse(events[events.size() - 2]);
+  REQUIRE(err.contains("error"));
+  CHECK(err["error"]["type"] == "server_error");
+  CHECK(!err["error"]["message"].get<std::string>().empty());
+  for (const std::string& ev : events) CHECK(ev.find("\"usage\":{") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid::http
