@@ -2,7 +2,9 @@
 # Idempotent setup for a fresh Debian 12 machine: installs the packages the
 # build needs and fetches the bundled model into models/.
 #   scripts/setup.sh            packages + model
-#   scripts/setup.sh --dev      also clang-16 and its runtime (sanitizer and fuzz builds)
+#   scripts/setup.sh --dev      also clang-16 and its runtime (sanitizer and fuzz builds),
+#                               and .venv-test: a Python venv with the official `openai`
+#                               package for the HTTP API's integration tests
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dev=0
@@ -11,7 +13,7 @@ dev=0
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip unzip
       doctest-dev nlohmann-json3-dev libboost-dev libboost-graph-dev
       libsqlite3-dev liblua5.4-dev libedit-dev graphviz bc)
-[ $dev = 1 ] && pkgs+=(clang-16 libclang-rt-16-dev)
+[ $dev = 1 ] && pkgs+=(clang-16 libclang-rt-16-dev python3-venv)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -23,6 +25,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ $dev = 1 ]; then
+  venv="$root/.venv-test"
+  if ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+    echo "setup: creating $venv with the openai package"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check openai
+  fi
 fi
 
 "$root/scripts/fetch_model.sh"
