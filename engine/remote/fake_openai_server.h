@@ -1,7 +1,7 @@
 // Tests only: a small OpenAI-compatible server on 127.0.0.1 made of POSIX
 // sockets. Each POST /v1/completions takes the next scripted reply (a
 // streamed answer, an error status, a dropped connection or a stall); GET
-// /health answers 200. Every request is recorded.
+// /health answers health_status (200). Every request is recorded.
 #pragma once
 
 #include <arpa/inet.h>
@@ -76,6 +76,8 @@ class FakeOpenAiServer {
     for (const auto& r : requests()) n += r.target.ends_with("/v1/completions");
     return n;
   }
+  // The status GET /health answers with.
+  std::atomic<int> health_status{200};
   // A stalled connection saw the client close it.
   bool saw_client_close() const { return client_closed_; }
 
@@ -145,7 +147,8 @@ class FakeOpenAiServer {
       std::lock_guard<std::mutex> lock(mu_);
       requests_.push_back(req);
       if (req.target.ends_with("/health")) {
-        Send(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        Send(c, "HTTP/1.1 " + std::to_string(health_status.load()) +
+                    " Health\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
         return;
       }
       if (!replies_.empty()) {

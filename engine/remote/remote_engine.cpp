@@ -221,6 +221,17 @@ struct State {
   }
 };
 
+// GET {url}/health, each step under the connect timeout; true on a 2xx.
+bool ProbeHealth(const State& st, HttpCall& call) {
+  HttpRequestSpec spec;
+  spec.target = st.url.base_path + "/health";
+  spec.connect_timeout_ms = st.opt.connect_timeout_ms;
+  spec.first_timeout_ms = st.opt.connect_timeout_ms;
+  const HttpOutcome out =
+      call.Run(st.url, spec, [&](std::string_view) { return st.opt.connect_timeout_ms; });
+  return out.failure == HttpFailure::kNone && out.status / 100 == 2;
+}
+
 // One attempt's view of the stream.
 struct StreamState {
   std::string finish_reason;
@@ -252,6 +263,7 @@ class RequestRunner {
           retryable && !delivered_ && attempt < st_->opt.max_retries && st_->IsAlive();
       if (!again) {
         if (attempt > 0) why += " (after " + std::to_string(attempt + 1) + " attempts)";
+        if (broken_) CheckHealth();
         return Finish("error", st_->name + ": " + why);
       }
       if (!r_->Sleep(st_->BackoffMs(attempt))) return Finish("cancelled", "");
@@ -263,6 +275,7 @@ class RequestRunner {
   // *why is empty when the stream ended properly.
   bool Attempt(std::string* why) {
     ss_ = StreamState{};
+    broken_ = false;
     remote::SseReader sse;
     const SteadyClock::time_point first_deadline =
         SteadyClock::now() + std::chrono::milliseconds(st_->opt.first_token_timeout_ms);
@@ -303,6 +316,7 @@ class RequestRunner {
       return false;
     }
     if (ss_.done || !ss_.finish_reason.empty()) return false;  // complete
+    broken_ = out.failure == HttpFailure::kClosed || out.failure == HttpFailure::kTimeout;
     switch (out.failure) {
       case HttpFailure::kTimeout:
         *why = delivered_ ? "no data for " + std::to_string(st_->opt.idle_timeout_ms) +
@@ -369,6 +383,21 @@ class RequestRunner {
     return true;
   }
 
+  // A stream that broke may mean the server went away, which connection
+  // failures would only reveal to later requests: when its /health does not
+  // answer either, the engine is down now (callers then move this request
+  // elsewhere), until the health thread sees it answer.
+  void CheckHealth() {
+    HttpCall call;
+    r_->SetCall(&call);
+    const bool healthy = ProbeHealth(*st_, call);
+    r_->SetCall(nullptr);
+    if (healthy || r_->cancelled()) return;
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->alive = false;
+    st_->cv.notify_all();
+  }
+
   void Finish(std::string reason, std::string error) {
     if (reason == "abort") {  // the server gave up on it (it was not cancelled here)
       reason = "error";
@@ -407,6 +436,7 @@ class RequestRunner {
   StreamState ss_;
   Completion result_;
   bool delivered_ = false;  // text reached the caller: no more retries
+  bool broken_ = false;     // the last attempt's connection closed or stalled
   SteadyClock::time_point last_text_;
 };
 
@@ -420,15 +450,10 @@ void HealthLoop(const std::shared_ptr<State>& st) {
     HttpCall call;
     st->probe = &call;
     lock.unlock();
-    HttpRequestSpec spec;
-    spec.target = st->url.base_path + "/health";
-    spec.connect_timeout_ms = st->opt.connect_timeout_ms;
-    spec.first_timeout_ms = st->opt.connect_timeout_ms;
-    const HttpOutcome out =
-        call.Run(st->url, spec, [&](std::string_view) { return st->opt.connect_timeout_ms; });
+    const bool healthy = ProbeHealth(*st, call);
     lock.lock();
     st->probe = nullptr;
-    if (out.failure == HttpFailure::kNone && out.status / 100 == 2) {
+    if (healthy) {
       st->alive = true;
       st->connect_failures = 0;
     }

@@ -184,6 +184,21 @@ TEST_CASE("remote: a failure after text was delivered finishes with an error, no
   CHECK(c.error.find("closed") != std::string::npos);
   CHECK(server.completions() == 1);
 
+  CHECK(engine->alive());  // /health still answers: the server is up
+
+  // A broken stream and a /health that fails: the engine is down at once.
+  RemoteEngineOptions o;
+  o.health_interval_ms = 30;
+  auto watched = Open(server.url(), o);
+  server.Push(r);
+  server.health_status = 503;
+  h = watched->Submit(Prompt());
+  REQUIRE(h.ok());
+  CHECK((*h)->Wait().finish_reason == "error");
+  CHECK_FALSE(watched->alive());
+  server.health_status = 200;
+  CHECK(Eventually([&] { return watched->alive(); }));
+
   server.Push(Reply{Reply::Kind::kStream, {R"({"error": {"message": "out of memory"}})"}});
   h = engine->Submit(Prompt());
   REQUIRE(h.ok());
