@@ -63,9 +63,11 @@ struct HttpCall::Impl {
   // A failure after the connection was made: a parse error is a protocol
   // failure, a deadline a timeout, anything else a closed connection.
   HttpOutcome FailConnected(const beast::error_code& ec, const char* step) {
-    if (ec == beast::error::timeout) return Fail(HttpFailure::kTimeout, ec, step);
-    if (IsHttpParseError(ec)) return Fail(HttpFailure::kProtocol, ec, step);
-    return Fail(HttpFailure::kClosed, ec, step);
+    HttpOutcome o = ec == beast::error::timeout ? Fail(HttpFailure::kTimeout, ec, step)
+                    : IsHttpParseError(ec)      ? Fail(HttpFailure::kProtocol, ec, step)
+                                                : Fail(HttpFailure::kClosed, ec, step);
+    o.connected = true;
+    return o;
   }
 };
 
@@ -91,7 +93,7 @@ HttpOutcome HttpCall::Run(const HttpUrl& url, const HttpRequestSpec& spec,
   ec = im.Step(SteadyClock::now() + ms(spec.connect_timeout_ms),
                [&](auto handler) { im.stream.async_connect(endpoints, std::move(handler)); });
   if (ec) return im.Fail(HttpFailure::kConnect, ec, "connecting");
-  if (im.aborted) return im.Fail(HttpFailure::kCancelled, ec, "connecting");
+  if (im.aborted) return im.FailConnected(ec, "connecting");
 
   http::request<http::string_body> req;
   req.method(http::string_to_verb(spec.method));
@@ -122,6 +124,7 @@ HttpOutcome HttpCall::Run(const HttpUrl& url, const HttpRequestSpec& spec,
   if (ec) return im.FailConnected(ec, "waiting for the response");
 
   HttpOutcome out;
+  out.connected = true;
   out.status = static_cast<int>(parser.get().result_int());
   const bool success = out.status / 100 == 2;
   char chunk[16384];
@@ -138,6 +141,7 @@ HttpOutcome HttpCall::Run(const HttpUrl& url, const HttpRequestSpec& spec,
       if (next_ms <= 0) {
         im.stream.close();
         HttpOutcome stopped = im.Fail(HttpFailure::kCancelled, {}, "stopped");
+        stopped.connected = true;
         stopped.status = out.status;
         return stopped;
       }

@@ -41,6 +41,7 @@ enum class HttpFailure {
 
 struct HttpOutcome {
   HttpFailure failure = HttpFailure::kNone;
+  bool connected = false;  // the connection was made
   int status = 0;          // the response's status, once its headers arrived
   std::string error;       // what went wrong, for messages
   std::string error_body;  // start of the body of a non-2xx response (up to 4 KB)

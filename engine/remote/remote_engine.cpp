@@ -308,7 +308,7 @@ class RequestRunner {
       *why = "cannot connect: " + out.error;
       return true;
     }
-    st_->Connected();
+    if (out.connected) st_->Connected();
     if (ss_.error.empty() && !ss_.done && out.failure != HttpFailure::kTimeout)
       if (auto last = sse.Finish()) OnEvent(*last);
     if (!ss_.error.empty()) {
