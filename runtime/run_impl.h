@@ -79,6 +79,7 @@ class RunImpl final : public Run, public Pumpable {
     bool submitted_once = false;
     std::optional<Clock::time_point> send_at, done_at;  // baseline round trips
     uint64_t wait_leader = 0;                           // follower of this flight's prefix
+    int moves = 0;  // times it was moved off an engine that died
   };
   // One request in an engine.
   struct Flight {
@@ -140,6 +141,9 @@ class RunImpl final : public Run, public Pumpable {
   void HandleEvent(const Event& ev);
   void OnAdmitted(uint64_t flight_id);
   void OnSegmentDone(NodeId n, const Completion& c);
+  // Resubmits `n` elsewhere when `c` failed on `engine` and that engine is
+  // not alive (at most kMaxMoves times); true when it took care of `c`.
+  bool MoveFromDeadEngine(NodeId n, int engine, const Completion& c);
   void Schedule(Clock::time_point now);
   Status Prepare(NodeId n);
   Status Submit(NodeId n, int engine, uint64_t* flight_id);

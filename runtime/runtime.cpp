@@ -171,6 +171,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
     if (!options.engines[i]) return Status::InvalidArgument("engine " + std::to_string(i) + " is null");
     EngineSlot slot;
     slot.engine = options.engines[i];
+    slot.local = slot.engine->model() != nullptr;
     slot.name = options.engine_names.empty() ? "engine" + std::to_string(i) : options.engine_names[i];
     ctx->engines.push_back(std::move(slot));
   }

@@ -4,11 +4,19 @@
 
 namespace braid::rt {
 
-int RuntimeContext::PickEngine(const std::vector<int32_t>& prompt, uint64_t salt, bool prefer_prefix) const {
-  int best = 0;
+bool RuntimeContext::CanTake(int i, bool needs_local) const {
+  if (i < 0 || i >= static_cast<int>(engines.size())) return false;
+  const EngineSlot& e = engines[static_cast<size_t>(i)];
+  return (e.local || !needs_local) && e.engine->alive();
+}
+
+int RuntimeContext::PickEngine(const std::vector<int32_t>& prompt, uint64_t salt,
+                               bool prefer_prefix, bool needs_local) const {
+  int best = -1;
   int best_prefix = -1;
   int best_load = 0;
   for (size_t i = 0; i < engines.size(); ++i) {
+    if (!CanTake(static_cast<int>(i), needs_local)) continue;
     const EngineSlot& e = engines[i];
     const int prefix = prefer_prefix ? e.engine->ProbePrefix(prompt, salt) : 0;
     const EngineStats s = e.engine->stats();
@@ -20,6 +28,23 @@ int RuntimeContext::PickEngine(const std::vector<int32_t>& prompt, uint64_t salt
     }
   }
   return best;
+}
+
+std::string RuntimeContext::NoEngineReason(bool needs_local) const {
+  std::string out = needs_local ? "no engine can take it (select and regex outputs need an "
+                                  "engine that runs its model in this process):"
+                                : "no engine can take it:";
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const EngineSlot& e = engines[i];
+    out += (i ? ", " : " ") + e.name;
+    if (!e.engine->alive())
+      out += " is not alive";
+    else if (needs_local && !e.local)
+      out += " is remote";
+    else
+      out += " is available";
+  }
+  return out;
 }
 
 CostModel RuntimeContext::Rates() const {

@@ -43,6 +43,9 @@ struct WakeSignal {
 struct EngineSlot {
   Engine* engine = nullptr;
   std::string name;
+  // The engine runs its model in this process (Engine::model() non-null):
+  // only such an engine scores choices and masks logits.
+  bool local = true;
   std::shared_ptr<std::atomic<int>> in_flight = std::make_shared<std::atomic<int>>(0);
 };
 
@@ -54,10 +57,18 @@ struct RuntimeContext {
   std::shared_ptr<RunStore> store;  // null: not persisted
   std::shared_ptr<WakeSignal> wake = std::make_shared<WakeSignal>();
 
-  // Placement: the engine holding the longest cached prefix of `prompt`
-  // (when prefer_prefix), then the least loaded (running + waiting, or our
-  // own in-flight count when higher), then the lowest index.
-  int PickEngine(const std::vector<int32_t>& prompt, uint64_t salt, bool prefer_prefix) const;
+  // Placement among the engines that can take the request: alive
+  // (Engine::alive) and, when needs_local (select and regex outputs), local.
+  // Among them the one holding the longest cached prefix of `prompt` (when
+  // prefer_prefix), then the least loaded (running + waiting, or our own
+  // in-flight count when higher), then the lowest index. -1 when none can
+  // take it (NoEngineReason says why).
+  int PickEngine(const std::vector<int32_t>& prompt, uint64_t salt, bool prefer_prefix,
+                 bool needs_local = false) const;
+  // Whether engine `i` can take a request now (see PickEngine).
+  bool CanTake(int i, bool needs_local) const;
+  // Why PickEngine found no engine: each engine and what it lacks.
+  std::string NoEngineReason(bool needs_local) const;
   // The engines' measured rates, averaged; defaults where unmeasured.
   CostModel Rates() const;
 };

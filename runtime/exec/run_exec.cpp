@@ -15,6 +15,15 @@ namespace {
 
 constexpr size_t kShareMinTokens = 16;  // one KV block
 constexpr size_t kShareWorthTokens = 64;
+// A node whose engine failed and is no longer alive moves to another engine
+// at most this many times.
+constexpr int kMaxMoves = 2;
+
+// Select outputs score choices and regex outputs mask logits: both need the
+// model in this process.
+bool NeedsLocal(const OutputSpec& spec) {
+  return spec.kind == OutputSpec::Kind::kSelect || spec.kind == OutputSpec::Kind::kRegex;
+}
 
 // The engine's scoring and logit-mask hooks are being added; these compile
 // either way and report whether the field exists in this build.
@@ -123,7 +132,29 @@ void RunImpl::HandleEvent(const Event& ev) {
   flights_.erase(it);
   --*ctx_->engines[static_cast<size_t>(f.engine)].in_flight;
   const Completion c = f.handle->Wait();
+  if (MoveFromDeadEngine(f.node, f.engine, c)) return;
   OnSegmentDone(f.node, c);
+}
+
+// A request that failed because its engine went away (the engine reports
+// itself not alive) is sent again elsewhere: the segment starts over, the
+// outputs already generated are kept.
+bool RunImpl::MoveFromDeadEngine(NodeId n, int engine, const Completion& c) {
+  if (c.finish_reason != "error") return false;
+  const EngineSlot& slot = ctx_->engines[static_cast<size_t>(engine)];
+  if (slot.engine->alive()) return false;
+  DagNode& node = dag_.node(n);
+  auto it = exec_.find(n);
+  if (node.Finished() || it == exec_.end() || it->second.moves >= kMaxMoves) return false;
+  ++it->second.moves;
+  node.prompt_tokens += c.usage.prompt_tokens;
+  node.cached_tokens += c.usage.cached_tokens;
+  node.generated_tokens += c.usage.generated_tokens;
+  const std::string why = slot.name + " is not alive after: " + c.error;
+  LogEvent("node_moved", node, why);
+  Status s = Submit(n, -1, nullptr);
+  if (!s.ok()) FailNode(n, why + "; moving it elsewhere failed: " + s.message());
+  return true;
 }
 
 // The request's first token arrived (or it ended): its prompt is in the
@@ -238,7 +269,12 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   Exec& ex = exec_[n];
   if (ex.prompt.empty()) BRAID_RETURN_IF_ERROR(Prepare(n));
   const OutputSpec& spec = node.fn->outputs()[static_cast<size_t>(ex.output)];
-  if (engine < 0) engine = ctx_->PickEngine(ex.prompt, 0, dag_mode());
+  // A given engine (the leader's, the node's earlier outputs') is kept only
+  // while it can take this output.
+  const bool needs_local = NeedsLocal(spec);
+  if (!ctx_->CanTake(engine, needs_local))
+    engine = ctx_->PickEngine(ex.prompt, 0, dag_mode(), needs_local);
+  if (engine < 0) return Status::ResourceExhausted(ctx_->NoEngineReason(needs_local));
   EngineSlot& slot = ctx_->engines[static_cast<size_t>(engine)];
 
   GenerationRequest r;
@@ -301,12 +337,15 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   auto watch = watch_;
   RunEvent tokens{RunEvent::Kind::kTokens, n, node.outputs[static_cast<size_t>(ex.output)], {}};
   auto cb = [inbox, fid, first, live, watch, tokens](const Delta& d) mutable {
-    live->fetch_add(static_cast<int>(d.tokens.size()), std::memory_order_relaxed);
+    // A remote engine streams text without token ids: each chunk of text
+    // counts as one token (those servers stream a token per chunk).
+    const size_t count = d.tokens.empty() && !d.text.empty() ? 1 : d.tokens.size();
+    live->fetch_add(static_cast<int>(count), std::memory_order_relaxed);
     if (!d.text.empty()) {
       tokens.text = d.text;
       watch->Emit(tokens);
     }
-    const bool report_first = !first && (!d.tokens.empty() || d.finished);
+    const bool report_first = !first && (count > 0 || d.finished);
     if (!report_first && !d.finished) return;
     first = true;
     {
@@ -327,12 +366,12 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   flights_.emplace(fid, std::move(f));
   if (flight_id) *flight_id = fid;
   ex.engine = engine;
+  node.engine = slot.name;
   if (!ex.submitted_once) {
     ex.submitted_once = true;
     ex.started = Clock::now();
     node.queued_ms = MsBetween(ex.ready_since, ex.started);
     node.start_ms = NowMs();
-    node.engine = slot.name;
     node.state = NodeState::kRunning;
     LogEvent("node_started", node);
     changed_.notify_all();
@@ -553,7 +592,11 @@ void RunImpl::Schedule(Clock::time_point now) {
     // prefix is cheaper to recompute in the same batch than to wait for.
     if (c.shared < kShareWorthTokens || 2 * c.shared < lp.size()) continue;
     const std::vector<int32_t> prefix(lp.begin(), lp.begin() + static_cast<long>(c.shared));
-    const int engine = ctx_->PickEngine(prefix, 0, true);
+    const Exec& lex = exec_[leader];
+    const int engine = ctx_->PickEngine(
+        prefix, 0, true,
+        NeedsLocal(dag_.node(leader).fn->outputs()[static_cast<size_t>(lex.output)]));
+    if (engine < 0) continue;  // each fails on its own, with the reason
     if (ctx_->engines[static_cast<size_t>(engine)].engine->ProbePrefix(prefix, 0) +
             static_cast<int>(kShareMinTokens) >
         static_cast<int>(c.shared))

@@ -106,7 +106,9 @@ class FakeHandle final : public RequestHandle {
 // Answers each request immediately: the reply is respond(prompt text) or,
 // when the prompt contains "FAIL", an engine error. Records every request.
 // With `hold` set, replies are held back until Release(): requests then stay
-// in flight, as in a busy engine.
+// in flight, as in a busy engine. With `remote` set it stands for an engine
+// that runs elsewhere (model() null); with `crash_next` set the next request
+// fails with an engine error and the engine stops being alive.
 class FakeEngine final : public Engine {
  public:
   struct Submitted {
@@ -117,6 +119,9 @@ class FakeEngine final : public Engine {
     std::vector<GoalClass> goal_changes;  // SetGoal calls on its handle, in order
   };
   std::atomic<bool> hold{false};
+  bool remote = false;
+  std::atomic<bool> crash_next{false};
+  std::atomic<bool> dead{false};
   // Delivers every held reply; returns how many.
   int Release() {
     std::vector<std::function<void()>> held;
@@ -147,9 +152,11 @@ class FakeEngine final : public Engine {
     }
     c.usage.prompt_tokens = static_cast<int>(r.prompt.size());
     c.usage.cached_tokens = cached;
-    if (prompt.find("FAIL") != std::string::npos) {
+    const bool crash = crash_next.exchange(false);
+    if (crash) dead = true;  // before the error is delivered, as a remote engine does
+    if (crash || prompt.find("FAIL") != std::string::npos) {
       c.finish_reason = "error";
-      c.error = "fake engine failure";
+      c.error = crash ? "the connection was reset" : "fake engine failure";
     } else {
       c.text = respond(prompt);
       if (score && !r.score_choices.empty()) {
@@ -205,7 +212,8 @@ class FakeEngine final : public Engine {
     if (pin) --pins_active_;
   }
   EngineStats stats() const override { return {}; }
-  Model* model() override { return &model_; }
+  Model* model() override { return remote ? nullptr : &model_; }
+  bool alive() const override { return !dead; }
   void Shutdown() override {}
 
   std::vector<Submitted> submitted() const {

@@ -112,6 +112,9 @@ class Engine {
   virtual Model* model() = 0;
   // Stops the step loop; pending requests finish with reason "cancelled".
   virtual void Shutdown() = 0;
+  // False while the engine cannot take work (a remote server that stopped
+  // answering); callers place requests elsewhere until it is true again.
+  virtual bool alive() const { return true; }
 };
 
 }  // namespace braid

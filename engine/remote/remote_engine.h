@@ -1,0 +1,67 @@
+// An Engine that runs elsewhere: an OpenAI-compatible server (another
+// `braid serve`, vLLM, SGLang, llama.cpp's llama-server) reached over HTTP.
+//
+// Each request is one streamed POST {url}/v1/completions whose prompt is the
+// request's token ids (those servers take a token-id array as the prompt), so
+// the caller tokenizes with its own copy of the model and the server must run
+// the same vocabulary. The reply's SSE chunks become Deltas as they arrive.
+//
+// What differs from the embedded engine:
+//  - Delta::tokens and Completion::tokens stay empty: a completions stream
+//    carries text, not ids. Usage comes from the server's final usage chunk
+//    (prompt, cached and generated token counts); a server that sends none
+//    leaves generated_tokens as the number of chunks that carried text.
+//  - Logprobs, when asked (top_logprobs >= 0), carry the sampled tokens'
+//    log-probabilities with id -1 and no top list (the stream names tokens by
+//    their text, not their ids).
+//  - The server applies its own top_k and min_p; temperature, top_p, seed,
+//    stop strings, penalties and max_tokens are sent.
+//  - Prompt scoring (prompt_logprobs_from), choice scoring (score_choices)
+//    and logits processors cannot cross the wire: Submit refuses them.
+//  - ProbePrefix cannot see the server's cache; it answers from a memory of
+//    the prompts this engine sent recently (16-token blocks, hash-chained,
+//    least recently sent forgotten first), so that callers that place work
+//    by cached prefix keep sending similar prompts to the same server.
+//    Pin and Unpin do nothing.
+//  - model() is null.
+//
+// Threads: one thread per request in flight (at most max_in_flight; Submit
+// refuses beyond) plus one that probes GET {url}/health while the server is
+// considered down. Callbacks run on the request's thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/status.h"
+
+namespace braid {
+
+struct RemoteEngineOptions {
+  // "http://host:port", optionally with a path prefix ("http://h:8000/v1"
+  // and "http://h:8000" name the same server). https is not supported.
+  std::string url;
+  std::string model;    // the "model" field of each request (the server's name for it)
+  std::string api_key;  // sent as "Authorization: Bearer <key>" when not empty
+  int connect_timeout_ms = 2000;
+  int first_token_timeout_ms = 60000;  // from sending the request to the first text
+  int idle_timeout_ms = 30000;         // between streamed chunks once text flows
+  // Retries of a request that failed before any text was delivered: the
+  // connection was refused or reset, or the server answered 5xx or 429.
+  int max_retries = 3;
+  int backoff_ms = 200;  // before the first retry; doubles each time, with jitter
+  int max_in_flight = 64;
+  // After this many connection failures in a row the engine is not alive()
+  // until GET {url}/health answers 2xx; that probe runs every
+  // health_interval_ms while the engine is down.
+  int max_connect_failures = 3;
+  int health_interval_ms = 2000;
+};
+
+// Checks the options (the URL's form, positive limits) and starts the health
+// prober. Does not contact the server. Errors: kUnsupported for https,
+// kInvalidArgument for a malformed URL or a non-positive limit.
+Result<std::unique_ptr<Engine>> OpenRemoteEngine(const RemoteEngineOptions& options);
+
+}  // namespace braid
