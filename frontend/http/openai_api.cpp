@@ -505,7 +505,7 @@ struct OpenAiService::Impl {
 
   // Fields this server does not implement, refused rather than ignored
   // (ignoring them would return something other than what was asked).
-  static MaybeError Unsupported(const Json& body, bool chat) {
+  static MaybeError Unsupported(const Json& body) {
     bool echo = false;
     RETURN_IF_API_ERROR(GetBool(body, "echo", &echo));
     if (echo) return Bad("echo", "echo is not supported");
@@ -518,7 +518,6 @@ struct OpenAiService::Impl {
     for (const char* k : {"tools", "functions"})
       if (const Json* t = Field(body, k); t && !(t->is_array() && t->empty()))
         return Bad(k, std::string(k) + " (tool calling) is not supported");
-    (void)chat;
     return std::nullopt;
   }
 
@@ -526,7 +525,7 @@ struct OpenAiService::Impl {
     Json body;
     RETURN_IF_API_ERROR(ParseBody(request.body, &body));
     RETURN_IF_API_ERROR(CheckModel(body));
-    RETURN_IF_API_ERROR(Unsupported(body, chat));
+    RETURN_IF_API_ERROR(Unsupported(body));
     job->chat = chat;
     if (chat) {
       std::vector<ChatMessage> messages;

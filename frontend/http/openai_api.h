@@ -15,9 +15,10 @@
 //   most 20; text_offset counts from the start of the choice's text.
 // - chat: roles system, developer (as system), user, assistant; content a
 //   string or a list of {"type": "text"} parts; tools are refused (400).
-//   max_tokens defaults to what the context leaves. response_format
-//   json_object / json_schema constrain decoding (http/json_schema.h).
-// - both: `seed` absent draws a fresh one; choice i of n uses seed + i.
+//   max_tokens defaults to what the context leaves.
+// - both: response_format json_object / json_schema constrain decoding
+//   (http/json_schema.h). `seed` absent draws a fresh one; choice i of n
+//   uses seed + i. All n choices go to one engine.
 //   Extra sampling fields as vLLM takes them: top_k, min_p,
 //   repetition_penalty, ignore_eos. Unknown fields are ignored.
 // - a client that disconnects from a stream cancels its engine requests at
