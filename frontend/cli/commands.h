@@ -11,6 +11,9 @@ int BenchMain(const std::vector<std::string>& args);
 // braid run SCRIPT.lua [ARGS...]: a Lua program on embedded engines (run_cmd.cpp).
 int RunMain(const std::vector<std::string>& args);
 
+// braid serve: the HTTP server (serve_cmd.cpp).
+int ServeMain(const std::vector<std::string>& args);
+
 // braid runs [show ID | rm ID...]: the runs of a run store (runs_cmd.cpp).
 int RunsMain(const std::vector<std::string>& args);
 // The run store braid run and braid runs use by default (~/.cache/braid/runs.db).

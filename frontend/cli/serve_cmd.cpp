@@ -1,0 +1,209 @@
+// braid serve: the HTTP server (docs/http-api.md). The listener starts first
+// and answers /health with 503 while the model loads; then the OpenAI-
+// compatible routes, the program routes and /metrics go live.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/stack.h"
+#include "http/metrics.h"
+#include "http/openai_api.h"
+#include "http/server.h"
+#include "server/runs_service.h"
+
+namespace braid::cli {
+namespace {
+
+const char* kServeHelp =
+    "usage: braid serve [options]\n"
+    "\n"
+    "Serves the model over HTTP: the OpenAI-compatible API (/v1/completions,\n"
+    "/v1/chat/completions, /v1/models, /tokenize, /detokenize), Braid programs and\n"
+    "DAGs (/v1/programs, /v1/dags, /v1/sessions, /v1/runs), /health and /metrics.\n"
+    "Runs until SIGINT or SIGTERM; runs in flight then stay resumable and a restarted\n"
+    "server resumes them. The API: docs/http-api.md.\n"
+    "\n"
+    "%s"
+    "      --host ADDR         address to listen on (default 127.0.0.1)\n"
+    "      --port N            port, 0..65535 (default 8080; 0: any free port, printed)\n"
+    "      --api-key-file F    API keys, one per line: 'NAME KEY' or 'KEY'; every route but\n"
+    "                          /health then needs 'Authorization: Bearer KEY'\n"
+    "      --model-name NAME   the model's id in the OpenAI API (default: the file's name)\n"
+    "      --cors-origin O     allow browser calls from origin O (default: no CORS)\n"
+    "      --max-programs N    programs and DAGs running at once, 1..4096 (default 16; each\n"
+    "                          holds a thread while it waits for the model)\n"
+    "      --max-queued N      runs waiting for one of those threads, 0..100000 (default 256;\n"
+    "                          beyond: 429)\n"
+    "      --workers N         HTTP handler threads, 1..4096 (default 64)\n"
+    "      --max-pending N     requests waiting for a handler thread, 1..100000 (default 256;\n"
+    "                          beyond: 429)\n"
+    "      --max-body-mb N     largest request body, 1..1024 MiB (default 16; beyond: 413)\n"
+    "      --lua-memory-mb N   Lua memory cap per program, 1..65536 (default 256)\n"
+    "      --lua-seconds S     Lua running time cap per program, 0.001..86400 (default 10)\n";
+
+std::atomic<bool> g_stop{false};
+extern "C" void OnStopSignal(int) { g_stop = true; }
+
+std::string FileStem(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
+  return name;
+}
+
+// The server's own series after the API's: connections, rejections, and
+// runs by state.
+std::string ServerMetrics(const http::Server::Stats& s, const server::RunsService::Counts& c) {
+  std::string out;
+  auto add = [&](const char* name, const char* type, const char* help, uint64_t v,
+                 const std::string& labels = "") {
+    out += std::string("# HELP braid:") + name + " " + help + "\n# TYPE braid:" + name + " " +
+           type + "\n";
+    out += std::string("braid:") + name + labels + " " + std::to_string(v) + "\n";
+  };
+  add("http_connections_open", "gauge", "Open HTTP connections.", s.connections_open);
+  add("http_requests_total", "counter", "HTTP requests read whole.", s.requests_total);
+  add("http_requests_queued", "gauge", "Requests waiting for a handler thread.", s.requests_queued);
+  add("http_rejected_busy_total", "counter", "429: the handler queue was full.", s.rejected_busy);
+  add("http_rejected_auth_total", "counter", "401: no or a wrong API key.", s.rejected_auth);
+  add("http_rejected_malformed_total", "counter", "400/413/431 before routing.",
+      s.rejected_malformed);
+  add("http_streams_open", "gauge", "Streamed responses in progress.", s.streams_open);
+  add("http_streams_cancelled_total", "counter", "Streams ended by the client leaving.",
+      s.streams_cancelled);
+  out += "# HELP braid:runs Runs the server holds, by state.\n# TYPE braid:runs gauge\n";
+  const std::pair<const char*, int> states[] = {{"queued", c.queued},
+                                                {"running", c.running},
+                                                {"done", c.done},
+                                                {"failed", c.failed},
+                                                {"cancelled", c.cancelled}};
+  for (const auto& [state, n] : states)
+    out += std::string("braid:runs{state=\"") + state + "\"} " + std::to_string(n) + "\n";
+  return out;
+}
+
+}  // namespace
+
+int ServeMain(const std::vector<std::string>& argv) {
+  Args args(argv);
+  if (args.Flag({"-h", "--help"})) {
+    std::printf(kServeHelp, kStackHelp);
+    return 0;
+  }
+  StackOptions so = ReadStackOptions(args);
+  http::ServerOptions ho;
+  ho.host = args.Str({"--host"}, "127.0.0.1");
+  ho.port = static_cast<int>(args.Int({"--port"}, 8080, 0, 65535));
+  const std::string key_file = args.Str({"--api-key-file"}, "");
+  std::string model_name = args.Str({"--model-name"}, "");
+  ho.cors_origin = args.Str({"--cors-origin"}, "");
+  server::RunsOptions runs;
+  runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
+  runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
+  ho.workers = static_cast<int>(args.Int({"--workers"}, 64, 1, 4096));
+  ho.max_pending = static_cast<size_t>(args.Int({"--max-pending"}, 256, 1, 100000));
+  ho.max_body_bytes = static_cast<size_t>(args.Int({"--max-body-mb"}, 16, 1, 1024)) << 20;
+  runs.lua_limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536))
+                                 << 20;
+  runs.lua_limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
+  runs.max_source_bytes = ho.max_body_bytes;
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid serve: %s\n", e.c_str());
+    return 2;
+  }
+  if (!key_file.empty()) {
+    auto keys = http::ReadApiKeys(key_file);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "braid serve: %s\n", keys.status().message().c_str());
+      return 2;
+    }
+    ho.api_keys = std::move(*keys);
+  }
+  if (model_name.empty()) model_name = FileStem(so.model.path);
+
+  // The listener first: /health says 503 while the model loads.
+  http::Router loading;
+  auto not_yet = [](const http::Request&, const http::Params&) {
+    http::Response r = http::JsonError(503, "the model is loading");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  };
+  loading.Add("GET", "/health", not_yet);
+  auto server = http::Server::Start(ho, &loading);
+  if (!server.ok()) {
+    std::fprintf(stderr, "braid serve: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::fprintf(stderr, "braid serve: listening on http://%s:%d (loading %s)\n", ho.host.c_str(),
+               (*server)->port(), so.model.path.c_str());
+
+  auto opened = OpenStack(so);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid serve: %s\n", opened.status().message().c_str());
+    (*server)->Stop();
+    return 1;
+  }
+  std::unique_ptr<Stack> stack = std::move(opened).value();
+  std::fprintf(stderr, "braid serve: %s\n", stack->KvSummary().c_str());
+
+  // The routes.
+  http::Router router;
+  std::vector<Engine*> engines;
+  for (auto& e : stack->engines) engines.push_back(e.get());
+  http::ServingMetrics metrics;
+  http::OpenAiOptions oo;
+  oo.model_name = model_name;
+  oo.tokenizer = stack->tokenizer;
+  oo.engines = engines;
+  oo.metrics = &metrics;
+  http::AddOpenAiRoutes(&router, std::make_shared<http::OpenAiService>(oo));
+  runs.runtime = stack->runtime.get();
+  server::RunsService service(runs);
+  service.AddRoutes(&router);
+  router.Add("GET", "/health", [&engines](const http::Request&, const http::Params&) {
+    for (Engine* e : engines)
+      if (!e->alive()) return http::JsonError(503, "an engine stopped serving");
+    return http::JsonResponse(200, R"({"status":"ok"})");
+  });
+  http::Server* srv = server->get();
+  router.Add("GET", "/metrics", [&](const http::Request&, const http::Params&) {
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    std::vector<EngineStats> stats;
+    for (Engine* e : engines) stats.push_back(e->stats());
+    r.body = http::RenderPrometheus(metrics.Snapshot(), stats, model_name) +
+             ServerMetrics(srv->stats(), service.counts());
+    return r;
+  });
+  srv->SetRouter(&router);
+  if (auto resumed = service.ResumeInterrupted(); !resumed.ok()) {
+    std::fprintf(stderr, "braid serve: resuming interrupted runs: %s\n",
+                 resumed.status().message().c_str());
+  } else if (*resumed > 0) {
+    std::fprintf(stderr, "braid serve: resumed %d interrupted run%s\n", *resumed,
+                 *resumed == 1 ? "" : "s");
+  }
+  std::fprintf(stderr, "braid serve: ready on http://%s:%d (model '%s')\n", ho.host.c_str(),
+               srv->port(), model_name.c_str());
+
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "braid serve: stopping\n");
+  srv->SetRouter(&loading);
+  service.Stop();
+  srv->Stop();
+  return 0;
+}
+
+}  // namespace braid::cli
