@@ -172,9 +172,15 @@ int ServeMain(const std::vector<std::string>& argv) {
   runs.runtime = stack->runtime.get();
   server::RunsService service(runs);
   service.AddRoutes(&router);
+  // Unhealthy when an embedded engine's loop stopped, or when no engine at
+  // all can take work (a remote one that is down is routed around).
   router.Add("GET", "/health", [&engines](const http::Request&, const http::Params&) {
-    for (Engine* e : engines)
-      if (!e->alive()) return http::JsonError(503, "an engine stopped serving");
+    int alive = 0;
+    for (Engine* e : engines) {
+      if (e->model() && !e->alive()) return http::JsonError(503, "an embedded engine stopped");
+      alive += e->alive();
+    }
+    if (alive == 0) return http::JsonError(503, "no engine is reachable");
     return http::JsonResponse(200, R"({"status":"ok"})");
   });
   http::Server* srv = server->get();

@@ -6,8 +6,10 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/engines_file.h"
 #include "cli/model_options.h"
 #include "engine/system_probe.h"
+#include "remote/remote_engine.h"
 
 namespace braid::cli {
 
@@ -25,7 +27,9 @@ const char* const kStackHelp =
     "batches)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
-    "      --engines N         embedded engines on the same model, 1..64 (default 1)\n"
+    "      --engines N|FILE    embedded engines on the same model, 1..64 (default 1); or a\n"
+    "                          JSON file listing embedded and remote (OpenAI-compatible)\n"
+    "                          engines (docs/http-api.md); -m then gives the tokenizer\n"
     "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
     "                          small = latency-tuned)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
@@ -43,7 +47,16 @@ const std::vector<std::string> kStackValueOptions = {
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
   o.model = ReadModelOptions(args);
-  o.engines = static_cast<int>(args.Int({"--engines"}, 1, 1, 64));
+  // A count, or the path of an engines file.
+  const std::string engines = args.Str({"--engines"}, "1");
+  if (!engines.empty() && engines.size() <= 3 &&
+      engines.find_first_not_of("0123456789") == std::string::npos) {
+    o.engines = std::stoi(engines);
+    if (o.engines < 1 || o.engines > 64)
+      args.Fail("option --engines: " + engines + " is out of range [1, 64]");
+  } else {
+    o.engines_file = engines;
+  }
   o.kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
   o.kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
   o.max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
@@ -53,7 +66,11 @@ StackOptions ReadStackOptions(Args& args) {
 }
 
 std::string Stack::KvSummary() const {
-  const EngineStats st = engines.at(0)->stats();
+  const Engine* local = nullptr;
+  for (const auto& e : engines)
+    if (!local && e->model()) local = e.get();
+  if (!local) return "no embedded engine (every engine is remote)";
+  const EngineStats st = local->stats();
   const int tokens = st.kv_blocks_total * kv_block_size;
   char line[256];
   if (options.kv_tokens == 0) {
@@ -67,6 +84,51 @@ std::string Stack::KvSummary() const {
   return line;
 }
 
+namespace {
+
+// The engines an engines file lists; embedded ones split the threads that
+// their entries do not fix.
+Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
+  BRAID_ASSIGN_OR_RETURN(std::vector<EngineSpec> specs, ReadEnginesFile(options.engines_file));
+  int embedded = 0;
+  for (const EngineSpec& s : specs) embedded += s.kind == EngineSpec::Kind::kEmbedded;
+  for (const EngineSpec& s : specs) {
+    if (s.kind == EngineSpec::Kind::kRemote) {
+      RemoteEngineOptions ro;
+      ro.url = s.url;
+      ro.model = s.model_name;
+      ro.api_key = s.api_key;
+      BRAID_ASSIGN_OR_RETURN(auto engine, OpenRemoteEngine(ro));
+      stack->engines.push_back(std::move(engine));
+    } else {
+      EngineOptions eo;
+      eo.model = options.model;
+      eo.model.path = s.model_path;
+      eo.model.threads = s.threads > 0 ? s.threads : std::max(1, threads / embedded);
+      eo.kv_tokens = options.kv_tokens;
+      eo.kv_memory_fraction = options.kv_memory / embedded;
+      eo.max_running = options.max_running;
+      eo.max_waiting = options.max_waiting;
+      eo.policy = options.policy;
+      stack->kv_block_size = eo.block_size;
+      BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
+      if (!stack->tokenizer) stack->tokenizer = engine->model();
+      stack->engines.push_back(std::move(engine));
+    }
+    stack->engine_names.push_back(s.name);
+  }
+  if (!stack->tokenizer) {
+    // Every engine is remote: the model file given with -m tokenizes.
+    ModelOptions mo = options.model;
+    mo.threads = 1;
+    BRAID_ASSIGN_OR_RETURN(stack->tokenizer_model, Model::Open(mo));
+    stack->tokenizer = stack->tokenizer_model.get();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   auto stack = std::make_unique<Stack>();
   stack->options = options;
@@ -75,7 +137,9 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
                           ? options.model.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   stack->available_at_start = AvailableMemoryBytes();
-  for (int i = 0; i < n; ++i) {
+  if (!options.engines_file.empty())
+    BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
+  for (int i = 0; options.engines_file.empty() && i < n; ++i) {
     EngineOptions eo;
     eo.model = options.model;
     eo.model.threads = std::max(1, threads / n);
@@ -89,7 +153,7 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
     stack->engine_names.push_back("engine" + std::to_string(i));
     stack->engines.push_back(std::move(engine));
   }
-  stack->tokenizer = stack->engines[0]->model();
+  if (!stack->tokenizer) stack->tokenizer = stack->engines[0]->model();
   if (!options.db.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(options.db).parent_path(), ec);

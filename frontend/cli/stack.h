@@ -18,7 +18,10 @@ namespace braid::cli {
 
 struct StackOptions {
   ModelOptions model;      // -m, -t (in all, split between engines), --ctx, --precision, --kv, ...
-  int engines = 1;         // embedded engines on the same model
+  int engines = 1;         // embedded engines on the same model (without engines_file)
+  // An engines file (cli/engines_file.h): embedded and remote engines; the
+  // model above then tokenizes (and runs nothing unless an entry names it).
+  std::string engines_file;
   int kv_tokens = 0;       // per engine; 0 = sized from memory (kv_memory)
   double kv_memory = 0.3;  // with kv_tokens 0: this fraction of the memory available, in all
   int max_running = 64;
@@ -32,7 +35,8 @@ struct StackOptions {
 extern const char* const kStackHelp;
 extern const std::vector<std::string> kStackValueOptions;
 
-// Reads -m/-t/--ctx/--precision/--kv/--stream (ReadModelOptions), --engines,
+// Reads -m/-t/--ctx/--precision/--kv/--stream (ReadModelOptions), --engines
+// (a count, or an engines file),
 // --kv-tokens, --kv-memory, --max-running and --db (default DefaultDb();
 // "none" = no store). Problems go to args.Error().
 StackOptions ReadStackOptions(Args& args);
@@ -40,9 +44,10 @@ StackOptions ReadStackOptions(Args& args);
 // What OpenStack made. Members are destroyed in reverse order: the runtime
 // (its dispatcher thread) before the engines it drives.
 struct Stack {
+  std::unique_ptr<Model> tokenizer_model;  // opened for tokenization when no engine is embedded
   std::vector<std::unique_ptr<Engine>> engines;
   std::vector<std::string> engine_names;
-  const Model* tokenizer = nullptr;  // the first engine's model
+  const Model* tokenizer = nullptr;  // the first embedded engine's model, or tokenizer_model
   std::unique_ptr<rt::Runtime> runtime;
   StackOptions options;
   uint64_t available_at_start = 0;  // memory available before the KV pools were taken
