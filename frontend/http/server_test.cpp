@@ -361,6 +361,19 @@ TEST_CASE("server: a request that stalls is closed after read_timeout, unanswere
   CHECK(server->stats().timeouts == 1);
 }
 
+TEST_CASE("server: a kept-alive connection idle past idle_timeout is closed") {
+  Router router = EchoRouter();
+  ServerOptions o = TestOptions();
+  o.idle_timeout_ms = 200;
+  auto server = MustStart(o, &router);
+  Conn c(server->port());
+  c.Send(Get("/echo/1"));
+  REQUIRE(c.Read());
+  std::string got;
+  CHECK(c.WaitClosed(3000ms, &got));
+  CHECK(got.empty());
+}
+
 TEST_CASE("server: keep-alive serves two requests on one connection") {
   Router router = EchoRouter();
   auto server = MustStart(TestOptions(), &router);
