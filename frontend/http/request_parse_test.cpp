@@ -1,15 +1,20 @@
 // The parts of the server without sockets: the API key file and its
-// matching, and the request parsing the sessions and the fuzz target share.
+// matching, the request parsing the sessions and the fuzz target share, and
+// the worker pool's bound.
 #include "http/request_parse.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "http/server.h"
+#include "http/worker_pool.h"
 
 namespace braid::http {
 namespace {
@@ -92,6 +97,34 @@ TEST_CASE("ParseRequestBytes: targets, chunked bodies, limits as HTTP statuses")
   CHECK_FALSE(PercentDecode("%", false).ok());
   CHECK(PercentDecode("a+b%2b", false).value() == "a+b+");
   CHECK(PercentDecode("a+b%2b", true).value() == "a b+");
+}
+
+TEST_CASE("WorkerPool: idle threads take tasks, max_pending more wait, the rest are refused") {
+  WorkerPool pool(1, 0);
+  std::atomic<bool> started{false}, release{false};
+  std::function<void()> block = [&] {
+    started = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  REQUIRE(pool.TrySubmit(block));
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<int> ran{0};
+  std::function<void()> count = [&] { ++ran; };
+  CHECK_FALSE(pool.TrySubmit(count));  // the only thread is busy and nothing may wait
+  CHECK(count);                        // a refused task is left to the caller
+  release = true;
+  bool accepted = false;
+  for (int i = 0; i < 2000 && !accepted; ++i) {
+    accepted = pool.TrySubmit(count);
+    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(accepted);
+  for (int i = 0; i < 2000 && ran == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(ran == 1);
+  pool.Stop();
+  std::function<void()> late = [] {};
+  CHECK_FALSE(pool.TrySubmit(late));  // stopped
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ void RunIo(Server::Impl* impl) {
   impl->done_cv.notify_all();
 }
 
-Status CheckOptions(const ServerOptions& o) {
+Status CheckOptions(const ServerOptions& o, const Router* router) {
+  if (router == nullptr) return Status::InvalidArgument("no router");
   if (o.io_threads < 1) return Status::InvalidArgument("io_threads must be at least 1");
   if (o.workers < 1) return Status::InvalidArgument("workers must be at least 1");
   if (o.port < 0 || o.port > 65535) {
@@ -56,7 +57,7 @@ void Server::SetRouter(const Router* router) {
 }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, const Router* router) {
-  BRAID_RETURN_IF_ERROR(CheckOptions(options));
+  BRAID_RETURN_IF_ERROR(CheckOptions(options, router));
   const std::string where = options.host + ":" + std::to_string(options.port);
   beast::error_code ec;
   net::ip::address address = net::ip::make_address(options.host, ec);

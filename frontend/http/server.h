@@ -55,8 +55,9 @@ struct ServerOptions {
 class Server {
  public:
   // Binds host:port and starts serving with `router` (not owned; it must
-  // outlive the server). Errors: InvalidArgument for options out of range
-  // (no threads, port outside 0..65535, a host that is not an IP address);
+  // outlive the server). Errors: InvalidArgument for a null router or
+  // options out of range (no threads, port outside 0..65535, a timeout not
+  // positive, a host that is not an IP address);
   // IoError naming host:port and the reason when the address cannot be bound.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options, const Router* router);
   ~Server();  // Stop()s

@@ -361,6 +361,19 @@ TEST_CASE("server: a request that stalls is closed after read_timeout, unanswere
   CHECK(server->stats().timeouts == 1);
 }
 
+TEST_CASE("server: a kept-alive connection idle past idle_timeout is closed") {
+  Router router = EchoRouter();
+  ServerOptions o = TestOptions();
+  o.idle_timeout_ms = 200;
+  auto server = MustStart(o, &router);
+  Conn c(server->port());
+  c.Send(Get("/echo/1"));
+  REQUIRE(c.Read());
+  std::string got;
+  CHECK(c.WaitClosed(3000ms, &got));
+  CHECK(got.empty());
+}
+
 TEST_CASE("server: keep-alive serves two requests on one connection") {
   Router router = EchoRouter();
   auto server = MustStart(TestOptions(), &router);
@@ -471,13 +484,19 @@ TEST_CASE("server: a streamed answer arrives chunked, in order and whole; keep-a
 TEST_CASE("server: a client leaving mid-stream cancels the stream; so does Stop") {
   Router router;
   Flag cancelled;
+  std::mutex held_mu;  // the handler's thread sets it, the test reads it
   std::shared_ptr<EventStream> held;
+  auto holding = [&] {
+    std::lock_guard<std::mutex> lock(held_mu);
+    return held;
+  };
   router.Add("GET", "/stream", [&](const Request&, const Params&) {
     Response res;
     res.content_type = "text/event-stream";
     res.stream = std::make_shared<EventStream>();
     res.stream->OnCancel([&] { cancelled.Set(); });
     res.stream->Send(SseEvent("first"));
+    std::lock_guard<std::mutex> lock(held_mu);
     held = res.stream;  // the producer keeps it open and says nothing more
     return res;
   });
@@ -493,17 +512,23 @@ TEST_CASE("server: a client leaving mid-stream cancels the stream; so does Stop"
     CHECK(*first == SseEvent("first"));
     c.CloseNow();
     CHECK(cancelled.Wait(3000ms));  // promptly: the session reads while streaming
-    CHECK_FALSE(held->Send("late"));
+    CHECK_FALSE(holding()->Send("late"));
   }
-  cancelled.set = false;
-  held.reset();
+  {
+    std::lock_guard<std::mutex> lock(cancelled.mu);
+    cancelled.set = false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(held_mu);
+    held.reset();
+  }
   Conn c(server->port());
   c.Send(Get("/stream"));
   REQUIRE(c.ReadHead());
   REQUIRE(c.ReadChunk());
   server->Stop();
   CHECK(cancelled.Wait(3000ms));
-  CHECK(held->cancelled());
+  CHECK(holding()->cancelled());
   server->Stop();  // idempotent
 }
 

@@ -357,10 +357,17 @@ void Session::Wake() {
   // Many Sends between two runs of Pump post it once: the flag is cleared
   // on the strand just before Pump takes everything queued.
   if (wake_posted_.exchange(true)) return;
-  net::post(stream_.get_executor(), [self = shared_from_this()] {
-    self->wake_posted_ = false;
-    self->Pump();
-  });
+  // This runs on a producer's thread, inside its Send: nothing may throw
+  // out of here into the producer.
+  try {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->wake_posted_ = false;
+      self->Pump();
+    });
+  } catch (const std::exception& e) {
+    wake_posted_ = false;
+    std::fprintf(stderr, "http: cannot wake a stream's session: %s\n", e.what());
+  }
 }
 
 void Session::Pump() {

@@ -5,7 +5,8 @@
 
 namespace braid::http {
 
-WorkerPool::WorkerPool(int threads, size_t max_pending) : max_pending_(max_pending) {
+WorkerPool::WorkerPool(int threads, size_t max_pending)
+    : max_pending_(max_pending), thread_count_(static_cast<size_t>(threads)) {
   threads_.reserve(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -15,7 +16,9 @@ WorkerPool::~WorkerPool() { Stop(); }
 bool WorkerPool::TrySubmit(std::function<void()>& task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || queue_.size() >= max_pending_) return false;
+    // Free threads take a task at once; only what is beyond them waits.
+    const size_t free_threads = thread_count_ - busy_;
+    if (stopping_ || queue_.size() >= max_pending_ + free_threads) return false;
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -51,6 +54,7 @@ void WorkerPool::Loop() {
       if (stopping_) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      ++busy_;
     }
     // Tasks are written not to throw; a thread boundary still must not let
     // an exception through (it would terminate the process).
@@ -61,6 +65,9 @@ void WorkerPool::Loop() {
     } catch (...) {
       std::fprintf(stderr, "http worker: task threw a non-exception\n");
     }
+    task = nullptr;  // its captures go before the thread counts as free
+    std::lock_guard<std::mutex> lock(mu_);
+    --busy_;
   }
 }
 

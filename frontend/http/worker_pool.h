@@ -16,7 +16,7 @@ namespace braid::http {
 class WorkerPool {
  public:
   // Starts `threads` threads; at most `max_pending` tasks wait beyond those
-  // running.
+  // running (0: a task is taken only when a thread is free).
   WorkerPool(int threads, size_t max_pending);
   ~WorkerPool();  // Stop()s
 
@@ -33,10 +33,12 @@ class WorkerPool {
   void Loop();
 
   const size_t max_pending_;
+  const size_t thread_count_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
+  size_t busy_ = 0;  // threads running a task
   std::vector<std::thread> threads_;
 };
 
