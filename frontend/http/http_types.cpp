@@ -4,6 +4,33 @@
 
 namespace braid::http {
 
+bool ClientGone::gone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gone_;
+}
+
+void ClientGone::OnGone(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!gone_) {
+      hooks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void ClientGone::Signal() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gone_) return;
+    gone_ = true;
+    hooks.swap(hooks_);
+  }
+  for (auto& h : hooks) h();
+}
+
 bool EventStream::Send(std::string chunk) {
   std::function<void()> waker;
   bool too_slow = false;

@@ -19,6 +19,23 @@
 
 namespace braid::http {
 
+// Signalled when the client disconnects while its request is being handled
+// (the session watches the connection while a handler runs): a handler
+// waiting on long work registers a hook that stops it. Thread-safe.
+class ClientGone {
+ public:
+  bool gone() const;
+  // Runs `fn` once the client is gone (at once if it already is). Hooks run
+  // on a session thread and must not block.
+  void OnGone(std::function<void()> fn);
+  void Signal();
+
+ private:
+  mutable std::mutex mu_;
+  bool gone_ = false;
+  std::vector<std::function<void()>> hooks_;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", "DELETE", "OPTIONS", ...
   std::string target;  // as received: "/v1/runs?limit=5"
@@ -30,6 +47,8 @@ struct Request {
   // by the session once the key is checked; "" when the server has no keys.
   std::string client;
   std::string peer;  // "address:port" of the connection
+  // Set by the session; null for requests made without one (tests).
+  std::shared_ptr<ClientGone> client_gone;
 };
 
 // The body of a streamed response, produced over time (server-sent events

@@ -587,6 +587,11 @@ Response OpenAiService::Impl::Whole(const Request& request, const Job& job, Engi
     }
     handles.push_back(std::move(h).value());
   }
+  // A client that leaves before the answer stops its requests.
+  if (request.client_gone)
+    request.client_gone->OnGone([handles] {
+      for (auto& h : handles) h->Cancel();
+    });
   std::vector<Completion> done;
   for (auto& h : handles) done.push_back(h->Wait());
 

@@ -98,6 +98,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnBody(beast::error_code ec, size_t n);
   void OnReadError(beast::error_code ec);
   void Dispatch();
+  // A handler is running: watch the connection so that a client leaving
+  // signals its request's ClientGone; the answer waits for the watch to end.
+  void WatchHandling();
+  void OnWatchHandling(beast::error_code ec, size_t n);
+  void OnHandled(Response response);
   void Send(Response response);
   void WriteWhole(Response response);
   void OnWritten(beast::error_code ec, size_t n);
@@ -141,6 +146,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool final_chunk_ = false;
   bool watching_ = false;                 // a read is pending to notice the client leaving
   bool stream_finished_ = false;          // the last chunk went out
+  bool handling_ = false;                 // a handler runs for the current request
+  std::shared_ptr<ClientGone> gone_;      // that request's signal
+  std::optional<Response> handled_;       // its answer, while the watch read winds down
   std::atomic<bool> wake_posted_{false};  // any thread: coalesces wakeups
   // The stream again, for Shutdown from other threads.
   std::mutex shared_stream_mu_;

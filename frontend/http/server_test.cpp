@@ -532,6 +532,37 @@ TEST_CASE("server: a client leaving mid-stream cancels the stream; so does Stop"
   server->Stop();  // idempotent
 }
 
+TEST_CASE("server: a client leaving while its handler runs signals ClientGone; others answer") {
+  Router router;
+  Flag gone;
+  router.Add("GET", "/slow", [&](const Request& r, const Params&) {
+    // Waits for the client to leave (as a handler waiting on an engine
+    // would), then answers into the void.
+    r.client_gone->OnGone([&] { gone.Set(); });
+    gone.Wait(5000ms);
+    return JsonResponse(200, "{}");
+  });
+  router.Add("GET", "/quick", [](const Request& r, const Params&) {
+    return JsonResponse(200, r.client_gone && !r.client_gone->gone() ? "{\"ok\":1}" : "{}");
+  });
+  auto server = MustStart(TestOptions(), &router);
+  {
+    Conn c(server->port());
+    c.Send(Get("/slow"));
+    std::this_thread::sleep_for(100ms);
+    c.CloseNow();
+    CHECK(gone.Wait(3000ms));  // promptly: the session reads while the handler runs
+  }
+  // A handler that answers normally: the watch read ends, keep-alive goes on.
+  Conn c(server->port());
+  for (int i = 0; i < 2; ++i) {
+    c.Send(Get("/quick"));
+    auto reply = c.Read();
+    REQUIRE(reply);
+    CHECK(reply->body.find("ok") != std::string::npos);
+  }
+}
+
 TEST_CASE("server: saturated workers answer 429 with Retry-After") {
   Router router = EchoRouter();
   Flag entered, release;

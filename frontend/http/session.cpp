@@ -221,6 +221,7 @@ void Session::Dispatch() {
     return Reject(400, built.status().message());
   }
   auto request = std::make_shared<Request>(std::move(built).value());
+  request->client_gone = std::make_shared<ClientGone>();
   if (std::optional<Response> gate = Admit(impl_->options, request.get())) {
     if (gate->status == 401) impl_->counters.rejected_auth++;
     return Send(std::move(*gate));
@@ -239,15 +240,58 @@ void Session::Dispatch() {
       response = JsonError(500, "internal error");
     }
     net::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-      self->Send(std::move(response));
+      self->OnHandled(std::move(response));
     });
   };
   if (!impl_->pool->TrySubmit(task)) {
     impl_->counters.rejected_busy++;
     Response busy = JsonError(429, "the server is busy; retry shortly");
     busy.headers.emplace_back("Retry-After", "1");
-    Send(std::move(busy));
+    return Send(std::move(busy));
   }
+  handling_ = true;
+  gone_ = request->client_gone;
+  WatchHandling();
+}
+
+void Session::WatchHandling() {
+  if (watching_ || closing_ || !handling_ || buffer_.size() >= kWatchBufferCap) return;
+  watching_ = true;
+  stream_.expires_never();  // a handler may take long; the client is not reading yet
+  stream_.async_read_some(buffer_.prepare(1024),
+                          beast::bind_front_handler(&Session::OnWatchHandling, shared_from_this()));
+}
+
+void Session::OnWatchHandling(beast::error_code ec, size_t n) {
+  watching_ = false;
+  if (!ec) buffer_.commit(n);  // the start of a pipelined request: kept
+  if (closing_) return;
+  if (handled_) {  // OnHandled cancelled this read to answer
+    Response r = std::move(*handled_);
+    handled_.reset();
+    if (ec && ec != net::error::operation_aborted) {
+      if (r.stream) r.stream->Cancel();
+      return Close();
+    }
+    return Send(std::move(r));
+  }
+  if (ec) {  // the client left while its handler runs
+    if (gone_) gone_->Signal();
+    return Close();
+  }
+  WatchHandling();
+}
+
+void Session::OnHandled(Response response) {
+  handling_ = false;
+  gone_.reset();
+  if (watching_) {
+    handled_ = std::move(response);
+    beast::error_code ec;
+    stream_.socket().cancel(ec);  // OnWatchHandling goes on with the answer
+    return;
+  }
+  Send(std::move(response));
 }
 
 // ---- writing a whole answer ----

@@ -272,7 +272,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
           if (Status s = e->run->Want(*v, get); !s.ok()) return ErrorResponse(s);
         }
         const int64_t until = SteadyMs() + static_cast<int64_t>(*timeout);
-        while (e->run->state(*v) == rt::VarState::kPending && !impl->stopping) {
+        const auto gone = r.client_gone;  // a client that left stops the wait
+        while (e->run->state(*v) == rt::VarState::kPending && !impl->stopping &&
+               !(gone && gone->gone())) {
           const int64_t left = until - SteadyMs();
           if (left <= 0) break;
           e->run->WaitAny({*v}, static_cast<int>(std::min<int64_t>(left, 200)));
