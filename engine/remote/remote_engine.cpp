@@ -4,8 +4,10 @@
 // the server while it is considered down.
 //
 // Lifetimes: the threads share the engine's State through a shared_ptr.
-// Shutdown cancels every request and waits until each has delivered its
-// final delta, so no callback runs after it returns.
+// Shutdown cancels every request, waits until each has delivered its final
+// delta (so no callback runs after it returns) and joins the threads; it must
+// not be called from a callback. Threads of finished requests are joined by
+// the next Submit.
 #include "remote/remote_engine.h"
 
 #include <charconv>
@@ -170,6 +172,8 @@ struct State {
   uint64_t next_id = 0;
   std::map<uint64_t, std::weak_ptr<RemoteRequest>> running;  // not finished yet
   int threads = 0;  // request threads that have not delivered their final delta
+  std::map<uint64_t, std::thread> workers;  // request threads not joined yet
+  std::vector<uint64_t> exited;             // of those, the ones that are ending
   remote::PrefixMemory prefixes;
   EngineStats stats;
   bool alive = true;
@@ -425,6 +429,7 @@ class RequestRunner {
     r_->Emit(std::move(d), &result_);
     std::lock_guard<std::mutex> lock(st_->mu);
     --st_->threads;
+    st_->exited.push_back(r_->id());
     st_->cv.notify_all();
   }
 
@@ -481,27 +486,39 @@ class RemoteEngine final : public Engine {
       return Status::InvalidArgument(st_->name + ": the prompt is empty");
     std::string body = remote::CompletionRequestBody(request, st_->opt.model);
     std::shared_ptr<RemoteRequest> r;
+    std::vector<std::thread> ended;
+    Status refused;
     {
       std::lock_guard<std::mutex> lock(st_->mu);
       if (st_->shutdown) return Status::Cancelled(st_->name + " is shut down");
       if (static_cast<int>(st_->running.size()) >= st_->opt.max_in_flight)
         return Status::ResourceExhausted(st_->name + ": " + std::to_string(st_->opt.max_in_flight) +
                                          " requests in flight already (max_in_flight)");
+      for (uint64_t id : st_->exited) {  // no return from here on: `ended` must be joined
+        auto it = st_->workers.find(id);
+        ended.push_back(std::move(it->second));
+        st_->workers.erase(it);
+      }
+      st_->exited.clear();
       r = std::make_shared<RemoteRequest>(++st_->next_id, std::move(on_delta));
       st_->running[r->id()] = r;
       ++st_->threads;
       st_->prefixes.Remember(request.prompt, request.cache_salt);
+      auto runner = std::make_shared<RequestRunner>(
+          st_, r, std::move(body), static_cast<int>(request.prompt.size()), SteadyClock::now());
+      try {
+        // Under the lock: the thread's own end (Finish) waits for it, so
+        // the thread is in `workers` before it can be reaped.
+        st_->workers.emplace(r->id(), std::thread([runner] { runner->Run(); }));
+      } catch (const std::system_error& e) {
+        st_->running.erase(r->id());
+        --st_->threads;
+        r.reset();
+        refused = Status::ResourceExhausted(st_->name + ": cannot start a thread: " + e.what());
+      }
     }
-    auto runner = std::make_shared<RequestRunner>(
-        st_, r, std::move(body), static_cast<int>(request.prompt.size()), SteadyClock::now());
-    try {
-      std::thread([runner] { runner->Run(); }).detach();
-    } catch (const std::system_error& e) {
-      std::lock_guard<std::mutex> lock(st_->mu);
-      st_->running.erase(r->id());
-      --st_->threads;
-      return Status::ResourceExhausted(st_->name + ": cannot start a thread: " + e.what());
-    }
+    for (std::thread& t : ended) t.join();  // each is past its final delta
+    if (!refused.ok()) return refused;
     return std::shared_ptr<RequestHandle>(std::move(r));
   }
 
@@ -532,9 +549,14 @@ class RemoteEngine final : public Engine {
       st_->cv.notify_all();
     }
     for (auto& r : live) r->Cancel();
-    std::unique_lock<std::mutex> lock(st_->mu);
-    st_->cv.wait(lock, [&] { return st_->threads == 0; });
-    lock.unlock();
+    std::map<uint64_t, std::thread> workers;
+    {
+      std::unique_lock<std::mutex> lock(st_->mu);
+      st_->cv.wait(lock, [&] { return st_->threads == 0; });
+      workers.swap(st_->workers);
+      st_->exited.clear();
+    }
+    for (auto& [id, t] : workers) t.join();
     if (health_.joinable()) health_.join();
   }
 
