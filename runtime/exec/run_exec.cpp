@@ -336,8 +336,10 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   auto live = f.live_tokens;
   auto cb = [inbox, fid, first, live](const Delta& d) mutable {
     // A remote engine streams text without token ids: each chunk of text
-    // counts as one token (those servers stream a token per chunk).
-    const size_t n = d.tokens.empty() && !d.text.empty() ? 1 : d.tokens.size();
+    // counts as one token (those servers stream a token per chunk). An
+    // embedded engine's final delta may carry held-back text of tokens
+    // already counted.
+    const size_t n = d.tokens.empty() && !d.text.empty() && !d.finished ? 1 : d.tokens.size();
     live->fetch_add(static_cast<int>(n), std::memory_order_relaxed);
     const bool report_first = !first && (n > 0 || d.finished);
     if (!report_first && !d.finished) return;
