@@ -1,6 +1,7 @@
 // Dispatch over engines of different kinds: outputs that need the model in
 // this process (select, regex) never go to a remote engine, engines that are
-// not alive are skipped, and a node whose engine died moves elsewhere.
+// not alive are skipped, a node whose engine died moves elsewhere, and a full
+// engine passes work on or makes it wait.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -191,4 +192,28 @@ TEST_CASE("dispatch: a node moves at most twice; then it fails with the engines'
   const std::string e = run2->error(c->at("y"));
   CHECK(e.find("e0 is not alive after: the connection was reset") != std::string::npos);
   CHECK(e.find("e0 is not alive, e1 is not alive") != std::string::npos);
+}
+
+TEST_CASE("dispatch: a full engine passes the request on; when all are full the node waits") {
+  Cluster cl({true, false});
+  cl[0].refuse_next = 1;
+  auto run = cl.Start();
+  auto gen = Fn("say", "Say {{x}}: {{gen y}}");
+  auto a = run->Call(*gen, {{"x", Arg::Text("hi")}}, {"main", 0});
+  REQUIRE(run->Want(a->at("y"), {}).ok());
+  REQUIRE(WaitFor(*run, a->at("y")) == VarState::kReady);
+  CHECK(cl[0].submitted().empty());
+  CHECK(cl[1].submitted().size() == 1);
+  CHECK(run->Nodes().at(0).engine == "e1");
+
+  // Both full for a while: the node is sent again until one takes it.
+  cl[0].refuse_next = 3;
+  cl[1].refuse_next = 3;
+  auto b = run->Call(*gen, {{"x", Arg::Text("again")}}, {"main", 1});
+  REQUIRE(run->Want(b->at("y"), {}).ok());
+  REQUIRE(WaitFor(*run, b->at("y")) == VarState::kReady);
+  CHECK(run->error(b->at("y")).empty());
+  CHECK(cl[0].refuse_next + cl[1].refuse_next < 6);
+  CHECK(cl[0].submitted().size() + cl[1].submitted().size() == 2);
+  run->Finish(Status::Ok());
 }

@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <chrono>
 #include <limits>
 
@@ -70,6 +71,46 @@ struct HttpCall::Impl {
     return o;
   }
 };
+
+Result<HttpUrl> ParseHttpUrl(const std::string& url) {
+  const std::string where = "remote engine url '" + url + "'";
+  if (url.starts_with("https://"))
+    return Status::Unsupported(where + ": https is not supported; give an http:// url");
+  if (!url.starts_with("http://"))
+    return Status::InvalidArgument(where + ": must start with http://");
+  std::string rest = url.substr(7);
+  const size_t slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+  if (hostport.find('@') != std::string::npos || path.find_first_of("?#") != std::string::npos)
+    return Status::InvalidArgument(where + ": give only scheme, host, port and path");
+  HttpUrl u;
+  size_t colon = hostport.rfind(':');
+  if (hostport.starts_with("[")) {  // an IPv6 literal: [::1]:8080
+    const size_t close = hostport.find(']');
+    if (close == std::string::npos) return Status::InvalidArgument(where + ": unclosed '['");
+    u.host = hostport.substr(1, close - 1);
+    colon =
+        close + 1 < hostport.size() && hostport[close + 1] == ':' ? close + 1 : std::string::npos;
+    if (colon == std::string::npos && close + 1 != hostport.size())
+      return Status::InvalidArgument(where + ": unexpected text after ']'");
+  } else {
+    u.host = hostport.substr(0, colon);
+  }
+  if (colon != std::string::npos) {
+    const std::string port = hostport.substr(colon + 1);
+    int p = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535)
+      return Status::InvalidArgument(where + ": bad port '" + port + "'");
+    u.port = static_cast<uint16_t>(p);
+  }
+  if (u.host.empty()) return Status::InvalidArgument(where + ": no host");
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  if (path.ends_with("/v1")) path.resize(path.size() - 3);  // OpenAI clients' base URL form
+  u.base_path = path;
+  return u;
+}
 
 HttpCall::HttpCall() : impl_(std::make_unique<Impl>()) {}
 HttpCall::~HttpCall() = default;

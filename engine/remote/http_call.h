@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/status.h"
+
 namespace braid::remote {
 
 // "http://host:port/prefix" taken apart.
@@ -19,6 +21,12 @@ struct HttpUrl {
   uint16_t port = 80;
   std::string base_path;  // "" or "/prefix", never ending in '/'
 };
+
+// Takes apart "http://host[:port][/prefix]" (an IPv6 host in brackets); a
+// trailing "/v1" of the prefix is dropped, as OpenAI clients' base URLs carry
+// it. Errors: kUnsupported for https, kInvalidArgument for anything else
+// malformed (no host, a bad port, user info, a query).
+Result<HttpUrl> ParseHttpUrl(const std::string& url);
 
 struct HttpRequestSpec {
   std::string method = "GET";

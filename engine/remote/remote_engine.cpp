@@ -4,11 +4,12 @@
 // the server while it is considered down.
 //
 // Lifetimes: the threads share the engine's State through a shared_ptr.
-// Shutdown cancels every request and waits until each has delivered its
-// final delta, so no callback runs after it returns.
+// Shutdown cancels every request, waits until each has delivered its final
+// delta (so no callback runs after it returns) and joins the threads; it must
+// not be called from a callback. Threads of finished requests are joined by
+// the next Submit.
 #include "remote/remote_engine.h"
 
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -34,46 +35,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 double MsSince(SteadyClock::time_point a, SteadyClock::time_point b = SteadyClock::now()) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-Result<HttpUrl> ParseUrl(const std::string& url) {
-  const std::string where = "remote engine url '" + url + "'";
-  if (url.starts_with("https://"))
-    return Status::Unsupported(where + ": https is not supported; give an http:// url");
-  if (!url.starts_with("http://"))
-    return Status::InvalidArgument(where + ": must start with http://");
-  std::string rest = url.substr(7);
-  const size_t slash = rest.find('/');
-  std::string hostport = rest.substr(0, slash);
-  std::string path = slash == std::string::npos ? "" : rest.substr(slash);
-  if (hostport.find('@') != std::string::npos || path.find_first_of("?#") != std::string::npos)
-    return Status::InvalidArgument(where + ": give only scheme, host, port and path");
-  HttpUrl u;
-  size_t colon = hostport.rfind(':');
-  if (hostport.starts_with("[")) {  // an IPv6 literal: [::1]:8080
-    const size_t close = hostport.find(']');
-    if (close == std::string::npos) return Status::InvalidArgument(where + ": unclosed '['");
-    u.host = hostport.substr(1, close - 1);
-    colon =
-        close + 1 < hostport.size() && hostport[close + 1] == ':' ? close + 1 : std::string::npos;
-    if (colon == std::string::npos && close + 1 != hostport.size())
-      return Status::InvalidArgument(where + ": unexpected text after ']'");
-  } else {
-    u.host = hostport.substr(0, colon);
-  }
-  if (colon != std::string::npos) {
-    const std::string port = hostport.substr(colon + 1);
-    int p = 0;
-    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535)
-      return Status::InvalidArgument(where + ": bad port '" + port + "'");
-    u.port = static_cast<uint16_t>(p);
-  }
-  if (u.host.empty()) return Status::InvalidArgument(where + ": no host");
-  while (!path.empty() && path.back() == '/') path.pop_back();
-  if (path.ends_with("/v1")) path.resize(path.size() - 3);  // OpenAI clients' base URL form
-  u.base_path = path;
-  return u;
 }
 
 // The handle and the request's result; the request's thread fills it.
@@ -170,6 +131,8 @@ struct State {
   uint64_t next_id = 0;
   std::map<uint64_t, std::weak_ptr<RemoteRequest>> running;  // not finished yet
   int threads = 0;  // request threads that have not delivered their final delta
+  std::map<uint64_t, std::thread> workers;  // request threads not joined yet
+  std::vector<uint64_t> exited;             // of those, the ones that are ending
   remote::PrefixMemory prefixes;
   EngineStats stats;
   bool alive = true;
@@ -425,6 +388,7 @@ class RequestRunner {
     r_->Emit(std::move(d), &result_);
     std::lock_guard<std::mutex> lock(st_->mu);
     --st_->threads;
+    st_->exited.push_back(r_->id());
     st_->cv.notify_all();
   }
 
@@ -481,27 +445,39 @@ class RemoteEngine final : public Engine {
       return Status::InvalidArgument(st_->name + ": the prompt is empty");
     std::string body = remote::CompletionRequestBody(request, st_->opt.model);
     std::shared_ptr<RemoteRequest> r;
+    std::vector<std::thread> ended;
+    Status refused;
     {
       std::lock_guard<std::mutex> lock(st_->mu);
       if (st_->shutdown) return Status::Cancelled(st_->name + " is shut down");
       if (static_cast<int>(st_->running.size()) >= st_->opt.max_in_flight)
         return Status::ResourceExhausted(st_->name + ": " + std::to_string(st_->opt.max_in_flight) +
                                          " requests in flight already (max_in_flight)");
+      for (uint64_t id : st_->exited) {  // no return from here on: `ended` must be joined
+        auto it = st_->workers.find(id);
+        ended.push_back(std::move(it->second));
+        st_->workers.erase(it);
+      }
+      st_->exited.clear();
       r = std::make_shared<RemoteRequest>(++st_->next_id, std::move(on_delta));
       st_->running[r->id()] = r;
       ++st_->threads;
       st_->prefixes.Remember(request.prompt, request.cache_salt);
+      auto runner = std::make_shared<RequestRunner>(
+          st_, r, std::move(body), static_cast<int>(request.prompt.size()), SteadyClock::now());
+      try {
+        // Under the lock: the thread's own end (Finish) waits for it, so
+        // the thread is in `workers` before it can be reaped.
+        st_->workers.emplace(r->id(), std::thread([runner] { runner->Run(); }));
+      } catch (const std::system_error& e) {
+        st_->running.erase(r->id());
+        --st_->threads;
+        r.reset();
+        refused = Status::ResourceExhausted(st_->name + ": cannot start a thread: " + e.what());
+      }
     }
-    auto runner = std::make_shared<RequestRunner>(
-        st_, r, std::move(body), static_cast<int>(request.prompt.size()), SteadyClock::now());
-    try {
-      std::thread([runner] { runner->Run(); }).detach();
-    } catch (const std::system_error& e) {
-      std::lock_guard<std::mutex> lock(st_->mu);
-      st_->running.erase(r->id());
-      --st_->threads;
-      return Status::ResourceExhausted(st_->name + ": cannot start a thread: " + e.what());
-    }
+    for (std::thread& t : ended) t.join();  // each is past its final delta
+    if (!refused.ok()) return refused;
     return std::shared_ptr<RequestHandle>(std::move(r));
   }
 
@@ -532,9 +508,14 @@ class RemoteEngine final : public Engine {
       st_->cv.notify_all();
     }
     for (auto& r : live) r->Cancel();
-    std::unique_lock<std::mutex> lock(st_->mu);
-    st_->cv.wait(lock, [&] { return st_->threads == 0; });
-    lock.unlock();
+    std::map<uint64_t, std::thread> workers;
+    {
+      std::unique_lock<std::mutex> lock(st_->mu);
+      st_->cv.wait(lock, [&] { return st_->threads == 0; });
+      workers.swap(st_->workers);
+      st_->exited.clear();
+    }
+    for (auto& [id, t] : workers) t.join();
     if (health_.joinable()) health_.join();
   }
 
@@ -546,7 +527,7 @@ class RemoteEngine final : public Engine {
 }  // namespace
 
 Result<std::unique_ptr<Engine>> OpenRemoteEngine(const RemoteEngineOptions& options) {
-  BRAID_ASSIGN_OR_RETURN(HttpUrl url, ParseUrl(options.url));
+  BRAID_ASSIGN_OR_RETURN(HttpUrl url, remote::ParseHttpUrl(options.url));
   const std::pair<const char*, int> limits[] = {
       {"connect_timeout_ms", options.connect_timeout_ms},
       {"first_token_timeout_ms", options.first_token_timeout_ms},

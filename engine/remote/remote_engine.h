@@ -25,9 +25,18 @@
 //    Pin and Unpin do nothing.
 //  - model() is null.
 //
+// Failures: a request that fails before any text reached the caller is
+// retried when the server refused or dropped the connection or answered 5xx
+// or 429 (max_retries, backoff_ms); any other failure, and every failure
+// after text, finishes it with reason "error" and a message that starts
+// "remote engine <url>: ". Cancel closes the connection, which is how these
+// servers learn to stop.
+//
 // Threads: one thread per request in flight (at most max_in_flight; Submit
 // refuses beyond) plus one that probes GET {url}/health while the server is
-// considered down. Callbacks run on the request's thread.
+// considered down. Callbacks run on the request's thread. Shutdown (also run
+// by the destructor) cancels what is in flight and returns once every
+// request delivered its final delta; it must not be called from a callback.
 #pragma once
 
 #include <memory>
@@ -52,8 +61,9 @@ struct RemoteEngineOptions {
   int max_retries = 3;
   int backoff_ms = 200;  // before the first retry; doubles each time, with jitter
   int max_in_flight = 64;
-  // After this many connection failures in a row the engine is not alive()
-  // until GET {url}/health answers 2xx; that probe runs every
+  // After this many connection failures in a row, or when a stream broke
+  // (closed or stalled) and GET {url}/health then failed, the engine is not
+  // alive() until GET {url}/health answers 2xx; that probe runs every
   // health_interval_ms while the engine is down.
   int max_connect_failures = 3;
   int health_interval_ms = 2000;

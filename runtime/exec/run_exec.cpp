@@ -18,6 +18,8 @@ constexpr size_t kShareWorthTokens = 64;
 // A node whose engine failed and is no longer alive moves to another engine
 // at most this many times.
 constexpr int kMaxMoves = 2;
+// A request every engine refused as full is sent again after this long.
+constexpr auto kFullRetry = std::chrono::milliseconds(20);
 
 // Select outputs score choices and regex outputs mask logits: both need the
 // model in this process.
@@ -274,8 +276,8 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   const bool needs_local = NeedsLocal(spec);
   if (!ctx_->CanTake(engine, needs_local))
     engine = ctx_->PickEngine(ex.prompt, 0, dag_mode(), needs_local);
-  if (engine < 0) return Status::ResourceExhausted(ctx_->NoEngineReason(needs_local));
-  EngineSlot& slot = ctx_->engines[static_cast<size_t>(engine)];
+  if (engine < 0) return Status::Unsupported(ctx_->NoEngineReason(needs_local));
+  Engine* const picked = ctx_->engines[static_cast<size_t>(engine)].engine;
 
   GenerationRequest r;
   r.prompt = ex.prompt;
@@ -338,8 +340,11 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   RunEvent tokens{RunEvent::Kind::kTokens, n, node.outputs[static_cast<size_t>(ex.output)], {}};
   auto cb = [inbox, fid, first, live, watch, tokens](const Delta& d) mutable {
     // A remote engine streams text without token ids: each chunk of text
-    // counts as one token (those servers stream a token per chunk).
-    const size_t count = d.tokens.empty() && !d.text.empty() ? 1 : d.tokens.size();
+    // counts as one token (those servers stream a token per chunk). An
+    // embedded engine's final delta may carry held-back text of tokens
+    // already counted.
+    const size_t count =
+        d.tokens.empty() && !d.text.empty() && !d.finished ? 1 : d.tokens.size();
     live->fetch_add(static_cast<int>(count), std::memory_order_relaxed);
     if (!d.text.empty()) {
       tokens.text = d.text;
@@ -355,7 +360,26 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
     }
     inbox->wake->Raise();
   };
-  BRAID_ASSIGN_OR_RETURN(auto handle, slot.engine->Submit(std::move(r), std::move(cb)));
+  // A full engine (kResourceExhausted: its queue, a remote engine's
+  // max_in_flight) passes the request to another that can take it; when
+  // every one is full the node waits and is sent again shortly, not failed.
+  auto submitted = picked->Submit(r, cb);
+  auto full = [](const Status& s) { return s.code() == StatusCode::kResourceExhausted; };
+  for (size_t i = 0; !submitted.ok() && full(submitted.status()) && i < ctx_->engines.size(); ++i) {
+    if (static_cast<int>(i) == engine || !ctx_->CanTake(static_cast<int>(i), needs_local)) continue;
+    auto other = ctx_->engines[i].engine->Submit(r, cb);
+    if (!other.ok()) continue;
+    submitted = std::move(other);
+    engine = static_cast<int>(i);
+  }
+  if (!submitted.ok() && full(submitted.status())) {
+    ex.send_at = Clock::now() + kFullRetry;
+    if (node.state == NodeState::kWaiting) node.state = NodeState::kReady;
+    return Status::Ok();
+  }
+  if (!submitted.ok()) return submitted.status();
+  auto handle = std::move(submitted).value();
+  EngineSlot& slot = ctx_->engines[static_cast<size_t>(engine)];
   ++*slot.in_flight;
   f.node = n;
   f.engine = engine;

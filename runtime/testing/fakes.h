@@ -108,7 +108,8 @@ class FakeHandle final : public RequestHandle {
 // With `hold` set, replies are held back until Release(): requests then stay
 // in flight, as in a busy engine. With `remote` set it stands for an engine
 // that runs elsewhere (model() null); with `crash_next` set the next request
-// fails with an engine error and the engine stops being alive.
+// fails with an engine error and the engine stops being alive; while
+// `refuse_next` is positive, Submit refuses as full (and counts it down).
 class FakeEngine final : public Engine {
  public:
   struct Submitted {
@@ -122,6 +123,7 @@ class FakeEngine final : public Engine {
   bool remote = false;
   std::atomic<bool> crash_next{false};
   std::atomic<bool> dead{false};
+  std::atomic<int> refuse_next{0};
   // Delivers every held reply; returns how many.
   int Release() {
     std::vector<std::function<void()>> held;
@@ -141,6 +143,10 @@ class FakeEngine final : public Engine {
   std::function<std::vector<float>(const std::string&, const std::vector<std::string>&)> score;
 
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override {
+    if (refuse_next > 0) {
+      --refuse_next;
+      return Status::ResourceExhausted("the fake engine is full");
+    }
     std::string prompt = model_.Detokenize(r.prompt);
     Completion c;
     int cached = ProbeLocked(r.prompt);
