@@ -443,6 +443,10 @@ class RemoteEngine final : public Engine {
     if (request.logits_processor) return refuse("constrained decoding (logits_processor)");
     if (request.prompt.empty() && request.prompt_text.empty())
       return Status::InvalidArgument(st_->name + ": the prompt is empty");
+    if (st_->opt.detokenize && !request.prompt.empty()) {
+      request.prompt_text = st_->opt.detokenize(request.prompt);
+      request.prompt.clear();
+    }
     std::string body = remote::CompletionRequestBody(request, st_->opt.model);
     std::shared_ptr<RemoteRequest> r;
     std::vector<std::thread> ended;

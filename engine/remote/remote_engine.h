@@ -39,6 +39,7 @@
 // request delivered its final delta; it must not be called from a callback.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -65,6 +66,10 @@ struct RemoteEngineOptions {
   // (closed or stalled) and GET {url}/health then failed, the engine is not
   // alive() until GET {url}/health answers 2xx; that probe runs every
   // health_interval_ms while the engine is down.
+  // Set: prompts go as text, this function's rendering of the token ids,
+  // for servers that take no token-id prompts (llama-cpp-python's); the
+  // server then tokenizes them again. Called on the submitting thread.
+  std::function<std::string(const std::vector<int32_t>&)> detokenize;
   int max_connect_failures = 3;
   int health_interval_ms = 2000;
 };

@@ -88,7 +88,7 @@ Result<EngineSpec> ReadEntry(const json& e, const std::string& path, size_t inde
     allowed.insert("threads");
   } else if (kind == "remote") {
     spec.kind = EngineSpec::Kind::kRemote;
-    allowed.insert({"url", "api_key_file"});
+    allowed.insert({"url", "api_key_file", "prompt"});
   } else {
     return err.Field("kind", "must be \"embedded\" or \"remote\", got \"" + kind + "\"");
   }
@@ -115,6 +115,11 @@ Result<EngineSpec> ReadEntry(const json& e, const std::string& path, size_t inde
                                "http:// url");
   if (!spec.url.starts_with("http://") || spec.url.size() == 7)
     return err.Field("url", "must start with http:// and name a host, got \"" + spec.url + "\"");
+  std::string prompt;
+  BRAID_RETURN_IF_ERROR(ReadString(e, "prompt", false, err, &prompt));
+  if (!prompt.empty() && prompt != "tokens" && prompt != "text")
+    return err.Field("prompt", "must be \"tokens\" or \"text\", got \"" + prompt + "\"");
+  spec.text_prompt = prompt == "text";
   std::string key_file;
   BRAID_RETURN_IF_ERROR(ReadString(e, "api_key_file", false, err, &key_file));
   if (!key_file.empty()) {

@@ -13,7 +13,9 @@
 //             line's choice)
 //   remote:   name, kind, url (http://host:port[/path]), model (the server's
 //             name for it), api_key_file (optional; the first non-empty line
-//             of that file, trimmed, is the key)
+//             of that file, trimmed, is the key), prompt (optional:
+//             "tokens", the default, or "text" for a server that takes no
+//             token-id prompts; the prompt is then sent as text)
 // Relative paths (model of an embedded engine, api_key_file) are taken
 // relative to the engines file's directory. Names must be unique and
 // non-empty.
@@ -37,6 +39,7 @@ struct EngineSpec {
   std::string url;
   std::string model_name;
   std::string api_key;  // from api_key_file; empty when none was given
+  bool text_prompt = false;  // "prompt": "text": the server takes no token ids
 };
 
 // Reads and checks the engines file at `path`. Errors name the file, the

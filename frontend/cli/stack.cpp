@@ -98,6 +98,10 @@ Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
       ro.url = s.url;
       ro.model = s.model_name;
       ro.api_key = s.api_key;
+      if (s.text_prompt)  // the stack's tokenizer is known once every engine is open
+        ro.detokenize = [stack](const std::vector<int32_t>& ids) {
+          return stack->tokenizer->Detokenize(ids);
+        };
       BRAID_ASSIGN_OR_RETURN(auto engine, OpenRemoteEngine(ro));
       stack->engines.push_back(std::move(engine));
     } else {

@@ -7,8 +7,11 @@ calls move to the embedded engine and the run completes.
 Usage: remote_test.py BRAID MODEL"""
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_util import Checks, Server, curl  # noqa: E402
@@ -67,6 +70,49 @@ try:
     c.check(state == "done", f"the run completes without the far server: {state} {st.get('error')}")
     code, body = curl(front, "GET", "/health")
     c.check(code in (200, 503), f"/health answers: {code}")
+    # A third-party OpenAI-compatible server: llama-cpp-python's, when it is
+    # installed (scripts/bench_vs_llamacpp.sh puts it in ~/.cache/braid).
+    llama_py = os.environ.get("BRAID_LLAMA_PYTHON",
+                              os.path.expanduser("~/.cache/braid/venv-llama/bin/python"))
+    if os.path.exists(llama_py) and subprocess.run(
+            [llama_py, "-c", "import llama_cpp.server.app"], capture_output=True).returncode == 0:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        lport = sock.getsockname()[1]
+        sock.close()
+        llama_log = open(os.path.join(tmp, "llama.log"), "wb")
+        llama = subprocess.Popen([llama_py, "-m", "llama_cpp.server", "--model",
+                                  os.path.abspath(model), "--port", str(lport), "--n_threads", "1",
+                                  "--n_ctx", "2048"], stdout=llama_log, stderr=llama_log)
+        try:
+            up = False
+            for _ in range(300):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{lport}/v1/models", timeout=1)
+                    up = True
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            c.check(up, "llama-cpp-python's server started")
+            with open(os.path.join(tmp, "llama.json"), "w") as f:
+                json.dump({"engines": [{"name": "llama", "kind": "remote", "prompt": "text",
+                                        "url": f"http://127.0.0.1:{lport}", "model": "smollm2"}]}, f)
+            third = Server(braid, model, extra=["--engines", os.path.join(tmp, "llama.json")]).start()
+            try:
+                code, body = curl(third, "POST", "/v1/dags", dag(3, 12))
+                res = json.loads(body) if code == 200 else {}
+                st = json.loads(curl(third, "GET", f"/v1/runs/{res.get('id')}")[1])
+                engines_used = {n["engine"] for n in st.get("nodes", [])}
+                c.check(res.get("state") == "done" and engines_used == {"llama"} and
+                        all(v for v in res.get("result", {}).values()),
+                        f"a DAG on llama-cpp-python's server: {code} {body[:300]} {engines_used}")
+            finally:
+                third.stop()
+        finally:
+            llama.terminate()
+            llama.wait()
+    else:
+        print("skipped: llama-cpp-python's server is not installed (third-party engine check)")
 finally:
     front.stop()
     far.stop()
