@@ -5,6 +5,8 @@
 #include <set>
 #include <vector>
 
+#include "http/json_body.h"
+
 namespace braid::http {
 namespace {
 
@@ -468,37 +470,13 @@ class Compiler {
 
 // The deepest nesting of arrays and objects in `text`, outside strings:
 // checked before parsing, since printing parsed JSON (enum values) recurses.
-int JsonDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 }  // namespace
 
 Result<std::string> JsonSchemaRegex(std::string_view schema_json) {
-  if (JsonDepth(schema_json) > kMaxJsonDepth)
-    return Status::InvalidArgument("the schema nests deeper than " + std::to_string(kMaxJsonDepth) +
-                                   " levels");
-  Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
-  if (schema.is_discarded()) return Status::InvalidArgument("the schema is not valid JSON");
+  auto parsed = ParseJsonBody(schema_json, kMaxJsonDepth);
+  if (!parsed.ok()) return Status::InvalidArgument("the schema: " + parsed.status().message());
+  const Json schema = std::move(parsed).value();
   Compiler c(schema);
   Frag f;
   BRAID_RETURN_IF_ERROR(c.Compile(schema, "", 0, &f));

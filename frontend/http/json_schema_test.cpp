@@ -145,7 +145,7 @@ TEST_CASE("json schema: unsupported keywords are named with their path") {
 }
 
 TEST_CASE("json schema: malformed values, cycles and size are errors") {
-  CHECK(Error("{").find("not valid JSON") != std::string::npos);
+  CHECK(Error("{").find("invalid JSON") != std::string::npos);
   CHECK(Error(R"({"type": "text"})").find("unknown type 'text'") != std::string::npos);
   CHECK(Error(R"({"properties": {"a": {}}, "required": ["b"]})").find("'b'") != std::string::npos);
   CHECK(Error(R"({"type": "string", "maxLength": 100000})").find("maxLength") != std::string::npos);

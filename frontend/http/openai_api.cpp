@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 
+#include "http/json_body.h"
 #include "http/json_schema.h"
 #include "runtime/constraint.h"
 
@@ -49,37 +50,11 @@ std::string Dump(const Json& j) {
 
 // The deepest nesting of arrays and objects in `text`, outside strings
 // (checked before parsing: copying and printing parsed JSON recurse).
-int JsonDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 MaybeError ParseBody(const std::string& body, Json* out) {
-  if (JsonDepth(body) > kMaxBodyDepth)
-    return Bad("", "the body nests deeper than " + std::to_string(kMaxBodyDepth) + " levels");
-  try {
-    *out = Json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Bad("", "the body is not valid JSON (at byte " + std::to_string(e.byte) + ")");
-  }
+  auto parsed = ParseJsonBody(body, kMaxBodyDepth);
+  if (!parsed.ok()) return Bad("", parsed.status().message());
+  *out = std::move(parsed).value();
   if (!out->is_object()) return Bad("", "the body must be a JSON object");
   return std::nullopt;
 }

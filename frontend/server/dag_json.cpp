@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "http/json_body.h"
+
 namespace braid::server {
 namespace {
 
@@ -15,31 +17,6 @@ Status Bad(const std::string& where, const std::string& what) {
 const char* TypeName(const json& j) { return j.type_name(); }
 
 }  // namespace
-
-Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth) {
-  using nlohmann::json;
-  bool too_deep = false;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t, json&) {
-    if (depth > max_depth) too_deep = true;
-    return !too_deep;
-  };
-  json j = json::parse(body.begin(), body.end(), cb, /*allow_exceptions=*/false);
-  if (too_deep)
-    return Status::InvalidArgument("the JSON nests deeper than " + std::to_string(max_depth) +
-                                   " levels");
-  if (j.is_discarded()) {
-    // Find where: parse again with exceptions kept inside this function.
-    try {
-      const json again = json::parse(body.begin(), body.end());
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return Status::InvalidArgument("invalid JSON at byte " + std::to_string(e.byte) + ": " +
-                                     e.what());
-    }
-    return Status::InvalidArgument("invalid JSON");
-  }
-  return j;
-}
 
 namespace {
 
@@ -125,7 +102,7 @@ Result<rt::GetOptions> GetOptions(const json& o, const std::string& where) {
 }  // namespace
 
 Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
-  BRAID_ASSIGN_OR_RETURN(json root, ParseJsonLimited(body, limits.max_depth));
+  BRAID_ASSIGN_OR_RETURN(json root, http::ParseJsonBody(body, limits.max_depth));
   if (!root.is_object()) return Status::InvalidArgument("the DAG must be a JSON object");
   DagPlan plan;
   size_t text_bytes = 0;

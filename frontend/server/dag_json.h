@@ -59,10 +59,6 @@ struct DagPlan {
   std::vector<DagOutputSpec> outputs;
 };
 
-// Parses JSON with a nesting limit (deeper is InvalidArgument naming the
-// limit); syntax errors give the byte offset.
-Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth);
-
 // Parses and checks `body` (syntax, types, unknown functions and refs,
 // templates, cycles, limits). Errors (InvalidArgument, or
 // ResourceExhausted for a limit) name the place: "calls[2].inputs.chunk:

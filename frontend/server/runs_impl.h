@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/json_body.h"
 #include "server/runs_service.h"
 #include "server/work_pool.h"
 

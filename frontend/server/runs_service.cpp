@@ -312,7 +312,7 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
 }
 
 http::Response RunsService::Impl::PostProgram(const http::Request& r) {
-  auto body = ParseJsonLimited(r.body, options.dag_limits.max_depth);
+  auto body = http::ParseJsonBody(r.body, options.dag_limits.max_depth);
   if (!body.ok()) return ErrorResponse(body.status());
   if (!body->is_object()) return http::JsonError(400, "the body must be a JSON object");
   auto src = body->find("source");

@@ -145,7 +145,7 @@ TEST_CASE("DAG errors name the place") {
   raw.body = deep + std::string(100, ']');
   http::Response d = f.router.Handle(raw);
   CHECK(d.status == 400);
-  CHECK(d.body.find("nests deeper") != std::string::npos);
+  CHECK(d.body.find("nested deeper") != std::string::npos);
   raw.body = "{\"functions\": ";
   CHECK(f.router.Handle(raw).body.find("invalid JSON at byte") != std::string::npos);
 }

@@ -92,7 +92,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
   auto body_of = [weak](const http::Request& r) -> Result<json> {
     auto impl = weak.lock();
     const int depth = impl ? impl->options.dag_limits.max_depth : 32;
-    BRAID_ASSIGN_OR_RETURN(json b, ParseJsonLimited(r.body.empty() ? "{}" : r.body, depth));
+    BRAID_ASSIGN_OR_RETURN(json b, http::ParseJsonBody(r.body.empty() ? "{}" : r.body, depth));
     if (!b.is_object()) return Status::InvalidArgument("the body must be a JSON object");
     return b;
   };

@@ -99,7 +99,7 @@ try:
     code, body = curl(srv, "POST", "/v1/dags", bad, key=KEY)
     c.check(code == 400 and "cycle" in body, f"cycle: {code} {body}")
     code, body = curl(srv, "POST", "/v1/dags", raw="[" * 200 + "]" * 200, key=KEY)
-    c.check(code == 400 and "nests deeper" in body, f"depth: {code} {body}")
+    c.check(code == 400 and "nested deeper" in body, f"depth: {code} {body}")
     code, body = curl(srv, "POST", "/v1/dags", raw='{"functions": ', key=KEY)
     c.check(code == 400 and "invalid JSON" in body, f"syntax: {code} {body}")
     code, body = curl(srv, "POST", "/v1/dags", raw="x" * (2 << 20), key=KEY)
