@@ -11,8 +11,10 @@ Three parts, each printing what it measured and the limit it is held to:
    Limit: zero errors (a non-200, a broken stream, a missing [DONE]).
 2. Above the queue caps: a server with 4 handler threads, 4 pending requests,
    8 running and 8 waiting sequences gets a burst of 200 requests at once
-   (half streamed). Limits: every request answered within its 60 s client
-   timeout (0 timeouts), the 429s answered fast (p99 < 1 s), and once the
+   (half streamed); then one with spare handler threads and the same engine
+   caps gets 200 streamed requests. Limits: every request answered within
+   its 60 s client timeout (0 timeouts), the 429s answered fast (p99 < 1 s)
+   with Retry-After, /health answered 200 during the burst, and once the
    engine is idle no KV block held by a request (free + cached == total).
 3. Server overhead: generated tokens/s of 16 concurrent streams through HTTP
    against `braid bench --serve -c 16` (same prompt length, gen length and
@@ -20,7 +22,7 @@ Three parts, each printing what it measured and the limit it is held to:
    "within 5%" (>= 0.95).
 
 The exit code is 0 only when the correctness limits of parts 1 and 2 hold
-(zero errors, zero timeouts, no leaked blocks, fast 429s); the throughput
+(zero errors, zero timeouts, no leaked blocks, fast 429s, /health up); the throughput
 ratio of part 3 is reported, not enforced (it depends on the host's load).
 """
 import argparse
@@ -299,7 +301,24 @@ def burst_one(args, common, name, caps, streamed):
             gate.wait()
             results[i] = post(server.port, body, stream=stream)
 
+        probe = {}
+
+        def health():
+            # While the burst holds every handler: /health must still answer.
+            time.sleep(1.0)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=CLIENT_TIMEOUT_S)
+            try:
+                t = time.monotonic()
+                conn.request("GET", "/health")
+                probe["status"] = conn.getresponse().status
+                probe["ms"] = round(1e3 * (time.monotonic() - t), 1)
+            except (OSError, http.client.HTTPException) as e:
+                probe["status"], probe["ms"] = str(e), None
+            finally:
+                conn.close()
+
         threads = [threading.Thread(target=one, args=(i,)) for i in range(burst)]
+        threads.append(threading.Thread(target=health))
         t0 = time.monotonic()
         for t in threads:
             t.start()
@@ -339,6 +358,7 @@ def burst_one(args, common, name, caps, streamed):
             "kv_blocks_total": kv_total, "kv_blocks_free": kv_free, "kv_blocks_cached": kv_cached,
             "kv_blocks_held_by_requests": held,
             "request_after_burst_ok": after.error is None,
+            "health_during_burst": probe.get("status"), "health_during_burst_ms": probe.get("ms"),
         }
         print(f"\n== 2. above the {name} cap: {burst} requests at once ({streamed} streamed), "
               f"server {' '.join(caps)}")
@@ -351,9 +371,11 @@ def burst_one(args, common, name, caps, streamed):
         print(f"idle after: {out['idle_after']}; KV blocks total {kv_total:.0f}, free {kv_free:.0f}, "
               f"cached {kv_cached:.0f}, held by requests {held:.0f} (limit: 0); "
               f"a request after the burst: {'ok' if after.error is None else after.error}")
+        print(f"GET /health 1 s into the burst: {probe.get('status')} in {probe.get('ms')} ms "
+              "(limit: 200)")
         out["pass"] = (len(timeouts) == 0 and len(other) == 0 and out["idle_after"] and held == 0
                        and (not lat429 or pct(lat429, 99) < 1.0) and no_retry_after == 0
-                       and after.error is None and len(ok) > 0)
+                       and after.error is None and len(ok) > 0 and probe.get("status") == 200)
         return out
     finally:
         server.stop()
