@@ -32,6 +32,8 @@ const char* const kStackHelp =
     "                          engines (docs/http-api.md); -m then gives the tokenizer\n"
     "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
     "                          small = latency-tuned)\n"
+    "      --max-waiting N     requests an engine queues beyond those, 0..1000000 (default\n"
+    "                          4096; beyond: refused, 429 from the OpenAI routes)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -40,9 +42,9 @@ const char* const kStackHelp =
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {
-    "-m",          "--model",     "-t",       "--threads", "--ctx",
-    "--precision", "--kv",        "--stream", "--engines", "--max-running",
-    "--kv-tokens", "--kv-memory", "--db"};
+    "-m",          "--model",  "-t",        "--threads",     "--ctx",         "--precision",
+    "--kv",        "--stream", "--engines", "--max-running", "--max-waiting", "--kv-tokens",
+    "--kv-memory", "--db"};
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
@@ -60,6 +62,7 @@ StackOptions ReadStackOptions(Args& args) {
   o.kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
   o.kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
   o.max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
+  o.max_waiting = static_cast<int>(args.Int({"--max-waiting"}, 4096, 0, 1000000));
   o.db = args.Str({"--db"}, DefaultDb());
   if (o.db == "none") o.db.clear();
   return o;

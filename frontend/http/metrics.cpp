@@ -170,6 +170,13 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
        }},
       {"kv_blocks_free", "gauge", "KV cache blocks free.",
        [](const EngineStats& s) { return static_cast<double>(s.kv_blocks_free); }},
+      // Blocks the prefix cache holds (some may also be held by running
+      // requests). With nothing running or waiting, free + cached == total;
+      // anything above is held by a request that has gone (a leak).
+      {"kv_blocks_cached", "gauge", "KV cache blocks held by the prefix cache.",
+       [](const EngineStats& s) { return static_cast<double>(s.kv_blocks_cached); }},
+      {"kv_blocks_total", "gauge", "KV cache blocks in all.",
+       [](const EngineStats& s) { return static_cast<double>(s.kv_blocks_total); }},
       {"kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).",
        [](const EngineStats& s) {
          return s.kv_blocks_total > 0

@@ -64,6 +64,7 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   e.waiting = 1;
   e.kv_blocks_total = 100;
   e.kv_blocks_free = 75;
+  e.kv_blocks_cached = 10;
   e.prompt_tokens = 400;
   e.cached_prompt_tokens = 120;
   const std::string text =
@@ -85,6 +86,8 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   has("braid:num_requests_running{model_name=\"m1\",engine=\"0\"} 2");
   has("braid:num_requests_waiting{model_name=\"m1\",engine=\"0\"} 1");
   has("braid:kv_blocks_used{model_name=\"m1\",engine=\"0\"} 25");
+  has("braid:kv_blocks_cached{model_name=\"m1\",engine=\"0\"} 10");
+  has("braid:kv_blocks_total{model_name=\"m1\",engine=\"0\"} 100");
   has("braid:kv_cache_usage_perc{model_name=\"m1\",engine=\"0\"} 0.25");
   has("braid:prefix_cache_queries_total{model_name=\"m1\",engine=\"0\"} 400");
   has("braid:prefix_cache_hits_total{model_name=\"m1\",engine=\"0\"} 120");

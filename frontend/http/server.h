@@ -48,6 +48,11 @@ struct ServerOptions {
   std::string cors_origin;
   // Paths (exact, after percent-decoding) served without an API key.
   std::vector<std::string> public_paths = {"/health"};
+  // Paths (exact) whose GET handlers run on the I/O thread, never queued
+  // behind the workers: the liveness probe and the metrics scrape answer
+  // while every worker is held (a non-streamed completion holds one for its
+  // whole generation). Their handlers must be quick and never block.
+  std::vector<std::string> inline_paths = {"/health", "/metrics"};
 };
 
 // A running server. Thread safety: all methods may be called from any

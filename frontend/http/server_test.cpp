@@ -589,6 +589,12 @@ TEST_CASE("server: saturated workers answer 429 with Retry-After") {
   CHECK(busy->status == 429);
   CHECK(busy->headers["retry-after"] == "1");
   CHECK(ErrorOf(*busy)["type"] == "rate_limit_error");
+  // The liveness probe runs on the I/O thread: answered while saturated.
+  Conn d(server->port());
+  d.Send(Get("/health"));
+  auto health = d.Read();
+  REQUIRE(health);
+  CHECK(health->status == 200);
   release.Set();
   auto ra = a.Read();
   auto rb = b.Read();

@@ -243,6 +243,11 @@ void Session::Dispatch() {
       self->OnHandled(std::move(response));
     });
   };
+  const auto& inline_paths = impl_->options.inline_paths;
+  if (request->method == "GET" &&
+      std::find(inline_paths.begin(), inline_paths.end(), request->path) != inline_paths.end()) {
+    return task();  // on this strand; the answer is posted back to it
+  }
   if (!impl_->pool->TrySubmit(task)) {
     impl_->counters.rejected_busy++;
     Response busy = JsonError(429, "the server is busy; retry shortly");
