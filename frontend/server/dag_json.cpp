@@ -23,7 +23,14 @@ Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth) {
     if (depth > max_depth) too_deep = true;
     return !too_deep;
   };
-  json j = json::parse(body.begin(), body.end(), cb, /*allow_exceptions=*/false);
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end(), cb, /*allow_exceptions=*/false);
+  } catch (const json::exception& e) {
+    // Without exceptions nlohmann still throws for a number too large for a
+    // double ("1e400": out_of_range.406).
+    return Status::InvalidArgument(std::string("invalid JSON: ") + e.what());
+  }
   if (too_deep)
     return Status::InvalidArgument("the JSON nests deeper than " + std::to_string(max_depth) +
                                    " levels");
@@ -35,6 +42,8 @@ Result<nlohmann::json> ParseJsonLimited(std::string_view body, int max_depth) {
     } catch (const json::parse_error& e) {
       return Status::InvalidArgument("invalid JSON at byte " + std::to_string(e.byte) + ": " +
                                      e.what());
+    } catch (const json::exception& e) {
+      return Status::InvalidArgument(std::string("invalid JSON: ") + e.what());
     }
     return Status::InvalidArgument("invalid JSON");
   }

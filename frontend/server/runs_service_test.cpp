@@ -151,6 +151,12 @@ TEST_CASE("DAG errors name the place") {
   CHECK(error_of(badname).find("name: must be a string") != std::string::npos);
   raw.body = "{\"functions\": ";
   CHECK(f.router.Handle(raw).body.find("invalid JSON at byte") != std::string::npos);
+  // A number past a double's range is refused, not thrown (nlohmann throws
+  // it even with exceptions off).
+  raw.body = "{\"functions\": 1e400}";
+  http::Response overflow = f.router.Handle(raw);
+  CHECK(overflow.status == 400);
+  CHECK(overflow.body.find("invalid JSON") != std::string::npos);
 }
 
 TEST_CASE("a program tied to its connection answers on the stream; a disconnect cancels it") {
