@@ -225,7 +225,7 @@ TEST_CASE("a streamed chat starts with the role, then content, finish_reason las
     json d = json::parse(events[i])["choices"][0]["delta"];
     if (d.contains("content")) text += d["content"].get<std::string>();
   }
-  CHECK(text == whole["choices"][0]["message"]["content"]);
+  CHECK(text == whole["choices"][0]["message"]["content"].get<std::string>());
   json last = json::parse(events[events.size() - 2]);
   CHECK(last["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]);
   CHECK(!last.contains("usage"));  // no include_usage
@@ -253,7 +253,7 @@ TEST_CASE("n=3 with a seed gives three choices; the same seed gives them again")
     json c = json::parse(events[i])["choices"][0];
     texts[c["index"].get<size_t>()] += c["text"].get<std::string>();
   }
-  for (int i = 0; i < 3; ++i) CHECK(texts[static_cast<size_t>(i)] == a["choices"][i]["text"]);
+  for (int i = 0; i < 3; ++i) CHECK(texts[static_cast<size_t>(i)] == a["choices"][i]["text"].get<std::string>());
 }
 
 TEST_CASE("completion logprobs have OpenAI's shape and agree with greedy choice") {

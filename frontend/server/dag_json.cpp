@@ -279,6 +279,8 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
     BRAID_RETURN_IF_ERROR(resolve(out.ref, where + ".ref").status());
     plan.outputs.push_back(std::move(out));
   }
+  if (auto name = root.find("name"); name != root.end() && !name->is_null() && !name->is_string())
+    return Bad("name", std::string("must be a string, not ") + TypeName(*name));
   for (const auto& [key, _] : root.items())
     if (key != "functions" && key != "calls" && key != "joins" && key != "outputs" &&
         key != "detached" && key != "stream" && key != "name")

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct Entry {
 
   bool Finished() const { return state == "done" || state == "failed" || state == "cancelled"; }
 };
+
+// The run's stored value that holds its result (JSON).
+inline constexpr std::string_view kResultKey = "#server:result";
 
 struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   explicit Impl(RunsOptions o);
@@ -80,6 +84,9 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   http::Response Answer(const std::shared_ptr<Entry>& e, bool detached, bool sse);
   nlohmann::json StatusJson(Entry& e, bool details);
 
+  // Records a finished program's or DAG's result in the store, for GET
+  // /v1/runs/{id} once the run is no longer in memory.
+  void RecordResult(Entry& e, const nlohmann::json& result);
   void ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
                       std::vector<std::string> args);
   void ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan);
@@ -101,6 +108,9 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
 // A Status as the HTTP error it means: InvalidArgument 400, NotFound 404,
 // ResourceExhausted 429 (with Retry-After) or 413, others 500.
 http::Response ErrorResponse(const Status& s);
+// The body's optional "name": "" when absent or null; InvalidArgument when
+// it is not a string.
+Result<std::string> NameOf(const nlohmann::json& body);
 int64_t SteadyMs();
 
 }  // namespace braid::server

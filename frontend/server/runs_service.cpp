@@ -56,6 +56,13 @@ http::Response ErrorResponse(const Status& s) {
   }
 }
 
+Result<std::string> NameOf(const json& body) {
+  auto it = body.find("name");
+  if (it == body.end() || it->is_null()) return std::string();
+  if (!it->is_string()) return Status::InvalidArgument("name: must be a string");
+  return it->get<std::string>();
+}
+
 RunsService::Impl::Impl(RunsOptions o)
     : options(std::move(o)), pool(options.max_programs, options.max_queued) {}
 
@@ -241,6 +248,12 @@ bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<v
   });
 }
 
+void RunsService::Impl::RecordResult(Entry& e, const json& result) {
+  // Before the run is finished in the store: a run the store holds as done
+  // has its result there, whenever the server is killed.
+  (void)e.run->Replayable(std::string(kResultKey), Dump(result));
+}
+
 void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
                                        std::vector<std::string> args) {
   lua::DriverOptions d;
@@ -256,8 +269,8 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
   // server to resume.
   if (stopping) return;
   e->run->Cancel();  // what nobody waits for any more
-  e->run->Finish(result.ok() ? Status::Ok() : result.status());
   if (!result.ok()) {
+    e->run->Finish(result.status());
     const bool cancelled = e->interrupt || result.status().code() == StatusCode::kCancelled;
     Complete(e, cancelled ? "cancelled" : "failed", nullptr, result.status().message());
     return;
@@ -268,6 +281,8 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
   } else if (result->kind == lua::ProgramResult::Kind::kJson) {
     value = json::parse(result->text, nullptr, false);
   }
+  RecordResult(*e, value);
+  e->run->Finish(Status::Ok());
   Complete(e, "done", std::move(value), "");
 }
 
@@ -300,6 +315,7 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
     }
   }
   e->run->Cancel();
+  RecordResult(*e, result);
   const Status st = error.empty() ? Status::Ok()
                     : cancelled   ? Status::Cancelled(error)
                                   : Status::InvalidArgument(error);
@@ -337,10 +353,11 @@ http::Response RunsService::Impl::PostProgram(const http::Request& r) {
   auto sse = Bool(*body, "stream", false);
   if (!detached.ok()) return ErrorResponse(detached.status());
   if (!sse.ok()) return ErrorResponse(sse.status());
-  std::string name = body->value("name", "");
+  auto name = NameOf(*body);
+  if (!name.ok()) return ErrorResponse(name.status());
   if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
-  json record = {{"kind", "program"}, {"source", source}, {"args", args}, {"name", name}};
-  auto e = Start("program", name, source, args, r.client, record);
+  json record = {{"kind", "program"}, {"source", source}, {"args", args}, {"name", *name}};
+  auto e = Start("program", *name, source, args, r.client, record);
   if (!e.ok()) return ErrorResponse(e.status());
   http::Response answer = Answer(*e, *detached, *sse);
   std::weak_ptr<Impl> self = weak_from_this();
@@ -364,8 +381,12 @@ http::Response RunsService::Impl::PostDag(const http::Request& r) {
   if (!detached.ok()) return ErrorResponse(detached.status());
   if (!sse.ok()) return ErrorResponse(sse.status());
   if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
-  json record = {{"kind", "dag"}, {"dag", r.body}};
-  auto e = Start("dag", body.value("name", ""), r.body, {}, r.client, record);
+  // The name is part of the run's program ("http:dag:NAME"): a restarted
+  // server resumes the run under the same one.
+  auto name = NameOf(body);
+  if (!name.ok()) return ErrorResponse(name.status());
+  json record = {{"kind", "dag"}, {"dag", r.body}, {"name", *name}};
+  auto e = Start("dag", *name, r.body, {}, r.client, record);
   if (!e.ok()) return ErrorResponse(e.status());
   http::Response answer = Answer(*e, *detached, *sse);
   std::weak_ptr<Impl> self = weak_from_this();
@@ -447,19 +468,30 @@ http::Response RunsService::Impl::GetRun(const std::string& id) {
   if (auto e = Find(id)) return http::JsonResponse(200, Dump(StatusJson(*e, true)));
   auto stored = options.runtime->StoredRuns(0);
   if (stored.ok())
-    for (const rt::RunRecord& rec : *stored)
-      if (rec.id == id)
-        return http::JsonResponse(200, Dump({{"id", rec.id},
-                                             {"program", rec.program},
-                                             {"state", rec.state},
-                                             {"error", rec.error},
-                                             {"created_unix", rec.started_unix},
-                                             {"finished_unix", rec.finished_unix},
-                                             {"nodes_done", rec.nodes_done},
-                                             {"nodes_failed", rec.nodes_failed},
-                                             {"prompt_tokens", rec.prompt_tokens},
-                                             {"cached_tokens", rec.cached_tokens},
-                                             {"generated_tokens", rec.generated_tokens}}));
+    for (const rt::RunRecord& rec : *stored) {
+      if (rec.id != id) continue;
+      json j = {{"id", rec.id},
+                {"program", rec.program},
+                {"state", rec.state},
+                {"error", rec.error},
+                {"created_unix", rec.started_unix},
+                {"finished_unix", rec.finished_unix},
+                {"nodes_done", rec.nodes_done},
+                {"nodes_failed", rec.nodes_failed},
+                {"prompt_tokens", rec.prompt_tokens},
+                {"cached_tokens", rec.cached_tokens},
+                {"generated_tokens", rec.generated_tokens}};
+      // A finished run of an earlier server (or one no longer kept in
+      // memory) still has its result.
+      if (rec.state == "done" || rec.state == "failed") {
+        auto result = options.runtime->StoredValue(id, std::string(kResultKey));
+        if (result.ok() && *result) {
+          json value = json::parse(**result, nullptr, false);
+          if (!value.is_discarded()) j["result"] = std::move(value);
+        }
+      }
+      return http::JsonResponse(200, Dump(j));
+    }
   return http::JsonError(404, "no run '" + id + "'");
 }
 
@@ -600,10 +632,17 @@ Result<int> RunsService::ResumeInterrupted() {
     auto value = impl_->options.runtime->StoredValue(rec.id, "#server:request");
     if (!value.ok() || !*value) continue;
     json req = json::parse(**value, nullptr, false);
-    const std::string kind = req.is_object() ? req.value("kind", "") : "";
+    if (!req.is_object()) req = json::object();
+    const std::string kind = req.value("kind", "");
     const std::string source = kind == "program" ? req.value("source", "") : req.value("dag", "");
     std::vector<std::string> args = rec.args;
-    const std::string name = req.is_object() ? req.value("name", "") : "";
+    std::string name = req.value("name", "");
+    if (kind == "dag" && !req.contains("name")) {
+      // Recorded without its name: the DAG's body has it.
+      json dag = json::parse(source, nullptr, false);
+      if (dag.is_object() && dag.contains("name") && dag["name"].is_string())
+        name = dag["name"].get<std::string>();
+    }
     auto e = impl_->Start(kind.empty() ? "session" : kind, name, source, args, "", req, rec.id);
     if (!e.ok()) {
       std::fprintf(stderr, "braid serve: cannot resume run %s: %s\n", rec.id.c_str(),

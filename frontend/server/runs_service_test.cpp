@@ -146,8 +146,17 @@ TEST_CASE("DAG errors name the place") {
   http::Response d = f.router.Handle(raw);
   CHECK(d.status == 400);
   CHECK(d.body.find("nested deeper") != std::string::npos);
+  json badname = kDag;
+  badname["name"] = 5;
+  CHECK(error_of(badname).find("name: must be a string") != std::string::npos);
   raw.body = "{\"functions\": ";
   CHECK(f.router.Handle(raw).body.find("invalid JSON at byte") != std::string::npos);
+  // A number past a double's range is refused, not thrown (nlohmann throws
+  // it even with exceptions off).
+  raw.body = "{\"functions\": 1e400}";
+  http::Response overflow = f.router.Handle(raw);
+  CHECK(overflow.status == 400);
+  CHECK(overflow.body.find("invalid JSON") != std::string::npos);
 }
 
 TEST_CASE("a program tied to its connection answers on the stream; a disconnect cancels it") {
@@ -294,6 +303,39 @@ TEST_CASE("runs a stopped server left behind are resumed, finished calls replaye
   CHECK(done["state"] == "done");
   CHECK(done["result"]["a.out"] == "<13>");
   CHECK(first_calls >= 1);
+}
+
+TEST_CASE("a named DAG resumes under its name; a finished run's result outlives the server") {
+  auto store = std::make_shared<MemoryStore>();
+  json named = kDag;
+  named["name"] = "nightly";
+  std::string finished, interrupted;
+  {
+    Fixture f(store);
+    finished = json::parse(f.Call("POST", "/v1/dags", named).body)["id"];
+    REQUIRE(f.WaitRun(finished)["state"] == "done");
+    f.engine.hold = true;
+    interrupted = json::parse(f.Call("POST", "/v1/dags", named).body)["id"];
+    for (int i = 0; i < 200 && f.engine.submitted().size() < 4; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Fixture g(store);
+  auto n = g.service->ResumeInterrupted();
+  REQUIRE(n.ok());
+  CHECK(*n == 1);
+  json resumed = g.WaitRun(interrupted);
+  CHECK(resumed["state"] == "done");
+  CHECK(resumed["result"]["a.out"] == "<13>");
+  // Known to the new server through the store only, result and all.
+  json old = json::parse(g.Call("GET", "/v1/runs/" + finished).body);
+  CHECK(old["program"] == "http:dag:nightly");
+  CHECK(old["state"] == "done");
+  CHECK(old["result"]["a.out"] == "<13>");
+  CHECK(old["result"]["c.out"].is_string());
+  // A name that is not a string is refused, not thrown.
+  http::Response r = g.Call("POST", "/v1/sessions", {{"name", 1}});
+  CHECK(r.status == 400);
+  CHECK(r.body.find("name: must be a string") != std::string::npos);
 }
 
 }  // namespace

@@ -102,8 +102,10 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
     if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
     auto b = body_of(r);
     if (!b.ok()) return ErrorResponse(b.status());
-    const std::string name = b->value("name", "");
-    auto e = impl->Start("session", name, "", {}, r.client, {{"kind", "session"}, {"name", name}});
+    auto name = NameOf(*b);
+    if (!name.ok()) return ErrorResponse(name.status());
+    auto e =
+        impl->Start("session", *name, "", {}, r.client, {{"kind", "session"}, {"name", *name}});
     if (!e.ok()) return ErrorResponse(e.status());
     {
       std::lock_guard<std::mutex> lock((*e)->mu);
@@ -119,7 +121,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 if (auto err = session(p, &impl, &e)) return *err;
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
-                const std::string name = b->value("name", "");
+                auto named = NameOf(*b);
+                if (!named.ok()) return ErrorResponse(named.status());
+                const std::string name = *named;
                 if (name.empty())
                   return http::JsonError(400, "name: the function's name is missing", "", "name");
                 auto spec = SpecOf(*b, name);
@@ -196,17 +200,18 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 if (auto err = session(p, &impl, &e)) return *err;
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
-                const std::string name = b->value("name", "");
+                auto name = NameOf(*b);
+                if (!name.ok()) return ErrorResponse(name.status());
                 std::lock_guard<std::mutex> lock(e->build_mu);
                 rt::VarId v = 0;
                 if (auto val = b->find("value"); val != b->end() && !val->is_null()) {
                   if (!val->is_string())
                     return http::JsonError(400, "value: must be a string", "", "value");
-                  v = e->run->Literal(val->get<std::string>(), name);
+                  v = e->run->Literal(val->get<std::string>(), *name);
                 } else {
-                  v = e->run->HostVar(name, {});
+                  v = e->run->HostVar(*name, {});
                 }
-                return http::JsonResponse(201, Dump({{"var", v}, {"name", name}}));
+                return http::JsonResponse(201, Dump({{"var", v}, {"name", *name}}));
               });
 
   router->Add("PUT", "/v1/sessions/{id}/vars/{var}",
