@@ -355,10 +355,9 @@ TEST_CASE(
   auto run = fx.Start();
   // Lazy: the three calls exist before any runs, as when a program makes
   // them before it reads (eager calls would race the program's next call).
-  auto fn =
-      Fn("ask",
-         "You are a careful assistant answering questions about a document. Q: {{q}} {{gen a}}",
-         "", /*lazy=*/true);
+  auto fn = Fn(
+      "ask", "You are a careful assistant answering questions about a document. Q: {{q}} {{gen a}}",
+      "", /*lazy=*/true);
   std::vector<VarId> outs;
   for (int i = 0; i < 3; ++i) {
     auto o = run->Call(*fn, {{"q", Arg::Text("question " + std::to_string(i))}}, {"main", i});

@@ -38,7 +38,7 @@ struct EngineSpec {
   // remote
   std::string url;
   std::string model_name;
-  std::string api_key;  // from api_key_file; empty when none was given
+  std::string api_key;       // from api_key_file; empty when none was given
   bool text_prompt = false;  // "prompt": "text": the server takes no token ids
 };
 

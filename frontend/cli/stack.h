@@ -17,8 +17,8 @@
 namespace braid::cli {
 
 struct StackOptions {
-  ModelOptions model;      // -m, -t (in all, split between engines), --ctx, --precision, --kv, ...
-  int engines = 1;         // embedded engines on the same model (without engines_file)
+  ModelOptions model;  // -m, -t (in all, split between engines), --ctx, --precision, --kv, ...
+  int engines = 1;     // embedded engines on the same model (without engines_file)
   // An engines file (cli/engines_file.h): embedded and remote engines; the
   // model above then tokenizes (and runs nothing unless an entry names it).
   std::string engines_file;

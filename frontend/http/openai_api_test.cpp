@@ -253,7 +253,8 @@ TEST_CASE("n=3 with a seed gives three choices; the same seed gives them again")
     json c = json::parse(events[i])["choices"][0];
     texts[c["index"].get<size_t>()] += c["text"].get<std::string>();
   }
-  for (int i = 0; i < 3; ++i) CHECK(texts[static_cast<size_t>(i)] == a["choices"][i]["text"].get<std::string>());
+  for (int i = 0; i < 3; ++i)
+    CHECK(texts[static_cast<size_t>(i)] == a["choices"][i]["text"].get<std::string>());
 }
 
 TEST_CASE("completion logprobs have OpenAI's shape and agree with greedy choice") {

@@ -343,8 +343,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
     // counts as one token (those servers stream a token per chunk). An
     // embedded engine's final delta may carry held-back text of tokens
     // already counted.
-    const size_t count =
-        d.tokens.empty() && !d.text.empty() && !d.finished ? 1 : d.tokens.size();
+    const size_t count = d.tokens.empty() && !d.text.empty() && !d.finished ? 1 : d.tokens.size();
     live->fetch_add(static_cast<int>(count), std::memory_order_relaxed);
     if (!d.text.empty()) {
       tokens.text = d.text;
