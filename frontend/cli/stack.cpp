@@ -89,6 +89,20 @@ std::string Stack::KvSummary() const {
 
 namespace {
 
+// One embedded engine's options: `share` of the KV memory budget, `threads`
+// of its own.
+EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int share) {
+  EngineOptions eo;
+  eo.model = options.model;
+  eo.model.threads = std::max(1, threads);
+  eo.kv_tokens = options.kv_tokens;
+  eo.kv_memory_fraction = options.kv_memory / share;
+  eo.max_running = options.max_running;
+  eo.max_waiting = options.max_waiting;
+  eo.policy = options.policy;
+  return eo;
+}
+
 // The engines an engines file lists; embedded ones split the threads that
 // their entries do not fix.
 Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
@@ -108,15 +122,9 @@ Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
       BRAID_ASSIGN_OR_RETURN(auto engine, OpenRemoteEngine(ro));
       stack->engines.push_back(std::move(engine));
     } else {
-      EngineOptions eo;
-      eo.model = options.model;
+      EngineOptions eo =
+          EmbeddedOptions(options, s.threads > 0 ? s.threads : threads / embedded, embedded);
       eo.model.path = s.model_path;
-      eo.model.threads = s.threads > 0 ? s.threads : std::max(1, threads / embedded);
-      eo.kv_tokens = options.kv_tokens;
-      eo.kv_memory_fraction = options.kv_memory / embedded;
-      eo.max_running = options.max_running;
-      eo.max_waiting = options.max_waiting;
-      eo.policy = options.policy;
       stack->kv_block_size = eo.block_size;
       BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
       if (!stack->tokenizer) stack->tokenizer = engine->model();
@@ -147,14 +155,7 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   if (!options.engines_file.empty())
     BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
   for (int i = 0; options.engines_file.empty() && i < n; ++i) {
-    EngineOptions eo;
-    eo.model = options.model;
-    eo.model.threads = std::max(1, threads / n);
-    eo.kv_tokens = options.kv_tokens;
-    eo.kv_memory_fraction = options.kv_memory / n;
-    eo.max_running = options.max_running;
-    eo.max_waiting = options.max_waiting;
-    eo.policy = options.policy;
+    const EngineOptions eo = EmbeddedOptions(options, threads / n, n);
     stack->kv_block_size = eo.block_size;
     BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
     stack->engine_names.push_back("engine" + std::to_string(i));
