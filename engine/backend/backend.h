@@ -1,0 +1,97 @@
+// The compute seam of the engine: a Backend runs a model's forward pass over
+// a ragged batch on one device and owns the KV memory it reads and writes.
+// Everything above it (Model, Generate, the serving engine's scheduler, the
+// radix cache and the block pool) is the same for every backend; only the
+// arithmetic and where the numbers live differ.
+//
+// Backends: "cpu" (engine/backend/cpu: the thread-pool forward pass over
+// GGUF or safetensors weights) and "cuda[:N]" (engine/backend/cuda: bf16
+// weights in device memory, cuBLASLt GEMMs, paged attention, CUDA graphs),
+// built when nvcc is found.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/status.h"
+#include "model/model_config.h"
+#include "model/model_file.h"
+
+namespace braid {
+
+// One sequence's share of a batch.
+struct BatchSegment {
+  static constexpr int kNoLogits = 1 << 30;
+  const int32_t* tokens = nullptr;  // the new tokens
+  int n_tokens = 0;
+  int pos0 = 0;  // position of tokens[0]; positions < pos0 are in the KV memory
+  const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
+  // Logits rows are produced for the new tokens at positions >= logits_from:
+  // pos0 + n_tokens - 1 for the last token only, pos0 for all, kNoLogits for none.
+  int logits_from = kNoLogits;
+};
+
+// KV memory of a fixed number of blocks of block_size token slots (every
+// layer's K and V), in whatever layout and place its backend chose. The
+// scheduler decides which blocks a sequence uses (its block table); this
+// object only holds the numbers.
+class KvMemory {
+ public:
+  virtual ~KvMemory() = default;
+  virtual int n_blocks() const = 0;
+  virtual int block_size() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu" or "cuda:0".
+  virtual std::string name() const = 0;
+  // Most tokens one Forward takes (callers split longer inputs).
+  virtual int max_chunk() const = 0;
+  // Bytes of KV memory per block of `block_size` slots.
+  virtual size_t KvBlockBytes(int block_size) const = 0;
+  // Bytes the KV pool may take when sized from memory (the host's available
+  // memory for the CPU, the device's free memory after the weights for CUDA).
+  virtual uint64_t KvMemoryAvailable() const = 0;
+  virtual Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) = 0;
+  // Evaluates every segment (total tokens <= max_chunk(), ids valid, block
+  // tables long enough), writing K/V into `kv` (allocated by this backend).
+  // Logits rows go to host memory `logits` in segment order: none, the last
+  // token's, or every token's, as each segment asks ([rows, n_vocab] fp32).
+  // Thread-safe: calls are serialised inside.
+  virtual Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) = 0;
+  // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
+  // threads, stream, bytes_per_token and decode_stages where they differ.
+  virtual void Describe(ModelInfo* info) const = 0;
+  // ModelOptions::profile_stages (CPU): the decode-only passes timed so far
+  // and per stage the seconds of each thread. Backends without a profile
+  // leave both empty.
+  virtual void StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages) {
+    *passes = 0;
+    stages->clear();
+  }
+};
+
+// Parses ModelOptions::device: "cpu", "cuda" (= "cuda:0") or "cuda:N".
+struct DeviceSpec {
+  enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
+  int index = 0;
+};
+Result<DeviceSpec> ParseDevice(const std::string& device);
+
+// Opens the backend `options.device` names for the model in `file` (which
+// must outlive it). Errors: an unknown device, a backend this build lacks
+// ("this build has no CUDA backend"), a model config the backend does not
+// support (named), a device that cannot be opened or is too small.
+Result<std::unique_ptr<Backend>> OpenBackend(const ModelFile& file, const ModelOptions& options,
+                                             int context);
+
+}  // namespace braid
