@@ -1,0 +1,917 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cuda_dequant.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/quant.h"
+
+namespace braid {
+namespace {
+
+namespace kc = kernels::cuda;
+
+Status CudaStatus(cudaError_t e, const char* what) {
+  return Status::Internal(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+Status KernelStatus(int e, const char* what) {
+  if (e == -1) return Status::Unsupported(std::string(what) + ": shape not supported");
+  return CudaStatus(static_cast<cudaError_t>(e), what);
+}
+Status BlasStatus(int e, const char* what) {
+  return Status::Internal(std::string("cuBLAS error ") + std::to_string(e) + " in " + what);
+}
+
+#define CUDA_TRY(expr)                                              \
+  do {                                                              \
+    const cudaError_t e_ = (expr);                                  \
+    if (e_ != cudaSuccess) return CudaStatus(e_, #expr);            \
+  } while (0)
+#define KERNEL_TRY(expr)                                            \
+  do {                                                              \
+    const int e_ = (expr);                                          \
+    if (e_ != 0) return KernelStatus(e_, #expr);                    \
+  } while (0)
+#define BLAS_TRY(expr)                                              \
+  do {                                                              \
+    const int e_ = static_cast<int>(expr);                          \
+    if (e_ != 0) return BlasStatus(e_, #expr);                      \
+  } while (0)
+
+// Device memory owned by one object.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { Free(); }
+  Status Allocate(size_t n) {
+    Free();
+    if (n == 0) return Status::Ok();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, n * sizeof(T));
+    if (e != cudaSuccess)
+      return Status::ResourceExhausted("cannot allocate " + std::to_string(n * sizeof(T) >> 20) +
+                                       " MiB of device memory: " + cudaGetErrorString(e));
+    p_ = static_cast<T*>(p);
+    n_ = n;
+    return Status::Ok();
+  }
+  void Free() {
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Pinned host memory.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Status Allocate(size_t n) {
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    void* p = nullptr;
+    CUDA_TRY(cudaMallocHost(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    p_ = static_cast<T*>(p);
+    n_ = n;
+    return Status::Ok();
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// base^(-2i/n_rot) with Llama 3 frequency scaling when set (as the CPU
+// backend computes them).
+std::vector<float> InverseFrequencies(const ModelConfig& c) {
+  std::vector<float> f(c.n_rot / 2);
+  for (int i = 0; i < c.n_rot / 2; ++i)
+    f[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.n_rot));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.factor > 0.0f) {
+    const double pi = 3.14159265358979323846;
+    const double low_wavelen = s.original_context / s.low_freq_factor;
+    const double high_wavelen = s.original_context / s.high_freq_factor;
+    for (float& freq : f) {
+      const double wavelen = 2 * pi / freq;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        freq = static_cast<float>(freq / s.factor);
+      } else {
+        const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        freq = static_cast<float>((1 - smooth) * freq / s.factor + smooth * freq);
+      }
+    }
+  }
+  return f;
+}
+
+// bf16 x bf16 -> fp32 GEMMs through cuBLASLt with one plan (layouts and
+// heuristic algorithm) per shape:
+//   y[m, n] (+)= x[m, k] * w[n, k]^T, i.e. column-major D (n x m) = W^T X.
+class LtGemm {
+ public:
+  LtGemm() = default;
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  ~LtGemm() {
+    for (auto& [k, p] : plans_) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+    }
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+    if (lt_) cublasLtDestroy(lt_);
+  }
+  Status Init(cudaStream_t stream) {
+    stream_ = stream;
+    BLAS_TRY(cublasLtCreate(&lt_));
+    BLAS_TRY(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    return workspace_.Allocate(size_t{64} << 20);
+  }
+  Status Run(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
+    auto key = std::make_tuple(m, n, k);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      Plan p;
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+      it = plans_.emplace(key, p).first;  // destroyed with the others, found or not
+      cublasLtMatmulPreference_t pref;
+      BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+      const size_t ws = workspace_.size();
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                           sizeof ws);
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_, desc_, p.a, p.b, p.c, p.c, pref,
+                                                              1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+        return Status::Unsupported("cuBLASLt has no bf16 GEMM for " + std::to_string(m) + "x" +
+                                   std::to_string(n) + "x" + std::to_string(k));
+      it->second.algo = result.algo;
+      it->second.ready = true;
+    }
+    const Plan& p = it->second;
+    if (!p.ready) return Status::Unsupported("cuBLASLt has no bf16 GEMM for this shape");
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    BLAS_TRY(cublasLtMatmul(lt_, desc_, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                            workspace_.get(), workspace_.size(), stream_));
+    return Status::Ok();
+  }
+
+ private:
+  struct Plan {
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ready = false;
+  };
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  std::map<std::tuple<int, int, int>, Plan> plans_;
+  DeviceArray<uint8_t> workspace_;
+};
+
+class CudaKv final : public KvMemory {
+ public:
+  // One extra block past n_blocks takes the writes of padding tokens.
+  static Result<std::unique_ptr<CudaKv>> Make(int n_layer, int n_blocks, int block_size, int n_kv,
+                                              int head_dim) {
+    std::unique_ptr<CudaKv> kv(new CudaKv());
+    kv->n_blocks_ = n_blocks;
+    kv->block_size_ = block_size;
+    kv->layer_elems_ = static_cast<size_t>(n_blocks + 1) * block_size * n_kv * head_dim;
+    BRAID_RETURN_IF_ERROR(kv->k_.Allocate(kv->layer_elems_ * n_layer));
+    BRAID_RETURN_IF_ERROR(kv->v_.Allocate(kv->layer_elems_ * n_layer));
+    return kv;
+  }
+  int n_blocks() const override { return n_blocks_; }
+  int block_size() const override { return block_size_; }
+  size_t bytes() const override { return 2 * k_.size() * sizeof(uint16_t); }
+  uint16_t* k(int layer) const { return k_.get() + layer * layer_elems_; }
+  uint16_t* v(int layer) const { return v_.get() + layer * layer_elems_; }
+  int trash_block() const { return n_blocks_; }
+  // Unique per allocation: graphs bake in the device addresses of one.
+  uint64_t id() const { return id_; }
+
+ private:
+  CudaKv() {
+    static std::atomic<uint64_t> next{1};
+    id_ = next++;
+  }
+  uint64_t id_ = 0;
+  int n_blocks_ = 0, block_size_ = 0;
+  size_t layer_elems_ = 0;
+  DeviceArray<uint16_t> k_, v_;
+};
+
+struct GpuLayer {
+  DeviceArray<float> attn_norm, ffn_norm, bqkv;
+  DeviceArray<uint16_t> wqkv, wo, wgu, wdown;
+};
+
+// Batch sizes that decode graphs are captured for.
+constexpr int kGraphBuckets[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
+constexpr int kMaxGraphBatch = 256;
+constexpr int kMaxChunk = 2048;
+// Segments of at least this many tokens take the GEMM attention path.
+constexpr int kPrefillGemmMin = 16;
+// Bytes of scores and probabilities one prefill attention pass may use.
+constexpr size_t kScoreBytes = size_t{512} << 20;
+constexpr size_t kStagingBytes = size_t{64} << 20;
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  static Result<std::unique_ptr<Backend>> Open(const ModelFile& file, const ModelOptions& options,
+                                               int device, int context) {
+    std::unique_ptr<CudaBackend> b(new CudaBackend(file.config()));
+    BRAID_RETURN_IF_ERROR(b->Init(file, options, device, context));
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  int max_chunk() const override { return kMaxChunk; }
+  size_t KvBlockBytes(int block_size) const override {
+    return size_t{2} * c_.n_layer * block_size * c_.n_head_kv * c_.head_dim * sizeof(uint16_t);
+  }
+  uint64_t KvMemoryAvailable() const override {
+    size_t free = 0, total = 0;
+    cudaSetDevice(device_);
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    const size_t reserve = size_t{1} << 30;  // graphs, cuBLAS and the driver's own
+    return free > reserve ? free - reserve : 0;
+  }
+  Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    CUDA_TRY(cudaSetDevice(device_));
+    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaKv> kv,
+                           CudaKv::Make(c_.n_layer, n_blocks, block_size, c_.n_head_kv, c_.head_dim));
+    return std::unique_ptr<KvMemory>(std::move(kv));
+  }
+  Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override;
+  void Describe(ModelInfo* info) const override {
+    info->isa = "cuda " + device_name_ +
+                ", bf16 weights, cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, "
+                "CUDA graphs for decode";
+    info->threads = 1;
+    info->bytes_per_token = bytes_per_token_;
+    info->decode_stages.clear();
+    info->stream.clear();
+  }
+
+ private:
+  explicit CudaBackend(const ModelConfig& c) : c_(c) {}
+  Status Init(const ModelFile& file, const ModelOptions& options, int device, int context);
+  Status LoadWeights(const ModelFile& file);
+  // Uploads `t` (rows [0, rows) of a [rows, cols] matrix, any file type) as
+  // bf16 at dst; or as fp32 when dst_f32 is set (norms, biases).
+  Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32);
+  Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
+    return gemm_.Run(x, w, y, m, n, k, accumulate);
+  }
+  Status EnsureInputs(size_t table_entries);
+  // Enqueues the forward pass over the inputs in device memory.
+  Status Enqueue(CudaKv& kv, int n_tokens, int n_decode, int n_rows, int n_split);
+  Status PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq);
+  int SplitFor(int n_decode, int max_keys) const;
+
+  struct Segment {  // a prefill segment (GEMM attention)
+    int row0, n, pos0, seq;
+  };
+
+  const ModelConfig& c_;
+  int device_ = 0;
+  std::string device_name_;
+  int sms_ = 0;
+  int context_ = 0;
+  int q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
+  uint64_t bytes_per_token_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  LtGemm gemm_;
+
+  // Weights.
+  DeviceArray<uint16_t> embed_, lm_head_own_;
+  const uint16_t* lm_head_ = nullptr;
+  DeviceArray<float> out_norm_, inv_freq_;
+  std::vector<GpuLayer> layers_;
+
+  // Activations, [kMaxChunk rows] each.
+  DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
+  DeviceArray<uint16_t> xn_, att_, act_;
+  // Prefill attention: gathered K/V and queries, scores, probabilities, outputs.
+  DeviceArray<uint16_t> kc_, vc_, qh_, p_, oh_;
+  DeviceArray<float> s_;
+
+  // Inputs: host staging (pinned) and device copy with the same layout:
+  // ids, pos, slot, tok_seq, decode list, logit rows [kMaxChunk + kMaxGraphBatch each],
+  // seq_table [kMaxChunk + 1], then packed block tables.
+  enum Region { kIds, kPos, kSlot, kTokSeq, kDecode, kRows, kSeqTable, kRegions };
+  static constexpr size_t kRegionCap = kMaxChunk + kMaxGraphBatch;
+  size_t table_cap_ = 0;
+  PinnedArray<int32_t> in_host_;
+  DeviceArray<int32_t> in_dev_;
+  int32_t* HostRegion(Region r) { return in_host_.get() + r * kRegionCap; }
+  int32_t* DevRegion(Region r) const { return in_dev_.get() + r * kRegionCap; }
+  int32_t* HostTables() { return in_host_.get() + kRegions * kRegionCap; }
+  int32_t* DevTables() const { return in_dev_.get() + kRegions * kRegionCap; }
+  PinnedArray<float> logits_host_;
+  PinnedArray<uint8_t> staging_;
+
+  std::vector<Segment> prefill_;  // of the batch being enqueued
+  std::map<int, cudaGraphExec_t> graphs_;
+  uint64_t graph_kv_ = 0;  // the CudaKv::id() whose addresses the graphs bake in
+  std::mutex mu_;
+};
+
+Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int device,
+                         int context) {
+  (void)options;
+  const ModelConfig& c = c_;
+  if (!kc::DecodeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv)) ||
+      c.n_head % c.n_head_kv != 0)
+    return Status::Unsupported("the CUDA backend supports head_dim 16, 32, 64 or 128 with at most 8 "
+                               "query heads per KV head; this model has head_dim " +
+                               std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) +
+                               " heads and " + std::to_string(c.n_head_kv) + " KV heads");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    return Status::Unsupported("no CUDA device is available");
+  if (device < 0 || device >= count)
+    return Status::InvalidArgument("cuda:" + std::to_string(device) + " does not exist (" +
+                                   std::to_string(count) + " device(s))");
+  device_ = device;
+  context_ = context;
+  CUDA_TRY(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 9)
+    return Status::Unsupported(std::string("the CUDA backend is built for sm_90; ") + prop.name +
+                               " is sm_" + std::to_string(prop.major * 10 + prop.minor));
+  device_name_ = prop.name;
+  sms_ = prop.multiProcessorCount;
+  CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  BLAS_TRY(cublasCreate(&blas_));
+  BLAS_TRY(cublasSetStream(blas_, stream_));
+  BRAID_RETURN_IF_ERROR(gemm_.Init(stream_));
+
+  q_dim_ = c.n_head * c.head_dim;
+  kv_dim_ = c.n_head_kv * c.head_dim;
+  qkv_dim_ = q_dim_ + 2 * kv_dim_;
+  BRAID_RETURN_IF_ERROR(LoadWeights(file));
+
+  const size_t T = kMaxChunk + kMaxGraphBatch;
+  BRAID_RETURN_IF_ERROR(x_.Allocate(T * c.n_embd));
+  BRAID_RETURN_IF_ERROR(xn_.Allocate(T * std::max(c.n_embd, q_dim_)));
+  BRAID_RETURN_IF_ERROR(qkv_.Allocate(T * qkv_dim_));
+  BRAID_RETURN_IF_ERROR(q_.Allocate(T * q_dim_));
+  BRAID_RETURN_IF_ERROR(att_.Allocate(T * q_dim_));
+  BRAID_RETURN_IF_ERROR(gu_.Allocate(T * 2 * c.n_ff));
+  BRAID_RETURN_IF_ERROR(act_.Allocate(T * c.n_ff));
+  BRAID_RETURN_IF_ERROR(logits_.Allocate(T * static_cast<size_t>(c.n_vocab)));
+  BRAID_RETURN_IF_ERROR(logits_host_.Allocate(T * static_cast<size_t>(c.n_vocab)));
+  // Split-K partials: at most 4096 (token, split) pairs.
+  BRAID_RETURN_IF_ERROR(partial_.Allocate(size_t{4096} * c.n_head * (c.head_dim + 2)));
+  BRAID_RETURN_IF_ERROR(kc_.Allocate(static_cast<size_t>(context) * kv_dim_));
+  BRAID_RETURN_IF_ERROR(vc_.Allocate(static_cast<size_t>(context) * kv_dim_));
+  BRAID_RETURN_IF_ERROR(qh_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
+  BRAID_RETURN_IF_ERROR(oh_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
+  BRAID_RETURN_IF_ERROR(s_.Allocate(kScoreBytes / 6 + context));
+  BRAID_RETURN_IF_ERROR(p_.Allocate(kScoreBytes / 6 + context));
+  BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
+  const std::vector<float> inv = InverseFrequencies(c);
+  BRAID_RETURN_IF_ERROR(inv_freq_.Allocate(inv.size()));
+  CUDA_TRY(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float),
+                      cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Status CudaBackend::EnsureInputs(size_t table_entries) {
+  if (table_entries <= table_cap_) return Status::Ok();
+  table_cap_ = std::max(table_entries, 2 * table_cap_);
+  const size_t n = kRegions * kRegionCap + table_cap_;
+  BRAID_RETURN_IF_ERROR(in_host_.Allocate(n));
+  BRAID_RETURN_IF_ERROR(in_dev_.Allocate(n));
+  // Graphs captured with the old device pointers are stale.
+  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
+  return Status::Ok();
+}
+
+Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
+  const int64_t n = t.elements();
+  if (dst_f32) {  // small vectors: convert on the host
+    std::vector<float> f(n);
+    kernels::DequantizeRow(t.type, t.data, f.data(), n);
+    CUDA_TRY(cudaMemcpy(dst_f32, f.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+  using kernels::DType;
+  if (t.type != DType::kBF16 && t.type != DType::kF16 && t.type != DType::kF32 &&
+      t.type != DType::kQ4_0 && t.type != DType::kQ4_1 && t.type != DType::kQ8_0)
+    return Status::Unsupported(t.name + " has type " + kernels::Info(t.type).name +
+                               ", which the CUDA backend does not load (bf16, fp16, fp32, q4_0, "
+                               "q4_1 and q8_0 are converted to bf16)");
+  const int64_t cols = t.shape.empty() ? 1 : t.shape[0];
+  const size_t row_bytes = kernels::RowBytes(t.type, cols);
+  const int64_t rows = n / cols;
+  // Pieces of whole rows through two pinned halves of the staging buffer.
+  const size_t half = kStagingBytes / 2;
+  const int64_t rows_per = std::max<int64_t>(1, static_cast<int64_t>(half / row_bytes));
+  if (row_bytes > half) return Status::Unsupported(t.name + ": rows too long to stage");
+  const bool raw_bf16 = t.type == kernels::DType::kBF16;
+  DeviceArray<uint8_t> raw;
+  DeviceArray<float> f32;
+  if (!raw_bf16) {
+    BRAID_RETURN_IF_ERROR(raw.Allocate(half));
+    BRAID_RETURN_IF_ERROR(f32.Allocate(static_cast<size_t>(rows_per) * cols));
+  }
+  cudaEvent_t done[2];
+  CUDA_TRY(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
+  CUDA_TRY(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
+  Status st;
+  int which = 0;
+  for (int64_t r = 0; r < rows && st.ok(); r += rows_per, which ^= 1) {
+    const int64_t m = std::min(rows_per, rows - r);
+    const size_t bytes = static_cast<size_t>(m) * row_bytes;
+    uint8_t* stage = staging_.get() + which * half;
+    if (cudaEventSynchronize(done[which]) != cudaSuccess) break;
+    std::memcpy(stage, static_cast<const uint8_t*>(t.data) + r * row_bytes, bytes);
+    if (raw_bf16) {
+      const cudaError_t e = cudaMemcpyAsync(dst + r * cols, stage, bytes, cudaMemcpyHostToDevice, stream_);
+      if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
+    } else {
+      // Other types: convert on the device (one pass of the quantized bytes).
+      const cudaError_t e = cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
+      if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
+      int k = kc::DequantizeRow(t.type, raw.get(), f32.get(), m * cols, stream_);
+      if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, dst + r * cols, stream_);
+      if (k != 0) st = KernelStatus(k, ("converting " + t.name).c_str());
+      // raw and f32 are reused by the next piece: finish this one first.
+      if (st.ok() && cudaStreamSynchronize(stream_) != cudaSuccess) st = Status::Internal("sync");
+    }
+    if (st.ok()) cudaEventRecord(done[which], stream_);
+  }
+  if (st.ok()) {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
+  }
+  cudaEventDestroy(done[0]);
+  cudaEventDestroy(done[1]);
+  return st;
+}
+
+Status CudaBackend::LoadWeights(const ModelFile& file) {
+  const ModelConfig& c = c_;
+  BRAID_RETURN_IF_ERROR(staging_.Allocate(kStagingBytes));
+  auto find = [&](const std::string& name) -> Result<const TensorInfo*> {
+    const TensorInfo* t = file.Find(name);
+    if (!t) return Status::NotFound(file.path() + ": missing tensor '" + name + "'");
+    return t;
+  };
+  auto matrix_bytes = [&](int64_t rows, int64_t cols) {
+    return static_cast<uint64_t>(rows) * cols * sizeof(uint16_t);
+  };
+  BRAID_ASSIGN_OR_RETURN(const TensorInfo* embd, find("token_embd.weight"));
+  BRAID_RETURN_IF_ERROR(embed_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
+  BRAID_RETURN_IF_ERROR(Upload(*embd, embed_.get(), nullptr));
+  const TensorInfo* out = file.Find("output.weight");
+  if (out) {
+    BRAID_RETURN_IF_ERROR(lm_head_own_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
+    BRAID_RETURN_IF_ERROR(Upload(*out, lm_head_own_.get(), nullptr));
+    lm_head_ = lm_head_own_.get();
+  } else {
+    lm_head_ = embed_.get();
+  }
+  bytes_per_token_ = matrix_bytes(c.n_vocab, c.n_embd);
+  BRAID_ASSIGN_OR_RETURN(const TensorInfo* on, find("output_norm.weight"));
+  BRAID_RETURN_IF_ERROR(out_norm_.Allocate(c.n_embd));
+  BRAID_RETURN_IF_ERROR(Upload(*on, nullptr, out_norm_.get()));
+
+  layers_ = std::vector<GpuLayer>(c.n_layer);
+  const int64_t D = c.n_embd;
+  for (int i = 0; i < c.n_layer; ++i) {
+    GpuLayer& l = layers_[i];
+    const std::string b = "blk." + std::to_string(i) + ".";
+    auto tensor = [&](const char* s) { return find(b + s); };
+    BRAID_RETURN_IF_ERROR(l.attn_norm.Allocate(D));
+    BRAID_RETURN_IF_ERROR(l.ffn_norm.Allocate(D));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* an, tensor("attn_norm.weight"));
+    BRAID_RETURN_IF_ERROR(Upload(*an, nullptr, l.attn_norm.get()));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* fn, tensor("ffn_norm.weight"));
+    BRAID_RETURN_IF_ERROR(Upload(*fn, nullptr, l.ffn_norm.get()));
+
+    BRAID_RETURN_IF_ERROR(l.wqkv.Allocate(static_cast<size_t>(qkv_dim_) * D));
+    int64_t row = 0;
+    for (const char* s : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
+      BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
+      BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.get() + row * D, nullptr));
+      row += t->elements() / D;
+    }
+    if (c.qkv_bias) {
+      BRAID_RETURN_IF_ERROR(l.bqkv.Allocate(qkv_dim_));
+      int64_t at = 0;
+      for (const char* s : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+        BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
+        BRAID_RETURN_IF_ERROR(Upload(*t, nullptr, l.bqkv.get() + at));
+        at += t->elements();
+      }
+    }
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor("attn_output.weight"));
+    BRAID_RETURN_IF_ERROR(l.wo.Allocate(static_cast<size_t>(D) * q_dim_));
+    BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr));
+    BRAID_RETURN_IF_ERROR(l.wgu.Allocate(static_cast<size_t>(2) * c.n_ff * D));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor("ffn_gate.weight"));
+    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor("ffn_up.weight"));
+    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + static_cast<size_t>(c.n_ff) * D, nullptr));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor("ffn_down.weight"));
+    BRAID_RETURN_IF_ERROR(l.wdown.Allocate(static_cast<size_t>(D) * c.n_ff));
+    BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr));
+    bytes_per_token_ += matrix_bytes(qkv_dim_, D) + matrix_bytes(D, q_dim_) +
+                        matrix_bytes(2 * c.n_ff, D) + matrix_bytes(D, c.n_ff);
+  }
+  return Status::Ok();
+}
+
+int CudaBackend::SplitFor(int n_decode, int max_keys) const {
+  // Enough (token, KV head, range) blocks for two waves over the device, at
+  // least 32 keys per range, at most 4096 (token, range) pairs.
+  int split = std::max(1, 2 * sms_ / std::max(1, n_decode * c_.n_head_kv));
+  split = std::min(split, std::max(1, (max_keys + 31) / 32));
+  split = std::min(split, std::max(1, 4096 / std::max(1, n_decode)));
+  return std::min(split, 32);
+}
+
+Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq) {
+  const int hd = c_.head_dim, H = c_.n_head, G = c_.n_head / c_.n_head_kv;
+  const int n_keys = pos0 + n;
+  if (n_keys > context_)
+    return Status::OutOfRange(std::to_string(n_keys) + " positions exceed the context of " +
+                              std::to_string(context_));
+  const int32_t* table = DevTables() + HostRegion(kSeqTable)[seq];
+  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, n_keys, c_.n_head_kv, hd,
+                          kv.block_size(), kc_.get(), vc_.get(), stream_));
+  // Query rows per pass so that the scores fit the workspace.
+  const size_t per_row = static_cast<size_t>(H) * n_keys;
+  const int rows = static_cast<int>(std::max<size_t>(1, std::min<size_t>(n, s_.size() / per_row)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd)), one = 1.0f, zero = 0.0f;
+  for (int t0 = 0; t0 < n; t0 += rows) {
+    const int m = std::min(rows, n - t0);
+    KERNEL_TRY(kc::GatherHeads(q_.get(), row0 + t0, m, H, hd, qh_.get(), stream_));
+    // S[kvh] (G*m x n_keys) = Q[kvh] K[kvh]^T * scale
+    BLAS_TRY(cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_keys, G * m, hd, &scale, kc_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(n_keys) * hd, qh_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(G) * m * hd, &zero, s_.get(), CUDA_R_32F, n_keys,
+        static_cast<int64_t>(G) * m * n_keys, c_.n_head_kv, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+    KERNEL_TRY(kc::CausalSoftmax(s_.get(), H * m, m, n_keys, pos0 + t0, p_.get(), stream_));
+    // O[kvh] (G*m x hd) = P[kvh] V[kvh]
+    BLAS_TRY(cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_N, CUBLAS_OP_N, hd, G * m, n_keys, &one, vc_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(n_keys) * hd, p_.get(), CUDA_R_16BF, n_keys,
+        static_cast<int64_t>(G) * m * n_keys, &zero, oh_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(G) * m * hd, c_.n_head_kv, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KERNEL_TRY(kc::ScatterHeads(oh_.get(), row0 + t0, m, H, hd, att_.get(), stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split) {
+  const ModelConfig& c = c_;
+  const int D = c.n_embd;
+  int32_t* ids = DevRegion(kIds);
+  KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, x_.get(), stream_));
+  for (int i = 0; i < c.n_layer; ++i) {
+    const GpuLayer& l = layers_[i];
+    KERNEL_TRY(kc::RmsNorm(x_.get(), l.attn_norm.get(), nullptr, T, D, c.rms_eps, xn_.get(), stream_));
+    BRAID_RETURN_IF_ERROR(Gemm(xn_.get(), l.wqkv.get(), qkv_.get(), T, qkv_dim_, D, false));
+    kc::RopeKvArgs r;
+    r.qkv = qkv_.get();
+    r.bias = l.bqkv.get();
+    r.pos = DevRegion(kPos);
+    r.slot = DevRegion(kSlot);
+    r.inv_freq = inv_freq_.get();
+    r.q = q_.get();
+    r.k_cache = kv.k(i);
+    r.v_cache = kv.v(i);
+    r.n = T;
+    r.n_head = c.n_head;
+    r.n_kv = c.n_head_kv;
+    r.head_dim = c.head_dim;
+    r.n_rot = c.n_rot;
+    r.block_size = kv.block_size();
+    r.neox = c.rope_neox;
+    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    if (n_decode > 0) {
+      kc::DecodeAttentionArgs a;
+      a.q = q_.get();
+      a.k_cache = kv.k(i);
+      a.v_cache = kv.v(i);
+      a.tokens = DevRegion(kDecode);
+      a.pos = DevRegion(kPos);
+      a.tok_seq = DevRegion(kTokSeq);
+      a.seq_table = DevRegion(kSeqTable);
+      a.tables = DevTables();
+      a.out = att_.get();
+      a.partial = partial_.get();
+      a.n = n_decode;
+      a.n_head = c.n_head;
+      a.n_kv = c.n_head_kv;
+      a.head_dim = c.head_dim;
+      a.block_size = kv.block_size();
+      a.n_split = n_split;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      KERNEL_TRY(kc::DecodeAttention(a, stream_));
+    }
+    for (const Segment& s : prefill_)
+      BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
+    BRAID_RETURN_IF_ERROR(Gemm(att_.get(), l.wo.get(), x_.get(), T, D, q_dim_, true));
+    KERNEL_TRY(kc::RmsNorm(x_.get(), l.ffn_norm.get(), nullptr, T, D, c.rms_eps, xn_.get(), stream_));
+    BRAID_RETURN_IF_ERROR(Gemm(xn_.get(), l.wgu.get(), gu_.get(), T, 2 * c.n_ff, D, false));
+    KERNEL_TRY(kc::SwiGlu(gu_.get(), T, c.n_ff, act_.get(), stream_));
+    BRAID_RETURN_IF_ERROR(Gemm(act_.get(), l.wdown.get(), x_.get(), T, D, c.n_ff, true));
+  }
+  if (R > 0) {
+    KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
+                           stream_));
+    BRAID_RETURN_IF_ERROR(Gemm(xn_.get(), lm_head_, logits_.get(), R, c.n_vocab, D, false));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::Forward(std::span<const BatchSegment> batch, KvMemory& kv_memory, float* logits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CUDA_TRY(cudaSetDevice(device_));
+  auto& kv = static_cast<CudaKv&>(kv_memory);  // allocated by AllocateKv of this backend
+  const int bs = kv.block_size();
+  int T = 0;
+  size_t table_entries = 1;
+  bool decode_only = true;
+  for (const BatchSegment& s : batch) {
+    T += s.n_tokens;
+    table_entries += (s.pos0 + s.n_tokens + bs - 1) / bs;
+    decode_only &= s.n_tokens == 1;
+  }
+  if (T == 0) return Status::Ok();
+  if (T > kMaxChunk)
+    return Status::InvalidArgument("a batch of " + std::to_string(T) + " tokens exceeds the chunk of " +
+                                   std::to_string(kMaxChunk));
+  BRAID_RETURN_IF_ERROR(EnsureInputs(table_entries));
+
+  // Decode-only batches run padded to a graph bucket.
+  const int S = static_cast<int>(batch.size());
+  int B = T;
+  const bool graph = decode_only && S <= kMaxGraphBatch;
+  if (graph) B = *std::lower_bound(std::begin(kGraphBuckets), std::end(kGraphBuckets), S);
+
+  int32_t* ids = HostRegion(kIds);
+  int32_t* pos = HostRegion(kPos);
+  int32_t* slot = HostRegion(kSlot);
+  int32_t* tok_seq = HostRegion(kTokSeq);
+  int32_t* dec = HostRegion(kDecode);
+  int32_t* rows = HostRegion(kRows);
+  int32_t* seq_table = HostRegion(kSeqTable);
+  int32_t* tables = HostTables();
+  int t = 0, n_decode = 0, R = 0, max_keys = 1;
+  size_t tab = 0;
+  std::vector<int> wanted;  // graph: rows of the padded batch whose logits are returned
+  prefill_.clear();
+  for (int si = 0; si < S; ++si) {
+    const BatchSegment& s = batch[si];
+    const int n_blocks = (s.pos0 + s.n_tokens + bs - 1) / bs;
+    seq_table[si] = static_cast<int32_t>(tab);
+    std::memcpy(tables + tab, s.block_table, n_blocks * sizeof(int32_t));
+    tab += n_blocks;
+    const bool gemm = s.n_tokens >= kPrefillGemmMin;
+    if (gemm) prefill_.push_back({t, s.n_tokens, s.pos0, si});
+    for (int j = 0; j < s.n_tokens; ++j, ++t) {
+      const int p = s.pos0 + j;
+      ids[t] = s.tokens[j];
+      pos[t] = p;
+      slot[t] = s.block_table[p / bs] * bs + p % bs;
+      tok_seq[t] = si;
+      if (!gemm) dec[n_decode++] = t;
+      if (logits && p >= s.logits_from) {
+        if (graph) wanted.push_back(t);
+        else rows[R++] = t;
+      }
+    }
+    max_keys = std::max(max_keys, s.pos0 + s.n_tokens);
+  }
+  int n_split = SplitFor(n_decode, max_keys);
+  if (graph) {
+    // Padding: token 0 at position 0 of a sequence whose only block is the trash block.
+    seq_table[S] = static_cast<int32_t>(tab);
+    tables[tab++] = kv.trash_block();
+    for (; t < B; ++t) {
+      ids[t] = 0;
+      pos[t] = 0;
+      slot[t] = kv.trash_block() * bs;
+      tok_seq[t] = S;
+      dec[n_decode++] = t;
+    }
+    for (int i = 0; i < B; ++i) rows[i] = i;
+    R = B;
+    n_split = SplitFor(B, 1 << 30);  // fixed per bucket: the graph serves every context
+  }
+  const size_t in_count = kRegions * kRegionCap + tab;
+  CUDA_TRY(cudaMemcpyAsync(in_dev_.get(), in_host_.get(), in_count * sizeof(int32_t),
+                           cudaMemcpyHostToDevice, stream_));
+  if (graph) {
+    if (graph_kv_ != kv.id()) {  // a different KV memory: recapture
+      for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+      graphs_.clear();
+      graph_kv_ = kv.id();
+    }
+    auto it = graphs_.find(B);
+    if (it == graphs_.end()) {
+      // Plans (cuBLASLt heuristics) are made outside the capture: run once eagerly.
+      BRAID_RETURN_IF_ERROR(Enqueue(kv, B, n_decode, R, n_split));
+      cudaGraph_t g = nullptr;
+      CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      const Status st = Enqueue(kv, B, n_decode, R, n_split);
+      const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      BRAID_RETURN_IF_ERROR(st);
+      CUDA_TRY(e);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_TRY(ie);
+      it = graphs_.emplace(B, exec).first;
+    } else {
+      CUDA_TRY(cudaGraphLaunch(it->second, stream_));
+    }
+  } else {
+    BRAID_RETURN_IF_ERROR(Enqueue(kv, T, n_decode, R, n_split));
+  }
+  const size_t V = static_cast<size_t>(c_.n_vocab);
+  if (logits && R > 0) {
+    CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), logits_.get(), R * V * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (!logits) return Status::Ok();
+  if (!graph) {
+    std::memcpy(logits, logits_host_.get(), R * V * sizeof(float));
+  } else {
+    for (size_t i = 0; i < wanted.size(); ++i)
+      std::memcpy(logits + i * V, logits_host_.get() + wanted[i] * V, V * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
+                                                 int device, int context) {
+  return CudaBackend::Open(file, options, device, context);
+}
+
+Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
+  CUDA_TRY(cudaSetDevice(device));
+  cudaStream_t stream = nullptr;
+  CUDA_TRY(cudaStreamCreate(&stream));
+  LtGemm gemm;
+  Status st = gemm.Init(stream);
+  const int64_t D = c.n_embd, qkv = static_cast<int64_t>(c.n_head + 2 * c.n_head_kv) * c.head_dim,
+                q = static_cast<int64_t>(c.n_head) * c.head_dim;
+  // One layer's weights (the layers are alike) and the head; random bf16 values.
+  const int64_t shapes[5][2] = {{qkv, D}, {D, q}, {2 * c.n_ff, D}, {D, c.n_ff}, {c.n_vocab, D}};
+  DeviceArray<uint16_t> w[5];
+  DeviceArray<uint16_t> x;
+  DeviceArray<float> y, noise;
+  int64_t most = 0;
+  for (auto& s : shapes) most = std::max({most, s[0], s[1]});
+  if (st.ok()) st = x.Allocate(static_cast<size_t>(m) * most);
+  if (st.ok()) st = y.Allocate(static_cast<size_t>(m) * most);
+  for (int i = 0; i < 5 && st.ok(); ++i) {
+    st = w[i].Allocate(static_cast<size_t>(shapes[i][0]) * shapes[i][1]);
+    if (st.ok()) st = noise.Allocate(static_cast<size_t>(shapes[i][0]) * shapes[i][1]);
+    if (st.ok()) {
+      std::vector<float> h(noise.size());
+      uint32_t r = 12345u + i;
+      for (float& v : h) {
+        r = r * 1664525u + 1013904223u;
+        v = (static_cast<float>(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
+      }
+      if (cudaMemcpy(noise.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice) !=
+              cudaSuccess ||
+          kc::F32ToBf16(noise.get(), noise.size(), w[i].get(), stream) != 0)
+        st = Status::Internal("filling GEMM operands failed");
+      if (i == 0 && st.ok() && kc::F32ToBf16(noise.get(), std::min<size_t>(noise.size(), x.size()),
+                                             x.get(), stream) != 0)
+        st = Status::Internal("filling GEMM operands failed");
+    }
+  }
+  double seconds = 0;
+  if (st.ok()) {
+    auto step = [&]() -> Status {
+      for (int l = 0; l < c.n_layer; ++l)
+        for (int i = 0; i < 4; ++i)
+          BRAID_RETURN_IF_ERROR(gemm.Run(x.get(), w[i].get(), y.get(), m,
+                                         static_cast<int>(shapes[i][0]),
+                                         static_cast<int>(shapes[i][1]), i == 1 || i == 3));
+      return gemm.Run(x.get(), w[4].get(), y.get(), m, static_cast<int>(shapes[4][0]),
+                      static_cast<int>(shapes[4][1]), false);
+    };
+    st = step();  // plans
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> times;
+    for (int r = 0; r < 5 && st.ok(); ++r) {
+      cudaEventRecord(e0, stream);
+      st = step();
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      times.push_back(ms * 1e-3);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (st.ok()) {
+      std::sort(times.begin(), times.end());
+      seconds = times[times.size() / 2];
+    }
+  }
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  BRAID_RETURN_IF_ERROR(st);
+  return seconds;
+}
+
+Result<double> MeasureCudaCopyBandwidth(int device) {
+  CUDA_TRY(cudaSetDevice(device));
+  const size_t bytes = size_t{2} << 30;
+  DeviceArray<uint8_t> a, b;
+  BRAID_RETURN_IF_ERROR(a.Allocate(bytes));
+  BRAID_RETURN_IF_ERROR(b.Allocate(bytes));
+  CUDA_TRY(cudaMemset(a.get(), 1, bytes));
+  CUDA_TRY(cudaMemset(b.get(), 2, bytes));
+  cudaEvent_t e0, e1;
+  CUDA_TRY(cudaEventCreate(&e0));
+  CUDA_TRY(cudaEventCreate(&e1));
+  std::vector<double> gbs;
+  for (int i = 0; i < 8; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), bytes,
+                    cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 2) gbs.push_back(2.0 * bytes / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  CUDA_TRY(cudaGetLastError());
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
+}  // namespace braid

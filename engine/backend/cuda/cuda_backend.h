@@ -1,0 +1,33 @@
+// The CUDA backend: the Llama-family forward pass on one NVIDIA GPU (sm_90).
+//   weights  bf16 in device memory (bf16 checkpoints as they are; fp16, fp32
+//            and GGUF quantized tensors converted at load), Q/K/V and
+//            gate/up concatenated so that each is one GEMM
+//   GEMMs    cuBLASLt, bf16 inputs, fp32 accumulate and output; Wo and down
+//            add into the fp32 residual stream through the GEMM's beta
+//   KV       bf16 paged blocks ([block][kv_head][slot][head_dim] per layer)
+//   attention  single-token queries (decode) through a split-K paged kernel;
+//            prefill chunks through two batched GEMMs around a causal softmax
+//   decode   batches of single-token segments replayed as CUDA graphs at
+//            bucketed batch sizes (a graph per bucket, captured on first use)
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace braid {
+
+Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
+                                                 int device, int context);
+
+// Device-to-device copy bandwidth of `device` in GB/s (bytes read + written),
+// the median of several copies of a buffer far larger than the L2 cache.
+Result<double> MeasureCudaCopyBandwidth(int device);
+
+// Seconds of the GEMMs of one decode step of `m` tokens on a model of
+// config `c` (every layer's Q/K/V, Wo, gate/up and down, and the head) with
+// the backend's cuBLASLt settings, on random bf16 weights: the rate that
+// cuBLAS alone would allow (the median of 5 steps after one warm-up).
+Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device);
+
+}  // namespace braid

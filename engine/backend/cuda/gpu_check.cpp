@@ -1,0 +1,399 @@
+// braid_gpu_check: the CUDA backend's correctness checks and benchmarks, run
+// by scripts/gpu/run_all.sh on a GPU machine. Every command prints one JSON
+// object on stdout (and `run` writes its results to a folder).
+//
+//   run --model DIR --prompts P.json --out-dir D [--device cuda]
+//       per prompt: every position's logits (D/p{i}.f32, raw fp32 [T, vocab])
+//       and the greedy continuation of prompts.json's greedy_tokens
+//   compare-cpu --model DIR [--prompts P.json]
+//       the CUDA backend against the CPU backend's exact path: per-position
+//       logits cosine and greedy continuations
+//   batch --model DIR --prompts P.json --gen N
+//       the serving engine on the GPU: every prompt alone, then all at once;
+//       greedy tokens must be the same
+//   decode --model DIR --prompt 128 --gen 128
+//       batch-1 decode tokens/s against the weight-read roofline from the
+//       copy bandwidth measured in the same run
+//   sweep --model DIR --batches 1,8,32,128 --prompt 512 --gen 128
+//       decode steps of B sequences: tokens/s against the roofline and
+//       against cuBLAS's own GEMM rate at that batch
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+
+namespace braid {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "braid_gpu_check: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Check(Result<T> r, const char* what) {
+  if (!r.ok()) Fail(std::string(what) + ": " + r.status().ToString());
+  return std::move(r).value();
+}
+void Check(const Status& s, const char* what) {
+  if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
+}
+
+struct Args {
+  std::string cmd, model, prompts, out_dir, device = "cuda", batches = "1,8,32,128";
+  int prompt = 128, gen = 128, ctx = 0;
+};
+
+Args Parse(int argc, char** argv) {
+  if (argc < 2) Fail("usage: braid_gpu_check run|compare-cpu|batch|decode|sweep --model DIR ...");
+  Args a;
+  a.cmd = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) Fail("missing value after " + k);
+    const std::string v = argv[++i];
+    if (k == "--model") a.model = v;
+    else if (k == "--prompts") a.prompts = v;
+    else if (k == "--out-dir") a.out_dir = v;
+    else if (k == "--device") a.device = v;
+    else if (k == "--batches") a.batches = v;
+    else if (k == "--prompt") a.prompt = std::stoi(v);
+    else if (k == "--gen") a.gen = std::stoi(v);
+    else if (k == "--ctx") a.ctx = std::stoi(v);
+    else Fail("unknown option " + k);
+  }
+  if (a.model.empty()) Fail("--model is required");
+  return a;
+}
+
+std::unique_ptr<Model> OpenModel(const Args& a, const std::string& device, bool exact,
+                                 double* seconds = nullptr) {
+  ModelOptions o;
+  o.path = a.model;
+  o.device = device;
+  o.context = a.ctx;
+  o.cpu.exact = exact;
+  const auto t0 = Clock::now();
+  auto m = Check(Model::Open(o), "opening the model");
+  if (seconds) *seconds = Since(t0);
+  return m;
+}
+
+struct Prompts {
+  std::vector<std::vector<int32_t>> prompts;
+  int greedy_tokens = 32;
+};
+
+Prompts ReadPrompts(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) Fail("cannot read " + path);
+  Json j = Json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.contains("prompts")) Fail(path + ": not a prompts file");
+  Prompts p;
+  p.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
+  p.greedy_tokens = j.value("greedy_tokens", 32);
+  return p;
+}
+
+int Argmax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
+
+// Every position's logits of `prompt`, then `n` greedy tokens.
+void Evaluate(Model& m, const std::vector<int32_t>& prompt, int n, std::vector<float>* all,
+              std::vector<int32_t>* greedy) {
+  auto seq = m.NewSequence();
+  Check(seq->Eval(prompt, all, true), "evaluating a prompt");
+  const int V = m.info().n_vocab;
+  std::vector<float> logits(all->end() - V, all->end());
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = Argmax(logits.data(), V);
+    greedy->push_back(id);
+    if (i + 1 < n) Check(seq->Eval(std::span<const int32_t>(&id, 1), &logits), "decoding");
+  }
+}
+
+int Run(const Args& a) {
+  const Prompts p = ReadPrompts(a.prompts);
+  double load_s = 0;
+  auto m = OpenModel(a, a.device, false, &load_s);
+  Json out;
+  out["device"] = m->info().device;
+  out["kernels"] = m->info().isa;
+  out["load_seconds"] = load_s;
+  out["load_gb_per_s"] = m->info().weight_bytes / load_s / 1e9;
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    std::vector<float> all;
+    std::vector<int32_t> greedy;
+    Evaluate(*m, p.prompts[i], p.greedy_tokens, &all, &greedy);
+    const std::string file = "p" + std::to_string(i) + ".f32";
+    std::ofstream f(a.out_dir + "/" + file, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(all.data()), all.size() * sizeof(float));
+    if (!f) Fail("cannot write " + a.out_dir + "/" + file);
+    out["prompts"].push_back(
+        {{"greedy", greedy}, {"logits", file}, {"n_tokens", p.prompts[i].size()}});
+  }
+  std::ofstream(a.out_dir + "/result.json") << out.dump(1);
+  std::printf("%s\n", Json{{"load_seconds", load_s}, {"load_gb_per_s", out["load_gb_per_s"]},
+                           {"prompts", p.prompts.size()}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
+double Cosine(const float* a, const float* b, int n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int i = 0; i < n; ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb + 1e-30);
+}
+
+int CompareCpu(const Args& a) {
+  Prompts p;
+  if (!a.prompts.empty()) {
+    p = ReadPrompts(a.prompts);
+  } else {
+    std::mt19937 rng(3);
+    for (int len : {5, 17, 40}) {
+      std::vector<int32_t> ids(len);
+      for (auto& id : ids) id = static_cast<int32_t>(rng() % 256);
+      p.prompts.push_back(ids);
+    }
+    p.greedy_tokens = 16;
+  }
+  auto cpu = OpenModel(a, "cpu", true);
+  auto gpu = OpenModel(a, a.device, false);
+  const int V = cpu->info().n_vocab;
+  double min_cos = 1, max_diff = 0;
+  int same = 0;
+  Json rows = Json::array();
+  for (const auto& prompt : p.prompts) {
+    std::vector<float> lc, lg;
+    std::vector<int32_t> gc, gg;
+    Evaluate(*cpu, prompt, p.greedy_tokens, &lc, &gc);
+    Evaluate(*gpu, prompt, p.greedy_tokens, &lg, &gg);
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      min_cos = std::min(min_cos, Cosine(&lc[t * V], &lg[t * V], V));
+      for (int v = 0; v < V; ++v)
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(lc[t * V + v] - lg[t * V + v])));
+    }
+    same += gc == gg;
+    rows.push_back({{"cpu", gc}, {"cuda", gg}});
+  }
+  Json out = {{"min_cosine", min_cos},
+              {"max_abs_diff", max_diff},
+              {"greedy_identical", same},
+              {"prompts", p.prompts.size()},
+              {"greedy", rows},
+              {"pass", min_cos >= 0.999 && same == static_cast<int>(p.prompts.size())}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int Batch(const Args& a) {
+  const Prompts p = ReadPrompts(a.prompts);
+  EngineOptions o;
+  o.model.path = a.model;
+  o.model.device = a.device;
+  o.model.context = a.ctx;
+  o.max_batch_tokens = 2048;
+  o.max_running = 64;
+  int most = 0;
+  for (const auto& q : p.prompts) most = std::max(most, static_cast<int>(q.size()));
+  o.kv_tokens = static_cast<int>(p.prompts.size()) * (most + a.gen + 16);
+  auto engine = Check(Engine::Open(o), "opening the engine");
+  auto request = [&](const std::vector<int32_t>& prompt) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = a.gen;
+    r.sampling.ignore_eos = true;
+    r.cache_salt = 0;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone, together;
+  for (const auto& q : p.prompts) {
+    auto h = Check(engine->Submit(request(q)), "submitting");
+    alone.push_back(h->Wait().tokens);
+  }
+  // Fresh salt so that the second round recomputes rather than reusing the cache.
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const auto& q : p.prompts) {
+    GenerationRequest r = request(q);
+    r.cache_salt = 1;
+    hs.push_back(Check(engine->Submit(std::move(r)), "submitting"));
+  }
+  for (auto& h : hs) together.push_back(h->Wait().tokens);
+  int same = 0;
+  Json diffs = Json::array();
+  for (size_t i = 0; i < alone.size(); ++i) {
+    if (alone[i] == together[i]) {
+      ++same;
+      continue;
+    }
+    size_t k = 0;
+    while (k < alone[i].size() && k < together[i].size() && alone[i][k] == together[i][k]) ++k;
+    diffs.push_back({{"prompt", i}, {"first_difference", k}});
+  }
+  Json out = {{"identical", same}, {"total", alone.size()}, {"differences", diffs}};
+  engine->Shutdown();
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int Decode(const Args& a) {
+  auto m = OpenModel(a, a.device, false);
+  const ModelInfo& info = m->info();
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt(a.prompt);
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % info.n_vocab);
+  std::vector<double> rates;
+  for (int round = 0; round < 3; ++round) {
+    auto seq = m->NewSequence();
+    std::vector<float> logits;
+    Check(seq->Eval(prompt, &logits), "prefill");
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.gen; ++i) {
+      const int32_t id = Argmax(logits.data(), info.n_vocab);
+      Check(seq->Eval(std::span<const int32_t>(&id, 1), &logits), "decode");
+    }
+    rates.push_back(a.gen / Since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  const double rate = rates[rates.size() / 2];
+  const double bw = Check(MeasureCudaCopyBandwidth(0), "copy bandwidth");
+  const double roofline = bw * 1e9 / info.bytes_per_token;
+  Json out = {{"tokens_per_s", rate},
+              {"copy_gb_per_s", bw},
+              {"bytes_per_token", info.bytes_per_token},
+              {"roofline_tokens_per_s", roofline},
+              {"roofline_share", rate / roofline},
+              {"prompt", a.prompt},
+              {"gen", a.gen},
+              {"kernels", info.isa}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int Sweep(const Args& a) {
+  std::vector<int> batches;
+  for (size_t i = 0; i < a.batches.size();) {
+    size_t j = a.batches.find(',', i);
+    if (j == std::string::npos) j = a.batches.size();
+    batches.push_back(std::stoi(a.batches.substr(i, j - i)));
+    i = j + 1;
+  }
+  auto file = Check(LoadModelFile(a.model), "loading the model file");
+  const ModelConfig& c = file->config();
+  ModelOptions mo;
+  mo.path = a.model;
+  mo.device = a.device;
+  const int context = a.prompt + a.gen + 16;
+  auto backend = Check(OpenBackend(*file, mo, context), "opening the backend");
+  ModelInfo info;
+  backend->Describe(&info);
+  const double bw = Check(MeasureCudaCopyBandwidth(0), "copy bandwidth");
+  const int bs = 16;
+  Json rows = Json::array();
+  std::mt19937 rng(5);
+  for (int B : batches) {
+    const int per_seq = (context + bs - 1) / bs;
+    auto kv = Check(backend->AllocateKv(B * per_seq, bs), "allocating KV");
+    std::vector<std::vector<int32_t>> tables(B, std::vector<int32_t>(per_seq));
+    for (int s = 0; s < B; ++s)
+      for (int i = 0; i < per_seq; ++i) tables[s][i] = s * per_seq + i;
+    // Prefill every sequence, several per forward pass.
+    std::vector<std::vector<int32_t>> prompts(B, std::vector<int32_t>(a.prompt));
+    for (auto& p : prompts)
+      for (auto& id : p) id = static_cast<int32_t>(rng() % c.n_vocab);
+    const int per_pass = std::max(1, backend->max_chunk() / a.prompt);
+    const auto tp = Clock::now();
+    for (int s0 = 0; s0 < B; s0 += per_pass) {
+      std::vector<BatchSegment> segs;
+      for (int s = s0; s < std::min(B, s0 + per_pass); ++s) {
+        BatchSegment g;
+        g.tokens = prompts[s].data();
+        g.n_tokens = a.prompt;
+        g.pos0 = 0;
+        g.block_table = tables[s].data();
+        segs.push_back(g);
+      }
+      Check(backend->Forward(segs, *kv, nullptr), "prefill");
+    }
+    const double prefill_s = Since(tp);
+    // Decode steps with logits returned to the host, as the engine receives them.
+    std::vector<float> logits(static_cast<size_t>(B) * c.n_vocab);
+    std::vector<int32_t> next(B);
+    std::vector<BatchSegment> segs(B);
+    for (int s = 0; s < B; ++s) next[s] = prompts[s].back();
+    const int warm = 3;
+    Clock::time_point t0;
+    for (int step = 0; step < a.gen; ++step) {
+      if (step == warm) t0 = Clock::now();
+      for (int s = 0; s < B; ++s) {
+        segs[s].tokens = &next[s];
+        segs[s].n_tokens = 1;
+        segs[s].pos0 = a.prompt + step;
+        segs[s].block_table = tables[s].data();
+        segs[s].logits_from = segs[s].pos0;
+      }
+      Check(backend->Forward(segs, *kv, logits.data()), "decode");
+      for (int s = 0; s < B; ++s) next[s] = (next[s] * 7 + step + s) % c.n_vocab;
+    }
+    const double step_s = Since(t0) / (a.gen - warm);
+    const double tok_s = B / step_s;
+    const double gemm_s = Check(MeasureGemmSeconds(c, B, 0), "GEMM rate");
+    // Roofline: weights once per step plus each sequence's KV at its mean length.
+    const double kv_bytes = static_cast<double>(backend->KvBlockBytes(1)) * B * (a.prompt + a.gen / 2.0);
+    const double roof_step = (info.bytes_per_token + kv_bytes) / (bw * 1e9);
+    rows.push_back({{"batch", B},
+                    {"tokens_per_s", tok_s},
+                    {"step_ms", step_s * 1e3},
+                    {"prefill_tokens_per_s", B * a.prompt / prefill_s},
+                    {"roofline_tokens_per_s", B / roof_step},
+                    {"roofline_share", roof_step / step_s},
+                    {"cublas_gemm_ms", gemm_s * 1e3},
+                    {"cublas_tokens_per_s", B / gemm_s},
+                    {"share_of_cublas", gemm_s / step_s}});
+    std::fprintf(stderr, "batch %d: %.1f tok/s, step %.2f ms (cuBLAS GEMMs %.2f ms)\n", B, tok_s,
+                 step_s * 1e3, gemm_s * 1e3);
+  }
+  Json out = {{"rows", rows},   {"copy_gb_per_s", bw}, {"bytes_per_token", info.bytes_per_token},
+              {"prompt", a.prompt}, {"gen", a.gen},   {"kernels", info.isa}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace braid
+
+int main(int argc, char** argv) {
+  using namespace braid;
+  const Args a = Parse(argc, argv);
+  if (a.cmd == "run") return Run(a);
+  if (a.cmd == "compare-cpu") return CompareCpu(a);
+  if (a.cmd == "batch") return Batch(a);
+  if (a.cmd == "decode") return Decode(a);
+  if (a.cmd == "sweep") return Sweep(a);
+  Fail("unknown command '" + a.cmd + "'");
+}

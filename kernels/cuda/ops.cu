@@ -1,0 +1,401 @@
+// The CUDA backend's kernels other than GEMMs (kernels/cuda_ops.h). fp32
+// arithmetic throughout; bf16 only where values are stored for a GEMM or in
+// the KV cache.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda_ops.h"
+
+namespace braid::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ float Bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ uint16_t ToBf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+int Err() { return static_cast<int>(cudaGetLastError()); }
+cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024).
+__device__ float BlockSum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  v = WarpSum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    float w = lane < warps ? part[lane] : 0.0f;
+    w = WarpSum(w);
+    if (lane == 0) total = w;
+  }
+  __syncthreads();
+  return total;
+}
+
+__global__ void EmbedKernel(const uint16_t* table, const int32_t* ids, int dim, float* x) {
+  const int t = blockIdx.x;
+  const uint16_t* row = table + static_cast<int64_t>(ids[t]) * dim;
+  float* out = x + static_cast<int64_t>(t) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) out[i] = Bf(row[i]);
+}
+
+__global__ void RmsNormKernel(const float* x, const float* w, const int32_t* rows, int dim,
+                              float eps, uint16_t* out) {
+  const int r = blockIdx.x;
+  const int src = rows ? rows[r] : r;
+  const float* in = x + static_cast<int64_t>(src) * dim;
+  float ss = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += in[i] * in[i];
+  ss = BlockSum(ss);
+  const float inv = rsqrtf(ss / dim + eps);
+  uint16_t* o = out + static_cast<int64_t>(r) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = ToBf(in[i] * inv * w[i]);
+}
+
+// One element of a rotated head: dimension d of `x` (bias added) at `pos`.
+__device__ __forceinline__ float Rotate(const float* x, const float* b, int d, int n_rot, bool neox,
+                                        const float* inv_freq, int pos) {
+  auto val = [&](int i) { return x[i] + (b ? b[i] : 0.0f); };
+  if (d >= n_rot) return val(d);
+  const int half = n_rot / 2;
+  int i, a, c;
+  if (neox) {
+    i = d < half ? d : d - half;
+    a = i;
+    c = i + half;
+  } else {
+    i = d / 2;
+    a = 2 * i;
+    c = 2 * i + 1;
+  }
+  float s, co;
+  sincosf(static_cast<float>(pos) * inv_freq[i], &s, &co);
+  const float x0 = val(a), x1 = val(c);
+  return d == a ? x0 * co - x1 * s : x0 * s + x1 * co;
+}
+
+__global__ void RopeKvKernel(RopeKvArgs a) {
+  const int t = blockIdx.x;
+  const int hd = a.head_dim;
+  const int q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
+  const int width = q_dim + 2 * kv_dim;
+  const float* row = a.qkv + static_cast<int64_t>(t) * width;
+  const int pos = a.pos[t];
+  const int slot = a.slot[t];
+  for (int e = threadIdx.x; e < width; e += blockDim.x) {
+    const int head_base = e < q_dim ? (e / hd) * hd : q_dim + ((e - q_dim) / hd) * hd;
+    const int d = e - head_base;
+    if (e < q_dim) {
+      a.q[static_cast<int64_t>(t) * q_dim + e] =
+          Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot, a.neox, a.inv_freq, pos);
+      continue;
+    }
+    if (slot < 0) continue;
+    const int64_t blk = slot / a.block_size, s = slot % a.block_size;
+    if (e < q_dim + kv_dim) {
+      const int kvh = (e - q_dim) / hd;
+      const float v = Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot,
+                             a.neox, a.inv_freq, pos);
+      a.k_cache[((blk * a.n_kv + kvh) * a.block_size + s) * hd + d] = ToBf(v);
+    } else {
+      const int kvh = (e - q_dim - kv_dim) / hd;
+      const float v = row[e] + (a.bias ? a.bias[e] : 0.0f);
+      a.v_cache[((blk * a.n_kv + kvh) * a.block_size + s) * hd + d] = ToBf(v);
+    }
+  }
+}
+
+__global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
+  const int t = blockIdx.y;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n_ff) return;
+  const float* row = gu + static_cast<int64_t>(t) * 2 * n_ff;
+  const float g = row[j], u = row[n_ff + j];
+  out[static_cast<int64_t>(t) * n_ff + j] = ToBf(g / (1.0f + __expf(-g)) * u);
+}
+
+// Decode attention. Each thread block: one (token, KV head, key range); its
+// 4 warps split into subgroups of kLanes = HD / 8 lanes, each lane holding 8
+// dimensions, each subgroup one key at a time (keys interleaved between
+// subgroups), with an online softmax per query head; the subgroups merge in
+// shared memory at the end.
+constexpr int kWarps = 4;
+
+template <int HD, int GMAX>
+__global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
+  constexpr int kLanes = HD / 8;                // lanes per key
+  constexpr int kSub = kWarps * (32 / kLanes);  // subgroups per block
+  __shared__ float sm_acc[kSub][GMAX][HD];
+  __shared__ float sm_m[kSub][GMAX], sm_l[kSub][GMAX];
+
+  const int t = a.tokens[blockIdx.x];
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int G = a.n_head / a.n_kv;
+  const int n_keys = a.pos[t] + 1;
+  const int chunk = (n_keys + a.n_split - 1) / a.n_split;
+  const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = warp * (32 / kLanes) + lane / kLanes;
+  const int li = lane % kLanes, d0 = li * 8;
+  const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
+
+  float q[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      acc[g][i] = 0;
+      q[g][i] = g < G ? a.q[static_cast<int64_t>(t) * a.n_head * HD + (kvh * G + g) * HD + d0 + i] *
+                            a.scale
+                      : 0.0f;
+    }
+  }
+  const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
+  // Every lane of a warp runs the same iterations (the shuffles need them
+  // all); a subgroup past the end of the range loads nothing and keeps its state.
+  for (int kb = k0; kb < k1; kb += kSub) {
+    const int k = kb + sub;
+    const bool valid = k < k1;
+    float kf[8], vf[8];
+    if (valid) {
+      const int64_t blk = table[k / a.block_size];
+      const int64_t base = (blk * a.n_kv + kvh) * head_stride + (k % a.block_size) * HD + d0;
+      const uint4 kr = *reinterpret_cast<const uint4*>(a.k_cache + base);
+      const uint4 vr = *reinterpret_cast<const uint4*>(a.v_cache + base);
+      const uint32_t kw[4] = {kr.x, kr.y, kr.z, kr.w}, vw[4] = {vr.x, vr.y, vr.z, vr.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        kf[2 * i] = __uint_as_float(kw[i] << 16);
+        kf[2 * i + 1] = __uint_as_float(kw[i] & 0xffff0000u);
+        vf[2 * i] = __uint_as_float(vw[i] << 16);
+        vf[2 * i + 1] = __uint_as_float(vw[i] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0;
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      if (g >= G) break;
+      float s = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
+#pragma unroll
+      for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (!valid) continue;
+      const float mn = fmaxf(m[g], s);
+      const float alpha = __expf(m[g] - mn), p = __expf(s - mn);
+      l[g] = l[g] * alpha + p;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * alpha + p * vf[i];
+      m[g] = mn;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (g >= G) break;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[sub][g][d0 + i] = acc[g][i];
+    if (li == 0) {
+      sm_m[sub][g] = m[g];
+      sm_l[sub][g] = l[g];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    const int g = e / HD, d = e % HD;
+    float mx = -FLT_MAX;
+    for (int s = 0; s < kSub; ++s) mx = fmaxf(mx, sm_m[s][g]);
+    float sum = 0, o = 0;
+    for (int s = 0; s < kSub; ++s) {
+      const float w = sm_l[s][g] > 0 ? __expf(sm_m[s][g] - mx) : 0.0f;
+      sum += sm_l[s][g] * w;
+      o += sm_acc[s][g][d] * w;
+    }
+    const int h = kvh * G + g;
+    if (a.n_split == 1) {
+      a.out[static_cast<int64_t>(t) * a.n_head * HD + h * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
+    } else {
+      float* p = a.partial +
+                 ((static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split + split) * (HD + 2);
+      p[d] = o;
+      if (d == 0) {
+        p[HD] = mx;
+        p[HD + 1] = sum;
+      }
+    }
+  }
+}
+
+// Merges the key ranges of DecodeAttentionKernel: one block per (token, head).
+__global__ void CombineKernel(DecodeAttentionArgs a) {
+  const int HD = a.head_dim;
+  const int t = a.tokens[blockIdx.x], h = blockIdx.y;
+  const float* p = a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split * (HD + 2);
+  float mx = -FLT_MAX;
+  for (int s = 0; s < a.n_split; ++s)
+    if (p[s * (HD + 2) + HD + 1] > 0) mx = fmaxf(mx, p[s * (HD + 2) + HD]);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float sum = 0, o = 0;
+    for (int s = 0; s < a.n_split; ++s) {
+      const float* ps = p + s * (HD + 2);
+      if (!(ps[HD + 1] > 0)) continue;
+      const float w = __expf(ps[HD] - mx);
+      sum += ps[HD + 1] * w;
+      o += ps[d] * w;
+    }
+    a.out[static_cast<int64_t>(t) * a.n_head * HD + h * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
+  }
+}
+
+template <int HD, int GMAX>
+int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
+  DecodeAttentionKernel<HD, GMAX><<<dim3(a.n, a.n_kv, a.n_split), kWarps * 32, 0, s>>>(a);
+  if (a.n_split > 1) CombineKernel<<<dim3(a.n, a.n_head), HD, 0, s>>>(a);
+  return Err();
+}
+
+__global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
+                               const int32_t* table, int n_keys, int n_kv, int hd, int bs,
+                               uint16_t* kc, uint16_t* vc) {
+  const int key = blockIdx.x, kvh = blockIdx.y;
+  const int64_t blk = table[key / bs];
+  const int64_t src = ((blk * n_kv + kvh) * bs + key % bs) * hd;
+  const int64_t dst = (static_cast<int64_t>(kvh) * n_keys + key) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    kc[dst + d] = k_cache[src + d];
+    vc[dst + d] = v_cache[src + d];
+  }
+}
+
+__global__ void GatherHeadsKernel(const float* q, int row0, int n, int n_head, int hd,
+                                  uint16_t* qh) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const float* src = q + (static_cast<int64_t>(row0 + t) * n_head + h) * hd;
+  uint16_t* dst = qh + (static_cast<int64_t>(h) * n + t) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = ToBf(src[d]);
+}
+
+__global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, uint16_t* p) {
+  const int64_t r = blockIdx.x;
+  const int last = key0 + static_cast<int>(r % n);  // keys <= last are visible
+  const float* in = s + r * n_keys;
+  uint16_t* out = p + r * n_keys;
+  __shared__ float red[32];
+  float mx = -FLT_MAX;
+  for (int k = threadIdx.x; k <= last; k += blockDim.x) mx = fmaxf(mx, in[k]);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  __syncthreads();
+  mx = -FLT_MAX;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) mx = fmaxf(mx, red[w]);
+  __syncthreads();
+  float sum = 0;
+  for (int k = threadIdx.x; k <= last; k += blockDim.x) sum += __expf(in[k] - mx);
+  sum = BlockSum(sum);
+  const float inv = 1.0f / sum;
+  for (int k = threadIdx.x; k < n_keys; k += blockDim.x)
+    out[k] = ToBf(k <= last ? __expf(in[k] - mx) * inv : 0.0f);
+}
+
+__global__ void ScatterHeadsKernel(const uint16_t* oh, int row0, int n, int n_head, int hd,
+                                   uint16_t* out) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const uint16_t* src = oh + (static_cast<int64_t>(h) * n + t) * hd;
+  uint16_t* dst = out + (static_cast<int64_t>(row0 + t) * n_head + h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = src[d];
+}
+
+__global__ void F32ToBf16Kernel(const float* src, int64_t n, uint16_t* dst) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] = ToBf(src[i]);
+}
+
+}  // namespace
+
+int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream) {
+  if (n > 0) EmbedKernel<<<n, 256, 0, S(stream)>>>(table, ids, dim, x);
+  return Err();
+}
+
+int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim, float eps,
+            uint16_t* out, void* stream) {
+  if (n > 0) RmsNormKernel<<<n, 256, 0, S(stream)>>>(x, w, rows, dim, eps, out);
+  return Err();
+}
+
+int RopeStoreKv(const RopeKvArgs& a, void* stream) {
+  if (a.n > 0) RopeKvKernel<<<a.n, 256, 0, S(stream)>>>(a);
+  return Err();
+}
+
+int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream) {
+  if (n > 0) SwiGluKernel<<<dim3((n_ff + 255) / 256, n), 256, 0, S(stream)>>>(gu, n_ff, out);
+  return Err();
+}
+
+bool DecodeAttentionSupports(int head_dim, int group) {
+  return (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && group >= 1 &&
+         group <= 8;
+}
+
+int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
+  if (a.n == 0) return 0;
+  const int g = a.n_head / a.n_kv;
+  if (!DecodeAttentionSupports(a.head_dim, g)) return -1;
+  cudaStream_t s = S(stream);
+  switch (a.head_dim) {
+    case 16:
+      return g <= 4 ? LaunchDecode<16, 4>(a, s) : LaunchDecode<16, 8>(a, s);
+    case 32:
+      return g <= 4 ? LaunchDecode<32, 4>(a, s) : LaunchDecode<32, 8>(a, s);
+    case 64:
+      return g <= 4 ? LaunchDecode<64, 4>(a, s) : LaunchDecode<64, 8>(a, s);
+    default:
+      return g <= 4 ? LaunchDecode<128, 4>(a, s) : LaunchDecode<128, 8>(a, s);
+  }
+}
+
+int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int n_keys,
+             int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc, void* stream) {
+  GatherKvKernel<<<dim3(n_keys, n_kv), head_dim, 0, S(stream)>>>(k_cache, v_cache, table, n_keys,
+                                                                  n_kv, head_dim, block_size, kc, vc);
+  return Err();
+}
+
+int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint16_t* qh,
+                void* stream) {
+  GatherHeadsKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(q, row0, n, n_head, head_dim, qh);
+  return Err();
+}
+
+int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p,
+                  void* stream) {
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, p);
+  return Err();
+}
+
+int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
+                 void* stream) {
+  ScatterHeadsKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(oh, row0, n, n_head, head_dim,
+                                                                   out);
+  return Err();
+}
+
+int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream) {
+  if (n > 0) F32ToBf16Kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, S(stream)>>>(src, n, dst);
+  return Err();
+}
+
+}  // namespace braid::kernels::cuda

@@ -1,0 +1,83 @@
+// The CUDA backend's element-wise, normalization and attention kernels (the
+// GEMMs are cuBLAS's). Pure compute on device pointers: the caller owns the
+// buffers and the stream (`stream` is a cudaStream_t). bf16 values travel as
+// uint16_t so that CUDA headers stay out of this one. Every launcher returns
+// 0 (cudaSuccess) or the CUDA error of the launch.
+//
+// KV layout, per layer: [block][kv_head][slot][head_dim] bf16 for K and for V
+// (one KV head's rows of a block contiguous); a token's KV slot is
+// block * block_size + slot.
+#pragma once
+
+#include <cstdint>
+
+namespace braid::kernels::cuda {
+
+// x[t, :] = table[ids[t], :] as fp32, for t < n.
+int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream);
+
+// out[r, :] = bf16(x[src, :] / rms(x[src, :]) * w) with src = rows ? rows[r] : r, r < n.
+int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim, float eps,
+            uint16_t* out, void* stream);
+
+struct RopeKvArgs {
+  const float* qkv = nullptr;   // [n, n_head*hd + 2*n_kv*hd]: Q, K, V of each token
+  const float* bias = nullptr;  // same width, or null
+  const int32_t* pos = nullptr;   // [n] positions
+  const int32_t* slot = nullptr;  // [n] KV slots (block * block_size + slot); < 0: not stored
+  const float* inv_freq = nullptr;  // [n_rot / 2]
+  float* q = nullptr;               // out: [n, n_head*hd] rotated queries
+  uint16_t* k_cache = nullptr;      // this layer's K and V
+  uint16_t* v_cache = nullptr;
+  int n = 0, n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0, block_size = 0;
+  bool neox = false;  // rotate split halves (HF) rather than adjacent pairs (GGUF llama)
+};
+// Adds the bias, rotates Q and K by position, writes Q and stores K and V.
+int RopeStoreKv(const RopeKvArgs& a, void* stream);
+
+// out[t, j] = bf16(silu(gu[t, j]) * gu[t, n_ff + j]) for t < n, j < n_ff.
+int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream);
+
+struct DecodeAttentionArgs {
+  const float* q = nullptr;         // [tokens, n_head*hd] rotated queries
+  const uint16_t* k_cache = nullptr;  // this layer's K and V
+  const uint16_t* v_cache = nullptr;
+  const int32_t* tokens = nullptr;  // [n] which rows of q to attend for
+  const int32_t* pos = nullptr;     // [tokens] positions: token t sees keys [0, pos[t]]
+  const int32_t* tok_seq = nullptr;    // [tokens] the sequence of each token
+  const int32_t* seq_table = nullptr;  // [sequences] offset of its block table in tables
+  const int32_t* tables = nullptr;     // block tables, packed
+  uint16_t* out = nullptr;             // [tokens, n_head*hd] bf16
+  float* partial = nullptr;  // n_split > 1: [n, n_head, n_split, hd + 2] workspace
+  int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
+  int n_split = 1;  // key ranges per (token, KV head), merged after
+  float scale = 0;
+};
+// Attention of single query tokens over their sequence's paged KV (causal by
+// position), all query heads of a KV head in one thread block, the keys split
+// into n_split ranges when there are too few (token, KV head) pairs to fill
+// the device. head_dim 16, 32, 64 or 128; n_head / n_kv <= 8.
+int DecodeAttention(const DecodeAttentionArgs& a, void* stream);
+// Whether DecodeAttention supports the shape.
+bool DecodeAttentionSupports(int head_dim, int group);
+
+// Prefill attention of one sequence's chunk through GEMMs: these gather the
+// operands and apply the causal softmax around two batched GEMMs.
+//   kc, vc [n_kv][n_keys][hd] <- the sequence's first n_keys positions
+int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int n_keys,
+             int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc, void* stream);
+//   qh [n_head][n][hd] (bf16) <- q [n rows from row0, n_head*hd] (fp32)
+int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint16_t* qh,
+                void* stream);
+//   p[r, :] = bf16(softmax(s[r, :] over keys <= key0 + (r % n))), r < rows;
+//   keys after that get probability 0.
+int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p,
+                  void* stream);
+//   out [row0 + t, h*hd + d] <- oh [h][t][d], t < n
+int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
+                 void* stream);
+
+// dst[i] = bf16(src[i]).
+int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream);
+
+}  // namespace braid::kernels::cuda
