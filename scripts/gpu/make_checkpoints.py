@@ -87,7 +87,7 @@ import gpu_common as gc  # noqa: E402
 TINY_SHAPES = "tiny,tiny_untied,tiny_qwen2"
 
 
-def make_one(shape, out_dir, device, seed, dtype):
+def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
     import transformers
     from transformers import AutoModelForCausalLM
     final = os.path.join(out_dir, shape)
@@ -100,13 +100,17 @@ def make_one(shape, out_dir, device, seed, dtype):
     t0 = time.time()
     cfg = gc.make_config(shape)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+        except TypeError:  # older transformers name it torch_dtype
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype).eval()
+    assert next(model.parameters()).dtype == dtype
     gc.init_weights(model, seed, device)
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_init = time.time() - t0
     n_params = sum(p.numel() for p in model.parameters())
-    kw = {"max_shard_size": "4GB"}
+    kw = {"max_shard_size": max_shard_size}
     if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
         kw["safe_serialization"] = True
     model.save_pretrained(tmp, **kw)
@@ -141,7 +145,10 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU test shapes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-shard-size", default="4GB")
     args = ap.parse_args()
+    import transformers
+    transformers.utils.logging.disable_progress_bar()
     shapes = (args.shapes or (TINY_SHAPES if args.tiny else "llama1b,llama8b,qwen2")).split(",")
     for s in shapes:
         if s not in gc.SHAPES:
@@ -150,7 +157,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     for s in shapes:
-        make_one(s, args.out, device, args.seed, torch.bfloat16)
+        make_one(s, args.out, device, args.seed, torch.bfloat16, args.max_shard_size)
     print(f"[make] done in {time.time() - t0:.1f} s", flush=True)
 
 
