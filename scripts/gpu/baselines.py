@@ -117,6 +117,8 @@ def compiled_decode(path, device, prompt, steps, runs, compile_mode):
     def decode_one(tok, input_pos):
         return model(tok, input_pos)[:, -1].argmax(dim=-1, keepdim=True)  # [1, 1]
 
+    if compile_mode and device.type == "cuda":
+        torch._logging.set_logs(perf_hints=True)  # says why if CUDA graphs are skipped
     step = torch.compile(decode_one, mode=compile_mode, fullgraph=True) if compile_mode else decode_one
     x = torch.tensor([prompt], device=device)
     prefill_pos = torch.arange(len(prompt), device=device)
@@ -143,10 +145,15 @@ def compiled_decode(path, device, prompt, steps, runs, compile_mode):
         tokens, seconds, logits = generate()
         times.append(seconds)
     bytes_per_token = model.weight_bytes_per_token()
+    try:  # did inductor fall back from CUDA graphs? (reason in the log: perf_hints)
+        from torch._dynamo.utils import counters
+        cudagraph_skips = int(counters["inductor"].get("cudagraph_skips", 0))
+    except Exception:  # noqa: BLE001 - a private counter; absent is not an error
+        cudagraph_skips = None
     med = statistics.median(times)
     return {"tokens_per_s": steps / med, "seconds": times, "prompt": len(prompt), "decode_steps": steps,
             "compile_mode": compile_mode or "none (eager)", "seconds_load": round(t_load, 2),
-            "seconds_compile_and_warmup": round(t_compile, 2),
+            "seconds_compile_and_warmup": round(t_compile, 2), "cudagraph_skips": cudagraph_skips,
             "note": "decode steps / decode time (prefill excluded)"}, tokens, logits, bytes_per_token
 
 
@@ -155,7 +162,9 @@ def compiled_decode(path, device, prompt, steps, runs, compile_mode):
 @torch.no_grad()
 def copy_bandwidth(device, n_bytes, runs):
     n = n_bytes // 2
-    src = torch.randn(n, device=device, dtype=torch.bfloat16)  # never time on zeros
+    src = torch.empty(n, device=device, dtype=torch.bfloat16)
+    for chunk in src.split(1 << 28):  # random, never zeros; chunks keep indices 32-bit
+        chunk.normal_()
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)

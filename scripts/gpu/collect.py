@@ -81,6 +81,20 @@ def read_steps(path):
     return rows
 
 
+def sweep_line(sweep):
+    """'batch 1: 700 tok/s (41%), batch 8: ...' from the engine's sweep rows."""
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("rows"), list):
+        return None
+    parts = []
+    for row in sweep["rows"]:
+        if not isinstance(row, dict):
+            continue
+        share = next((row[k] for k in ("roofline_share", "share") if isinstance(row.get(k), (int, float))), None)
+        parts.append(f"batch {row.get('batch', '?')}: {fmt(row.get('tokens_per_s'), '.0f')} tok/s"
+                     + (f" ({100 * share:.0f}%)" if share is not None else ""))
+    return ", ".join(parts)
+
+
 def fmt(v, spec):
     if v is None:
         return "-"
@@ -153,6 +167,10 @@ def main():
           + (f", {args.seconds:.0f} s" if args.seconds is not None else ""))
     for r in failed:
         print(f"  {r['stage']} {r['shape']}: {r['status']}")
+    for s in shapes:
+        line = sweep_line(data[s].get("sweep"))
+        if line:
+            print(f"sweep {s}: {line}")
     print(f"full results: {args.out}\n")
     print(table(shapes, data))
 
