@@ -79,7 +79,11 @@ def check_rope(model_path, cfg):
     with open(info) as f:
         shape = json.load(f)["shape"]
     want = gc.SHAPES[shape][1]["rope_parameters"]
-    got = {k: cfg.rope_parameters.get(k) for k in want}
+    rp = getattr(cfg, "rope_parameters", None)
+    if not rp:  # a transformers that still keeps rope_theta / rope_scaling apart
+        rp = dict(getattr(cfg, "rope_scaling", None) or {"rope_type": "default"})
+        rp["rope_theta"] = cfg.rope_theta
+    got = {k: rp.get(k) for k in want}
     if got != want:
         raise RuntimeError(f"rope parameters read back as {got}, expected {want}")
 
@@ -119,7 +123,7 @@ def main():
     cfg = model.config
     vocab = cfg.vocab_size
     print(f"[ref] loaded {model_path} in {t_load:.1f} s: {cfg.model_type}, vocab {vocab}, "
-          f"tied {cfg.tie_word_embeddings}, rope {cfg.rope_parameters}, attn {args.attn}, via {how}",
+          f"tied {cfg.tie_word_embeddings}, rope {getattr(cfg, 'rope_parameters', None)}, attn {args.attn}, via {how}",
           flush=True)
 
     check_rope(model_path, cfg)

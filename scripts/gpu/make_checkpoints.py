@@ -90,6 +90,22 @@ import gpu_common as gc  # noqa: E402
 TINY_SHAPES = "tiny,tiny_untied,tiny_qwen2"
 
 
+def check_config(path, shape):
+    """config.json says exactly what SHAPES asks for, whatever this
+    transformers version did with the arguments."""
+    with open(path) as f:
+        c = json.load(f)
+    want = dict(gc.SHAPES[shape][1])
+    rope = dict(want.pop("rope_parameters"))
+    want["rope_theta"] = rope.pop("rope_theta")
+    bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+    scaling = c.get("rope_scaling") or {"rope_type": "default"}
+    if any(scaling.get(k) != v for k, v in rope.items()):
+        bad["rope_scaling"] = (scaling, rope)
+    if bad:
+        raise RuntimeError(f"{path}: config differs from the shape (got, want): {bad}")
+
+
 def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
     import transformers
     from transformers import AutoModelForCausalLM
@@ -118,6 +134,7 @@ def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
         kw["safe_serialization"] = True
     model.save_pretrained(tmp, **kw)
     gc.classic_config(os.path.join(tmp, "config.json"))
+    check_config(os.path.join(tmp, "config.json"), shape)
     seconds = time.time() - t0
     info = {"shape": shape, "seed": seed, "dtype": str(dtype).replace("torch.", ""),
             "params": n_params, "init": "gpu_common.init_weights", "embed_std": gc.EMBED_STD,
