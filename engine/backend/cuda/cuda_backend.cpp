@@ -811,6 +811,11 @@ Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const Mo
   return CudaBackend::Open(file, options, device, context);
 }
 
+int CudaDeviceCount() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
   CUDA_TRY(cudaSetDevice(device));
   cudaStream_t stream = nullptr;

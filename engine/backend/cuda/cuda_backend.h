@@ -20,6 +20,9 @@ namespace braid {
 Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
                                                  int device, int context);
 
+// CUDA devices present (0 when there is no driver or no device).
+int CudaDeviceCount();
+
 // Device-to-device copy bandwidth of `device` in GB/s (bytes read + written),
 // the median of several copies of a buffer far larger than the L2 cache.
 Result<double> MeasureCudaCopyBandwidth(int device);
