@@ -9,8 +9,8 @@
 #include "engine/model.h"
 #include "kernels/thread_pool.h"
 #include "model/model_file.h"
-#include "runner/llama_forward.h"
-#include "runner/llama_weights.h"
+#include "backend/cpu/llama_forward.h"
+#include "backend/cpu/llama_weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace braid {

@@ -15,7 +15,7 @@
 #include "engine/system_probe.h"
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
-#include "runner/kv_store.h"
+#include "backend/cpu/kv_store.h"
 #include "runner/llama_model.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"

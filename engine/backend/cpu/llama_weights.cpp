@@ -1,4 +1,4 @@
-#include "runner/llama_weights.h"
+#include "backend/cpu/llama_weights.h"
 
 #include <cstdlib>
 #include <new>

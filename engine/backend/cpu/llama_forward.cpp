@@ -1,4 +1,4 @@
-#include "runner/llama_forward.h"
+#include "backend/cpu/llama_forward.h"
 
 #include <algorithm>
 #include <cmath>

@@ -27,8 +27,8 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/model_config.h"
-#include "runner/kv_store.h"
-#include "runner/llama_weights.h"
+#include "backend/cpu/kv_store.h"
+#include "backend/cpu/llama_weights.h"
 
 namespace braid {
 
