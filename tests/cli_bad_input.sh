@@ -50,6 +50,8 @@ expect unknown "unknown option" generate -m "$model" -p hi --bogus
 expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
 expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
 expect stream "stream must be auto, nt or t0" generate -m "$model" -p hi --stream fast
+expect device "unknown device 'tpu'" generate -m "$model" -p hi --device tpu
+expect device-index "cuda:x" generate -m "$model" -p hi --device cuda:x
 BRAID_STREAM=fast expect stream-env "BRAID_STREAM must be nt, t0 or auto" generate -m "$model" -p hi
 
 # Numbers: every numeric option of every subcommand refuses a value that

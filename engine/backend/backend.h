@@ -71,7 +71,7 @@ class Backend {
   // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
   // threads, stream, bytes_per_token and decode_stages where they differ.
   virtual void Describe(ModelInfo* info) const = 0;
-  // ModelOptions::profile_stages (CPU): the decode-only passes timed so far
+  // CpuOptions::profile_stages: the decode-only passes timed so far
   // and per stage the seconds of each thread. Backends without a profile
   // leave both empty.
   virtual void StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages) {

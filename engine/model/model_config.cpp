@@ -1,17 +1,12 @@
 #include "model/model_config.h"
 
+#include "model/family.h"
+
 namespace braid {
 
 const char* ArchName(Arch a) {
-  switch (a) {
-    case Arch::kLlama:
-      return "llama";
-    case Arch::kMistral:
-      return "mistral";
-    case Arch::kQwen2:
-      return "qwen2";
-  }
-  return "unknown";
+  const Family* f = FindFamily(a);
+  return f != nullptr ? f->gguf_arch : "unknown";
 }
 
 }  // namespace braid

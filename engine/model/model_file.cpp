@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "model/family.h"
 #include "model/gguf_reader.h"
 #include "model/safetensors_reader.h"
 
@@ -36,12 +37,10 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-Result<Arch> ParseArch(const std::string& name, const std::string& path, const char* field) {
-  if (name == "llama") return Arch::kLlama;
-  if (name == "mistral") return Arch::kMistral;
-  if (name == "qwen2") return Arch::kQwen2;
-  return Status::Unsupported(path + ": " + field + " '" + name +
-                             "' is not supported (llama, mistral, qwen2)");
+// A GGUF architecture or a config.json model_type that names no family.
+Status UnsupportedFamily(const std::string& path, const char* field, const std::string& name) {
+  return Status::Unsupported(path + ": " + field + " '" + name + "' is not supported (" +
+                             FamilyNames() + ")");
 }
 
 // ---- GGUF ----------------------------------------------------------------------
@@ -100,7 +99,9 @@ Result<ModelConfig> ConfigFromGguf(const GgufFile& g) {
     return Status::Corruption(g.path() + ": missing key 'general.architecture'");
   }
   BRAID_ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
-  BRAID_ASSIGN_OR_RETURN(c.arch, ParseArch(arch, g.path(), "architecture"));
+  const Family* family = FindFamilyByGgufArch(arch);
+  if (family == nullptr) return UnsupportedFamily(g.path(), "architecture", arch);
+  c.arch = family->arch;
   const std::string p = arch + ".";
   BRAID_ASSIGN_OR_RETURN(int64_t n_ctx,
                          GgufInt(g, p + "context_length", std::nullopt, 1, kMaxContext));
@@ -161,7 +162,7 @@ Result<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   BRAID_RETURN_IF_ERROR(GgufRopeScaling(g, p, &c));
   // llama.cpp permutes Q/K rows of llama-style models for adjacent-pair
   // rotation; qwen2 keeps the HF layout and rotates split halves.
-  c.rope_neox = c.arch == Arch::kQwen2;
+  c.rope_neox = family->gguf_rope_neox;
   c.qkv_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.tied_embeddings = g.FindTensor("output.weight") == nullptr;
   return c;
@@ -263,7 +264,9 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   if (mt == j.end() || !mt->is_string()) {
     return Status::Corruption(path + ": missing string 'model_type'");
   }
-  BRAID_ASSIGN_OR_RETURN(c.arch, ParseArch(mt->get<std::string>(), path, "model_type"));
+  const Family* family = FindFamilyByHfModelType(mt->get<std::string>());
+  if (family == nullptr) return UnsupportedFamily(path, "model_type", mt->get<std::string>());
+  c.arch = family->arch;
   auto act = j.find("hidden_act");
   if (act != j.end() && !(act->is_string() && act->get<std::string>() == "silu")) {
     return Status::Unsupported(path + ": hidden_act " + act->dump() + " is not supported (silu)");
@@ -312,16 +315,16 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   c.rope_base = static_cast<float>(base);
   BRAID_RETURN_IF_ERROR(HfRopeScaling(j, path, &c));
   c.rope_neox = true;  // HF checkpoints rotate split halves
-  c.qkv_bias = c.arch == Arch::kQwen2;
+  c.qkv_bias = family->qkv_bias;
   c.tied_embeddings = tie;
   return c;
 }
 
-// Hugging Face Llama-family tensor name -> GGUF name; nullopt for names we do not use.
-std::optional<std::string> HfToGgufName(std::string_view hf) {
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
+// Hugging Face tensor name -> GGUF name (the family's tables); nullopt for
+// names we do not use.
+std::optional<std::string> HfToGgufName(const Family& family, std::string_view hf) {
+  for (const TensorSpec& t : family.globals)
+    if (t.hf != nullptr && hf == t.hf) return std::string(t.gguf);
   constexpr std::string_view kLayers = "model.layers.";
   if (hf.substr(0, kLayers.size()) != kLayers) return std::nullopt;
   hf.remove_prefix(kLayers.size());
@@ -331,24 +334,8 @@ std::optional<std::string> HfToGgufName(std::string_view hf) {
   const std::string layer(hf.substr(0, digits));
   if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
   const std::string_view rest = hf.substr(digits + 1);
-  static const std::pair<std::string_view, std::string_view> kMap[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.o_proj.bias", "attn_output.bias"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
-  for (const auto& [from, to] : kMap) {
-    if (rest == from) return "blk." + layer + "." + std::string(to);
-  }
+  for (const TensorSpec& t : family.layer)
+    if (t.hf != nullptr && rest == t.hf) return "blk." + layer + "." + std::string(t.gguf);
   return std::nullopt;
 }
 
@@ -400,8 +387,9 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ck,
                          SafetensorsCheckpoint::Open(weights.string()));
   std::map<std::string, TensorInfo, std::less<>> tensors;
+  const Family& family = *FindFamily(config.arch);
   for (const auto& [hf_name, info] : ck->tensors()) {
-    std::optional<std::string> name = HfToGgufName(hf_name);
+    std::optional<std::string> name = HfToGgufName(family, hf_name);
     if (!name) continue;  // rotary caches and other tensors the runner does not read
     TensorInfo t = info;
     t.name = *name;
@@ -477,30 +465,13 @@ Status ValidateTensors(const ModelConfig& c,
     }
     return Status::Ok();
   };
-  const int64_t n_embd = c.n_embd;
-  const int64_t q_dim = int64_t{c.n_head} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.n_head_kv} * c.head_dim;
-  BRAID_RETURN_IF_ERROR(expect("token_embd.weight", {n_embd, c.n_vocab}));
-  BRAID_RETURN_IF_ERROR(expect("output_norm.weight", {n_embd}));
-  BRAID_RETURN_IF_ERROR(expect("output.weight", {n_embd, c.n_vocab}, !c.tied_embeddings));
-  // Llama 3.1 GGUFs carry per-frequency rope divisors instead of scaling keys.
-  BRAID_RETURN_IF_ERROR(expect("rope_freqs.weight", {c.n_rot / 2}, false));
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_norm.weight", {n_embd}));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_q.weight", {n_embd, q_dim}));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_k.weight", {n_embd, kv_dim}));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_v.weight", {n_embd, kv_dim}));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_output.weight", {q_dim, n_embd}));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_q.bias", {q_dim}, c.qkv_bias));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_k.bias", {kv_dim}, c.qkv_bias));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_v.bias", {kv_dim}, c.qkv_bias));
-    BRAID_RETURN_IF_ERROR(expect(b + "attn_output.bias", {n_embd}, false));
-    BRAID_RETURN_IF_ERROR(expect(b + "ffn_norm.weight", {n_embd}));
-    BRAID_RETURN_IF_ERROR(expect(b + "ffn_gate.weight", {n_embd, c.n_ff}));
-    BRAID_RETURN_IF_ERROR(expect(b + "ffn_up.weight", {n_embd, c.n_ff}));
-    BRAID_RETURN_IF_ERROR(expect(b + "ffn_down.weight", {c.n_ff, n_embd}));
-  }
+  const Family* family = FindFamily(c.arch);
+  if (family == nullptr) return Status::Unsupported(path + ": unknown architecture");
+  for (const TensorSpec& t : family->globals)
+    BRAID_RETURN_IF_ERROR(expect(TensorName(t), TensorShape(t, c), TensorRequired(t, c)));
+  for (int l = 0; l < c.n_layer; ++l)
+    for (const TensorSpec& t : family->layer)
+      BRAID_RETURN_IF_ERROR(expect(TensorName(t, l), TensorShape(t, c), TensorRequired(t, c)));
   return Status::Ok();
 }
 

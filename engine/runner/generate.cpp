@@ -2,7 +2,7 @@
 // a time, on a fresh sequence.
 #include <chrono>
 
-#include "runner/llama_model.h"
+#include "engine/model.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 
@@ -20,7 +20,6 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                                 const std::function<bool(std::string_view)>& on_text) {
   BRAID_RETURN_IF_ERROR(params.Validate());
   if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
-  auto& llama = static_cast<LlamaModel&>(model);
   std::unique_ptr<Sequence> seq = model.NewSequence();
   if (static_cast<int64_t>(prompt.size()) >= seq->capacity())
     return Status::OutOfRange("the prompt has " + std::to_string(prompt.size()) +
@@ -36,8 +35,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   r.prefill_seconds = Seconds(t0, t1);
 
   Sampler sampler(params);
-  std::unique_ptr<StreamDecoder> decoder;
-  if (llama.tokenizer()) decoder = std::make_unique<StreamDecoder>(*llama.tokenizer());
+  TextStream decoder(model);
   StopMatcher stops(params.stop);
   bool keep_going = true;
   bool stop_string_hit = false;
@@ -60,7 +58,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
     }
     r.tokens.push_back(id);
     history.push_back(id);
-    if (decoder) emit(stops.Push(decoder->Push(id), &stop_string_hit));
+    emit(stops.Push(decoder.Push(id), &stop_string_hit));
     if (stop_string_hit || !keep_going) {
       r.finish_reason = "stop";
       break;
@@ -71,9 +69,9 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   }
   // Release what the UTF-8 decoder and the stop matcher still hold, unless a
   // stop string ended the text.
-  if (decoder && !stop_string_hit) {
+  if (!stop_string_hit) {
     bool stopped = false;
-    emit(stops.Push(decoder->Flush(), &stopped));
+    emit(stops.Push(decoder.Flush(), &stopped));
     if (!stopped) emit(stops.Flush());
   }
   r.decode_seconds = Seconds(t1, std::chrono::steady_clock::now());

@@ -32,16 +32,16 @@ double Cosine(const float* a, const float* b, size_t n) {
 
 struct Bars {
   double cosine;
-  double top1_fraction;    // of all positions
-  double tie_gap;          // disagreements allowed only where the reference gap is below
-  int greedy_misses;       // prompts whose continuation may differ
-  double logit_eps;        // relative tolerance of the reference's top logits
+  double top1_fraction;  // of all positions
+  double tie_gap;        // disagreements allowed only where the reference gap is below
+  int greedy_misses;     // prompts whose continuation may differ
+  double logit_eps;      // relative tolerance of the reference's top logits
 };
 
 void CheckParity(const std::string& model_path, const std::string& fixture, bool exact,
                  const Bars& bars,
-                 ModelOptions::Precision precision = ModelOptions::Precision::kSplit16,
-                 ModelOptions::KvCache kv = ModelOptions::KvCache::kF16) {
+                 CpuOptions::Precision precision = CpuOptions::Precision::kSplit16,
+                 CpuOptions::KvCache kv = CpuOptions::KvCache::kF16) {
   if (!std::filesystem::exists(model_path)) {
     MESSAGE("skipped: no model at " << model_path);
     return;
@@ -49,9 +49,9 @@ void CheckParity(const std::string& model_path, const std::string& fixture, bool
   ModelOptions mo;
   mo.path = model_path;
   mo.threads = 2;
-  mo.exact = exact;
-  mo.precision = precision;
-  mo.kv_cache = kv;
+  mo.cpu.exact = exact;
+  mo.cpu.precision = precision;
+  mo.cpu.kv_cache = kv;
   mo.context = 512;
   auto model = Model::Open(mo);
   REQUIRE_MESSAGE(model.ok(), model.status().ToString());
@@ -105,9 +105,12 @@ void CheckParity(const std::string& model_path, const std::string& fixture, bool
   }
   CHECK(agree >= bars.top1_fraction * positions);
   CHECK(greedy_misses <= bars.greedy_misses);
-  MESSAGE(model_path << std::string(exact ? " exact" : precision == ModelOptions::Precision::kInt8 ? " fast int8" : " fast")
-                     << std::string(kv == ModelOptions::KvCache::kQ8 ? " q8 KV" : "") << ": top-1 " << agree << "/" << positions
-                     << ", continuations differing " << greedy_misses << "/" << records->size());
+  MESSAGE(model_path << std::string(exact                                       ? " exact"
+                                    : precision == CpuOptions::Precision::kInt8 ? " fast int8"
+                                                                                : " fast")
+                     << std::string(kv == CpuOptions::KvCache::kQ8 ? " q8 KV" : "") << ": top-1 "
+                     << agree << "/" << positions << ", continuations differing " << greedy_misses
+                     << "/" << records->size());
 }
 
 const Bars kExact{0.9999, 1.0, 1e-3, 0, 2e-3};
@@ -130,17 +133,18 @@ TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path") {
 }
 
 TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with a q8 KV cache") {
-  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kSplit16,
-              ModelOptions::KvCache::kQ8);
+  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8,
+              CpuOptions::Precision::kSplit16, CpuOptions::KvCache::kQ8);
 }
 
 TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with int8 activations") {
-  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kInt8);
+  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8,
+              CpuOptions::Precision::kInt8);
 }
 
 TEST_CASE("SmolLM2 Q4_1 matches transformers: fast path with int8 activations and a q8 KV cache") {
-  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, ModelOptions::Precision::kInt8,
-              ModelOptions::KvCache::kQ8);
+  CheckParity(BRAID_MODEL_PATH, Fixture("smollm2_q4_1"), false, kInt8, CpuOptions::Precision::kInt8,
+              CpuOptions::KvCache::kQ8);
 }
 
 TEST_CASE("tiny safetensors checkpoints match transformers") {

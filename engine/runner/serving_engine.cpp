@@ -11,12 +11,11 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
-#include "engine/system_probe.h"
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
-#include "runner/kv_store.h"
-#include "runner/llama_model.h"
+#include "runner/backend_model.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 #include "sched/policy.h"
@@ -393,22 +392,21 @@ class ScoreRequest final : public RequestHandle, public std::enable_shared_from_
 
 class ServingEngine final : public Engine {
  public:
-  ServingEngine(const EngineOptions& o, std::unique_ptr<LlamaModel> model,
-                std::unique_ptr<AdmissionPolicy> policy, int kv_blocks)
+  // `kv` (from model's backend) holds the pool's blocks.
+  ServingEngine(const EngineOptions& o, std::unique_ptr<BackendModel> model,
+                std::unique_ptr<KvMemory> kv, std::unique_ptr<AdmissionPolicy> policy)
       : options_(o),
         model_(std::move(model)),
+        kv_(std::move(kv)),
         policy_(std::move(policy)),
-        pool_(kv_blocks),
+        pool_(kv_->n_blocks()),
         cache_(pool_, o.block_size),
-        store_(model_->config().n_layer, kv_blocks, o.block_size, model_->config().n_head_kv,
-               model_->config().head_dim, model_->KvTypeFor(o.block_size),
-               model_->KTransposed(o.block_size)),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
                    pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens) {
     scheduler_.set_latency_budget(&latency_budget_);
     stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
-    stats_.kv_pool_bytes = store_.bytes();
+    stats_.kv_pool_bytes = kv_->bytes();
     loop_ = std::thread([this] { Loop(); });
   }
   ~ServingEngine() override { Shutdown(); }
@@ -497,7 +495,8 @@ class ServingEngine final : public Engine {
       std::lock_guard<std::mutex> lock(stats_mu_);
       s = stats_;
     }
-    if (options_.model.profile_stages) model_->StageProfile(&s.profiled_passes, &s.forward_stages);
+    if (options_.model.cpu.profile_stages)
+      model_->backend().StageProfile(&s.profiled_passes, &s.forward_stages);
     return s;
   }
   Model* model() override { return model_.get(); }
@@ -517,6 +516,10 @@ class ServingEngine final : public Engine {
  private:
   void Loop();
   void Step(std::vector<std::shared_ptr<Request>>& active);
+  // A step whose forward pass failed: every request in it finishes with the
+  // error (their KV, from the same pass, is not offered to the prefix cache).
+  void FailStep(const StepPlan& plan, std::vector<std::shared_ptr<Request>>& active,
+                const Status& error, Clock::time_point now, uint64_t cancelled, uint64_t preempted);
   // First position of an item whose logits are needed: the last token when
   // it samples, earlier ones for prompt log-probabilities.
   static int LogitsFrom(const ScheduledItem& it) {
@@ -534,17 +537,17 @@ class ServingEngine final : public Engine {
     stats_.running = scheduler_.num_running();
     stats_.waiting = scheduler_.num_waiting();
     stats_.kv_blocks_total = pool_.num_blocks();
-    stats_.kv_pool_bytes = store_.bytes();
+    stats_.kv_pool_bytes = kv_->bytes();
     stats_.kv_blocks_free = pool_.num_free();
     stats_.kv_blocks_cached = cache_.stats().cached_blocks;
   }
 
   EngineOptions options_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<BackendModel> model_;
+  std::unique_ptr<KvMemory> kv_;  // the blocks' numbers; pool_ and cache_ say whose they are
   std::unique_ptr<AdmissionPolicy> policy_;
   kv::BlockPool pool_;
   kv::RadixCache cache_;
-  KvStore store_;
   Scheduler scheduler_;
   LatencyBudget latency_budget_;  // step loop only
   std::mutex kv_mu_;              // pool, cache and scheduler: the loop holds it during planning
@@ -612,6 +615,35 @@ void ServingEngine::Loop() {
   }
 }
 
+void ServingEngine::FailStep(const StepPlan& plan, std::vector<std::shared_ptr<Request>>& active,
+                             const Status& error, Clock::time_point now, uint64_t cancelled,
+                             uint64_t preempted) {
+  std::unordered_map<const SeqState*, Request*> by_seq;
+  for (auto& r : active) by_seq[&r->seq()] = r.get();
+  uint64_t finished = 0;
+  int waiting;
+  {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    for (const ScheduledItem& it : plan.items) {
+      Request* r = by_seq[it.seq];
+      if (r == nullptr || r->finished()) continue;
+      r->MarkScheduled(now);
+      r->Finish("error", now, error.message());
+      scheduler_.Remove(it.seq, /*insert=*/false);
+      ++finished;
+    }
+    std::erase_if(active, [](const auto& r) { return r->finished(); });
+    std::lock_guard<std::mutex> slock(stats_mu_);
+    RefreshGauges();
+    stats_.requests_finished += finished;
+    stats_.requests_cancelled += cancelled;
+    stats_.preemptions += preempted;
+    waiting = scheduler_.num_waiting();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_count_ = waiting;
+}
+
 void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   const auto now = Clock::now();
   StepPlan plan;
@@ -660,8 +692,12 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   const int n_vocab = model_->config().n_vocab;
   logits_.resize(static_cast<size_t>(std::max(rows, 1)) * n_vocab);
   const auto t0 = Clock::now();
-  model_->Forward(segments, store_, logits_.data());
+  const Status forward = model_->backend().Forward(segments, *kv_, logits_.data());
   const auto t1 = Clock::now();
+  if (!forward.ok()) {
+    FailStep(plan, active, forward, t1, cancelled, preempted);
+    return;
+  }
   {
     bool latency_only = true;
     for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
@@ -783,8 +819,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
     return Status::InvalidArgument("block_size must be in [1, 1024], got " +
                                    std::to_string(o.block_size));
   if (o.max_running < 1) return Status::InvalidArgument("max_running must be >= 1");
-  if (o.max_batch_tokens < 1 || o.max_batch_tokens > 256)
-    return Status::InvalidArgument("max_batch_tokens must be in [1, 256], got " +
+  if (o.max_batch_tokens < 1)
+    return Status::InvalidArgument("max_batch_tokens must be >= 1, got " +
                                    std::to_string(o.max_batch_tokens));
   if (o.latency_batch_tokens < 0)
     return Status::InvalidArgument(
@@ -796,18 +832,22 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
                                    std::to_string(o.kv_memory_fraction));
   auto policy = MakePolicy(o.policy);
   if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
-  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(o.model));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<BackendModel> model, BackendModel::Load(o.model));
+  Backend& backend = model->backend();
+  if (o.max_batch_tokens > backend.max_chunk())
+    return Status::InvalidArgument("max_batch_tokens must be in [1, " +
+                                   std::to_string(backend.max_chunk()) + "], got " +
+                                   std::to_string(o.max_batch_tokens));
   int blocks = o.kv_blocks > 0 ? o.kv_blocks : (o.kv_tokens + o.block_size - 1) / o.block_size;
   if (o.kv_blocks == 0 && o.kv_tokens == 0) {
-    const ModelConfig& c = model->config();
-    const size_t per_block = KvStore::BlockBytes(c.n_layer, o.block_size, c.n_head_kv, c.head_dim,
-                                                 model->KvTypeFor(o.block_size));
-    blocks = KvBlocksForMemory(AvailableMemoryBytes(), o.kv_memory_fraction, per_block,
-                               (model->info().context + o.block_size - 1) / o.block_size,
-                               kMaxPoolTokens / o.block_size);
+    blocks = KvBlocksForMemory(
+        backend.KvMemoryAvailable(), o.kv_memory_fraction, backend.KvBlockBytes(o.block_size),
+        (model->info().context + o.block_size - 1) / o.block_size, kMaxPoolTokens / o.block_size);
   }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
-  return std::unique_ptr<Engine>(new ServingEngine(o, std::move(model), std::move(policy), blocks));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, o.block_size));
+  return std::unique_ptr<Engine>(
+      new ServingEngine(o, std::move(model), std::move(kv), std::move(policy)));
 }
 
 }  // namespace braid

@@ -23,7 +23,7 @@ EngineOptions Options(int kv_tokens) {
   o.model.path = BRAID_MODEL_PATH;
   o.model.threads = 1;
   o.model.context = 2048;
-  o.model.exact = getenv("EXACT") != nullptr;
+  o.model.cpu.exact = getenv("EXACT") != nullptr;
   o.kv_tokens = kv_tokens;
   o.max_batch_tokens = 64;
   return o;
@@ -85,7 +85,7 @@ TEST_CASE("Engine::Open refuses bad options with an error naming the option") {
   const Bad cases[] = {
       {"block_size", [](EngineOptions& o) { o.block_size = 0; }},
       {"max_running", [](EngineOptions& o) { o.max_running = 0; }},
-      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = 1000; }},
+      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = 0; }},
       {"latency_batch_tokens", [](EngineOptions& o) { o.latency_batch_tokens = -1; }},
       {"policy", [](EngineOptions& o) { o.policy = "lifo"; }},
   };
@@ -97,6 +97,20 @@ TEST_CASE("Engine::Open refuses bad options with an error naming the option") {
     REQUIRE(!e.ok());
     CHECK(e.status().message().find(b.name) != std::string::npos);
   }
+}
+
+TEST_CASE("Engine::Open: a step takes at most the backend's chunk of tokens") {
+  EngineOptions o = Options(4096);
+  o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/llama_tiny";
+  o.model.context = 64;
+  o.model.cpu.stream = CpuOptions::Stream::kTemporal;
+  o.max_batch_tokens = 257;
+  auto bad = Engine::Open(o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "max_batch_tokens must be in [1, 256], got 257");
+  o.max_batch_tokens = 256;
+  auto good = Engine::Open(o);
+  CHECK_MESSAGE(good.ok(), good.status().ToString());
 }
 
 TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {
@@ -147,15 +161,15 @@ TEST_CASE("batched greedy decoding equals one request at a time, with preemption
 TEST_CASE("batched greedy decoding on 2 threads (a team per thread) equals one request at a time") {
   if (!HaveModel()) return;
   struct Config {
-    ModelOptions::Precision precision;
-    ModelOptions::KvCache kv;
+    CpuOptions::Precision precision;
+    CpuOptions::KvCache kv;
   };
-  for (Config cfg : {Config{ModelOptions::Precision::kSplit16, ModelOptions::KvCache::kF16},
-                     Config{ModelOptions::Precision::kInt8, ModelOptions::KvCache::kQ8}}) {
+  for (Config cfg : {Config{CpuOptions::Precision::kSplit16, CpuOptions::KvCache::kF16},
+                     Config{CpuOptions::Precision::kInt8, CpuOptions::KvCache::kQ8}}) {
     EngineOptions o = Options(64 * 64);
     o.model.threads = 2;
-    o.model.precision = cfg.precision;
-    o.model.kv_cache = cfg.kv;
+    o.model.cpu.precision = cfg.precision;
+    o.model.cpu.kv_cache = cfg.kv;
     auto engine = Engine::Open(o);
     REQUIRE(engine.ok());
     Engine& e = **engine;
@@ -179,7 +193,7 @@ TEST_CASE("the stage profile times decode-only passes per thread and stage") {
   for (bool on : {false, true}) {
     EngineOptions o = Options(64 * 64);
     o.model.threads = 2;
-    o.model.profile_stages = on;
+    o.model.cpu.profile_stages = on;
     auto engine = Engine::Open(o);
     REQUIRE(engine.ok());
     Engine& e = **engine;

@@ -1,5 +1,5 @@
 // The weight-streaming variant (kernels/stream.h) is chosen at model load:
-// forced by ModelOptions::stream or BRAID_STREAM, else timed on the model's
+// forced by CpuOptions::stream or BRAID_STREAM, else timed on the model's
 // decode steps; ModelInfo::stream says which and how. Every variant gives the
 // same logits (a prefetch changes no value).
 #include <doctest/doctest.h>
@@ -16,12 +16,12 @@ namespace {
 
 const std::string kTiny = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/llama_tiny";
 
-std::unique_ptr<Model> Open(ModelOptions::Stream stream, int context = 64, int threads = 2) {
+std::unique_ptr<Model> Open(CpuOptions::Stream stream, int context = 64, int threads = 2) {
   ModelOptions mo;
   mo.path = kTiny;
   mo.threads = threads;
   mo.context = context;
-  mo.stream = stream;
+  mo.cpu.stream = stream;
   auto m = Model::Open(mo);
   REQUIRE_MESSAGE(m.ok(), m.status().ToString());
   return std::move(m).value();
@@ -43,11 +43,11 @@ struct EnvStream {
 
 TEST_CASE("stream variant: forced by the options, the same logits either way") {
   unsetenv("BRAID_STREAM");
-  auto t0 = Open(ModelOptions::Stream::kTemporal);
+  auto t0 = Open(CpuOptions::Stream::kTemporal);
   CHECK(t0->info().stream == "t0 (forced)");
   CHECK(kernels::CurrentStreamVariant() == kernels::StreamVariant::kTemporal);
   const std::vector<float> a = Logits(*t0);
-  auto nt = Open(ModelOptions::Stream::kNonTemporal);
+  auto nt = Open(CpuOptions::Stream::kNonTemporal);
   CHECK(nt->info().stream == "nt (forced)");
   CHECK(kernels::CurrentStreamVariant() == kernels::StreamVariant::kNonTemporal);
   CHECK(Logits(*nt) == a);
@@ -55,7 +55,7 @@ TEST_CASE("stream variant: forced by the options, the same logits either way") {
 
 TEST_CASE("stream variant: auto times both and keeps one; BRAID_STREAM forces one") {
   unsetenv("BRAID_STREAM");
-  auto m = Open(ModelOptions::Stream::kAuto);
+  auto m = Open(CpuOptions::Stream::kAuto);
   const std::string s = m->info().stream;
   CAPTURE(s);
   CHECK((s.rfind("nt (measured: nt ", 0) == 0 || s.rfind("t0 (measured: nt ", 0) == 0));
@@ -63,16 +63,16 @@ TEST_CASE("stream variant: auto times both and keeps one; BRAID_STREAM forces on
   CHECK(std::string(kernels::StreamVariantName(kernels::CurrentStreamVariant())) == s.substr(0, 2));
   {
     EnvStream env("t0");
-    auto f = Open(ModelOptions::Stream::kAuto);
+    auto f = Open(CpuOptions::Stream::kAuto);
     CHECK(f->info().stream == "t0 (forced by BRAID_STREAM)");
     CHECK(kernels::CurrentStreamVariant() == kernels::StreamVariant::kTemporal);
     // An explicit option wins over the environment.
-    auto o = Open(ModelOptions::Stream::kNonTemporal);
+    auto o = Open(CpuOptions::Stream::kNonTemporal);
     CHECK(o->info().stream == "nt (forced)");
   }
   {
     EnvStream env("nt");
-    CHECK(Open(ModelOptions::Stream::kAuto)->info().stream == "nt (forced by BRAID_STREAM)");
+    CHECK(Open(CpuOptions::Stream::kAuto)->info().stream == "nt (forced by BRAID_STREAM)");
   }
   {
     EnvStream env("fast");
@@ -86,15 +86,14 @@ TEST_CASE("stream variant: auto times both and keeps one; BRAID_STREAM forces on
   }
   {
     EnvStream env("auto");
-    CHECK(Open(ModelOptions::Stream::kAuto)->info().stream.find("(measured: ") !=
-          std::string::npos);
+    CHECK(Open(CpuOptions::Stream::kAuto)->info().stream.find("(measured: ") != std::string::npos);
   }
   // A measurement is kept per model size and thread count: the same again.
-  CHECK(Open(ModelOptions::Stream::kAuto)->info().stream == s);
+  CHECK(Open(CpuOptions::Stream::kAuto)->info().stream == s);
   // Too short a context to time, for a size and thread count this process has
   // not measured yet (no other test of this binary opens the model with 5
   // threads): the default, said so.
-  CHECK(Open(ModelOptions::Stream::kAuto, 2, 5)->info().stream.find("nt (default") == 0);
+  CHECK(Open(CpuOptions::Stream::kAuto, 2, 5)->info().stream.find("nt (default") == 0);
 }
 
 TEST_CASE("stream variant: names parse both ways; nothing else does") {

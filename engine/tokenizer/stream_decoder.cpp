@@ -1,6 +1,8 @@
-// StreamDecoder and the small non-virtual parts of Tokenizer.
+// StreamDecoder (over a Tokenizer), TextStream (over a Model) and the small
+// non-virtual parts of Tokenizer.
 #include <algorithm>
 
+#include "engine/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -29,6 +31,15 @@ std::string TakeComplete(std::string& pending) {
   return out;
 }
 
+// TakeComplete, then U+FFFD for what is left: the start of a sequence that
+// never completed.
+std::string TakeAll(std::string& pending) {
+  std::string out = TakeComplete(pending);
+  if (!pending.empty()) out += kReplacement;
+  pending.clear();
+  return out;
+}
+
 }  // namespace
 
 bool Tokenizer::IsEog(int32_t id) const {
@@ -41,12 +52,14 @@ std::string StreamDecoder::Push(int32_t id) {
   return TakeComplete(pending_);
 }
 
-std::string StreamDecoder::Flush() {
-  std::string out = TakeComplete(pending_);
-  // What is left is the start of a sequence that never completed.
-  if (!pending_.empty()) out += kReplacement;
-  pending_.clear();
-  return out;
+std::string StreamDecoder::Flush() { return TakeAll(pending_); }
+
+std::string TextStream::Push(int32_t id) {
+  if (model_.IsSpecialToken(id)) return {};
+  pending_ += model_.TokenBytes(id);
+  return TakeComplete(pending_);
 }
+
+std::string TextStream::Flush() { return TakeAll(pending_); }
 
 }  // namespace braid

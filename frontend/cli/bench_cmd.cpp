@@ -26,6 +26,7 @@ const char* kBenchHelp =
     "  -n N        generated tokens per tg test, 0..131064 (0 = skip; default 128)\n"
     "  -r N        repetitions, 1..1000 (default 5), after one warm-up\n"
     "  -t N        threads, 0..1024 (default 0: all cores)\n"
+    "  --device D  cpu (default), cuda (the first GPU) or cuda:N\n"
     "  --ctx N     context per sequence, 0..131072 (default: the larger of -p and -n, plus 8)\n"
     "  --exact     fp32 activations and KV cache\n"
     "  --precision split16|int8   fast-path activations (default split16)\n"
@@ -138,7 +139,10 @@ int BenchMain(const std::vector<std::string>& argv) {
   const ModelInfo& info = m.info();
   std::mt19937 rng(1234);
 
-  struct Row { std::string test; Stats s; };
+  struct Row {
+    std::string test;
+    Stats s;
+  };
   std::vector<Row> rows;
   auto run = [&](const std::string& name, auto fn, int n) -> bool {
     if (n == 0) return true;
@@ -216,8 +220,9 @@ int BenchMain(const std::vector<std::string>& argv) {
                  bw, mem_bw, roofline);
     std::fprintf(f, "  \"results\": [");
     for (size_t i = 0; i < rows.size(); ++i) {
-      std::fprintf(f, "%s\n    {\"test\": \"%s\", \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
-                   i ? "," : "", rows[i].test.c_str(), rows[i].s.mean, rows[i].s.stddev);
+      std::fprintf(
+          f, "%s\n    {\"test\": \"%s\", \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
+          i ? "," : "", rows[i].test.c_str(), rows[i].s.mean, rows[i].s.stddev);
       for (size_t j = 0; j < rows[i].s.samples.size(); ++j)
         std::fprintf(f, "%s%.3f", j ? ", " : "", rows[i].s.samples[j]);
       std::fprintf(f, "]}");

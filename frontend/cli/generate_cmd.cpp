@@ -38,6 +38,8 @@ const char* kGenerateHelp =
     "      --raw               generate: do not wrap the prompt in the chat template; the\n"
     "                          text of special tokens in it (<|im_start|>) becomes those\n"
     "                          tokens (else every prompt and message is plain text)\n"
+    "      --device D          where the model runs: cpu (default), cuda (the first GPU) or\n"
+    "                          cuda:N\n"
     "  -t, --threads N         CPU threads, 0..1024 (default 0: all cores)\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "backend/backend.h"
+
 namespace braid::cli {
 
 namespace {
@@ -19,28 +21,31 @@ std::string DefaultModel() {
 ModelOptions ReadModelOptions(Args& args) {
   ModelOptions o;
   o.path = args.Str({"-m", "--model"}, DefaultModel());
+  o.device = args.Str({"--device"}, "cpu");
+  if (Result<DeviceSpec> d = ParseDevice(o.device); !d.ok())
+    args.Fail("--device: " + d.status().message());
   o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0, 0, kMaxThreads));
   o.context = static_cast<int>(args.Int({"--ctx"}, 0, 0, kMaxContext));
-  o.exact = args.Flag({"--exact"});
+  o.cpu.exact = args.Flag({"--exact"});
   const std::string p = args.Str({"--precision"}, "split16");
   if (p == "int8") {
-    o.precision = ModelOptions::Precision::kInt8;
+    o.cpu.precision = CpuOptions::Precision::kInt8;
   } else if (p != "split16") {
     args.Fail("--precision must be split16 or int8, not '" + p + "'");
   }
   const std::string kv = args.Str({"--kv"}, "f16");
   if (kv == "f32") {
-    o.kv_cache = ModelOptions::KvCache::kF32;
+    o.cpu.kv_cache = CpuOptions::KvCache::kF32;
   } else if (kv == "q8") {
-    o.kv_cache = ModelOptions::KvCache::kQ8;
+    o.cpu.kv_cache = CpuOptions::KvCache::kQ8;
   } else if (kv != "f16") {
     args.Fail("--kv must be f16, f32 or q8, not '" + kv + "'");
   }
   const std::string st = args.Str({"--stream"}, "auto");
   if (st == "nt") {
-    o.stream = ModelOptions::Stream::kNonTemporal;
+    o.cpu.stream = CpuOptions::Stream::kNonTemporal;
   } else if (st == "t0") {
-    o.stream = ModelOptions::Stream::kTemporal;
+    o.cpu.stream = CpuOptions::Stream::kTemporal;
   } else if (st != "auto") {
     args.Fail("--stream must be auto, nt or t0, not '" + st + "'");
   }
@@ -50,11 +55,11 @@ ModelOptions ReadModelOptions(Args& args) {
 void PrintModelInfo(const ModelInfo& i) {
   std::fprintf(stderr,
                "model: %s\n  arch %s, %d layers, n_embd %d, heads %d/%d, vocab %d, context %d "
-               "(trained %d)\n  %.1f M parameters, weights %.1f MB (%s)\n  kernels %s, %d "
-               "threads\n%s%s%s",
+               "(trained %d)\n  %.1f M parameters, weights %.1f MB (%s)\n  device %s, kernels %s, "
+               "%d threads\n%s%s%s",
                i.path.c_str(), i.arch.c_str(), i.n_layer, i.n_embd, i.n_head, i.n_head_kv,
                i.n_vocab, i.context, i.n_ctx_train, i.n_params / 1e6, i.weight_bytes / 1e6,
-               i.weight_types.c_str(), i.isa.c_str(), i.threads,
+               i.weight_types.c_str(), i.device.c_str(), i.isa.c_str(), i.threads,
                i.stream.empty() ? "" : "  weight stream ", i.stream.c_str(),
                i.stream.empty() ? "" : "\n");
 }

@@ -14,8 +14,8 @@ namespace braid::cli {
 inline constexpr long long kMaxThreads = 1024;
 inline constexpr long long kMaxContext = 131072;
 
-// -m/--model (default: the bundled model), -t/--threads, --ctx, --exact,
-// --precision split16|int8, --kv f16|f32|q8.
+// -m/--model (default: the bundled model), --device cpu|cuda[:N], -t/--threads,
+// --ctx, --exact, --precision split16|int8, --kv f16|f32|q8, --stream auto|nt|t0.
 ModelOptions ReadModelOptions(Args& args);
 void PrintModelInfo(const ModelInfo& info);
 

@@ -102,7 +102,8 @@ int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len, int 
     std::fprintf(stderr, "braid bench: %s\n", s.message().c_str());
     return 1;
   };
-  std::printf("| pair | case | latency request ITL mean ms | p50 | p99 | other tokens/s during |\n");
+  std::printf(
+      "| pair | case | latency request ITL mean ms | p50 | p99 | other tokens/s during |\n");
   std::printf("| ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::vector<double> ratios;
   for (int rep = 1; rep <= reps; ++rep) {
@@ -125,14 +126,15 @@ int LatencyMix(Engine& engine, int background, int prompt_len, int gen_len, int 
     if (!busy.ok()) return fail(busy.status());
     const Completion b = (*busy)->Wait();
     const EngineStats s1 = engine.stats();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (auto& h : bg) h->Cancel();
     for (auto& h : bg) h->Wait();
     const double gen_during = static_cast<double>(s1.generated_tokens - s0.generated_tokens);
     std::printf("| %d | alone | %.2f | %.2f | %.2f | - |\n", rep, mean_itl(a),
                 Percentile(a.timings.inter_token_ms, 50), Percentile(a.timings.inter_token_ms, 99));
-    std::printf("| %d | with %d throughput requests | %.2f | %.2f | %.2f | %.1f |\n", rep, background,
-                mean_itl(b), Percentile(b.timings.inter_token_ms, 50),
+    std::printf("| %d | with %d throughput requests | %.2f | %.2f | %.2f | %.1f |\n", rep,
+                background, mean_itl(b), Percentile(b.timings.inter_token_ms, 50),
                 Percentile(b.timings.inter_token_ms, 99), (gen_during - b.tokens.size()) / secs);
     ratios.push_back(mean_itl(b) / mean_itl(a));
   }
@@ -174,8 +176,10 @@ struct StageTotals {
     std::vector<double> total(threads, 0.0);
     for (const auto& s : stages)
       for (size_t t = 0; t < threads; ++t) total[t] += s.seconds[t];
-    std::printf("\nforward stages at %d concurrent, %llu decode-only passes: ms per pass (share) per thread\n",
-                concurrency, static_cast<unsigned long long>(passes));
+    std::printf(
+        "\nforward stages at %d concurrent, %llu decode-only passes: ms per pass (share) per "
+        "thread\n",
+        concurrency, static_cast<unsigned long long>(passes));
     for (const auto& s : stages) {
       std::printf("  %-28s", s.stage.c_str());
       for (size_t t = 0; t < threads; ++t)
@@ -284,7 +288,7 @@ int ServeBenchMain(Args& args) {
   std::printf("cpu: %s\n", cpu.line.c_str());
   EngineOptions eo;
   eo.model = mo;
-  eo.model.profile_stages = profile;
+  eo.model.cpu.profile_stages = profile;
   eo.model.context = static_cast<int>(context);
   eo.kv_tokens = static_cast<int>(kv_tokens);
   eo.max_running = static_cast<int>(max_c);
@@ -351,24 +355,27 @@ int ServeBenchMain(Args& args) {
     results.push_back(lr);
     std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% |\n",
                 lr.concurrency, prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s,
-                lr.decode_tok_s, lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99, 100 * lr.cached_fraction);
+                lr.decode_tok_s, lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99,
+                100 * lr.cached_fraction);
   }
   std::fflush(stdout);
   // Per repetition, each level against the single request run just before it.
   if (reps > 1 && !levels.empty() && levels.front() == 1) {
     for (size_t i = 1; i < levels.size(); ++i) {
       std::vector<double> ratio;
-      for (int rep = 0; rep < reps; ++rep) ratio.push_back(runs[i][rep].decode_tok_s / runs[0][rep].decode_tok_s);
+      for (int rep = 0; rep < reps; ++rep)
+        ratio.push_back(runs[i][rep].decode_tok_s / runs[0][rep].decode_tok_s);
       std::sort(ratio.begin(), ratio.end());
-      std::printf("decode at %d concurrent / at 1, per repetition: median %.2fx (%.2f-%.2fx)\n", levels[i],
-                  ratio[ratio.size() / 2], ratio.front(), ratio.back());
+      std::printf("decode at %d concurrent / at 1, per repetition: median %.2fx (%.2f-%.2fx)\n",
+                  levels[i], ratio[ratio.size() / 2], ratio.front(), ratio.back());
     }
     for (size_t k = 0; k < host.size(); ++k) {
       std::printf("repetition %zu:", k + 1);
       for (size_t i = 1; i < levels.size(); ++i)
         std::printf(" %d/1 %.2fx,", levels[i], runs[i][k].decode_tok_s / runs[0][k].decode_tok_s);
-      std::printf(" then 8 MiB re-read at %.0f GB/s by the other core (%.0f by the first)%s\n", host[k].other / 1e9,
-                  host[k].own / 1e9, host[k].other < 0.5 * host[k].own ? ", no shared last-level cache" : "");
+      std::printf(" then 8 MiB re-read at %.0f GB/s by the other core (%.0f by the first)%s\n",
+                  host[k].other / 1e9, host[k].own / 1e9,
+                  host[k].other < 0.5 * host[k].own ? ", no shared last-level cache" : "");
     }
   }
   if (!results.empty() && results.front().concurrency == 1) {
@@ -391,9 +398,10 @@ int ServeBenchMain(Args& args) {
   // of a many-sequence step (one per thread) fetches the weights for itself.
   if (threads >= 2) {
     const CrossCoreRates cc = MeasureCrossCoreRates(threads);
-    std::printf("8 MiB just read by one core, read again: %.1f GB/s by that core, %.1f GB/s by another%s\n",
-                cc.own / 1e9, cc.other / 1e9,
-                cc.other < 0.5 * cc.own ? " (no shared last-level cache)" : "");
+    std::printf(
+        "8 MiB just read by one core, read again: %.1f GB/s by that core, %.1f GB/s by another%s\n",
+        cc.own / 1e9, cc.other / 1e9,
+        cc.other < 0.5 * cc.own ? " (no shared last-level cache)" : "");
   }
   for (const LevelResult& r : results) {
     if (peak > 0)

@@ -20,6 +20,8 @@ constexpr long long kMaxKvTokens = 4LL << 20;
 
 const char* const kStackHelp =
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "      --device D          where the model runs: cpu (default), cuda (the first GPU) or\n"
+    "                          cuda:N\n"
     "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
     "                          between engines\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
@@ -42,9 +44,9 @@ const char* const kStackHelp =
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {
-    "-m",          "--model",  "-t",        "--threads",     "--ctx",         "--precision",
-    "--kv",        "--stream", "--engines", "--max-running", "--max-waiting", "--kv-tokens",
-    "--kv-memory", "--db"};
+    "-m",          "--model",     "--device", "-t",        "--threads",     "--ctx",
+    "--precision", "--kv",        "--stream", "--engines", "--max-running", "--max-waiting",
+    "--kv-tokens", "--kv-memory", "--db"};
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;

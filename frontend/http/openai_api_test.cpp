@@ -27,7 +27,7 @@ EngineOptions TestEngineOptions() {
   o.model.path = BRAID_MODEL_PATH;
   o.model.threads = 1;
   o.model.context = kContext;
-  o.model.stream = ModelOptions::Stream::kTemporal;  // no timing of both variants at load
+  o.model.cpu.stream = CpuOptions::Stream::kTemporal;  // no timing of both variants at load
   o.kv_tokens = 4096;
   o.max_batch_tokens = 128;
   return o;
@@ -48,7 +48,7 @@ struct Fixture {
     mo.path = BRAID_MODEL_PATH;
     mo.threads = 1;
     mo.context = kContext;
-    mo.stream = ModelOptions::Stream::kTemporal;
+    mo.cpu.stream = CpuOptions::Stream::kTemporal;
     auto m = Model::Open(mo);
     REQUIRE(m.ok());
     tokenizer = std::move(m).value();

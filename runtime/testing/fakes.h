@@ -64,6 +64,7 @@ class FakeModel final : public Model {
   std::string TokenBytes(int32_t id) const override {
     return id < 256 ? std::string(1, static_cast<char>(id)) : "";
   }
+  bool IsSpecialToken(int32_t id) const override { return id >= 256; }
   bool IsEndOfGeneration(int32_t id) const override { return id == 256; }
   std::vector<PromptPiece> FormatChat(std::span<const ChatMessage> messages,
                                       bool add_generation_prompt) const override {
@@ -115,8 +116,8 @@ class FakeEngine final : public Engine {
   struct Submitted {
     std::string prompt;
     GenerationRequest request;
-    int cached = 0;       // prefix tokens found cached at submission
-    int pins_active = 0;  // pins held when it was submitted
+    int cached = 0;                       // prefix tokens found cached at submission
+    int pins_active = 0;                  // pins held when it was submitted
     std::vector<GoalClass> goal_changes;  // SetGoal calls on its handle, in order
   };
   std::atomic<bool> hold{false};

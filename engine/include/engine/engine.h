@@ -22,21 +22,23 @@ namespace braid {
 
 struct EngineOptions {
   ModelOptions model;
-  int kv_blocks = 0;             // KV pool size in blocks; 0 = enough for kv_tokens
-  int kv_tokens = 16384;         // used when kv_blocks is 0; 0 = sized from memory:
+  int kv_blocks = 0;      // KV pool size in blocks; 0 = enough for kv_tokens
+  int kv_tokens = 16384;  // used when kv_blocks is 0; 0 = sized from memory:
   // with kv_blocks and kv_tokens 0, the pool takes this fraction of the memory
-  // available when the engine opens (MemAvailable), at least one full context
-  // and at most 4 Mi tokens. Its pages are touched only as it fills.
+  // available when the engine opens (the backend's: the host's MemAvailable
+  // for the CPU), at least one full context and at most 4 Mi tokens. Its
+  // pages are touched only as it fills.
   double kv_memory_fraction = 0.3;
-  int block_size = 16;           // tokens per KV block
-  int max_running = 64;          // sequences decoding together
-  int max_batch_tokens = 256;    // tokens per step (chunked prefill budget)
+  int block_size = 16;         // tokens per KV block
+  int max_running = 64;        // sequences decoding together
+  int max_batch_tokens = 256;  // tokens per step (chunked prefill budget), <= the
+                               // backend's max_chunk (256 on the CPU)
   // While latency-class work is present, throughput work joins a step only
   // up to this many tokens in all (1 = latency work runs alone). 0 (default):
   // learned from measured step times, the largest step that stays within
   // 1.4x the time of the latency work alone (sched/latency_budget.h).
   int latency_batch_tokens = 0;
-  int max_waiting = 4096;        // queued requests beyond which Submit refuses
+  int max_waiting = 4096;           // queued requests beyond which Submit refuses
   std::string policy = "priority";  // admission order: "fcfs" or "priority"
 };
 
@@ -73,7 +75,7 @@ struct EngineStats {
   uint64_t steps = 0;
   double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
   double decode_tokens_per_s = 0;
-  // With ModelOptions::profile_stages: the forward passes of decode-only
+  // With CpuOptions::profile_stages: the forward passes of decode-only
   // batches so far, and per stage of them (in order) the seconds each thread
   // spent in it, summed over those passes.
   struct StageTime {

@@ -2,9 +2,9 @@
 // format chats, evaluate token sequences and generate.
 //
 // A Model is immutable after Open and may be shared by threads for
-// tokenization; evaluation runs on the Model's own thread pool, so at most one
-// Sequence::Eval runs at a time per Model (callers serialise; the serving
-// engine's step loop is that caller).
+// tokenization; evaluation runs on the Model's backend (ModelOptions::device:
+// the CPU's thread pool, or a GPU), which takes one forward pass at a time
+// (concurrent Sequence::Eval calls wait for each other).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,8 @@
 
 namespace braid {
 
-struct ModelOptions {
-  std::string path;  // .gguf file, or a safetensors checkpoint directory
-  int threads = 0;   // 0 = one per core
+// Options of the CPU backend (engine/backend/cpu); other backends ignore them.
+struct CpuOptions {
   // true: fp32 activations and KV cache everywhere (the parity path); false:
   // activations quantized per block for integer dot products (the fast path;
   // `precision` below).
@@ -39,7 +38,6 @@ struct ModelOptions {
   // (int8 with a scale per row: a quarter). The exact path keeps fp32.
   enum class KvCache { kF16, kF32, kQ8 };
   KvCache kv_cache = KvCache::kF16;
-  int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
   // Time each stage of the forward passes of decode-only batches, per thread
   // (EngineStats::forward_stages); a clock read per stage and thread.
   bool profile_stages = false;
@@ -52,8 +50,18 @@ struct ModelOptions {
   Stream stream = Stream::kAuto;
 };
 
+struct ModelOptions {
+  std::string path;  // .gguf file, or a safetensors checkpoint directory
+  // Where the forward pass runs: "cpu", "cuda" (the first GPU) or "cuda:N".
+  std::string device = "cpu";
+  int threads = 0;  // CPU threads; 0 = one per core
+  int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
+  CpuOptions cpu;
+};
+
 struct ModelInfo {
   std::string path;
+  std::string device;        // the backend in use: "cpu", "cuda:0"
   std::string arch;          // "llama", "mistral", "qwen2"
   std::string weight_types;  // e.g. "q4_1 x210, q8_0 x1, f32 x61"
   int n_vocab = 0, n_ctx_train = 0, context = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0;
@@ -64,7 +72,7 @@ struct ModelInfo {
   // and up, down per layer, then the output head): threads split each stage
   // by rows, with a barrier between stages.
   std::vector<uint64_t> decode_stages;
-  std::string isa;               // kernels in use
+  std::string isa;  // kernels in use
   int threads = 0;
   // The weight-streaming variant in use and how it was chosen, e.g.
   // "t0 (measured: nt 8.61, t0 8.32 ms/token)" or "nt (forced)"; empty on the exact path.
@@ -95,6 +103,9 @@ class Model {
   virtual std::string Detokenize(std::span<const int32_t> ids) const = 0;
   // The bytes of one token (for streaming, see TextStream).
   virtual std::string TokenBytes(int32_t id) const = 0;
+  // Whether `id` is a control token (BOS, <|im_start|>, ...), which
+  // generated text leaves out.
+  virtual bool IsSpecialToken(int32_t id) const = 0;
   virtual bool IsEndOfGeneration(int32_t id) const = 0;
   // Renders messages with the model's chat template: its markup as
   // allow_special pieces, roles and contents as plain pieces (a message cannot
@@ -127,6 +138,23 @@ class Sequence {
                       bool all_logits = false) = 0;
   // Forgets every position >= n (n <= position()).
   virtual void Truncate(int n) = 0;
+};
+
+// Generated ids -> text that never ends inside a UTF-8 character: the bytes
+// of an incomplete one are held back until it completes, invalid bytes
+// become U+FFFD, special tokens are left out. Not thread-safe; `model` must
+// outlive it.
+class TextStream {
+ public:
+  explicit TextStream(const Model& model) : model_(model) {}
+  // The newly complete text (possibly empty).
+  std::string Push(int32_t id);
+  // What is still held back: an incomplete character ends as U+FFFD.
+  std::string Flush();
+
+ private:
+  const Model& model_;
+  std::string pending_;
 };
 
 struct GenerateResult {

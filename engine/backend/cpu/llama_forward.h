@@ -22,42 +22,31 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/cpu/kv_store.h"
+#include "backend/cpu/llama_weights.h"
 #include "engine/model.h"
 #include "engine/status.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/model_config.h"
-#include "runner/kv_store.h"
-#include "runner/llama_weights.h"
 
 namespace braid {
-
-// One sequence's share of a batch.
-struct BatchSegment {
-  static constexpr int kNoLogits = 1 << 30;
-  const int32_t* tokens = nullptr;  // the new tokens
-  int n_tokens = 0;
-  int pos0 = 0;                     // position of tokens[0]; positions < pos0 are in the store
-  const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
-  // Logits rows are produced for the new tokens at positions >= logits_from:
-  // pos0 + n_tokens - 1 for the last token only, pos0 for all, kNoLogits for none.
-  int logits_from = kNoLogits;
-};
 
 class LlamaForward {
  public:
   // `max_chunk`: most tokens per Forward call (callers split longer inputs);
   // `max_context`: the largest KV cache capacity Forward will be given.
-  // Reads `options.exact`, `precision` and `kv_cache`.
+  // Reads `options.exact`, `precision`, `kv_cache` and `profile_stages`.
   LlamaForward(const ModelConfig& config, const LlamaWeights& weights, kernels::ThreadPool& pool,
-               const ModelOptions& options, int max_chunk, int max_context);
+               const CpuOptions& options, int max_chunk, int max_context);
 
   int max_chunk() const { return max_chunk_; }
   // The element type of KV stores of `block_size` given to Forward: the one
   // asked for where the attention kernels read it natively, else fp16, else fp32.
   kernels::KvType KvTypeFor(int block_size) const {
-    if (exact_ || kv_cache_ == ModelOptions::KvCache::kF32) return kernels::KvType::kF32;
-    if (kv_cache_ == ModelOptions::KvCache::kQ8 && kernels::AttentionFastQ8(c_.head_dim, block_size))
+    if (exact_ || kv_cache_ == CpuOptions::KvCache::kF32) return kernels::KvType::kF32;
+    if (kv_cache_ == CpuOptions::KvCache::kQ8 && kernels::AttentionFastQ8(c_.head_dim, block_size))
       return kernels::KvType::kQ8;
     return kernels::AttentionFastF16(c_.head_dim) ? kernels::KvType::kF16 : kernels::KvType::kF32;
   }
@@ -73,7 +62,7 @@ class LlamaForward {
   // segment asks ([rows, n_vocab]).
   void Forward(std::span<const BatchSegment> batch, KvStore& kv, float* logits);
 
-  // Stages of a forward pass, as the profile (ModelOptions::profile_stages)
+  // Stages of a forward pass, as the profile (CpuOptions::profile_stages)
   // times them: each ends where the next begins.
   enum Stage {
     kStageNormQkv,    // RMS norm, quantization of the Q/K/V input (and the embedding)
@@ -121,16 +110,19 @@ class LlamaForward {
   void Embed(const Team& tm);
   void Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out);
   void Quantize(const Team& tm, int n, const kernels::MatrixView& w, const float* in, uint8_t* out);
-  uint8_t* QuantizedRows(const Team& tm, std::vector<uint8_t>& buf, const kernels::MatrixView& w) const;
+  uint8_t* QuantizedRows(const Team& tm, std::vector<uint8_t>& buf,
+                         const kernels::MatrixView& w) const;
   void MatMulRows(const Team& tm, const kernels::MatrixView& w, int n, const float* x,
-                  const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0, int64_t r1);
-  void AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x, const uint8_t* xq,
-                     const uint8_t* prep, int64_t r0, int64_t r1);
-  void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in, std::vector<uint8_t>& q_buf,
-                     uint8_t* prep);
+                  const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1);
+  void AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x,
+                     const uint8_t* xq, const uint8_t* prep, int64_t r0, int64_t r1);
+  void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
+                     std::vector<uint8_t>& q_buf, uint8_t* prep);
   // The team's region of a prepared buffer for rows of `cols` (nullptr on the exact path).
   uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
-  bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq, uint8_t* prep);
+  bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq,
+               uint8_t* prep);
   bool SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const;
   // Calls work(r0, r1) over this thread's share of [0, rows): one contiguous,
   // 16-row-aligned range per thread of the team. Measured against chunks that
@@ -156,7 +148,7 @@ class LlamaForward {
   kernels::ThreadPool& pool_;
   bool exact_;
   kernels::ActPrecision act_precision_;  // fast path's activation format
-  ModelOptions::KvCache kv_cache_;
+  CpuOptions::KvCache kv_cache_;
   int max_chunk_;
   int q_dim_, kv_dim_;
   std::vector<float> inv_freq_;
@@ -174,14 +166,14 @@ class LlamaForward {
     std::atomic<int64_t> next{0};
   };
   std::unique_ptr<Claim[]> claims_;
-  std::vector<std::vector<float>> scratch_; // per thread: dequantized row / scores
+  std::vector<std::vector<float>> scratch_;  // per thread: dequantized row / scores
   // Per token of the current batch: its position and its segment's block table.
   std::vector<int> pos_;
   std::vector<const int32_t*> table_;
   std::vector<int32_t> ids_;
-  std::vector<int> out_rows_;               // tokens whose logits are wanted
-  std::vector<Team> teams_;                 // Teams(): one per thread, or one for all
-  // Profile (ModelOptions::profile_stages): on, timing this pass, and each thread's clock.
+  std::vector<int> out_rows_;  // tokens whose logits are wanted
+  std::vector<Team> teams_;    // Teams(): one per thread, or one for all
+  // Profile (CpuOptions::profile_stages): on, timing this pass, and each thread's clock.
   bool profile_ = false, timing_ = false;
   uint64_t profiled_passes_ = 0;
   struct alignas(64) ThreadClock {

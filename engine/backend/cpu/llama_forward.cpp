@@ -1,4 +1,4 @@
-#include "runner/llama_forward.h"
+#include "backend/cpu/llama_forward.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,11 +54,13 @@ void Range(int64_t n, int parts, int i, int64_t align, int64_t* b, int64_t* e) {
 
 }  // namespace
 
-LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weights,
-                           ThreadPool& pool, const ModelOptions& options, int max_chunk,
-                           int max_context)
-    : c_(config), w_(weights), pool_(pool), exact_(options.exact),
-      act_precision_(options.precision == ModelOptions::Precision::kInt8
+LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weights, ThreadPool& pool,
+                           const CpuOptions& options, int max_chunk, int max_context)
+    : c_(config),
+      w_(weights),
+      pool_(pool),
+      exact_(options.exact),
+      act_precision_(options.precision == CpuOptions::Precision::kInt8
                          ? kernels::ActPrecision::kInt8
                          : kernels::ActPrecision::kSplit16),
       kv_cache_(options.kv_cache),
@@ -110,9 +112,15 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
 }
 
 const char* LlamaForward::StageName(int stage) {
-  static constexpr const char* kNames[kStages] = {
-      "norm, quantize (QKV input)", "Q, K, V matmuls", "attention", "Wo",
-      "norm, quantize (FFN input)", "gate, up, SwiGLU", "down", "wait for other teams", "output head"};
+  static constexpr const char* kNames[kStages] = {"norm, quantize (QKV input)",
+                                                  "Q, K, V matmuls",
+                                                  "attention",
+                                                  "Wo",
+                                                  "norm, quantize (FFN input)",
+                                                  "gate, up, SwiGLU",
+                                                  "down",
+                                                  "wait for other teams",
+                                                  "output head"};
   return stage >= 0 && stage < kStages ? kNames[stage] : "?";
 }
 
@@ -122,12 +130,13 @@ void LlamaForward::Embed(const Team& tm) {
   const TensorInfo& t = *w_.token_embd;
   const size_t row = kernels::RowBytes(t.type, c_.n_embd);
   for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i)
-    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * ids_[i], &x_[i * c_.n_embd],
-                           c_.n_embd);
+    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * ids_[i],
+                           &x_[i * c_.n_embd], c_.n_embd);
 }
 
 // Rows [0, n) of in (the team's, E wide) -> out, RMS-normalized.
-void LlamaForward::Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in, float* out) {
+void LlamaForward::Normalize(const Team& tm, int n, const std::vector<float>& w, const float* in,
+                             float* out) {
   int64_t b, e;
   Range(n, tm.size, tm.index, 1, &b, &e);
   for (int64_t i = b; i < e; ++i)
@@ -136,28 +145,33 @@ void LlamaForward::Normalize(const Team& tm, int n, const std::vector<float>& w,
 
 // in: n rows of w.cols fp32 (the team's) -> `out`: the same rows quantized
 // for w's dot product (QuantizedRows).
-void LlamaForward::Quantize(const Team& tm, int n, const kernels::MatrixView& w, const float* in, uint8_t* out) {
+void LlamaForward::Quantize(const Team& tm, int n, const kernels::MatrixView& w, const float* in,
+                            uint8_t* out) {
   if (exact_) return;
   const DType act = kernels::ActivationType(w.type, act_precision_);
   const size_t row = kernels::RowBytes(act, w.cols);
   int64_t b, e;
   Range(n, tm.size, tm.index, 1, &b, &e);
-  for (int64_t i = b; i < e; ++i) kernels::QuantizeActivations(act, in + i * w.cols, out + i * row, w.cols);
+  for (int64_t i = b; i < e; ++i)
+    kernels::QuantizeActivations(act, in + i * w.cols, out + i * row, w.cols);
 }
 
 // The team's rows of `buf`, a buffer of activation rows quantized for w
 // (nullptr on the exact path, which quantizes nothing).
-uint8_t* LlamaForward::QuantizedRows(const Team& tm, std::vector<uint8_t>& buf, const kernels::MatrixView& w) const {
+uint8_t* LlamaForward::QuantizedRows(const Team& tm, std::vector<uint8_t>& buf,
+                                     const kernels::MatrixView& w) const {
   if (exact_) return nullptr;
-  return buf.data() + static_cast<size_t>(tm.t0) * kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
+  return buf.data() +
+         static_cast<size_t>(tm.t0) *
+             kernels::RowBytes(kernels::ActivationType(w.type, act_precision_), w.cols);
 }
 
 // y[t, r] = W[r] . x[t] for the n tokens at x / xq / y (the team's rows) and r
 // in [r0, r1): from the prepared activations `prep` when given, else from the
 // quantized rows (or fp32 on the exact path).
 void LlamaForward::MatMulRows(const Team& tm, const kernels::MatrixView& w, int n, const float* x,
-                              const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy, int64_t r0,
-                              int64_t r1) {
+                              const uint8_t* xq, const uint8_t* prep, float* y, int64_t ldy,
+                              int64_t r0, int64_t r1) {
   if (r0 >= r1) return;
   if (exact_) {
     kernels::MatMulF32(w, x, n, r0, r1, y, ldy, scratch_[tm.tid].data());
@@ -179,7 +193,8 @@ void LlamaForward::AddMatMulRows(const Team& tm, const kernels::MatrixView& w, c
   const int64_t E = c_.n_embd;
   float* xt = x_.data() + tm.t0 * E;
   if (prep != nullptr && !exact_) {
-    kernels::MatMulPrepared(w, kernels::ActivationType(w.type, act_precision_), prep, tm.n, r0, r1, xt, E,
+    kernels::MatMulPrepared(w, kernels::ActivationType(w.type, act_precision_), prep, tm.n, r0, r1,
+                            xt, E,
                             /*accumulate=*/true);
     return;
   }
@@ -222,13 +237,17 @@ bool LlamaForward::Prepare(const Team& tm, int n, const kernels::MatrixView& w, 
   int64_t b, e;
   Range(n, tm.size, tm.index, 1, &b, &e);
   const size_t row = kernels::RowBytes(act, w.cols);
-  if (e > b) kernels::PrepareRows(w, act, xq + b * row, row, static_cast<int>(b), static_cast<int>(e), n, prep);
+  if (e > b)
+    kernels::PrepareRows(w, act, xq + b * row, row, static_cast<int>(b), static_cast<int>(e), n,
+                         prep);
   return true;
 }
 
 // Whether `w` can use the rows prepared for `prepared_for` (same kernels, same input).
-bool LlamaForward::SharesPrepared(const kernels::MatrixView& w, const kernels::MatrixView& prepared_for) const {
-  return w.type == prepared_for.type && w.cols == prepared_for.cols && w.layout == prepared_for.layout;
+bool LlamaForward::SharesPrepared(const kernels::MatrixView& w,
+                                  const kernels::MatrixView& prepared_for) const {
+  return w.type == prepared_for.type && w.cols == prepared_for.cols &&
+         w.layout == prepared_for.layout;
 }
 
 // Adds query head h's bias and rotates it (token t of the batch).
@@ -236,7 +255,8 @@ void LlamaForward::RopeQuery(const LayerWeights& l, int t, int h) {
   const int hd = c_.head_dim;
   const size_t half = static_cast<size_t>(c_.n_rot / 2);
   float* q = &q_[static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd];
-  if (!l.bq.empty()) for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
+  if (!l.bq.empty())
+    for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
   kernels::RopeApply(q, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
 }
 
@@ -246,8 +266,10 @@ void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, K
   const size_t half = static_cast<size_t>(c_.n_rot / 2);
   float* k = &k_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
   float* v = &v_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
-  if (!l.bk.empty()) for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
-  if (!l.bv.empty()) for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
+  if (!l.bk.empty())
+    for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
+  if (!l.bv.empty())
+    for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
   kernels::RopeApply(k, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
   const int bs = kv.block_size(), pos = pos_[t];
   kv.Put(false, layer, table_[t][pos / bs], pos % bs, g, k);
@@ -310,8 +332,8 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
     const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
     kernels::AttendNext nx{};
     if (next >= 0) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
-    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch, &att_[off],
-                         next >= 0 ? &nx : nullptr);
+    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
+                         &att_[off], next >= 0 ? &nx : nullptr);
   };
   // Each item's call fetches the next one's rows while it computes (the
   // first item of a run: its K rows before it).
@@ -388,7 +410,9 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   float* att = att_.data() + t0 * q_dim_;
   float* hh = h_.data() + t0 * c_.n_ff;
   float* up = up_.data() + t0 * c_.n_ff;
-  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) { return QuantizedRows(tm, buf, w); };
+  auto rows_of = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
+    return QuantizedRows(tm, buf, w);
+  };
   uint8_t* prep_in = PreparedFor(tm, prep_in_, E);
   uint8_t* prep_att = PreparedFor(tm, prep_att_, q_dim_);
   uint8_t* prep_h = PreparedFor(tm, prep_h_, c_.n_ff);
@@ -410,7 +434,8 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     Sync(tm);
     EndStage(tm.tid, kStageNormQkv);
     // Q, K and V: each thread its share of the rows, no barrier between them.
-    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y, int64_t ldy) {
+    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y,
+                   int64_t ldy) {
       const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
       const uint8_t* xqt = rows_of(xq, w);
       ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
@@ -440,8 +465,8 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
     const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
     if (!up_same) Quantize(tm, n, l.w_up, xn, rows_of(xq_k_, l.w_up));
-    const bool g_prep =
-        Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same && SharesPrepared(l.w_up, l.w_gate);
+    const bool g_prep = Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same &&
+                        SharesPrepared(l.w_up, l.w_gate);
     Sync(tm);
     EndStage(tm.tid, kStageNormFfn);
     // Gate and up rows of the thread's share together, then SwiGLU on them.
@@ -452,7 +477,8 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
       MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
       MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
       for (int t = 0; t < n; ++t)
-        kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0, &hh[t * c_.n_ff + r0]);
+        kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0,
+                        &hh[t * c_.n_ff + r0]);
     });
     Sync(tm);
     EndStage(tm.tid, kStageGateUp);
@@ -471,8 +497,8 @@ void LlamaForward::Head(const Team& all, float* logits) {
     int64_t b, e;
     Range(n_out, all.size, all.index, 1, &b, &e);
     for (int64_t i = b; i < e; ++i)
-      kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[i]) * E], w_.output_norm.data(), c_.rms_eps, E,
-                       &xn_[i * E]);
+      kernels::RmsNorm(&x_[static_cast<size_t>(out_rows_[i]) * E], w_.output_norm.data(),
+                       c_.rms_eps, E, &xn_[i * E]);
   }
   uint8_t* xq = QuantizedRows(all, xq_, w_.output);
   uint8_t* prep = PreparedFor(all, prep_in_, E);
@@ -480,7 +506,8 @@ void LlamaForward::Head(const Team& all, float* logits) {
   const bool h_prep = Prepare(all, n_out, w_.output, xq, prep);
   Sync(all);
   ForRows(all, w_.output.rows, [&](int64_t r0, int64_t r1) {
-    MatMulRows(all, w_.output, n_out, xn_.data(), xq, h_prep ? prep : nullptr, logits, c_.n_vocab, r0, r1);
+    MatMulRows(all, w_.output, n_out, xn_.data(), xq, h_prep ? prep : nullptr, logits, c_.n_vocab,
+               r0, r1);
   });
 }
 
@@ -492,8 +519,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   out_rows_.clear();
   for (const BatchSegment& seg : batch) {
     for (int i = 0; i < seg.n_tokens; ++i) {
-      if (seg.pos0 + i >= seg.logits_from)
-        out_rows_.push_back(static_cast<int>(ids_.size()));
+      if (seg.pos0 + i >= seg.logits_from) out_rows_.push_back(static_cast<int>(ids_.size()));
       ids_.push_back(seg.tokens[i]);
       pos_.push_back(seg.pos0 + i);
       table_.push_back(seg.block_table);
@@ -505,7 +531,8 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   rope_cos_.resize(n * half);
   rope_sin_.resize(n * half);
   for (int t = 0; t < n; ++t)
-    kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half], &rope_sin_[t * half]);
+    kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half],
+                        &rope_sin_[t * half]);
   for (int i = 0; i < c_.n_layer; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
   const bool decode_only = std::all_of(batch.begin(), batch.end(),
                                        [](const BatchSegment& s) { return s.n_tokens == 1; });

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "runner/kv_store.h"
+#include "backend/cpu/kv_store.h"
 
 namespace braid {
 namespace {

@@ -1,4 +1,4 @@
-#include "runner/llama_weights.h"
+#include "backend/cpu/llama_weights.h"
 
 #include <cstdlib>
 #include <new>
@@ -7,6 +7,7 @@
 
 #include "kernels/huge_pages.h"
 #include "kernels/quant.h"
+#include "model/family.h"
 
 namespace braid {
 namespace {
@@ -21,8 +22,14 @@ Result<const TensorInfo*> Need(const ModelFile& f, const std::string& name) {
 
 bool Multipliable(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ4_0:
-    case DType::kQ4_1: case DType::kQ8_0: case DType::kQ4_K: case DType::kQ6_K:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
       return true;
     default:
       return false;
@@ -50,7 +57,8 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, Need(f, name));
   const kernels::DTypeInfo& info = kernels::Info(t->type);
   if (t->elements() % info.block_elems != 0)
-    return Status::Corruption(f.path() + ": tensor '" + name + "' size is not a whole number of blocks");
+    return Status::Corruption(f.path() + ": tensor '" + name +
+                              "' size is not a whole number of blocks");
   std::vector<float> v(static_cast<size_t>(t->elements()));
   kernels::DequantizeRow(t->type, t->data, v.data(), t->elements());
   return v;
@@ -61,7 +69,8 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
 void InterleaveForFastPath(LlamaWeights* w) {
   std::vector<kernels::MatrixView*> todo;
   for (LayerWeights& l : w->layers)
-    for (kernels::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(m);
+    for (kernels::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      todo.push_back(m);
   todo.push_back(&w->output);
   std::erase_if(todo, [](const kernels::MatrixView* m) {
     return m->layout != kernels::WeightLayout::kRows || !kernels::InterleaveFast(m->type);
@@ -88,34 +97,80 @@ void InterleaveForFastPath(LlamaWeights* w) {
   w->packed = std::move(buf);
 }
 
+namespace {
+
+// Where the CPU weights keep a per-layer tensor of each role: a matrix or an
+// fp32 vector (nullptr for roles the forward pass does not read).
+kernels::MatrixView* MatrixFor(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::kWq:
+      return &l.wq;
+    case TensorRole::kWk:
+      return &l.wk;
+    case TensorRole::kWv:
+      return &l.wv;
+    case TensorRole::kWo:
+      return &l.wo;
+    case TensorRole::kWGate:
+      return &l.w_gate;
+    case TensorRole::kWUp:
+      return &l.w_up;
+    case TensorRole::kWDown:
+      return &l.w_down;
+    default:
+      return nullptr;
+  }
+}
+
+std::vector<float>* VectorFor(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::kAttnNorm:
+      return &l.attn_norm;
+    case TensorRole::kFfnNorm:
+      return &l.ffn_norm;
+    case TensorRole::kBq:
+      return &l.bq;
+    case TensorRole::kBk:
+      return &l.bk;
+    case TensorRole::kBv:
+      return &l.bv;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {
   const ModelConfig& c = f.config();
+  const Family* family = FindFamily(c.arch);
+  if (family == nullptr) return Status::Unsupported(f.path() + ": no such model family");
+  auto global = [&](TensorRole role) { return TensorName(*FindTensorSpec(*family, role)); };
   LlamaWeights w;
-  BRAID_ASSIGN_OR_RETURN(w.token_embd, Need(f, "token_embd.weight"));
+  BRAID_ASSIGN_OR_RETURN(w.token_embd, Need(f, global(TensorRole::kTokenEmbd)));
   w.layers.resize(c.n_layer);
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[i];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    BRAID_ASSIGN_OR_RETURN(l.attn_norm, Vector(f, p + "attn_norm.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.wq, Matrix(f, p + "attn_q.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.wk, Matrix(f, p + "attn_k.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.wv, Matrix(f, p + "attn_v.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.wo, Matrix(f, p + "attn_output.weight"));
-    if (c.qkv_bias) {
-      BRAID_ASSIGN_OR_RETURN(l.bq, Vector(f, p + "attn_q.bias"));
-      BRAID_ASSIGN_OR_RETURN(l.bk, Vector(f, p + "attn_k.bias"));
-      BRAID_ASSIGN_OR_RETURN(l.bv, Vector(f, p + "attn_v.bias"));
+    // Every tensor the forward pass reads that the config asks for (the
+    // Q/K/V biases only where the model has them).
+    for (const TensorSpec& t : family->layer) {
+      if (!t.read || !TensorRequired(t, c)) continue;
+      const std::string name = TensorName(t, i);
+      if (kernels::MatrixView* m = MatrixFor(l, t.role)) {
+        BRAID_ASSIGN_OR_RETURN(*m, Matrix(f, name));
+      } else if (std::vector<float>* v = VectorFor(l, t.role)) {
+        BRAID_ASSIGN_OR_RETURN(*v, Vector(f, name));
+      } else {
+        return Status::Unsupported(f.path() + ": the CPU backend cannot use tensor '" + name + "'");
+      }
     }
-    BRAID_ASSIGN_OR_RETURN(l.ffn_norm, Vector(f, p + "ffn_norm.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.w_gate, Matrix(f, p + "ffn_gate.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.w_up, Matrix(f, p + "ffn_up.weight"));
-    BRAID_ASSIGN_OR_RETURN(l.w_down, Matrix(f, p + "ffn_down.weight"));
   }
-  BRAID_ASSIGN_OR_RETURN(w.output_norm, Vector(f, "output_norm.weight"));
-  if (c.tied_embeddings || !f.Find("output.weight")) {
-    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, "token_embd.weight"));
+  BRAID_ASSIGN_OR_RETURN(w.output_norm, Vector(f, global(TensorRole::kOutputNorm)));
+  const std::string output = global(TensorRole::kOutput);
+  if (c.tied_embeddings || !f.Find(output)) {
+    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, global(TensorRole::kTokenEmbd)));
   } else {
-    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, "output.weight"));
+    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, output));
   }
   return w;
 }

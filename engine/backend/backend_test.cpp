@@ -1,0 +1,127 @@
+// Device names and opening backends: ParseDevice's good and bad inputs, the
+// CPU backend on a tiny model, and the answer of a build without CUDA.
+#include "backend/backend.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace braid {
+namespace {
+
+const std::string kTiny = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/llama_tiny";
+
+TEST_CASE("ParseDevice: cpu, cuda and cuda:N") {
+  auto cpu = ParseDevice("cpu");
+  REQUIRE(cpu.ok());
+  CHECK(cpu->kind == DeviceSpec::Kind::kCpu);
+  auto cuda = ParseDevice("cuda");
+  REQUIRE(cuda.ok());
+  CHECK(cuda->kind == DeviceSpec::Kind::kCuda);
+  CHECK(cuda->index == 0);
+  auto three = ParseDevice("cuda:3");
+  REQUIRE(three.ok());
+  CHECK(three->kind == DeviceSpec::Kind::kCuda);
+  CHECK(three->index == 3);
+  CHECK(ParseDevice("cuda:1023")->index == 1023);
+}
+
+TEST_CASE("ParseDevice: bad names and indices say what is wrong") {
+  for (const char* name : {"", "CPU", "gpu", "cuda0", "cud:0", "cpu:0", " cpu"}) {
+    CAPTURE(name);
+    auto d = ParseDevice(name);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().code() == StatusCode::kInvalidArgument);
+    CHECK(d.status().message() ==
+          "unknown device '" + std::string(name) + "' (cpu, cuda or cuda:N)");
+  }
+  for (const char* name : {"cuda:", "cuda:x", "cuda:-1", "cuda:+1", "cuda:1.5", "cuda:1 ",
+                           "cuda:1024", "cuda:99999999999999999999"}) {
+    CAPTURE(name);
+    auto d = ParseDevice(name);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().code() == StatusCode::kInvalidArgument);
+    CHECK(d.status().message() ==
+          "device '" + std::string(name) + "': the GPU index must be in [0, 1023]");
+  }
+}
+
+TEST_CASE("OpenBackend: the CPU backend runs a batch") {
+  auto file = LoadModelFile(kTiny);
+  REQUIRE_MESSAGE(file.ok(), file.status().ToString());
+  ModelOptions o;
+  o.threads = 2;
+  o.cpu.stream = CpuOptions::Stream::kTemporal;  // no timing at open
+  auto b = OpenBackend(**file, o, 64);
+  REQUIRE_MESSAGE(b.ok(), b.status().ToString());
+  Backend& backend = **b;
+  CHECK(backend.name() == "cpu");
+  CHECK(backend.max_chunk() == 256);
+  CHECK(backend.KvBlockBytes(16) > 0);
+  CHECK(backend.KvMemoryAvailable() > 0);
+  ModelInfo info;
+  backend.Describe(&info);
+  CHECK(info.threads == 2);
+  CHECK(info.stream == "t0 (forced)");
+  CHECK(info.bytes_per_token > 0);
+  CHECK(info.decode_stages.size() == 4 * static_cast<size_t>((*file)->config().n_layer) + 1);
+
+  auto kv = backend.AllocateKv(4, 16);
+  REQUIRE(kv.ok());
+  CHECK((*kv)->n_blocks() == 4);
+  CHECK((*kv)->block_size() == 16);
+  CHECK((*kv)->bytes() == 4 * backend.KvBlockBytes(16));
+  CHECK_FALSE(backend.AllocateKv(0, 16).ok());
+
+  const std::vector<int32_t> ids = {1, 5, 9};
+  const int32_t table[] = {2, 0};
+  BatchSegment seg;
+  seg.tokens = ids.data();
+  seg.n_tokens = static_cast<int>(ids.size());
+  seg.block_table = table;
+  seg.logits_from = 0;  // every token's row
+  std::vector<float> logits(ids.size() * (*file)->config().n_vocab, -1e30f);
+  REQUIRE(backend.Forward(std::span<const BatchSegment>(&seg, 1), **kv, logits.data()).ok());
+  bool changed = true;
+  for (size_t t = 0; t < ids.size(); ++t)
+    changed = changed && logits[t * (*file)->config().n_vocab] != -1e30f;
+  CHECK(changed);
+
+  // KV memory of another backend is refused, not misread.
+  struct OtherKv final : KvMemory {
+    int n_blocks() const override { return 4; }
+    int block_size() const override { return 16; }
+    size_t bytes() const override { return 0; }
+  } other;
+  Status s = backend.Forward(std::span<const BatchSegment>(&seg, 1), other, logits.data());
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("OpenBackend: a bad device is refused before anything is loaded") {
+  auto file = LoadModelFile(kTiny);
+  REQUIRE(file.ok());
+  ModelOptions o;
+  o.device = "tpu";
+  auto b = OpenBackend(**file, o, 64);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.status().message() == "unknown device 'tpu' (cpu, cuda or cuda:N)");
+}
+
+#ifndef BRAID_HAVE_CUDA
+TEST_CASE("OpenBackend: cuda:0 on a build without the CUDA backend says so") {
+  auto file = LoadModelFile(kTiny);
+  REQUIRE(file.ok());
+  ModelOptions o;
+  o.device = "cuda:0";
+  auto b = OpenBackend(**file, o, 64);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.status().code() == StatusCode::kUnsupported);
+  CHECK(b.status().message() ==
+        "device 'cuda:0': this build has no CUDA backend (configure with nvcc available, "
+        "-DBRAID_CUDA=ON)");
+}
+#endif
+
+}  // namespace
+}  // namespace braid

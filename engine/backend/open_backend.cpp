@@ -1,0 +1,55 @@
+// ParseDevice and OpenBackend: a device name to the backend that runs there.
+#include <charconv>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#ifdef BRAID_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace braid {
+namespace {
+
+// Far above any host's GPU count; keeps "cuda:99999999999" out of an int.
+constexpr int kMaxDeviceIndex = 1023;
+
+}  // namespace
+
+Result<DeviceSpec> ParseDevice(const std::string& device) {
+  DeviceSpec spec;
+  if (device == "cpu") return spec;
+  spec.kind = DeviceSpec::Kind::kCuda;
+  if (device == "cuda") return spec;
+  const std::string prefix = "cuda:";
+  if (device.compare(0, prefix.size(), prefix) != 0)
+    return Status::InvalidArgument("unknown device '" + device + "' (cpu, cuda or cuda:N)");
+  const char* first = device.data() + prefix.size();
+  const char* last = device.data() + device.size();
+  int index = -1;
+  const auto [end, ec] = std::from_chars(first, last, index);
+  if (first == last || ec != std::errc() || end != last || index < 0 || index > kMaxDeviceIndex)
+    return Status::InvalidArgument("device '" + device + "': the GPU index must be in [0, " +
+                                   std::to_string(kMaxDeviceIndex) + "]");
+  spec.index = index;
+  return spec;
+}
+
+Result<std::unique_ptr<Backend>> OpenBackend(const ModelFile& file, const ModelOptions& options,
+                                             int context) {
+  BRAID_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(options.device));
+  switch (spec.kind) {
+    case DeviceSpec::Kind::kCpu:
+      return OpenCpuBackend(file, options, context);
+    case DeviceSpec::Kind::kCuda:
+#ifdef BRAID_HAVE_CUDA
+      return OpenCudaBackend(file, options, spec.index, context);
+#else
+      return Status::Unsupported(
+          "device '" + options.device +
+          "': this build has no CUDA backend (configure with nvcc available, -DBRAID_CUDA=ON)");
+#endif
+  }
+  return Status::Internal("unknown device kind");
+}
+
+}  // namespace braid

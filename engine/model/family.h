@@ -1,0 +1,113 @@
+// Model families: what each architecture the engine runs states about its
+// weights and its block, written once and read by the file loader
+// (validation, Hugging Face -> GGUF names), the model's description and the
+// backends' weight builders. One file per family (family_llama.cpp,
+// family_mistral.cpp, family_qwen2.cpp), as llama.cpp's src/models/.
+//
+// A family is plain constant data: its names, the traits of its block, and
+// two tensor lists (the model's global tensors, then each layer's). Lists
+// are in the order validation checks them, so the first missing or misshaped
+// tensor named in an error is always the same.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace braid {
+
+// What a tensor is, whatever its name: backends map roles to their fields.
+enum class TensorRole {
+  // Global.
+  kTokenEmbd,   // [n_vocab rows of n_embd]
+  kOutputNorm,  // [n_embd]
+  kOutput,      // [n_vocab, n_embd]; absent when the head reuses kTokenEmbd
+  kRopeFreqs,   // [n_rot / 2] per-frequency divisors (Llama 3.1 GGUFs)
+  // Per layer.
+  kAttnNorm,  // [n_embd]
+  kWq,        // [n_head * head_dim, n_embd] (rows = outputs)
+  kWk,        // [n_head_kv * head_dim, n_embd]
+  kWv,        // [n_head_kv * head_dim, n_embd]
+  kWo,        // [n_embd, n_head * head_dim]
+  kBq,        // [n_head * head_dim]
+  kBk,        // [n_head_kv * head_dim]
+  kBv,        // [n_head_kv * head_dim]
+  kBo,        // [n_embd]
+  kFfnNorm,   // [n_embd]
+  kWGate,     // [n_ff, n_embd]
+  kWUp,       // [n_ff, n_embd]
+  kWDown,     // [n_embd, n_ff]
+};
+
+// One dimension of a tensor's shape, as a function of the config.
+enum class Dim { kNone, kEmbd, kVocab, kQ, kKv, kFf, kHalfRot };
+
+// When a tensor must be present.
+enum class Presence {
+  kRequired,
+  kOptional,    // validated when present
+  kQkvBias,     // required when ModelConfig::qkv_bias, else optional
+  kUnlessTied,  // required unless ModelConfig::tied_embeddings
+};
+
+struct TensorSpec {
+  TensorRole role;
+  // GGUF name; per-layer tensors: the part after "blk.N.".
+  const char* gguf;
+  // Hugging Face name; per-layer tensors: the part after "model.layers.N.";
+  // nullptr when checkpoints never carry it.
+  const char* hf;
+  // Shape in GGUF order (innermost first): [cols, rows] for a matrix,
+  // [n, kNone] for a vector.
+  Dim shape[2];
+  Presence presence;
+  // Whether the forward pass reads it (else it is only validated).
+  bool read;
+};
+
+struct Family {
+  Arch arch;
+  const char* gguf_arch;                             // GGUF general.architecture, also ArchName
+  std::span<const std::string_view> hf_model_types;  // config.json "model_type"
+  // Q, K and V projections carry biases (Hugging Face checkpoints; a GGUF
+  // file says so by having them).
+  bool qkv_bias;
+  // q and k get an RMS norm per head before RoPE (Qwen3 style).
+  bool qk_norm;
+  // GGUF files rotate split halves ("neox"); false: adjacent pairs, llama.cpp
+  // having permuted Q/K rows. Hugging Face checkpoints always rotate halves.
+  bool gguf_rope_neox;
+  std::span<const TensorSpec> globals;
+  std::span<const TensorSpec> layer;
+};
+
+// Every family, in the order error messages list them.
+std::span<const Family* const> Families();
+// nullptr when the engine has no such family.
+const Family* FindFamily(Arch arch);
+const Family* FindFamilyByGgufArch(std::string_view gguf_arch);
+const Family* FindFamilyByHfModelType(std::string_view model_type);
+// "llama, mistral, qwen2": the GGUF names, for error messages.
+std::string FamilyNames();
+
+// The family's spec for `role`; nullptr when its models have no such tensor.
+const TensorSpec* FindTensorSpec(const Family& family, TensorRole role);
+// The GGUF name of a global tensor (layer < 0) or of layer `layer`'s.
+std::string TensorName(const TensorSpec& spec, int layer = -1);
+// The shape the config implies, in GGUF order.
+std::vector<int64_t> TensorShape(const TensorSpec& spec, const ModelConfig& config);
+bool TensorRequired(const TensorSpec& spec, const ModelConfig& config);
+
+// One per family file.
+const Family& LlamaFamily();
+const Family& MistralFamily();
+const Family& Qwen2Family();
+// The Llama block's tensors, which mistral and qwen2 share (family_llama.cpp).
+std::span<const TensorSpec> LlamaGlobalTensors();
+std::span<const TensorSpec> LlamaLayerTensors();
+
+}  // namespace braid

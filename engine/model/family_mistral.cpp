@@ -1,0 +1,24 @@
+// Mistral: the Llama block unchanged (grouped-query attention, no biases).
+// config.json's sliding_window is not read.
+#include "model/family.h"
+
+namespace braid {
+namespace {
+constexpr std::string_view kHfTypes[] = {"mistral"};
+}  // namespace
+
+const Family& MistralFamily() {
+  static const Family f{
+      .arch = Arch::kMistral,
+      .gguf_arch = "mistral",
+      .hf_model_types = kHfTypes,
+      .qkv_bias = false,
+      .qk_norm = false,
+      .gguf_rope_neox = false,
+      .globals = LlamaGlobalTensors(),
+      .layer = LlamaLayerTensors(),
+  };
+  return f;
+}
+
+}  // namespace braid

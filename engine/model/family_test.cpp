@@ -1,0 +1,57 @@
+// The family tables: lookups by arch and by name, and the shapes and
+// presence rules the loader validates with.
+#include "model/family.h"
+
+#include <doctest/doctest.h>
+
+#include <set>
+
+namespace braid {
+namespace {
+
+TEST_CASE("families: found by arch, GGUF architecture and model_type") {
+  CHECK(FamilyNames() == "llama, mistral, qwen2");
+  for (Arch a : {Arch::kLlama, Arch::kMistral, Arch::kQwen2}) {
+    const Family* f = FindFamily(a);
+    REQUIRE(f != nullptr);
+    CHECK(f->arch == a);
+    CHECK(FindFamilyByGgufArch(ArchName(a)) == f);
+    CHECK(FindFamilyByHfModelType(ArchName(a)) == f);
+    CHECK_FALSE(f->qk_norm);
+  }
+  CHECK(FindFamilyByGgufArch("gpt2") == nullptr);
+  CHECK(FindFamilyByHfModelType("gemma") == nullptr);
+  CHECK(FindFamily(Arch::kQwen2)->qkv_bias);
+  CHECK(FindFamily(Arch::kQwen2)->gguf_rope_neox);
+  CHECK_FALSE(FindFamily(Arch::kLlama)->gguf_rope_neox);
+}
+
+TEST_CASE("families: each role once, shapes and presence from the config") {
+  for (const Family* f : Families()) {
+    std::set<TensorRole> roles;
+    for (const auto& list : {f->globals, f->layer})
+      for (const TensorSpec& t : list) CHECK(roles.insert(t.role).second);
+  }
+  ModelConfig c;
+  c.n_vocab = 100, c.n_embd = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.n_ff = 96;
+  c.n_rot = 16;
+  const Family& llama = *FindFamily(Arch::kLlama);
+  const TensorSpec* k = FindTensorSpec(llama, TensorRole::kWk);
+  REQUIRE(k != nullptr);
+  CHECK(TensorName(*k, 3) == "blk.3.attn_k.weight");
+  CHECK(TensorShape(*k, c) == std::vector<int64_t>{64, 32});
+  CHECK(TensorShape(*FindTensorSpec(llama, TensorRole::kWDown), c) == std::vector<int64_t>{96, 64});
+  CHECK(TensorShape(*FindTensorSpec(llama, TensorRole::kRopeFreqs), c) == std::vector<int64_t>{8});
+  const TensorSpec* out = FindTensorSpec(llama, TensorRole::kOutput);
+  CHECK(TensorName(*out) == "output.weight");
+  CHECK(TensorRequired(*out, c));
+  c.tied_embeddings = true;
+  CHECK_FALSE(TensorRequired(*out, c));
+  const TensorSpec* bq = FindTensorSpec(llama, TensorRole::kBq);
+  CHECK_FALSE(TensorRequired(*bq, c));
+  c.qkv_bias = true;
+  CHECK(TensorRequired(*bq, c));
+}
+
+}  // namespace
+}  // namespace braid
