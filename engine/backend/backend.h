@@ -54,6 +54,8 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu" or "cuda:0".
   virtual std::string name() const = 0;
+  // Logits per row.
+  virtual int n_vocab() const = 0;
   // Most tokens one Forward takes (callers split longer inputs).
   virtual int max_chunk() const = 0;
   // Bytes of KV memory per block of `block_size` slots.
@@ -68,6 +70,10 @@ class Backend {
   // token's, or every token's, as each segment asks ([rows, n_vocab] fp32).
   // Thread-safe: calls are serialised inside.
   virtual Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) = 0;
+  // As Forward, but each logits row yields only the index of its largest
+  // logit (the first on ties; greedy decoding) into `ids`. A device backend
+  // picks it where the logits are and copies back one id per row.
+  virtual Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids);
   // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
   // threads, stream, bytes_per_token and decode_stages where they differ.
   virtual void Describe(ModelInfo* info) const = 0;

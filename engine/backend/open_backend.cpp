@@ -1,5 +1,7 @@
 // ParseDevice and OpenBackend: a device name to the backend that runs there.
+#include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
@@ -50,6 +52,21 @@ Result<std::unique_ptr<Backend>> OpenBackend(const ModelFile& file, const ModelO
 #endif
   }
   return Status::Internal("unknown device kind");
+}
+
+Status Backend::ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) {
+  size_t rows = 0;
+  for (const BatchSegment& s : batch)
+    if (s.logits_from < s.pos0 + s.n_tokens)
+      rows += s.pos0 + s.n_tokens - std::max(s.pos0, s.logits_from);
+  const size_t V = static_cast<size_t>(n_vocab());
+  std::vector<float> logits(rows * V);
+  BRAID_RETURN_IF_ERROR(Forward(batch, kv, logits.data()));
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * V;
+    ids[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+  }
+  return Status::Ok();
 }
 
 }  // namespace braid

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <cmath>
+
 #include "model/family.h"
 
 namespace braid {
@@ -7,6 +9,30 @@ namespace braid {
 const char* ArchName(Arch a) {
   const Family* f = FindFamily(a);
   return f != nullptr ? f->gguf_arch : "unknown";
+}
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  std::vector<float> f(c.n_rot / 2);
+  for (int i = 0; i < c.n_rot / 2; ++i)
+    f[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.n_rot));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.factor > 0.0f) {
+    const double pi = 3.14159265358979323846;
+    const double low_wavelen = s.original_context / s.low_freq_factor;
+    const double high_wavelen = s.original_context / s.high_freq_factor;
+    for (float& freq : f) {
+      const double wavelen = 2 * pi / freq;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        freq = static_cast<float>(freq / s.factor);
+      } else {
+        const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        freq = static_cast<float>((1 - smooth) * freq / s.factor + smooth * freq);
+      }
+    }
+  }
+  return f;
 }
 
 }  // namespace braid

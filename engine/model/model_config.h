@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace braid {
 
@@ -36,5 +37,11 @@ struct ModelConfig {
   bool qkv_bias = false;         // qwen2
   bool tied_embeddings = false;  // output head reuses token_embd
 };
+
+// RoPE's inverse frequencies, base^(-2i/n_rot) for i < n_rot/2, with Llama 3
+// frequency scaling when set: long wavelengths are divided by `factor`,
+// short ones kept, the band between interpolated smoothly (Meta's reference
+// implementation). Both backends rotate with these.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c);
 
 }  // namespace braid

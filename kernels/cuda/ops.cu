@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda_ops.h"
 
@@ -17,6 +19,31 @@ __device__ __forceinline__ uint16_t ToBf(float f) { return __bfloat16_as_ushort(
 
 int Err() { return static_cast<int>(cudaGetLastError()); }
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Programmatic dependent launch (sm_90): kernels of the decode path are
+// launched so that each may start while the one before it finishes. Each
+// lets its successor launch at once (Release) and, before it touches
+// anything an earlier kernel wrote, waits for that kernel to complete
+// (Acquire); only reads of weights come before the wait. Launched without
+// the attribute, both are no-ops.
+__device__ __forceinline__ void Release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void Acquire() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+template <typename... Params, typename... Args>
+int Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+           Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -42,6 +69,8 @@ __device__ float BlockSum(float v) {
 }
 
 __global__ void EmbedKernel(const uint16_t* table, const int32_t* ids, int dim, float* x) {
+  Release();
+  Acquire();
   const int t = blockIdx.x;
   const uint16_t* row = table + static_cast<int64_t>(ids[t]) * dim;
   float* out = x + static_cast<int64_t>(t) * dim;
@@ -50,6 +79,8 @@ __global__ void EmbedKernel(const uint16_t* table, const int32_t* ids, int dim, 
 
 __global__ void RmsNormKernel(const float* x, const float* w, const int32_t* rows, int dim,
                               float eps, uint16_t* out) {
+  Release();
+  Acquire();
   const int r = blockIdx.x;
   const int src = rows ? rows[r] : r;
   const float* in = x + static_cast<int64_t>(src) * dim;
@@ -84,6 +115,8 @@ __device__ __forceinline__ float Rotate(const float* x, const float* b, int d, i
 }
 
 __global__ void RopeKvKernel(RopeKvArgs a) {
+  Release();
+  Acquire();
   const int t = blockIdx.x;
   const int hd = a.head_dim;
   const int q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
@@ -91,7 +124,8 @@ __global__ void RopeKvKernel(RopeKvArgs a) {
   const float* row = a.qkv + static_cast<int64_t>(t) * width;
   const int pos = a.pos[t];
   const int slot = a.slot[t];
-  for (int e = threadIdx.x; e < width; e += blockDim.x) {
+  // One element per thread: blocks along y cover the token's row.
+  for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < width; e += gridDim.y * blockDim.x) {
     const int head_base = e < q_dim ? (e / hd) * hd : q_dim + ((e - q_dim) / hd) * hd;
     const int d = e - head_base;
     if (e < q_dim) {
@@ -115,6 +149,8 @@ __global__ void RopeKvKernel(RopeKvArgs a) {
 }
 
 __global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
+  Release();
+  Acquire();
   const int t = blockIdx.y;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= n_ff) return;
@@ -132,6 +168,8 @@ constexpr int kWarps = 4;
 
 template <int HD, int GMAX>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
+  Release();
+  Acquire();
   constexpr int kLanes = HD / 8;                // lanes per key
   constexpr int kSub = kWarps * (32 / kLanes);  // subgroups per block
   __shared__ float sm_acc[kSub][GMAX][HD];
@@ -240,6 +278,8 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
 
 // Merges the key ranges of DecodeAttentionKernel: one block per (token, head).
 __global__ void CombineKernel(DecodeAttentionArgs a) {
+  Release();
+  Acquire();
   const int HD = a.head_dim;
   const int t = a.tokens[blockIdx.x], h = blockIdx.y;
   const float* p = a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split * (HD + 2);
@@ -261,9 +301,10 @@ __global__ void CombineKernel(DecodeAttentionArgs a) {
 
 template <int HD, int GMAX>
 int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
-  DecodeAttentionKernel<HD, GMAX><<<dim3(a.n, a.n_kv, a.n_split), kWarps * 32, 0, s>>>(a);
-  if (a.n_split > 1) CombineKernel<<<dim3(a.n, a.n_head), HD, 0, s>>>(a);
-  return Err();
+  int e = Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32), 0,
+               s, a);
+  if (e == 0 && a.n_split > 1) e = Launch(CombineKernel, dim3(a.n, a.n_head), dim3(HD), 0, s, a);
+  return e;
 }
 
 __global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
@@ -322,27 +363,165 @@ __global__ void F32ToBf16Kernel(const float* src, int64_t n, uint16_t* dst) {
   if (i < n) dst[i] = ToBf(src[i]);
 }
 
+
+// Gemv: 8 warps per block, each warp one output row at a time (rows strided
+// over the grid); every lane streams 16-byte pieces of the row, kUnroll of
+// them in flight, against the block's copy of x in shared memory. The first
+// pieces of the warp's first row are loaded before waiting for the kernel
+// that writes x.
+constexpr int kGemvWarps = 8;
+constexpr int kUnroll = 4;
+
+__device__ __forceinline__ void Unpack(uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+template <int M>
+__global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
+  extern __shared__ __align__(16) uint16_t xs[];
+  Release();
+  const int K8 = a.k / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int row = blockIdx.x * kGemvWarps + warp;
+  auto load = [&](int r, int base, uint4* wv) {
+    const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32;
+      wv[u] = i < K8 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 wv[kUnroll];
+  if (row < a.n) load(row, lane, wv);
+  Acquire();
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(a.x);
+    uint4* dst = reinterpret_cast<uint4*>(xs);
+    for (int i = threadIdx.x; i < M * K8; i += blockDim.x) dst[i] = src[i];
+  }
+  __syncthreads();
+  const uint4* xv = reinterpret_cast<const uint4*>(xs);
+  for (; row < a.n; row += gridDim.x * kGemvWarps) {
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0;
+    for (int base = lane; base < K8; base += 32 * kUnroll) {
+      if (base != lane) load(row, base, wv);  // the first pieces are already in wv
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32;
+        if (i >= K8) break;
+        float wf[8];
+        Unpack(wv[u], wf);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          Unpack(xv[m * K8 + i], xf);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float v = WarpSum(acc[m]);
+      if (lane == 0) {
+        float* y = a.y + static_cast<int64_t>(m) * a.n + row;
+        *y = a.accumulate ? *y + v : v;
+      }
+    }
+    const int next = row + gridDim.x * kGemvWarps;
+    if (next < a.n) load(next, lane, wv);
+  }
+}
+
+template <int M>
+int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
+  const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
+  static int configured = 0;  // the largest dynamic shared memory allowed so far
+  if (smem > 48 * 1024 && smem > configured) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(GemvKernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    configured = smem;
+  }
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
+  return Launch(GemvKernel<M>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
+}
+
+__global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
+  Release();
+  Acquire();
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  float best = -FLT_MAX;
+  int at = 0x7fffffff;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (row[i] > best) best = row[i], at = i;  // strided: the first of this thread's maxima
+  __shared__ float sb[32];
+  __shared__ int si[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (b > best || (b == best && i < at)) best = b, at = i;
+  }
+  if (threadIdx.x % 32 == 0) sb[threadIdx.x / 32] = best, si[threadIdx.x / 32] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+      if (sb[w] > best || (sb[w] == best && si[w] < at)) best = sb[w], at = si[w];
+    out[blockIdx.x] = at;
+  }
+}
+
 }  // namespace
 
+int Gemv(const GemvArgs& a, void* stream) {
+  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % 8 != 0) return -1;
+  cudaStream_t s = S(stream);
+  switch (a.rows) {
+    case 1:
+      return LaunchGemv<1>(a, s);
+    case 2:
+      return LaunchGemv<2>(a, s);
+    case 3:
+      return LaunchGemv<3>(a, s);
+    default:
+      return LaunchGemv<4>(a, s);
+  }
+}
+
+int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream) {
+  return rows > 0 ? Launch(ArgmaxKernel, dim3(rows), dim3(1024), 0, S(stream), x, n, out) : 0;
+}
+
 int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream) {
-  if (n > 0) EmbedKernel<<<n, 256, 0, S(stream)>>>(table, ids, dim, x);
-  return Err();
+  return n > 0 ? Launch(EmbedKernel, dim3(n), dim3(256), 0, S(stream), table, ids, dim, x) : 0;
 }
 
 int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim, float eps,
             uint16_t* out, void* stream) {
-  if (n > 0) RmsNormKernel<<<n, 256, 0, S(stream)>>>(x, w, rows, dim, eps, out);
-  return Err();
+  return n > 0 ? Launch(RmsNormKernel, dim3(n), dim3(256), 0, S(stream), x, w, rows, dim, eps, out)
+               : 0;
 }
 
 int RopeStoreKv(const RopeKvArgs& a, void* stream) {
-  if (a.n > 0) RopeKvKernel<<<a.n, 256, 0, S(stream)>>>(a);
-  return Err();
+  const int width = (a.n_head + 2 * a.n_kv) * a.head_dim;
+  return a.n > 0 ? Launch(RopeKvKernel, dim3(a.n, (width + 255) / 256), dim3(256), 0, S(stream), a)
+                 : 0;
 }
 
 int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream) {
-  if (n > 0) SwiGluKernel<<<dim3((n_ff + 255) / 256, n), 256, 0, S(stream)>>>(gu, n_ff, out);
-  return Err();
+  return n > 0 ? Launch(SwiGluKernel, dim3((n_ff + 255) / 256, n), dim3(256), 0, S(stream), gu, n_ff,
+                        out)
+               : 0;
 }
 
 bool DecodeAttentionSupports(int head_dim, int group) {

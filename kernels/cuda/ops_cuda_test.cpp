@@ -247,6 +247,59 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     cudaFree(p);
 }
 
+// The matrix-vector kernel for each row count, plain and accumulating,
+// against fp32 loops over the same bf16 inputs.
+void TestGemv() {
+  const int n = 1000, k = 776;  // n not a multiple of the rows per block
+  std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]), wf[i] = Bf16ToFp32(w[i]);
+  uint16_t* dw = ToDevice(w);
+  for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
+    for (bool acc : {false, true}) {
+      std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
+      std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+      std::vector<float> want(static_cast<size_t>(rows) * n);
+      for (int m = 0; m < rows; ++m)
+        for (int r = 0; r < n; ++r) {
+          double d = 0;
+          for (int j = 0; j < k; ++j)
+            d += static_cast<double>(wf[static_cast<size_t>(r) * k + j]) * x[m * k + j];
+          want[m * n + r] = static_cast<float>(d) + (acc ? y0[m * n + r] : 0.0f);
+        }
+      uint16_t* dx = ToDevice(xb);
+      float* dy = ToDevice(y0);
+      cuda::GemvArgs a;
+      a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
+      const int e = cuda::Gemv(a, nullptr);
+      const std::string what = "gemv (rows " + std::to_string(rows) + (acc ? ", accumulate)" : ")");
+      if (e != 0) {
+        ++failures;
+        std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+      }
+      Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+      cudaFree(dx), cudaFree(dy);
+    }
+  cudaFree(dw);
+}
+
+void TestArgmax() {
+  const int rows = 3, n = 70000;
+  std::vector<float> x = Random(static_cast<size_t>(rows) * n);
+  x[5] = 50, x[n + n - 1] = 50, x[2 * n + 100] = 50, x[2 * n + 200] = 50;  // a tie: first wins
+  float* dx = ToDevice(x);
+  int32_t* out = nullptr;
+  cudaMalloc(&out, rows * sizeof(int32_t));
+  cuda::ArgmaxRows(dx, rows, n, out, nullptr);
+  const std::vector<int32_t> got = ToHost(out, rows);
+  const bool ok = got[0] == 5 && got[1] == n - 1 && got[2] == 100;
+  failures += !ok;
+  std::printf("%s argmax (%d %d %d)\n", ok ? "ok  " : "FAIL", got[0], got[1], got[2]);
+  cudaFree(dx), cudaFree(out);
+}
+
 }  // namespace
 
 int main() {
@@ -257,6 +310,8 @@ int main() {
   }
   TestRmsNorm();
   TestSwiGlu();
+  TestGemv();
+  TestArgmax();
   TestAttention(64, 32, 8, true, false, 1);
   TestAttention(64, 32, 8, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3);

@@ -104,6 +104,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
+  int n_vocab() const override { return config_.n_vocab; }
   int max_chunk() const override { return forward_->max_chunk(); }
   size_t KvBlockBytes(int block_size) const override {
     return KvStore::BlockBytes(config_.n_layer, block_size, config_.n_head_kv, config_.head_dim,

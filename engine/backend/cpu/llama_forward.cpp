@@ -16,32 +16,6 @@ using kernels::ThreadPool;
 
 namespace {
 
-// base^(-2i/n_rot) for i < n_rot/2, with Llama 3 frequency scaling when set:
-// long wavelengths are divided by `factor`, short ones kept, the band between
-// interpolated smoothly (Meta's reference implementation).
-std::vector<float> InverseFrequencies(const ModelConfig& c) {
-  std::vector<float> f(c.n_rot / 2);
-  for (int i = 0; i < c.n_rot / 2; ++i)
-    f[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.n_rot));
-  const RopeScaling& s = c.rope_scaling;
-  if (s.factor > 0.0f) {
-    const double pi = 3.14159265358979323846;
-    const double low_wavelen = s.original_context / s.low_freq_factor;
-    const double high_wavelen = s.original_context / s.high_freq_factor;
-    for (float& freq : f) {
-      const double wavelen = 2 * pi / freq;
-      if (wavelen < high_wavelen) continue;
-      if (wavelen > low_wavelen) {
-        freq = static_cast<float>(freq / s.factor);
-      } else {
-        const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
-                              (s.high_freq_factor - s.low_freq_factor);
-        freq = static_cast<float>((1 - smooth) * freq / s.factor + smooth * freq);
-      }
-    }
-  }
-  return f;
-}
 
 bool SameActivation(const kernels::MatrixView& a, const kernels::MatrixView& b,
                     kernels::ActPrecision p) {
@@ -69,7 +43,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
       clocks_(static_cast<size_t>(pool.size())) {
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
-  inv_freq_ = InverseFrequencies(c_);
+  inv_freq_ = RopeInverseFrequencies(c_);
   const size_t m = static_cast<size_t>(max_chunk_);
   x_.resize(m * c_.n_embd);
   xn_.resize(m * c_.n_embd);

@@ -29,8 +29,9 @@ Result<double> MeasureCudaCopyBandwidth(int device);
 
 // Seconds of the GEMMs of one decode step of `m` tokens on a model of
 // config `c` (every layer's Q/K/V, Wo, gate/up and down, and the head) with
-// the backend's cuBLASLt settings, on random bf16 weights: the rate that
-// cuBLAS alone would allow (the median of 5 steps after one warm-up).
+// the backend's cuBLASLt settings, on random bf16 weights, replayed as one
+// CUDA graph: the rate that cuBLAS alone would allow (the median of 5
+// replays after one warm-up).
 Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device);
 
 }  // namespace braid

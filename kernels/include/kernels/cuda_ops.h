@@ -4,6 +4,11 @@
 // uint16_t so that CUDA headers stay out of this one. Every launcher returns
 // 0 (cudaSuccess) or the CUDA error of the launch.
 //
+// The kernels of the decode path (Embed, RmsNorm, RopeStoreKv, SwiGlu,
+// DecodeAttention, Gemv, ArgmaxRows) are launched with programmatic
+// dependent launch: each may start while the previous kernel on the stream
+// finishes, and waits for it before reading what it wrote.
+//
 // KV layout, per layer: [block][kv_head][slot][head_dim] bf16 for K and for V
 // (one KV head's rows of a block contiguous); a token's KV slot is
 // block * block_size + slot.
@@ -76,6 +81,23 @@ int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_
 //   out [row0 + t, h*hd + d] <- oh [h][t][d], t < n
 int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
                  void* stream);
+
+// y[m, :] (+)= w x[m, :] for m < rows (rows <= kGemvMaxRows): a
+// matrix-vector product that reads the bf16 matrix w [n, k] once for all
+// rows (k a multiple of 8), for decode steps of a few tokens. x is bf16
+// [rows, k], y fp32 [rows, n].
+constexpr int kGemvMaxRows = 4;
+struct GemvArgs {
+  const uint16_t* w = nullptr;
+  const uint16_t* x = nullptr;
+  float* y = nullptr;
+  int rows = 1, n = 0, k = 0;
+  bool accumulate = false;
+};
+int Gemv(const GemvArgs& a, void* stream);
+
+// out[r] = the index of the largest of x[r, 0..n) (the first on ties), r < rows.
+int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream);
 
 // dst[i] = bf16(src[i]).
 int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream);
