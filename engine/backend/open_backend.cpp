@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/system_probe.h"
 #include "backend/cpu/cpu_backend.h"
 #ifdef BRAID_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -67,6 +68,17 @@ Status Backend::ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv,
     ids[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
   }
   return Status::Ok();
+}
+
+double MeasureDeviceCopyBandwidth(const std::string& device) {
+  const Result<DeviceSpec> spec = ParseDevice(device);
+  if (!spec.ok() || spec.value().kind != DeviceSpec::Kind::kCuda) return 0;
+#ifdef BRAID_HAVE_CUDA
+  const Result<double> gbs = MeasureCudaCopyBandwidth(spec.value().index);
+  return gbs.ok() ? gbs.value() * 1e9 : 0;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace braid

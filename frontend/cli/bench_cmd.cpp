@@ -168,8 +168,9 @@ int BenchMain(const std::vector<std::string>& argv) {
   std::printf("| model | size | params | backend | threads | test | t/s |\n");
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.2f MiB | %.2f M | CPU %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
-                info.weight_bytes / 1048576.0, info.n_params / 1e6, info.isa.c_str(), info.threads,
+    std::printf("| %s | %.2f MiB | %.2f M | %s %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+                info.weight_bytes / 1048576.0, info.n_params / 1e6, info.device.c_str(),
+                info.isa.c_str(), info.threads,
                 r.test.c_str(), r.s.mean, r.s.stddev);
 
   std::printf("\nweight stream: %s\n",
@@ -179,7 +180,23 @@ int BenchMain(const std::vector<std::string>& argv) {
   // kernels' prefetches, so it is the last-level cache's where they fit there
   // and memory's where they do not; memory's (a 512 MiB buffer) beside it.
   double bw = 0, mem_bw = 0, roofline = 0;
-  if (!no_bw) {
+  const bool gpu = info.device.rfind("cuda", 0) == 0;
+  if (!no_bw && gpu) {
+    // A GPU reads its weights from device memory: the roofline is the
+    // device-to-device copy bandwidth (bytes read + written) over the bytes
+    // of weights read per token.
+    bw = mem_bw = MeasureDeviceCopyBandwidth(info.device);
+    roofline = bw / static_cast<double>(info.bytes_per_token);
+    std::printf("weights read per token: %.1f MB
+%s copy bandwidth: %.1f GB/s
+"
+                "decode roofline: %.1f tok/s
+",
+                info.bytes_per_token / 1e6, info.device.c_str(), bw / 1e9, roofline);
+    for (const Row& r : rows)
+      if (r.test.rfind("tg", 0) == 0)
+        std::printf("%s / roofline = %.1f%%\n", r.test.c_str(), 100.0 * r.s.mean / roofline);
+  } else if (!no_bw) {
     bw = MeasureStreamBandwidth(info.threads, info.decode_stages);
     mem_bw = MeasureReadBandwidth(info.threads);
     roofline = bw / static_cast<double>(info.bytes_per_token);

@@ -35,6 +35,12 @@ double MeasureReadBandwidth(int threads);
 // they fit there, memory's otherwise. Bytes/second.
 double MeasureStreamBandwidth(int threads, const std::vector<uint64_t>& stages);
 
+// Device-to-device copy bandwidth of a GPU named as ModelOptions::device
+// names it ("cuda", "cuda:N"), bytes read + written per second (a copy far
+// larger than its L2, median of several); 0 for "cpu", an unknown device or
+// a build without the CUDA backend.
+double MeasureDeviceCopyBandwidth(const std::string& device);
+
 // Peak int8 dot-product rate in operations/second (a multiply-add is 2) with
 // `threads` threads: a loop of vpdpbusd (AVX-512 VNNI) or maddubs (AVX2) on
 // register-resident data, best of a few repetitions; 0 where neither exists.
