@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/system_probe.h"
 #include "backend/cpu/cpu_backend.h"
+#include "engine/system_probe.h"
 #ifdef BRAID_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif

@@ -170,8 +170,7 @@ int BenchMain(const std::vector<std::string>& argv) {
   for (const Row& r : rows)
     std::printf("| %s | %.2f MiB | %.2f M | %s %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
                 info.weight_bytes / 1048576.0, info.n_params / 1e6, info.device.c_str(),
-                info.isa.c_str(), info.threads,
-                r.test.c_str(), r.s.mean, r.s.stddev);
+                info.isa.c_str(), info.threads, r.test.c_str(), r.s.mean, r.s.stddev);
 
   std::printf("\nweight stream: %s\n",
               info.stream.empty() ? "(exact path: none)" : info.stream.c_str());
@@ -188,11 +187,15 @@ int BenchMain(const std::vector<std::string>& argv) {
     bw = mem_bw = MeasureDeviceCopyBandwidth(info.device);
     roofline = bw / static_cast<double>(info.bytes_per_token);
     std::printf("weights read per token: %.1f MB
-%s copy bandwidth: %.1f GB/s
-"
-                "decode roofline: %.1f tok/s
-",
-                info.bytes_per_token / 1e6, info.device.c_str(), bw / 1e9, roofline);
+                    % s copy bandwidth
+                : % .1f GB /
+                      s
+                      "
+                      "decode roofline: %.1f tok/s
+                      ",
+                      info.bytes_per_token /
+                      1e6,
+                  info.device.c_str(), bw / 1e9, roofline);
     for (const Row& r : rows)
       if (r.test.rfind("tg", 0) == 0)
         std::printf("%s / roofline = %.1f%%\n", r.test.c_str(), 100.0 * r.s.mean / roofline);

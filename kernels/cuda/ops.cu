@@ -4,8 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <utility>
 
@@ -14,8 +14,12 @@
 namespace braid::kernels::cuda {
 namespace {
 
-__device__ __forceinline__ float Bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-__device__ __forceinline__ uint16_t ToBf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ float Bf(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ __forceinline__ uint16_t ToBf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 
 int Err() { return static_cast<int>(cudaGetLastError()); }
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
@@ -26,7 +30,9 @@ cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
 // anything an earlier kernel wrote, waits for that kernel to complete
 // (Acquire); only reads of weights come before the wait. Launched without
 // the attribute, both are no-ops.
-__device__ __forceinline__ void Release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void Release() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 __device__ __forceinline__ void Acquire() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 template <typename... Params, typename... Args>
@@ -130,7 +136,8 @@ __global__ void RopeKvKernel(RopeKvArgs a) {
     const int d = e - head_base;
     if (e < q_dim) {
       a.q[static_cast<int64_t>(t) * q_dim + e] =
-          Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot, a.neox, a.inv_freq, pos);
+          Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot, a.neox,
+                 a.inv_freq, pos);
       continue;
     }
     if (slot < 0) continue;
@@ -282,7 +289,8 @@ __global__ void CombineKernel(DecodeAttentionArgs a) {
   Acquire();
   const int HD = a.head_dim;
   const int t = a.tokens[blockIdx.x], h = blockIdx.y;
-  const float* p = a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split * (HD + 2);
+  const float* p =
+      a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split * (HD + 2);
   float mx = -FLT_MAX;
   for (int s = 0; s < a.n_split; ++s)
     if (p[s * (HD + 2) + HD + 1] > 0) mx = fmaxf(mx, p[s * (HD + 2) + HD]);
@@ -301,8 +309,8 @@ __global__ void CombineKernel(DecodeAttentionArgs a) {
 
 template <int HD, int GMAX>
 int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
-  int e = Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32), 0,
-               s, a);
+  int e = Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32),
+                 0, s, a);
   if (e == 0 && a.n_split > 1) e = Launch(CombineKernel, dim3(a.n, a.n_head), dim3(HD), 0, s, a);
   return e;
 }
@@ -362,7 +370,6 @@ __global__ void F32ToBf16Kernel(const float* src, int64_t n, uint16_t* dst) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) dst[i] = ToBf(src[i]);
 }
-
 
 // Gemv: 8 warps per block, each warp one output row at a time (rows strided
 // over the grid); every lane streams 16-byte pieces of the row, kUnroll of
@@ -519,8 +526,8 @@ int RopeStoreKv(const RopeKvArgs& a, void* stream) {
 }
 
 int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream) {
-  return n > 0 ? Launch(SwiGluKernel, dim3((n_ff + 255) / 256, n), dim3(256), 0, S(stream), gu, n_ff,
-                        out)
+  return n > 0 ? Launch(SwiGluKernel, dim3((n_ff + 255) / 256, n), dim3(256), 0, S(stream), gu,
+                        n_ff, out)
                : 0;
 }
 
@@ -548,8 +555,8 @@ int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
 
 int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int n_keys,
              int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc, void* stream) {
-  GatherKvKernel<<<dim3(n_keys, n_kv), head_dim, 0, S(stream)>>>(k_cache, v_cache, table, n_keys,
-                                                                  n_kv, head_dim, block_size, kc, vc);
+  GatherKvKernel<<<dim3(n_keys, n_kv), head_dim, 0, S(stream)>>>(
+      k_cache, v_cache, table, n_keys, n_kv, head_dim, block_size, kc, vc);
   return Err();
 }
 
@@ -568,12 +575,13 @@ int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_
 int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
                  void* stream) {
   ScatterHeadsKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(oh, row0, n, n_head, head_dim,
-                                                                   out);
+                                                                  out);
   return Err();
 }
 
 int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream) {
-  if (n > 0) F32ToBf16Kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, S(stream)>>>(src, n, dst);
+  if (n > 0)
+    F32ToBf16Kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, S(stream)>>>(src, n, dst);
   return Err();
 }
 

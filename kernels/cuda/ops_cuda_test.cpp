@@ -172,7 +172,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   };
   auto head = [&](int t, int off) {
     std::vector<float> h(hd);
-    for (int d = 0; d < hd; ++d) h[d] = qkv[static_cast<size_t>(t) * width + off + d] + (bias ? b[off + d] : 0);
+    for (int d = 0; d < hd; ++d)
+      h[d] = qkv[static_cast<size_t>(t) * width + off + d] + (bias ? b[off + d] : 0);
     return h;
   };
   std::vector<float> q_ref(static_cast<size_t>(T) * q_dim), k_ref(cache), v_ref(cache);
@@ -225,7 +226,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       for (int k = 0; k <= pos[t]; ++k) {
         const size_t at = ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
         double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at + d];
+        for (int d = 0; d < hd; ++d)
+          dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at + d];
         sc[k] = dot * a.scale;
         mx = std::max(mx, sc[k]);
       }
@@ -234,16 +236,18 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       for (int d = 0; d < hd; ++d) {
         double o = 0;
         for (int k = 0; k <= pos[t]; ++k)
-          o += sc[k] * v_stored[((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd + d];
+          o += sc[k] *
+               v_stored[((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd + d];
         want[static_cast<size_t>(t) * q_dim + h * hd + d] = static_cast<float>(o / sum);
       }
     }
   Expect("decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
-  for (void* p : {static_cast<void*>(d_qkv), static_cast<void*>(d_b), static_cast<void*>(d_pos),
-                  static_cast<void*>(d_slot), static_cast<void*>(d_seq), static_cast<void*>(d_tables),
-                  static_cast<void*>(d_seq_table), static_cast<void*>(d_inv), static_cast<void*>(d_q),
-                  static_cast<void*>(d_k), static_cast<void*>(d_v), static_cast<void*>(d_out),
-                  static_cast<void*>(d_part), static_cast<void*>(d_list)})
+  for (void* p :
+       {static_cast<void*>(d_qkv), static_cast<void*>(d_b), static_cast<void*>(d_pos),
+        static_cast<void*>(d_slot), static_cast<void*>(d_seq), static_cast<void*>(d_tables),
+        static_cast<void*>(d_seq_table), static_cast<void*>(d_inv), static_cast<void*>(d_q),
+        static_cast<void*>(d_k), static_cast<void*>(d_v), static_cast<void*>(d_out),
+        static_cast<void*>(d_part), static_cast<void*>(d_list)})
     cudaFree(p);
 }
 

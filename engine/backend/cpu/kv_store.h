@@ -25,12 +25,19 @@ class KvStore {
  public:
   KvStore(int n_layer, int n_blocks, int block_size, int n_kv, int head_dim,
           kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false)
-      : n_layer_(n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_(n_kv),
-        head_dim_(head_dim), type_(type), k_transposed_(k_transposed),
+      : n_layer_(n_layer),
+        n_blocks_(n_blocks),
+        block_size_(block_size),
+        n_kv_(n_kv),
+        head_dim_(head_dim),
+        type_(type),
+        k_transposed_(k_transposed),
         elem_(kernels::KvElementBytes(type)),
         k_(static_cast<size_t>(n_layer) * n_blocks * block_size * n_kv * head_dim * elem_),
         v_(k_.size()),
-        k_scale_(type == kernels::KvType::kQ8 ? static_cast<size_t>(n_layer) * n_blocks * n_kv * block_size : 0),
+        k_scale_(type == kernels::KvType::kQ8
+                     ? static_cast<size_t>(n_layer) * n_blocks * n_kv * block_size
+                     : 0),
         v_scale_(k_scale_.size()) {}
 
   int n_layer() const { return n_layer_; }
@@ -49,7 +56,8 @@ class KvStore {
 
   // Stores head_dim values of K (or V) of one KV head at (layer, block, slot).
   void Put(bool value, int layer, int block, int slot, int kv_head, const float* x) {
-    const size_t tile = Offset(layer, block) + static_cast<size_t>(kv_head) * block_size_ * head_dim_;
+    const size_t tile =
+        Offset(layer, block) + static_cast<size_t>(kv_head) * block_size_ * head_dim_;
     if (type_ == kernels::KvType::kQ8) return PutQ8(value, layer, block, slot, kv_head, tile, x);
     // Element i at tile + slot * head_dim + i, or tile + i * block_size + slot (transposed K).
     const bool transposed = !value && k_transposed_;
@@ -88,9 +96,10 @@ class KvStore {
   // kQ8: int8 with one scale per row, in kernels/attention.h's packed tiles
   // (K as q + 128 in 4-dimension groups, V in 4-slot groups).
   void PutQ8(bool value, int layer, int block, int slot, int kv_head, size_t tile, const float* x) {
-    const float scale = kernels::StoreRowQ8(x, head_dim_, block_size_, slot, value, (value ? v_ : k_).data() + tile);
-    (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) + static_cast<size_t>(kv_head) * block_size_ + slot] =
-        scale;
+    const float scale = kernels::StoreRowQ8(x, head_dim_, block_size_, slot, value,
+                                            (value ? v_ : k_).data() + tile);
+    (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) +
+                                  static_cast<size_t>(kv_head) * block_size_ + slot] = scale;
   }
 
   // First element of (layer, block), and its first row scale (kQ8: one per slot and KV head).

@@ -1,6 +1,8 @@
 // KvStore's element types against each other: the same K and V rows stored
 // as fp32, fp16 and q8 (packed tiles) give the same attention, within each
 // type's rounding.
+#include "backend/cpu/kv_store.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "backend/cpu/kv_store.h"
 
 namespace braid {
 namespace {
@@ -30,8 +31,10 @@ TEST_CASE("KvStore: fp16 and q8 caches attend like fp32") {
       const std::vector<float> v = Random(rng, k.size(), 1.0f);
       const std::vector<float> q = Random(rng, static_cast<size_t>(n_q) * hd, 1.5f);
       std::vector<float> want(n_q * hd);
-      for (kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16, kernels::KvType::kQ8}) {
-        KvStore store(n_layer, n_blocks, bs, n_kv, hd, type, /*k_transposed=*/type == kernels::KvType::kF16);
+      for (kernels::KvType type :
+           {kernels::KvType::kF32, kernels::KvType::kF16, kernels::KvType::kQ8}) {
+        KvStore store(n_layer, n_blocks, bs, n_kv, hd, type,
+                      /*k_transposed=*/type == kernels::KvType::kF16);
         for (int j = 0; j < len; ++j)
           for (int g = 0; g < n_kv; ++g) {
             const size_t row = (static_cast<size_t>(j) * n_kv + g) * hd;
@@ -41,8 +44,8 @@ TEST_CASE("KvStore: fp16 and q8 caches attend like fp32") {
         kernels::PagedKv kv = store.Layer(1);
         kv.block_table = table.data();
         std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd);
-        kernels::AttendPaged(q.data(), n_q, hd, kv, 1, len, 1.0f / std::sqrt(static_cast<float>(hd)),
-                             scratch.data(), got.data());
+        kernels::AttendPaged(q.data(), n_q, hd, kv, 1, len,
+                             1.0f / std::sqrt(static_cast<float>(hd)), scratch.data(), got.data());
         if (type == kernels::KvType::kF32) {
           want = got;
           continue;
@@ -53,7 +56,8 @@ TEST_CASE("KvStore: fp16 and q8 caches attend like fp32") {
           norm += want[i] * want[i];
         }
         const double rel = std::sqrt(err / norm);
-        INFO("hd " << hd << " len " << len << " type " << static_cast<int>(type) << " relative error " << rel);
+        INFO("hd " << hd << " len " << len << " type " << static_cast<int>(type)
+                   << " relative error " << rel);
         CHECK(rel < (type == kernels::KvType::kF16 ? 2e-3 : 3e-2));
       }
     }

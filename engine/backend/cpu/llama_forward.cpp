@@ -16,7 +16,6 @@ using kernels::ThreadPool;
 
 namespace {
 
-
 bool SameActivation(const kernels::MatrixView& a, const kernels::MatrixView& b,
                     kernels::ActPrecision p) {
   return kernels::ActivationType(a.type, p) == kernels::ActivationType(b.type, p);

@@ -12,19 +12,19 @@
 namespace braid {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;           // [n_embd]
-  kernels::MatrixView wq, wk, wv, wo;     // [n_head*hd, n_embd] ... (rows = outputs)
-  std::vector<float> bq, bk, bv;          // qwen2 only; empty otherwise
-  std::vector<float> ffn_norm;            // [n_embd]
-  kernels::MatrixView w_gate, w_up;       // [n_ff, n_embd]
-  kernels::MatrixView w_down;             // [n_embd, n_ff]
+  std::vector<float> attn_norm;        // [n_embd]
+  kernels::MatrixView wq, wk, wv, wo;  // [n_head*hd, n_embd] ... (rows = outputs)
+  std::vector<float> bq, bk, bv;       // qwen2 only; empty otherwise
+  std::vector<float> ffn_norm;         // [n_embd]
+  kernels::MatrixView w_gate, w_up;    // [n_ff, n_embd]
+  kernels::MatrixView w_down;          // [n_embd, n_ff]
 };
 
 struct LlamaWeights {
   const TensorInfo* token_embd = nullptr;  // [n_vocab rows of n_embd]
   std::vector<LayerWeights> layers;
-  std::vector<float> output_norm;          // [n_embd]
-  kernels::MatrixView output;              // [n_vocab, n_embd]; token_embd when tied
+  std::vector<float> output_norm;  // [n_embd]
+  kernels::MatrixView output;      // [n_vocab, n_embd]; token_embd when tied
   // Interleaved copies that views point into (InterleaveForFastPath).
   std::shared_ptr<uint8_t> packed;
 };

@@ -35,20 +35,20 @@ Status BlasStatus(int e, const char* what) {
   return Status::Internal(std::string("cuBLAS error ") + std::to_string(e) + " in " + what);
 }
 
-#define CUDA_TRY(expr)                                              \
-  do {                                                              \
-    const cudaError_t e_ = (expr);                                  \
-    if (e_ != cudaSuccess) return CudaStatus(e_, #expr);            \
+#define CUDA_TRY(expr)                                   \
+  do {                                                   \
+    const cudaError_t e_ = (expr);                       \
+    if (e_ != cudaSuccess) return CudaStatus(e_, #expr); \
   } while (0)
-#define KERNEL_TRY(expr)                                            \
-  do {                                                              \
-    const int e_ = (expr);                                          \
-    if (e_ != 0) return KernelStatus(e_, #expr);                    \
+#define KERNEL_TRY(expr)                         \
+  do {                                           \
+    const int e_ = (expr);                       \
+    if (e_ != 0) return KernelStatus(e_, #expr); \
   } while (0)
-#define BLAS_TRY(expr)                                              \
-  do {                                                              \
-    const int e_ = static_cast<int>(expr);                          \
-    if (e_ != 0) return BlasStatus(e_, #expr);                      \
+#define BLAS_TRY(expr)                         \
+  do {                                         \
+    const int e_ = static_cast<int>(expr);     \
+    if (e_ != 0) return BlasStatus(e_, #expr); \
   } while (0)
 
 // Device memory owned by one object.
@@ -111,7 +111,6 @@ class PinnedArray {
   size_t n_ = 0;
 };
 
-
 // bf16 x bf16 -> fp32 GEMMs through cuBLASLt with one plan (layouts and
 // heuristic algorithm) per shape:
 //   y[m, n] (+)= x[m, k] * w[n, k]^T, i.e. column-major D (n x m) = W^T X.
@@ -154,8 +153,8 @@ class LtGemm {
                                            sizeof ws);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_, desc_, p.a, p.b, p.c, p.c, pref,
-                                                              1, &result, &found);
+      const cublasStatus_t s =
+          cublasLtMatmulAlgoGetHeuristic(lt_, desc_, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
       cublasLtMatmulPreferenceDestroy(pref);
       if (s != CUBLAS_STATUS_SUCCESS || found == 0)
         return Status::Unsupported("cuBLASLt has no bf16 GEMM for " + std::to_string(m) + "x" +
@@ -263,8 +262,9 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
     std::lock_guard<std::mutex> lock(mu_);
     CUDA_TRY(cudaSetDevice(device_));
-    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaKv> kv,
-                           CudaKv::Make(c_.n_layer, n_blocks, block_size, c_.n_head_kv, c_.head_dim));
+    BRAID_ASSIGN_OR_RETURN(
+        std::unique_ptr<CudaKv> kv,
+        CudaKv::Make(c_.n_layer, n_blocks, block_size, c_.n_head_kv, c_.head_dim));
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
@@ -291,7 +291,8 @@ class CudaBackend final : public Backend {
   // Uploads `t` (rows [0, rows) of a [rows, cols] matrix, any file type) as
   // bf16 at dst; or as fp32 when dst_f32 is set (norms, biases).
   Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32);
-  Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
+  Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k,
+              bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
   }
   // Forward with logits to `logits`, or their argmax to `ids`.
@@ -369,10 +370,11 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   const ModelConfig& c = c_;
   if (!kc::DecodeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv)) ||
       c.n_head % c.n_head_kv != 0)
-    return Status::Unsupported("the CUDA backend supports head_dim 16, 32, 64 or 128 with at most 8 "
-                               "query heads per KV head; this model has head_dim " +
-                               std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) +
-                               " heads and " + std::to_string(c.n_head_kv) + " KV heads");
+    return Status::Unsupported(
+        "the CUDA backend supports head_dim 16, 32, 64 or 128 with at most 8 "
+        "query heads per KV head; this model has head_dim " +
+        std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " heads and " +
+        std::to_string(c.n_head_kv) + " KV heads");
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
     return Status::Unsupported("no CUDA device is available");
@@ -422,8 +424,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
   const std::vector<float> inv = RopeInverseFrequencies(c);
   BRAID_RETURN_IF_ERROR(inv_freq_.Allocate(inv.size()));
-  CUDA_TRY(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float),
-                      cudaMemcpyHostToDevice));
+  CUDA_TRY(
+      cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
   return Status::Ok();
 }
 
@@ -479,11 +481,13 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
     if (cudaEventSynchronize(done[which]) != cudaSuccess) break;
     std::memcpy(stage, static_cast<const uint8_t*>(t.data) + r * row_bytes, bytes);
     if (raw_bf16) {
-      const cudaError_t e = cudaMemcpyAsync(dst + r * cols, stage, bytes, cudaMemcpyHostToDevice, stream_);
+      const cudaError_t e =
+          cudaMemcpyAsync(dst + r * cols, stage, bytes, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
     } else {
       // Other types: convert on the device (one pass of the quantized bytes).
-      const cudaError_t e = cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
+      const cudaError_t e =
+          cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
       int k = kc::DequantizeRow(t.type, raw.get(), f32.get(), m * cols, stream_);
       if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, dst + r * cols, stream_);
@@ -601,12 +605,12 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
     const int m = std::min(rows, n - t0);
     KERNEL_TRY(kc::GatherHeads(q_.get(), row0 + t0, m, H, hd, qh_.get(), stream_));
     // S[kvh] (G*m x n_keys) = Q[kvh] K[kvh]^T * scale
-    BLAS_TRY(cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_keys, G * m, hd, &scale, kc_.get(), CUDA_R_16BF, hd,
-        static_cast<int64_t>(n_keys) * hd, qh_.get(), CUDA_R_16BF, hd,
-        static_cast<int64_t>(G) * m * hd, &zero, s_.get(), CUDA_R_32F, n_keys,
-        static_cast<int64_t>(G) * m * n_keys, c_.n_head_kv, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+    BLAS_TRY(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_keys, G * m, hd, &scale,
+                                        kc_.get(), CUDA_R_16BF, hd,
+                                        static_cast<int64_t>(n_keys) * hd, qh_.get(), CUDA_R_16BF,
+                                        hd, static_cast<int64_t>(G) * m * hd, &zero, s_.get(),
+                                        CUDA_R_32F, n_keys, static_cast<int64_t>(G) * m * n_keys,
+                                        c_.n_head_kv, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     KERNEL_TRY(kc::CausalSoftmax(s_.get(), H * m, m, n_keys, pos0 + t0, p_.get(), stream_));
     // O[kvh] (G*m x hd) = P[kvh] V[kvh]
     BLAS_TRY(cublasGemmStridedBatchedEx(
@@ -672,14 +676,14 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
         Project(Input::kBf16, att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, true));
     BRAID_RETURN_IF_ERROR(Project(Input::kRmsNorm, x_.get(), l.ffn_norm.get(), l.wgu.get(),
                                   gu_.get(), T, 2 * c.n_ff, D, false));
-    BRAID_RETURN_IF_ERROR(Project(Input::kSwiGlu, gu_.get(), nullptr, l.wdown.get(), x_.get(),
-                                  T, D, c.n_ff, true));
+    BRAID_RETURN_IF_ERROR(
+        Project(Input::kSwiGlu, gu_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, true));
   }
   if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
                            stream_));
-    BRAID_RETURN_IF_ERROR(Project(Input::kBf16, xn_.get(), nullptr, lm_head_, logits_.get(),
-                                  R, c.n_vocab, D, false));
+    BRAID_RETURN_IF_ERROR(
+        Project(Input::kBf16, xn_.get(), nullptr, lm_head_, logits_.get(), R, c.n_vocab, D, false));
     if (argmax) KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   }
   return Status::Ok();
@@ -690,8 +694,8 @@ Status CudaBackend::Project(Input input, const void* x, const float* norm, const
   // bf16 rows for the product.
   const uint16_t* xb = static_cast<const uint16_t*>(x);
   if (input == Input::kRmsNorm) {
-    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps,
-                           xn_.get(), stream_));
+    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
+                           stream_));
     xb = xn_.get();
   } else if (input == Input::kSwiGlu) {
     KERNEL_TRY(kc::SwiGlu(static_cast<const float*>(x), m, k, act_.get(), stream_));
@@ -726,9 +730,10 @@ bool CudaBackend::UseGemv(int n, int k, int m) {
   DeviceArray<float> y, noise;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream_, &capturing);
-  if (capturing == cudaStreamCaptureStatusNone &&
-      w.Allocate(static_cast<size_t>(n) * k).ok() && x.Allocate(static_cast<size_t>(probe) * k).ok() &&
-      y.Allocate(static_cast<size_t>(probe) * n).ok() && noise.Allocate(static_cast<size_t>(n) * k).ok()) {
+  if (capturing == cudaStreamCaptureStatusNone && w.Allocate(static_cast<size_t>(n) * k).ok() &&
+      x.Allocate(static_cast<size_t>(probe) * k).ok() &&
+      y.Allocate(static_cast<size_t>(probe) * n).ok() &&
+      noise.Allocate(static_cast<size_t>(n) * k).ok()) {
     // Uniform noise from the device's own generator is not at hand; a
     // host pattern of the first million values repeated serves.
     std::vector<float> h(std::min<size_t>(noise.size(), size_t{1} << 20));
@@ -796,8 +801,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   }
   if (T == 0) return Status::Ok();
   if (T > kMaxChunk)
-    return Status::InvalidArgument("a batch of " + std::to_string(T) + " tokens exceeds the chunk of " +
-                                   std::to_string(kMaxChunk));
+    return Status::InvalidArgument("a batch of " + std::to_string(T) +
+                                   " tokens exceeds the chunk of " + std::to_string(kMaxChunk));
   BRAID_RETURN_IF_ERROR(EnsureInputs(table_entries));
 
   // Decode-only batches run padded to a graph bucket.
@@ -834,8 +839,10 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       tok_seq[t] = si;
       if (!gemm) dec[n_decode++] = t;
       if (want && p >= s.logits_from) {
-        if (graph) wanted.push_back(t);
-        else rows[R++] = t;
+        if (graph)
+          wanted.push_back(t);
+        else
+          rows[R++] = t;
       }
     }
     max_keys = std::max(max_keys, s.pos0 + s.n_tokens);
@@ -955,8 +962,9 @@ Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
               cudaSuccess ||
           kc::F32ToBf16(noise.get(), noise.size(), w[i].get(), stream) != 0)
         st = Status::Internal("filling GEMM operands failed");
-      if (i == 0 && st.ok() && kc::F32ToBf16(noise.get(), std::min<size_t>(noise.size(), x.size()),
-                                             x.get(), stream) != 0)
+      if (i == 0 && st.ok() &&
+          kc::F32ToBf16(noise.get(), std::min<size_t>(noise.size(), x.size()), x.get(), stream) !=
+              0)
         st = Status::Internal("filling GEMM operands failed");
     }
   }
@@ -975,7 +983,8 @@ Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
     // Replayed as one graph, as the backend runs decode steps.
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    if (st.ok() && cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    if (st.ok() &&
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
       st = step();
       if (cudaStreamEndCapture(stream, &graph) != cudaSuccess && st.ok())
         st = Status::Internal("capturing the GEMMs failed");

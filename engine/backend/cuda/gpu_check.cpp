@@ -21,12 +21,12 @@
 //       decode steps of B sequences: tokens/s against the roofline and
 //       against cuBLAS's own GEMM rate at that batch
 #include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -75,15 +75,24 @@ Args Parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (i + 1 >= argc) Fail("missing value after " + k);
     const std::string v = argv[++i];
-    if (k == "--model") a.model = v;
-    else if (k == "--prompts") a.prompts = v;
-    else if (k == "--out-dir") a.out_dir = v;
-    else if (k == "--device") a.device = v;
-    else if (k == "--batches") a.batches = v;
-    else if (k == "--prompt") a.prompt = std::stoi(v);
-    else if (k == "--gen") a.gen = std::stoi(v);
-    else if (k == "--ctx") a.ctx = std::stoi(v);
-    else Fail("unknown option " + k);
+    if (k == "--model")
+      a.model = v;
+    else if (k == "--prompts")
+      a.prompts = v;
+    else if (k == "--out-dir")
+      a.out_dir = v;
+    else if (k == "--device")
+      a.device = v;
+    else if (k == "--batches")
+      a.batches = v;
+    else if (k == "--prompt")
+      a.prompt = std::stoi(v);
+    else if (k == "--gen")
+      a.gen = std::stoi(v);
+    else if (k == "--ctx")
+      a.ctx = std::stoi(v);
+    else
+      Fail("unknown option " + k);
   }
   if (a.model.empty()) Fail("--model is required");
   return a;
@@ -155,7 +164,8 @@ int Run(const Args& a) {
         {{"greedy", greedy}, {"logits", file}, {"n_tokens", p.prompts[i].size()}});
   }
   std::ofstream(a.out_dir + "/result.json") << out.dump(1);
-  std::printf("%s\n", Json{{"load_seconds", load_s}, {"load_gb_per_s", out["load_gb_per_s"]},
+  std::printf("%s\n", Json{{"load_seconds", load_s},
+                           {"load_gb_per_s", out["load_gb_per_s"]},
                            {"prompts", p.prompts.size()}}
                           .dump()
                           .c_str());
@@ -205,7 +215,8 @@ int CompareCpu(const Args& a) {
     for (size_t t = 0; t < prompt.size(); ++t) {
       min_cos = std::min(min_cos, Cosine(&lc[t * V], &lg[t * V], V));
       for (int v = 0; v < V; ++v)
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(lc[t * V + v] - lg[t * V + v])));
+        max_diff =
+            std::max(max_diff, static_cast<double>(std::fabs(lc[t * V + v] - lg[t * V + v])));
     }
     if (gc == gg) {
       ++same;
@@ -436,8 +447,9 @@ int Sweep(const Args& a) {
                  t.step_s * 1e3, gemm_s * 1e3);
   }
   backend->Describe(&info);  // with the kernel choices it measured
-  Json out = {{"rows", rows},   {"copy_gb_per_s", bw}, {"bytes_per_token", info.bytes_per_token},
-              {"prompt", a.prompt}, {"gen", a.gen},   {"kernels", info.isa}};
+  Json out = {
+      {"rows", rows},       {"copy_gb_per_s", bw}, {"bytes_per_token", info.bytes_per_token},
+      {"prompt", a.prompt}, {"gen", a.gen},        {"kernels", info.isa}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -26,10 +26,10 @@ int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim,
             uint16_t* out, void* stream);
 
 struct RopeKvArgs {
-  const float* qkv = nullptr;   // [n, n_head*hd + 2*n_kv*hd]: Q, K, V of each token
-  const float* bias = nullptr;  // same width, or null
-  const int32_t* pos = nullptr;   // [n] positions
-  const int32_t* slot = nullptr;  // [n] KV slots (block * block_size + slot); < 0: not stored
+  const float* qkv = nullptr;       // [n, n_head*hd + 2*n_kv*hd]: Q, K, V of each token
+  const float* bias = nullptr;      // same width, or null
+  const int32_t* pos = nullptr;     // [n] positions
+  const int32_t* slot = nullptr;    // [n] KV slots (block * block_size + slot); < 0: not stored
   const float* inv_freq = nullptr;  // [n_rot / 2]
   float* q = nullptr;               // out: [n, n_head*hd] rotated queries
   uint16_t* k_cache = nullptr;      // this layer's K and V
@@ -44,16 +44,16 @@ int RopeStoreKv(const RopeKvArgs& a, void* stream);
 int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream);
 
 struct DecodeAttentionArgs {
-  const float* q = nullptr;         // [tokens, n_head*hd] rotated queries
+  const float* q = nullptr;           // [tokens, n_head*hd] rotated queries
   const uint16_t* k_cache = nullptr;  // this layer's K and V
   const uint16_t* v_cache = nullptr;
-  const int32_t* tokens = nullptr;  // [n] which rows of q to attend for
-  const int32_t* pos = nullptr;     // [tokens] positions: token t sees keys [0, pos[t]]
+  const int32_t* tokens = nullptr;     // [n] which rows of q to attend for
+  const int32_t* pos = nullptr;        // [tokens] positions: token t sees keys [0, pos[t]]
   const int32_t* tok_seq = nullptr;    // [tokens] the sequence of each token
   const int32_t* seq_table = nullptr;  // [sequences] offset of its block table in tables
   const int32_t* tables = nullptr;     // block tables, packed
   uint16_t* out = nullptr;             // [tokens, n_head*hd] bf16
-  float* partial = nullptr;  // n_split > 1: [n, n_head, n_split, hd + 2] workspace
+  float* partial = nullptr;            // n_split > 1: [n, n_head, n_split, hd + 2] workspace
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_split = 1;  // key ranges per (token, KV head), merged after
   float scale = 0;
@@ -76,8 +76,7 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
                 void* stream);
 //   p[r, :] = bf16(softmax(s[r, :] over keys <= key0 + (r % n))), r < rows;
 //   keys after that get probability 0.
-int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p,
-                  void* stream);
+int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p, void* stream);
 //   out [row0 + t, h*hd + d] <- oh [h][t][d], t < n
 int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
                  void* stream);
