@@ -111,6 +111,25 @@ class PinnedArray {
   size_t n_ = 0;
 };
 
+// dst[0..n) = bf16 values of a seeded uniform pattern in [-0.05, 0.05) (its
+// first 2^20 values repeated): operands for timing products, never zeros.
+Status FillNoise(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
+  const size_t piece = std::min<size_t>(n, size_t{1} << 20);
+  std::vector<float> h(piece);
+  uint32_t r = seed;
+  for (float& v : h) {
+    r = r * 1664525u + 1013904223u;
+    v = (static_cast<float>(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
+  }
+  DeviceArray<float> f;
+  BRAID_RETURN_IF_ERROR(f.Allocate(piece));
+  CUDA_TRY(cudaMemcpy(f.get(), h.data(), piece * sizeof(float), cudaMemcpyHostToDevice));
+  for (size_t at = 0; at < n; at += piece)
+    KERNEL_TRY(kc::F32ToBf16(f.get(), std::min(piece, n - at), dst + at, stream));
+  CUDA_TRY(cudaStreamSynchronize(stream));  // f goes on return
+  return Status::Ok();
+}
+
 // bf16 x bf16 -> fp32 GEMMs through cuBLASLt with one plan (layouts and
 // heuristic algorithm) per shape:
 //   y[m, n] (+)= x[m, k] * w[n, k]^T, i.e. column-major D (n x m) = W^T X.
@@ -727,26 +746,14 @@ bool CudaBackend::UseGemv(int n, int k, int m) {
   if (it != gemv_choice_.end()) return it->second;
   bool gemv = true;
   DeviceArray<uint16_t> w, x;
-  DeviceArray<float> y, noise;
+  DeviceArray<float> y;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream_, &capturing);
   if (capturing == cudaStreamCaptureStatusNone && w.Allocate(static_cast<size_t>(n) * k).ok() &&
       x.Allocate(static_cast<size_t>(probe) * k).ok() &&
       y.Allocate(static_cast<size_t>(probe) * n).ok() &&
-      noise.Allocate(static_cast<size_t>(n) * k).ok()) {
-    // Uniform noise from the device's own generator is not at hand; a
-    // host pattern of the first million values repeated serves.
-    std::vector<float> h(std::min<size_t>(noise.size(), size_t{1} << 20));
-    uint32_t r = 987654321u;
-    for (float& v : h) {
-      r = r * 1664525u + 1013904223u;
-      v = (static_cast<float>(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
-    }
-    for (size_t at = 0; at < noise.size(); at += h.size())
-      cudaMemcpy(noise.get() + at, h.data(), std::min(h.size(), noise.size() - at) * sizeof(float),
-                 cudaMemcpyHostToDevice);
-    kc::F32ToBf16(noise.get(), noise.size(), w.get(), stream_);
-    kc::F32ToBf16(noise.get(), x.size(), x.get(), stream_);
+      FillNoise(w.get(), w.size(), 987654321u, stream_).ok() &&
+      FillNoise(x.get(), x.size(), 123456789u, stream_).ok()) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -943,30 +950,15 @@ Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
   const int64_t shapes[5][2] = {{qkv, D}, {D, q}, {2 * c.n_ff, D}, {D, c.n_ff}, {c.n_vocab, D}};
   DeviceArray<uint16_t> w[5];
   DeviceArray<uint16_t> x;
-  DeviceArray<float> y, noise;
+  DeviceArray<float> y;
   int64_t most = 0;
   for (auto& s : shapes) most = std::max({most, s[0], s[1]});
   if (st.ok()) st = x.Allocate(static_cast<size_t>(m) * most);
   if (st.ok()) st = y.Allocate(static_cast<size_t>(m) * most);
+  if (st.ok()) st = FillNoise(x.get(), x.size(), 12345u, stream);
   for (int i = 0; i < 5 && st.ok(); ++i) {
     st = w[i].Allocate(static_cast<size_t>(shapes[i][0]) * shapes[i][1]);
-    if (st.ok()) st = noise.Allocate(static_cast<size_t>(shapes[i][0]) * shapes[i][1]);
-    if (st.ok()) {
-      std::vector<float> h(noise.size());
-      uint32_t r = 12345u + i;
-      for (float& v : h) {
-        r = r * 1664525u + 1013904223u;
-        v = (static_cast<float>(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
-      }
-      if (cudaMemcpy(noise.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice) !=
-              cudaSuccess ||
-          kc::F32ToBf16(noise.get(), noise.size(), w[i].get(), stream) != 0)
-        st = Status::Internal("filling GEMM operands failed");
-      if (i == 0 && st.ok() &&
-          kc::F32ToBf16(noise.get(), std::min<size_t>(noise.size(), x.size()), x.get(), stream) !=
-              0)
-        st = Status::Internal("filling GEMM operands failed");
-    }
+    if (st.ok()) st = FillNoise(w[i].get(), w[i].size(), 12346u + i, stream);
   }
   double seconds = 0;
   if (st.ok()) {
