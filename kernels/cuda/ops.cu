@@ -155,22 +155,25 @@ __global__ void RopeKvKernel(RopeKvArgs a) {
   }
 }
 
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+
 __global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
   Release();
   Acquire();
   const int t = blockIdx.y;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= n_ff) return;
-  const float* row = gu + static_cast<int64_t>(t) * 2 * n_ff;
-  const float g = row[j], u = row[n_ff + j];
-  out[static_cast<int64_t>(t) * n_ff + j] = ToBf(g / (1.0f + __expf(-g)) * u);
+  const float2 gate_up =
+      reinterpret_cast<const float2*>(gu + static_cast<int64_t>(t) * 2 * n_ff)[j];
+  out[static_cast<int64_t>(t) * n_ff + j] = ToBf(Silu(gate_up.x) * gate_up.y);
 }
 
 // Decode attention. Each thread block: one (token, KV head, key range); its
 // 4 warps split into subgroups of kLanes = HD / 8 lanes, each lane holding 8
 // dimensions, each subgroup one key at a time (keys interleaved between
 // subgroups), with an online softmax per query head; the subgroups merge in
-// shared memory at the end.
+// shared memory, and with several ranges the last block of a (token, KV head)
+// to finish merges the ranges.
 constexpr int kWarps = 4;
 
 template <int HD, int GMAX>
@@ -192,21 +195,21 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   const int sub = warp * (32 / kLanes) + lane / kLanes;
   const int li = lane % kLanes, d0 = li * 8;
   const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
+  const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
+  const int q_dim = a.n_head * HD;
 
   float q[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
     m[g] = -FLT_MAX;
     l[g] = 0;
+    const int hb = (kvh * G + g) * HD;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       acc[g][i] = 0;
-      q[g][i] = g < G ? a.q[static_cast<int64_t>(t) * a.n_head * HD + (kvh * G + g) * HD + d0 + i] *
-                            a.scale
-                      : 0.0f;
+      q[g][i] = g < G ? a.q[static_cast<int64_t>(t) * q_dim + hb + d0 + i] * a.scale : 0.0f;
     }
   }
-  const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
   // Every lane of a warp runs the same iterations (the shuffles need them
   // all); a subgroup past the end of the range loads nothing and keeps its state.
   for (int kb = k0; kb < k1; kb += kSub) {
@@ -258,6 +261,13 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
     }
   }
   __syncthreads();
+  const int64_t out_row = static_cast<int64_t>(t) * q_dim;
+  // This block's range of head (kvh, g), as (unnormalized output, max, sum)
+  // with a range index; ranges of a head are laid out side by side.
+  auto part = [&](int g, int s) {
+    return a.partial +
+           ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
+  };
   for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
     const int g = e / HD, d = e % HD;
     float mx = -FLT_MAX;
@@ -268,12 +278,10 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       sum += sm_l[s][g] * w;
       o += sm_acc[s][g][d] * w;
     }
-    const int h = kvh * G + g;
     if (a.n_split == 1) {
-      a.out[static_cast<int64_t>(t) * a.n_head * HD + h * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
+      a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
     } else {
-      float* p = a.partial +
-                 ((static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split + split) * (HD + 2);
+      float* p = part(g, split);
       p[d] = o;
       if (d == 0) {
         p[HD] = mx;
@@ -281,38 +289,54 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       }
     }
   }
-}
-
-// Merges the key ranges of DecodeAttentionKernel: one block per (token, head).
-__global__ void CombineKernel(DecodeAttentionArgs a) {
-  Release();
-  Acquire();
-  const int HD = a.head_dim;
-  const int t = a.tokens[blockIdx.x], h = blockIdx.y;
-  const float* p =
-      a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_head + h) * a.n_split * (HD + 2);
-  float mx = -FLT_MAX;
-  for (int s = 0; s < a.n_split; ++s)
-    if (p[s * (HD + 2) + HD + 1] > 0) mx = fmaxf(mx, p[s * (HD + 2) + HD]);
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float sum = 0, o = 0;
-    for (int s = 0; s < a.n_split; ++s) {
-      const float* ps = p + s * (HD + 2);
-      if (!(ps[HD + 1] > 0)) continue;
-      const float w = __expf(ps[HD] - mx);
-      sum += ps[HD + 1] * w;
-      o += ps[d] * w;
-    }
-    a.out[static_cast<int64_t>(t) * a.n_head * HD + h * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
+  if (a.n_split == 1) return;
+  // The last range of this (token, KV head) to finish merges them all.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* counter = a.counters + blockIdx.x * a.n_kv + kvh;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == a.n_split - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Weights of the ranges per head first (all loads in one round), then the
+  // outputs, each a sum over ranges of independent loads.
+  constexpr int kMaxSplit = 32;
+  __shared__ float sm_w[GMAX][kMaxSplit], sm_rl[GMAX][kMaxSplit], sm_sum[GMAX];
+  for (int e = threadIdx.x; e < G * a.n_split; e += blockDim.x) {
+    const float* p = part(e / a.n_split, e % a.n_split);
+    const float l = __ldcg(p + HD + 1);
+    sm_w[e / a.n_split][e % a.n_split] = l > 0 ? __ldcg(p + HD) : -FLT_MAX;
+    sm_rl[e / a.n_split][e % a.n_split] = l;
   }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mx = -FLT_MAX, sum = 0;
+    for (int s = 0; s < a.n_split; ++s) mx = fmaxf(mx, sm_w[g][s]);
+    for (int s = 0; s < a.n_split; ++s) {
+      const float l = sm_rl[g][s];
+      const float w = l > 0 ? __expf(sm_w[g][s] - mx) : 0.0f;
+      sm_w[g][s] = w;
+      sum += l * w;
+    }
+    sm_sum[g] = sum;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    const int g = e / HD, d = e % HD;
+    float o = 0;
+#pragma unroll 8
+    for (int s = 0; s < a.n_split; ++s) o += sm_w[g][s] * __ldcg(part(g, s) + d);
+    a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sm_sum[g] > 0 ? o / sm_sum[g] : 0.0f);
+  }
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 template <int HD, int GMAX>
 int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
-  int e = Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32),
-                 0, s, a);
-  if (e == 0 && a.n_split > 1) e = Launch(CombineKernel, dim3(a.n, a.n_head), dim3(HD), 0, s, a);
-  return e;
+  return Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32), 0,
+                s, a);
 }
 
 __global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
@@ -372,12 +396,12 @@ __global__ void F32ToBf16Kernel(const float* src, int64_t n, uint16_t* dst) {
 }
 
 // Gemv: 8 warps per block, each warp one output row at a time (rows strided
-// over the grid); every lane streams 16-byte pieces of the row, kUnroll of
-// them in flight, against the block's copy of x in shared memory. The first
-// pieces of the warp's first row are loaded before waiting for the kernel
-// that writes x.
+// over the grid); every lane streams 16-byte pieces of the row, U (4 or 8)
+// of them in flight, against the block's bf16 copy of x in shared memory. The
+// first pieces of the warp's first row are loaded before waiting for the
+// kernel that writes x. With n a multiple of 8, the warps of a block run
+// the same number of rows, so the SwiGLU epilogue can pair warps 2i, 2i + 1.
 constexpr int kGemvWarps = 8;
-constexpr int kUnroll = 4;
 
 __device__ __forceinline__ void Unpack(uint4 v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -388,9 +412,41 @@ __device__ __forceinline__ void Unpack(uint4 v, float* f) {
   }
 }
 
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  return static_cast<uint32_t>(ToBf(lo)) | (static_cast<uint32_t>(ToBf(hi)) << 16);
+}
+
+// xs[m, :] = bf16(xf[m, :] / rms(xf[m, :]) * norm), m < M, by the whole block.
 template <int M>
+__device__ void NormRows(const GemvArgs& a, uint16_t* xs) {
+  __shared__ float inv[M];
+  const int K4 = a.k / 4;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float4* x = reinterpret_cast<const float4*>(a.xf + static_cast<int64_t>(m) * a.k);
+    float ss = 0;
+    for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+      const float4 v = x[i];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = BlockSum(ss);
+    if (threadIdx.x == 0) inv[m] = rsqrtf(ss / a.k + a.eps);
+  }
+  __syncthreads();
+  const float4* w = reinterpret_cast<const float4*>(a.norm);
+  uint2* out = reinterpret_cast<uint2*>(xs);
+  for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
+    const int m = e / K4, i = e % K4;
+    const float4 v = reinterpret_cast<const float4*>(a.xf)[e], g = w[i];
+    const float s = inv[m];
+    out[e] = make_uint2(Pack2(v.x * s * g.x, v.y * s * g.y), Pack2(v.z * s * g.z, v.w * s * g.w));
+  }
+}
+
+template <int M, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   extern __shared__ __align__(16) uint16_t xs[];
+  __shared__ float pair[kGemvWarps][M];  // SwiGLU: the block's outputs of one round
   Release();
   const int K8 = a.k / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -398,15 +454,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   auto load = [&](int r, int base, uint4* wv) {
     const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int i = base + u * 32;
       wv[u] = i < K8 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
     }
   };
-  uint4 wv[kUnroll];
+  uint4 wv[U];
   if (row < a.n) load(row, lane, wv);
   Acquire();
-  {
+  if (a.xf) {
+    NormRows<M>(a, xs);
+  } else {
     const uint4* src = reinterpret_cast<const uint4*>(a.x);
     uint4* dst = reinterpret_cast<uint4*>(xs);
     for (int i = threadIdx.x; i < M * K8; i += blockDim.x) dst[i] = src[i];
@@ -417,10 +475,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0;
-    for (int base = lane; base < K8; base += 32 * kUnroll) {
+    for (int base = lane; base < K8; base += 32 * U) {
       if (base != lane) load(row, base, wv);  // the first pieces are already in wv
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int i = base + u * 32;
         if (i >= K8) break;
         float wf[8];
@@ -434,26 +492,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
         }
       }
     }
+    const int next = row + gridDim.x * kGemvWarps;
+    if (next < a.n) load(next, lane, wv);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float v = WarpSum(acc[m]);
-      if (lane == 0) {
+      if (a.act) {
+        if (lane == 0) pair[warp][m] = v;
+      } else if (lane == 0) {
         float* y = a.y + static_cast<int64_t>(m) * a.n + row;
         *y = a.accumulate ? *y + v : v;
       }
     }
-    const int next = row + gridDim.x * kGemvWarps;
-    if (next < a.n) load(next, lane, wv);
+    if (a.act) {
+      __syncthreads();
+      if (warp % 2 == 0 && lane < M)
+        a.act[static_cast<int64_t>(lane) * (a.n / 2) + row / 2] =
+            ToBf(Silu(pair[warp][lane]) * pair[warp + 1][lane]);
+      __syncthreads();
+    }
   }
 }
 
-template <int M>
+template <int M, int U>
 int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
   static int configured = 0;  // the largest dynamic shared memory allowed so far
   if (smem > 48 * 1024 && smem > configured) {
     const cudaError_t e =
-        cudaFuncSetAttribute(GemvKernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaFuncSetAttribute(GemvKernel<M, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return static_cast<int>(e);
     configured = smem;
   }
@@ -461,7 +528,7 @@ int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
-  return Launch(GemvKernel<M>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
+  return Launch(GemvKernel<M, U>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
 }
 
 __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
@@ -491,17 +558,20 @@ __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
 }  // namespace
 
 int Gemv(const GemvArgs& a, void* stream) {
-  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % 8 != 0) return -1;
+  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % 8 != 0 || (a.act && a.n % 8 != 0) ||
+      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8))
+    return -1;
   cudaStream_t s = S(stream);
+  const bool deep = a.depth == 8;
   switch (a.rows) {
     case 1:
-      return LaunchGemv<1>(a, s);
+      return deep ? LaunchGemv<1, 8>(a, s) : LaunchGemv<1, 4>(a, s);
     case 2:
-      return LaunchGemv<2>(a, s);
+      return deep ? LaunchGemv<2, 8>(a, s) : LaunchGemv<2, 4>(a, s);
     case 3:
-      return LaunchGemv<3>(a, s);
+      return deep ? LaunchGemv<3, 8>(a, s) : LaunchGemv<3, 4>(a, s);
     default:
-      return LaunchGemv<4>(a, s);
+      return deep ? LaunchGemv<4, 8>(a, s) : LaunchGemv<4, 4>(a, s);
   }
 }
 
@@ -539,7 +609,8 @@ bool DecodeAttentionSupports(int head_dim, int group) {
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
   if (a.n == 0) return 0;
   const int g = a.n_head / a.n_kv;
-  if (!DecodeAttentionSupports(a.head_dim, g)) return -1;
+  if (!DecodeAttentionSupports(a.head_dim, g) || a.n_split > 32 || (a.n_split > 1 && !a.counters))
+    return -1;
   cudaStream_t s = S(stream);
   switch (a.head_dim) {
     case 16:

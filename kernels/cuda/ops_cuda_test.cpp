@@ -98,7 +98,7 @@ void TestSwiGlu() {
   std::vector<float> want;
   for (int t = 0; t < n; ++t)
     for (int j = 0; j < ff; ++j) {
-      const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
+      const float g = gu[t * 2 * ff + 2 * j], u = gu[t * 2 * ff + 2 * j + 1];
       want.push_back(g / (1 + std::exp(-g)) * u);
     }
   Expect("swiglu", Bf16ToHost(out, want.size()), want, 1e-3f, 8e-3f);
@@ -146,12 +146,15 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   float* d_q = nullptr;
   uint16_t *d_k = nullptr, *d_v = nullptr, *d_out = nullptr;
   float* d_part = nullptr;
+  int32_t* d_counters = nullptr;
   const size_t cache = static_cast<size_t>(blocks) * bs * kv_dim;
   cudaMalloc(&d_q, static_cast<size_t>(T) * q_dim * sizeof(float));
   cudaMalloc(&d_k, cache * sizeof(uint16_t));
   cudaMalloc(&d_v, cache * sizeof(uint16_t));
   cudaMalloc(&d_out, static_cast<size_t>(T) * q_dim * sizeof(uint16_t));
   cudaMalloc(&d_part, static_cast<size_t>(T) * n_head * n_split * (hd + 2) * sizeof(float));
+  cudaMalloc(&d_counters, static_cast<size_t>(T) * n_kv * sizeof(int32_t));
+  cudaMemset(d_counters, 0, static_cast<size_t>(T) * n_kv * sizeof(int32_t));
 
   cuda::RopeKvArgs r;
   r.qkv = d_qkv, r.bias = d_b, r.pos = d_pos, r.slot = d_slot, r.inv_freq = d_inv, r.q = d_q;
@@ -207,6 +210,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   cuda::DecodeAttentionArgs a;
   a.q = d_q, a.k_cache = d_k, a.v_cache = d_v, a.tokens = d_list, a.pos = d_pos, a.tok_seq = d_seq;
   a.seq_table = d_seq_table, a.tables = d_tables, a.out = d_out, a.partial = d_part, a.n = T;
+  a.counters = d_counters;
   a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int e = cuda::DecodeAttention(a, nullptr);
@@ -242,12 +246,17 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       }
     }
   Expect("decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
+
+  const std::vector<int32_t> counters = ToHost(d_counters, static_cast<size_t>(T) * n_kv);
+  const bool zero = std::all_of(counters.begin(), counters.end(), [](int32_t c) { return c == 0; });
+  failures += !zero;
+  std::printf("%s split counters left at zero (%s)\n", zero ? "ok  " : "FAIL", shape.c_str());
   for (void* p :
        {static_cast<void*>(d_qkv), static_cast<void*>(d_b), static_cast<void*>(d_pos),
         static_cast<void*>(d_slot), static_cast<void*>(d_seq), static_cast<void*>(d_tables),
         static_cast<void*>(d_seq_table), static_cast<void*>(d_inv), static_cast<void*>(d_q),
         static_cast<void*>(d_k), static_cast<void*>(d_v), static_cast<void*>(d_out),
-        static_cast<void*>(d_part), static_cast<void*>(d_list)})
+        static_cast<void*>(d_part), static_cast<void*>(d_list), static_cast<void*>(d_counters)})
     cudaFree(p);
 }
 
@@ -260,33 +269,94 @@ void TestGemv() {
   for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]), wf[i] = Bf16ToFp32(w[i]);
   uint16_t* dw = ToDevice(w);
   for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
-    for (bool acc : {false, true}) {
-      std::vector<float> x = Random(static_cast<size_t>(rows) * k);
-      std::vector<uint16_t> xb(x.size());
-      for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
-      std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
-      std::vector<float> want(static_cast<size_t>(rows) * n);
+    for (int depth : {4, 8})
+      for (bool acc : {false, true}) {
+        std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
+        std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+        std::vector<float> want(static_cast<size_t>(rows) * n);
+        for (int m = 0; m < rows; ++m)
+          for (int r = 0; r < n; ++r) {
+            double d = 0;
+            for (int j = 0; j < k; ++j)
+              d += static_cast<double>(wf[static_cast<size_t>(r) * k + j]) * x[m * k + j];
+            want[m * n + r] = static_cast<float>(d) + (acc ? y0[m * n + r] : 0.0f);
+          }
+        uint16_t* dx = ToDevice(xb);
+        float* dy = ToDevice(y0);
+        cuda::GemvArgs a;
+        a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
+        a.depth = depth;
+        const int e = cuda::Gemv(a, nullptr);
+        const std::string what = "gemv (rows " + std::to_string(rows) + ", depth " +
+                                 std::to_string(depth) + (acc ? ", accumulate)" : ")");
+        if (e != 0) {
+          ++failures;
+          std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+        }
+        Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+        cudaFree(dx), cudaFree(dy);
+      }
+  // RMSNorm in front, SwiGLU behind: the reference normalizes in fp32,
+  // rounds to bf16, multiplies, then pairs rows 2j, 2j + 1.
+  const int n2 = 1008;  // a multiple of 8 for the pairing
+  std::vector<float> w2f = Random(static_cast<size_t>(n2) * k, 0.05f), norm = Random(k);
+  std::vector<uint16_t> w2(w2f.size());
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = Fp32ToBf16(w2f[i]), w2f[i] = Bf16ToFp32(w2[i]);
+  uint16_t* dw2 = ToDevice(w2);
+  float* dnorm = ToDevice(norm);
+  for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
+    for (bool swiglu : {false, true}) {
+      std::vector<float> x = Random(static_cast<size_t>(rows) * k, 3.0f);
+      std::vector<float> xn(x.size());
+      for (int m = 0; m < rows; ++m) {
+        double ss = 0;
+        for (int j = 0; j < k; ++j) ss += x[m * k + j] * x[m * k + j];
+        const float inv = 1.0f / std::sqrt(static_cast<float>(ss / k) + 1e-5f);
+        for (int j = 0; j < k; ++j)
+          xn[m * k + j] = Bf16ToFp32(Fp32ToBf16(x[m * k + j] * inv * norm[j]));
+      }
+      std::vector<float> y(static_cast<size_t>(rows) * n2);
       for (int m = 0; m < rows; ++m)
-        for (int r = 0; r < n; ++r) {
+        for (int r = 0; r < n2; ++r) {
           double d = 0;
           for (int j = 0; j < k; ++j)
-            d += static_cast<double>(wf[static_cast<size_t>(r) * k + j]) * x[m * k + j];
-          want[m * n + r] = static_cast<float>(d) + (acc ? y0[m * n + r] : 0.0f);
+            d += static_cast<double>(w2f[static_cast<size_t>(r) * k + j]) * xn[m * k + j];
+          y[m * n2 + r] = static_cast<float>(d);
         }
-      uint16_t* dx = ToDevice(xb);
-      float* dy = ToDevice(y0);
+      std::vector<float> want = y;
+      if (swiglu) {
+        want.assign(static_cast<size_t>(rows) * n2 / 2, 0.0f);
+        for (int m = 0; m < rows; ++m)
+          for (int j = 0; j < n2 / 2; ++j) {
+            const float g = y[m * n2 + 2 * j], u = y[m * n2 + 2 * j + 1];
+            want[m * n2 / 2 + j] = g / (1 + std::exp(-g)) * u;
+          }
+      }
+      float* dx = ToDevice(x);
+      float* dy = nullptr;
+      uint16_t* dact = nullptr;
+      cudaMalloc(&dy, y.size() * sizeof(float));
+      cudaMalloc(&dact, want.size() * sizeof(uint16_t));
       cuda::GemvArgs a;
-      a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
+      a.w = dw2, a.xf = dx, a.norm = dnorm, a.eps = 1e-5f, a.y = dy, a.rows = rows, a.n = n2;
+      a.k = k, a.depth = swiglu ? 8 : 4;
+      if (swiglu) a.act = dact;
       const int e = cuda::Gemv(a, nullptr);
-      const std::string what = "gemv (rows " + std::to_string(rows) + (acc ? ", accumulate)" : ")");
+      const std::string what = "gemv with rms norm" + std::string(swiglu ? " and swiglu" : "") +
+                               " (rows " + std::to_string(rows) + ")";
       if (e != 0) {
         ++failures;
         std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
       }
-      Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
-      cudaFree(dx), cudaFree(dy);
+      if (swiglu)
+        Expect(what, Bf16ToHost(dact, want.size()), want, 3e-3f, 1e-2f);
+      else
+        Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+      cudaFree(dx), cudaFree(dy), cudaFree(dact);
     }
-  cudaFree(dw);
+  cudaFree(dw), cudaFree(dw2), cudaFree(dnorm);
 }
 
 void TestArgmax() {

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -308,20 +310,23 @@ class CudaBackend final : public Backend {
   Status Init(const ModelFile& file, const ModelOptions& options, int device, int context);
   Status LoadWeights(const ModelFile& file);
   // Uploads `t` (rows [0, rows) of a [rows, cols] matrix, any file type) as
-  // bf16 at dst; or as fp32 when dst_f32 is set (norms, biases).
-  Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32);
+  // bf16 at dst, row r at dst + r * stride (stride 0: cols); or as fp32 when
+  // dst_f32 is set (norms, biases).
+  Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride = 0);
   Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k,
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
   }
   // Forward with logits to `logits`, or their argmax to `ids`.
   Status Run(std::span<const BatchSegment> batch, KvMemory& kv, float* logits, int32_t* ids);
-  // y (+)= x w^T for m rows: the fused matrix-vector kernel for a few rows
-  // (the input formed by `input`), else cuBLASLt over `x` (bf16, already formed).
-  enum class Input { kBf16, kRmsNorm, kSwiGlu };
-  Status Project(Input input, const void* x, const float* norm, const uint16_t* w, float* y, int m,
-                 int n, int k, bool accumulate);
-  bool UseGemv(int n, int k, int m);
+  // y (+)= x w^T for m rows, x bf16 or, with `norm`, fp32 rows put through
+  // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
+  // in), else cuBLASLt. With `swiglu`, w holds gate and up rows interleaved
+  // and the result is act_ = bf16(silu(gate) * up) [m, n / 2] (y: scratch).
+  Status Project(const void* x, const float* norm, const uint16_t* w, float* y, int m, int n, int k,
+                 bool accumulate, bool swiglu = false);
+  // The matrix-vector kernel's depth for this shape (4 or 8), or 0 for cuBLASLt.
+  int GemvDepth(int n, int k, int m);
   Status EnsureInputs(size_t table_entries);
   // Enqueues the forward pass over the inputs in device memory.
   // With `argmax`, the ids of the logits rows' largest values into argmax_ too.
@@ -352,7 +357,7 @@ class CudaBackend final : public Backend {
 
   // Activations, [kMaxChunk rows] each.
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
-  DeviceArray<int32_t> argmax_;
+  DeviceArray<int32_t> argmax_, counters_;
   PinnedArray<int32_t> argmax_host_;
   DeviceArray<uint16_t> xn_, att_, act_;
   // Prefill attention: gathered K/V and queries, scores, probabilities, outputs.
@@ -375,8 +380,11 @@ class CudaBackend final : public Backend {
   PinnedArray<uint8_t> staging_;
 
   std::vector<Segment> prefill_;  // of the batch being enqueued
-  // Per (n, k, probe rows): the matrix-vector kernel (true) or cuBLASLt, as measured.
-  std::map<std::tuple<int, int, int>, bool> gemv_choice_;
+  // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
+  // turns them off one by one, to measure what each is worth.
+  bool fuse_norm_ = true, fuse_swiglu_ = true;
+  // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
+  std::map<std::tuple<int, int, int>, int> gemv_choice_;
   std::string gemv_note_;
   std::map<int, cudaGraphExec_t> graphs_;
   uint64_t graph_kv_ = 0;  // the CudaKv::id() whose addresses the graphs bake in
@@ -410,6 +418,11 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
                                " is sm_" + std::to_string(prop.major * 10 + prop.minor));
   device_name_ = prop.name;
   sms_ = prop.multiProcessorCount;
+  if (const char* off = std::getenv("BRAID_CUDA_UNFUSE")) {
+    const std::string o = off;
+    fuse_norm_ = o.find("norm") == std::string::npos;
+    fuse_swiglu_ = o.find("swiglu") == std::string::npos;
+  }
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
   BLAS_TRY(cublasSetStream(blas_, stream_));
@@ -434,6 +447,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(argmax_host_.Allocate(T));
   // Split-K partials: at most 4096 (token, split) pairs.
   BRAID_RETURN_IF_ERROR(partial_.Allocate(size_t{4096} * c.n_head * (c.head_dim + 2)));
+  BRAID_RETURN_IF_ERROR(counters_.Allocate(T * c.n_head_kv));
+  CUDA_TRY(cudaMemset(counters_.get(), 0, counters_.size() * sizeof(int32_t)));
   BRAID_RETURN_IF_ERROR(kc_.Allocate(static_cast<size_t>(context) * kv_dim_));
   BRAID_RETURN_IF_ERROR(vc_.Allocate(static_cast<size_t>(context) * kv_dim_));
   BRAID_RETURN_IF_ERROR(qh_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
@@ -460,7 +475,7 @@ Status CudaBackend::EnsureInputs(size_t table_entries) {
   return Status::Ok();
 }
 
-Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
+Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride) {
   const int64_t n = t.elements();
   if (dst_f32) {  // small vectors: convert on the host
     std::vector<float> f(n);
@@ -482,11 +497,15 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
   const int64_t rows_per = std::max<int64_t>(1, static_cast<int64_t>(half / row_bytes));
   if (row_bytes > half) return Status::Unsupported(t.name + ": rows too long to stage");
   const bool raw_bf16 = t.type == kernels::DType::kBF16;
+  if (stride == 0) stride = cols;
+  const size_t pitch = static_cast<size_t>(stride) * sizeof(uint16_t);
   DeviceArray<uint8_t> raw;
   DeviceArray<float> f32;
+  DeviceArray<uint16_t> bf16;  // converted rows on their way to strided places
   if (!raw_bf16) {
     BRAID_RETURN_IF_ERROR(raw.Allocate(half));
     BRAID_RETURN_IF_ERROR(f32.Allocate(static_cast<size_t>(rows_per) * cols));
+    if (stride != cols) BRAID_RETURN_IF_ERROR(bf16.Allocate(static_cast<size_t>(rows_per) * cols));
   }
   cudaEvent_t done[2];
   CUDA_TRY(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
@@ -500,8 +519,8 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
     if (cudaEventSynchronize(done[which]) != cudaSuccess) break;
     std::memcpy(stage, static_cast<const uint8_t*>(t.data) + r * row_bytes, bytes);
     if (raw_bf16) {
-      const cudaError_t e =
-          cudaMemcpyAsync(dst + r * cols, stage, bytes, cudaMemcpyHostToDevice, stream_);
+      const cudaError_t e = cudaMemcpy2DAsync(dst + r * stride, pitch, stage, row_bytes, row_bytes,
+                                              m, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
     } else {
       // Other types: convert on the device (one pass of the quantized bytes).
@@ -509,8 +528,15 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32) {
           cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
       int k = kc::DequantizeRow(t.type, raw.get(), f32.get(), m * cols, stream_);
-      if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, dst + r * cols, stream_);
+      uint16_t* out = stride == cols ? dst + r * cols : bf16.get();
+      if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, out, stream_);
       if (k != 0) st = KernelStatus(k, ("converting " + t.name).c_str());
+      if (st.ok() && out != dst + r * cols) {
+        const size_t rb = cols * sizeof(uint16_t);
+        if (cudaMemcpy2DAsync(dst + r * stride, pitch, out, rb, rb, m, cudaMemcpyDeviceToDevice,
+                              stream_) != cudaSuccess)
+          st = Status::Internal("weight upload: strided copy");
+      }
       // raw and f32 are reused by the next piece: finish this one first.
       if (st.ok() && cudaStreamSynchronize(stream_) != cudaSuccess) st = Status::Internal("sync");
     }
@@ -584,11 +610,13 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor("attn_output.weight"));
     BRAID_RETURN_IF_ERROR(l.wo.Allocate(static_cast<size_t>(D) * q_dim_));
     BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr));
+    // Gate and up rows interleaved (gate j at row 2j, up j at 2j + 1), so
+    // that one output pair of the product meets in one place for SwiGLU.
     BRAID_RETURN_IF_ERROR(l.wgu.Allocate(static_cast<size_t>(2) * c.n_ff * D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor("ffn_gate.weight"));
-    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr));
+    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr, 2 * D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor("ffn_up.weight"));
-    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + static_cast<size_t>(c.n_ff) * D, nullptr));
+    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + D, nullptr, 2 * D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor("ffn_down.weight"));
     BRAID_RETURN_IF_ERROR(l.wdown.Allocate(static_cast<size_t>(D) * c.n_ff));
     BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr));
@@ -649,25 +677,27 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
-    BRAID_RETURN_IF_ERROR(Project(Input::kRmsNorm, x_.get(), l.attn_norm.get(), l.wqkv.get(),
-                                  qkv_.get(), T, qkv_dim_, D, false));
-    kc::RopeKvArgs r;
-    r.qkv = qkv_.get();
-    r.bias = l.bqkv.get();
-    r.pos = DevRegion(kPos);
-    r.slot = DevRegion(kSlot);
-    r.inv_freq = inv_freq_.get();
-    r.q = q_.get();
-    r.k_cache = kv.k(i);
-    r.v_cache = kv.v(i);
-    r.n = T;
-    r.n_head = c.n_head;
-    r.n_kv = c.n_head_kv;
-    r.head_dim = c.head_dim;
-    r.n_rot = c.n_rot;
-    r.block_size = kv.block_size();
-    r.neox = c.rope_neox;
-    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    BRAID_RETURN_IF_ERROR(
+        Project(x_.get(), l.attn_norm.get(), l.wqkv.get(), qkv_.get(), T, qkv_dim_, D, false));
+    {
+      kc::RopeKvArgs r;
+      r.qkv = qkv_.get();
+      r.bias = l.bqkv.get();
+      r.pos = DevRegion(kPos);
+      r.slot = DevRegion(kSlot);
+      r.inv_freq = inv_freq_.get();
+      r.q = q_.get();
+      r.k_cache = kv.k(i);
+      r.v_cache = kv.v(i);
+      r.n = T;
+      r.n_head = c.n_head;
+      r.n_kv = c.n_head_kv;
+      r.head_dim = c.head_dim;
+      r.n_rot = c.n_rot;
+      r.block_size = kv.block_size();
+      r.neox = c.rope_neox;
+      KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    }
     if (n_decode > 0) {
       kc::DecodeAttentionArgs a;
       a.q = q_.get();
@@ -680,6 +710,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.tables = DevTables();
       a.out = att_.get();
       a.partial = partial_.get();
+      a.counters = counters_.get();
       a.n = n_decode;
       a.n_head = c.n_head;
       a.n_kv = c.n_head_kv;
@@ -691,60 +722,75 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     }
     for (const Segment& s : prefill_)
       BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
+    BRAID_RETURN_IF_ERROR(Project(att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, true));
     BRAID_RETURN_IF_ERROR(
-        Project(Input::kBf16, att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, true));
-    BRAID_RETURN_IF_ERROR(Project(Input::kRmsNorm, x_.get(), l.ffn_norm.get(), l.wgu.get(),
-                                  gu_.get(), T, 2 * c.n_ff, D, false));
+        Project(x_.get(), l.ffn_norm.get(), l.wgu.get(), gu_.get(), T, 2 * c.n_ff, D, false, true));
     BRAID_RETURN_IF_ERROR(
-        Project(Input::kSwiGlu, gu_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, true));
+        Project(act_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, true));
   }
   if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
                            stream_));
     BRAID_RETURN_IF_ERROR(
-        Project(Input::kBf16, xn_.get(), nullptr, lm_head_, logits_.get(), R, c.n_vocab, D, false));
+        Project(xn_.get(), nullptr, lm_head_, logits_.get(), R, c.n_vocab, D, false));
     if (argmax) KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   }
   return Status::Ok();
 }
 
-Status CudaBackend::Project(Input input, const void* x, const float* norm, const uint16_t* w,
-                            float* y, int m, int n, int k, bool accumulate) {
-  // bf16 rows for the product.
-  const uint16_t* xb = static_cast<const uint16_t*>(x);
-  if (input == Input::kRmsNorm) {
-    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
-                           stream_));
-    xb = xn_.get();
-  } else if (input == Input::kSwiGlu) {
-    KERNEL_TRY(kc::SwiGlu(static_cast<const float*>(x), m, k, act_.get(), stream_));
-    xb = act_.get();
-  }
-  if (m <= kc::kGemvMaxRows && UseGemv(n, k, m)) {
+Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w, float* y, int m,
+                            int n, int k, bool accumulate, bool swiglu) {
+  const int depth = m <= kc::kGemvMaxRows ? GemvDepth(n, k, m) : 0;
+  if (depth > 0) {
+    if (norm && !fuse_norm_) {
+      KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps,
+                             xn_.get(), stream_));
+      x = xn_.get();
+      norm = nullptr;
+    }
+    const bool epilogue = swiglu && fuse_swiglu_ && n % 8 == 0;
     kc::GemvArgs g;
+    g.depth = depth;
     g.w = w;
-    g.x = xb;
     g.y = y;
     g.rows = m;
     g.n = n;
     g.k = k;
     g.accumulate = accumulate;
+    if (norm) {
+      g.xf = static_cast<const float*>(x);
+      g.norm = norm;
+      g.eps = c_.rms_eps;
+    } else {
+      g.x = static_cast<const uint16_t*>(x);
+    }
+    if (epilogue) g.act = act_.get();
     KERNEL_TRY(kc::Gemv(g, stream_));
+    if (swiglu && !epilogue) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
     return Status::Ok();
   }
-  return Gemm(xb, w, y, m, n, k, accumulate);
+  const uint16_t* xb = static_cast<const uint16_t*>(x);
+  if (norm) {
+    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
+                           stream_));
+    xb = xn_.get();
+  }
+  BRAID_RETURN_IF_ERROR(Gemm(xb, w, y, m, n, k, accumulate));
+  if (swiglu) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
+  return Status::Ok();
 }
 
-// Times the matrix-vector kernel against cuBLASLt on this device for a
-// matrix of this shape (random bf16, 10 replays of each after a warm-up)
-// the first time the shape is used with 1 or kGemvMaxRows rows, and keeps
-// the faster; rows between take the choice for the nearer of the two.
-bool CudaBackend::UseGemv(int n, int k, int m) {
+// Times the matrix-vector kernel (4 and 8 pieces in flight per lane)
+// against cuBLASLt on this device for a matrix of this shape (random bf16,
+// 10 replays of each after a warm-up) the first time the shape is used with
+// 1 or kGemvMaxRows rows, and keeps the fastest; rows between take the
+// choice for the nearer of the two.
+int CudaBackend::GemvDepth(int n, int k, int m) {
   const int probe = m <= (1 + kc::kGemvMaxRows) / 2 ? 1 : kc::kGemvMaxRows;
   const auto key = std::make_tuple(n, k, probe);
   auto it = gemv_choice_.find(key);
   if (it != gemv_choice_.end()) return it->second;
-  bool gemv = true;
+  int depth = 4;
   DeviceArray<uint16_t> w, x;
   DeviceArray<float> y;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -757,13 +803,14 @@ bool CudaBackend::UseGemv(int n, int k, int m) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    auto time = [&](bool use_gemv) {
+    auto time = [&](int d) {  // d: gemv depth, 0 for cuBLASLt
       float best = 1e30f;
       for (int rep = 0; rep < 11; ++rep) {
         cudaEventRecord(e0, stream_);
-        if (use_gemv) {
+        if (d > 0) {
           kc::GemvArgs g;
           g.w = w.get(), g.x = x.get(), g.y = y.get(), g.rows = probe, g.n = n, g.k = k;
+          g.depth = d;
           kc::Gemv(g, stream_);
         } else {
           (void)Gemm(x.get(), w.get(), y.get(), probe, n, k, false);
@@ -776,18 +823,23 @@ bool CudaBackend::UseGemv(int n, int k, int m) {
       }
       return best;
     };
-    const float t_gemv = time(true), t_blas = time(false);
-    gemv = t_gemv <= t_blas;
+    const float t4 = time(4), t8 = time(8), t_blas = time(0);
+    depth = t8 < t4 ? 8 : 4;
+    const float t_gemv = std::min(t4, t8);
+    if (t_blas < t_gemv) depth = 0;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     char note[160];
-    std::snprintf(note, sizeof note, "%s%dx%d rows %d: %s (%.1f vs %.1f us)",
-                  gemv_note_.empty() ? "" : "; ", n, k, probe, gemv ? "gemv" : "cuBLASLt",
-                  1e3 * (gemv ? t_gemv : t_blas), 1e3 * (gemv ? t_blas : t_gemv));
+    std::snprintf(note, sizeof note, "%s%dx%d rows %d: %s (gemv %.1f/%.1f, cuBLASLt %.1f us)",
+                  gemv_note_.empty() ? "" : "; ", n, k, probe,
+                  depth == 0   ? "cuBLASLt"
+                  : depth == 8 ? "gemv 8"
+                               : "gemv 4",
+                  1e3 * t4, 1e3 * t8, 1e3 * t_blas);
     gemv_note_ += note;
   }
-  gemv_choice_[key] = gemv;
-  return gemv;
+  gemv_choice_[key] = depth;
+  return depth;
 }
 
 Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory, float* logits,

@@ -40,7 +40,8 @@ struct RopeKvArgs {
 // Adds the bias, rotates Q and K by position, writes Q and stores K and V.
 int RopeStoreKv(const RopeKvArgs& a, void* stream);
 
-// out[t, j] = bf16(silu(gu[t, j]) * gu[t, n_ff + j]) for t < n, j < n_ff.
+// out[t, j] = bf16(silu(gu[t, 2j]) * gu[t, 2j + 1]) for t < n, j < n_ff: the
+// gate and up projections interleaved row by row.
 int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream);
 
 struct DecodeAttentionArgs {
@@ -54,14 +55,16 @@ struct DecodeAttentionArgs {
   const int32_t* tables = nullptr;     // block tables, packed
   uint16_t* out = nullptr;             // [tokens, n_head*hd] bf16
   float* partial = nullptr;            // n_split > 1: [n, n_head, n_split, hd + 2] workspace
+  int* counters = nullptr;             // n_split > 1: [n, n_kv] zeros, left zero
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
-  int n_split = 1;  // key ranges per (token, KV head), merged after
+  int n_split = 1;  // key ranges per (token, KV head) (<= 32), merged by the last to finish
   float scale = 0;
 };
 // Attention of single query tokens over their sequence's paged KV (causal by
 // position), all query heads of a KV head in one thread block, the keys split
 // into n_split ranges when there are too few (token, KV head) pairs to fill
-// the device. head_dim 16, 32, 64 or 128; n_head / n_kv <= 8.
+// the device; the block that finishes a (token, KV head) last merges its
+// ranges. head_dim 16, 32, 64 or 128; n_head / n_kv <= 8.
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream);
 // Whether DecodeAttention supports the shape.
 bool DecodeAttentionSupports(int head_dim, int group);
@@ -92,6 +95,16 @@ struct GemvArgs {
   float* y = nullptr;
   int rows = 1, n = 0, k = 0;
   bool accumulate = false;
+  // RMSNorm fused in front: with xf set, x is bf16(xf / rms(xf) * norm)
+  // computed here from the fp32 rows xf [rows, k] (x is then unused).
+  const float* xf = nullptr;
+  const float* norm = nullptr;
+  float eps = 0;
+  // SwiGLU fused behind: with act set, rows 2j and 2j + 1 of w are a gate
+  // and an up projection and act[m, j] = bf16(silu(y[m, 2j]) * y[m, 2j + 1])
+  // is written instead of y (n a multiple of 8, act [rows, n / 2]).
+  uint16_t* act = nullptr;
+  int depth = 4;  // 16-byte pieces of w in flight per lane: 4 or 8
 };
 int Gemv(const GemvArgs& a, void* stream);
 
