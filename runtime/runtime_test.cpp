@@ -303,6 +303,7 @@ TEST_CASE("run: messages are earlier turns, rendered through the chat template a
 
 TEST_CASE("run: messages count in the cost estimate: their text and their inputs") {
   Fixture fx;
+  fx.engine.hold = true;  // neither call finishes (and changes its slack) before it is read
   auto run = fx.Start();
   // One token per byte (the fake model); 400 prompt tokens/s while unmeasured.
   auto chat =
@@ -320,6 +321,8 @@ TEST_CASE("run: messages count in the cost estimate: their text and their inputs
   const double extra_ms = NodeOf(nodes, 2).slack_ms - NodeOf(nodes, 1).slack_ms;
   CHECK(extra_ms > 15000);
   CHECK(extra_ms < 15200);
+  fx.engine.hold = false;
+  fx.engine.Release();
 }
 
 TEST_CASE("run: an input used only in a message is part of the call's resume key") {

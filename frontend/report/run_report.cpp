@@ -110,19 +110,28 @@ nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& v
     j["slack_ms"] = n.slack_ms;
     j["deadline_met"] = n.deadline_met ? nlohmann::json(*n.deadline_met) : nlohmann::json();
   }
+  // A running program adds variables while it is read: one newer than the
+  // `vars` snapshot is listed by id alone.
+  auto find = [&](rt::VarId v) -> const rt::VarInfo* {
+    return v >= 1 && static_cast<size_t>(v) <= vars.size() ? &vars[v - 1] : nullptr;
+  };
   auto var_ids = [&](const std::vector<rt::VarId>& ids) {
     nlohmann::json a = nlohmann::json::array();
-    for (rt::VarId v : ids)
-      a.push_back(
-          {{"var", v}, {"name", vars.at(v - 1).name}, {"producer", vars.at(v - 1).producer}});
+    for (rt::VarId v : ids) {
+      const rt::VarInfo* var = find(v);
+      if (var)
+        a.push_back({{"var", v}, {"name", var->name}, {"producer", var->producer}});
+      else
+        a.push_back({{"var", v}});
+    }
     return a;
   };
   j["inputs"] = var_ids(n.inputs);
   j["read_before"] = var_ids(n.read_before);  // dashed edges: read by the program, then this call
   nlohmann::json outputs = nlohmann::json::object();
   for (rt::VarId v : n.outputs) {
-    const rt::VarInfo& var = vars.at(v - 1);
-    if (var.state == rt::VarState::kReady) outputs[var.name] = Truncated(var.value, 500);
+    const rt::VarInfo* var = find(v);
+    if (var && var->state == rt::VarState::kReady) outputs[var->name] = Truncated(var->value, 500);
   }
   j["outputs"] = outputs;
   if (!n.error.empty()) j["error"] = n.error;
@@ -145,10 +154,12 @@ nlohmann::json ScoresJson(const rt::NodeInfo& n, const std::map<rt::VarId, rt::V
 
 nlohmann::json NodesJson(const rt::Run& run) {
   nlohmann::json out = nlohmann::json::array();
+  // Nodes first: the variables they name exist by the time Vars() is read.
+  const std::vector<rt::NodeInfo> nodes = run.Nodes();
   const std::vector<rt::VarInfo> var_list = run.Vars();
   std::map<rt::VarId, rt::VarInfo> vars;
   for (const rt::VarInfo& v : var_list) vars.emplace(v.id, v);
-  for (const auto& n : run.Nodes()) {
+  for (const auto& n : nodes) {
     nlohmann::json j = NodeJson(n, var_list);
     if (nlohmann::json s = ScoresJson(n, vars); !s.empty()) j["scores"] = std::move(s);
     out.push_back(std::move(j));
