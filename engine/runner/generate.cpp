@@ -1,23 +1,40 @@
-// Generate: prompt evaluation, then sample -> stream -> evaluate, one token at
-// a time, on a fresh sequence.
+// Generate: prompt evaluation, then sample -> stream -> evaluate on a fresh
+// sequence, one token a pass, or with speculation the tokens a pass confirms.
+#include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "engine/model.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
+#include "spec/proposer.h"
 
 namespace braid {
 namespace {
 
-double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+std::unique_ptr<spec::Proposer> MakeProposer(const SpecOptions& spec) {
+  switch (spec.kind) {
+    case SpecOptions::Kind::kNgram:
+      return std::make_unique<spec::NgramProposer>();
+    case SpecOptions::Kind::kSuffix:
+      return std::make_unique<spec::SuffixProposer>(nullptr);
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace
 
 Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                                 const SamplingParams& params,
-                                const std::function<bool(std::string_view)>& on_text) {
+                                const std::function<bool(std::string_view)>& on_text,
+                                const SpecOptions& spec) {
   BRAID_RETURN_IF_ERROR(params.Validate());
   if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
   std::unique_ptr<Sequence> seq = model.NewSequence();
@@ -28,15 +45,20 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   GenerateResult r;
   r.prompt_tokens = static_cast<int>(prompt.size());
   std::vector<int32_t> history(prompt.begin(), prompt.end());
+  // One logits row per guess checked by the last pass, plus one: row j
+  // decides the token after the first j guesses.
   std::vector<float> logits;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   BRAID_RETURN_IF_ERROR(seq->Eval(prompt, &logits));
-  auto t1 = std::chrono::steady_clock::now();
+  auto t1 = Clock::now();
   r.prefill_seconds = Seconds(t0, t1);
+  const size_t n_vocab = logits.size();
 
   Sampler sampler(params);
   TextStream decoder(model);
   StopMatcher stops(params.stop);
+  std::unique_ptr<spec::Proposer> proposer = MakeProposer(spec);
+  spec::DraftLength length(spec.max_tokens);
   bool keep_going = true;
   bool stop_string_hit = false;
   auto emit = [&](const std::string& text) {
@@ -46,26 +68,74 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   };
 
   r.finish_reason = "length";
-  for (int i = 0; i < params.max_tokens; ++i) {
-    if (!Sampler::AllFinite(logits)) return Sampler::NonFiniteError(seq->position() - 1);
-    const int32_t id = sampler.Sample(logits, history);
-    const bool eog = !params.ignore_eos && model.IsEndOfGeneration(id);
-    bool stop_token = false;
-    for (int32_t s : params.stop_tokens) stop_token |= s == id;
-    if (eog || stop_token) {
-      r.finish_reason = "stop";
-      break;
+  std::vector<int32_t> drafts, batch;
+  bool done = params.max_tokens == 0;
+  while (!done) {
+    // Decide tokens row by row while the guesses hold; the first token not
+    // guessed (a correction, or the one after every guess) ends the pass.
+    const int first_row_pos = seq->position() - static_cast<int>(drafts.size()) - 1;
+    int accepted = 0;
+    int32_t next = -1;
+    for (size_t j = 0; j <= drafts.size(); ++j) {
+      std::span<float> row(logits.data() + j * n_vocab, n_vocab);
+      if (!Sampler::AllFinite(row)) return Sampler::NonFiniteError(first_row_pos + j);
+      // A guess is kept when it is the token drawn here. The draw is the one
+      // plain generation makes at this position (one per position, from the
+      // same random stream), so the output is the same with or without
+      // guesses; for a deterministic guess this is the rejection rule itself
+      // (kept with its probability, else a draw from the rest).
+      const int32_t id = sampler.Sample(row, history);
+      const bool guessed = j < drafts.size() && id == drafts[j];
+      const bool eog = !params.ignore_eos && model.IsEndOfGeneration(id);
+      bool stop_token = false;
+      for (int32_t s : params.stop_tokens) stop_token |= s == id;
+      if (eog || stop_token) {
+        r.finish_reason = "stop";
+        done = true;
+        break;
+      }
+      r.tokens.push_back(id);
+      history.push_back(id);
+      emit(stops.Push(decoder.Push(id), &stop_string_hit));
+      if (stop_string_hit || !keep_going) {
+        r.finish_reason = "stop";
+        done = true;
+        break;
+      }
+      if (static_cast<int>(r.tokens.size()) == params.max_tokens) {
+        done = true;
+        break;
+      }
+      if (!guessed) {
+        next = id;
+        break;
+      }
+      ++accepted;
     }
-    r.tokens.push_back(id);
-    history.push_back(id);
-    emit(stops.Push(decoder.Push(id), &stop_string_hit));
-    if (stop_string_hit || !keep_going) {
-      r.finish_reason = "stop";
-      break;
+    if (!drafts.empty()) {
+      r.spec_proposed += static_cast<int>(drafts.size());
+      r.spec_accepted += accepted;
+      length.ObserveAcceptance(static_cast<int>(drafts.size()), accepted);
     }
-    if (i + 1 == params.max_tokens) break;
+    if (done) break;
+    // The rejected guesses leave the KV cache.
+    seq->Truncate(seq->position() - (static_cast<int>(drafts.size()) - accepted));
     if (seq->position() + 1 > seq->capacity()) break;
-    BRAID_RETURN_IF_ERROR(seq->Eval(std::span<const int32_t>(&id, 1), &logits));
+
+    // The next pass: the new token, then the guesses after it.
+    drafts.clear();
+    if (proposer) {
+      const int room = std::min(seq->capacity() - seq->position() - 1,
+                                params.max_tokens - static_cast<int>(r.tokens.size()) - 1);
+      const int k = std::min(length.Next(), room);
+      if (k > 0) proposer->Propose(history, k, &drafts);
+    }
+    batch.assign(1, next);
+    batch.insert(batch.end(), drafts.begin(), drafts.end());
+    const auto s0 = Clock::now();
+    BRAID_RETURN_IF_ERROR(seq->Eval(batch, &logits, !drafts.empty()));
+    length.ObserveStep(static_cast<int>(batch.size()), Seconds(s0, Clock::now()));
+    ++r.decode_steps;
   }
   // Release what the UTF-8 decoder and the stop matcher still hold, unless a
   // stop string ended the text.
@@ -74,7 +144,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
     emit(stops.Push(decoder.Flush(), &stopped));
     if (!stopped) emit(stops.Flush());
   }
-  r.decode_seconds = Seconds(t1, std::chrono::steady_clock::now());
+  r.decode_seconds = Seconds(t1, Clock::now());
   return r;
 }
 

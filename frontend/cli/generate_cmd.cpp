@@ -34,6 +34,9 @@ const char* kGenerateHelp =
     "      --seed S            sampling seed, 0..2^64-1\n"
     "      --stop TEXT         stop string (repeatable)\n"
     "      --ignore-eos        keep going past end-of-generation tokens\n"
+    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup) or\n"
+    "                          suffix (a suffix trie of the text so far); N guesses a pass at\n"
+    "                          most, 1..32 (default 8; fewer where they stop paying)\n"
     "      --system TEXT       chat: the system message\n"
     "      --raw               generate: do not wrap the prompt in the chat template; the\n"
     "                          text of special tokens in it (<|im_start|>) becomes those\n"
@@ -55,10 +58,19 @@ bool PrintPiece(std::string_view piece) {
   return true;
 }
 
+void PrintSpec(const GenerateResult& g) {
+  if (g.spec_proposed == 0 && g.decode_steps == 0) return;
+  std::fprintf(stderr,
+               "speculation: %d of %d guesses accepted (%.0f%%), %.2f tokens per forward pass\n",
+               g.spec_accepted, g.spec_proposed,
+               g.spec_proposed ? 100.0 * g.spec_accepted / g.spec_proposed : 0.0,
+               g.decode_steps ? static_cast<double>(g.tokens.size() - 1) / g.decode_steps : 0.0);
+}
+
 int RunOnce(Model& model, std::span<const PromptPiece> pieces, const SamplingParams& sp,
-            bool verbose) {
+            const SpecOptions& spec, bool verbose) {
   std::vector<int32_t> prompt = model.Tokenize(pieces);
-  auto r = Generate(model, prompt, sp, PrintPiece);
+  auto r = Generate(model, prompt, sp, PrintPiece, spec);
   std::printf("\n");
   if (!r.ok()) {
     std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());
@@ -73,6 +85,7 @@ int RunOnce(Model& model, std::span<const PromptPiece> pieces, const SamplingPar
                  g.tokens.size(), g.decode_seconds,
                  g.tokens.size() > 1 ? (g.tokens.size() - 1) / g.decode_seconds : 0.0,
                  g.finish_reason.c_str());
+    if (spec.on()) PrintSpec(g);
   }
   return 0;
 }
@@ -105,12 +118,18 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
   std::string system = args.Str({"--system"}, "");
   bool raw = args.Flag({"--raw"});
   bool verbose = args.Flag({"-v", "--verbose"});
+  auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid %s: %s\n", chat ? "chat" : "generate", e.c_str());
     return 2;
   }
   if (Status s = sp.Validate(); !s.ok()) {
     std::fprintf(stderr, "braid: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (!spec.ok()) {
+    std::fprintf(stderr, "braid %s: %s\n", chat ? "chat" : "generate",
+                 spec.status().message().c_str());
     return 2;
   }
   if (!file.empty()) {
@@ -139,14 +158,14 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     // special-token text is meant as special tokens.
     if (raw) {
       const PromptPiece piece = MarkupPiece(prompt);
-      return RunOnce(m, std::span<const PromptPiece>(&piece, 1), sp, verbose);
+      return RunOnce(m, std::span<const PromptPiece>(&piece, 1), sp, *spec, verbose);
     }
     messages.push_back({"user", prompt});
-    return RunOnce(m, m.FormatChat(messages, true), sp, verbose);
+    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, verbose);
   }
   if (!prompt.empty()) {
     messages.push_back({"user", prompt});
-    return RunOnce(m, m.FormatChat(messages, true), sp, verbose);
+    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, verbose);
   }
   // Interactive chat: one line per user turn; the whole conversation is
   // re-rendered with the chat template each turn.
@@ -160,7 +179,7 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     // Messages are plain text: only the chat template's markup yields special
     // tokens, so a typed "<|im_end|>" cannot close the turn.
     std::vector<int32_t> ids = m.Tokenize(m.FormatChat(messages, true));
-    auto r = Generate(m, ids, sp, PrintPiece);
+    auto r = Generate(m, ids, sp, PrintPiece, *spec);
     std::printf("\n");
     if (!r.ok()) {
       std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());

@@ -18,6 +18,7 @@
 #include "engine/chat.h"
 #include "engine/prompt.h"
 #include "engine/sampling.h"
+#include "engine/spec.h"
 #include "engine/status.h"
 
 namespace braid {
@@ -164,14 +165,20 @@ struct GenerateResult {
   int prompt_tokens = 0;
   double prefill_seconds = 0;  // evaluating the prompt
   double decode_seconds = 0;   // everything after the first token
+  // Speculative decoding (SpecOptions on): guesses proposed and accepted,
+  // and forward passes after the prompt's.
+  int spec_proposed = 0, spec_accepted = 0, decode_steps = 0;
 };
 
 // Generates from `prompt` on a fresh sequence. `on_text` receives UTF-8-safe
 // text pieces as they are produced (never a broken character, never a partial
 // stop string); returning false stops generation ("cancelled" is then not an
-// error: finish_reason is "stop").
+// error: finish_reason is "stop"). With `spec` on, each forward pass also
+// checks the proposer's guesses of the next tokens; the output is the same
+// token for token, greedy or sampled (the same seed gives the same text).
 Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                                 const SamplingParams& params,
-                                const std::function<bool(std::string_view)>& on_text = {});
+                                const std::function<bool(std::string_view)>& on_text = {},
+                                const SpecOptions& spec = {});
 
 }  // namespace braid

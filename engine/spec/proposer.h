@@ -1,0 +1,145 @@
+// Speculative decoding: proposers guess the next tokens of a sequence
+// cheaply, the target model checks all the guesses in one forward pass, and
+// the sampler keeps the longest prefix its rule accepts (sampling/sampler.h,
+// Sampler::Verify). Proposers here are model-free; each works on token ids
+// only and is owned by one request (not thread-safe), except SuffixIndex,
+// which requests of the same semantic function share.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace braid::spec {
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Up to max_tokens guesses of what follows `context` (the prompt and the
+  // output so far) into `out` (cleared first). Fewer, or none, when the
+  // proposer has no good guess.
+  virtual void Propose(std::span<const int32_t> context, int max_tokens,
+                       std::vector<int32_t>* out) = 0;
+  virtual const char* name() const = 0;
+};
+
+// Prompt lookup: the longest n-gram (max_n down to min_n) ending the context
+// that also occurs earlier in it; the tokens that followed its most recent
+// earlier occurrence are the guess.
+class NgramProposer : public Proposer {
+ public:
+  explicit NgramProposer(int max_n = 4, int min_n = 1) : max_n_(max_n), min_n_(min_n) {}
+  void Propose(std::span<const int32_t> context, int max_tokens,
+               std::vector<int32_t>* out) override;
+  const char* name() const override { return "ngram"; }
+
+ private:
+  int max_n_, min_n_;
+};
+
+// Token sequences (earlier outputs of sibling calls, and a request's own
+// context) in a depth-bounded suffix trie with a count per node: how many
+// times the path from the root was followed by each child. A guess follows
+// the longest suffix of the context found in the trie, then the most
+// frequent child at each step, while that child's share stays above
+// min_share (SuffixDecoding's frequency-guided speculation). Thread-safe.
+class SuffixIndex {
+ public:
+  explicit SuffixIndex(int max_depth = 32, size_t max_nodes = 1 << 20)
+      : max_depth_(max_depth), max_nodes_(max_nodes) {
+    nodes_.emplace_back();
+  }
+  // Adds every suffix of `tokens` (each cut at max_depth). Once the trie
+  // holds max_nodes nodes it stops growing; counts of existing paths still
+  // rise.
+  void Add(std::span<const int32_t> tokens) { Extend(tokens, 0); }
+  // Adds the suffixes that end at positions [from, size) of `tokens`, whose
+  // earlier positions were added before (Add is Extend from 0).
+  void Extend(std::span<const int32_t> tokens, size_t from);
+  // Up to max_tokens guesses after `context`, matched on at most
+  // max_depth - 1 of its last tokens.
+  void Propose(std::span<const int32_t> context, int max_tokens, float min_share,
+               std::vector<int32_t>* out) const;
+  size_t nodes() const;
+  // Back to the empty trie.
+  void Clear();
+
+ private:
+  struct Node {
+    std::unordered_map<int32_t, int32_t> children;  // token -> node index
+    uint32_t count = 0;                             // times this path was seen
+  };
+  int32_t Child(int32_t node, int32_t token) const;
+  // The node of the longest suffix of `tokens` (at most max_depth - 1 long)
+  // that has a child, or -1.
+  int32_t Match(std::span<const int32_t> tokens, int* depth) const;
+
+  int max_depth_;
+  size_t max_nodes_;
+  std::vector<Node> nodes_;  // nodes_[0] is the root
+  mutable std::mutex mu_;
+};
+
+// The suffix proposer of one request: a shared index of its siblings'
+// outputs (may be null) and a private one over its own context, which it
+// extends as the context grows. The longer guess of the two wins.
+class SuffixProposer : public Proposer {
+ public:
+  explicit SuffixProposer(std::shared_ptr<SuffixIndex> shared, float min_share = 0.1f)
+      : shared_(std::move(shared)), min_share_(min_share) {}
+  void Propose(std::span<const int32_t> context, int max_tokens,
+               std::vector<int32_t>* out) override;
+  const char* name() const override { return "suffix"; }
+
+ private:
+  std::shared_ptr<SuffixIndex> shared_;
+  SuffixIndex own_;
+  size_t indexed_ = 0;  // context tokens already in own_
+  float min_share_;
+  std::vector<int32_t> other_;
+};
+
+// Per semantic function (a name the runtime chooses), the SuffixIndex its
+// calls share: finished outputs go in, new calls read it. Thread-safe.
+class SuffixStore {
+ public:
+  std::shared_ptr<SuffixIndex> For(const std::string& key);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<SuffixIndex>> indexes_;
+};
+
+// How many tokens to propose next, from what speculation has earned so far:
+// the per-position acceptance rate (a moving average over tried guesses) and the
+// measured cost of a forward pass over n tokens. Proposing k tokens yields
+// 1 + a + ... + a^k tokens a step in expectation at acceptance a, for the
+// cost of a pass over k + 1 tokens; the chosen k maximizes their ratio, and
+// is 0 (no speculation) where no k beats a plain step. Unmeasured pass sizes
+// are estimated from the measured ones; a size is measured when chosen.
+class DraftLength {
+ public:
+  explicit DraftLength(int max_tokens = 8) : max_(max_tokens), seconds_(max_tokens + 2, 0.0) {}
+  int Next();
+  // After a pass over n tokens that took `seconds`.
+  void ObserveStep(int n_tokens, double seconds);
+  // After `proposed` guesses of which `accepted` were kept.
+  void ObserveAcceptance(int proposed, int accepted);
+  double acceptance() const { return acceptance_; }
+  int max_tokens() const { return max_; }
+
+ private:
+  double Cost(int n) const;
+  int max_;
+  double acceptance_ = 0.7;  // optimistic until measured
+  int idle_ = 0;              // steps without speculation since it was last tried
+  std::vector<double> seconds_;  // moving average per pass size (0: unmeasured)
+};
+
+}  // namespace braid::spec

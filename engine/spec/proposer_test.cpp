@@ -1,0 +1,148 @@
+#include "spec/proposer.h"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "engine/spec.h"
+
+namespace braid::spec {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+Ids Ngram(const Ids& context, int k) {
+  NgramProposer p;
+  Ids out = {99};
+  p.Propose(context, k, &out);
+  return out;
+}
+
+TEST_CASE("ngram: the tokens after the most recent earlier match of the longest tail") {
+  CHECK(Ngram({1, 2, 3, 4, 1, 2}, 8) == Ids{3, 4, 1, 2});
+  CHECK(Ngram({1, 2, 3, 4, 1, 2}, 2) == Ids{3, 4});
+  CHECK(Ngram({1, 2, 9, 1, 2, 7, 1, 2}, 3) == Ids{7, 1, 2});
+  // The longer tail wins over a more recent shorter one: [5 1 2] matches at 0.
+  CHECK(Ngram({5, 1, 2, 8, 3, 1, 2, 6, 5, 1, 2}, 2) == Ids{8, 3});
+  CHECK(Ngram({1, 2, 3}, 4).empty());
+  CHECK(Ngram({}, 4).empty());
+  CHECK(Ngram({7}, 4).empty());
+  CHECK(Ngram({7, 7}, 4) == Ids{7});
+  CHECK(Ngram({1, 2, 1, 2}, 0).empty());
+}
+
+Ids Suffix(const SuffixIndex& index, const Ids& context, int k, float min_share = 0.0f) {
+  Ids out = {99};
+  index.Propose(context, k, min_share, &out);
+  return out;
+}
+
+TEST_CASE("suffix index: the most frequent continuation of the longest matched suffix") {
+  SuffixIndex index;
+  index.Add(Ids{5, 6, 7, 8});
+  index.Add(Ids{5, 6, 7, 9});
+  index.Add(Ids{5, 6, 7, 9});
+  CHECK(Suffix(index, {1, 5, 6}, 4) == Ids{7, 9});
+  CHECK(Suffix(index, {1, 5, 6}, 1) == Ids{7});
+  CHECK(Suffix(index, {6, 7}, 4) == Ids{9});
+  CHECK(Suffix(index, {3, 4}, 4).empty());
+  // 9 follows [5 6 7] 2 times out of 3: below a share of 0.7 it stops there.
+  CHECK(Suffix(index, {5, 6}, 4, 0.7f) == Ids{7});
+}
+
+TEST_CASE("suffix index: guesses run past the depth bound by matching again") {
+  SuffixIndex index(/*max_depth=*/4);
+  Ids seq;
+  for (int i = 1; i <= 12; ++i) seq.push_back(i);
+  index.Add(seq);
+  CHECK(Suffix(index, {1, 2, 3}, 6) == Ids{4, 5, 6, 7, 8, 9});
+  CHECK(Suffix(index, {10, 11}, 6) == Ids{12});
+}
+
+TEST_CASE("suffix index: extending piece by piece builds the same trie as adding at once") {
+  const Ids seq = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3};
+  SuffixIndex whole(8), pieces(8);
+  whole.Add(seq);
+  for (size_t n = 1; n <= seq.size(); n += 3) {
+    const size_t upto = std::min(seq.size(), n + 2);
+    pieces.Extend(std::span<const int32_t>(seq.data(), upto), n - 1);
+  }
+  CHECK(whole.nodes() == pieces.nodes());
+  for (size_t cut = 1; cut < seq.size(); ++cut) {
+    const Ids ctx(seq.begin(), seq.begin() + cut);
+    CHECK(Suffix(whole, ctx, 5) == Suffix(pieces, ctx, 5));
+  }
+}
+
+TEST_CASE("suffix index: bounded in nodes") {
+  SuffixIndex index(16, 100);
+  Ids seq;
+  for (int i = 0; i < 1000; ++i) seq.push_back(i % 97);
+  index.Add(seq);
+  CHECK(index.nodes() <= 100);
+  index.Clear();
+  CHECK(index.nodes() == 1);
+}
+
+TEST_CASE("suffix proposer: its own context, and a shared index of siblings' outputs") {
+  SuffixProposer own(nullptr);
+  Ids out;
+  own.Propose(Ids{4, 5, 6, 7, 4, 5}, 3, &out);
+  CHECK(out == Ids{6, 7, 4});
+  // The context grows between calls; only new tokens are indexed.
+  own.Propose(Ids{4, 5, 6, 7, 4, 5, 6, 7, 4}, 2, &out);
+  CHECK(out == Ids{5, 6});
+
+  SuffixStore store;
+  auto shared = store.For("summarize");
+  CHECK(store.For("summarize") == shared);
+  CHECK(store.For("other") != shared);
+  shared->Add(Ids{10, 11, 12, 13, 14});
+  SuffixProposer sibling(shared);
+  sibling.Propose(Ids{1, 2, 10, 11}, 3, &out);
+  CHECK(out == Ids{12, 13, 14});
+}
+
+TEST_CASE("draft length: all guesses until measured, then what pays") {
+  DraftLength d(8);
+  CHECK(d.Next() == 8);
+  // A pass over n tokens costs 1 + 0.05 (n - 1): checking is nearly free.
+  for (int n = 1; n <= 9; ++n) d.ObserveStep(n, 1.0 + 0.05 * (n - 1));
+  for (int i = 0; i < 50; ++i) d.ObserveAcceptance(8, 8);
+  CHECK(d.acceptance() > 0.95);
+  CHECK(d.Next() == 8);
+  // Guesses that are always wrong: no speculation, but a probe every 16 steps.
+  for (int i = 0; i < 50; ++i) d.ObserveAcceptance(4, 0);
+  CHECK(d.acceptance() < 0.05);
+  int probes = 0;
+  for (int i = 0; i < 32; ++i) probes += d.Next();
+  CHECK(probes == 2);
+  // Costly passes (each token as dear as a step) never pay.
+  DraftLength dear(4);
+  for (int n = 1; n <= 5; ++n) dear.ObserveStep(n, static_cast<double>(n));
+  for (int i = 0; i < 50; ++i) dear.ObserveAcceptance(4, 3);
+  CHECK(dear.Next() == 0);
+  // Midway: half the guesses hold, a pass over n costs 1 + 0.25 (n - 1).
+  DraftLength mid(8);
+  for (int n = 1; n <= 9; ++n) mid.ObserveStep(n, 1.0 + 0.25 * (n - 1));
+  for (int i = 0; i < 100; ++i) mid.ObserveAcceptance(2, 1);
+  const int k = mid.Next();
+  CHECK(k >= 1);
+  CHECK(k <= 3);
+}
+
+TEST_CASE("spec options parse") {
+  CHECK(ParseSpecOptions("off").value().kind == SpecOptions::Kind::kOff);
+  auto n = ParseSpecOptions("ngram:5");
+  REQUIRE(n.ok());
+  CHECK(n.value().kind == SpecOptions::Kind::kNgram);
+  CHECK(n.value().max_tokens == 5);
+  CHECK(ParseSpecOptions("suffix").value().max_tokens == 8);
+  CHECK(!ParseSpecOptions("draft").ok());
+  CHECK(!ParseSpecOptions("ngram:0").ok());
+  CHECK(!ParseSpecOptions("ngram:x").ok());
+  CHECK(ParseSpecOptions("bogus").status().message().find("bogus") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::spec
