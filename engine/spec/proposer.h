@@ -137,8 +137,8 @@ class DraftLength {
  private:
   double Cost(int n) const;
   int max_;
-  double acceptance_ = 0.7;  // optimistic until measured
-  int idle_ = 0;              // steps without speculation since it was last tried
+  double acceptance_ = 0.7;      // optimistic until measured
+  int idle_ = 0;                 // steps without speculation since it was last tried
   std::vector<double> seconds_;  // moving average per pass size (0: unmeasured)
 };
 
