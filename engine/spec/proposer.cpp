@@ -15,8 +15,11 @@ void NgramProposer::Propose(std::span<const int32_t> context, int max_tokens,
     // The most recent earlier occurrence with at least one token after it.
     for (int i = len - n - 1; i >= 0; --i) {
       if (!std::equal(tail, tail + n, context.data() + i)) continue;
-      const int from = i + n, to = std::min(len, from + max_tokens);
-      out->assign(context.begin() + from, context.begin() + to);
+      // Copied as far as asked; past the context's end the copy reads what
+      // it has already proposed (a periodic tail goes on repeating).
+      const int from = i + n;
+      for (int j = 0; j < max_tokens; ++j)
+        out->push_back(from + j < len ? context[from + j] : (*out)[from + j - len]);
       return;
     }
   }
@@ -142,12 +145,17 @@ double DraftLength::Cost(int n) const {
 }
 
 int DraftLength::Next() {
-  if (max_ <= 0) return 0;
-  if (seconds_[1] <= 0) return max_;  // nothing measured yet
+  if (max_ <= 0 || seconds_[1] <= 0) return 0;  // a plain pass first, to measure
+  // Longer passes are tried in steps: at most twice the guesses of the
+  // longest pass measured so far.
+  int longest = 1;
+  for (int n = 2; n <= max_ + 1; ++n)
+    if (seconds_[n] > 0) longest = n;
+  const int limit = std::min(max_, std::max(1, 2 * (longest - 1)));
   const double a = acceptance_;
   int best_k = 0;
   double best = 1.0 / Cost(1), expected = 1.0, power = 1.0;
-  for (int k = 1; k <= max_; ++k) {
+  for (int k = 1; k <= limit; ++k) {
     power *= a;
     expected += power;
     const double rate = expected / Cost(k + 1);

@@ -31,10 +31,11 @@ class Proposer {
 
 // Prompt lookup: the longest n-gram (max_n down to min_n) ending the context
 // that also occurs earlier in it; the tokens that followed its most recent
-// earlier occurrence are the guess.
+// earlier occurrence are the guess, copied on past the context's end as an
+// overlapping copy (a tail that repeats with period p goes on repeating).
 class NgramProposer : public Proposer {
  public:
-  explicit NgramProposer(int max_n = 4, int min_n = 1) : max_n_(max_n), min_n_(min_n) {}
+  explicit NgramProposer(int max_n = 4, int min_n = 2) : max_n_(max_n), min_n_(min_n) {}
   void Propose(std::span<const int32_t> context, int max_tokens,
                std::vector<int32_t>* out) override;
   const char* name() const override { return "ngram"; }
@@ -121,8 +122,10 @@ class SuffixStore {
 // measured cost of a forward pass over n tokens. Proposing k tokens yields
 // 1 + a + ... + a^k tokens a step in expectation at acceptance a, for the
 // cost of a pass over k + 1 tokens; the chosen k maximizes their ratio, and
-// is 0 (no speculation) where no k beats a plain step. Unmeasured pass sizes
-// are estimated from the measured ones; a size is measured when chosen.
+// is 0 (no speculation) where no k beats a plain step. The first pass is
+// plain; unmeasured pass sizes are estimated from the measured ones (as
+// cheap as the nearest below until a larger one is measured), and k grows
+// at most to twice the guesses of the longest pass measured so far.
 class DraftLength {
  public:
   explicit DraftLength(int max_tokens = 8) : max_(max_tokens), seconds_(max_tokens + 2, 0.0) {}

@@ -19,15 +19,19 @@ Ids Ngram(const Ids& context, int k) {
 }
 
 TEST_CASE("ngram: the tokens after the most recent earlier match of the longest tail") {
-  CHECK(Ngram({1, 2, 3, 4, 1, 2}, 8) == Ids{3, 4, 1, 2});
+  CHECK(Ngram({1, 2, 3, 4, 1, 2}, 4) == Ids{3, 4, 1, 2});
   CHECK(Ngram({1, 2, 3, 4, 1, 2}, 2) == Ids{3, 4});
   CHECK(Ngram({1, 2, 9, 1, 2, 7, 1, 2}, 3) == Ids{7, 1, 2});
+  // Past the context's end the copy overlaps itself: the period goes on.
+  CHECK(Ngram({1, 2, 3, 4, 1, 2}, 8) == Ids{3, 4, 1, 2, 3, 4, 1, 2});
+  CHECK(Ngram({5, 9, 9, 9}, 5) == Ids{9, 9, 9, 9, 9});
   // The longer tail wins over a more recent shorter one: [5 1 2] matches at 0.
   CHECK(Ngram({5, 1, 2, 8, 3, 1, 2, 6, 5, 1, 2}, 2) == Ids{8, 3});
   CHECK(Ngram({1, 2, 3}, 4).empty());
   CHECK(Ngram({}, 4).empty());
   CHECK(Ngram({7}, 4).empty());
-  CHECK(Ngram({7, 7}, 4) == Ids{7});
+  CHECK(Ngram({7, 7, 7}, 4) == Ids{7, 7, 7, 7});
+  CHECK(Ngram({7, 7}, 4).empty());  // a 1-gram match is too weak a guess
   CHECK(Ngram({1, 2, 1, 2}, 0).empty());
 }
 
@@ -103,9 +107,15 @@ TEST_CASE("suffix proposer: its own context, and a shared index of siblings' out
   CHECK(out == Ids{12, 13, 14});
 }
 
-TEST_CASE("draft length: all guesses until measured, then what pays") {
+TEST_CASE("draft length: a plain pass first, longer ones in steps, then what pays") {
   DraftLength d(8);
-  CHECK(d.Next() == 8);
+  CHECK(d.Next() == 0);
+  d.ObserveStep(1, 1.0);
+  CHECK(d.Next() == 1);
+  d.ObserveStep(2, 1.05);
+  CHECK(d.Next() == 2);
+  d.ObserveStep(3, 1.1);
+  CHECK(d.Next() == 4);
   // A pass over n tokens costs 1 + 0.05 (n - 1): checking is nearly free.
   for (int n = 1; n <= 9; ++n) d.ObserveStep(n, 1.0 + 0.05 * (n - 1));
   for (int i = 0; i < 50; ++i) d.ObserveAcceptance(8, 8);

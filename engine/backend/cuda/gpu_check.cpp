@@ -20,6 +20,11 @@
 //   sweep --model DIR --batches 1,8,32,128 --prompt 512 --gen 128
 //       decode steps of B sequences: tokens/s against the roofline and
 //       against cuBLAS's own GEMM rate at that batch
+//   spec --model DIR --prompt 128 --gen 128
+//       speculative decoding through Generate: the time of a forward pass
+//       over n tokens of one sequence against one token, then greedy
+//       generation with --spec off, ngram and suffix (tokens/s, guesses
+//       kept, tokens per pass); exits 1 if speculation changes the output
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,7 +73,8 @@ struct Args {
 };
 
 Args Parse(int argc, char** argv) {
-  if (argc < 2) Fail("usage: braid_gpu_check run|compare-cpu|batch|decode|sweep --model DIR ...");
+  if (argc < 2)
+    Fail("usage: braid_gpu_check run|compare-cpu|batch|decode|sweep|spec --model DIR ...");
   Args a;
   a.cmd = argv[1];
   for (int i = 2; i < argc; ++i) {
@@ -454,6 +460,71 @@ int Sweep(const Args& a) {
   return 0;
 }
 
+int Spec(const Args& a) {
+  auto m = OpenModel(a, a.device, false);
+  const int n_vocab = m->info().n_vocab;
+  std::mt19937 rng(5);
+  std::vector<int32_t> prompt(a.prompt);
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % n_vocab);
+
+  // What checking guesses costs: a pass over n tokens against one token.
+  Json passes = Json::array();
+  {
+    auto seq = m->NewSequence();
+    std::vector<float> logits;
+    Check(seq->Eval(prompt, &logits), "prefill");
+    double one = 0;
+    for (int n : {1, 2, 3, 5, 9, 17}) {
+      std::vector<int32_t> toks(n);
+      for (auto& id : toks) id = static_cast<int32_t>(rng() % n_vocab);
+      std::vector<double> t;
+      for (int rep = 0; rep < 11; ++rep) {
+        const auto t0 = Clock::now();
+        Check(seq->Eval(toks, &logits, n > 1), "pass");
+        if (rep > 0) t.push_back(Since(t0));
+        seq->Truncate(static_cast<int>(prompt.size()));
+      }
+      std::sort(t.begin(), t.end());
+      const double ms = 1e3 * t[t.size() / 2];
+      if (n == 1) one = ms;
+      passes.push_back({{"tokens", n}, {"ms", ms}, {"vs_one", ms / one}});
+    }
+  }
+
+  // Greedy generation with each proposer; the best of 2 runs.
+  SamplingParams sp = SamplingParams::Greedy();
+  sp.max_tokens = a.gen;
+  sp.ignore_eos = true;
+  Json runs = Json::array();
+  std::vector<int32_t> plain;
+  bool same = true;
+  for (auto kind : {SpecOptions::Kind::kOff, SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix}) {
+    SpecOptions spec;
+    spec.kind = kind;
+    GenerateResult best;
+    double rate = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      GenerateResult g = Check(Generate(*m, prompt, sp, {}, spec), "generate");
+      const double r = (g.tokens.size() - 1) / g.decode_seconds;
+      if (r > rate) rate = r, best = std::move(g);
+    }
+    if (kind == SpecOptions::Kind::kOff) plain = best.tokens;
+    const bool equal = best.tokens == plain;
+    same &= equal;
+    runs.push_back({{"spec", spec.name()},
+                    {"tokens_per_s", rate},
+                    {"proposed", best.spec_proposed},
+                    {"accepted", best.spec_accepted},
+                    {"tokens_per_pass", best.decode_steps
+                                            ? (best.tokens.size() - 1.0) / best.decode_steps
+                                            : 1.0},
+                    {"same_as_plain", equal}});
+  }
+  Json out = {{"prompt", a.prompt}, {"gen", a.gen}, {"passes", passes}, {"runs", runs}};
+  std::printf("%s\n", out.dump().c_str());
+  return same ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace braid
 
@@ -469,5 +540,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "batch") return Batch(a);
   if (a.cmd == "decode") return Decode(a);
   if (a.cmd == "sweep") return Sweep(a);
+  if (a.cmd == "spec") return Spec(a);
   Fail("unknown command '" + a.cmd + "'");
 }
