@@ -25,13 +25,15 @@ std::unique_ptr<Model> Open() {
   return std::move(*m);
 }
 
+constexpr const char* kChat =
+    "<|im_start|>user\nRepeat exactly: red, green, blue, red, green, blue.<|im_end|>\n"
+    "<|im_start|>assistant\n";
 const char* kTexts[] = {
     "one two three four five, one two three four five, one two three",
     "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
     "The quick brown fox jumps over the lazy dog. The quick brown fox",
     "Photosynthesis is the process by which green plants",
-    "<|im_start|>user\nRepeat exactly: red, green, blue, red, green, blue.<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    kChat,
 };
 
 GenerateResult Run(Model& m, const std::vector<int32_t>& prompt, const SamplingParams& sp,
