@@ -49,6 +49,8 @@ expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus
 expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
 expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
+expect spec "spec: expected off, ngram or suffix" generate -m "$model" -p hi --spec draft
+expect spec_n "spec ngram:N: N must be an integer in \[1, 32\]" generate -m "$model" -p hi --spec ngram:99
 expect stream "stream must be auto, nt or t0" generate -m "$model" -p hi --stream fast
 expect device "unknown device 'tpu'" generate -m "$model" -p hi --device tpu
 expect device-index "cuda:x" generate -m "$model" -p hi --device cuda:x

@@ -70,7 +70,9 @@ void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, floa
   out->clear();
   if (max_tokens <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int32_t> seen(context.begin(), context.end());
+  // Matching reads at most the last max_depth - 1 tokens: copy only those.
+  const size_t tail = std::min(context.size(), static_cast<size_t>(max_depth_ - 1));
+  std::vector<int32_t> seen(context.end() - tail, context.end());
   int depth = 0;
   int32_t node = Match(seen, &depth);
   while (node >= 0 && static_cast<int>(out->size()) < max_tokens) {

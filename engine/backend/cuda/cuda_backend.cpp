@@ -679,25 +679,23 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     const GpuLayer& l = layers_[i];
     BRAID_RETURN_IF_ERROR(
         Project(x_.get(), l.attn_norm.get(), l.wqkv.get(), qkv_.get(), T, qkv_dim_, D, false));
-    {
-      kc::RopeKvArgs r;
-      r.qkv = qkv_.get();
-      r.bias = l.bqkv.get();
-      r.pos = DevRegion(kPos);
-      r.slot = DevRegion(kSlot);
-      r.inv_freq = inv_freq_.get();
-      r.q = q_.get();
-      r.k_cache = kv.k(i);
-      r.v_cache = kv.v(i);
-      r.n = T;
-      r.n_head = c.n_head;
-      r.n_kv = c.n_head_kv;
-      r.head_dim = c.head_dim;
-      r.n_rot = c.n_rot;
-      r.block_size = kv.block_size();
-      r.neox = c.rope_neox;
-      KERNEL_TRY(kc::RopeStoreKv(r, stream_));
-    }
+    kc::RopeKvArgs r;
+    r.qkv = qkv_.get();
+    r.bias = l.bqkv.get();
+    r.pos = DevRegion(kPos);
+    r.slot = DevRegion(kSlot);
+    r.inv_freq = inv_freq_.get();
+    r.q = q_.get();
+    r.k_cache = kv.k(i);
+    r.v_cache = kv.v(i);
+    r.n = T;
+    r.n_head = c.n_head;
+    r.n_kv = c.n_head_kv;
+    r.head_dim = c.head_dim;
+    r.n_rot = c.n_rot;
+    r.block_size = kv.block_size();
+    r.neox = c.rope_neox;
+    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
     if (n_decode > 0) {
       kc::DecodeAttentionArgs a;
       a.q = q_.get();
@@ -741,14 +739,15 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
 Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w, float* y, int m,
                             int n, int k, bool accumulate, bool swiglu) {
   const int depth = m <= kc::kGemvMaxRows ? GemvDepth(n, k, m) : 0;
+  // What the product does not fuse runs as kernels of its own around it.
+  if (norm && !(depth > 0 && fuse_norm_)) {
+    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
+                           stream_));
+    x = xn_.get();
+    norm = nullptr;
+  }
+  const bool epilogue = depth > 0 && swiglu && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    if (norm && !fuse_norm_) {
-      KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps,
-                             xn_.get(), stream_));
-      x = xn_.get();
-      norm = nullptr;
-    }
-    const bool epilogue = swiglu && fuse_swiglu_ && n % 8 == 0;
     kc::GemvArgs g;
     g.depth = depth;
     g.w = w;
@@ -766,17 +765,10 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
     }
     if (epilogue) g.act = act_.get();
     KERNEL_TRY(kc::Gemv(g, stream_));
-    if (swiglu && !epilogue) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
-    return Status::Ok();
+  } else {
+    BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w, y, m, n, k, accumulate));
   }
-  const uint16_t* xb = static_cast<const uint16_t*>(x);
-  if (norm) {
-    KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
-                           stream_));
-    xb = xn_.get();
-  }
-  BRAID_RETURN_IF_ERROR(Gemm(xb, w, y, m, n, k, accumulate));
-  if (swiglu) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
+  if (swiglu && !epilogue) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
   return Status::Ok();
 }
 
