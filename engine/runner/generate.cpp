@@ -7,6 +7,7 @@
 #include "engine/model.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
+#include "spec/goodput.h"
 #include "spec/proposer.h"
 
 namespace braid {
@@ -16,17 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-std::unique_ptr<spec::Proposer> MakeProposer(const SpecOptions& spec) {
-  switch (spec.kind) {
-    case SpecOptions::Kind::kNgram:
-      return std::make_unique<spec::NgramProposer>();
-    case SpecOptions::Kind::kSuffix:
-      return std::make_unique<spec::SuffixProposer>(nullptr);
-    default:
-      return nullptr;
-  }
 }
 
 }  // namespace
@@ -57,8 +47,9 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   Sampler sampler(params);
   TextStream decoder(model);
   StopMatcher stops(params.stop);
-  std::unique_ptr<spec::Proposer> proposer = MakeProposer(spec);
-  spec::DraftLength length(spec.max_tokens);
+  std::unique_ptr<spec::Proposer> proposer = spec::MakeProposer(spec);
+  spec::Acceptance acceptance;
+  spec::StepCost cost(spec.max_tokens + 1);
   bool keep_going = true;
   bool stop_string_hit = false;
   auto emit = [&](const std::string& text) {
@@ -115,7 +106,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
     if (!drafts.empty()) {
       r.spec_proposed += static_cast<int>(drafts.size());
       r.spec_accepted += accepted;
-      length.ObserveAcceptance(static_cast<int>(drafts.size()), accepted);
+      acceptance.Observe(static_cast<int>(drafts.size()), accepted);
     }
     if (done) break;
     // The rejected guesses leave the KV cache.
@@ -127,14 +118,22 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
     if (proposer) {
       const int room = std::min(seq->capacity() - seq->position() - 1,
                                 params.max_tokens - static_cast<int>(r.tokens.size()) - 1);
-      const int k = std::min(length.Next(), room);
-      if (k > 0) proposer->Propose(history, k, &drafts);
+      if (room > 0) proposer->Propose(history, std::min(spec.max_tokens, room), &drafts);
+      const spec::Candidate c{acceptance.rate(), static_cast<int>(drafts.size())};
+      int k = spec.adaptive
+                  ? spec::ChooseGuesses(cost, 1, 1, std::span<const spec::Candidate>(&c, 1))[0]
+                  : c.available;
+      if (k > 0)
+        acceptance.Used();
+      else if (!drafts.empty() && acceptance.Probe())
+        k = 1;
+      drafts.resize(k);
     }
     batch.assign(1, next);
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     const auto s0 = Clock::now();
     BRAID_RETURN_IF_ERROR(seq->Eval(batch, &logits, !drafts.empty()));
-    length.ObserveStep(static_cast<int>(batch.size()), Seconds(s0, Clock::now()));
+    cost.Observe(static_cast<int>(batch.size()), Seconds(s0, Clock::now()));
     ++r.decode_steps;
   }
   // Release what the UTF-8 decoder and the stop matcher still hold, unless a

@@ -20,6 +20,8 @@
 #include "sampling/sampler.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
+#include "spec/goodput.h"
+#include "spec/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace braid {
@@ -99,6 +101,23 @@ class Request final : public RequestHandle {
   const GenerationRequest& request() const { return req_; }
   Sampler& sampler() { return sampler_; }
 
+  // Speculation: the proposer (null: none), and `group`, the index of
+  // sibling outputs this request's output joins when it ends (may be null).
+  void Speculate(std::unique_ptr<spec::Proposer> proposer,
+                 std::shared_ptr<spec::SuffixIndex> group) {
+    proposer_ = std::move(proposer);
+    group_ = std::move(group);
+  }
+  spec::Proposer* proposer() { return proposer_.get(); }
+  spec::Acceptance& acceptance() { return acceptance_; }
+  // This step's tokens when it checks guesses: the last token, then the guesses.
+  std::vector<int32_t>& pass() { return pass_; }
+  void CountGuesses(int proposed, int accepted) {
+    result_.spec_proposed += proposed;
+    result_.spec_accepted += accepted;
+    acceptance_.Observe(proposed, accepted);
+  }
+
   // Records a sampled token; returns true when it ends the request.
   bool OnToken(int32_t id, const TokenLogprob* lp, bool eog, Clock::time_point now) {
     Delta d;
@@ -151,6 +170,9 @@ class Request final : public RequestHandle {
     result_.usage.generated_tokens = static_cast<int>(result_.tokens.size());
     result_.timings.total_ms = Ms(submitted_, now);
     result_.preemptions = seq_.preemptions;
+    // A finished output is what the siblings' guesses come from.
+    if (group_ && (reason == "stop" || reason == "length") && !result_.tokens.empty())
+      group_->Add(result_.tokens);
     if (!scheduled_) result_.timings.queue_ms = result_.timings.total_ms;
     Emit(std::move(d), /*final=*/true);
     return true;
@@ -192,6 +214,10 @@ class Request final : public RequestHandle {
   Sampler sampler_;
   std::unique_ptr<StreamDecoder> decoder_;
   StopMatcher stops_;
+  std::unique_ptr<spec::Proposer> proposer_;
+  std::shared_ptr<spec::SuffixIndex> group_;
+  spec::Acceptance acceptance_;
+  std::vector<int32_t> pass_;
   std::atomic<bool> cancel_{false};
   struct GoalChange {
     GoalClass goal;
@@ -403,7 +429,8 @@ class ServingEngine final : public Engine {
         cache_(pool_, o.block_size),
         scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
                    pool_, cache_, *policy_),
-        latency_budget_(o.max_batch_tokens) {
+        latency_budget_(o.max_batch_tokens),
+        step_cost_(model_->backend().max_chunk()) {
     scheduler_.set_latency_budget(&latency_budget_);
     stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
     stats_.kv_pool_bytes = kv_->bytes();
@@ -520,9 +547,29 @@ class ServingEngine final : public Engine {
   // error (their KV, from the same pass, is not offered to the prefix cache).
   void FailStep(const StepPlan& plan, std::vector<std::shared_ptr<Request>>& active,
                 const Status& error, Clock::time_point now, uint64_t cancelled, uint64_t preempted);
+  // Draws the next token of r from a logits row (its logits processor,
+  // penalties and sampler); `lp` gets its log-probabilities when asked for.
+  static int32_t SampleRow(Request& r, std::span<float> logits, TokenLogprob* lp) {
+    const SeqState& s = r.seq();
+    if (r.request().logits_processor)
+      r.request().logits_processor(
+          std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.tokens.size() - s.prompt_len),
+          logits);
+    const int k = r.request().top_logprobs;
+    std::vector<float> raw;
+    if (k >= 0) raw.assign(logits.begin(), logits.end());
+    const int32_t id = r.sampler().Sample(logits, s.tokens);
+    if (k >= 0) *lp = Logprobs(raw, id, k);
+    return id;
+  }
+  // Speculation stage: decodes of the plan get their requests' guesses, as
+  // many as pay at this step's size (spec/goodput.h).
+  void AddGuesses(StepPlan& plan, const std::unordered_map<const SeqState*, Request*>& by_seq);
   // First position of an item whose logits are needed: the last token when
-  // it samples, earlier ones for prompt log-probabilities.
+  // it samples (from the last token on when it checks guesses), earlier ones
+  // for prompt log-probabilities.
   static int LogitsFrom(const ScheduledItem& it) {
+    if (it.guesses > 0) return it.start;
     const int last = it.start + it.n_tokens - 1;
     int from = it.sample ? last : BatchSegment::kNoLogits;
     if (it.seq->logprobs_from > 0) {
@@ -550,6 +597,8 @@ class ServingEngine final : public Engine {
   kv::RadixCache cache_;
   Scheduler scheduler_;
   LatencyBudget latency_budget_;  // step loop only
+  spec::StepCost step_cost_;      // step loop only
+  spec::SuffixStore suffix_store_;
   std::mutex kv_mu_;              // pool, cache and scheduler: the loop holds it during planning
 
   std::mutex mu_;  // inbox and stop flag
@@ -596,6 +645,12 @@ void ServingEngine::Loop() {
         if (g.deadline_ms) s.deadline = s.arrival + *g.deadline_ms / 1000.0;
         s.salt = g.cache_salt;
         s.client = g.client;
+        if (options_.spec.on() && s.max_tokens > 1) {
+          std::shared_ptr<spec::SuffixIndex> group;
+          if (options_.spec.kind == SpecOptions::Kind::kSuffix && !g.spec_group.empty())
+            group = suffix_store_.For(g.spec_group);
+          r->Speculate(spec::MakeProposer(options_.spec, group), group);
+        }
         if (s.max_tokens == 0 && s.logprobs_from < 0) {
           r->Finish("length", Clock::now());
           continue;
@@ -644,6 +699,49 @@ void ServingEngine::FailStep(const StepPlan& plan, std::vector<std::shared_ptr<R
   waiting_count_ = waiting;
 }
 
+void ServingEngine::AddGuesses(StepPlan& plan,
+                               const std::unordered_map<const SeqState*, Request*>& by_seq) {
+  std::vector<ScheduledItem*> items;
+  std::vector<spec::Candidate> candidates;
+  int sampling = 0;
+  for (ScheduledItem& it : plan.items) {
+    if (!it.sample) continue;
+    ++sampling;
+    const SeqState& s = *it.seq;
+    Request* r = by_seq.at(it.seq);
+    // Decodes only; a guess must leave room for the token after it.
+    const int room = s.max_tokens - s.generated() - 1;
+    if (r->proposer() == nullptr || it.n_tokens != 1 || s.generated() == 0 || room <= 0) continue;
+    std::vector<int32_t>& pass = r->pass();
+    std::vector<int32_t> guesses;
+    r->proposer()->Propose(s.tokens, std::min(options_.spec.max_tokens, room), &guesses);
+    if (guesses.empty()) continue;
+    pass.assign(1, s.tokens.back());
+    pass.insert(pass.end(), guesses.begin(), guesses.end());
+    items.push_back(&it);
+    candidates.push_back({r->acceptance().rate(), static_cast<int>(guesses.size())});
+  }
+  if (items.empty()) return;
+  std::vector<int> k;
+  if (options_.spec.adaptive) {
+    k = spec::ChooseGuesses(step_cost_, plan.n_tokens, sampling, candidates);
+  } else {
+    for (const spec::Candidate& c : candidates) k.push_back(c.available);
+  }
+  const int max_step = model_->backend().max_chunk();
+  for (size_t i = 0; i < items.size(); ++i) {
+    Request* r = by_seq.at(items[i]->seq);
+    int n = k[i];
+    if (n > 0)
+      r->acceptance().Used();
+    else if (r->acceptance().Probe())
+      n = 1;
+    n = std::min(n, max_step - plan.n_tokens);
+    if (n > 0) n = scheduler_.AddGuesses(items[i], n, &plan);
+    r->pass().resize(1 + n);
+  }
+}
+
 void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   const auto now = Clock::now();
   StepPlan plan;
@@ -674,13 +772,23 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     return;
   }
 
+  std::unordered_map<const SeqState*, Request*> by_seq;
+  for (auto& r : active) by_seq[&r->seq()] = r.get();
+  double propose_seconds = 0;
+  if (options_.spec.on()) {
+    const auto p0 = Clock::now();
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    AddGuesses(plan, by_seq);
+    propose_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
+  }
+
   // Run the batch.
   std::vector<BatchSegment> segments;
   std::vector<int> first_row;  // per item: its first logits row
   int rows = 0;
   for (const ScheduledItem& it : plan.items) {
     BatchSegment seg;
-    seg.tokens = it.seq->tokens.data() + it.start;
+    seg.tokens = it.guesses > 0 ? by_seq[it.seq]->pass().data() : it.seq->tokens.data() + it.start;
     seg.n_tokens = it.n_tokens;
     seg.pos0 = it.start;
     seg.block_table = it.seq->blocks.data();
@@ -703,13 +811,14 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
     latency_budget_.Observe(
         plan.n_tokens, std::chrono::duration<double, std::milli>(t1 - t0).count(), latency_only);
+    if (options_.spec.on())
+      step_cost_.Observe(plan.n_tokens, std::chrono::duration<double>(t1 - t0).count());
   }
 
   // Sample, stream, retire.
-  std::unordered_map<const SeqState*, Request*> by_seq;
-  for (auto& r : active) by_seq[&r->seq()] = r.get();
   int prefill_tokens = 0, decode_tokens = 0;
   uint64_t finished = 0, generated = 0, prompt_tokens = 0, cached_tokens = 0;
+  uint64_t spec_proposed = 0, spec_accepted = 0, decode_passes = 0, decode_tokens_out = 0;
   {
     std::lock_guard<std::mutex> lock(kv_mu_);
     scheduler_.Commit(plan);
@@ -717,7 +826,8 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       const ScheduledItem& it = plan.items[item];
       Request* r = by_seq[it.seq];
       r->MarkScheduled(t0);
-      if (it.n_tokens == 1 && it.start >= it.seq->prompt_len)
+      const bool decode = it.start >= it.seq->prompt_len && it.n_tokens == 1 + it.guesses;
+      if (decode)
         ++decode_tokens;
       else
         prefill_tokens += it.n_tokens;
@@ -733,10 +843,6 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
         if (!std::isfinite(lp) && non_finite_at < 0) non_finite_at = p;
         r->SetPromptLogprob(p + 1, lp);
       }
-      if (it.sample && non_finite_at < 0 &&
-          !Sampler::AllFinite(
-              std::span<const float>(&logits_[static_cast<size_t>(row - 1) * n_vocab], n_vocab)))
-        non_finite_at = it.start + it.n_tokens - 1;
       if (non_finite_at >= 0) {
         // The request fails (its caller sees finish_reason "error"); its KV
         // is not offered to the prefix cache, since it came from the same
@@ -753,30 +859,51 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
         ++finished;
         continue;
       }
-      std::span<float> logits(&logits_[static_cast<size_t>(row - 1) * n_vocab], n_vocab);
-      if (r->request().logits_processor) {
-        const auto& toks = it.seq->tokens;
-        r->request().logits_processor(std::span<const int32_t>(toks.data() + it.seq->prompt_len,
-                                                               toks.size() - it.seq->prompt_len),
-                                      logits);
-      }
-      const int k = r->request().top_logprobs;
-      std::vector<float> raw;
-      if (k >= 0) raw.assign(logits.begin(), logits.end());
-      const int32_t id = r->sampler().Sample(logits, it.seq->tokens);
-      TokenLogprob lp;
-      if (k >= 0) lp = Logprobs(raw, id, k);
-      const bool eog = !r->request().sampling.ignore_eos && model_->IsEndOfGeneration(id);
-      const bool first = it.seq->generated() == 0;
-      if (first) {
+      if (it.seq->generated() == 0) {
         prompt_tokens += it.seq->prompt_len;
         cached_tokens += it.seq->cached_tokens;
       }
-      if (r->OnToken(id, k >= 0 ? &lp : nullptr, eog, t1)) {
-        scheduler_.Remove(it.seq, /*insert=*/true);
-        ++finished;
+      // Row j decides the token after the first j guesses: tokens are drawn
+      // row by row while the guesses hold, so a pass yields the kept guesses
+      // and one more. Each draw is the one a plain step would make at that
+      // position (the request's own random stream), so the output is the
+      // same with or without guesses.
+      const int first = row - 1 - it.guesses;
+      int accepted = 0;
+      bool done = false;
+      for (int j = 0; j <= it.guesses; ++j) {
+        std::span<float> logits(&logits_[static_cast<size_t>(first + j) * n_vocab], n_vocab);
+        if (!Sampler::AllFinite(logits)) {
+          r->Finish("error", t1, Sampler::NonFiniteError(it.start + j).message());
+          scheduler_.Remove(it.seq, /*insert=*/false);
+          done = true;
+          break;
+        }
+        TokenLogprob lp;
+        const int32_t id = SampleRow(*r, logits, &lp);
+        const bool eog = !r->request().sampling.ignore_eos && model_->IsEndOfGeneration(id);
+        if (!eog) ++generated;
+        ++decode_tokens_out;
+        if (r->OnToken(id, r->request().top_logprobs >= 0 ? &lp : nullptr, eog, t1)) {
+          scheduler_.Confirm(it.seq, accepted);
+          scheduler_.Remove(it.seq, /*insert=*/true);
+          done = true;
+          break;
+        }
+        if (j == it.guesses || id != r->pass()[j + 1]) break;
+        ++accepted;
       }
-      if (!eog) ++generated;
+      if (decode) ++decode_passes;
+      if (it.guesses > 0) {
+        r->CountGuesses(it.guesses, accepted);
+        spec_proposed += it.guesses;
+        spec_accepted += accepted;
+      }
+      if (done) {
+        ++finished;
+        continue;
+      }
+      scheduler_.Confirm(it.seq, accepted);
     }
     std::erase_if(active, [](const auto& r) { return r->finished(); });
     std::lock_guard<std::mutex> slock(stats_mu_);
@@ -788,6 +915,12 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     stats_.cached_prompt_tokens += cached_tokens;
     stats_.generated_tokens += generated;
     stats_.steps++;
+    stats_.spec_proposed += spec_proposed;
+    stats_.spec_accepted += spec_accepted;
+    stats_.decode_passes += decode_passes;
+    stats_.decode_tokens_out += decode_tokens_out;
+    stats_.propose_seconds += propose_seconds;
+    stats_.forward_seconds += std::chrono::duration<double>(t1 - t0).count();
     const double secs = std::max(1e-9, std::chrono::duration<double>(t1 - t0).count());
     auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.9 * avg + 0.1 * x; };
     if (prefill_tokens > 0 && decode_tokens == 0)

@@ -173,9 +173,26 @@ void Scheduler::OfferToCache(SeqState* s) {
   s->inserted_blocks = full;
 }
 
+int Scheduler::AddGuesses(ScheduledItem* item, int guesses, StepPlan* plan) {
+  SeqState* s = item->seq;
+  const int end = item->start + item->n_tokens;
+  const int room =
+      static_cast<int>(s->blocks.size()) * block_size_ - end + pool_.num_free() * block_size_;
+  const int n = std::clamp(guesses, 0, room);
+  while (static_cast<int>(s->blocks.size()) < BlocksFor(end + n)) {
+    std::optional<kv::BlockId> b = pool_.Allocate();
+    assert(b);
+    s->blocks.push_back(*b);
+  }
+  item->n_tokens += n;
+  item->guesses += n;
+  plan->n_tokens += n;
+  return n;
+}
+
 void Scheduler::Commit(const StepPlan& plan) {
   for (const ScheduledItem& it : plan.items) {
-    it.seq->num_computed += it.n_tokens;
+    it.seq->num_computed += it.n_tokens - it.guesses;
     // A completed prompt becomes shareable at once (siblings still waiting
     // for the same prefix hit the cache); later blocks are offered on Remove.
     if (it.seq->num_computed >= it.seq->prompt_len && it.seq->inserted_blocks * block_size_ < it.seq->prompt_len)

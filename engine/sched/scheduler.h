@@ -38,6 +38,10 @@ struct ScheduledItem {
   int start = 0;        // first position computed this step (= seq->num_computed)
   int n_tokens = 0;
   bool sample = false;  // the step reaches the end of the sequence: sample a token
+  // Of n_tokens, how many are guesses after the sequence's last token
+  // (speculative decoding): they are computed but not yet part of the
+  // sequence, and count as computed only once Confirm says they held.
+  int guesses = 0;
 };
 
 struct StepPlan {
@@ -64,9 +68,18 @@ class Scheduler {
   // Plans one step. Sequences in the plan have blocks for every position
   // they compute.
   StepPlan Schedule();
-  // Records that the plan ran: advances num_computed and offers the blocks
-  // of completed prompts to the prefix cache.
+  // Lets a planned decode also check up to `guesses` guessed tokens after
+  // it, as far as free blocks allow (no eviction, no preemption: guesses
+  // never displace confirmed work). Returns how many it may check.
+  int AddGuesses(ScheduledItem* item, int guesses, StepPlan* plan);
+  // Records that the plan ran: advances num_computed past each item's
+  // confirmed tokens and offers the blocks of completed prompts to the
+  // prefix cache.
   void Commit(const StepPlan& plan);
+  // After Commit: the first `accepted` guesses of s's item held (the
+  // sequence's tokens now include them), so their KV counts as computed.
+  // The rest of its positions are overwritten when the sequence gets there.
+  void Confirm(SeqState* s, int accepted) { s->num_computed += accepted; }
   // Takes a sequence out (finished or cancelled) and releases its blocks;
   // with `insert`, its computed full blocks are offered to the cache first.
   void Remove(SeqState* s, bool insert);

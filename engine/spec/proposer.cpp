@@ -128,65 +128,16 @@ std::shared_ptr<SuffixIndex> SuffixStore::For(const std::string& key) {
   return index;
 }
 
-double DraftLength::Cost(int n) const {
-  if (seconds_[n] > 0) return seconds_[n];
-  // From the nearest measured sizes below and above (linear), else the
-  // smallest measured size (speculation looks free until measured).
-  int lo = n - 1, hi = n + 1;
-  while (lo >= 1 && seconds_[lo] <= 0) --lo;
-  while (hi <= max_ + 1 && seconds_[hi] <= 0) ++hi;
-  if (lo >= 1 && hi <= max_ + 1)
-    return seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (n - lo) / (hi - lo);
-  if (lo >= 1) {
-    // Beyond the largest measured size: extend the slope from size 1.
-    if (lo > 1 && seconds_[1] > 0)
-      return seconds_[lo] + (seconds_[lo] - seconds_[1]) / (lo - 1) * (n - lo);
-    return seconds_[lo];
+std::unique_ptr<Proposer> MakeProposer(const SpecOptions& spec,
+                                       std::shared_ptr<SuffixIndex> shared) {
+  switch (spec.kind) {
+    case SpecOptions::Kind::kNgram:
+      return std::make_unique<NgramProposer>();
+    case SpecOptions::Kind::kSuffix:
+      return std::make_unique<SuffixProposer>(std::move(shared));
+    default:
+      return nullptr;
   }
-  return hi <= max_ + 1 ? seconds_[hi] : 0;
-}
-
-int DraftLength::Next() {
-  if (max_ <= 0 || seconds_[1] <= 0) return 0;  // a plain pass first, to measure
-  // Longer passes are tried in steps: at most twice the guesses of the
-  // longest pass measured so far.
-  int longest = 1;
-  for (int n = 2; n <= max_ + 1; ++n)
-    if (seconds_[n] > 0) longest = n;
-  const int limit = std::min(max_, std::max(1, 2 * (longest - 1)));
-  const double a = acceptance_;
-  int best_k = 0;
-  double best = 1.0 / Cost(1), expected = 1.0, power = 1.0;
-  for (int k = 1; k <= limit; ++k) {
-    power *= a;
-    expected += power;
-    const double rate = expected / Cost(k + 1);
-    if (rate > best * 1.02) best = rate, best_k = k;  // 2%: not for noise
-  }
-  // Where speculation does not pay, try one guess now and then, so that a
-  // sequence that turns repetitive is noticed.
-  if (best_k == 0 && ++idle_ >= 16) {
-    idle_ = 0;
-    return 1;
-  }
-  if (best_k > 0) idle_ = 0;
-  return best_k;
-}
-
-void DraftLength::ObserveStep(int n_tokens, double seconds) {
-  if (n_tokens < 1 || n_tokens > max_ + 1 || !(seconds > 0)) return;
-  double& s = seconds_[n_tokens];
-  s = s > 0 ? 0.8 * s + 0.2 * seconds : seconds;
-}
-
-void DraftLength::ObserveAcceptance(int proposed, int accepted) {
-  if (proposed <= 0) return;
-  // Guesses are tried in order until the first rejection: each tried one
-  // is a draw of the per-position acceptance.
-  const int tried = accepted + (accepted < proposed ? 1 : 0);
-  const double rate = static_cast<double>(accepted) / tried;
-  const double w = std::min(1.0, 0.1 * tried);
-  acceptance_ = (1 - w) * acceptance_ + w * rate;
 }
 
 }  // namespace braid::spec

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/spec.h"
 #include "engine/status.h"
 
 namespace braid::spec {
@@ -117,32 +118,9 @@ class SuffixStore {
   std::unordered_map<std::string, std::shared_ptr<SuffixIndex>> indexes_;
 };
 
-// How many tokens to propose next, from what speculation has earned so far:
-// the per-position acceptance rate (a moving average over tried guesses) and the
-// measured cost of a forward pass over n tokens. Proposing k tokens yields
-// 1 + a + ... + a^k tokens a step in expectation at acceptance a, for the
-// cost of a pass over k + 1 tokens; the chosen k maximizes their ratio, and
-// is 0 (no speculation) where no k beats a plain step. The first pass is
-// plain; unmeasured pass sizes are estimated from the measured ones (as
-// cheap as the nearest below until a larger one is measured), and k grows
-// at most to twice the guesses of the longest pass measured so far.
-class DraftLength {
- public:
-  explicit DraftLength(int max_tokens = 8) : max_(max_tokens), seconds_(max_tokens + 2, 0.0) {}
-  int Next();
-  // After a pass over n tokens that took `seconds`.
-  void ObserveStep(int n_tokens, double seconds);
-  // After `proposed` guesses of which `accepted` were kept.
-  void ObserveAcceptance(int proposed, int accepted);
-  double acceptance() const { return acceptance_; }
-  int max_tokens() const { return max_; }
-
- private:
-  double Cost(int n) const;
-  int max_;
-  double acceptance_ = 0.7;      // optimistic until measured
-  int idle_ = 0;                 // steps without speculation since it was last tried
-  std::vector<double> seconds_;  // moving average per pass size (0: unmeasured)
-};
+// The proposer `spec` names (null when off); `shared` is the suffix
+// proposer's index of sibling outputs (may be null).
+std::unique_ptr<Proposer> MakeProposer(const SpecOptions& spec,
+                                       std::shared_ptr<SuffixIndex> shared = nullptr);
 
 }  // namespace braid::spec

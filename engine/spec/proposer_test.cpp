@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/spec.h"
+#include "spec/goodput.h"
 
 namespace braid::spec {
 namespace {
@@ -107,38 +108,54 @@ TEST_CASE("suffix proposer: its own context, and a shared index of siblings' out
   CHECK(out == Ids{12, 13, 14});
 }
 
-TEST_CASE("draft length: a plain pass first, longer ones in steps, then what pays") {
-  DraftLength d(8);
-  CHECK(d.Next() == 0);
-  d.ObserveStep(1, 1.0);
-  CHECK(d.Next() == 1);
-  d.ObserveStep(2, 1.05);
-  CHECK(d.Next() == 2);
-  d.ObserveStep(3, 1.1);
-  CHECK(d.Next() == 4);
-  // A pass over n tokens costs 1 + 0.05 (n - 1): checking is nearly free.
-  for (int n = 1; n <= 9; ++n) d.ObserveStep(n, 1.0 + 0.05 * (n - 1));
-  for (int i = 0; i < 50; ++i) d.ObserveAcceptance(8, 8);
-  CHECK(d.acceptance() > 0.95);
-  CHECK(d.Next() == 8);
-  // Guesses that are always wrong: no speculation, but a probe every 16 steps.
-  for (int i = 0; i < 50; ++i) d.ObserveAcceptance(4, 0);
-  CHECK(d.acceptance() < 0.05);
+TEST_CASE("goodput: a plain step first, longer ones in stages, then what pays") {
+  StepCost cost(64);
+  const Candidate sure[] = {{1.0, 8}};
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 0);
+  cost.Observe(1, 1.0);
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 1);
+  cost.Observe(2, 1.05);
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 2);
+  cost.Observe(3, 1.1);
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 4);
+  // A step of n tokens costs 1 + 0.05 (n - 1): checking is nearly free.
+  for (int n = 1; n <= 40; ++n) cost.Observe(n, 1.0 + 0.05 * (n - 1));
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 8);
+  // Guesses that never hold are not worth checking.
+  const Candidate never[] = {{0.0, 8}};
+  CHECK(ChooseGuesses(cost, 1, 1, never)[0] == 0);
+  // Two sequences: the guesses go where they hold, best first.
+  const Candidate two[] = {{0.9, 4}, {0.2, 4}};
+  std::vector<int> k = ChooseGuesses(cost, 2, 2, two);
+  CHECK(k[0] == 4);
+  CHECK(k[1] <= 1);
+  // Costly steps (each token as dear as a step) never pay.
+  StepCost dear(16);
+  for (int n = 1; n <= 16; ++n) dear.Observe(n, static_cast<double>(n));
+  const Candidate good[] = {{0.75, 4}};
+  CHECK(ChooseGuesses(dear, 1, 1, good)[0] == 0);
+  // Midway: half the guesses hold, a step of n costs 1 + 0.25 (n - 1).
+  StepCost mid(16);
+  for (int n = 1; n <= 16; ++n) mid.Observe(n, 1.0 + 0.25 * (n - 1));
+  const Candidate half[] = {{0.5, 8}};
+  const int m = ChooseGuesses(mid, 1, 1, half)[0];
+  CHECK(m >= 1);
+  CHECK(m <= 3);
+  // A step never outgrows the largest size the cost table holds.
+  const Candidate many[] = {{1.0, 32}, {1.0, 32}, {1.0, 32}};
+  k = ChooseGuesses(cost, 3, 3, many);
+  CHECK(3 + k[0] + k[1] + k[2] <= 64);
+}
+
+TEST_CASE("acceptance: a moving rate, and a probe every 16 idle steps") {
+  Acceptance a;
+  for (int i = 0; i < 50; ++i) a.Observe(8, 8);
+  CHECK(a.rate() > 0.95);
+  for (int i = 0; i < 50; ++i) a.Observe(4, 0);
+  CHECK(a.rate() < 0.05);
   int probes = 0;
-  for (int i = 0; i < 32; ++i) probes += d.Next();
+  for (int i = 0; i < 32; ++i) probes += a.Probe();
   CHECK(probes == 2);
-  // Costly passes (each token as dear as a step) never pay.
-  DraftLength dear(4);
-  for (int n = 1; n <= 5; ++n) dear.ObserveStep(n, static_cast<double>(n));
-  for (int i = 0; i < 50; ++i) dear.ObserveAcceptance(4, 3);
-  CHECK(dear.Next() == 0);
-  // Midway: half the guesses hold, a pass over n costs 1 + 0.25 (n - 1).
-  DraftLength mid(8);
-  for (int n = 1; n <= 9; ++n) mid.ObserveStep(n, 1.0 + 0.25 * (n - 1));
-  for (int i = 0; i < 100; ++i) mid.ObserveAcceptance(2, 1);
-  const int k = mid.Next();
-  CHECK(k >= 1);
-  CHECK(k <= 3);
 }
 
 TEST_CASE("spec options parse") {
@@ -148,6 +165,16 @@ TEST_CASE("spec options parse") {
   CHECK(n.value().kind == SpecOptions::Kind::kNgram);
   CHECK(n.value().max_tokens == 5);
   CHECK(ParseSpecOptions("suffix").value().max_tokens == 8);
+  CHECK(ParseSpecOptions("suffix").value().adaptive);
+  auto f = ParseSpecOptions("ngram:4:fixed");
+  REQUIRE(f.ok());
+  CHECK(f.value().max_tokens == 4);
+  CHECK(!f.value().adaptive);
+  CHECK(!ParseSpecOptions("ngram:fixed").value().adaptive);
+  CHECK(!ParseSpecOptions("ngram:4:5").ok());
+  CHECK(!ParseSpecOptions("ngram:fixed:fixed").ok());
+  CHECK(!ParseSpecOptions("ngram:").ok());
+  CHECK(!ParseSpecOptions("ngram:4:bogus").ok());
   CHECK(!ParseSpecOptions("draft").ok());
   CHECK(!ParseSpecOptions("ngram:0").ok());
   CHECK(!ParseSpecOptions("ngram:x").ok());

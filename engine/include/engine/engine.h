@@ -16,6 +16,7 @@
 
 #include "engine/model.h"
 #include "engine/request.h"
+#include "engine/spec.h"
 #include "engine/status.h"
 
 namespace braid {
@@ -40,6 +41,10 @@ struct EngineOptions {
   int latency_batch_tokens = 0;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
   std::string policy = "priority";  // admission order: "fcfs" or "priority"
+  // Speculative decoding for every request (off by default): the proposer,
+  // and the most guesses a sequence checks per step; how many each actually
+  // checks is chosen per step from measured acceptance and step cost.
+  SpecOptions spec;
 };
 
 // A submitted request. Deltas arrive through the callback given to Submit,
@@ -73,6 +78,13 @@ struct EngineStats {
   uint64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0;
+  // Speculative decoding: guesses checked and kept; decode passes (a
+  // sequence's share of a step, from its last token on) and the tokens they
+  // produced, so tokens per target pass = decode_tokens_out / decode_passes;
+  // seconds spent proposing guesses and in forward passes.
+  uint64_t spec_proposed = 0, spec_accepted = 0;
+  uint64_t decode_passes = 0, decode_tokens_out = 0;
+  double propose_seconds = 0, forward_seconds = 0;
   double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
   double decode_tokens_per_s = 0;
   // With CpuOptions::profile_stages: the forward passes of decode-only

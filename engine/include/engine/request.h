@@ -45,6 +45,10 @@ struct GenerationRequest {
   // The first choice computes the prompt; the rest reuse its cached KV.
   std::vector<std::vector<int32_t>> score_choices;
   std::string client;  // identity for fair sharing and accounting
+  // With the suffix proposer: requests of the same non-empty group (the
+  // calls of one semantic function) share an index of each other's
+  // finished outputs, from which they guess their own.
+  std::string spec_group;
 };
 
 struct TokenLogprob {
@@ -89,6 +93,7 @@ struct Completion {
   Usage usage;
   Timings timings;
   int preemptions = 0;
+  int spec_proposed = 0, spec_accepted = 0;  // guesses checked, and kept
 };
 
 }  // namespace braid

@@ -13,12 +13,16 @@ struct SpecOptions {
   enum class Kind { kOff, kNgram, kSuffix };
   Kind kind = Kind::kOff;
   int max_tokens = 8;  // guesses per step at most
+  // false: every step checks all the guesses offered (up to max_tokens),
+  // whether or not they pay; for measuring acceptance, and for tests.
+  bool adaptive = true;
 
   bool on() const { return kind != Kind::kOff; }
   const char* name() const;
 };
 
-// "off", "ngram" or "suffix", optionally ":N" for max_tokens (1..32).
+// "off", "ngram" or "suffix", then optionally ":N" for max_tokens (1..32)
+// and ":fixed" for adaptive = false, e.g. "ngram:4:fixed".
 Result<SpecOptions> ParseSpecOptions(const std::string& text);
 
 }  // namespace braid

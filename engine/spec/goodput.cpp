@@ -1,0 +1,73 @@
+#include "spec/goodput.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+namespace braid::spec {
+
+void Acceptance::Observe(int proposed, int accepted) {
+  if (proposed <= 0) return;
+  // Guesses are checked in order until the first rejection: each checked
+  // one is a draw of the per-position rate.
+  const int tried = accepted + (accepted < proposed ? 1 : 0);
+  const double rate = static_cast<double>(accepted) / tried;
+  const double w = std::min(1.0, 0.1 * tried);
+  rate_ = (1 - w) * rate_ + w * rate;
+}
+
+bool Acceptance::Probe() {
+  if (++idle_ < 16) return false;
+  idle_ = 0;
+  return true;
+}
+
+void StepCost::Observe(int n, double seconds) {
+  if (n < 1 || n > max_tokens() || !(seconds > 0)) return;
+  double& s = seconds_[static_cast<size_t>(n)];
+  s = s > 0 ? 0.8 * s + 0.2 * seconds : seconds;
+  largest_ = std::max(largest_, n);
+}
+
+double StepCost::Seconds(int n) const {
+  n = std::clamp(n, 1, max_tokens());
+  if (seconds_[n] > 0) return seconds_[n];
+  int lo = n - 1, hi = n + 1;
+  while (lo >= 1 && seconds_[lo] <= 0) --lo;
+  while (hi <= max_tokens() && seconds_[hi] <= 0) ++hi;
+  if (lo >= 1 && hi <= max_tokens())
+    return seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (n - lo) / (hi - lo);
+  if (lo >= 1) return seconds_[lo];
+  return hi <= max_tokens() ? seconds_[hi] : 0;
+}
+
+std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampling,
+                               std::span<const Candidate> candidates) {
+  std::vector<int> k(candidates.size(), 0);
+  if (cost.Seconds(base_tokens) <= 0) return k;  // a plain step first, to measure
+  // Every guess's expected gain, best first.
+  std::vector<std::pair<double, size_t>> gains;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    double g = 1.0;
+    for (int j = 0; j < candidates[i].available; ++j) {
+      g *= candidates[i].acceptance;
+      gains.emplace_back(g, i);
+    }
+  }
+  std::stable_sort(gains.begin(), gains.end(), std::greater<>());
+  // Longer steps are tried in stages: at most twice the guesses of the
+  // largest step measured so far.
+  int limit = std::max(1, 2 * (cost.largest() - base_tokens));
+  limit = std::min({limit, static_cast<int>(gains.size()), cost.max_tokens() - base_tokens});
+  double expected = sampling, best = sampling / cost.Seconds(base_tokens);
+  int best_k = 0;
+  for (int n = 1; n <= limit; ++n) {
+    expected += gains[n - 1].first;
+    const double rate = expected / cost.Seconds(base_tokens + n);
+    if (rate > best * 1.02) best = rate, best_k = n;  // 2%: not for noise
+  }
+  for (int n = 0; n < best_k; ++n) ++k[gains[n].second];
+  return k;
+}
+
+}  // namespace braid::spec

@@ -1,0 +1,66 @@
+// When to speculate: how many guesses each sequence of a step checks, from
+// the measured acceptance of its guesses and the measured time of a step by
+// its token count (goodput: expected tokens out per second of step).
+//
+// A sequence whose guesses hold with per-position rate a yields, for k
+// guesses, 1 + a + ... + a^k tokens in expectation; the j-th guess adds a^j.
+// A step of n plain tokens that samples D sequences and checks K guesses in
+// all is worth (D + the chosen gains) / time(n + K); the chosen guesses are
+// the K best gains over all sequences (each sequence's gains fall with j,
+// so the best K are a prefix of each), and K is the one that maximizes that
+// ratio, 0 when no K beats the plain step by 2%. Unmeasured step sizes are
+// interpolated from measured ones (as cheap as the largest measured beyond
+// it, so longer steps get tried), and a step grows at most to twice the
+// guesses of the largest step measured so far. Pure arithmetic, one owner.
+#pragma once
+
+#include <span>
+#include <vector>
+
+namespace braid::spec {
+
+// The moving per-position acceptance rate of one sequence's guesses.
+class Acceptance {
+ public:
+  // After `proposed` guesses of which `accepted` (a prefix) were kept.
+  void Observe(int proposed, int accepted);
+  double rate() const { return rate_; }
+  // Called when the sequence speculates not at all in a step; true every
+  // 16th time, to check one guess anyway (a sequence that turns repetitive
+  // is noticed).
+  bool Probe();
+  // Called when the sequence speculated.
+  void Used() { idle_ = 0; }
+
+ private:
+  double rate_ = 0.7;  // optimistic until measured
+  int idle_ = 0;
+};
+
+// Seconds per step, by tokens in the step (moving average per size).
+class StepCost {
+ public:
+  explicit StepCost(int max_tokens) : seconds_(static_cast<size_t>(max_tokens) + 1, 0.0) {}
+  void Observe(int n_tokens, double seconds);
+  // The estimate for a step of n tokens (0 when nothing was measured).
+  double Seconds(int n) const;
+  // The largest step size measured (0: none).
+  int largest() const { return largest_; }
+  int max_tokens() const { return static_cast<int>(seconds_.size()) - 1; }
+
+ private:
+  std::vector<double> seconds_;  // 0: unmeasured
+  int largest_ = 0;
+};
+
+struct Candidate {
+  double acceptance = 0;  // its Acceptance::rate()
+  int available = 0;      // guesses its proposer offers
+};
+
+// Guesses per candidate for a step of `base_tokens` plain tokens of which
+// `sampling` sequences sample (the candidates among them).
+std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampling,
+                               std::span<const Candidate> candidates);
+
+}  // namespace braid::spec
