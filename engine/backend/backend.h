@@ -71,8 +71,9 @@ class Backend {
   // Thread-safe: calls are serialised inside.
   virtual Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) = 0;
   // As Forward, but each logits row yields only the index of its largest
-  // logit (the first on ties; greedy decoding) into `ids`. A device backend
-  // picks it where the logits are and copies back one id per row.
+  // logit (the first on ties; greedy decoding) into `ids`, or -1 when the
+  // row holds a NaN or an infinity. A device backend picks it where the
+  // logits are and copies back one id per row.
   virtual Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids);
   // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
   // threads, stream, bytes_per_token and decode_stages where they differ.

@@ -1,6 +1,7 @@
 // ParseDevice and OpenBackend: a device name to the backend that runs there.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
@@ -65,7 +66,8 @@ Status Backend::ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv,
   BRAID_RETURN_IF_ERROR(Forward(batch, kv, logits.data()));
   for (size_t r = 0; r < rows; ++r) {
     const float* row = logits.data() + r * V;
-    ids[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    const bool finite = std::all_of(row, row + V, [](float x) { return std::isfinite(x); });
+    ids[r] = finite ? static_cast<int32_t>(std::max_element(row, row + V) - row) : -1;
   }
   return Status::Ok();
 }

@@ -125,7 +125,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                   : c.available;
       if (k > 0)
         acceptance.Used();
-      else if (!drafts.empty() && acceptance.Probe())
+      else if (!drafts.empty() && spec::GuessCouldPay(cost, 1, 1) && acceptance.Probe())
         k = 1;
       drafts.resize(k);
     }

@@ -611,6 +611,7 @@ class ServingEngine final : public Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::vector<float> logits_;
+  std::vector<int32_t> ids_;  // a greedy step's tokens, one per row (ForwardArgmax)
   const Clock::time_point origin_ = Clock::now();  // the engine clock's zero
   std::thread loop_;
 };
@@ -729,12 +730,15 @@ void ServingEngine::AddGuesses(StepPlan& plan,
     for (const spec::Candidate& c : candidates) k.push_back(c.available);
   }
   const int max_step = model_->backend().max_chunk();
+  // Acceptance is probed only where a guess could pay at all.
+  const bool probe =
+      options_.spec.adaptive && spec::GuessCouldPay(step_cost_, plan.n_tokens, sampling);
   for (size_t i = 0; i < items.size(); ++i) {
     Request* r = by_seq.at(items[i]->seq);
     int n = k[i];
     if (n > 0)
       r->acceptance().Used();
-    else if (r->acceptance().Probe())
+    else if (probe && r->acceptance().Probe())
       n = 1;
     n = std::min(n, max_step - plan.n_tokens);
     if (n > 0) n = scheduler_.AddGuesses(items[i], n, &plan);
@@ -798,9 +802,25 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     segments.push_back(seg);
   }
   const int n_vocab = model_->config().n_vocab;
-  logits_.resize(static_cast<size_t>(std::max(rows, 1)) * n_vocab);
+  // When every row is a plain greedy draw, the backend picks the tokens
+  // where the logits are (one id per row comes back, not a row of logits).
+  bool argmax = true;
+  for (const ScheduledItem& it : plan.items) {
+    if (LogitsFrom(it) == BatchSegment::kNoLogits) continue;
+    Request& r = *by_seq[it.seq];
+    const int item_rows = it.start + it.n_tokens - LogitsFrom(it);
+    argmax &= it.sample && item_rows == 1 + it.guesses && it.seq->max_tokens > 0 &&
+              r.sampler().greedy() && !r.request().logits_processor && r.request().top_logprobs < 0;
+  }
   const auto t0 = Clock::now();
-  const Status forward = model_->backend().Forward(segments, *kv_, logits_.data());
+  Status forward;
+  if (argmax) {
+    ids_.resize(static_cast<size_t>(std::max(rows, 1)));
+    forward = model_->backend().ForwardArgmax(segments, *kv_, ids_.data());
+  } else {
+    logits_.resize(static_cast<size_t>(std::max(rows, 1)) * n_vocab);
+    forward = model_->backend().Forward(segments, *kv_, logits_.data());
+  }
   const auto t1 = Clock::now();
   if (!forward.ok()) {
     FailStep(plan, active, forward, t1, cancelled, preempted);
@@ -811,14 +831,13 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
     latency_budget_.Observe(
         plan.n_tokens, std::chrono::duration<double, std::milli>(t1 - t0).count(), latency_only);
-    if (options_.spec.on())
-      step_cost_.Observe(plan.n_tokens, std::chrono::duration<double>(t1 - t0).count());
   }
 
   // Sample, stream, retire.
   int prefill_tokens = 0, decode_tokens = 0;
   uint64_t finished = 0, generated = 0, prompt_tokens = 0, cached_tokens = 0;
   uint64_t spec_proposed = 0, spec_accepted = 0, decode_passes = 0, decode_tokens_out = 0;
+  bool decode_only = true;  // every item decodes (the steps speculation's cost model learns from)
   {
     std::lock_guard<std::mutex> lock(kv_mu_);
     scheduler_.Commit(plan);
@@ -827,6 +846,7 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       Request* r = by_seq[it.seq];
       r->MarkScheduled(t0);
       const bool decode = it.start >= it.seq->prompt_len && it.n_tokens == 1 + it.guesses;
+      decode_only &= decode;
       if (decode)
         ++decode_tokens;
       else
@@ -836,6 +856,7 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       const int from = LogitsFrom(it);
       int non_finite_at = -1;  // the position of a row of NaN/Inf logits
       for (int p = from; p < it.start + it.n_tokens; ++p, ++row) {
+        if (argmax) continue;  // no prompt log-probabilities in this step
         if (p + 1 >= it.seq->prompt_len || p + 1 < it.seq->logprobs_from) continue;
         std::span<const float> l(&logits_[static_cast<size_t>(row) * n_vocab], n_vocab);
         const float lp = Logprobs(l, it.seq->tokens[p + 1], 0).logprob;
@@ -872,18 +893,24 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       int accepted = 0;
       bool done = false;
       for (int j = 0; j <= it.guesses; ++j) {
-        std::span<float> logits(&logits_[static_cast<size_t>(first + j) * n_vocab], n_vocab);
-        if (!Sampler::AllFinite(logits)) {
-          r->Finish("error", t1, Sampler::NonFiniteError(it.start + j).message());
+        TokenLogprob lp;
+        int32_t id = -1;
+        if (argmax) {
+          id = ids_[static_cast<size_t>(first + j)];  // -1: the row was not finite
+        } else {
+          std::span<float> logits(&logits_[static_cast<size_t>(first + j) * n_vocab], n_vocab);
+          if (Sampler::AllFinite(logits)) id = SampleRow(*r, logits, &lp);
+        }
+        if (id < 0) {
+          r->Finish("error", t1,
+                    Sampler::NonFiniteError(it.start + it.n_tokens - 1 - it.guesses + j).message());
           scheduler_.Remove(it.seq, /*insert=*/false);
           done = true;
           break;
         }
-        TokenLogprob lp;
-        const int32_t id = SampleRow(*r, logits, &lp);
         const bool eog = !r->request().sampling.ignore_eos && model_->IsEndOfGeneration(id);
         if (!eog) ++generated;
-        ++decode_tokens_out;
+        if (decode) ++decode_tokens_out;
         if (r->OnToken(id, r->request().top_logprobs >= 0 ? &lp : nullptr, eog, t1)) {
           scheduler_.Confirm(it.seq, accepted);
           scheduler_.Remove(it.seq, /*insert=*/true);
@@ -906,6 +933,13 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       scheduler_.Confirm(it.seq, accepted);
     }
     std::erase_if(active, [](const auto& r) { return r->finished(); });
+    // What a decode step of this size costs, sampling included, for the
+    // choice of guesses (prefill steps cost less per token, so they would
+    // make guesses look cheap).
+    if (options_.spec.on() && decode_only)
+      step_cost_.Observe(
+          plan.n_tokens,
+          propose_seconds + std::chrono::duration<double>(Clock::now() - t0).count());
     std::lock_guard<std::mutex> slock(stats_mu_);
     RefreshGauges();
     stats_.requests_finished += finished;

@@ -36,6 +36,11 @@ Status SamplingParams::Validate() const {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+bool Sampler::greedy() const {
+  return params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
+         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f;
+}
+
 int32_t Sampler::Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(kernels::Argmax(logits.data(), static_cast<int64_t>(logits.size())));
 }

@@ -23,6 +23,10 @@ class Sampler {
   // `history` is the sequence so far (prompt and generated), for penalties.
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // True when Sample is the argmax of the raw logits (temperature 0, no
+  // penalties): a backend may then pick the token where the logits are.
+  bool greedy() const;
+
   // Index of the largest logit (lowest index on ties).
   static int32_t Argmax(std::span<const float> logits);
 

@@ -31,14 +31,28 @@ void StepCost::Observe(int n, double seconds) {
 
 double StepCost::Seconds(int n) const {
   n = std::clamp(n, 1, max_tokens());
-  if (seconds_[n] > 0) return seconds_[n];
-  int lo = n - 1, hi = n + 1;
-  while (lo >= 1 && seconds_[lo] <= 0) --lo;
-  while (hi <= max_tokens() && seconds_[hi] <= 0) ++hi;
-  if (lo >= 1 && hi <= max_tokens())
-    return seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (n - lo) / (hi - lo);
-  if (lo >= 1) return seconds_[lo];
-  return hi <= max_tokens() ? seconds_[hi] : 0;
+  double t = seconds_[n];
+  if (t <= 0) {
+    int lo = n - 1, hi = n + 1;
+    while (lo >= 1 && seconds_[lo] <= 0) --lo;
+    while (hi <= max_tokens() && seconds_[hi] <= 0) ++hi;
+    if (lo >= 1 && hi <= max_tokens())
+      t = seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (n - lo) / (hi - lo);
+    else if (lo >= 1)
+      t = seconds_[lo];
+    else if (hi <= max_tokens())
+      t = seconds_[hi];
+  }
+  // A step never costs less than a smaller one measured (a lucky fast
+  // sample must not make its size look like a bargain).
+  for (int m = 1; m < n; ++m) t = std::max(t, seconds_[m]);
+  return t;
+}
+
+bool GuessCouldPay(const StepCost& cost, int base_tokens, int sampling) {
+  if (cost.Seconds(base_tokens) <= 0 || base_tokens >= cost.max_tokens()) return false;
+  return (sampling + 1.0) / cost.Seconds(base_tokens + 1) >
+         1.02 * sampling / cost.Seconds(base_tokens);
 }
 
 std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampling,

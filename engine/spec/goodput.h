@@ -10,8 +10,9 @@
 // so the best K are a prefix of each), and K is the one that maximizes that
 // ratio, 0 when no K beats the plain step by 2%. Unmeasured step sizes are
 // interpolated from measured ones (as cheap as the largest measured beyond
-// it, so longer steps get tried), and a step grows at most to twice the
-// guesses of the largest step measured so far. Pure arithmetic, one owner.
+// it, so longer steps get tried), no size costs less than a smaller one
+// measured, and a step grows at most to twice the guesses of the largest
+// step measured so far. Pure arithmetic, one owner.
 #pragma once
 
 #include <span>
@@ -57,6 +58,11 @@ struct Candidate {
   double acceptance = 0;  // its Acceptance::rate()
   int available = 0;      // guesses its proposer offers
 };
+
+// Whether one guess that surely holds would pay in a step of `base_tokens`
+// plain tokens of which `sampling` sequences sample: where it would not,
+// probing a sequence's acceptance is wasted work.
+bool GuessCouldPay(const StepCost& cost, int base_tokens, int sampling);
 
 // Guesses per candidate for a step of `base_tokens` plain tokens of which
 // `sampling` sequences sample (the candidates among them).

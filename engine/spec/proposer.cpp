@@ -32,23 +32,37 @@ int32_t SuffixIndex::Child(int32_t node, int32_t token) const {
 }
 
 void SuffixIndex::Extend(std::span<const int32_t> tokens, size_t from) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const size_t depth = static_cast<size_t>(max_depth_);
-  for (size_t p = from; p < tokens.size(); ++p) {
-    // Every suffix ending at p: the path tokens[s..p-1] exists; add tokens[p].
-    for (size_t s = p + 1 > depth ? p + 1 - depth : 0; s <= p; ++s) {
+  // The cursor of the suffixes ending just before `from`, then one Append
+  // per token.
+  std::vector<int32_t> cursor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t len = 1; len < static_cast<size_t>(max_depth_) && len <= from; ++len) {
       int32_t node = 0;
-      for (size_t i = s; i < p && node >= 0; ++i) node = Child(node, tokens[i]);
-      if (node < 0) continue;  // cut off when the trie was full
-      int32_t next = Child(node, tokens[p]);
-      if (next < 0) {
-        if (nodes_.size() >= max_nodes_) continue;
-        next = static_cast<int32_t>(nodes_.size());
-        nodes_[node].children.emplace(tokens[p], next);
-        nodes_.emplace_back();
-      }
-      ++nodes_[next].count;
+      for (size_t i = from - len; i < from && node >= 0; ++i) node = Child(node, tokens[i]);
+      cursor.push_back(node);
     }
+  }
+  for (size_t p = from; p < tokens.size(); ++p) Append(&cursor, tokens[p]);
+}
+
+void SuffixIndex::Append(std::vector<int32_t>* cursor, int32_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The suffix of i + 1 tokens ending here extends the one of i tokens
+  // ending before (the root for i = 0).
+  const size_t n = std::min(cursor->size() + 1, static_cast<size_t>(max_depth_));
+  std::vector<int32_t>& c = *cursor;
+  c.resize(n);
+  for (size_t i = n; i-- > 0;) {
+    const int32_t parent = i == 0 ? 0 : c[i - 1];
+    int32_t next = parent < 0 ? -1 : Child(parent, token);
+    if (parent >= 0 && next < 0 && nodes_.size() < max_nodes_) {
+      next = static_cast<int32_t>(nodes_.size());
+      nodes_[parent].children.emplace(token, next);
+      nodes_.emplace_back();
+    }
+    if (next >= 0) ++nodes_[next].count;
+    c[i] = next;
   }
 }
 
@@ -66,7 +80,7 @@ int32_t SuffixIndex::Match(std::span<const int32_t> tokens, int* depth) const {
 }
 
 void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, float min_share,
-                          std::vector<int32_t>* out) const {
+                          std::vector<int32_t>* out, const std::vector<int32_t>* cursor) const {
   out->clear();
   if (max_tokens <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -74,7 +88,20 @@ void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, floa
   const size_t tail = std::min(context.size(), static_cast<size_t>(max_depth_ - 1));
   std::vector<int32_t> seen(context.end() - tail, context.end());
   int depth = 0;
-  int32_t node = Match(seen, &depth);
+  int32_t node = -1;
+  if (cursor) {
+    // The longest suffix (of at most max_depth - 1 tokens) with a child.
+    for (size_t i = std::min(cursor->size(), static_cast<size_t>(max_depth_ - 1)); i-- > 0;) {
+      const int32_t c = (*cursor)[i];
+      if (c >= 0 && !nodes_[c].children.empty()) {
+        node = c;
+        depth = static_cast<int>(i) + 1;
+        break;
+      }
+    }
+  } else {
+    node = Match(seen, &depth);
+  }
   while (node >= 0 && static_cast<int>(out->size()) < max_tokens) {
     // The most frequent continuation (the smaller token on equal counts).
     int32_t best = -1, best_node = -1;
@@ -101,6 +128,16 @@ void SuffixIndex::Clear() {
   nodes_.assign(1, Node());
 }
 
+uint32_t SuffixIndex::Count(std::span<const int32_t> path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t node = 0;
+  for (int32_t t : path) {
+    node = Child(node, t);
+    if (node < 0) return 0;
+  }
+  return nodes_[node].count;
+}
+
 size_t SuffixIndex::nodes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nodes_.size();
@@ -110,11 +147,11 @@ void SuffixProposer::Propose(std::span<const int32_t> context, int max_tokens,
                              std::vector<int32_t>* out) {
   if (context.size() < indexed_) {  // not the context it indexed: start over
     own_.Clear();
+    cursor_.clear();
     indexed_ = 0;
   }
-  own_.Extend(context, indexed_);
-  indexed_ = context.size();
-  own_.Propose(context, max_tokens, min_share_, out);
+  for (; indexed_ < context.size(); ++indexed_) own_.Append(&cursor_, context[indexed_]);
+  own_.Propose(context, max_tokens, min_share_, out, &cursor_);
   if (shared_) {
     shared_->Propose(context, max_tokens, min_share_, &other_);
     if (other_.size() > out->size()) out->swap(other_);
@@ -123,9 +160,22 @@ void SuffixProposer::Propose(std::span<const int32_t> context, int max_tokens,
 
 std::shared_ptr<SuffixIndex> SuffixStore::For(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& index = indexes_[key];
-  if (!index) index = std::make_shared<SuffixIndex>();
+  Group& g = groups_[key];
+  if (!g.index) g.index = std::make_shared<SuffixIndex>(32, max_nodes_);
+  g.used = ++clock_;
+  std::shared_ptr<SuffixIndex> index = g.index;
+  if (groups_.size() > max_groups_) {  // the least recently used goes
+    auto oldest = groups_.begin();
+    for (auto it = groups_.begin(); it != groups_.end(); ++it)
+      if (it->second.used < oldest->second.used) oldest = it;
+    groups_.erase(oldest);
+  }
   return index;
+}
+
+size_t SuffixStore::groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return groups_.size();
 }
 
 std::unique_ptr<Proposer> MakeProposer(const SpecOptions& spec,

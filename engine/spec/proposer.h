@@ -64,11 +64,19 @@ class SuffixIndex {
   // Adds the suffixes that end at positions [from, size) of `tokens`, whose
   // earlier positions were added before (Add is Extend from 0).
   void Extend(std::span<const int32_t> tokens, size_t from);
+  // A sequence growing one token at a time: `cursor` holds the nodes of
+  // its suffixes ending at its last token (cursor[i]: the one of i + 1
+  // tokens; -1 where the full trie has none). Append adds the suffixes
+  // ending at one more token, at a cost linear in max_depth.
+  void Append(std::vector<int32_t>* cursor, int32_t token);
   // Up to max_tokens guesses after `context`, matched on at most
-  // max_depth - 1 of its last tokens.
+  // max_depth - 1 of its last tokens (or, given, from the cursor that
+  // Append keeps for it).
   void Propose(std::span<const int32_t> context, int max_tokens, float min_share,
-               std::vector<int32_t>* out) const;
+               std::vector<int32_t>* out, const std::vector<int32_t>* cursor = nullptr) const;
   size_t nodes() const;
+  // How many times `path` was seen (0 if it is not in the trie).
+  uint32_t Count(std::span<const int32_t> path) const;
   // Back to the empty trie.
   void Clear();
 
@@ -102,20 +110,33 @@ class SuffixProposer : public Proposer {
  private:
   std::shared_ptr<SuffixIndex> shared_;
   SuffixIndex own_;
-  size_t indexed_ = 0;  // context tokens already in own_
+  size_t indexed_ = 0;           // context tokens already in own_
+  std::vector<int32_t> cursor_;  // own_'s nodes of the context's suffixes
   float min_share_;
   std::vector<int32_t> other_;
 };
 
 // Per semantic function (a name the runtime chooses), the SuffixIndex its
-// calls share: finished outputs go in, new calls read it. Thread-safe.
+// calls share: finished outputs go in, new calls read it. Holds the
+// max_groups most recently used groups, each of at most max_nodes nodes
+// (a node is ~100 bytes); requests keep the index they hold alive.
+// Thread-safe.
 class SuffixStore {
  public:
+  explicit SuffixStore(size_t max_groups = 64, size_t max_nodes = 1 << 16)
+      : max_groups_(max_groups), max_nodes_(max_nodes) {}
   std::shared_ptr<SuffixIndex> For(const std::string& key);
+  size_t groups() const;
 
  private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<SuffixIndex>> indexes_;
+  struct Group {
+    std::shared_ptr<SuffixIndex> index;
+    uint64_t used = 0;
+  };
+  size_t max_groups_, max_nodes_;
+  mutable std::mutex mu_;
+  uint64_t clock_ = 0;
+  std::unordered_map<std::string, Group> groups_;
 };
 
 // The proposer `spec` names (null when off); `shared` is the suffix

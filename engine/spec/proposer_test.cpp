@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <random>
 #include <vector>
 
 #include "engine/spec.h"
@@ -106,6 +107,54 @@ TEST_CASE("suffix proposer: its own context, and a shared index of siblings' out
   SuffixProposer sibling(shared);
   sibling.Propose(Ids{1, 2, 10, 11}, 3, &out);
   CHECK(out == Ids{12, 13, 14});
+  // Bounded: the least recently used group goes first.
+  SuffixStore small(2, 100);
+  auto a = small.For("a");
+  auto b = small.For("b");
+  CHECK(small.For("a") == a);
+  small.For("c");
+  CHECK(small.groups() == 2);
+  CHECK(small.For("a") == a);
+  CHECK(small.For("b") != b);  // "b" was dropped and starts over
+  a->Add(Ids(500, 7));
+  for (int i = 0; i < 300; ++i) a->Add(Ids{i, i + 1, i + 2});
+  CHECK(a->nodes() <= 100);
+}
+
+TEST_CASE("suffix index: every path's count is its number of occurrences, however it grew") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int depth = 2 + trial % 6;
+    Ids a(40 + trial * 3), b(30);
+    for (auto& t : a) t = static_cast<int32_t>(rng() % 3);
+    for (auto& t : b) t = static_cast<int32_t>(rng() % 3);
+    SuffixIndex whole(depth), pieces(depth), appended(depth);
+    whole.Add(a);
+    whole.Add(b);
+    const size_t cut = a.size() / 3;
+    pieces.Extend(std::span<const int32_t>(a.data(), cut), 0);
+    pieces.Extend(a, cut);
+    pieces.Add(b);
+    std::vector<int32_t> cursor;
+    for (int32_t t : a) appended.Append(&cursor, t);
+    cursor.clear();
+    for (int32_t t : b) appended.Append(&cursor, t);
+    for (const Ids* seq : {&a, &b})
+      for (size_t i = 0; i < seq->size(); ++i)
+        for (int len = 1; len <= depth && i + len <= seq->size(); ++len) {
+          const Ids path(seq->begin() + i, seq->begin() + i + len);
+          uint32_t expected = 0;
+          for (const Ids* s : {&a, &b})
+            for (size_t j = 0; j + len <= s->size(); ++j)
+              expected += std::equal(path.begin(), path.end(), s->begin() + j);
+          INFO("trial " << trial << " at " << i << " length " << len);
+          REQUIRE(whole.Count(path) == expected);
+          REQUIRE(pieces.Count(path) == expected);
+          REQUIRE(appended.Count(path) == expected);
+        }
+    Ids too_long(a.begin(), a.begin() + depth + 1);
+    CHECK(whole.Count(too_long) == 0);
+  }
 }
 
 TEST_CASE("goodput: a plain step first, longer ones in stages, then what pays") {
@@ -129,11 +178,14 @@ TEST_CASE("goodput: a plain step first, longer ones in stages, then what pays") 
   std::vector<int> k = ChooseGuesses(cost, 2, 2, two);
   CHECK(k[0] == 4);
   CHECK(k[1] <= 1);
+  CHECK(GuessCouldPay(cost, 1, 1));
   // Costly steps (each token as dear as a step) never pay.
   StepCost dear(16);
   for (int n = 1; n <= 16; ++n) dear.Observe(n, static_cast<double>(n));
   const Candidate good[] = {{0.75, 4}};
   CHECK(ChooseGuesses(dear, 1, 1, good)[0] == 0);
+  CHECK(!GuessCouldPay(dear, 1, 1));
+  CHECK(!GuessCouldPay(dear, 16, 16));  // the largest step the table holds
   // Midway: half the guesses hold, a step of n costs 1 + 0.25 (n - 1).
   StepCost mid(16);
   for (int n = 1; n <= 16; ++n) mid.Observe(n, 1.0 + 0.25 * (n - 1));

@@ -48,6 +48,7 @@ const char* kBenchHelp =
     "  --shared-prefix N    a prompt prefix all requests share, 0..32768\n"
     "  --batch-tokens N     tokens per engine step, 1..256\n"
     "  --latency-batch-tokens N  a latency-class step's tokens, 0..256 (0 = learned)\n"
+    "  --spec KIND[:N][:fixed]   speculative decoding (docs/speculation.md; default off)\n"
     "  -r, --reps N         1..1000 (default 1)\n"
     "  each request's context (shared prefix + prompt + generated tokens) may be at most\n"
     "  131072 tokens, and the largest level's requests together at most 4194304 KV tokens\n"

@@ -210,6 +210,8 @@ int RunMain(const std::vector<std::string>& argv) {
   view->Stop();
   run->Finish(result.ok() ? Status::Ok() : result.status());
   if (!graph.empty()) WriteGraph(*run, graph);
+  if (const std::string spec = stack->SpecSummary(); !spec.empty() && !quiet)
+    std::fprintf(stderr, "braid: %s\n", spec.c_str());
 
   // --json: {run_id, program, mode, elapsed_ms, result | error, nodes}.
   auto json_out = [&] {

@@ -263,6 +263,11 @@ int ServeBenchMain(Args& args) {
   const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 256));
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
+  auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
+  if (!spec.ok()) {
+    std::fprintf(stderr, "braid bench --serve: %s\n", spec.status().message().c_str());
+    return 2;
+  }
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
@@ -295,6 +300,7 @@ int ServeBenchMain(Args& args) {
   eo.max_batch_tokens = batch_tokens;
   eo.policy = latency_mix > 0 ? "priority" : "fcfs";
   eo.latency_batch_tokens = latency_tokens;
+  eo.spec = *spec;
   auto opened = Engine::Open(eo);
   if (!opened.ok()) {
     std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
@@ -357,6 +363,14 @@ int ServeBenchMain(Args& args) {
                 lr.concurrency, prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s,
                 lr.decode_tok_s, lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99,
                 100 * lr.cached_fraction);
+  }
+  if (spec->on()) {
+    const EngineStats st = engine.stats();
+    std::printf(
+        "speculation (%s): %llu of %llu guesses kept, %.2f tokens per decode pass\n", spec->name(),
+        static_cast<unsigned long long>(st.spec_accepted),
+        static_cast<unsigned long long>(st.spec_proposed),
+        st.decode_passes ? static_cast<double>(st.decode_tokens_out) / st.decode_passes : 0.0);
   }
   std::fflush(stdout);
   // Per repetition, each level against the single request run just before it.

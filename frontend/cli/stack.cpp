@@ -41,12 +41,17 @@ const char* const kStackHelp =
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
     "                          memory available at start, split between engines, 0.01..0.95\n"
     "                          (default 0.3); pages are used as the caches fill\n"
+    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup) or\n"
+    "                          suffix (a suffix tree over the request's context and the\n"
+    "                          outputs of earlier calls of the same semantic function); N:\n"
+    "                          guesses a step at most, 1..32 (default 8); ':fixed' checks\n"
+    "                          every guess instead of what pays (docs/speculation.md)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {
     "-m",          "--model",     "--device", "-t",        "--threads",     "--ctx",
     "--precision", "--kv",        "--stream", "--engines", "--max-running", "--max-waiting",
-    "--kv-tokens", "--kv-memory", "--db"};
+    "--kv-tokens", "--kv-memory", "--spec",   "--db"};
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
@@ -65,6 +70,11 @@ StackOptions ReadStackOptions(Args& args) {
   o.kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
   o.max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
   o.max_waiting = static_cast<int>(args.Int({"--max-waiting"}, 4096, 0, 1000000));
+  auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
+  if (spec.ok())
+    o.spec = *spec;
+  else
+    args.Fail(spec.status().message());
   o.db = args.Str({"--db"}, DefaultDb());
   if (o.db == "none") o.db.clear();
   return o;
@@ -89,6 +99,34 @@ std::string Stack::KvSummary() const {
   return line;
 }
 
+std::string Stack::SpecSummary() const {
+  if (!options.spec.on()) return "";
+  EngineStats sum;
+  for (const auto& e : engines) {
+    if (!e->model()) continue;
+    const EngineStats st = e->stats();
+    sum.spec_proposed += st.spec_proposed;
+    sum.spec_accepted += st.spec_accepted;
+    sum.decode_passes += st.decode_passes;
+    sum.decode_tokens_out += st.decode_tokens_out;
+    sum.propose_seconds += st.propose_seconds;
+    sum.forward_seconds += st.forward_seconds;
+  }
+  char line[256];
+  std::snprintf(
+      line, sizeof line,
+      "speculation (%s): %llu of %llu guesses kept (%.0f%%), %.2f tokens per decode pass, "
+      "%.1f%% of step time proposing",
+      options.spec.name(), static_cast<unsigned long long>(sum.spec_accepted),
+      static_cast<unsigned long long>(sum.spec_proposed),
+      sum.spec_proposed ? 100.0 * sum.spec_accepted / sum.spec_proposed : 0.0,
+      sum.decode_passes ? static_cast<double>(sum.decode_tokens_out) / sum.decode_passes : 0.0,
+      sum.forward_seconds > 0
+          ? 100.0 * sum.propose_seconds / (sum.propose_seconds + sum.forward_seconds)
+          : 0.0);
+  return line;
+}
+
 namespace {
 
 // One embedded engine's options: `share` of the KV memory budget, `threads`
@@ -102,6 +140,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.max_running = options.max_running;
   eo.max_waiting = options.max_waiting;
   eo.policy = options.policy;
+  eo.spec = options.spec;
   return eo;
 }
 

@@ -28,6 +28,7 @@ struct StackOptions {
   int max_waiting = 4096;           // queued requests per engine beyond which it refuses
   std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
   std::string db;                   // run store path; "" = runs are not persisted
+  SpecOptions spec;                 // speculative decoding in every embedded engine
 };
 
 // The stack's options as --help lines, and those of them that take a value
@@ -55,6 +56,10 @@ struct Stack {
 
   // "KV cache N tokens per engine (M MB; ...)", for the start-up lines.
   std::string KvSummary() const;
+  // With speculation on: the guesses checked and kept, tokens per decode
+  // pass and the share of time spent proposing, over the embedded engines
+  // so far ("" when off).
+  std::string SpecSummary() const;
 };
 
 // Opens the engines, then the runtime over them (creating the store's

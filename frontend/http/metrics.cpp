@@ -189,6 +189,22 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
        [](const EngineStats& s) { return static_cast<double>(s.cached_prompt_tokens); }},
       {"engine_preemptions_total", "counter", "Requests preempted (recomputed later).",
        [](const EngineStats& s) { return static_cast<double>(s.preemptions); }},
+      {"spec_decode_num_draft_tokens_total", "counter",
+       "Speculative decoding: guessed tokens checked.",
+       [](const EngineStats& s) { return static_cast<double>(s.spec_proposed); }},
+      {"spec_decode_num_accepted_tokens_total", "counter",
+       "Speculative decoding: guessed tokens kept.",
+       [](const EngineStats& s) { return static_cast<double>(s.spec_accepted); }},
+      {"decode_passes_total", "counter",
+       "Decode passes (a sequence's share of a step from its last token on).",
+       [](const EngineStats& s) { return static_cast<double>(s.decode_passes); }},
+      {"decode_pass_tokens_total", "counter",
+       "Tokens decode passes produced (over decode_passes_total: tokens per target pass).",
+       [](const EngineStats& s) { return static_cast<double>(s.decode_tokens_out); }},
+      {"spec_decode_propose_seconds_total", "counter", "Seconds spent proposing guesses.",
+       [](const EngineStats& s) { return s.propose_seconds; }},
+      {"forward_seconds_total", "counter", "Seconds spent in forward passes.",
+       [](const EngineStats& s) { return s.forward_seconds; }},
   };
   for (const EngineMetric& e : kEngine) {
     w.Header(e.name, e.type, e.help);

@@ -67,6 +67,8 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   e.kv_blocks_cached = 10;
   e.prompt_tokens = 400;
   e.cached_prompt_tokens = 120;
+  e.spec_proposed = 50;
+  e.spec_accepted = 30;
   const std::string text =
       RenderPrometheus(m.Snapshot(), std::span<const EngineStats>(&e, 1), "m1");
   auto has = [&](const std::string& line) {
@@ -91,6 +93,8 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   has("braid:kv_cache_usage_perc{model_name=\"m1\",engine=\"0\"} 0.25");
   has("braid:prefix_cache_queries_total{model_name=\"m1\",engine=\"0\"} 400");
   has("braid:prefix_cache_hits_total{model_name=\"m1\",engine=\"0\"} 120");
+  has("braid:spec_decode_num_draft_tokens_total{model_name=\"m1\",engine=\"0\"} 50");
+  has("braid:spec_decode_num_accepted_tokens_total{model_name=\"m1\",engine=\"0\"} 30");
 }
 
 }  // namespace

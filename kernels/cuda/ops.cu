@@ -537,8 +537,12 @@ __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
   const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
   float best = -FLT_MAX;
   int at = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
+  bool finite = true;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    finite &= isfinite(row[i]);
     if (row[i] > best) best = row[i], at = i;  // strided: the first of this thread's maxima
+  }
+  finite = __syncthreads_and(finite);
   __shared__ float sb[32];
   __shared__ int si[32];
   for (int o = 16; o > 0; o >>= 1) {
@@ -551,7 +555,7 @@ __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
   if (threadIdx.x == 0) {
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
       if (sb[w] > best || (sb[w] == best && si[w] < at)) best = sb[w], at = si[w];
-    out[blockIdx.x] = at;
+    out[blockIdx.x] = finite ? at : -1;
   }
 }
 

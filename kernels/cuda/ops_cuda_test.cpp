@@ -360,17 +360,18 @@ void TestGemv() {
 }
 
 void TestArgmax() {
-  const int rows = 3, n = 70000;
+  const int rows = 4, n = 70000;
   std::vector<float> x = Random(static_cast<size_t>(rows) * n);
   x[5] = 50, x[n + n - 1] = 50, x[2 * n + 100] = 50, x[2 * n + 200] = 50;  // a tie: first wins
+  x[3 * n + 7] = std::nanf("");                                            // a row with a NaN: -1
   float* dx = ToDevice(x);
   int32_t* out = nullptr;
   cudaMalloc(&out, rows * sizeof(int32_t));
   cuda::ArgmaxRows(dx, rows, n, out, nullptr);
   const std::vector<int32_t> got = ToHost(out, rows);
-  const bool ok = got[0] == 5 && got[1] == n - 1 && got[2] == 100;
+  const bool ok = got[0] == 5 && got[1] == n - 1 && got[2] == 100 && got[3] == -1;
   failures += !ok;
-  std::printf("%s argmax (%d %d %d)\n", ok ? "ok  " : "FAIL", got[0], got[1], got[2]);
+  std::printf("%s argmax (%d %d %d %d)\n", ok ? "ok  " : "FAIL", got[0], got[1], got[2], got[3]);
   cudaFree(dx), cudaFree(out);
 }
 

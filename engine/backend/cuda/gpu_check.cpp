@@ -25,6 +25,11 @@
 //       over n tokens of one sequence against one token, then greedy
 //       generation with --spec off, ngram and suffix (tokens/s, guesses
 //       kept, tokens per pass); exits 1 if speculation changes the output
+//   serve-spec --model DIR --batches 1,16,64 --prompt 128 --gen 128
+//       speculative decoding in the serving engine: B requests at once with
+//       --spec off, ngram and suffix (adaptive) and ngram:8:fixed: generated
+//       tokens/s, guesses kept, tokens per decode pass, and how many outputs
+//       are the same as with speculation off
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -74,7 +79,9 @@ struct Args {
 
 Args Parse(int argc, char** argv) {
   if (argc < 2)
-    Fail("usage: braid_gpu_check run|compare-cpu|batch|decode|sweep|spec --model DIR ...");
+    Fail(
+        "usage: braid_gpu_check run|compare-cpu|batch|decode|sweep|spec|serve-spec --model DIR "
+        "...");
   Args a;
   a.cmd = argv[1];
   for (int i = 2; i < argc; ++i) {
@@ -525,6 +532,92 @@ int Spec(const Args& a) {
   return same ? 0 : 1;
 }
 
+int ServeSpec(const Args& a) {
+  std::vector<int> batches;
+  for (size_t at = 0; at < a.batches.size();) {
+    size_t comma = a.batches.find(',', at);
+    if (comma == std::string::npos) comma = a.batches.size();
+    batches.push_back(std::stoi(a.batches.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  const int most = *std::max_element(batches.begin(), batches.end());
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  Json rows = Json::array();
+  std::vector<std::vector<std::vector<int32_t>>> plain(batches.size());
+  for (const char* mode : {"off", "ngram", "suffix", "ngram:8:fixed"}) {
+    EngineOptions o;
+    o.model.path = a.model;
+    o.model.device = a.device;
+    o.model.context = a.ctx;
+    o.max_batch_tokens = a.device == "cpu" ? 256 : 2048;
+    o.max_running = most;
+    o.kv_tokens = (most + 1) * (a.prompt + a.gen + 48);
+    o.spec = Check(ParseSpecOptions(mode), "--spec");
+    auto engine = Check(Engine::Open(o), "opening the engine");
+    if (prompts.empty()) {
+      const int n_vocab = engine->model()->info().n_vocab;
+      for (int i = 0; i < most + 1; ++i) {
+        std::vector<int32_t> p(a.prompt);
+        for (auto& id : p) id = static_cast<int32_t>(rng() % n_vocab);
+        prompts.push_back(std::move(p));
+      }
+    }
+    auto run = [&](int b, uint64_t salt) {
+      std::vector<std::shared_ptr<RequestHandle>> hs;
+      for (int i = 0; i < b; ++i) {
+        GenerationRequest r;
+        r.prompt = prompts[i];
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = a.gen;
+        r.sampling.ignore_eos = true;
+        r.cache_salt = salt;
+        hs.push_back(Check(engine->Submit(std::move(r)), "submitting"));
+      }
+      std::vector<std::vector<int32_t>> out;
+      for (auto& h : hs) {
+        const Completion c = h->Wait();
+        if (c.finish_reason != "length")
+          Fail(std::string(mode) + ": a request ended with '" + c.finish_reason + "': " + c.error);
+        out.push_back(c.tokens);
+      }
+      return out;
+    };
+    run(1, 1000);  // warm-up: kernel choices, step costs
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      const int b = batches[bi];
+      const EngineStats s0 = engine->stats();
+      const auto t0 = Clock::now();
+      std::vector<std::vector<int32_t>> out = run(b, 1 + bi);
+      const double secs = Since(t0);
+      const EngineStats s1 = engine->stats();
+      if (std::string(mode) == "off") plain[bi] = out;
+      int same = 0;
+      for (int i = 0; i < b; ++i) same += out[i] == plain[bi][i];
+      const double proposed = s1.spec_proposed - s0.spec_proposed;
+      const double accepted = s1.spec_accepted - s0.spec_accepted;
+      const double passes = s1.decode_passes - s0.decode_passes;
+      const double tokens = s1.decode_tokens_out - s0.decode_tokens_out;
+      rows.push_back({{"spec", mode},
+                      {"batch", b},
+                      {"seconds", secs},
+                      {"tokens_per_s", b * a.gen / secs},
+                      {"proposed", proposed},
+                      {"accepted", accepted},
+                      {"tokens_per_pass", passes > 0 ? tokens / passes : 1.0},
+                      {"same_as_off", same}});
+      std::fprintf(stderr,
+                   "%s batch %d: %.1f tok/s, %.0f of %.0f kept, %.2f tokens/pass, %d/%d same\n",
+                   mode, b, b * a.gen / secs, accepted, proposed,
+                   passes > 0 ? tokens / passes : 1.0, same, b);
+    }
+    engine->Shutdown();
+  }
+  Json out = {{"prompt", a.prompt}, {"gen", a.gen}, {"rows", rows}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace braid
 
@@ -541,5 +634,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "decode") return Decode(a);
   if (a.cmd == "sweep") return Sweep(a);
   if (a.cmd == "spec") return Spec(a);
+  if (a.cmd == "serve-spec") return ServeSpec(a);
   Fail("unknown command '" + a.cmd + "'");
 }
