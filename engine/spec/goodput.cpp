@@ -27,26 +27,32 @@ void StepCost::Observe(int n, double seconds) {
   double& s = seconds_[static_cast<size_t>(n)];
   s = s > 0 ? 0.8 * s + 0.2 * seconds : seconds;
   largest_ = std::max(largest_, n);
-}
-
-double StepCost::Seconds(int n) const {
-  n = std::clamp(n, 1, max_tokens());
-  double t = seconds_[n];
-  if (t <= 0) {
-    int lo = n - 1, hi = n + 1;
-    while (lo >= 1 && seconds_[lo] <= 0) --lo;
-    while (hi <= max_tokens() && seconds_[hi] <= 0) ++hi;
-    if (lo >= 1 && hi <= max_tokens())
-      t = seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (n - lo) / (hi - lo);
-    else if (lo >= 1)
-      t = seconds_[lo];
-    else if (hi <= max_tokens())
-      t = seconds_[hi];
+  // Every size's estimate: measured, else interpolated between the nearest
+  // measured sizes around it, else that of the nearest measured size; and
+  // never below a smaller size's measurement (a lucky fast sample must not
+  // make its size look like a bargain).
+  const int top = max_tokens();
+  std::vector<int> next(static_cast<size_t>(top) + 2, top + 1);  // the next measured size >= m
+  for (int m = top; m >= 1; --m) next[m] = seconds_[m] > 0 ? m : next[m + 1];
+  int lo = 0;  // the last measured size so far
+  double floor = 0;
+  for (int m = 1; m <= top; ++m) {
+    double t = 0;
+    if (seconds_[m] > 0) {
+      t = seconds_[m];
+      lo = m;
+    } else {
+      const int hi = next[m];
+      if (lo >= 1 && hi <= top)
+        t = seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (m - lo) / (hi - lo);
+      else if (lo >= 1)
+        t = seconds_[lo];
+      else if (hi <= top)
+        t = seconds_[hi];
+    }
+    estimate_[m] = std::max(t, floor);
+    if (seconds_[m] > 0) floor = std::max(floor, seconds_[m]);
   }
-  // A step never costs less than a smaller one measured (a lucky fast
-  // sample must not make its size look like a bargain).
-  for (int m = 1; m < n; ++m) t = std::max(t, seconds_[m]);
-  return t;
 }
 
 bool GuessCouldPay(const StepCost& cost, int base_tokens, int sampling) {

@@ -15,6 +15,7 @@
 // step measured so far. Pure arithmetic, one owner.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -41,16 +42,21 @@ class Acceptance {
 // Seconds per step, by tokens in the step (moving average per size).
 class StepCost {
  public:
-  explicit StepCost(int max_tokens) : seconds_(static_cast<size_t>(max_tokens) + 1, 0.0) {}
+  explicit StepCost(int max_tokens)
+      : seconds_(static_cast<size_t>(max_tokens) + 1, 0.0),
+        estimate_(static_cast<size_t>(max_tokens) + 1, 0.0) {}
   void Observe(int n_tokens, double seconds);
   // The estimate for a step of n tokens (0 when nothing was measured).
-  double Seconds(int n) const;
+  double Seconds(int n) const {
+    return estimate_[static_cast<size_t>(std::clamp(n, 1, max_tokens()))];
+  }
   // The largest step size measured (0: none).
   int largest() const { return largest_; }
   int max_tokens() const { return static_cast<int>(seconds_.size()) - 1; }
 
  private:
-  std::vector<double> seconds_;  // 0: unmeasured
+  std::vector<double> seconds_;   // measured; 0: unmeasured
+  std::vector<double> estimate_;  // every size's estimate, remade by Observe
   int largest_ = 0;
 };
 

@@ -25,10 +25,26 @@ void NgramProposer::Propose(std::span<const int32_t> context, int max_tokens,
   }
 }
 
+namespace {
+uint64_t EdgeKey(int32_t node, int32_t token) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32 | static_cast<uint32_t>(token);
+}
+}  // namespace
+
 int32_t SuffixIndex::Child(int32_t node, int32_t token) const {
-  const auto& c = nodes_[node].children;
-  auto it = c.find(token);
-  return it == c.end() ? -1 : it->second;
+  auto it = edges_.find(EdgeKey(node, token));
+  return it == edges_.end() ? -1 : it->second;
+}
+
+void SuffixIndex::Rank(int32_t parent, int32_t child, int32_t token) {
+  Node& p = nodes_[parent];
+  if (p.best == child) return;
+  const uint32_t c = nodes_[child].count;
+  const uint32_t b = p.best < 0 ? 0 : nodes_[p.best].count;
+  if (p.best < 0 || c > b || (c == b && token < p.best_token)) {
+    p.best = child;
+    p.best_token = token;
+  }
 }
 
 void SuffixIndex::Extend(std::span<const int32_t> tokens, size_t from) {
@@ -58,10 +74,13 @@ void SuffixIndex::Append(std::vector<int32_t>* cursor, int32_t token) {
     int32_t next = parent < 0 ? -1 : Child(parent, token);
     if (parent >= 0 && next < 0 && nodes_.size() < max_nodes_) {
       next = static_cast<int32_t>(nodes_.size());
-      nodes_[parent].children.emplace(token, next);
+      edges_.emplace(EdgeKey(parent, token), next);
       nodes_.emplace_back();
     }
-    if (next >= 0) ++nodes_[next].count;
+    if (next >= 0) {
+      ++nodes_[next].count;
+      Rank(parent, next, token);
+    }
     c[i] = next;
   }
 }
@@ -71,7 +90,7 @@ int32_t SuffixIndex::Match(std::span<const int32_t> tokens, int* depth) const {
   for (int m = std::min(max_depth_ - 1, len); m >= 1; --m) {
     int32_t node = 0;
     for (int i = len - m; i < len && node >= 0; ++i) node = Child(node, tokens[i]);
-    if (node >= 0 && !nodes_[node].children.empty()) {
+    if (node >= 0 && nodes_[node].best >= 0) {
       *depth = m;
       return node;
     }
@@ -93,7 +112,7 @@ void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, floa
     // The longest suffix (of at most max_depth - 1 tokens) with a child.
     for (size_t i = std::min(cursor->size(), static_cast<size_t>(max_depth_ - 1)); i-- > 0;) {
       const int32_t c = (*cursor)[i];
-      if (c >= 0 && !nodes_[c].children.empty()) {
+      if (c >= 0 && nodes_[c].best >= 0) {
         node = c;
         depth = static_cast<int>(i) + 1;
         break;
@@ -104,14 +123,9 @@ void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, floa
   }
   while (node >= 0 && static_cast<int>(out->size()) < max_tokens) {
     // The most frequent continuation (the smaller token on equal counts).
-    int32_t best = -1, best_node = -1;
-    uint32_t best_count = 0;
-    for (const auto& [token, child] : nodes_[node].children) {
-      const uint32_t c = nodes_[child].count;
-      if (c > best_count || (c == best_count && token < best)) {
-        best = token, best_node = child, best_count = c;
-      }
-    }
+    const int32_t best_node = nodes_[node].best;
+    const int32_t best = nodes_[node].best_token;
+    const uint32_t best_count = best_node < 0 ? 0 : nodes_[best_node].count;
     if (best_node < 0 ||
         static_cast<float>(best_count) < min_share * static_cast<float>(nodes_[node].count))
       break;
@@ -119,13 +133,14 @@ void SuffixIndex::Propose(std::span<const int32_t> context, int max_tokens, floa
     seen.push_back(best);
     node = best_node, ++depth;
     // At the depth bound (or a leaf), match again on the latest tokens.
-    if (depth >= max_depth_ || nodes_[node].children.empty()) node = Match(seen, &depth);
+    if (depth >= max_depth_ || nodes_[node].best < 0) node = Match(seen, &depth);
   }
 }
 
 void SuffixIndex::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   nodes_.assign(1, Node());
+  edges_.clear();
 }
 
 uint32_t SuffixIndex::Count(std::span<const int32_t> path) const {

@@ -82,9 +82,12 @@ class SuffixIndex {
 
  private:
   struct Node {
-    std::unordered_map<int32_t, int32_t> children;  // token -> node index
-    uint32_t count = 0;                             // times this path was seen
+    uint32_t count = 0;  // times this path was seen
+    int32_t best = -1;   // the child seen most often (the smaller token on ties), -1: none
+    int32_t best_token = 0;
   };
+  // Keeps `best` up to date after child (of `token`) under `parent` was counted.
+  void Rank(int32_t parent, int32_t child, int32_t token);
   int32_t Child(int32_t node, int32_t token) const;
   // The node of the longest suffix of `tokens` (at most max_depth - 1 long)
   // that has a child, or -1.
@@ -93,6 +96,9 @@ class SuffixIndex {
   int max_depth_;
   size_t max_nodes_;
   std::vector<Node> nodes_;  // nodes_[0] is the root
+  // Edges: (parent << 32 | token) -> child, one table for the whole trie
+  // (no container per node: a node is a few words).
+  std::unordered_map<uint64_t, int32_t> edges_;
   mutable std::mutex mu_;
 };
 
@@ -119,7 +125,8 @@ class SuffixProposer : public Proposer {
 // Per semantic function (a name the runtime chooses), the SuffixIndex its
 // calls share: finished outputs go in, new calls read it. Holds the
 // max_groups most recently used groups, each of at most max_nodes nodes
-// (a node is ~100 bytes); requests keep the index they hold alive.
+// (a node is ~60 bytes with its edge); requests keep the index they
+// hold alive.
 // Thread-safe.
 class SuffixStore {
  public:

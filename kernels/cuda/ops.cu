@@ -517,8 +517,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
 template <int M, int U>
 int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
+  // Beyond 48 KB of shared memory in all (the kernel's static part
+  // included), a launch needs the larger size allowed first.
+  constexpr int kStatic = kGemvWarps * M * static_cast<int>(sizeof(float));
   static int configured = 0;  // the largest dynamic shared memory allowed so far
-  if (smem > 48 * 1024 && smem > configured) {
+  if (smem + kStatic > 48 * 1024 && smem > configured) {
     const cudaError_t e =
         cudaFuncSetAttribute(GemvKernel<M, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return static_cast<int>(e);

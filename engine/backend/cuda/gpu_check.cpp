@@ -505,7 +505,8 @@ int Spec(const Args& a) {
   Json runs = Json::array();
   std::vector<int32_t> plain;
   bool same = true;
-  for (auto kind : {SpecOptions::Kind::kOff, SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix}) {
+  for (auto kind :
+       {SpecOptions::Kind::kOff, SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix}) {
     SpecOptions spec;
     spec.kind = kind;
     GenerateResult best;
@@ -522,9 +523,8 @@ int Spec(const Args& a) {
                     {"tokens_per_s", rate},
                     {"proposed", best.spec_proposed},
                     {"accepted", best.spec_accepted},
-                    {"tokens_per_pass", best.decode_steps
-                                            ? (best.tokens.size() - 1.0) / best.decode_steps
-                                            : 1.0},
+                    {"tokens_per_pass",
+                     best.decode_steps ? (best.tokens.size() - 1.0) / best.decode_steps : 1.0},
                     {"same_as_plain", equal}});
   }
   Json out = {{"prompt", a.prompt}, {"gen", a.gen}, {"passes", passes}, {"runs", runs}};
@@ -605,11 +605,18 @@ int ServeSpec(const Args& a) {
                       {"proposed", proposed},
                       {"accepted", accepted},
                       {"tokens_per_pass", passes > 0 ? tokens / passes : 1.0},
+                      {"steps", s1.steps - s0.steps},
+                      {"forward_s", s1.forward_seconds - s0.forward_seconds},
+                      {"propose_s", s1.propose_seconds - s0.propose_seconds},
                       {"same_as_off", same}});
       std::fprintf(stderr,
-                   "%s batch %d: %.1f tok/s, %.0f of %.0f kept, %.2f tokens/pass, %d/%d same\n",
+                   "%s batch %d: %.1f tok/s, %.0f of %.0f kept, %.2f tokens/pass, %d/%d same; "
+                   "%llu steps, forward %.1f ms, proposing %.1f ms of %.1f ms\n",
                    mode, b, b * a.gen / secs, accepted, proposed,
-                   passes > 0 ? tokens / passes : 1.0, same, b);
+                   passes > 0 ? tokens / passes : 1.0, same, b,
+                   static_cast<unsigned long long>(s1.steps - s0.steps),
+                   1e3 * (s1.forward_seconds - s0.forward_seconds),
+                   1e3 * (s1.propose_seconds - s0.propose_seconds), 1e3 * secs);
     }
     engine->Shutdown();
   }
