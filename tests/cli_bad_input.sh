@@ -51,6 +51,9 @@ expect precision "precision must be split16 or int8" generate -m "$model" -p hi 
 expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
 expect spec "spec: expected off, ngram or suffix" generate -m "$model" -p hi --spec draft
 expect spec_n "spec ngram:N: N must be an integer in \[1, 32\]" generate -m "$model" -p hi --spec ngram:99
+expect spec_run "spec: expected off, ngram or suffix" run -m "$model" --db none --spec bogus apps/chain/app.lua
+expect spec_fixed "':fixed' given twice" run -m "$model" --db none --spec ngram:fixed:fixed apps/chain/app.lua
+expect spec_bench "spec: expected off, ngram or suffix" bench --serve -m "$model" --spec nope
 expect stream "stream must be auto, nt or t0" generate -m "$model" -p hi --stream fast
 expect device "unknown device 'tpu'" generate -m "$model" -p hi --device tpu
 expect device-index "cuda:x" generate -m "$model" -p hi --device cuda:x

@@ -1,8 +1,6 @@
 #include "spec/goodput.h"
 
 #include <algorithm>
-#include <functional>
-#include <utility>
 
 namespace braid::spec {
 
@@ -65,16 +63,26 @@ std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampli
                                std::span<const Candidate> candidates) {
   std::vector<int> k(candidates.size(), 0);
   if (cost.Seconds(base_tokens) <= 0) return k;  // a plain step first, to measure
-  // Every guess's expected gain, best first.
-  std::vector<std::pair<double, size_t>> gains;
+  // Every guess's expected gain, best first; on equal gains the earlier
+  // guesses of every sequence before the later ones of any, so that
+  // sequences of equal acceptance share the guesses (none falls behind).
+  struct Gain {
+    double gain;
+    int j;     // the guess's place in its sequence's guesses
+    size_t i;  // the candidate
+  };
+  std::vector<Gain> gains;
   for (size_t i = 0; i < candidates.size(); ++i) {
     double g = 1.0;
     for (int j = 0; j < candidates[i].available; ++j) {
       g *= candidates[i].acceptance;
-      gains.emplace_back(g, i);
+      gains.push_back({g, j, i});
     }
   }
-  std::stable_sort(gains.begin(), gains.end(), std::greater<>());
+  std::sort(gains.begin(), gains.end(), [](const Gain& a, const Gain& b) {
+    if (a.gain != b.gain) return a.gain > b.gain;
+    return a.j != b.j ? a.j < b.j : a.i < b.i;
+  });
   // Longer steps are tried in stages: at most twice the guesses of the
   // largest step measured so far.
   int limit = std::max(1, 2 * (cost.largest() - base_tokens));
@@ -82,11 +90,11 @@ std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampli
   double expected = sampling, best = sampling / cost.Seconds(base_tokens);
   int best_k = 0;
   for (int n = 1; n <= limit; ++n) {
-    expected += gains[n - 1].first;
+    expected += gains[n - 1].gain;
     const double rate = expected / cost.Seconds(base_tokens + n);
     if (rate > best * 1.02) best = rate, best_k = n;  // 2%: not for noise
   }
-  for (int n = 0; n < best_k; ++n) ++k[gains[n].second];
+  for (int n = 0; n < best_k; ++n) ++k[gains[n].i];
   return k;
 }
 

@@ -193,6 +193,12 @@ TEST_CASE("goodput: a plain step first, longer ones in stages, then what pays") 
   const int m = ChooseGuesses(mid, 1, 1, half)[0];
   CHECK(m >= 1);
   CHECK(m <= 3);
+  // Sequences whose guesses all hold share the guesses a step can take.
+  const Candidate sure4[] = {{1.0, 8}, {1.0, 8}, {1.0, 8}, {1.0, 8}};
+  StepCost knee(64);
+  for (int n = 1; n <= 64; ++n) knee.Observe(n, n <= 12 ? 1.0 : 1.0 + 0.5 * (n - 12));
+  k = ChooseGuesses(knee, 4, 4, sure4);
+  CHECK(k == std::vector<int>{2, 2, 2, 2});
   // A step never outgrows the largest size the cost table holds.
   const Candidate many[] = {{1.0, 32}, {1.0, 32}, {1.0, 32}};
   k = ChooseGuesses(cost, 3, 3, many);
