@@ -32,6 +32,13 @@ void StepCost::Observe(int n, double seconds) {
   const int top = max_tokens();
   std::vector<int> next(static_cast<size_t>(top) + 2, top + 1);  // the next measured size >= m
   for (int m = top; m >= 1; --m) next[m] = seconds_[m] > 0 ? m : next[m + 1];
+  // Beyond the largest measured size: the slope from the smallest to the
+  // largest measured, so that a step which costs more per token (a CPU)
+  // is not explored as if the next size were free.
+  const int first = next[1];
+  const double slope =
+      largest_ > first ? std::max(0.0, (seconds_[largest_] - seconds_[first]) / (largest_ - first))
+                       : 0.0;
   int lo = 0;  // the last measured size so far
   double floor = 0;
   for (int m = 1; m <= top; ++m) {
@@ -44,7 +51,7 @@ void StepCost::Observe(int n, double seconds) {
       if (lo >= 1 && hi <= top)
         t = seconds_[lo] + (seconds_[hi] - seconds_[lo]) * (m - lo) / (hi - lo);
       else if (lo >= 1)
-        t = seconds_[lo];
+        t = seconds_[lo] + slope * (m - lo);
       else if (hi <= top)
         t = seconds_[hi];
     }

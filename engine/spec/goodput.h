@@ -9,10 +9,10 @@
 // the K best gains over all sequences (each sequence's gains fall with j,
 // so the best K are a prefix of each), and K is the one that maximizes that
 // ratio, 0 when no K beats the plain step by 2%. Unmeasured step sizes are
-// interpolated from measured ones (as cheap as the largest measured beyond
-// it, so longer steps get tried), no size costs less than a smaller one
-// measured, and a step grows at most to twice the guesses of the largest
-// step measured so far. Pure arithmetic, one owner.
+// interpolated between measured ones, and beyond the largest measured
+// extended along the slope from the smallest measured to it; no size costs
+// less than a smaller one measured, and a step grows at most to twice the
+// guesses of the largest step measured so far. Pure arithmetic, one owner.
 #pragma once
 
 #include <algorithm>
