@@ -109,18 +109,6 @@ class Request final : public RequestHandle {
     group_ = std::move(group);
   }
   spec::Proposer* proposer() { return proposer_.get(); }
-  // Whether to ask the proposer this step: after a step it had no guess,
-  // it is asked again after 1, 2, 4, ... up to 16 steps (a request whose
-  // text never repeats costs little), and at once after one it had.
-  bool ProposeNow() {
-    if (propose_wait_ == 0) return true;
-    --propose_wait_;
-    return false;
-  }
-  void Proposed(bool any) {
-    propose_backoff_ = any ? 0 : std::min(16, std::max(1, 2 * propose_backoff_));
-    propose_wait_ = propose_backoff_;
-  }
   spec::Acceptance& acceptance() { return acceptance_; }
   // This step's tokens when it checks guesses: the last token, then the guesses.
   std::vector<int32_t>& pass() { return pass_; }
@@ -230,7 +218,6 @@ class Request final : public RequestHandle {
   std::shared_ptr<spec::SuffixIndex> group_;
   spec::Acceptance acceptance_;
   std::vector<int32_t> pass_;
-  int propose_wait_ = 0, propose_backoff_ = 0;
   std::atomic<bool> cancel_{false};
   struct GoalChange {
     GoalClass goal;
@@ -725,13 +712,10 @@ void ServingEngine::AddGuesses(StepPlan& plan,
     Request* r = by_seq.at(it.seq);
     // Decodes only; a guess must leave room for the token after it.
     const int room = s.max_tokens - s.generated() - 1;
-    if (r->proposer() == nullptr || it.n_tokens != 1 || s.generated() == 0 || room <= 0 ||
-        !r->ProposeNow())
-      continue;
+    if (r->proposer() == nullptr || it.n_tokens != 1 || s.generated() == 0 || room <= 0) continue;
     std::vector<int32_t>& pass = r->pass();
     std::vector<int32_t> guesses;
     r->proposer()->Propose(s.tokens, std::min(options_.spec.max_tokens, room), &guesses);
-    r->Proposed(!guesses.empty());
     if (guesses.empty()) continue;
     pass.assign(1, s.tokens.back());
     pass.insert(pass.end(), guesses.begin(), guesses.end());
