@@ -24,7 +24,15 @@ void StepCost::Observe(int n, double seconds) {
   if (n < 1 || n > max_tokens() || !(seconds > 0)) return;
   double& s = seconds_[static_cast<size_t>(n)];
   s = s > 0 ? 0.8 * s + 0.2 * seconds : seconds;
-  largest_ = std::max(largest_, n);
+  at_[static_cast<size_t>(n)] = ++observations_;
+  // A size not seen for kForget observations is forgotten (estimated again,
+  // so tried again): a one-off slow step, e.g. the first use of a kernel
+  // shape, must not keep its size from being chosen for good.
+  largest_ = 0;
+  for (int m = 1; m <= max_tokens(); ++m) {
+    if (seconds_[m] > 0 && observations_ - at_[m] > kForget) seconds_[m] = 0;
+    if (seconds_[m] > 0) largest_ = m;
+  }
   // Every size's estimate: measured, else interpolated between the nearest
   // measured sizes around it, else that of the nearest measured size; and
   // never below a smaller size's measurement (a lucky fast sample must not

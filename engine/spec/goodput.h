@@ -11,11 +11,13 @@
 // ratio, 0 when no K beats the plain step by 2%. Unmeasured step sizes are
 // interpolated between measured ones, and beyond the largest measured
 // extended along the slope from the smallest measured to it; no size costs
-// less than a smaller one measured, and a step grows at most to twice the
+// less than a smaller one measured, a size not measured for 64 steps is
+// forgotten (and so tried again), and a step grows at most to twice the
 // guesses of the largest step measured so far. Pure arithmetic, one owner.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -44,7 +46,10 @@ class StepCost {
  public:
   explicit StepCost(int max_tokens)
       : seconds_(static_cast<size_t>(max_tokens) + 1, 0.0),
-        estimate_(static_cast<size_t>(max_tokens) + 1, 0.0) {}
+        estimate_(static_cast<size_t>(max_tokens) + 1, 0.0),
+        at_(static_cast<size_t>(max_tokens) + 1, 0) {}
+  // Observations after which a size not seen again is forgotten.
+  static constexpr uint64_t kForget = 64;
   void Observe(int n_tokens, double seconds);
   // The estimate for a step of n tokens (0 when nothing was measured).
   double Seconds(int n) const {
@@ -57,6 +62,8 @@ class StepCost {
  private:
   std::vector<double> seconds_;   // measured; 0: unmeasured
   std::vector<double> estimate_;  // every size's estimate, remade by Observe
+  std::vector<uint64_t> at_;      // per size, the observation that last measured it
+  uint64_t observations_ = 0;
   int largest_ = 0;
 };
 

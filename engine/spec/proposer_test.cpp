@@ -205,6 +205,19 @@ TEST_CASE("goodput: a plain step first, longer ones in stages, then what pays") 
   CHECK(3 + k[0] + k[1] + k[2] <= 64);
 }
 
+TEST_CASE("step cost: a size not measured for a while is forgotten, and tried again") {
+  StepCost cost(16);
+  for (int n = 1; n <= 4; ++n) cost.Observe(n, 1.0 + 0.01 * n);
+  cost.Observe(3, 50.0);  // a one-off slow step (say, a kernel's first use)
+  const Candidate sure[] = {{1.0, 8}};
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] <= 1);  // size 3 and above look dear
+  for (uint64_t i = 0; i < StepCost::kForget + 1; ++i) cost.Observe(1, 1.01);
+  CHECK(cost.largest() == 1);
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 1);  // grown again in stages
+  cost.Observe(2, 1.02);
+  CHECK(ChooseGuesses(cost, 1, 1, sure)[0] == 2);
+}
+
 TEST_CASE("acceptance: a moving rate, and a probe every 16 idle steps") {
   Acceptance a;
   for (int i = 0; i < 50; ++i) a.Observe(8, 8);
