@@ -136,18 +136,31 @@ struct State {
   remote::PrefixMemory prefixes;
   EngineStats stats;
   bool alive = true;
+  uint64_t downs = 0;         // times the engine was marked down
   int connect_failures = 0;   // in a row
   HttpCall* probe = nullptr;  // the health probe in progress
   std::mt19937_64 rng{std::random_device{}()};
 
   void ConnectFailed() {
     std::lock_guard<std::mutex> lock(mu);
-    if (++connect_failures >= opt.max_connect_failures) alive = false;
+    if (++connect_failures >= opt.max_connect_failures) MarkDownLocked();
   }
-  void Connected() {
+  void MarkDownLocked() {
+    if (alive) ++downs;
+    alive = false;
+    cv.notify_all();
+  }
+  uint64_t Downs() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return downs;
+  }
+  // An attempt begun when the engine had been marked down `downs_then`
+  // times connected: the server answered, unless the engine was marked down
+  // since (a connection made before an outage proves nothing after it).
+  void Connected(uint64_t downs_then) {
     std::lock_guard<std::mutex> lock(mu);
     connect_failures = 0;
-    alive = true;
+    if (downs == downs_then) alive = true;
   }
   bool IsAlive() const {
     std::lock_guard<std::mutex> lock(mu);
@@ -239,6 +252,7 @@ class RequestRunner {
   bool Attempt(std::string* why) {
     ss_ = StreamState{};
     broken_ = false;
+    const uint64_t downs = st_->Downs();
     remote::SseReader sse;
     const SteadyClock::time_point first_deadline =
         SteadyClock::now() + std::chrono::milliseconds(st_->opt.first_token_timeout_ms);
@@ -271,7 +285,7 @@ class RequestRunner {
       *why = "cannot connect: " + out.error;
       return true;
     }
-    if (out.connected) st_->Connected();
+    if (out.connected) st_->Connected(downs);
     if (ss_.error.empty() && !ss_.done && out.failure != HttpFailure::kTimeout)
       if (auto last = sse.Finish()) OnEvent(*last);
     if (!ss_.error.empty()) {
@@ -357,8 +371,7 @@ class RequestRunner {
     r_->SetCall(nullptr);
     if (healthy || r_->cancelled()) return;
     std::lock_guard<std::mutex> lock(st_->mu);
-    st_->alive = false;
-    st_->cv.notify_all();
+    st_->MarkDownLocked();
   }
 
   void Finish(std::string reason, std::string error) {

@@ -199,6 +199,26 @@ TEST_CASE("remote: a failure after text was delivered finishes with an error, no
   server.health_status = 200;
   CHECK(Eventually([&] { return watched->alive(); }));
 
+  // A stream connected before the outage and ending well after it does not
+  // bring the engine back: only /health answering does.
+  Reply slow = FakeOpenAiServer::Hello();
+  slow.events.insert(slow.events.begin() + 1, 60,
+                     R"({"choices":[{"index":0,"text":"-","finish_reason":null}]})");
+  server.Push(slow);
+  auto long_run = watched->Submit(Prompt());
+  REQUIRE(long_run.ok());
+  REQUIRE(Eventually([&] { return server.completions() == 3; }));
+  server.Push(r);
+  server.health_status = 503;
+  h = watched->Submit(Prompt());
+  REQUIRE(h.ok());
+  CHECK((*h)->Wait().finish_reason == "error");
+  CHECK_FALSE(watched->alive());
+  CHECK((*long_run)->Wait().finish_reason == "stop");
+  CHECK_FALSE(watched->alive());
+  server.health_status = 200;
+  CHECK(Eventually([&] { return watched->alive(); }));
+
   server.Push(Reply{Reply::Kind::kStream, {R"({"error": {"message": "out of memory"}})"}});
   h = engine->Submit(Prompt());
   REQUIRE(h.ok());
