@@ -49,11 +49,13 @@ expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus
 expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
 expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
-expect spec "spec: expected off, ngram or suffix" generate -m "$model" -p hi --spec draft
+expect spec "spec: expected off, ngram, suffix, draft" generate -m "$model" -p hi --spec drafty
+expect spec_draft_layers "the draft must have fewer layers than the target's 30" generate -m "$model" -p hi --spec draft=30
+expect spec_draft_file "draft model: .*nowhere.gguf" generate -m "$model" -p hi --spec draft=nowhere.gguf
 expect spec_n "spec ngram:N: N must be an integer in \[1, 32\]" generate -m "$model" -p hi --spec ngram:99
-expect spec_run "spec: expected off, ngram or suffix" run -m "$model" --db none --spec bogus apps/chain/app.lua
+expect spec_run "spec: expected off, ngram, suffix, draft" run -m "$model" --db none --spec bogus apps/chain/app.lua
 expect spec_fixed "':fixed' given twice" run -m "$model" --db none --spec ngram:fixed:fixed apps/chain/app.lua
-expect spec_bench "spec: expected off, ngram or suffix" bench --serve -m "$model" --spec nope
+expect spec_bench "spec: expected off, ngram, suffix, draft" bench --serve -m "$model" --spec nope
 expect stream "stream must be auto, nt or t0" generate -m "$model" -p hi --stream fast
 expect device "unknown device 'tpu'" generate -m "$model" -p hi --device tpu
 expect device-index "cuda:x" generate -m "$model" -p hi --device cuda:x

@@ -475,6 +475,14 @@ Status ValidateTensors(const ModelConfig& c,
   return Status::Ok();
 }
 
+Status ModelFile::KeepLayers(int n) {
+  if (n < 1 || n > config_.n_layer)
+    return Status::InvalidArgument(path_ + ": cannot keep " + std::to_string(n) + " layers of " +
+                                   std::to_string(config_.n_layer));
+  config_.n_layer = n;
+  return Status::Ok();
+}
+
 const TensorInfo* ModelFile::Find(std::string_view gguf_name) const {
   auto it = tensors_.find(gguf_name);
   return it == tensors_.end() ? nullptr : &it->second;

@@ -30,6 +30,9 @@ class ModelFile {
   // The directory holding tokenizer.json for safetensors checkpoints ("" for GGUF).
   virtual std::string tokenizer_json_path() const { return ""; }
   const std::string& path() const { return path_; }
+  // Keeps only the first n layers (1 <= n <= n_layer); their tensors are
+  // what the forward pass then reads.
+  Status KeepLayers(int n);
 
  protected:
   ModelConfig config_;

@@ -160,6 +160,9 @@ Result<std::unique_ptr<BackendModel>> BackendModel::Load(const ModelOptions& opt
   BRAID_RETURN_IF_ERROR(ParseDevice(options.device).status());
   std::unique_ptr<BackendModel> m(new BackendModel());
   BRAID_ASSIGN_OR_RETURN(m->file_, LoadModelFile(options.path));
+  if (options.layers < 0)
+    return Status::InvalidArgument("layers must be >= 0, got " + std::to_string(options.layers));
+  if (options.layers > 0) BRAID_RETURN_IF_ERROR(m->file_->KeepLayers(options.layers));
   const ModelConfig& c = m->file_->config();
   if (m->file_->gguf()) {
     BRAID_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->file_->gguf()));

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "engine/model.h"
+#include "runner/draft_runner.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 #include "spec/goodput.h"
@@ -24,9 +25,11 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                                 const SamplingParams& params,
                                 const std::function<bool(std::string_view)>& on_text,
-                                const SpecOptions& spec) {
+                                const SpecOptions& spec, Model* draft) {
   BRAID_RETURN_IF_ERROR(params.Validate());
   if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+  if (spec.kind == SpecOptions::Kind::kDraft && draft == nullptr)
+    return Status::InvalidArgument("draft speculation needs the draft model (OpenDraftModel)");
   std::unique_ptr<Sequence> seq = model.NewSequence();
   if (static_cast<int64_t>(prompt.size()) >= seq->capacity())
     return Status::OutOfRange("the prompt has " + std::to_string(prompt.size()) +
@@ -47,7 +50,15 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   Sampler sampler(params);
   TextStream decoder(model);
   StopMatcher stops(params.stop);
-  std::unique_ptr<spec::Proposer> proposer = spec::MakeProposer(spec);
+  std::unique_ptr<spec::Proposer> proposer;
+  const bool costly = spec.kind == SpecOptions::Kind::kDraft;
+  if (costly) {
+    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DraftRunner> runner,
+                           DraftRunner::Open(*draft, seq->capacity(), 16));
+    proposer = std::make_unique<DraftProposer>(std::move(runner));
+  } else {
+    proposer = spec::MakeProposer(spec);
+  }
   spec::Acceptance acceptance;
   spec::StepCost cost(spec.max_tokens + 1);
   bool keep_going = true;
@@ -118,16 +129,25 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
     if (proposer) {
       const int room = std::min(seq->capacity() - seq->position() - 1,
                                 params.max_tokens - static_cast<int>(r.tokens.size()) - 1);
-      if (room > 0) proposer->Propose(history, std::min(spec.max_tokens, room), &drafts);
-      const spec::Candidate c{acceptance.rate(), static_cast<int>(drafts.size())};
+      int offered = std::min(spec.max_tokens, room);
+      // A draft model's guesses cost passes: how many to check is chosen
+      // first and only those are made. Model-free guesses are made first.
+      if (costly) {
+        if (spec.adaptive) offered = spec::UsefulGuesses(acceptance.rate(), offered);
+      } else if (offered > 0) {
+        proposer->Propose(history, offered, &drafts);
+        offered = static_cast<int>(drafts.size());
+      }
+      const spec::Candidate c{acceptance.rate(), std::max(offered, 0)};
       int k = spec.adaptive
                   ? spec::ChooseGuesses(cost, 1, 1, std::span<const spec::Candidate>(&c, 1))[0]
                   : c.available;
       if (k > 0)
         acceptance.Used();
-      else if (!drafts.empty() && spec::GuessCouldPay(cost, 1, 1) && acceptance.Probe())
+      else if (c.available > 0 && spec::GuessCouldPay(cost, 1, 1) && acceptance.Probe())
         k = 1;
-      drafts.resize(k);
+      if (costly && k > 0) proposer->Propose(history, k, &drafts);
+      drafts.resize(std::min(k, static_cast<int>(drafts.size())));
     }
     batch.assign(1, next);
     batch.insert(batch.end(), drafts.begin(), drafts.end());

@@ -16,6 +16,7 @@
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
 #include "runner/backend_model.h"
+#include "runner/draft_runner.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 #include "sched/policy.h"
@@ -102,13 +103,17 @@ class Request final : public RequestHandle {
   Sampler& sampler() { return sampler_; }
 
   // Speculation: the proposer (null: none), and `group`, the index of
-  // sibling outputs this request's output joins when it ends (may be null).
+  // sibling outputs this request's output joins when it ends (may be null);
+  // or the draft model's state for it.
   void Speculate(std::unique_ptr<spec::Proposer> proposer,
                  std::shared_ptr<spec::SuffixIndex> group) {
     proposer_ = std::move(proposer);
     group_ = std::move(group);
   }
+  void Speculate(std::unique_ptr<DraftRunner::Seq> draft) { draft_ = std::move(draft); }
+  bool speculates() const { return proposer_ || draft_; }
   spec::Proposer* proposer() { return proposer_.get(); }
+  DraftRunner::Seq* draft() { return draft_.get(); }
   spec::Acceptance& acceptance() { return acceptance_; }
   // This step's tokens when it checks guesses: the last token, then the guesses.
   std::vector<int32_t>& pass() { return pass_; }
@@ -174,6 +179,7 @@ class Request final : public RequestHandle {
     if (group_ && (reason == "stop" || reason == "length") && !result_.tokens.empty())
       group_->Add(result_.tokens);
     if (!scheduled_) result_.timings.queue_ms = result_.timings.total_ms;
+    draft_.reset();  // its draft KV blocks go back now
     Emit(std::move(d), /*final=*/true);
     return true;
   }
@@ -216,6 +222,7 @@ class Request final : public RequestHandle {
   StopMatcher stops_;
   std::unique_ptr<spec::Proposer> proposer_;
   std::shared_ptr<spec::SuffixIndex> group_;
+  std::unique_ptr<DraftRunner::Seq> draft_;
   spec::Acceptance acceptance_;
   std::vector<int32_t> pass_;
   std::atomic<bool> cancel_{false};
@@ -420,9 +427,12 @@ class ServingEngine final : public Engine {
  public:
   // `kv` (from model's backend) holds the pool's blocks.
   ServingEngine(const EngineOptions& o, std::unique_ptr<BackendModel> model,
+                std::unique_ptr<Model> draft, std::unique_ptr<DraftRunner> draft_runner,
                 std::unique_ptr<KvMemory> kv, std::unique_ptr<AdmissionPolicy> policy)
       : options_(o),
         model_(std::move(model)),
+        draft_(std::move(draft)),
+        draft_runner_(std::move(draft_runner)),
         kv_(std::move(kv)),
         policy_(std::move(policy)),
         pool_(kv_->n_blocks()),
@@ -591,6 +601,8 @@ class ServingEngine final : public Engine {
 
   EngineOptions options_;
   std::unique_ptr<BackendModel> model_;
+  std::unique_ptr<Model> draft_;  // the draft model (null unless spec draft)
+  std::unique_ptr<DraftRunner> draft_runner_;
   std::unique_ptr<KvMemory> kv_;  // the blocks' numbers; pool_ and cache_ say whose they are
   std::unique_ptr<AdmissionPolicy> policy_;
   kv::BlockPool pool_;
@@ -599,6 +611,11 @@ class ServingEngine final : public Engine {
   LatencyBudget latency_budget_;  // step loop only
   spec::StepCost step_cost_;      // step loop only
   spec::SuffixStore suffix_store_;
+  // AddGuesses' scratch: the items that may guess, their candidates, and
+  // the draft model's jobs.
+  std::vector<ScheduledItem*> guess_items_;
+  std::vector<spec::Candidate> candidates_;
+  std::vector<DraftRunner::Job> guess_jobs_;
   std::mutex kv_mu_;              // pool, cache and scheduler: the loop holds it during planning
 
   std::mutex mu_;  // inbox and stop flag
@@ -650,7 +667,10 @@ void ServingEngine::Loop() {
           std::shared_ptr<spec::SuffixIndex> group;
           if (options_.spec.kind == SpecOptions::Kind::kSuffix && !g.spec_group.empty())
             group = suffix_store_.For(g.spec_group);
-          r->Speculate(spec::MakeProposer(options_.spec, group), group);
+          if (draft_runner_)
+            r->Speculate(draft_runner_->NewSeq());
+          else
+            r->Speculate(spec::MakeProposer(options_.spec, group), group);
         }
         if (s.max_tokens == 0 && s.logprobs_from < 0) {
           r->Finish("length", Clock::now());
@@ -702,47 +722,63 @@ void ServingEngine::FailStep(const StepPlan& plan, std::vector<std::shared_ptr<R
 
 void ServingEngine::AddGuesses(StepPlan& plan,
                                const std::unordered_map<const SeqState*, Request*>& by_seq) {
-  std::vector<ScheduledItem*> items;
-  std::vector<spec::Candidate> candidates;
   int sampling = 0;
+  for (const ScheduledItem& it : plan.items) sampling += it.sample;
+  const bool adaptive = options_.spec.adaptive;
+  // Acceptance is probed only where a guess could pay at all.
+  const bool could_pay = !adaptive || spec::GuessCouldPay(step_cost_, plan.n_tokens, sampling);
+  // A draft model's guesses cost passes of their own: how many each sequence
+  // checks is chosen first, and only those are made. Model-free guesses are
+  // made first, and the choice is among what they offer.
+  const bool costly = draft_runner_ != nullptr;
+  if (costly && !could_pay) return;
+  guess_items_.clear();
+  candidates_.clear();
   for (ScheduledItem& it : plan.items) {
     if (!it.sample) continue;
-    ++sampling;
     const SeqState& s = *it.seq;
     Request* r = by_seq.at(it.seq);
     // Decodes only; a guess must leave room for the token after it.
     const int room = s.max_tokens - s.generated() - 1;
-    if (r->proposer() == nullptr || it.n_tokens != 1 || s.generated() == 0 || room <= 0) continue;
-    std::vector<int32_t>& pass = r->pass();
-    std::vector<int32_t> guesses;
-    r->proposer()->Propose(s.tokens, std::min(options_.spec.max_tokens, room), &guesses);
-    if (guesses.empty()) continue;
-    pass.assign(1, s.tokens.back());
-    pass.insert(pass.end(), guesses.begin(), guesses.end());
-    items.push_back(&it);
-    candidates.push_back({r->acceptance().rate(), static_cast<int>(guesses.size())});
+    if (!r->speculates() || it.n_tokens != 1 || s.generated() == 0 || room <= 0) continue;
+    int offered = std::min(options_.spec.max_tokens, room);
+    if (costly) {
+      if (adaptive) offered = spec::UsefulGuesses(r->acceptance().rate(), offered);
+    } else {
+      r->proposer()->Propose(s.tokens, offered, &r->pass());
+      offered = static_cast<int>(r->pass().size());
+      if (offered == 0) continue;
+    }
+    guess_items_.push_back(&it);
+    candidates_.push_back({r->acceptance().rate(), offered});
   }
-  if (items.empty()) return;
+  if (guess_items_.empty()) return;
   std::vector<int> k;
-  if (options_.spec.adaptive) {
-    k = spec::ChooseGuesses(step_cost_, plan.n_tokens, sampling, candidates);
+  if (adaptive) {
+    k = spec::ChooseGuesses(step_cost_, plan.n_tokens, sampling, candidates_);
   } else {
-    for (const spec::Candidate& c : candidates) k.push_back(c.available);
+    for (const spec::Candidate& c : candidates_) k.push_back(c.available);
   }
-  const int max_step = model_->backend().max_chunk();
-  // Acceptance is probed only where a guess could pay at all.
-  const bool probe =
-      options_.spec.adaptive && spec::GuessCouldPay(step_cost_, plan.n_tokens, sampling);
-  for (size_t i = 0; i < items.size(); ++i) {
-    Request* r = by_seq.at(items[i]->seq);
-    int n = k[i];
-    if (n > 0)
+  guess_jobs_.clear();
+  for (size_t i = 0; i < guess_items_.size(); ++i) {
+    Request* r = by_seq.at(guess_items_[i]->seq);
+    if (k[i] > 0)
       r->acceptance().Used();
-    else if (probe && r->acceptance().Probe())
-      n = 1;
-    n = std::min(n, max_step - plan.n_tokens);
-    if (n > 0) n = scheduler_.AddGuesses(items[i], n, &plan);
-    r->pass().resize(1 + n);
+    else if (adaptive && could_pay && r->acceptance().Probe())
+      k[i] = 1;
+    if (costly && k[i] > 0)
+      guess_jobs_.push_back({r->draft(), guess_items_[i]->seq->tokens, k[i], &r->pass()});
+  }
+  if (costly) draft_runner_->Propose(guess_jobs_);
+  const int max_step = model_->backend().max_chunk();
+  for (size_t i = 0; i < guess_items_.size(); ++i) {
+    Request* r = by_seq.at(guess_items_[i]->seq);
+    std::vector<int32_t>& pass = r->pass();
+    if (costly && k[i] == 0) pass.clear();
+    int n = std::min({k[i], static_cast<int>(pass.size()), max_step - plan.n_tokens});
+    if (n > 0) n = scheduler_.AddGuesses(guess_items_[i], n, &plan);
+    pass.resize(n);
+    pass.insert(pass.begin(), guess_items_[i]->seq->tokens.back());
   }
 }
 
@@ -1013,8 +1049,14 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
   }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, o.block_size));
-  return std::unique_ptr<Engine>(
-      new ServingEngine(o, std::move(model), std::move(kv), std::move(policy)));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, OpenDraftModel(o.spec, o.model, *model));
+  // The draft's pool holds as many positions as the target's.
+  std::unique_ptr<DraftRunner> runner;
+  if (draft) {
+    BRAID_ASSIGN_OR_RETURN(runner, DraftRunner::Open(*draft, blocks * o.block_size, o.block_size));
+  }
+  return std::unique_ptr<Engine>(new ServingEngine(
+      o, std::move(model), std::move(draft), std::move(runner), std::move(kv), std::move(policy)));
 }
 
 }  // namespace braid

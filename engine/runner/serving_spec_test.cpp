@@ -1,6 +1,6 @@
 // Speculative decoding in the serving engine on the bundled model: 50
 // prompts, batched and one at a time, give the same greedy tokens with every
-// proposer as without speculation, guesses are kept on repetitive text, the
+// proposer (the draft model's too) as without speculation, guesses are kept on repetitive text, the
 // suffix proposer learns from finished siblings of its group, sampling keeps
 // each request's seeded output, and the KV pool is whole afterwards.
 #include <doctest/doctest.h>
@@ -27,6 +27,10 @@ std::unique_ptr<Engine> OpenEngine(SpecOptions::Kind kind, bool adaptive = true)
   o.max_batch_tokens = 128;
   o.spec.kind = kind;
   o.spec.adaptive = adaptive;
+  if (kind == SpecOptions::Kind::kDraft) {  // a cheap draft: its first 4 layers, 2 guesses
+    o.spec.draft_layers = 4;
+    o.spec.max_tokens = 2;
+  }
   auto e = Engine::Open(o);
   REQUIRE(e.ok());
   return std::move(*e);
@@ -95,7 +99,8 @@ TEST_CASE("serving speculative greedy output equals plain, batched and alone") {
   CHECK(RunAll(*plain, texts, /*batched=*/false, kTokens) == expected);
   CHECK(plain->stats().spec_proposed == 0);
   plain.reset();
-  for (auto kind : {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix}) {
+  for (auto kind :
+       {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix, SpecOptions::Kind::kDraft}) {
     // Every guess offered is checked (the adaptive choice may check few on
     // a host where checking is dear); the adaptive one runs in the other tests.
     auto e = OpenEngine(kind, /*adaptive=*/false);
@@ -160,6 +165,7 @@ TEST_CASE("serving speculative sampling keeps each request's seeded output") {
   const auto plain = run(SpecOptions::Kind::kOff);
   CHECK(run(SpecOptions::Kind::kNgram) == plain);
   CHECK(run(SpecOptions::Kind::kSuffix) == plain);
+  CHECK(run(SpecOptions::Kind::kDraft) == plain);
 }
 
 }  // namespace

@@ -41,7 +41,16 @@ GenerateResult Run(Model& m, const std::vector<int32_t>& prompt, const SamplingP
   SpecOptions spec;
   spec.kind = kind;
   spec.max_tokens = max_guesses;
-  auto r = Generate(m, prompt, sp, {}, spec);
+  std::unique_ptr<Model> draft;
+  if (kind == SpecOptions::Kind::kDraft) {
+    ModelOptions mo;
+    mo.path = BRAID_MODEL_PATH;
+    mo.threads = 2;
+    auto d = OpenDraftModel(spec, mo, m);
+    REQUIRE_MESSAGE(d.ok(), d.status().message());
+    draft = std::move(*d);
+  }
+  auto r = Generate(m, prompt, sp, {}, spec, draft.get());
   REQUIRE(r.ok());
   return *r;
 }
@@ -57,7 +66,8 @@ TEST_CASE("speculative greedy output equals plain greedy output, every proposer"
     const std::vector<int32_t> prompt = m->TokenizeRaw(text);
     const GenerateResult plain = Run(*m, prompt, sp, SpecOptions::Kind::kOff);
     CHECK(plain.spec_proposed == 0);
-    for (auto kind : {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix})
+    for (auto kind :
+         {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix, SpecOptions::Kind::kDraft})
       for (int guesses : {2, 8}) {
         const GenerateResult spec = Run(*m, prompt, sp, kind, guesses);
         INFO(text << " / " << static_cast<int>(kind) << " / " << guesses);
@@ -109,7 +119,8 @@ TEST_CASE("speculative sampling gives plain sampling's output for the same seed"
   const std::vector<int32_t> prompt = m->TokenizeRaw(kTexts[0]);
   const GenerateResult plain = Run(*m, prompt, sp, SpecOptions::Kind::kOff);
   CHECK(plain.tokens.size() == 24);
-  for (auto kind : {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix}) {
+  for (auto kind :
+       {SpecOptions::Kind::kNgram, SpecOptions::Kind::kSuffix, SpecOptions::Kind::kDraft}) {
     const GenerateResult spec = Run(*m, prompt, sp, kind);
     CHECK(spec.tokens == plain.tokens);
     CHECK(spec.spec_proposed > 0);

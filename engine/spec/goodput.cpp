@@ -113,4 +113,12 @@ std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampli
   return k;
 }
 
+int UsefulGuesses(double acceptance, int max_tokens) {
+  // Guess j (from 1) holds with chance acceptance^j.
+  int n = 1;
+  for (double next = acceptance * acceptance; n < max_tokens && next >= 0.1; next *= acceptance)
+    ++n;
+  return n;
+}
+
 }  // namespace braid::spec

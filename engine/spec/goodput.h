@@ -77,6 +77,11 @@ struct Candidate {
 // probing a sequence's acceptance is wasted work.
 bool GuessCouldPay(const StepCost& cost, int base_tokens, int sampling);
 
+// How many guesses are worth proposing to a sequence whose guesses hold at
+// `acceptance`, when proposing costs (a draft model's passes): those that
+// hold with a chance of 1 in 10 or more, at most max_tokens, at least one.
+int UsefulGuesses(double acceptance, int max_tokens);
+
 // Guesses per candidate for a step of `base_tokens` plain tokens of which
 // `sampling` sequences sample (the candidates among them).
 std::vector<int> ChooseGuesses(const StepCost& cost, int base_tokens, int sampling,

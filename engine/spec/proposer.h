@@ -1,9 +1,10 @@
 // Speculative decoding: proposers guess the next tokens of a sequence
 // cheaply, the target model checks all the guesses in one forward pass, and
-// the sampler keeps the longest prefix its rule accepts (sampling/sampler.h,
-// Sampler::Verify). Proposers here are model-free; each works on token ids
-// only and is owned by one request (not thread-safe), except SuffixIndex,
-// which requests of the same semantic function share.
+// the longest prefix of guesses the target's own draws agree with is kept
+// (Generate, ServingEngine::Step). Proposers here are model-free (the draft
+// model's are engine/runner/draft_runner.h); each works on token ids only and is
+// owned by one request (not thread-safe), except SuffixIndex, which requests
+// of the same semantic function share.
 #pragma once
 
 #include <cstdint>
@@ -146,7 +147,8 @@ class SuffixStore {
   std::unordered_map<std::string, Group> groups_;
 };
 
-// The proposer `spec` names (null when off); `shared` is the suffix
+// The model-free proposer `spec` names (null when off or kDraft, whose
+// guesses come from engine/runner/draft_runner.h); `shared` is the suffix
 // proposer's index of sibling outputs (may be null).
 std::unique_ptr<Proposer> MakeProposer(const SpecOptions& spec,
                                        std::shared_ptr<SuffixIndex> shared = nullptr);

@@ -11,6 +11,8 @@ const char* SpecOptions::name() const {
       return "ngram";
     case Kind::kSuffix:
       return "suffix";
+    case Kind::kDraft:
+      return "draft";
     default:
       return "off";
   }
@@ -25,17 +27,36 @@ Result<SpecOptions> ParseSpecOptions(const std::string& text) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  const std::string& kind = parts[0];
+  std::string kind = parts[0];
+  if (const size_t eq = kind.find('='); eq != std::string::npos && kind.starts_with("draft")) {
+    const std::string what = kind.substr(eq + 1);
+    kind.resize(eq);
+    if (what.empty())
+      return Status::InvalidArgument("--spec draft=: the model or layer count is empty");
+    char* end = nullptr;
+    const long v = std::strtol(what.c_str(), &end, 10);
+    if (*end == 0) {
+      if (v < 1 || v > 1024)
+        return Status::InvalidArgument(
+            "--spec draft=L: L must be a layer count in [1, 1024], got '" + what + "'");
+      o.draft_layers = static_cast<int>(v);
+    } else {
+      o.draft_model = what;
+    }
+  }
   if (kind == "off")
     o.kind = SpecOptions::Kind::kOff;
   else if (kind == "ngram")
     o.kind = SpecOptions::Kind::kNgram;
   else if (kind == "suffix")
     o.kind = SpecOptions::Kind::kSuffix;
+  else if (kind == "draft")
+    o.kind = SpecOptions::Kind::kDraft;
   else
     return Status::InvalidArgument(
-        "--spec: expected off, ngram or suffix (then optionally :N and :fixed), got '" + text +
-        "'");
+        "--spec: expected off, ngram, suffix, draft, draft=LAYERS or draft=MODEL (then "
+        "optionally :N and :fixed), got '" +
+        text + "'");
   bool have_n = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];

@@ -34,9 +34,12 @@ const char* kGenerateHelp =
     "      --seed S            sampling seed, 0..2^64-1\n"
     "      --stop TEXT         stop string (repeatable)\n"
     "      --ignore-eos        keep going past end-of-generation tokens\n"
-    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup) or\n"
-    "                          suffix (a suffix trie of the text so far); N guesses a pass at\n"
-    "                          most, 1..32 (default 8; fewer where they stop paying)\n"
+    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup),\n"
+    "                          suffix (a suffix trie of the text so far), draft (a draft\n"
+    "                          model: the model's first quarter of layers), draft=L (its\n"
+    "                          first L layers) or draft=FILE (a model with the same\n"
+    "                          tokenizer); N guesses a pass at most, 1..32 (default 8;\n"
+    "                          fewer where they stop paying)\n"
     "      --system TEXT       chat: the system message\n"
     "      --raw               generate: do not wrap the prompt in the chat template; the\n"
     "                          text of special tokens in it (<|im_start|>) becomes those\n"
@@ -68,9 +71,9 @@ void PrintSpec(const GenerateResult& g) {
 }
 
 int RunOnce(Model& model, std::span<const PromptPiece> pieces, const SamplingParams& sp,
-            const SpecOptions& spec, bool verbose) {
+            const SpecOptions& spec, Model* draft, bool verbose) {
   std::vector<int32_t> prompt = model.Tokenize(pieces);
-  auto r = Generate(model, prompt, sp, PrintPiece, spec);
+  auto r = Generate(model, prompt, sp, PrintPiece, spec, draft);
   std::printf("\n");
   if (!r.ok()) {
     std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());
@@ -150,6 +153,12 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
   }
   Model& m = **model;
   if (verbose) PrintModelInfo(m.info());
+  auto draft_model = OpenDraftModel(*spec, mo, m);
+  if (!draft_model.ok()) {
+    std::fprintf(stderr, "braid: %s\n", draft_model.status().message().c_str());
+    return 1;
+  }
+  Model* draft = draft_model->get();
 
   std::vector<ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
@@ -158,14 +167,14 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     // special-token text is meant as special tokens.
     if (raw) {
       const PromptPiece piece = MarkupPiece(prompt);
-      return RunOnce(m, std::span<const PromptPiece>(&piece, 1), sp, *spec, verbose);
+      return RunOnce(m, std::span<const PromptPiece>(&piece, 1), sp, *spec, draft, verbose);
     }
     messages.push_back({"user", prompt});
-    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, verbose);
+    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, draft, verbose);
   }
   if (!prompt.empty()) {
     messages.push_back({"user", prompt});
-    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, verbose);
+    return RunOnce(m, m.FormatChat(messages, true), sp, *spec, draft, verbose);
   }
   // Interactive chat: one line per user turn; the whole conversation is
   // re-rendered with the chat template each turn.
@@ -179,7 +188,7 @@ int GenerateMain(const std::vector<std::string>& argv, bool chat) {
     // Messages are plain text: only the chat template's markup yields special
     // tokens, so a typed "<|im_end|>" cannot close the turn.
     std::vector<int32_t> ids = m.Tokenize(m.FormatChat(messages, true));
-    auto r = Generate(m, ids, sp, PrintPiece, *spec);
+    auto r = Generate(m, ids, sp, PrintPiece, *spec, draft);
     std::printf("\n");
     if (!r.ok()) {
       std::fprintf(stderr, "braid: %s\n", r.status().ToString().c_str());

@@ -41,11 +41,14 @@ const char* const kStackHelp =
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
     "                          memory available at start, split between engines, 0.01..0.95\n"
     "                          (default 0.3); pages are used as the caches fill\n"
-    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup) or\n"
+    "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup),\n"
     "                          suffix (a suffix tree over the request's context and the\n"
-    "                          outputs of earlier calls of the same semantic function); N:\n"
-    "                          guesses a step at most, 1..32 (default 8); ':fixed' checks\n"
-    "                          every guess instead of what pays (docs/speculation.md)\n"
+    "                          outputs of earlier calls of the same semantic function),\n"
+    "                          draft (a draft model: the model's first quarter of layers),\n"
+    "                          draft=L (its first L layers) or draft=FILE (a model with\n"
+    "                          the same tokenizer); N: guesses a step at most, 1..32\n"
+    "                          (default 8); ':fixed' checks every guess instead of what\n"
+    "                          pays (docs/speculation.md)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {

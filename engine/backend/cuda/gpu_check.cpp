@@ -25,9 +25,10 @@
 //       over n tokens of one sequence against one token, then greedy
 //       generation with --spec off, ngram and suffix (tokens/s, guesses
 //       kept, tokens per pass); exits 1 if speculation changes the output
-//   serve-spec --model DIR --batches 1,16,64 --prompt 128 --gen 128
+//   serve-spec --model DIR --batches 1,16,64 --prompt 128 --gen 128 [--modes LIST]
 //       speculative decoding in the serving engine: B requests at once with
-//       --spec off, ngram and suffix (adaptive) and ngram:8:fixed: generated
+//       each --spec value in LIST (default off,ngram,suffix,ngram:8:fixed;
+//       off first, the reference), e.g. draft=8 or draft=FILE:4:fixed: generated
 //       tokens/s, guesses kept, tokens per decode pass, and how many outputs
 //       are the same as with speculation off
 #include <algorithm>
@@ -74,6 +75,7 @@ void Check(const Status& s, const char* what) {
 
 struct Args {
   std::string cmd, model, prompts, out_dir, device = "cuda", batches = "1,8,32,128";
+  std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
   int prompt = 128, gen = 128, ctx = 0;
 };
 
@@ -98,6 +100,8 @@ Args Parse(int argc, char** argv) {
       a.device = v;
     else if (k == "--batches")
       a.batches = v;
+    else if (k == "--modes")
+      a.modes = v;
     else if (k == "--prompt")
       a.prompt = std::stoi(v);
     else if (k == "--gen")
@@ -545,7 +549,16 @@ int ServeSpec(const Args& a) {
   std::vector<std::vector<int32_t>> prompts;
   Json rows = Json::array();
   std::vector<std::vector<std::vector<int32_t>>> plain(batches.size());
-  for (const char* mode : {"off", "ngram", "suffix", "ngram:8:fixed"}) {
+  std::vector<std::string> modes;
+  for (size_t at = 0; at <= a.modes.size();) {
+    size_t comma = a.modes.find(',', at);
+    if (comma == std::string::npos) comma = a.modes.size();
+    modes.push_back(a.modes.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (modes.empty() || modes[0] != "off") Fail("--modes: the first must be off (the reference)");
+  for (const std::string& mode_name : modes) {
+    const char* mode = mode_name.c_str();
     EngineOptions o;
     o.model.path = a.model;
     o.model.device = a.device;

@@ -57,6 +57,9 @@ struct ModelOptions {
   std::string device = "cpu";
   int threads = 0;  // CPU threads; 0 = one per core
   int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
+  // 0: every layer. N: only the first N layers, then the final norm and the
+  // output head (a draft model made of the model's own first layers).
+  int layers = 0;
   CpuOptions cpu;
 };
 
@@ -176,9 +179,18 @@ struct GenerateResult {
 // error: finish_reason is "stop"). With `spec` on, each forward pass also
 // checks the proposer's guesses of the next tokens; the output is the same
 // token for token, greedy or sampled (the same seed gives the same text).
+// `draft` is the draft model when spec.kind is kDraft (OpenDraftModel).
 Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                                 const SamplingParams& params,
                                 const std::function<bool(std::string_view)>& on_text = {},
-                                const SpecOptions& spec = {});
+                                const SpecOptions& spec = {}, Model* draft = nullptr);
+
+// The draft model `spec` names for `target` (opened with `options`), or null
+// when spec.kind is not kDraft: spec.draft_model's file, or the target's own
+// first spec.draft_layers layers (0: a quarter of them), on the target's
+// device with its context. Errors: the file's, and a draft whose vocabulary
+// differs from the target's (the token at the first differing id).
+Result<std::unique_ptr<Model>> OpenDraftModel(const SpecOptions& spec, const ModelOptions& options,
+                                              const Model& target);
 
 }  // namespace braid

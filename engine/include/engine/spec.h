@@ -10,8 +10,12 @@
 namespace braid {
 
 struct SpecOptions {
-  enum class Kind { kOff, kNgram, kSuffix };
+  enum class Kind { kOff, kNgram, kSuffix, kDraft };
   Kind kind = Kind::kOff;
+  // kDraft: the draft model's file (same tokenizer as the target), or empty
+  // for the target's own first draft_layers layers (0: a quarter of them).
+  std::string draft_model;
+  int draft_layers = 0;
   int max_tokens = 8;  // guesses per step at most
   // false: every step checks all the guesses offered (up to max_tokens),
   // whether or not they pay; for measuring acceptance, and for tests.
@@ -21,8 +25,10 @@ struct SpecOptions {
   const char* name() const;
 };
 
-// "off", "ngram" or "suffix", then optionally ":N" for max_tokens (1..32)
-// and ":fixed" for adaptive = false, e.g. "ngram:4:fixed".
+// "off", "ngram", "suffix", "draft" (the target's first quarter of layers),
+// "draft=L" (its first L layers) or "draft=PATH" (a model file), then
+// optionally ":N" for max_tokens (1..32) and ":fixed" for adaptive = false,
+// e.g. "ngram:4:fixed", "draft=6:4".
 Result<SpecOptions> ParseSpecOptions(const std::string& text);
 
 }  // namespace braid
