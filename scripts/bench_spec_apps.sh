@@ -11,8 +11,9 @@
 # and any app named after the options. Prints per workload and mode the
 # median wall time, its ratio to off and the engine's speculation line
 # (guesses kept, tokens per decode pass, share of time proposing); the
-# modes take turns, round after round. Prints the CPU model.
-#   [BRAID=BINARY] scripts/bench_spec_apps.sh [ROUNDS] [THREADS] [APPS...]
+# modes take turns, round after round. Prints the CPU model. WORKLOADS and
+# MODES (space-separated) replace the lists, e.g. MODES="off draft draft=8".
+#   [BRAID=BINARY] [WORKLOADS=...] [MODES=...] scripts/bench_spec_apps.sh [ROUNDS] [THREADS] [APPS...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,8 +26,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; threads $threads; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-workloads=(grounded-1 grounded-16 open-1 open-16 map_reduce "$@")
-modes=(off ngram suffix ngram:8:fixed)
+read -ra workloads <<<"${WORKLOADS:-grounded-1 grounded-16 open-1 open-16 map_reduce}"
+workloads+=("$@")
+read -ra modes <<<"${MODES:-off ngram suffix ngram:8:fixed}"
 args_for() {
   case "$1" in
     grounded-*) echo "bench/spec/fanout.lua grounded ${1#grounded-} $report" ;;

@@ -822,10 +822,13 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     propose_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
   }
 
-  // Run the batch.
+  // Run the batch. When every logits row is a plain greedy draw, the
+  // backend picks the tokens where the logits are (one id per row comes
+  // back, not a row of logits).
   std::vector<BatchSegment> segments;
   std::vector<int> first_row;  // per item: its first logits row
   int rows = 0;
+  bool argmax = true;
   for (const ScheduledItem& it : plan.items) {
     BatchSegment seg;
     seg.tokens = it.guesses > 0 ? by_seq[it.seq]->pass().data() : it.seq->tokens.data() + it.start;
@@ -834,20 +837,15 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     seg.block_table = it.seq->blocks.data();
     seg.logits_from = LogitsFrom(it);
     first_row.push_back(rows);
-    rows += std::max(0, it.start + it.n_tokens - seg.logits_from);
+    const int item_rows = std::max(0, it.start + it.n_tokens - seg.logits_from);
+    rows += item_rows;
     segments.push_back(seg);
-  }
-  const int n_vocab = model_->config().n_vocab;
-  // When every row is a plain greedy draw, the backend picks the tokens
-  // where the logits are (one id per row comes back, not a row of logits).
-  bool argmax = true;
-  for (const ScheduledItem& it : plan.items) {
-    if (LogitsFrom(it) == BatchSegment::kNoLogits) continue;
+    if (item_rows == 0) continue;
     Request& r = *by_seq[it.seq];
-    const int item_rows = it.start + it.n_tokens - LogitsFrom(it);
     argmax &= it.sample && item_rows == 1 + it.guesses && it.seq->max_tokens > 0 &&
               r.sampler().greedy() && !r.request().logits_processor && r.request().top_logprobs < 0;
   }
+  const int n_vocab = model_->config().n_vocab;
   const auto t0 = Clock::now();
   Status forward;
   if (argmax) {

@@ -38,7 +38,8 @@ void StepCost::Observe(int n, double seconds) {
   // never below a smaller size's measurement (a lucky fast sample must not
   // make its size look like a bargain).
   const int top = max_tokens();
-  std::vector<int> next(static_cast<size_t>(top) + 2, top + 1);  // the next measured size >= m
+  std::vector<int>& next = next_;  // the next measured size >= m
+  next.assign(static_cast<size_t>(top) + 2, top + 1);
   for (int m = top; m >= 1; --m) next[m] = seconds_[m] > 0 ? m : next[m + 1];
   // Beyond the largest measured size: the slope from the smallest to the
   // largest measured, so that a step which costs more per token (a CPU)

@@ -63,6 +63,7 @@ class StepCost {
   std::vector<double> seconds_;   // measured; 0: unmeasured
   std::vector<double> estimate_;  // every size's estimate, remade by Observe
   std::vector<uint64_t> at_;      // per size, the observation that last measured it
+  std::vector<int> next_;         // Observe's scratch
   uint64_t observations_ = 0;
   int largest_ = 0;
 };
