@@ -59,7 +59,8 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   } else {
     proposer = spec::MakeProposer(spec);
   }
-  spec::Acceptance acceptance;
+  spec::Acceptance acceptance(costly ? spec::kCostlyPrior : 0.7);
+  spec::ProbeSchedule probes;  // a draft model's
   spec::StepCost cost(spec.max_tokens + 1);
   bool keep_going = true;
   bool stop_string_hit = false;
@@ -118,6 +119,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
       r.spec_proposed += static_cast<int>(drafts.size());
       r.spec_accepted += accepted;
       acceptance.Observe(static_cast<int>(drafts.size()), accepted);
+      if (costly) probes.Observe(accepted);
     }
     if (done) break;
     // The rejected guesses leave the KV cache.
@@ -144,7 +146,8 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
                   : c.available;
       if (k > 0)
         acceptance.Used();
-      else if (c.available > 0 && spec::GuessCouldPay(cost, 1, 1) && acceptance.Probe())
+      else if (c.available > 0 && spec::GuessCouldPay(cost, 1, 1) &&
+               (costly ? probes.Due() : acceptance.Probe()))
         k = 1;
       if (costly && k > 0) proposer->Propose(history, k, &drafts);
       drafts.resize(std::min(k, static_cast<int>(drafts.size())));

@@ -603,6 +603,11 @@ class ServingEngine final : public Engine {
   std::unique_ptr<BackendModel> model_;
   std::unique_ptr<Model> draft_;  // the draft model (null unless spec draft)
   std::unique_ptr<DraftRunner> draft_runner_;
+  // Every draft request's acceptance together (step loop only): a new
+  // request's starting point. It starts low, as a draft costs passes to
+  // find out that it is wrong.
+  spec::Acceptance draft_acceptance_{spec::kCostlyPrior};
+  spec::ProbeSchedule draft_probes_;  // step loop only
   std::unique_ptr<KvMemory> kv_;  // the blocks' numbers; pool_ and cache_ say whose they are
   std::unique_ptr<AdmissionPolicy> policy_;
   kv::BlockPool pool_;
@@ -667,9 +672,11 @@ void ServingEngine::Loop() {
           std::shared_ptr<spec::SuffixIndex> group;
           if (options_.spec.kind == SpecOptions::Kind::kSuffix && !g.spec_group.empty())
             group = suffix_store_.For(g.spec_group);
-          if (draft_runner_)
+          if (draft_runner_) {
             r->Speculate(draft_runner_->NewSeq());
-          else
+            // What the draft has earned lately, not optimism.
+            r->acceptance() = spec::Acceptance(draft_acceptance_.rate());
+          } else
             r->Speculate(spec::MakeProposer(options_.spec, group), group);
         }
         if (s.max_tokens == 0 && s.logprobs_from < 0) {
@@ -764,7 +771,7 @@ void ServingEngine::AddGuesses(StepPlan& plan,
     Request* r = by_seq.at(guess_items_[i]->seq);
     if (k[i] > 0)
       r->acceptance().Used();
-    else if (adaptive && could_pay && r->acceptance().Probe())
+    else if (adaptive && could_pay && (costly ? draft_probes_.Due() : r->acceptance().Probe()))
       k[i] = 1;
     if (costly && k[i] > 0)
       guess_jobs_.push_back({r->draft(), guess_items_[i]->seq->tokens, k[i], &r->pass()});
@@ -957,6 +964,10 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       if (decode) ++decode_passes;
       if (it.guesses > 0) {
         r->CountGuesses(it.guesses, accepted);
+        if (draft_runner_) {
+          draft_acceptance_.Observe(it.guesses, accepted);
+          draft_probes_.Observe(accepted);
+        }
         spec_proposed += it.guesses;
         spec_accepted += accepted;
       }

@@ -20,6 +20,16 @@ bool Acceptance::Probe() {
   return true;
 }
 
+bool ProbeSchedule::Due() {
+  if (++idle_ < interval_) return false;
+  idle_ = 0;
+  return true;
+}
+
+void ProbeSchedule::Observe(int accepted) {
+  interval_ = accepted > 0 ? std::max(16, interval_ / 2) : std::min(2 * interval_, 4096);
+}
+
 void StepCost::Observe(int n, double seconds) {
   if (n < 1 || n > max_tokens() || !(seconds > 0)) return;
   double& s = seconds_[static_cast<size_t>(n)];

@@ -26,6 +26,7 @@ namespace braid::spec {
 // The moving per-position acceptance rate of one sequence's guesses.
 class Acceptance {
  public:
+  explicit Acceptance(double rate = 0.7) : rate_(rate) {}
   // After `proposed` guesses of which `accepted` (a prefix) were kept.
   void Observe(int proposed, int accepted);
   double rate() const { return rate_; }
@@ -37,8 +38,29 @@ class Acceptance {
   void Used() { idle_ = 0; }
 
  private:
-  double rate_ = 0.7;  // optimistic until measured
+  double rate_;  // optimistic until measured (0.7), unless told otherwise
   int idle_ = 0;
+};
+
+// Where a costly proposer's acceptance starts before anything is measured.
+constexpr double kCostlyPrior = 0.3;
+
+// Probes for a costly proposer (a draft model, whose every proposal first
+// evaluates what the sequence produced since its last one), shared by the
+// sequences of an engine: one probe per `interval` chances, the interval
+// doubling up to 4096 after each checked proposal of which no guess held
+// and halving down to 16 after one of which some held. A draft that seldom
+// agrees with the target then stops costing its catch-up passes.
+class ProbeSchedule {
+ public:
+  // A sequence that checks no guesses this step could probe: true when due.
+  bool Due();
+  // A costly proposal was checked and `accepted` of its guesses held.
+  void Observe(int accepted);
+  int interval() const { return interval_; }
+
+ private:
+  int interval_ = 16, idle_ = 0;
 };
 
 // Seconds per step, by tokens in the step (moving average per size).

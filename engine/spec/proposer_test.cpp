@@ -229,6 +229,26 @@ TEST_CASE("acceptance: a moving rate, and a probe every 16 idle steps") {
   CHECK(probes == 2);
 }
 
+TEST_CASE("probes of a costly proposer back off while its guesses fail") {
+  ProbeSchedule p;
+  auto due_in = [&] {
+    int n = 1;
+    while (!p.Due()) ++n;
+    return n;
+  };
+  CHECK(due_in() == 16);
+  p.Observe(0);
+  CHECK(due_in() == 32);
+  for (int i = 0; i < 20; ++i) p.Observe(0);
+  CHECK(p.interval() == 4096);
+  CHECK(due_in() == 4096);
+  p.Observe(1);  // a guess held: probe more often again
+  CHECK(due_in() == 2048);
+  for (int i = 0; i < 20; ++i) p.Observe(2);
+  CHECK(due_in() == 16);
+  CHECK(Acceptance(0.05).rate() == 0.05);
+}
+
 TEST_CASE("spec options parse") {
   CHECK(ParseSpecOptions("off").value().kind == SpecOptions::Kind::kOff);
   auto n = ParseSpecOptions("ngram:5");
