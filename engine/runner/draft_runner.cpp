@@ -49,6 +49,13 @@ void DraftRunner::Release(Seq& s) {
   s.fed_.clear();
 }
 
+int DraftRunner::Behind(const Seq& seq, std::span<const int32_t> context) {
+  const size_t common = static_cast<size_t>(
+      std::mismatch(seq.fed_.begin(), seq.fed_.end(), context.begin(), context.end()).first -
+      seq.fed_.begin());
+  return static_cast<int>(context.size() - std::min(common, context.size() - 1));
+}
+
 void DraftRunner::Propose(std::span<Job> jobs) {
   struct Work {
     Job* job;

@@ -64,6 +64,14 @@ class DraftRunner {
   // logits are not finite; an error of the forward pass leaves all without.
   void Propose(std::span<Job> jobs);
 
+  // How many tokens of `context` a proposal for `seq` would first evaluate
+  // (those after the prefix its draft KV shares with the context, at least 1).
+  static int Behind(const Seq& seq, std::span<const int32_t> context);
+  // A probe evaluates at most this many before its guess; a sequence
+  // further behind is not probed (it is drafted only when its guesses are
+  // chosen outright).
+  static constexpr int kProbeCatchUp = 64;
+
   // Forward passes and the tokens they evaluated, so far.
   uint64_t passes() const { return passes_; }
   uint64_t tokens() const { return tokens_; }
@@ -89,6 +97,7 @@ class DraftProposer : public spec::Proposer {
   void Propose(std::span<const int32_t> context, int max_tokens,
                std::vector<int32_t>* out) override;
   const char* name() const override { return "draft"; }
+  int Behind(std::span<const int32_t> context) const { return DraftRunner::Behind(*seq_, context); }
 
  private:
   std::unique_ptr<DraftRunner> runner_;

@@ -51,11 +51,14 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   TextStream decoder(model);
   StopMatcher stops(params.stop);
   std::unique_ptr<spec::Proposer> proposer;
+  DraftProposer* draft_proposer = nullptr;  // proposer, when it is a draft model's
   const bool costly = spec.kind == SpecOptions::Kind::kDraft;
   if (costly) {
     BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DraftRunner> runner,
                            DraftRunner::Open(*draft, seq->capacity(), 16));
-    proposer = std::make_unique<DraftProposer>(std::move(runner));
+    auto owned = std::make_unique<DraftProposer>(std::move(runner));
+    draft_proposer = owned.get();
+    proposer = std::move(owned);
   } else {
     proposer = spec::MakeProposer(spec);
   }
@@ -147,7 +150,9 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
       if (k > 0)
         acceptance.Used();
       else if (c.available > 0 && spec::GuessCouldPay(cost, 1, 1) &&
-               (costly ? probes.Due() : acceptance.Probe()))
+               (costly
+                    ? draft_proposer->Behind(history) <= DraftRunner::kProbeCatchUp && probes.Due()
+                    : acceptance.Probe()))
         k = 1;
       if (costly && k > 0) proposer->Propose(history, k, &drafts);
       drafts.resize(std::min(k, static_cast<int>(drafts.size())));

@@ -771,7 +771,11 @@ void ServingEngine::AddGuesses(StepPlan& plan,
     Request* r = by_seq.at(guess_items_[i]->seq);
     if (k[i] > 0)
       r->acceptance().Used();
-    else if (adaptive && could_pay && (costly ? draft_probes_.Due() : r->acceptance().Probe()))
+    else if (adaptive && could_pay &&
+             (costly ? DraftRunner::Behind(*r->draft(), guess_items_[i]->seq->tokens) <=
+                               DraftRunner::kProbeCatchUp &&
+                           draft_probes_.Due()
+                     : r->acceptance().Probe()))
       k[i] = 1;
     if (costly && k[i] > 0)
       guess_jobs_.push_back({r->draft(), guess_items_[i]->seq->tokens, k[i], &r->pass()});
