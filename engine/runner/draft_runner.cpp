@@ -49,11 +49,15 @@ void DraftRunner::Release(Seq& s) {
   s.fed_.clear();
 }
 
-int DraftRunner::Behind(const Seq& seq, std::span<const int32_t> context) {
+size_t DraftRunner::Kept(const Seq& seq, std::span<const int32_t> context) {
   const size_t common = static_cast<size_t>(
       std::mismatch(seq.fed_.begin(), seq.fed_.end(), context.begin(), context.end()).first -
       seq.fed_.begin());
-  return static_cast<int>(context.size() - std::min(common, context.size() - 1));
+  return std::min(common, context.size() - 1);
+}
+
+int DraftRunner::Behind(const Seq& seq, std::span<const int32_t> context) {
+  return static_cast<int>(context.size() - Kept(seq, context));
 }
 
 void DraftRunner::Propose(std::span<Job> jobs) {
@@ -69,12 +73,7 @@ void DraftRunner::Propose(std::span<Job> jobs) {
     const int want = std::min(j.max_tokens, context_ - n + 1);
     if (n == 0 || want <= 0) continue;
     Seq& s = *j.seq;
-    // Keep what the draft and the context share; the last context token is
-    // evaluated again when nothing follows it (its logits give a guess).
-    const size_t common = static_cast<size_t>(
-        std::mismatch(s.fed_.begin(), s.fed_.end(), j.context.begin(), j.context.end()).first -
-        s.fed_.begin());
-    s.fed_.resize(std::min(common, j.context.size() - 1));
+    s.fed_.resize(Kept(s, j.context));
     if (!Reserve(s, n + want - 1)) continue;
     work.push_back({&j, s.fed_.size(), want});
   }
@@ -113,8 +112,6 @@ void DraftRunner::Propose(std::span<Job> jobs) {
     if (segs.empty()) break;
     ids.resize(static_cast<size_t>(rows));
     if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return fail();
-    ++passes_;
-    tokens_ += static_cast<uint64_t>(chunk - budget);
     size_t row = 0;
     for (size_t i = 0; i < segs.size(); ++i) {
       Work& w = *owners[i];
@@ -150,8 +147,6 @@ void DraftRunner::Propose(std::span<Job> jobs) {
     if (segs.empty()) break;
     ids.resize(segs.size());
     if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return fail();
-    ++passes_;
-    tokens_ += segs.size();
     for (size_t i = 0; i < segs.size(); ++i) {
       Work& w = *owners[i];
       if (ids[i] < 0)

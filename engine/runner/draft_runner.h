@@ -72,12 +72,12 @@ class DraftRunner {
   // chosen outright).
   static constexpr int kProbeCatchUp = 64;
 
-  // Forward passes and the tokens they evaluated, so far.
-  uint64_t passes() const { return passes_; }
-  uint64_t tokens() const { return tokens_; }
-
  private:
   DraftRunner(Backend& backend, std::unique_ptr<KvMemory> kv, int context);
+  // The draft KV's tokens a proposal for `seq` keeps: the prefix it shares
+  // with `context`, less the context's last token (evaluated again for its
+  // logits).
+  static size_t Kept(const Seq& seq, std::span<const int32_t> context);
   bool Reserve(Seq& s, int positions);
   void Release(Seq& s);
 
@@ -86,7 +86,6 @@ class DraftRunner {
   const int block_size_, context_;
   std::mutex mu_;  // free_
   std::vector<int32_t> free_;
-  uint64_t passes_ = 0, tokens_ = 0;
 };
 
 // A proposer over a runner of its own, for one sequence (Generate).

@@ -62,7 +62,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   } else {
     proposer = spec::MakeProposer(spec);
   }
-  spec::Acceptance acceptance(costly ? spec::kCostlyPrior : 0.7);
+  spec::Acceptance acceptance = costly ? spec::Acceptance(spec::kCostlyPrior) : spec::Acceptance();
   spec::ProbeSchedule probes;  // a draft model's
   spec::StepCost cost(spec.max_tokens + 1);
   bool keep_going = true;
