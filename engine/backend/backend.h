@@ -49,6 +49,16 @@ class KvMemory {
   virtual size_t bytes() const = 0;
 };
 
+// What suits this device when the serving engine's options leave a choice
+// open (EngineOptions fields at 0): tokens per step (the chunked prefill
+// budget), sequences decoding together, and the share of
+// KvMemoryAvailable() the KV pool takes.
+struct ServingDefaults {
+  int step_tokens = 256;
+  int max_running = 64;
+  double kv_memory_fraction = 0.3;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,6 +68,7 @@ class Backend {
   virtual int n_vocab() const = 0;
   // Most tokens one Forward takes (callers split longer inputs).
   virtual int max_chunk() const = 0;
+  virtual ServingDefaults serving_defaults() const { return {}; }
   // Bytes of KV memory per block of `block_size` slots.
   virtual size_t KvBlockBytes(int block_size) const = 0;
   // Bytes the KV pool may take when sized from memory (the host's available
@@ -75,6 +86,15 @@ class Backend {
   // row holds a NaN or an infinity. A device backend picks it where the
   // logits are and copies back one id per row.
   virtual Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids);
+  // As Forward, but each logits row yields only its k largest logits in
+  // descending order (ties: the lower id first), into ids and values
+  // ([rows, k] each); a row holding a NaN or an infinity gets ids[row * k] =
+  // -1. k in [1, min(kMaxTopK, n_vocab())]. A sampler with top-k <= k draws
+  // from these exactly as from the whole row; a device backend selects them
+  // where the logits are and copies back 2k numbers per row.
+  static constexpr int kMaxTopK = 64;
+  virtual Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
+                             float* values);
   // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
   // threads, stream, bytes_per_token and decode_stages where they differ.
   virtual void Describe(ModelInfo* info) const = 0;

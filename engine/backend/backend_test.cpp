@@ -88,6 +88,33 @@ TEST_CASE("OpenBackend: the CPU backend runs a batch") {
     changed = changed && logits[t * (*file)->config().n_vocab] != -1e30f;
   CHECK(changed);
 
+  // The rows' top k: the largest logits of each row, descending, lower id first on ties.
+  const int V = (*file)->config().n_vocab, k = 8;
+  std::vector<int32_t> top_ids(ids.size() * k);
+  std::vector<float> top_values(ids.size() * k);
+  REQUIRE(backend
+              .ForwardTopK(std::span<const BatchSegment>(&seg, 1), **kv, k, top_ids.data(),
+                           top_values.data())
+              .ok());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const float* row = &logits[t * V];
+    for (int j = 0; j < k; ++j) {
+      CHECK(top_values[t * k + j] == row[top_ids[t * k + j]]);
+      if (j > 0) CHECK(top_values[t * k + j] <= top_values[t * k + j - 1]);
+    }
+    int above = 0;  // logits larger than the k-th: exactly those before it
+    for (int i = 0; i < V; ++i) above += row[i] > top_values[t * k + k - 1];
+    CHECK(above <= k - 1);
+  }
+  CHECK_FALSE(backend
+                  .ForwardTopK(std::span<const BatchSegment>(&seg, 1), **kv, 0, top_ids.data(),
+                               top_values.data())
+                  .ok());
+  CHECK_FALSE(backend
+                  .ForwardTopK(std::span<const BatchSegment>(&seg, 1), **kv, Backend::kMaxTopK + 1,
+                               top_ids.data(), top_values.data())
+                  .ok());
+
   // KV memory of another backend is refused, not misread.
   struct OtherKv final : KvMemory {
     int n_blocks() const override { return 4; }

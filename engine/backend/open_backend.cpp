@@ -72,6 +72,35 @@ Status Backend::ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv,
   return Status::Ok();
 }
 
+Status Backend::ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
+                            float* values) {
+  const size_t V = static_cast<size_t>(n_vocab());
+  if (k < 1 || k > kMaxTopK || static_cast<size_t>(k) > V)
+    return Status::InvalidArgument("top-k of logits rows needs k in [1, " +
+                                   std::to_string(std::min<size_t>(kMaxTopK, V)) + "], got " +
+                                   std::to_string(k));
+  size_t rows = 0;
+  for (const BatchSegment& s : batch)
+    if (s.logits_from < s.pos0 + s.n_tokens)
+      rows += s.pos0 + s.n_tokens - std::max(s.pos0, s.logits_from);
+  std::vector<float> logits(rows * V);
+  BRAID_RETURN_IF_ERROR(Forward(batch, kv, logits.data()));
+  std::vector<int32_t> order(V);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * V;
+    for (size_t i = 0; i < V; ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (int j = 0; j < k; ++j) {
+      ids[r * k + j] = order[j];
+      values[r * k + j] = row[order[j]];
+    }
+    if (!std::all_of(row, row + V, [](float x) { return std::isfinite(x); })) ids[r * k] = -1;
+  }
+  return Status::Ok();
+}
+
 double MeasureDeviceCopyBandwidth(const std::string& device) {
   const Result<DeviceSpec> spec = ParseDevice(device);
   if (!spec.ok() || spec.value().kind != DeviceSpec::Kind::kCuda) return 0;

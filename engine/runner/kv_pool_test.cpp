@@ -45,7 +45,7 @@ TEST_CASE("an engine with kv_tokens 0 sizes its pool from the available memory")
   CHECK(static_cast<double>(s.kv_pool_bytes) <= 1.1 * want + per_block);
   CHECK(static_cast<double>(s.kv_pool_bytes) >= 0.9 * want - per_block);
 
-  o.kv_memory_fraction = 0.0;
+  o.kv_memory_fraction = 0.96;
   auto bad = Engine::Open(o);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("kv_memory_fraction") != std::string::npos);

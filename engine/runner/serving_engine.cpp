@@ -428,7 +428,8 @@ class ServingEngine final : public Engine {
   // `kv` (from model's backend) holds the pool's blocks.
   ServingEngine(const EngineOptions& o, std::unique_ptr<BackendModel> model,
                 std::unique_ptr<Model> draft, std::unique_ptr<DraftRunner> draft_runner,
-                std::unique_ptr<KvMemory> kv, std::unique_ptr<AdmissionPolicy> policy)
+                std::unique_ptr<KvMemory> kv, std::unique_ptr<AdmissionPolicy> policy,
+                uint64_t kv_memory_available)
       : options_(o),
         model_(std::move(model)),
         draft_(std::move(draft)),
@@ -444,6 +445,7 @@ class ServingEngine final : public Engine {
     scheduler_.set_latency_budget(&latency_budget_);
     stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
     stats_.kv_pool_bytes = kv_->bytes();
+    stats_.kv_memory_available = kv_memory_available;
     loop_ = std::thread([this] { Loop(); });
   }
   ~ServingEngine() override { Shutdown(); }
@@ -633,7 +635,10 @@ class ServingEngine final : public Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::vector<float> logits_;
-  std::vector<int32_t> ids_;  // a greedy step's tokens, one per row (ForwardArgmax)
+  // A greedy step's tokens, one per row (ForwardArgmax), or each row's top
+  // k ids with their logits in top_values_ (ForwardTopK).
+  std::vector<int32_t> ids_;
+  std::vector<float> top_values_;
   const Clock::time_point origin_ = Clock::now();  // the engine clock's zero
   std::thread loop_;
 };
@@ -839,7 +844,12 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
   std::vector<BatchSegment> segments;
   std::vector<int> first_row;  // per item: its first logits row
   int rows = 0;
-  bool argmax = true;
+  // What the step's rows need back: each row's argmax when every sampling
+  // row is greedy, else each row's top_k largest logits when every sampler
+  // draws from at most that many, else whole rows.
+  bool argmax = true, top = true;
+  int top_k = 1;
+  const int max_top = std::min(Backend::kMaxTopK, model_->config().n_vocab);
   for (const ScheduledItem& it : plan.items) {
     BatchSegment seg;
     seg.tokens = it.guesses > 0 ? by_seq[it.seq]->pass().data() : it.seq->tokens.data() + it.start;
@@ -853,15 +863,24 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     segments.push_back(seg);
     if (item_rows == 0) continue;
     Request& r = *by_seq[it.seq];
-    argmax &= it.sample && item_rows == 1 + it.guesses && it.seq->max_tokens > 0 &&
-              r.sampler().greedy() && !r.request().logits_processor && r.request().top_logprobs < 0;
+    const bool plain = it.sample && item_rows == 1 + it.guesses && it.seq->max_tokens > 0 &&
+                       !r.request().logits_processor && r.request().top_logprobs < 0;
+    const int candidates = r.sampler().top_candidates();
+    argmax &= plain && r.sampler().greedy();
+    top &= plain && candidates >= 1 && candidates <= max_top;
+    top_k = std::max(top_k, candidates);
   }
+  top &= !argmax;
   const int n_vocab = model_->config().n_vocab;
   const auto t0 = Clock::now();
   Status forward;
   if (argmax) {
     ids_.resize(static_cast<size_t>(std::max(rows, 1)));
     forward = model_->backend().ForwardArgmax(segments, *kv_, ids_.data());
+  } else if (top) {
+    ids_.resize(static_cast<size_t>(std::max(rows, 1)) * top_k);
+    top_values_.resize(ids_.size());
+    forward = model_->backend().ForwardTopK(segments, *kv_, top_k, ids_.data(), top_values_.data());
   } else {
     logits_.resize(static_cast<size_t>(std::max(rows, 1)) * n_vocab);
     forward = model_->backend().Forward(segments, *kv_, logits_.data());
@@ -901,7 +920,7 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
       const int from = LogitsFrom(it);
       int non_finite_at = -1;  // the position of a row of NaN/Inf logits
       for (int p = from; p < it.start + it.n_tokens; ++p, ++row) {
-        if (argmax) continue;  // no prompt log-probabilities in this step
+        if (argmax || top) continue;  // no prompt log-probabilities in this step
         if (p + 1 >= it.seq->prompt_len || p + 1 < it.seq->logprobs_from) continue;
         std::span<const float> l(&logits_[static_cast<size_t>(row) * n_vocab], n_vocab);
         const float lp = Logprobs(l, it.seq->tokens[p + 1], 0).logprob;
@@ -942,6 +961,12 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
         int32_t id = -1;
         if (argmax) {
           id = ids_[static_cast<size_t>(first + j)];  // -1: the row was not finite
+        } else if (top) {
+          const size_t at = static_cast<size_t>(first + j) * top_k;
+          id = ids_[at];  // -1: the row was not finite
+          if (id >= 0)
+            id = r->sampler().SampleTop(std::span<const float>(&top_values_[at], top_k),
+                                        std::span<const int32_t>(&ids_[at], top_k));
         } else {
           std::span<float> logits(&logits_[static_cast<size_t>(first + j) * n_vocab], n_vocab);
           if (Sampler::AllFinite(logits)) id = SampleRow(*r, logits, &lp);
@@ -1030,46 +1055,59 @@ int KvBlocksForMemory(uint64_t available, double fraction, size_t block_bytes, i
       std::clamp<int64_t>(blocks, std::min(min_blocks, max_blocks), max_blocks));
 }
 
-Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& o) {
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  const EngineOptions& o = options;
   if (o.block_size < 1 || o.block_size > 1024)
     return Status::InvalidArgument("block_size must be in [1, 1024], got " +
                                    std::to_string(o.block_size));
-  if (o.max_running < 1) return Status::InvalidArgument("max_running must be >= 1");
-  if (o.max_batch_tokens < 1)
-    return Status::InvalidArgument("max_batch_tokens must be >= 1, got " +
+  if (o.max_running < 0) return Status::InvalidArgument("max_running must be >= 1 (0 = default)");
+  if (o.max_batch_tokens < 0)
+    return Status::InvalidArgument("max_batch_tokens must be >= 1 (0 = default), got " +
                                    std::to_string(o.max_batch_tokens));
   if (o.latency_batch_tokens < 0)
     return Status::InvalidArgument(
         "latency_batch_tokens must be >= 0 (0 = learned from step times)");
   if (o.kv_blocks < 0 || o.kv_tokens < 0)
     return Status::InvalidArgument("KV pool size must be >= 0");
-  if (!(o.kv_memory_fraction > 0.0 && o.kv_memory_fraction <= 0.95))
-    return Status::InvalidArgument("kv_memory_fraction must be in (0, 0.95], got " +
+  if (!(o.kv_memory_fraction >= 0.0 && o.kv_memory_fraction <= 0.95))
+    return Status::InvalidArgument("kv_memory_fraction must be in (0, 0.95] (0 = default), got " +
                                    std::to_string(o.kv_memory_fraction));
   auto policy = MakePolicy(o.policy);
   if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<BackendModel> model, BackendModel::Load(o.model));
   Backend& backend = model->backend();
-  if (o.max_batch_tokens > backend.max_chunk())
+  // The choices left open go to the backend's defaults.
+  EngineOptions r = options;
+  const ServingDefaults defaults = backend.serving_defaults();
+  if (r.max_running == 0) r.max_running = defaults.max_running;
+  if (r.max_batch_tokens == 0)
+    r.max_batch_tokens = std::min(defaults.step_tokens, backend.max_chunk());
+  if (r.kv_memory_fraction == 0) r.kv_memory_fraction = defaults.kv_memory_fraction;
+  if (r.kv_memory_split < 1)
+    return Status::InvalidArgument("kv_memory_split must be >= 1, got " +
+                                   std::to_string(r.kv_memory_split));
+  if (r.max_batch_tokens > backend.max_chunk())
     return Status::InvalidArgument("max_batch_tokens must be in [1, " +
                                    std::to_string(backend.max_chunk()) + "], got " +
-                                   std::to_string(o.max_batch_tokens));
-  int blocks = o.kv_blocks > 0 ? o.kv_blocks : (o.kv_tokens + o.block_size - 1) / o.block_size;
-  if (o.kv_blocks == 0 && o.kv_tokens == 0) {
+                                   std::to_string(r.max_batch_tokens));
+  const uint64_t available = backend.KvMemoryAvailable();
+  int blocks = r.kv_blocks > 0 ? r.kv_blocks : (r.kv_tokens + r.block_size - 1) / r.block_size;
+  if (r.kv_blocks == 0 && r.kv_tokens == 0) {
     blocks = KvBlocksForMemory(
-        backend.KvMemoryAvailable(), o.kv_memory_fraction, backend.KvBlockBytes(o.block_size),
-        (model->info().context + o.block_size - 1) / o.block_size, kMaxPoolTokens / o.block_size);
+        available, r.kv_memory_fraction / r.kv_memory_split, backend.KvBlockBytes(r.block_size),
+        (model->info().context + r.block_size - 1) / r.block_size, kMaxPoolTokens / r.block_size);
   }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
-  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, o.block_size));
-  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, OpenDraftModel(o.spec, o.model, *model));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, r.block_size));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, OpenDraftModel(r.spec, r.model, *model));
   // The draft's pool holds as many positions as the target's.
   std::unique_ptr<DraftRunner> runner;
   if (draft) {
-    BRAID_ASSIGN_OR_RETURN(runner, DraftRunner::Open(*draft, blocks * o.block_size, o.block_size));
+    BRAID_ASSIGN_OR_RETURN(runner, DraftRunner::Open(*draft, blocks * r.block_size, r.block_size));
   }
-  return std::unique_ptr<Engine>(new ServingEngine(
-      o, std::move(model), std::move(draft), std::move(runner), std::move(kv), std::move(policy)));
+  return std::unique_ptr<Engine>(new ServingEngine(r, std::move(model), std::move(draft),
+                                                   std::move(runner), std::move(kv),
+                                                   std::move(policy), available));
 }
 
 }  // namespace braid

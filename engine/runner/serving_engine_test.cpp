@@ -84,8 +84,8 @@ TEST_CASE("Engine::Open refuses bad options with an error naming the option") {
   };
   const Bad cases[] = {
       {"block_size", [](EngineOptions& o) { o.block_size = 0; }},
-      {"max_running", [](EngineOptions& o) { o.max_running = 0; }},
-      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = 0; }},
+      {"max_running", [](EngineOptions& o) { o.max_running = -1; }},
+      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = -1; }},
       {"latency_batch_tokens", [](EngineOptions& o) { o.latency_batch_tokens = -1; }},
       {"policy", [](EngineOptions& o) { o.policy = "lifo"; }},
   };

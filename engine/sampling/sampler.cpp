@@ -98,6 +98,26 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
   };
   std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), by_logit);
   candidates_.resize(k);
+  return Draw();
+}
+
+int Sampler::top_candidates() const {
+  if (greedy()) return 1;
+  const bool penalties = params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+                         params_.presence_penalty != 0.0f;
+  return penalties ? 0 : params_.top_k;
+}
+
+int32_t Sampler::SampleTop(std::span<const float> values, std::span<const int32_t> ids) {
+  if (params_.temperature <= 0.0f) return ids[0];
+  const size_t k = std::min(values.size(), static_cast<size_t>(params_.top_k));
+  candidates_.resize(k);
+  for (size_t i = 0; i < k; ++i) candidates_[i] = {values[i], ids[i]};
+  return Draw();
+}
+
+int32_t Sampler::Draw() {
+  const size_t k = candidates_.size();
 
   // Probabilities at temperature 1 for the truncation rules (as llama.cpp).
   const float max_logit = candidates_[0].first;

@@ -23,9 +23,18 @@ class Sampler {
   // `history` is the sequence so far (prompt and generated), for penalties.
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // Picks a token from a row's largest logits only: `values` descending with
+  // their `ids` (ties: the lower id first), as Backend::ForwardTopK gives
+  // them. The same token, and the same draw from the random stream, as
+  // Sample on the whole row, provided that top_candidates() <= values.size().
+  int32_t SampleTop(std::span<const float> values, std::span<const int32_t> ids);
+
   // True when Sample is the argmax of the raw logits (temperature 0, no
   // penalties): a backend may then pick the token where the logits are.
   bool greedy() const;
+  // How many of a row's largest logits SampleTop needs (1 when greedy), or 0
+  // when it needs the whole row (penalties, or no top-k bound).
+  int top_candidates() const;
 
   // Index of the largest logit (lowest index on ties).
   static int32_t Argmax(std::span<const float> logits);
@@ -40,6 +49,8 @@ class Sampler {
 
  private:
   void ApplyPenalties(std::span<float> logits, std::span<const int32_t> history) const;
+  // The truncation rules and the draw over candidates_ (sorted, top-k kept).
+  int32_t Draw();
 
   SamplingParams params_;
   std::mt19937_64 rng_;

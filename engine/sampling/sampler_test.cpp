@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace braid {
@@ -106,6 +108,53 @@ TEST_CASE("validation names the bad field") {
   p.max_tokens = -3;
   CHECK_FALSE(p.Validate().ok());
   CHECK(SamplingParams().Validate().ok());
+}
+
+TEST_CASE("SampleTop over a row's largest logits draws as Sample over the whole row") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int n = 1000;
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{0.0f, 40, 0.95f, 0.05f}, {0.8f, 40, 0.95f, 0.05f}, {1.0f, 1, 1.0f, 0.0f},
+                        {1.3f, 64, 1.0f, 0.0f},   {0.5f, 7, 0.5f, 0.0f},    {2.0f, 20, 0.9f, 0.2f}};
+  for (const Case& c : cases) {
+    SamplingParams p;
+    p.temperature = c.temperature, p.top_k = c.top_k, p.top_p = c.top_p, p.min_p = c.min_p;
+    p.seed = 99;
+    Sampler whole(p), top(p);
+    const int k = top.top_candidates();
+    REQUIRE(k == (c.temperature > 0 ? c.top_k : 1));
+    const int given = std::min(64, k + 5);  // a backend may return more than asked
+    for (int draw = 0; draw < 300; ++draw) {
+      std::vector<float> row(n);
+      for (float& x : row) x = std::round(normal(rng) * 8) / 8;  // ties happen
+      std::vector<int32_t> order(n);
+      for (int i = 0; i < n; ++i) order[i] = i;
+      std::partial_sort(order.begin(), order.begin() + given, order.end(), [&](int a, int b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      std::vector<float> values(given);
+      std::vector<int32_t> ids(order.begin(), order.begin() + given);
+      for (int j = 0; j < given; ++j) values[j] = row[ids[j]];
+      const int32_t want = whole.Sample(row, {});
+      CHECK(top.SampleTop(values, ids) == want);
+    }
+  }
+}
+
+TEST_CASE("top_candidates: the whole row with penalties or no top-k bound") {
+  SamplingParams p;
+  CHECK(Sampler(p).top_candidates() == 40);
+  p.top_k = 0;
+  CHECK(Sampler(p).top_candidates() == 0);
+  p.top_k = 10;
+  p.repetition_penalty = 1.1f;
+  CHECK(Sampler(p).top_candidates() == 0);
+  CHECK(Sampler(SamplingParams::Greedy()).top_candidates() == 1);
 }
 
 }  // namespace

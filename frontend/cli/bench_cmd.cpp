@@ -46,8 +46,12 @@ const char* kBenchHelp =
     "  --prompt-len N       random prompt tokens per request, 1..32768\n"
     "  --gen-len N          tokens generated per request, 1..32768\n"
     "  --shared-prefix N    a prompt prefix all requests share, 0..32768\n"
-    "  --batch-tokens N     tokens per engine step, 1..256\n"
-    "  --latency-batch-tokens N  a latency-class step's tokens, 0..256 (0 = learned)\n"
+    "  --batch-tokens N     tokens per engine step, 0..2048 (default 0: the backend's, 256\n"
+    "                       on the CPU, 1024 on CUDA; at most its largest step)\n"
+    "  --latency-batch-tokens N  a latency-class step's tokens, 0..2048 (0 = learned)\n"
+    "  --max-running N      sequences decoding together in --rate mode, 0..4096 (default 0:\n"
+    "                       the backend's, 64 on the CPU, 256 on CUDA)\n"
+    "  --kv-tokens N        the KV pool in --rate mode, 0..4194304 (default 0: from memory)\n"
     "  --spec KIND[:N][:fixed]   speculative decoding (docs/speculation.md; default off)\n"
     "  -r, --reps N         1..1000 (default 1)\n"
     "  each request's context (shared prefix + prompt + generated tokens) may be at most\n"
@@ -62,7 +66,13 @@ const char* kBenchHelp =
     "              then beside N throughput-class requests, and their ratio; with\n"
     "              -r, REPS such pairs and the median ratio.\n"
     "  --profile   also time each stage of the decode-only forward passes per\n"
-    "              thread (a clock read per stage) and print them per level.\n";
+    "              thread (a clock read per stage) and print them per level.\n"
+    "  --rate LIST  request-rate mode instead of -c: per rate (requests/s, each\n"
+    "              0.01..100000; 'inf' = all at once), --requests N (1..100000,\n"
+    "              default 200) requests arriving as a Poisson process (seeded), with\n"
+    "              prompt and output lengths uniform in [F x len, len] for\n"
+    "              --random-ratio F (0..1, default 1 = fixed): output tokens/s,\n"
+    "              requests/s, TTFT, inter-token and end-to-end latency p50/p99.\n";
 
 struct Stats {
   double mean = 0, stddev = 0;

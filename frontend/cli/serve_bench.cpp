@@ -1,7 +1,8 @@
 // braid bench --serve: N concurrent requests against the serving engine,
 // reporting aggregate throughput, time to first token and inter-token
 // latency percentiles per concurrency level (optionally with a shared
-// prompt prefix).
+// prompt prefix); or, with --rate, requests arriving as a Poisson process at
+// given rates (the online-serving benchmark of SGLang and vLLM).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -248,6 +249,184 @@ Result<LevelResult> RunLevel(Engine& engine, int c, const std::vector<int32_t>& 
   return lr;
 }
 
+// --rate: a list of request rates (requests/s), or "inf" for all at once
+// (0 here); a bad element is recorded on `args`.
+std::vector<double> ParseRates(Args& args, const std::string& s) {
+  std::vector<double> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    if (item == "inf") {
+      out.push_back(0);
+    } else {
+      Args one({"--rate", item});
+      const double v = one.Num({"--rate"}, -1, 0.01, 100000);
+      if (std::string e = one.Error(); !e.empty()) {
+        args.Fail(e + " (or 'inf')");
+      } else {
+        out.push_back(v);
+      }
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+struct RateResult {
+  double rate = 0;  // requests/s asked for; 0 = all at once
+  int requests = 0;
+  double wall_s = 0, out_tok_s = 0, in_tok_s = 0, req_s = 0;
+  double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;
+  double itl_mean = 0, itl_p50 = 0, itl_p99 = 0;
+  double e2e_p50 = 0, e2e_p99 = 0;
+  uint64_t preemptions = 0;
+  // Engine steps and the share of the wall time spent in forward passes
+  // (the rest: scheduling, sampling, streaming, idle between arrivals).
+  uint64_t steps = 0;
+  double forward_share = 0;
+};
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+// n requests arriving as a Poisson process at `rate` (0: all at once), each
+// a random prompt of uniform length in [ratio x prompt_len, prompt_len]
+// generating a uniform [ratio x gen_len, gen_len] greedy tokens. The
+// workload (lengths, arrival gaps, tokens) comes from a fixed seed, so every
+// rate serves the same requests.
+Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, int gen_len,
+                           double ratio, int n_vocab) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
+  std::uniform_int_distribution<int> plen(std::max(1, static_cast<int>(ratio * prompt_len)),
+                                          prompt_len);
+  std::uniform_int_distribution<int> glen(std::max(1, static_cast<int>(ratio * gen_len)), gen_len);
+  std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
+  std::vector<GenerationRequest> requests;
+  std::vector<double> arrival_s;
+  double at = 0;
+  for (int i = 0; i < n; ++i) {
+    const int p = plen(rng), g = glen(rng);
+    requests.push_back(Greedy({}, p, g, pick, rng));
+    arrival_s.push_back(at);
+    if (rate > 0) at += gap(rng);
+  }
+  const EngineStats before = engine.stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  std::vector<double> submitted_s;
+  for (int i = 0; i < n; ++i) {
+    std::this_thread::sleep_until(t0 + std::chrono::duration<double>(arrival_s[i]));
+    submitted_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    BRAID_ASSIGN_OR_RETURN(auto h, engine.Submit(std::move(requests[i])));
+    handles.push_back(h);
+  }
+  std::vector<double> ttft, itl, e2e;
+  double generated = 0, prompt = 0, end_s = 0;
+  for (int i = 0; i < n; ++i) {
+    const Completion r = handles[i]->Wait();
+    if (r.finish_reason == "error" || r.finish_reason == "cancelled")
+      return Status::Internal("request " + std::to_string(i) + " ended with '" + r.finish_reason +
+                              "'");
+    ttft.push_back(r.timings.ttft_ms);
+    itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
+    e2e.push_back(r.timings.total_ms);
+    end_s = std::max(end_s, submitted_s[i] + r.timings.total_ms / 1000.0);
+    generated += r.usage.generated_tokens;
+    prompt += r.usage.prompt_tokens;
+  }
+  RateResult rr;
+  rr.rate = rate;
+  rr.requests = n;
+  rr.wall_s = end_s;
+  rr.out_tok_s = generated / end_s;
+  rr.in_tok_s = prompt / end_s;
+  rr.req_s = n / end_s;
+  rr.ttft_mean = Mean(ttft);
+  rr.ttft_p50 = Percentile(ttft, 50);
+  rr.ttft_p99 = Percentile(ttft, 99);
+  rr.itl_mean = Mean(itl);
+  rr.itl_p50 = Percentile(itl, 50);
+  rr.itl_p99 = Percentile(itl, 99);
+  rr.e2e_p50 = Percentile(e2e, 50);
+  rr.e2e_p99 = Percentile(e2e, 99);
+  const EngineStats after = engine.stats();
+  rr.preemptions = after.preemptions - before.preemptions;
+  rr.steps = after.steps - before.steps;
+  rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
+  return rr;
+}
+
+// The --rate mode: one row per rate, and the JSON file if asked.
+int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, int n,
+             int prompt_len, int gen_len, double ratio, const std::string& cpu,
+             const std::string& json) {
+  const ModelInfo& info = engine.model()->info();
+  const EngineStats st = engine.stats();
+  std::printf("device: %s; KV pool %d tokens (%.1f GB)\n", info.device.c_str(),
+              st.kv_blocks_total * block_size, st.kv_pool_bytes / 1e9);
+  std::printf(
+      "| rate req/s | requests | wall s | out tok/s | in tok/s | req/s | TTFT mean ms | p50 | p99 "
+      "| ITL mean ms | p50 | p99 | E2E p50 s | p99 | preemptions | steps | forward |\n");
+  std::printf(
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "| ---: | ---: | ---: | ---: |\n");
+  std::vector<RateResult> results;
+  for (double rate : rates) {
+    auto r = RunRate(engine, rate, n, prompt_len, gen_len, ratio, info.n_vocab);
+    if (!r.ok()) {
+      std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
+      return 1;
+    }
+    const RateResult& x = *r;
+    char label[32];
+    std::snprintf(label, sizeof label, rate > 0 ? "%g" : "inf", rate);
+    std::printf(
+        "| %s | %d | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | "
+        "%.2f | %llu | %llu | %.0f%% |\n",
+        label, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean, x.ttft_p50,
+        x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50 / 1000, x.e2e_p99 / 1000,
+        static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
+        100 * x.forward_share);
+    std::fflush(stdout);
+    results.push_back(x);
+  }
+  if (json.empty()) return 0;
+  FILE* f = std::fopen(json.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "braid bench: cannot write '%s'\n", json.c_str());
+    return 1;
+  }
+  std::fprintf(f,
+               "{\"model\": \"%s\", \"device\": \"%s\", \"cpu\": \"%s\", \"prompt_len\": %d, "
+               "\"gen_len\": %d, \"random_ratio\": %.3f, \"kv_pool_tokens\": %d, \"rates\": [",
+               JsonEscape(info.path).c_str(), JsonEscape(info.device).c_str(),
+               JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio,
+               st.kv_blocks_total * block_size);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const RateResult& x = results[i];
+    std::fprintf(f,
+                 "%s\n  {\"rate\": %.3f, \"requests\": %d, \"wall_s\": %.3f, \"out_tok_s\": %.2f, "
+                 "\"in_tok_s\": %.2f, \"req_s\": %.4f, \"ttft_mean_ms\": %.2f, \"ttft_p50_ms\": "
+                 "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
+                 "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
+                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f}",
+                 i ? "," : "", x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s,
+                 x.ttft_mean, x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50,
+                 x.e2e_p99, static_cast<unsigned long long>(x.preemptions),
+                 static_cast<unsigned long long>(x.steps), x.forward_share);
+  }
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
+  return 0;
+}
+
 }  // namespace
 
 int ServeBenchMain(Args& args) {
@@ -257,10 +436,16 @@ int ServeBenchMain(Args& args) {
   const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256, 1, kMaxRequestTokens));
   const int gen_len = static_cast<int>(args.Int({"--gen-len"}, 128, 1, kMaxRequestTokens));
   const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0, 0, kMaxRequestTokens));
-  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 256, 1, 256));
+  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 0, 0, 2048));
   std::string json = args.Str({"--json"}, "");
   const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0, 0, 256));
-  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 256));
+  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 2048));
+  const bool rate_mode = args.Has({"--rate"});
+  const std::vector<double> rates = ParseRates(args, args.Str({"--rate"}, "inf"));
+  const int requests = static_cast<int>(args.Int({"--requests"}, 200, 1, 100000));
+  const double ratio = args.Num({"--random-ratio"}, 1.0, 0.0, 1.0);
+  const int max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
+  const int rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
@@ -272,9 +457,38 @@ int ServeBenchMain(Args& args) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
   }
-  if (levels.empty()) {
-    std::fprintf(stderr, "braid bench --serve: option -c: no concurrency levels\n");
+  if (levels.empty() || rates.empty()) {
+    std::fprintf(stderr, "braid bench --serve: option %s: nothing to run\n",
+                 levels.empty() ? "-c" : "--rate");
     return 2;
+  }
+  if (rate_mode) {
+    const long long context = static_cast<long long>(prompt_len) + gen_len + 16;
+    if (context > kMaxContext) {
+      std::fprintf(stderr,
+                   "braid bench --serve: --prompt-len %d and --gen-len %d need a context of %lld; "
+                   "the limit is %lld\n",
+                   prompt_len, gen_len, context, kMaxContext);
+      return 2;
+    }
+    const HostCpuSummary cpu = DescribeHostCpu();
+    std::printf("cpu: %s\n", cpu.line.c_str());
+    EngineOptions eo;
+    eo.model = mo;
+    eo.model.context = static_cast<int>(context);
+    eo.kv_tokens = rate_kv_tokens;
+    eo.max_running = max_running;
+    eo.max_batch_tokens = batch_tokens;
+    eo.max_waiting = requests;
+    eo.policy = "fcfs";
+    eo.spec = *spec;
+    auto opened = Engine::Open(eo);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+      return 1;
+    }
+    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, cpu.model,
+                    json);
   }
   // The KV cache every request of the largest level needs at once, in 64
   // bits (the bounds above keep it well inside them, not inside an int).

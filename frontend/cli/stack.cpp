@@ -32,15 +32,16 @@ const char* const kStackHelp =
     "      --engines N|FILE    embedded engines on the same model, 1..64 (default 1); or a\n"
     "                          JSON file listing embedded and remote (OpenAI-compatible)\n"
     "                          engines (docs/http-api.md); -m then gives the tokenizer\n"
-    "      --max-running N     sequences an engine decodes together, 1..4096 (default 64;\n"
-    "                          small = latency-tuned)\n"
+    "      --max-running N     sequences an engine decodes together, 1..4096 (default 64\n"
+    "                          on the CPU, 256 on CUDA; small = latency-tuned)\n"
     "      --max-waiting N     requests an engine queues beyond those, 0..1000000 (default\n"
     "                          4096; beyond: refused, 429 from the OpenAI routes)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
     "                          memory available at start, split between engines, 0.01..0.95\n"
-    "                          (default 0.3); pages are used as the caches fill\n"
+    "                          (default 0.3 on the CPU, 0.9 of the device memory the\n"
+    "                          weights leave on CUDA); pages are used as the caches fill\n"
     "      --spec KIND[:N]     speculative decoding: off (default), ngram (prompt lookup),\n"
     "                          suffix (a suffix tree over the request's context and the\n"
     "                          outputs of earlier calls of the same semantic function),\n"
@@ -70,8 +71,8 @@ StackOptions ReadStackOptions(Args& args) {
     o.engines_file = engines;
   }
   o.kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
-  o.kv_memory = args.Num({"--kv-memory"}, 0.3, 0.01, 0.95);
-  o.max_running = static_cast<int>(args.Int({"--max-running"}, 64, 1, 4096));
+  o.kv_memory = args.Num({"--kv-memory"}, 0, 0.01, 0.95);
+  o.max_running = static_cast<int>(args.Int({"--max-running"}, 0, 1, 4096));
   o.max_waiting = static_cast<int>(args.Int({"--max-waiting"}, 4096, 0, 1000000));
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
@@ -94,7 +95,9 @@ std::string Stack::KvSummary() const {
   if (options.kv_tokens == 0) {
     std::snprintf(line, sizeof line,
                   "KV cache %d tokens per engine (%.0f MB; %.0f%% of %.1f GB available)", tokens,
-                  st.kv_pool_bytes / 1e6, 100.0 * options.kv_memory, available_at_start / 1e9);
+                  st.kv_pool_bytes / 1e6,
+                  st.kv_memory_available ? 100.0 * st.kv_pool_bytes / st.kv_memory_available : 0.0,
+                  st.kv_memory_available / 1e9);
   } else {
     std::snprintf(line, sizeof line, "KV cache %d tokens per engine (%.0f MB)", tokens,
                   st.kv_pool_bytes / 1e6);
@@ -139,7 +142,8 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.model = options.model;
   eo.model.threads = std::max(1, threads);
   eo.kv_tokens = options.kv_tokens;
-  eo.kv_memory_fraction = options.kv_memory / share;
+  eo.kv_memory_fraction = options.kv_memory;
+  eo.kv_memory_split = share;
   eo.max_running = options.max_running;
   eo.max_waiting = options.max_waiting;
   eo.policy = options.policy;
@@ -195,7 +199,6 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   const int threads = options.model.threads > 0
                           ? options.model.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  stack->available_at_start = AvailableMemoryBytes();
   if (!options.engines_file.empty())
     BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
   for (int i = 0; options.engines_file.empty() && i < n; ++i) {

@@ -23,8 +23,10 @@ struct StackOptions {
   // model above then tokenizes (and runs nothing unless an entry names it).
   std::string engines_file;
   int kv_tokens = 0;       // per engine; 0 = sized from memory (kv_memory)
-  double kv_memory = 0.3;  // with kv_tokens 0: this fraction of the memory available, in all
-  int max_running = 64;
+  // With kv_tokens 0: this fraction of the memory available, in all (0 = the
+  // backend's choice).
+  double kv_memory = 0;
+  int max_running = 0;              // 0 = the backend's choice
   int max_waiting = 4096;           // queued requests per engine beyond which it refuses
   std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
   std::string db;                   // run store path; "" = runs are not persisted
@@ -51,7 +53,6 @@ struct Stack {
   const Model* tokenizer = nullptr;  // the first embedded engine's model, or tokenizer_model
   std::unique_ptr<rt::Runtime> runtime;
   StackOptions options;
-  uint64_t available_at_start = 0;  // memory available before the KV pools were taken
   int kv_block_size = 0;
 
   // "KV cache N tokens per engine (M MB; ...)", for the start-up lines.

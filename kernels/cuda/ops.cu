@@ -176,7 +176,7 @@ __global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
 // to finish merges the ranges.
 constexpr int kWarps = 4;
 
-template <int HD, int GMAX>
+template <int HD, int GMAX, int U>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
   Release();
   Acquire();
@@ -211,17 +211,30 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
     }
   }
   // Every lane of a warp runs the same iterations (the shuffles need them
-  // all); a subgroup past the end of the range loads nothing and keeps its state.
-  for (int kb = k0; kb < k1; kb += kSub) {
-    const int k = kb + sub;
-    const bool valid = k < k1;
-    float kf[8], vf[8];
-    if (valid) {
-      const int64_t blk = table[k / a.block_size];
-      const int64_t base = (blk * a.n_kv + kvh) * head_stride + (k % a.block_size) * HD + d0;
-      const uint4 kr = *reinterpret_cast<const uint4*>(a.k_cache + base);
-      const uint4 vr = *reinterpret_cast<const uint4*>(a.v_cache + base);
-      const uint32_t kw[4] = {kr.x, kr.y, kr.z, kr.w}, vw[4] = {vr.x, vr.y, vr.z, vr.w};
+  // all); a subgroup past the end of the range loads nothing and keeps its
+  // state. Each subgroup loads U keys (and values) before using the first,
+  // so that U loads per lane are in flight.
+  for (int kb = k0; kb < k1; kb += kSub * U) {
+    uint4 kr[U], vr[U];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = kb + u * kSub + sub;
+      valid[u] = k < k1;
+      if (valid[u]) {
+        const int64_t blk = table[k / a.block_size];
+        const int64_t base = (blk * a.n_kv + kvh) * head_stride + (k % a.block_size) * HD + d0;
+        kr[u] = *reinterpret_cast<const uint4*>(a.k_cache + base);
+        vr[u] = *reinterpret_cast<const uint4*>(a.v_cache + base);
+      } else {
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8], vf[8];
+      const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w};
+      const uint32_t vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         kf[2 * i] = __uint_as_float(kw[i] << 16);
@@ -229,25 +242,22 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
         vf[2 * i] = __uint_as_float(vw[i] << 16);
         vf[2 * i + 1] = __uint_as_float(vw[i] & 0xffff0000u);
       }
-    } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0;
-    }
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= G) break;
+        float s = 0;
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) {
-      if (g >= G) break;
-      float s = 0;
+        for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s += q[g][i] * kf[i];
+        for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (!valid[u]) continue;
+        const float mn = fmaxf(m[g], s);
+        const float alpha = __expf(m[g] - mn), p = __expf(s - mn);
+        l[g] = l[g] * alpha + p;
 #pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (!valid) continue;
-      const float mn = fmaxf(m[g], s);
-      const float alpha = __expf(m[g] - mn), p = __expf(s - mn);
-      l[g] = l[g] * alpha + p;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * alpha + p * vf[i];
-      m[g] = mn;
+        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * alpha + p * vf[i];
+        m[g] = mn;
+      }
     }
   }
 #pragma unroll
@@ -335,8 +345,9 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
 
 template <int HD, int GMAX>
 int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
-  return Launch(DecodeAttentionKernel<HD, GMAX>, dim3(a.n, a.n_kv, a.n_split), dim3(kWarps * 32), 0,
-                s, a);
+  const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
+  return a.keys_in_flight == 1 ? Launch(DecodeAttentionKernel<HD, GMAX, 1>, grid, block, 0, s, a)
+                               : Launch(DecodeAttentionKernel<HD, GMAX, 4>, grid, block, 0, s, a);
 }
 
 __global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
@@ -562,6 +573,89 @@ __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
   }
 }
 
+// Top-k of a row. Keys are the floats' bits mapped so that unsigned order is
+// float order (-0 taken as +0, as the host's comparison does); the k-th
+// largest key is found by four rounds of an 8-bit radix histogram, then the
+// keys above it and the first of those equal to it (lowest indices, as the
+// host breaks ties) are gathered and ranked.
+__device__ __forceinline__ uint32_t OrderKey(float f) {
+  const uint32_t b = f == 0.0f ? 0u : __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(1024)
+    TopKKernel(const float* x, int n, int k, int32_t* ids, float* vals) {
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  __shared__ unsigned hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need, s_bad, s_gt, s_eq_base;
+  __shared__ int warp_eq[32];
+  __shared__ uint32_t cand_key[kTopKMax];
+  __shared__ int cand_id[kTopKMax];
+  if (threadIdx.x == 0) s_bad = 0, s_gt = 0, s_eq_base = 0;
+  uint32_t prefix = 0, mask = 0;
+  int need = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    bool bad = false;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float f = row[i];
+      bad |= !isfinite(f);
+      const uint32_t key = OrderKey(f);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    if (bad) s_bad = 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int b = 255;
+      while (b > 0 && static_cast<int>(hist[b]) < need) need -= hist[b--];
+      s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      s_need = need;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    need = s_need;
+    mask |= 255u << shift;
+  }
+  // prefix is the k-th largest key; `need` of the keys equal to it are taken.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int base = 0; base < n; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const uint32_t key = i < n ? OrderKey(row[i]) : 0u;
+    if (i < n && key > prefix) {
+      const int at = atomicAdd(&s_gt, 1);
+      cand_key[at] = key, cand_id[at] = i;
+    }
+    const bool eq = i < n && key == prefix;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) warp_eq[warp] = __popc(ballot);
+    __syncthreads();
+    int before = s_eq_base, total = 0;
+    for (int w = 0; w < warps; ++w) {
+      if (w < warp) before += warp_eq[w];
+      total += warp_eq[w];
+    }
+    before += __popc(ballot & ((1u << lane) - 1u));
+    if (eq && before < need) cand_key[k - need + before] = key, cand_id[k - need + before] = i;
+    __syncthreads();
+    if (threadIdx.x == 0) s_eq_base += total;
+    __syncthreads();
+  }
+  if (threadIdx.x < k) {
+    const uint32_t key = cand_key[threadIdx.x];
+    const int id = cand_id[threadIdx.x];
+    int rank = 0;
+    for (int j = 0; j < k; ++j)
+      rank += cand_key[j] > key || (cand_key[j] == key && cand_id[j] < id);
+    const int64_t out = static_cast<int64_t>(blockIdx.x) * k;
+    ids[out + rank] = id;
+    vals[out + rank] = row[id];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && s_bad) ids[static_cast<int64_t>(blockIdx.x) * k] = -1;
+}
+
 }  // namespace
 
 int Gemv(const GemvArgs& a, void* stream) {
@@ -584,6 +678,12 @@ int Gemv(const GemvArgs& a, void* stream) {
 
 int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream) {
   return rows > 0 ? Launch(ArgmaxKernel, dim3(rows), dim3(1024), 0, S(stream), x, n, out) : 0;
+}
+
+int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, void* stream) {
+  if (k < 1 || k > kTopKMax || k > n) return -1;
+  if (rows > 0) TopKKernel<<<rows, 1024, 0, S(stream)>>>(x, n, k, ids, vals);
+  return Err();
 }
 
 int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream) {

@@ -107,7 +107,8 @@ void TestSwiGlu() {
 
 // RoPE + KV store, then decode attention over the stored cache, for one
 // shape; the reference rotates and attends in fp32 over bf16-rounded K/V.
-void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_split) {
+void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_split,
+                   int keys_in_flight = 4) {
   const int bs = 16, n_rot = hd;
   const std::vector<int> lens = {1, 37, 300};  // sequence lengths
   const int S = static_cast<int>(lens.size());
@@ -198,7 +199,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   }
   const std::string shape = "hd " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
                             std::to_string(n_kv) + (neox ? ", neox" : ", pairs") +
-                            (bias ? ", bias" : "") + ", split " + std::to_string(n_split);
+                            (bias ? ", bias" : "") + ", split " + std::to_string(n_split) +
+                            ", keys " + std::to_string(keys_in_flight);
   Expect("rope q (" + shape + ")", ToHost(d_q, q_ref.size()), q_ref, 1e-4f, 1e-4f);
   Expect("rope k store (" + shape + ")", Bf16ToHost(d_k, cache), k_ref, 1e-3f, 8e-3f);
   Expect("v store (" + shape + ")", Bf16ToHost(d_v, cache), v_ref, 1e-3f, 8e-3f);
@@ -212,6 +214,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   a.seq_table = d_seq_table, a.tables = d_tables, a.out = d_out, a.partial = d_part, a.n = T;
   a.counters = d_counters;
   a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
+  a.keys_in_flight = keys_in_flight;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int e = cuda::DecodeAttention(a, nullptr);
   if (e != 0) {
@@ -383,6 +386,42 @@ void TestArgmax() {
   cudaFree(dx), cudaFree(out);
 }
 
+// Against a host sort by (value descending, index ascending).
+void TestTopK() {
+  const int rows = 4, n = 70000;
+  std::vector<float> x = Random(static_cast<size_t>(rows) * n);
+  for (int i = 0; i < n; ++i) x[n + i] = 1.0f;  // row 1: all equal but three
+  x[n + 500] = 3, x[n + 69999] = 2, x[n + 7] = 2;
+  x[2 * n + 10] = x[2 * n + 20] = x[2 * n + 30] = 9;  // row 2: a tie at the top
+  x[2 * n + 40] = -0.0f, x[2 * n + 41] = 0.0f;
+  x[3 * n + 7] = std::nanf("");  // row 3: not finite
+  float* dx = ToDevice(x);
+  for (int k : {1, 8, 40, 64}) {
+    int32_t* dids = nullptr;
+    float* dvals = nullptr;
+    cudaMalloc(&dids, rows * k * sizeof(int32_t));
+    cudaMalloc(&dvals, rows * k * sizeof(float));
+    const int e = cuda::TopKRows(dx, rows, n, k, dids, dvals, nullptr);
+    const std::vector<int32_t> ids = ToHost(dids, rows * k);
+    const std::vector<float> vals = ToHost(dvals, rows * k);
+    bool ok = e == 0 && ids[3 * k] == -1;
+    for (int r = 0; r < 3 && ok; ++r) {
+      std::vector<int> order(n);
+      for (int i = 0; i < n; ++i) order[i] = i;
+      const float* row = &x[static_cast<size_t>(r) * n];
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      for (int j = 0; j < k; ++j)
+        ok &= ids[r * k + j] == order[j] && vals[r * k + j] == row[order[j]];
+    }
+    failures += !ok;
+    std::printf("%s top-%d of %d rows of %d (error %d)\n", ok ? "ok  " : "FAIL", k, rows, n, e);
+    cudaFree(dids), cudaFree(dvals);
+  }
+  cudaFree(dx);
+}
+
 }  // namespace
 
 int main() {
@@ -395,9 +434,11 @@ int main() {
   TestSwiGlu();
   TestGemv();
   TestArgmax();
+  TestTopK();
   TestAttention(64, 32, 8, true, false, 1);
   TestAttention(64, 32, 8, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3);
+  TestAttention(128, 32, 8, false, false, 3, 1);  // one key in flight
   TestAttention(128, 12, 2, true, true, 1);  // qwen2: 6 query heads per KV head, biases
   TestAttention(16, 4, 2, true, false, 2);
   TestAttention(32, 8, 8, false, true, 1);

@@ -252,6 +252,13 @@ constexpr int kPrefillGemmMin = 16;
 constexpr size_t kScoreBytes = size_t{512} << 20;
 constexpr size_t kStagingBytes = size_t{64} << 20;
 
+// Where a forward pass returns each logits row's k largest values.
+struct TopK {
+  int k = 0;  // 0: not asked for
+  int32_t* ids = nullptr;
+  float* values = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
@@ -270,6 +277,10 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   int n_vocab() const override { return c_.n_vocab; }
   int max_chunk() const override { return kMaxChunk; }
+  // A step of 1,024 tokens keeps a mixed step of the 8B shape (a prefill
+  // chunk beside 200 decodes) near 40 ms; every CUDA graph bucket may decode
+  // at once; the pool takes nearly all the memory the weights leave.
+  ServingDefaults serving_defaults() const override { return {1024, kMaxGraphBatch, 0.9}; }
   size_t KvBlockBytes(int block_size) const override {
     return size_t{2} * c_.n_layer * block_size * c_.n_head_kv * c_.head_dim * sizeof(uint16_t);
   }
@@ -294,6 +305,14 @@ class CudaBackend final : public Backend {
   Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) override {
     return Run(batch, kv, nullptr, ids);
   }
+  Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
+                     float* values) override {
+    if (k < 1 || k > std::min(kMaxTopK, c_.n_vocab))
+      return Status::InvalidArgument("top-k of logits rows needs k in [1, " +
+                                     std::to_string(std::min(kMaxTopK, c_.n_vocab)) + "], got " +
+                                     std::to_string(k));
+    return Run(batch, kv, nullptr, nullptr, TopK{k, ids, values});
+  }
   void Describe(ModelInfo* info) const override {
     info->isa = "cuda " + device_name_ +
                 ", bf16 weights, cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, "
@@ -317,8 +336,9 @@ class CudaBackend final : public Backend {
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
   }
-  // Forward with logits to `logits`, or their argmax to `ids`.
-  Status Run(std::span<const BatchSegment> batch, KvMemory& kv, float* logits, int32_t* ids);
+  // Forward with logits to `logits`, their argmax to `ids`, or their top k.
+  Status Run(std::span<const BatchSegment> batch, KvMemory& kv, float* logits, int32_t* ids,
+             TopK topk = {});
   // y (+)= x w^T for m rows, x bf16 or, with `norm`, fp32 rows put through
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `swiglu`, w holds gate and up rows interleaved
@@ -359,6 +379,10 @@ class CudaBackend final : public Backend {
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
   DeviceArray<int32_t> argmax_, counters_;
   PinnedArray<int32_t> argmax_host_;
+  DeviceArray<int32_t> topk_ids_;
+  PinnedArray<int32_t> topk_ids_host_;
+  DeviceArray<float> topk_vals_;
+  PinnedArray<float> topk_vals_host_;
   DeviceArray<uint16_t> xn_, att_, act_;
   // Prefill attention: gathered K/V and queries, scores, probabilities, outputs.
   DeviceArray<uint16_t> kc_, vc_, qh_, p_, oh_;
@@ -383,6 +407,9 @@ class CudaBackend final : public Backend {
   // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
   // turns them off one by one, to measure what each is worth.
   bool fuse_norm_ = true, fuse_swiglu_ = true;
+  // Keys each lane group of the decode attention kernel loads at once:
+  // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
+  int attention_keys_ = 4;
   // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
   std::map<std::tuple<int, int, int>, int> gemv_choice_;
   std::string gemv_note_;
@@ -423,6 +450,10 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     fuse_norm_ = o.find("norm") == std::string::npos;
     fuse_swiglu_ = o.find("swiglu") == std::string::npos;
   }
+  if (const char* keys = std::getenv("BRAID_CUDA_ATTN_KEYS")) {
+    const std::string k = keys;
+    attention_keys_ = k == "1" ? 1 : 4;
+  }
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
   BLAS_TRY(cublasSetStream(blas_, stream_));
@@ -445,6 +476,10 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(logits_host_.Allocate(T * static_cast<size_t>(c.n_vocab)));
   BRAID_RETURN_IF_ERROR(argmax_.Allocate(T));
   BRAID_RETURN_IF_ERROR(argmax_host_.Allocate(T));
+  BRAID_RETURN_IF_ERROR(topk_ids_.Allocate(T * kMaxTopK));
+  BRAID_RETURN_IF_ERROR(topk_ids_host_.Allocate(T * kMaxTopK));
+  BRAID_RETURN_IF_ERROR(topk_vals_.Allocate(T * kMaxTopK));
+  BRAID_RETURN_IF_ERROR(topk_vals_host_.Allocate(T * kMaxTopK));
   // Split-K partials: at most 4096 (token, split) pairs.
   BRAID_RETURN_IF_ERROR(partial_.Allocate(size_t{4096} * c.n_head * (c.head_dim + 2)));
   BRAID_RETURN_IF_ERROR(counters_.Allocate(T * c.n_head_kv));
@@ -715,6 +750,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.head_dim = c.head_dim;
       a.block_size = kv.block_size();
       a.n_split = n_split;
+      a.keys_in_flight = attention_keys_;
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       KERNEL_TRY(kc::DecodeAttention(a, stream_));
     }
@@ -835,9 +871,9 @@ int CudaBackend::GemvDepth(int n, int k, int m) {
 }
 
 Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory, float* logits,
-                        int32_t* out_ids) {
+                        int32_t* out_ids, TopK topk) {
   const bool argmax = out_ids != nullptr;
-  const bool want = logits != nullptr || argmax;
+  const bool want = logits != nullptr || argmax || topk.k > 0;
   std::lock_guard<std::mutex> lock(mu_);
   CUDA_TRY(cudaSetDevice(device_));
   auto& kv = static_cast<CudaKv&>(kv_memory);  // allocated by AllocateKv of this backend
@@ -946,7 +982,17 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     BRAID_RETURN_IF_ERROR(Enqueue(kv, T, n_decode, R, n_split, argmax));
   }
   const size_t V = static_cast<size_t>(c_.n_vocab);
-  if (R > 0 && argmax) {
+  // Top k: over the rows asked for (a graph's are among its first S).
+  const int top_rows = graph ? S : R;
+  const size_t K = static_cast<size_t>(topk.k);
+  if (R > 0 && topk.k > 0) {
+    KERNEL_TRY(kc::TopKRows(logits_.get(), top_rows, c_.n_vocab, topk.k, topk_ids_.get(),
+                            topk_vals_.get(), stream_));
+    CUDA_TRY(cudaMemcpyAsync(topk_ids_host_.get(), topk_ids_.get(), top_rows * K * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, stream_));
+    CUDA_TRY(cudaMemcpyAsync(topk_vals_host_.get(), topk_vals_.get(), top_rows * K * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  } else if (R > 0 && argmax) {
     CUDA_TRY(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), R * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream_));
   } else if (R > 0 && logits) {
@@ -959,7 +1005,10 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   const size_t n_out = graph ? wanted.size() : static_cast<size_t>(R);
   for (size_t i = 0; i < n_out; ++i) {
     const size_t row = graph ? wanted[i] : i;
-    if (argmax) {
+    if (topk.k > 0) {
+      std::memcpy(topk.ids + i * K, topk_ids_host_.get() + row * K, K * sizeof(int32_t));
+      std::memcpy(topk.values + i * K, topk_vals_host_.get() + row * K, K * sizeof(float));
+    } else if (argmax) {
       out_ids[i] = argmax_host_.get()[row];
     } else if (graph || i == 0) {
       // Contiguous rows when not padded: one copy.

@@ -27,17 +27,18 @@ struct EngineOptions {
   int kv_tokens = 16384;  // used when kv_blocks is 0; 0 = sized from memory:
   // with kv_blocks and kv_tokens 0, the pool takes this fraction of the memory
   // available when the engine opens (the backend's: the host's MemAvailable
-  // for the CPU), at least one full context and at most 4 Mi tokens. Its
-  // pages are touched only as it fills.
-  double kv_memory_fraction = 0.3;
-  int block_size = 16;         // tokens per KV block
-  int max_running = 64;        // sequences decoding together
-  int max_batch_tokens = 256;  // tokens per step (chunked prefill budget), <= the
-                               // backend's max_chunk (256 on the CPU)
-  // While latency-class work is present, throughput work joins a step only
-  // up to this many tokens in all (1 = latency work runs alone). 0 (default):
-  // learned from measured step times, the largest step that stays within
-  // 1.4x the time of the latency work alone (sched/latency_budget.h).
+  // for the CPU, the device's free memory after the weights for CUDA), at
+  // least one full context and at most 4 Mi tokens. Its pages are touched
+  // only as it fills. 0 = the backend's choice (0.3 on the CPU, 0.9 on CUDA).
+  double kv_memory_fraction = 0;
+  int kv_memory_split = 1;  // engines sharing that memory: each takes fraction / split
+  int block_size = 16;      // tokens per KV block
+  // Sequences decoding together; 0 = the backend's choice (64 on the CPU,
+  // 256 on CUDA).
+  int max_running = 0;
+  // Tokens per step (the chunked prefill budget), <= the backend's
+  // max_chunk; 0 = the backend's choice (256 on the CPU, 1,024 on CUDA).
+  int max_batch_tokens = 0;
   int latency_batch_tokens = 0;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
   std::string policy = "priority";  // admission order: "fcfs" or "priority"
@@ -75,6 +76,9 @@ struct EngineStats {
   int running = 0, waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
   uint64_t kv_pool_bytes = 0;  // the KV pool's size (all blocks, K and V)
+  // The memory the pool could take when the engine opened
+  // (Backend::KvMemoryAvailable: the host's, or the device's after the weights).
+  uint64_t kv_memory_available = 0;
   uint64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0;

@@ -58,6 +58,7 @@ struct DecodeAttentionArgs {
   int* counters = nullptr;             // n_split > 1: [n, n_kv] zeros, left zero
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_split = 1;  // key ranges per (token, KV head) (<= 32), merged by the last to finish
+  int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
   float scale = 0;
 };
 // Attention of single query tokens over their sequence's paged KV (causal by
@@ -110,6 +111,12 @@ int Gemv(const GemvArgs& a, void* stream);
 
 // out[r] = the index of the largest of x[r, 0..n) (the first on ties), r < rows.
 int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream);
+
+// The k largest of each row x[r, 0..n), r < rows, in descending order (ties:
+// the lower index first), into ids[r, 0..k) and vals[r, 0..k); a row holding
+// a NaN or an infinity gets ids[r, 0] = -1. k in [1, min(kTopKMax, n)].
+inline constexpr int kTopKMax = 64;
+int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, void* stream);
 
 // dst[i] = bf16(src[i]).
 int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream);
