@@ -14,7 +14,10 @@
 # takes minutes per run, so it is left out of the default list, runs at rtt 0
 # only and BRAID_BENCH_TREE_REPS times (default 1); scripts/bench_tree.sh
 # measures it with the KV pool sizes. Prints the CPU model; writes
-# bench/results/apps_t<THREADS>.json.
+# bench/results/apps_t<THREADS>.json (or BRAID_BENCH_OUT). BRAID_RUN_ARGS adds
+# options to every `braid run` (e.g. "--device cuda -m DIR" for the GPU);
+# BRAID_BENCH_TIME=program times the program alone (braid run's elapsed_ms)
+# instead of the whole process (the default).
 #   [BRAID=BINARY] scripts/bench_apps.sh [THREADS] [APPS...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,8 +27,9 @@ shift || true
 apps=("$@")
 [ ${#apps[@]} -eq 0 ] && apps=(map_reduce chain multi_agent voting react doc_chat debate extract_verify)
 braid=${BRAID:-build/frontend/braid}  # BRAID=PATH: another binary
-out=bench/results/apps_t${threads}.json
-mkdir -p bench/results
+out=${BRAID_BENCH_OUT:-bench/results/apps_t${threads}.json}
+read -r -a run_args <<<"${BRAID_RUN_ARGS:-}"
+mkdir -p "$(dirname "$out")"
 args_for() {
   case "$1" in
     map_reduce) echo "bench/inputs/annual_report.txt" ;;
@@ -47,12 +51,21 @@ reps_for() {
 }
 run_once() {  # run_once APP MODE RTT MAX_RUNNING -> prints seconds
   local t0 t1
+  if [ "${BRAID_BENCH_TIME:-process}" = program ]; then
+    # The program's own time (braid run --json elapsed_ms): without the
+    # process start and model load, which on a GPU take seconds.
+    # shellcheck disable=SC2046
+    "$braid" run -t "$threads" --db none -q --json --mode "$2" --rtt-ms "$3" --max-running "$4" \
+      ${run_args[@]+"${run_args[@]}"} "apps/$1/app.lua" $(args_for "$1") |
+      sed -n 's/.*"elapsed_ms": *\([0-9.]*\).*/\1/p' | head -1 | awk '{ print $1 / 1000 }'
+    return
+  fi
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
   "$braid" run -t "$threads" --db none -q --mode "$2" --rtt-ms "$3" --max-running "$4" \
-    "apps/$1/app.lua" $(args_for "$1") >/dev/null
+    ${run_args[@]+"${run_args[@]}"} "apps/$1/app.lua" $(args_for "$1") >/dev/null
   t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc -l
+  awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
 }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; threads $threads" >&2
 median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
@@ -76,9 +89,9 @@ for app in "${apps[@]}"; do
     seq=$(median "${q[@]}")
     lat=$(median "${l[@]}")
     thr=$(median "${h[@]}")
-    best=$(echo "if ($lat < $thr) $lat else $thr" | bc -l)
-    r_seq=$(echo "$seq / $dag" | bc -l)
-    r_async=$(echo "$best / $dag" | bc -l)
+    best=$(awk -v a="$lat" -v b="$thr" 'BEGIN { print (a < b ? a : b) }')
+    r_seq=$(awk -v a="$seq" -v b="$dag" 'BEGIN { print a / b }')
+    r_async=$(awk -v a="$best" -v b="$dag" 'BEGIN { print a / b }')
     printf "| %s | %d | %.2f | %.2f | %.2f / %.2f | %.2fx | %.2fx |\n" \
       "$app" "$rtt" "$dag" "$seq" "$lat" "$thr" "$r_seq" "$r_async"
     [ $first = 1 ] || echo "," >>"$out"

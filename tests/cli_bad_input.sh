@@ -115,8 +115,12 @@ expect serve_c_item "option -c: 'x' is not an integer" bench --serve -c 1,x,4
 range serve_prompt --prompt-len 0 1 32768 bench --serve
 range serve_gen --gen-len 4294967296 1 32768 bench --serve
 range serve_shared --shared-prefix -1 0 32768 bench --serve
-range serve_batch --batch-tokens 257 1 256 bench --serve
-range serve_latency_tokens --latency-batch-tokens 300 0 256 bench --serve
+range serve_batch --batch-tokens 2049 0 2048 bench --serve
+range serve_latency_tokens --latency-batch-tokens 3000 0 2048 bench --serve
+expect serve_batch_cpu "max_batch_tokens must be in \[1, 256\], got 257" bench --serve --batch-tokens 257
+expect serve_rate "option --rate: 0 is out of range \[0.01, 100000\] \(or 'inf'\)" bench --serve --rate 0
+range serve_requests --requests 0 1 100000 bench --serve --rate 4
+range serve_ratio --random-ratio 1.5 0 1 bench --serve --rate 4
 range serve_mix --latency-mix 1000 0 256 bench --serve
 range serve_reps -r 0 1 1000 bench --serve
 range serve_threads -t 4294967297 0 1024 bench --serve

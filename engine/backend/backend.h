@@ -95,6 +95,11 @@ class Backend {
   static constexpr int kMaxTopK = 64;
   virtual Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
                              float* values);
+  // Readies `kv` for serving up to `max_batch` sequences at once before the
+  // first request: a device backend captures its decode graphs for every
+  // batch size bucket now, so that no request pays for a capture. Writes
+  // nothing a sequence reads.
+  virtual Status Prepare(KvMemory& kv, int max_batch) { return Status::Ok(); }
   // Fills the backend's part of ModelInfo: isa (kernels and formats in use),
   // threads, stream, bytes_per_token and decode_stages where they differ.
   virtual void Describe(ModelInfo* info) const = 0;

@@ -1099,6 +1099,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, r.block_size));
+  BRAID_RETURN_IF_ERROR(backend.Prepare(*kv, r.max_running));
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, OpenDraftModel(r.spec, r.model, *model));
   // The draft's pool holds as many positions as the target's.
   std::unique_ptr<DraftRunner> runner;

@@ -313,6 +313,27 @@ class CudaBackend final : public Backend {
                                      std::to_string(k));
     return Run(batch, kv, nullptr, nullptr, TopK{k, ids, values});
   }
+  // One decode step at each graph bucket up to max_batch, every token at
+  // position 0 of the trash block (which only padding uses).
+  Status Prepare(KvMemory& kv_memory, int max_batch) override {
+    auto& kv = static_cast<CudaKv&>(kv_memory);
+    const int32_t table[1] = {kv.trash_block()};
+    const int32_t token = 0;
+    std::vector<BatchSegment> batch;
+    std::vector<int32_t> ids(kMaxGraphBatch);
+    for (int b : kGraphBuckets) {
+      if (b > std::max(1, max_batch)) break;
+      BatchSegment seg;
+      seg.tokens = &token;
+      seg.n_tokens = 1;
+      seg.pos0 = 0;
+      seg.block_table = table;
+      seg.logits_from = 0;
+      batch.assign(b, seg);
+      BRAID_RETURN_IF_ERROR(Run(batch, kv, nullptr, ids.data()));
+    }
+    return Status::Ok();
+  }
   void Describe(ModelInfo* info) const override {
     info->isa = "cuda " + device_name_ +
                 ", bf16 weights, cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, "
