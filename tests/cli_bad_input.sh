@@ -117,6 +117,9 @@ range serve_gen --gen-len 4294967296 1 32768 bench --serve
 range serve_shared --shared-prefix -1 0 32768 bench --serve
 range serve_batch --batch-tokens 2049 0 2048 bench --serve
 range serve_latency_tokens --latency-batch-tokens 3000 0 2048 bench --serve
+expect run_weights_zero "option --client-weights: the weight of 'a' must be a number in \\(0, 1e6\\], got '0'" run --db none --fair --client-weights a=0 apps/chain/app.lua
+expect run_weights_twice "option --client-weights: client 'a' is given twice" run --db none --fair --client-weights a=1,a=2 apps/chain/app.lua
+expect run_weights_form "option --client-weights: 'a' is not NAME=WEIGHT" run --db none --fair --client-weights a apps/chain/app.lua
 expect serve_batch_cpu "max_batch_tokens must be in \[1, 256\], got 257" bench --serve --batch-tokens 257
 expect serve_rate "option --rate: 0 is out of range \[0.01, 100000\] \(or 'inf'\)" bench --serve --rate 0
 range serve_requests --requests 0 1 100000 bench --serve --rate 4

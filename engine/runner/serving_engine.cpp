@@ -1072,8 +1072,18 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   if (!(o.kv_memory_fraction >= 0.0 && o.kv_memory_fraction <= 0.95))
     return Status::InvalidArgument("kv_memory_fraction must be in (0, 0.95] (0 = default), got " +
                                    std::to_string(o.kv_memory_fraction));
-  auto policy = MakePolicy(o.policy);
-  if (!policy) return Status::InvalidArgument("unknown admission policy '" + o.policy + "'");
+  if (!(o.fairness.prompt_weight >= 0) || !(o.fairness.generated_weight >= 0) ||
+      o.fairness.prompt_weight + o.fairness.generated_weight <= 0)
+    return Status::InvalidArgument(
+        "fairness weights of prompt and generated tokens must be >= 0, not both 0");
+  for (const auto& [client, w] : o.fairness.client_weights)
+    if (!(w > 0) || !std::isfinite(w))
+      return Status::InvalidArgument("the weight of client '" + client + "' must be > 0, got " +
+                                     std::to_string(w));
+  auto policy = MakePolicy(o.policy, o.fairness);
+  if (!policy)
+    return Status::InvalidArgument("unknown admission policy '" + o.policy +
+                                   "' (fcfs, priority or vtc)");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<BackendModel> model, BackendModel::Load(o.model));
   Backend& backend = model->backend();
   // The choices left open go to the backend's defaults.

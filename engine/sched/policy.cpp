@@ -1,14 +1,27 @@
 #include "sched/policy.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace braid {
 namespace {
+
+bool ArrivalBefore(const SeqState& a, const SeqState& b) {
+  return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
+}
+
+// Higher priority, then earlier deadline, then arrival.
+bool UrgencyBefore(const SeqState& a, const SeqState& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.deadline.has_value() != b.deadline.has_value()) return a.deadline.has_value();
+  if (a.deadline && *a.deadline != *b.deadline) return *a.deadline < *b.deadline;
+  return ArrivalBefore(a, b);
+}
 
 class FcfsPolicy final : public AdmissionPolicy {
  public:
   const char* name() const override { return "fcfs"; }
-  bool Before(const SeqState& a, const SeqState& b) const override {
-    return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
-  }
+  bool Before(const SeqState& a, const SeqState& b) const override { return ArrivalBefore(a, b); }
 };
 
 class PriorityPolicy final : public AdmissionPolicy {
@@ -16,21 +29,56 @@ class PriorityPolicy final : public AdmissionPolicy {
   const char* name() const override { return "priority"; }
   bool Before(const SeqState& a, const SeqState& b) const override {
     if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
-    if (a.priority != b.priority) return a.priority > b.priority;
-    if (a.deadline.has_value() != b.deadline.has_value()) return a.deadline.has_value();
-    if (a.deadline && *a.deadline != *b.deadline) return *a.deadline < *b.deadline;
-    return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
+    return UrgencyBefore(a, b);
   }
 };
 
 }  // namespace
 
+double VtcPolicy::counter(const std::string& client) const {
+  auto it = counters_.find(client);
+  return it == counters_.end() ? 0.0 : it->second;
+}
+
+double VtcPolicy::weight(const std::string& client) const {
+  auto it = options_.client_weights.find(client);
+  return it == options_.client_weights.end() ? 1.0 : it->second;
+}
+
+bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
+  if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
+  if (a.client != b.client) {
+    const double ca = counter(a.client), cb = counter(b.client);
+    if (ca != cb) return ca < cb;
+  }
+  return UrgencyBefore(a, b);
+}
+
+void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const SeqState* w : waiting) {
+    if (w->client == s.client) return;  // its queue was not empty: no lift
+    lowest = std::min(lowest, counter(w->client));
+  }
+  double& c = counters_[s.client];
+  if (lowest != std::numeric_limits<double>::infinity()) c = std::max(c, lowest);
+}
+
+void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int generated) {
+  if (prompt_tokens == 0 && generated == 0) return;
+  counters_[s.client] +=
+      (options_.prompt_weight * prompt_tokens + options_.generated_weight * generated) /
+      weight(s.client);
+}
+
 std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy() { return std::make_unique<FcfsPolicy>(); }
 std::unique_ptr<AdmissionPolicy> MakePriorityPolicy() { return std::make_unique<PriorityPolicy>(); }
 
-std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name) {
+std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name,
+                                            const FairnessOptions& fairness) {
   if (name == "fcfs") return MakeFcfsPolicy();
   if (name == "priority") return MakePriorityPolicy();
+  if (name == "vtc") return std::make_unique<VtcPolicy>(fairness);
   return nullptr;
 }
 

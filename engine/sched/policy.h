@@ -1,11 +1,15 @@
-// Admission order of waiting requests: the seam where FCFS, priority and
-// (later) fair-share policies plug in. A policy only orders; the scheduler
-// decides what fits.
+// Admission and preemption order of the step scheduler, and the accounts a
+// policy keeps of the work it orders: the seam where FCFS, priority and fair
+// sharing (VTC) plug in. A policy orders and hears what happens; the
+// scheduler decides what fits.
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <unordered_map>
 
+#include "engine/engine.h"
 #include "sched/sequence.h"
 
 namespace braid {
@@ -14,18 +18,52 @@ class AdmissionPolicy {
  public:
   virtual ~AdmissionPolicy() = default;
   virtual const char* name() const = 0;
-  // True when `a` should be admitted before `b`.
+  // True when `a` should be admitted (and keep running) before `b`, as far
+  // as the policy knows now. The scheduler picks the first waiting sequence
+  // in this order at each admission, so a policy whose accounts move with
+  // the service it hears reorders the queue as a step is planned.
   virtual bool Before(const SeqState& a, const SeqState& b) const = 0;
   // Which running request to preempt first when KV runs out: the one that
   // comes last in admission order.
   bool PreemptBefore(const SeqState& a, const SeqState& b) const { return Before(b, a); }
+  // `s` joins the waiting queue (new, or preempted); `waiting` is the queue
+  // before it joins.
+  virtual void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {}
+  // The step being planned gives `s` work: `prompt_tokens` prompt positions
+  // computed for the first time (cached and recomputed ones are free) and
+  // `generated` new tokens; negative counts refund work planned and then
+  // taken back (its sequence preempted in the same step).
+  virtual void OnService(const SeqState& s, int prompt_tokens, int generated) {}
 };
 
 // Arrival order only.
 std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy();
 // Latency class first, then higher priority, then earlier deadline, then arrival.
 std::unique_ptr<AdmissionPolicy> MakePriorityPolicy();
-// "fcfs" or "priority"; nullptr for an unknown name.
-std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name);
+
+// VTC: latency class first (fairness within a class); then the client whose
+// counter (service / weight) is lowest; then priority, deadline, arrival as
+// the priority policy. A client whose queue was empty joins at no less than
+// the lowest counter of the clients waiting (the lift rule), so a client
+// back from idle cannot claim the service it did not ask for.
+class VtcPolicy final : public AdmissionPolicy {
+ public:
+  explicit VtcPolicy(FairnessOptions options) : options_(std::move(options)) {}
+  const char* name() const override { return "vtc"; }
+  bool Before(const SeqState& a, const SeqState& b) const override;
+  void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
+  void OnService(const SeqState& s, int prompt_tokens, int generated) override;
+  // A client's counter (0 for one never seen).
+  double counter(const std::string& client) const;
+  double weight(const std::string& client) const;
+
+ private:
+  FairnessOptions options_;
+  std::unordered_map<std::string, double> counters_;
+};
+
+// "fcfs", "priority" or "vtc" (with `fairness`); nullptr for an unknown name.
+std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name,
+                                            const FairnessOptions& fairness = {});
 
 }  // namespace braid

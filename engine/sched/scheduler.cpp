@@ -6,13 +6,28 @@
 namespace braid {
 
 Scheduler::Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::RadixCache& cache,
-                     const AdmissionPolicy& policy)
-    : config_(config), pool_(pool), cache_(cache), policy_(policy),
+                     AdmissionPolicy& policy)
+    : config_(config),
+      pool_(pool),
+      cache_(cache),
+      policy_(policy),
       block_size_(cache.block_size()) {}
 
 void Scheduler::Add(SeqState* s) {
   s->status = SeqStatus::kWaiting;
+  policy_.OnWaiting(*s, waiting_);
   waiting_.push_back(s);
+}
+
+void Scheduler::Plan(const ScheduledItem& item, StepPlan* plan) {
+  ScheduledItem it = item;
+  SeqState* s = it.seq;
+  const int end = std::min(it.start + it.n_tokens, s->prompt_len);
+  it.charged = std::max(0, end - std::max(it.start, s->charged));
+  s->charged += it.charged;
+  policy_.OnService(*s, it.charged, it.sample ? 1 : 0);
+  plan->items.push_back(it);
+  plan->n_tokens += it.n_tokens;
 }
 
 bool Scheduler::AllocateBlock(kv::BlockId* id) {
@@ -38,6 +53,8 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
   for (auto it = items.begin(); it != items.end(); ++it) {
     if (it->seq == victim) {
       plan->n_tokens -= it->n_tokens;
+      victim->charged -= it->charged;
+      policy_.OnService(*victim, -it->charged, it->sample ? -1 : 0);  // not done after all
       items.erase(it);
       break;
     }
@@ -48,13 +65,14 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
   victim->preemptions++;
   victim->status = SeqStatus::kWaiting;
   running_.erase(std::find(running_.begin(), running_.end(), victim));
+  policy_.OnWaiting(*victim, waiting_);
   waiting_.push_back(victim);
   plan->preempted.push_back(victim);
 }
 
 // Gives `s` blocks for its first `tokens` positions. When the pool is dry,
 // preempts running sequences that come after `s` in policy order (latest
-// first); returns false if that is not enough.
+// first; `s` must be running); returns false if that is not enough.
 bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_preempt) {
   const int need = BlocksFor(tokens);
   while (static_cast<int>(s->blocks.size()) < need) {
@@ -64,10 +82,13 @@ bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_p
       continue;
     }
     if (!may_preempt) return false;
-    SeqState* victim = nullptr;
-    for (SeqState* r : running_)
-      if (r != s && policy_.Before(*s, *r) && (!victim || policy_.Before(*victim, *r))) victim = r;
-    if (!victim) return false;
+    // running_ is in policy order as of the step's start (a policy whose
+    // order moves with the service planned would otherwise preempt the
+    // sequence it just planned, and back again next step): the victim is
+    // the last one, if it comes after s.
+    auto me = std::find(running_.begin(), running_.end(), s);
+    if (me == running_.end() || me + 1 == running_.end()) return false;
+    SeqState* victim = running_.back();
     Preempt(victim, plan);
   }
   return true;
@@ -101,8 +122,7 @@ bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   (void)ok;
   s->status = SeqStatus::kRunning;
   running_.push_back(s);
-  plan->items.push_back({s, s->num_computed, n, match.tokens + n == total});
-  plan->n_tokens += n;
+  Plan({s, s->num_computed, n, match.tokens + n == total}, plan);
   return true;
 }
 
@@ -110,7 +130,6 @@ StepPlan Scheduler::Schedule() {
   StepPlan plan;
   auto order = [&](const SeqState* a, const SeqState* b) { return policy_.Before(*a, *b); };
   std::stable_sort(running_.begin(), running_.end(), order);
-  std::stable_sort(waiting_.begin(), waiting_.end(), order);
 
   // While latency-class work is present, throughput-class tokens may only be
   // added as long as the whole step stays within the latency cap, so a
@@ -147,18 +166,21 @@ StepPlan Scheduler::Schedule() {
         if (s->num_computed > 0 || !s->blocks.empty()) Preempt(s, &plan);
         continue;
       }
-      plan.items.push_back({s, s->num_computed, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
-      plan.n_tokens += n;
+      Plan({s, s->num_computed, n, s->num_computed + n == static_cast<int>(s->tokens.size())},
+           &plan);
       budget -= n;
     }
   }
 
-  // 3. Admission, head of the queue first; stop at the first that does not fit.
+  // 3. Admission, the first waiting sequence in policy order each time (the
+  // order moves as the policy hears the service given); stop at the first
+  // that does not fit.
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_running) {
-    SeqState* s = waiting_.front();
+    auto first = std::min_element(waiting_.begin(), waiting_.end(), order);
+    SeqState* s = *first;
     if (allowance(s) == 0 || !Admit(s, allowance(s), &plan)) break;
-    waiting_.erase(waiting_.begin());
+    waiting_.erase(first);
     budget -= plan.items.back().n_tokens;
   }
   return plan;

@@ -6,7 +6,8 @@
 //      cached prefix taken from the radix cache (chunked prefill).
 // When the KV pool runs out, the running sequence that comes last in policy
 // order is preempted by recompute: it loses its blocks and goes back to
-// waiting with its generated tokens kept.
+// waiting with its generated tokens kept. The policy hears every sequence
+// that starts waiting and the service each planned item gives.
 //
 // Plain data out (StepPlan), no model calls: the engine runs the plan, then
 // calls Commit. Not thread-safe: the step loop owns it.
@@ -38,6 +39,7 @@ struct ScheduledItem {
   int start = 0;        // first position computed this step (= seq->num_computed)
   int n_tokens = 0;
   bool sample = false;  // the step reaches the end of the sequence: sample a token
+  int charged = 0;      // prompt positions this item charged to the policy
   // Of n_tokens, how many are guesses after the sequence's last token
   // (speculative decoding): they are computed but not yet part of the
   // sequence, and count as computed only once Confirm says they held.
@@ -54,7 +56,7 @@ struct StepPlan {
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::RadixCache& cache,
-            const AdmissionPolicy& policy);
+            AdmissionPolicy& policy);
 
   const SchedulerConfig& config() const { return config_; }
   // Blocks a sequence of `tokens` tokens needs.
@@ -94,12 +96,14 @@ class Scheduler {
   void ReleaseBlocks(SeqState* s);
   bool Admit(SeqState* s, int budget, StepPlan* plan);
   void OfferToCache(SeqState* s);
+  // Adds an item to the plan and tells the policy the service it gives.
+  void Plan(const ScheduledItem& item, StepPlan* plan);
 
   SchedulerConfig config_;
   const LatencyBudget* latency_budget_ = nullptr;
   kv::BlockPool& pool_;
   kv::RadixCache& cache_;
-  const AdmissionPolicy& policy_;
+  AdmissionPolicy& policy_;
   int block_size_;
   std::vector<SeqState*> waiting_;
   std::vector<SeqState*> running_;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -21,13 +22,18 @@ struct Sim {
   uint64_t next_id = 1;
   double clock = 0;
 
-  Sim(int blocks, const std::string& policy_name, SchedulerConfig cfg)
-      : pool(blocks), cache(pool, 16), policy(MakePolicy(policy_name)),
+  Sim(int blocks, const std::string& policy_name, SchedulerConfig cfg,
+      const FairnessOptions& fairness = {})
+      : pool(blocks),
+        cache(pool, 16),
+        policy(MakePolicy(policy_name, fairness)),
         sched(cfg, pool, cache, *policy) {}
 
-  SeqState* Submit(int prompt, int gen, GoalClass goal = GoalClass::kThroughput, int shared = 0) {
+  SeqState* Submit(int prompt, int gen, GoalClass goal = GoalClass::kThroughput, int shared = 0,
+                   const std::string& client = "") {
     auto s = std::make_unique<SeqState>();
     s->id = next_id++;
+    s->client = client;
     for (int i = 0; i < prompt; ++i) s->tokens.push_back(i < shared ? 7 : static_cast<int32_t>(s->id * 1000 + i));
     s->prompt_len = prompt;
     s->max_tokens = gen;
@@ -183,6 +189,172 @@ TEST_CASE("a shared prompt prefix is served from the cache to later requests") {
   sim.Step();
   CHECK(a->cached_tokens == 0);
   CHECK(b->cached_tokens == 64);
+}
+
+// Service as VTC defines it, counted from the plans the scheduler ran (not
+// from the policy's counters): prompt positions computed for the first time
+// (w_p each) and tokens generated (w_q each), per client.
+struct ServiceMeter {
+  double w_p = 1, w_q = 2;
+  std::map<std::string, double> service;
+  std::map<const SeqState*, int> prompt_done;  // high-water mark of computed prompt positions
+  void Add(const StepPlan& plan) {
+    for (const ScheduledItem& it : plan.items) {
+      int& done = prompt_done[it.seq];
+      const int end = std::min(it.start + it.n_tokens, it.seq->prompt_len);
+      const int fresh = std::max(0, end - std::max(it.start, done));
+      done = std::max(done, end);
+      service[it.seq->client] += w_p * fresh + (it.sample ? w_q : 0.0);
+    }
+  }
+};
+
+// Clients submitting at different rates, each kept backlogged (at least two
+// requests waiting): the largest difference in service between two clients
+// at any step, divided by each client's weight.
+double MaxServiceGap(const std::string& policy, const std::vector<int>& rates,
+                     const std::vector<double>& weights, uint32_t seed, int steps, double* bound) {
+  std::mt19937 rng(seed);
+  SchedulerConfig cfg;
+  cfg.max_running = 12;
+  cfg.max_batch_tokens = 96;
+  FairnessOptions f;
+  for (size_t c = 0; c < weights.size(); ++c)
+    f.client_weights["c" + std::to_string(c)] = weights[c];
+  const int blocks = 48;
+  Sim sim(blocks, policy, cfg, f);
+  ServiceMeter meter;
+  const int max_prompt = 160, max_gen = 48;
+  // U = max(w_p * L_input, w_q * M), M the tokens the KV pool holds.
+  *bound = 2 * std::max(1.0 * max_prompt, 2.0 * blocks * 16);
+  double gap = 0;
+  for (int step = 0; step < steps; ++step) {
+    for (size_t c = 0; c < rates.size(); ++c) {
+      const std::string name = "c" + std::to_string(c);
+      int waiting = 0;
+      for (auto& s : sim.seqs) waiting += s->status == SeqStatus::kWaiting && s->client == name;
+      // Arrivals in proportion to the rate; a floor of two waiting keeps it backlogged.
+      int arrivals = static_cast<int>(rng() % 8) < rates[c] ? 1 : 0;
+      if (waiting + arrivals < 2) arrivals = 2 - waiting;
+      for (int k = 0; k < arrivals; ++k) {
+        const int prompt = 8 + static_cast<int>(rng() % (max_prompt - 8));
+        const int gen = 1 + static_cast<int>(rng() % max_gen);
+        sim.Submit(prompt, gen, GoalClass::kThroughput, 0, name);
+      }
+    }
+    meter.Add(sim.Step());
+    double lo = 1e300, hi = -1e300;
+    for (size_t c = 0; c < rates.size(); ++c) {
+      const double v = meter.service["c" + std::to_string(c)] / weights[c];
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    gap = std::max(gap, hi - lo);
+  }
+  return gap;
+}
+
+TEST_CASE("vtc: backlogged clients' service stays within 2U at every step; fcfs does not") {
+  double bound = 0;
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    CAPTURE(seed);
+    const double vtc = MaxServiceGap("vtc", {1, 3, 6}, {1, 1, 1}, seed, 1500, &bound);
+    CHECK(vtc <= bound);
+    // The same arrivals in arrival order: service follows demand.
+    const double fcfs = MaxServiceGap("fcfs", {1, 3, 6}, {1, 1, 1}, seed, 1500, &bound);
+    CHECK(fcfs > bound);
+  }
+}
+
+TEST_CASE("vtc: weights share service in their ratio") {
+  double bound = 0;
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    CAPTURE(seed);
+    // Weight-normalized service within the bound means service in ratio 1:2:3.
+    CHECK(MaxServiceGap("vtc", {4, 4, 4}, {1, 2, 3}, seed, 1500, &bound) <= bound);
+    // Unweighted, the heavier clients would fall behind by far more.
+    CHECK(MaxServiceGap("vtc", {4, 4, 4}, {1, 1, 1}, seed, 1500, &bound) <= bound);
+  }
+}
+
+TEST_CASE("vtc: the lift rule") {
+  VtcPolicy p({});
+  SeqState a, b, a2;
+  a.client = a2.client = "a";
+  b.client = "b";
+  a.id = 1, b.id = 2, a2.id = 3;
+  p.OnWaiting(a, {});
+  p.OnService(a, 300, 100);  // 300 * 1 + 100 * 2
+  CHECK(p.counter("a") == doctest::Approx(500));
+  // b arrives while a waits: it starts at a's counter, not at 0.
+  std::vector<SeqState*> waiting = {&a};
+  p.OnWaiting(b, waiting);
+  CHECK(p.counter("b") == doctest::Approx(500));
+  // A client whose queue is not empty is not lifted.
+  p.OnService(a, 100, 0);
+  waiting = {&a, &b};
+  p.OnWaiting(a2, waiting);
+  CHECK(p.counter("a") == doctest::Approx(600));
+  // Nobody else waiting: no lift; a lift never lowers a counter.
+  p.OnWaiting(b, {});
+  CHECK(p.counter("b") == doctest::Approx(500));
+  p.OnService(b, 1000, 0);
+  waiting = {&a};
+  p.OnWaiting(b, waiting);
+  CHECK(p.counter("b") == doctest::Approx(1500));
+  // Order: latency class first, then the lower counter.
+  CHECK(p.Before(a, b));
+  b.goal = GoalClass::kLatency;
+  CHECK(p.Before(b, a));
+}
+
+TEST_CASE("vtc: a low-rate client is not starved by heavy ones") {
+  SchedulerConfig cfg;
+  cfg.max_running = 8;
+  cfg.max_batch_tokens = 64;
+  Sim sim(40, "vtc", cfg);
+  for (int k = 0; k < 60; ++k) {
+    sim.Submit(100, 40, GoalClass::kThroughput, 0, "heavy1");
+    sim.Submit(100, 40, GoalClass::kThroughput, 0, "heavy2");
+  }
+  int worst_wait = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 30; ++i) sim.Step();
+    SeqState* light = sim.Submit(20, 4, GoalClass::kThroughput, 0, "light");
+    int waited = 0;
+    while (light->status == SeqStatus::kWaiting && waited < 1000) {
+      sim.Step();
+      ++waited;
+    }
+    worst_wait = std::max(worst_wait, waited);
+  }
+  // Admitted as soon as a running sequence leaves room (FCFS would queue it
+  // behind the heavy clients' backlog of 120 requests).
+  CHECK(worst_wait <= 40);
+}
+
+TEST_CASE("vtc: preemption takes the client with the highest counter first") {
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 64;
+  Sim sim(7, "vtc", cfg);  // 112 tokens of KV: two sequences of 100 cannot both finish
+  auto& vtc = static_cast<VtcPolicy&>(*sim.policy);
+  SeqState* a = sim.Submit(30, 70, GoalClass::kThroughput, 0, "a");
+  SeqState* b = sim.Submit(30, 70, GoalClass::kThroughput, 0, "b");
+  int preemptions = 0;
+  for (int i = 0; i < 400 && !sim.Idle(); ++i) {
+    const double ca = vtc.counter("a"), cb = vtc.counter("b");
+    StepPlan p = sim.Step();
+    for (SeqState* v : p.preempted) {
+      // The victim's client had the higher counter when the step began
+      // (equal: the later arrival, b).
+      CHECK((v == a ? ca > cb : cb >= ca));
+      ++preemptions;
+    }
+  }
+  CHECK(sim.Idle());
+  CHECK(preemptions >= 1);
+  CHECK(a->generated() == 70);
+  CHECK(b->generated() == 70);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct SeqState {
   kv::LockId lock = 0;          // lock on the cached prefix it started from
   int cached_tokens = 0;        // prompt tokens that came from the cache at (last) admission
   int inserted_blocks = 0;      // leading blocks already offered to the cache
+  int charged = 0;  // prompt positions charged to its client (AdmissionPolicy::OnService)
 
   GoalClass goal = GoalClass::kThroughput;
   int priority = 0;

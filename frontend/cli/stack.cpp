@@ -1,7 +1,9 @@
 #include "cli/stack.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -50,12 +52,15 @@ const char* const kStackHelp =
     "                          the same tokenizer); N: guesses a step at most, 1..32\n"
     "                          (default 8); ':fixed' checks every guess instead of what\n"
     "                          pays (docs/speculation.md)\n"
+    "      --fair              share each engine fairly between clients (VTC: virtual token\n"
+    "                          counters; a client is an API key, docs/fairness.md)\n"
+    "      --client-weights L  with --fair: NAME=W,... each client's share (default 1)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {
-    "-m",          "--model",     "--device", "-t",        "--threads",     "--ctx",
-    "--precision", "--kv",        "--stream", "--engines", "--max-running", "--max-waiting",
-    "--kv-tokens", "--kv-memory", "--spec",   "--db"};
+    "-m",          "--model",     "--device", "-t",        "--threads",       "--ctx",
+    "--precision", "--kv",        "--stream", "--engines", "--max-running",   "--max-waiting",
+    "--kv-tokens", "--kv-memory", "--spec",   "--db",      "--client-weights"};
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
@@ -79,9 +84,41 @@ StackOptions ReadStackOptions(Args& args) {
     o.spec = *spec;
   else
     args.Fail(spec.status().message());
+  o.fair = args.Flag({"--fair"});
+  if (args.Has({"--client-weights"})) {
+    auto w = ParseClientWeights(args.Str({"--client-weights"}, ""));
+    if (w.ok())
+      o.client_weights = *w;
+    else
+      args.Fail("option --client-weights: " + w.status().message());
+  }
   o.db = args.Str({"--db"}, DefaultDb());
   if (o.db == "none") o.db.clear();
   return o;
+}
+
+Result<std::map<std::string, double>> ParseClientWeights(const std::string& text) {
+  std::map<std::string, double> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("'" + item + "' is not NAME=WEIGHT");
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    const double w = std::strtod(value.c_str(), &end);
+    if (value.empty() || end != value.c_str() + value.size() || !(w > 0) || !std::isfinite(w) ||
+        w > 1e6)
+      return Status::InvalidArgument("the weight of '" + name +
+                                     "' must be a number in (0, 1e6], got '" + value + "'");
+    if (!out.emplace(name, w).second)
+      return Status::InvalidArgument("client '" + name + "' is given twice");
+    i = j + 1;
+  }
+  return out;
 }
 
 std::string Stack::KvSummary() const {
@@ -146,7 +183,8 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.kv_memory_split = share;
   eo.max_running = options.max_running;
   eo.max_waiting = options.max_waiting;
-  eo.policy = options.policy;
+  eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
+  eo.fairness.client_weights = options.client_weights;
   eo.spec = options.spec;
   return eo;
 }

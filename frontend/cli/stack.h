@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,10 @@ struct StackOptions {
   int max_running = 0;              // 0 = the backend's choice
   int max_waiting = 4096;           // queued requests per engine beyond which it refuses
   std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
+  // --fair: "priority" becomes "vtc" (fair sharing between clients), with
+  // these shares (--client-weights NAME=W,...).
+  bool fair = false;
+  std::map<std::string, double> client_weights;
   std::string db;                   // run store path; "" = runs are not persisted
   SpecOptions spec;                 // speculative decoding in every embedded engine
 };
@@ -40,9 +45,13 @@ extern const std::vector<std::string> kStackValueOptions;
 
 // Reads -m/-t/--ctx/--precision/--kv/--stream (ReadModelOptions), --engines
 // (a count, or an engines file),
-// --kv-tokens, --kv-memory, --max-running and --db (default DefaultDb();
+// --kv-tokens, --kv-memory, --max-running, --fair, --client-weights and --db (default DefaultDb();
 // "none" = no store). Problems go to args.Error().
 StackOptions ReadStackOptions(Args& args);
+
+// "NAME=W,NAME=W": each client's share of the engine under fair sharing
+// (W > 0, names non-empty and distinct).
+Result<std::map<std::string, double>> ParseClientWeights(const std::string& text);
 
 // What OpenStack made. Members are destroyed in reverse order: the runtime
 // (its dispatcher thread) before the engines it drives.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,16 @@
 #include "engine/status.h"
 
 namespace braid {
+
+// The "vtc" admission policy's accounts: virtual token counters per client
+// (GenerationRequest::client; Sheng et al., OSDI'24).
+struct FairnessOptions {
+  double prompt_weight = 1.0;     // service per prompt token computed (w_p)
+  double generated_weight = 2.0;  // service per token generated (w_q)
+  // Each client's share (default 1): a client of weight 2 gets twice the
+  // service of one of weight 1 while both wait.
+  std::map<std::string, double> client_weights;
+};
 
 struct EngineOptions {
   ModelOptions model;
@@ -41,7 +52,10 @@ struct EngineOptions {
   int max_batch_tokens = 0;
   int latency_batch_tokens = 0;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
-  std::string policy = "priority";  // admission order: "fcfs" or "priority"
+  // Admission order: "fcfs", "priority" or "vtc" (fair sharing between
+  // clients, with `fairness`).
+  std::string policy = "priority";
+  FairnessOptions fairness;
   // Speculative decoding for every request (off by default): the proposer,
   // and the most guesses a sequence checks per step; how many each actually
   // checks is chosen per step from measured acceptance and step cost.
