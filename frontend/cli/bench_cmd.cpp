@@ -72,7 +72,12 @@ const char* kBenchHelp =
     "              default 200) requests arriving as a Poisson process (seeded), with\n"
     "              prompt and output lengths uniform in [F x len, len] for\n"
     "              --random-ratio F (0..1, default 1 = fixed): output tokens/s,\n"
-    "              requests/s, TTFT, inter-token and end-to-end latency p50/p99.\n";
+    "              requests/s, TTFT, inter-token and end-to-end latency p50/p99.\n"
+    "  --clients LIST  with --rate: requests split between clients in these shares of\n"
+    "              the rate (e.g. 1,2; each 1..1000), and each client's service per\n"
+    "              window of the run and the largest difference between clients\n"
+    "  --policy P  with --rate: the engine's admission order, fcfs (default), priority\n"
+    "              or vtc (fair sharing between clients, docs/fairness.md)\n";
 
 struct Stats {
   double mean = 0, stddev = 0;

@@ -286,6 +286,19 @@ struct RateResult {
   // (the rest: scheduling, sampling, streaming, idle between arrivals).
   uint64_t steps = 0;
   double forward_share = 0;
+  // With several clients (--clients): each one's service (w_p x prompt
+  // tokens computed + w_q x tokens generated, 1 and 2) per window of the
+  // run, windows where every client had a request pending, and over those
+  // the largest and mean difference between clients' service per window.
+  struct Client {
+    int requests = 0;
+    double service = 0;
+    std::vector<double> per_window;
+  };
+  std::vector<Client> clients;
+  double window_s = 0;
+  std::vector<bool> contended;  // per window: every client had work pending throughout
+  double diff_max = 0, diff_mean = 0;
 };
 
 double Mean(const std::vector<double>& v) {
@@ -300,19 +313,25 @@ double Mean(const std::vector<double>& v) {
 // workload (lengths, arrival gaps, tokens) comes from a fixed seed, so every
 // rate serves the same requests.
 Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, int gen_len,
-                           double ratio, int n_vocab) {
+                           double ratio, int n_vocab, const std::vector<double>& shares) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
   std::uniform_int_distribution<int> plen(std::max(1, static_cast<int>(ratio * prompt_len)),
                                           prompt_len);
   std::uniform_int_distribution<int> glen(std::max(1, static_cast<int>(ratio * gen_len)), gen_len);
   std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
+  // Each request's client drawn by the clients' shares of the rate (one
+  // Poisson process split at random is one per client at those rates).
+  std::discrete_distribution<int> who(shares.begin(), shares.end());
   std::vector<GenerationRequest> requests;
   std::vector<double> arrival_s;
+  std::vector<int> client_of;
   double at = 0;
   for (int i = 0; i < n; ++i) {
     const int p = plen(rng), g = glen(rng);
     requests.push_back(Greedy({}, p, g, pick, rng));
+    client_of.push_back(shares.size() > 1 ? who(rng) : 0);
+    if (shares.size() > 1) requests.back().client = "client" + std::to_string(client_of.back());
     arrival_s.push_back(at);
     if (rate > 0) at += gap(rng);
   }
@@ -329,11 +348,24 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   }
   std::vector<double> ttft, itl, e2e;
   double generated = 0, prompt = 0, end_s = 0;
+  // Service events (time s, client, amount) and each request's pending span.
+  struct Event {
+    double at;
+    int client;
+    double amount;
+  };
+  std::vector<Event> events;
+  std::vector<std::pair<double, double>> pending(n);
   for (int i = 0; i < n; ++i) {
     const Completion r = handles[i]->Wait();
     if (r.finish_reason == "error" || r.finish_reason == "cancelled")
       return Status::Internal("request " + std::to_string(i) + " ended with '" + r.finish_reason +
                               "'");
+    double t = submitted_s[i] + r.timings.ttft_ms / 1000.0;
+    events.push_back({t, client_of[i], 1.0 * (r.usage.prompt_tokens - r.usage.cached_tokens) + 2});
+    for (double gap_ms : r.timings.inter_token_ms)
+      events.push_back({t += gap_ms / 1000.0, client_of[i], 2});
+    pending[i] = {submitted_s[i], submitted_s[i] + r.timings.total_ms / 1000.0};
     ttft.push_back(r.timings.ttft_ms);
     itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
     e2e.push_back(r.timings.total_ms);
@@ -360,13 +392,51 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.preemptions = after.preemptions - before.preemptions;
   rr.steps = after.steps - before.steps;
   rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
+  if (shares.size() > 1) {
+    const int windows = 20;
+    rr.window_s = end_s / windows;
+    rr.clients.assign(shares.size(), {});
+    for (auto& c : rr.clients) c.per_window.assign(windows, 0);
+    for (int i = 0; i < n; ++i) rr.clients[client_of[i]].requests++;
+    for (const Event& e : events) {
+      const int w = std::min(windows - 1, static_cast<int>(e.at / rr.window_s));
+      rr.clients[e.client].per_window[w] += e.amount;
+      rr.clients[e.client].service += e.amount;
+    }
+    // A window is contended when every client has a request pending from
+    // its start to its end (submitted before, finished after).
+    double sum = 0;
+    int count = 0;
+    for (int w = 0; w < windows; ++w) {
+      const double a = w * rr.window_s, b = a + rr.window_s;
+      bool all = true;
+      for (size_t c = 0; c < shares.size(); ++c) {
+        bool busy = false;
+        for (int i = 0; i < n && !busy; ++i)
+          busy = client_of[i] == static_cast<int>(c) && pending[i].first <= a &&
+                 pending[i].second >= b;
+        all &= busy;
+      }
+      rr.contended.push_back(all);
+      if (!all) continue;
+      double lo = 1e300, hi = 0;
+      for (const auto& c : rr.clients) {
+        lo = std::min(lo, c.per_window[w]);
+        hi = std::max(hi, c.per_window[w]);
+      }
+      rr.diff_max = std::max(rr.diff_max, hi - lo);
+      sum += hi - lo;
+      ++count;
+    }
+    rr.diff_mean = count ? sum / count : 0;
+  }
   return rr;
 }
 
 // The --rate mode: one row per rate, and the JSON file if asked.
 int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, int n,
-             int prompt_len, int gen_len, double ratio, const std::string& cpu,
-             const std::string& json) {
+             int prompt_len, int gen_len, double ratio, const std::vector<double>& shares,
+             const std::string& policy, const std::string& cpu, const std::string& json) {
   const ModelInfo& info = engine.model()->info();
   const EngineStats st = engine.stats();
   std::printf("device: %s; KV pool %d tokens (%.1f GB)\n", info.device.c_str(),
@@ -392,7 +462,7 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   }
   std::vector<RateResult> results;
   for (double rate : rates) {
-    auto r = RunRate(engine, rate, n, prompt_len, gen_len, ratio, info.n_vocab);
+    auto r = RunRate(engine, rate, n, prompt_len, gen_len, ratio, info.n_vocab, shares);
     if (!r.ok()) {
       std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
       return 1;
@@ -407,6 +477,20 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
         x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50 / 1000, x.e2e_p99 / 1000,
         static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
         100 * x.forward_share);
+    if (!x.clients.empty()) {
+      std::printf("  policy %s, %zu clients; service (1 x prompt tokens computed + 2 x generated)",
+                  policy.c_str(), x.clients.size());
+      for (size_t c = 0; c < x.clients.size(); ++c)
+        std::printf("%s client%zu (share %g): %d requests, %.0f (%.1f/s)", c ? ";" : ":", c,
+                    shares[c], x.clients[c].requests, x.clients[c].service,
+                    x.clients[c].service / x.wall_s);
+      int contended = 0;
+      for (bool b : x.contended) contended += b;
+      std::printf(
+          "\n  difference in service per %.2f s window, over the %d of %zu windows where every "
+          "client waited: max %.0f, mean %.0f\n",
+          x.window_s, contended, x.contended.size(), x.diff_max, x.diff_mean);
+    }
     std::fflush(stdout);
     results.push_back(x);
   }
@@ -418,10 +502,11 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   }
   std::fprintf(f,
                "{\"model\": \"%s\", \"device\": \"%s\", \"cpu\": \"%s\", \"prompt_len\": %d, "
-               "\"gen_len\": %d, \"random_ratio\": %.3f, \"kv_pool_tokens\": %d, \"rates\": [",
+               "\"gen_len\": %d, \"random_ratio\": %.3f, \"kv_pool_tokens\": %d, \"policy\": "
+               "\"%s\", \"rates\": [",
                JsonEscape(info.path).c_str(), JsonEscape(info.device).c_str(),
-               JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio,
-               st.kv_blocks_total * block_size);
+               JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio, st.kv_blocks_total * block_size,
+               JsonEscape(policy).c_str());
   for (size_t i = 0; i < results.size(); ++i) {
     const RateResult& x = results[i];
     std::fprintf(f,
@@ -429,11 +514,28 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
                  "\"in_tok_s\": %.2f, \"req_s\": %.4f, \"ttft_mean_ms\": %.2f, \"ttft_p50_ms\": "
                  "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
                  "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
-                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f}",
+                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f",
                  i ? "," : "", x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s,
                  x.ttft_mean, x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50,
                  x.e2e_p99, static_cast<unsigned long long>(x.preemptions),
                  static_cast<unsigned long long>(x.steps), x.forward_share);
+    if (!x.clients.empty()) {
+      std::fprintf(
+          f, ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",
+          x.window_s, x.diff_max, x.diff_mean);
+      for (size_t w = 0; w < x.contended.size(); ++w)
+        std::fprintf(f, "%s%s", w ? ", " : "", x.contended[w] ? "true" : "false");
+      std::fprintf(f, "], \"clients\": [");
+      for (size_t c = 0; c < x.clients.size(); ++c) {
+        std::fprintf(f, "%s{\"share\": %g, \"requests\": %d, \"service\": %.1f, \"per_window\": [",
+                     c ? ", " : "", shares[c], x.clients[c].requests, x.clients[c].service);
+        for (size_t w = 0; w < x.clients[c].per_window.size(); ++w)
+          std::fprintf(f, "%s%.1f", w ? ", " : "", x.clients[c].per_window[w]);
+        std::fprintf(f, "]}");
+      }
+      std::fprintf(f, "]");
+    }
+    std::fprintf(f, "}");
   }
   std::fprintf(f, "\n]}\n");
   std::fclose(f);
@@ -459,6 +561,10 @@ int ServeBenchMain(Args& args) {
   const double ratio = args.Num({"--random-ratio"}, 1.0, 0.0, 1.0);
   const int max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
   const int rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
+  std::vector<double> shares;
+  for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
+    shares.push_back(share);
+  const std::string policy = args.Str({"--policy"}, "fcfs");
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
@@ -493,15 +599,15 @@ int ServeBenchMain(Args& args) {
     eo.max_running = max_running;
     eo.max_batch_tokens = batch_tokens;
     eo.max_waiting = requests;
-    eo.policy = "fcfs";
+    eo.policy = policy;
     eo.spec = *spec;
     auto opened = Engine::Open(eo);
     if (!opened.ok()) {
       std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
       return 1;
     }
-    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, cpu.model,
-                    json);
+    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, shares,
+                    policy, cpu.model, json);
   }
   // The KV cache every request of the largest level needs at once, in 64
   // bits (the bounds above keep it well inside them, not inside an int).
