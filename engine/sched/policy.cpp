@@ -36,8 +36,8 @@ class PriorityPolicy final : public AdmissionPolicy {
 }  // namespace
 
 double VtcPolicy::counter(const std::string& client) const {
-  auto it = counters_.find(client);
-  return it == counters_.end() ? 0.0 : it->second;
+  auto it = accounts_.find(client);
+  return it == accounts_.end() ? 0.0 : it->second.counter;
 }
 
 double VtcPolicy::weight(const std::string& client) const {
@@ -55,18 +55,25 @@ bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
 }
 
 void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {
+  Account& a = accounts_[s.client];
+  if (s.preemptions == 0) ++a.live;  // new (a preempted sequence was counted when it came)
   double lowest = std::numeric_limits<double>::infinity();
   for (const SeqState* w : waiting) {
     if (w->client == s.client) return;  // its queue was not empty: no lift
     lowest = std::min(lowest, counter(w->client));
   }
-  double& c = counters_[s.client];
-  if (lowest != std::numeric_limits<double>::infinity()) c = std::max(c, lowest);
+  if (lowest != std::numeric_limits<double>::infinity()) a.counter = std::max(a.counter, lowest);
+}
+
+void VtcPolicy::OnFinish(const SeqState& s) {
+  auto it = accounts_.find(s.client);
+  if (it == accounts_.end()) return;
+  if (--it->second.live <= 0 && accounts_.size() > kMaxIdleClients) accounts_.erase(it);
 }
 
 void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int generated) {
   if (prompt_tokens == 0 && generated == 0) return;
-  counters_[s.client] +=
+  accounts_[s.client].counter +=
       (options_.prompt_weight * prompt_tokens + options_.generated_weight * generated) /
       weight(s.client);
 }

@@ -34,6 +34,8 @@ class AdmissionPolicy {
   // `generated` new tokens; negative counts refund work planned and then
   // taken back (its sequence preempted in the same step).
   virtual void OnService(const SeqState& s, int prompt_tokens, int generated) {}
+  // `s` leaves for good (finished or cancelled).
+  virtual void OnFinish(const SeqState& s) {}
 };
 
 // Arrival order only.
@@ -53,13 +55,24 @@ class VtcPolicy final : public AdmissionPolicy {
   bool Before(const SeqState& a, const SeqState& b) const override;
   void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
   void OnService(const SeqState& s, int prompt_tokens, int generated) override;
+  void OnFinish(const SeqState& s) override;
   // A client's counter (0 for one never seen).
   double counter(const std::string& client) const;
   double weight(const std::string& client) const;
+  // Clients with an account. Past kMaxIdleClients, the account of a client
+  // whose last request leaves is dropped (it returns at the lift, or 0),
+  // so that one-off clients (every local run is a client of its own) do not
+  // pile up in a long-lived server.
+  size_t clients() const { return accounts_.size(); }
+  static constexpr size_t kMaxIdleClients = 4096;
 
  private:
+  struct Account {
+    double counter = 0;
+    int live = 0;  // sequences queued or running
+  };
   FairnessOptions options_;
-  std::unordered_map<std::string, double> counters_;
+  std::unordered_map<std::string, Account> accounts_;
 };
 
 // "fcfs", "priority" or "vtc" (with `fairness`); nullptr for an unknown name.

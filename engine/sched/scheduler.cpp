@@ -223,6 +223,7 @@ void Scheduler::Commit(const StepPlan& plan) {
 }
 
 void Scheduler::Remove(SeqState* s, bool insert) {
+  if (s->status != SeqStatus::kFinished) policy_.OnFinish(*s);
   if (insert) OfferToCache(s);
   ReleaseBlocks(s);
   if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end())

@@ -308,6 +308,24 @@ TEST_CASE("vtc: the lift rule") {
   CHECK(p.Before(b, a));
 }
 
+TEST_CASE("vtc: accounts of idle one-off clients do not pile up") {
+  SchedulerConfig cfg;
+  cfg.max_running = 8;
+  cfg.max_batch_tokens = 64;
+  Sim sim(40, "vtc", cfg);
+  auto& vtc = static_cast<VtcPolicy&>(*sim.policy);
+  for (int i = 0; i < 2 * static_cast<int>(VtcPolicy::kMaxIdleClients); ++i) {
+    SeqState* one = sim.Submit(4, 1, GoalClass::kThroughput, 0, "run" + std::to_string(i));
+    for (int k = 0; k < 10 && one->status != SeqStatus::kFinished; ++k) sim.Step();
+    REQUIRE(one->status == SeqStatus::kFinished);
+  }
+  CHECK(vtc.clients() <= VtcPolicy::kMaxIdleClients + 1);
+  // A client with work keeps its account.
+  sim.Submit(50, 100, GoalClass::kThroughput, 0, "busy");
+  for (int k = 0; k < 10; ++k) sim.Step();
+  CHECK(vtc.counter("busy") > 0);
+}
+
 TEST_CASE("vtc: a low-rate client is not starved by heavy ones") {
   SchedulerConfig cfg;
   cfg.max_running = 8;
