@@ -35,6 +35,32 @@ class PriorityPolicy final : public AdmissionPolicy {
 
 }  // namespace
 
+SeqState* AdmissionPolicy::Pick(std::span<SeqState* const> waiting,
+                                std::span<const int> cached) const {
+  return *std::min_element(waiting.begin(), waiting.end(),
+                           [&](const SeqState* a, const SeqState* b) { return Before(*a, *b); });
+}
+
+SeqState* VtcPolicy::Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const {
+  SeqState* first = AdmissionPolicy::Pick(waiting, cached);
+  if (options_.locality_bound <= 0 || cached.size() != waiting.size()) return first;
+  // The lowest counter among the first's goal class.
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const SeqState* w : waiting)
+    if (w->goal == first->goal) lowest = std::min(lowest, counter(w->client));
+  SeqState* best = first;
+  int best_cached = -1;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    SeqState* w = waiting[i];
+    if (w->goal != first->goal || counter(w->client) > lowest + options_.locality_bound) continue;
+    if (cached[i] > best_cached || (cached[i] == best_cached && Before(*w, *best))) {
+      best = w;
+      best_cached = cached[i];
+    }
+  }
+  return best;
+}
+
 double VtcPolicy::counter(const std::string& client) const {
   auto it = accounts_.find(client);
   return it == accounts_.end() ? 0.0 : it->second.counter;

@@ -36,6 +36,12 @@ class AdmissionPolicy {
   virtual void OnService(const SeqState& s, int prompt_tokens, int generated) {}
   // `s` leaves for good (finished or cancelled).
   virtual void OnFinish(const SeqState& s) {}
+  // Whether Pick wants each waiting sequence's cached prefix length.
+  virtual bool uses_cached() const { return false; }
+  // The waiting sequence to admit next (`waiting` non-empty); `cached`:
+  // each one's tokens found in the prefix cache, when uses_cached(). The
+  // first in Before order unless the policy trades order for locality.
+  virtual SeqState* Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const;
 };
 
 // Arrival order only.
@@ -56,6 +62,11 @@ class VtcPolicy final : public AdmissionPolicy {
   void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
   void OnService(const SeqState& s, int prompt_tokens, int generated) override;
   void OnFinish(const SeqState& s) override;
+  // With a locality bound: among the waiting sequences of the first goal
+  // class whose clients' counters are within the bound of the lowest, the
+  // one with the longest cached prefix.
+  bool uses_cached() const override { return options_.locality_bound > 0; }
+  SeqState* Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const override;
   // A client's counter (0 for one never seen).
   double counter(const std::string& client) const;
   double weight(const std::string& client) const;

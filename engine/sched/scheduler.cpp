@@ -175,12 +175,21 @@ StepPlan Scheduler::Schedule() {
   // 3. Admission, the first waiting sequence in policy order each time (the
   // order moves as the policy hears the service given); stop at the first
   // that does not fit.
+  // A policy that weighs locality sees each waiting sequence's cached prefix
+  // (probed once a step: admissions lock, they do not insert).
+  std::vector<int> cached;
+  if (policy_.uses_cached())
+    for (const SeqState* w : waiting_)
+      cached.push_back(
+          cache_.Probe(w->salt, std::span<const int32_t>(w->tokens.data(), w->tokens.size() - 1)));
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_running) {
-    auto first = std::min_element(waiting_.begin(), waiting_.end(), order);
-    SeqState* s = *first;
+    SeqState* s = policy_.Pick(waiting_, cached);
     if (allowance(s) == 0 || !Admit(s, allowance(s), &plan)) break;
-    waiting_.erase(first);
+    const size_t at =
+        static_cast<size_t>(std::find(waiting_.begin(), waiting_.end(), s) - waiting_.begin());
+    waiting_.erase(waiting_.begin() + static_cast<long>(at));
+    if (!cached.empty()) cached.erase(cached.begin() + static_cast<long>(at));
     budget -= plan.items.back().n_tokens;
   }
   return plan;

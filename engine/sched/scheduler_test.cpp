@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -34,7 +35,11 @@ struct Sim {
     auto s = std::make_unique<SeqState>();
     s->id = next_id++;
     s->client = client;
-    for (int i = 0; i < prompt; ++i) s->tokens.push_back(i < shared ? 7 : static_cast<int32_t>(s->id * 1000 + i));
+    // The shared prefix: token 7 throughout, or a client's own prefix.
+    const int32_t prefix =
+        client.empty() ? 7 : 7 + static_cast<int32_t>(1 + std::hash<std::string>{}(client) % 1000);
+    for (int i = 0; i < prompt; ++i)
+      s->tokens.push_back(i < shared ? prefix : static_cast<int32_t>(s->id * 1000 + i));
     s->prompt_len = prompt;
     s->max_tokens = gen;
     s->goal = goal;
@@ -274,6 +279,60 @@ TEST_CASE("vtc: weights share service in their ratio") {
     CHECK(MaxServiceGap("vtc", {4, 4, 4}, {1, 2, 3}, seed, 1500, &bound) <= bound);
     // Unweighted, the heavier clients would fall behind by far more.
     CHECK(MaxServiceGap("vtc", {4, 4, 4}, {1, 1, 1}, seed, 1500, &bound) <= bound);
+  }
+}
+
+// Twelve clients with prompts of which 96 tokens are the client's own
+// prefix, all backlogged, in a pool that holds few of them at once: the
+// prompt tokens found in the cache, and the largest service gap.
+struct LocalityRun {
+  long cached = 0;
+  double gap = 0, bound = 0;
+};
+LocalityRun RunLocality(double locality_bound, uint32_t seed) {
+  constexpr int kTenants = 12;
+  std::mt19937 rng(seed);
+  SchedulerConfig cfg;
+  cfg.max_running = 6;
+  cfg.max_batch_tokens = 128;
+  FairnessOptions f;
+  f.locality_bound = locality_bound;
+  const int blocks = 40;
+  Sim sim(blocks, "vtc", cfg, f);
+  ServiceMeter meter;
+  LocalityRun out;
+  out.bound = 2 * std::max(1.0 * 128, 2.0 * blocks * 16) + locality_bound;
+  for (int step = 0; step < 1200; ++step) {
+    for (int c = 0; c < kTenants; ++c) {
+      const std::string name = "tenant" + std::to_string(c);
+      int waiting = 0;
+      for (auto& s : sim.seqs) waiting += s->status == SeqStatus::kWaiting && s->client == name;
+      for (; waiting < 3; ++waiting)
+        sim.Submit(96 + 8 + static_cast<int>(rng() % 24), 1 + static_cast<int>(rng() % 8),
+                   GoalClass::kThroughput, 96, name);
+    }
+    meter.Add(sim.Step());
+    double lo = 1e300, hi = -1e300;
+    for (int c = 0; c < kTenants; ++c) {
+      const double v = meter.service["tenant" + std::to_string(c)];
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    out.gap = std::max(out.gap, hi - lo);
+  }
+  for (auto& s : sim.seqs) out.cached += s->cached_tokens;
+  return out;
+}
+
+TEST_CASE("vtc with locality: more cache hits, service gap within 2U + the bound") {
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    CAPTURE(seed);
+    const LocalityRun plain = RunLocality(0, seed), local = RunLocality(600, seed);
+    CHECK(plain.gap <= plain.bound);
+    CHECK(local.gap <= local.bound);
+    CHECK(local.cached > plain.cached * 1.2);
+    MESSAGE("cached prompt tokens: plain " << plain.cached << ", locality " << local.cached
+                                           << "; gap " << plain.gap << " / " << local.gap);
   }
 }
 

@@ -77,7 +77,8 @@ const char* kBenchHelp =
     "              the rate (e.g. 1,2; each 1..1000), and each client's service per\n"
     "              window of the run and the largest difference between clients\n"
     "  --policy P  with --rate: the engine's admission order, fcfs (default), priority\n"
-    "              or vtc (fair sharing between clients, docs/fairness.md)\n";
+    "              or vtc (fair sharing between clients, docs/fairness.md)\n"
+    "  --locality-bound S  with --policy vtc: locality within fairness, 0..1e9\n";
 
 struct Stats {
   double mean = 0, stddev = 0;

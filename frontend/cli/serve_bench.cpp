@@ -565,6 +565,7 @@ int ServeBenchMain(Args& args) {
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
     shares.push_back(share);
   const std::string policy = args.Str({"--policy"}, "fcfs");
+  const double locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
@@ -600,6 +601,7 @@ int ServeBenchMain(Args& args) {
     eo.max_batch_tokens = batch_tokens;
     eo.max_waiting = requests;
     eo.policy = policy;
+    eo.fairness.locality_bound = locality_bound;
     eo.spec = *spec;
     auto opened = Engine::Open(eo);
     if (!opened.ok()) {

@@ -55,6 +55,8 @@ const char* const kStackHelp =
     "      --fair              share each engine fairly between clients (VTC: virtual token\n"
     "                          counters; a client is an API key, docs/fairness.md)\n"
     "      --client-weights L  with --fair: NAME=W,... each client's share (default 1)\n"
+    "      --locality-bound S  with --fair: a client up to S service ahead may go first\n"
+    "                          when more of its prompt is cached, 0..1e9 (default 0)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
 const std::vector<std::string> kStackValueOptions = {
@@ -85,6 +87,7 @@ StackOptions ReadStackOptions(Args& args) {
   else
     args.Fail(spec.status().message());
   o.fair = args.Flag({"--fair"});
+  o.locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
   if (args.Has({"--client-weights"})) {
     auto w = ParseClientWeights(args.Str({"--client-weights"}, ""));
     if (w.ok())
@@ -185,6 +188,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.max_waiting = options.max_waiting;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
+  eo.fairness.locality_bound = options.locality_bound;
   eo.spec = options.spec;
   return eo;
 }

@@ -34,6 +34,7 @@ struct StackOptions {
   // these shares (--client-weights NAME=W,...).
   bool fair = false;
   std::map<std::string, double> client_weights;
+  double locality_bound = 0;        // --locality-bound: FairnessOptions::locality_bound
   std::string db;                   // run store path; "" = runs are not persisted
   SpecOptions spec;                 // speculative decoding in every embedded engine
 };

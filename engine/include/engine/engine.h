@@ -30,6 +30,12 @@ struct FairnessOptions {
   // Each client's share (default 1): a client of weight 2 gets twice the
   // service of one of weight 1 while both wait.
   std::map<std::string, double> client_weights;
+  // Locality within fairness (deficit longest-prefix-match): a request of
+  // a client up to this much service ahead of the least-served waiting
+  // client may go first when more of its prompt is cached. 0 = plain VTC;
+  // larger trades fairness (the service gap grows by up to this) for
+  // prefix-cache hits.
+  double locality_bound = 0;
 };
 
 struct EngineOptions {
