@@ -531,8 +531,16 @@ class ServingEngine final : public Engine {
   EngineStats stats() const override {
     EngineStats s;
     {
+      std::lock_guard<std::mutex> kv_lock(kv_mu_);
+      for (const auto& [client, c] : scheduler_.ClientServices())
+        s.clients.push_back({client, c.prompt_tokens, c.generated_tokens, c.waiting, c.running,
+                             policy_->counter(client)});
+    }
+    {
       std::lock_guard<std::mutex> lock(stats_mu_);
+      std::vector<EngineStats::ClientStats> clients = std::move(s.clients);
       s = stats_;
+      s.clients = std::move(clients);
     }
     if (options_.model.cpu.profile_stages)
       model_->backend().StageProfile(&s.profiled_passes, &s.forward_stages);
@@ -623,7 +631,7 @@ class ServingEngine final : public Engine {
   std::vector<ScheduledItem*> guess_items_;
   std::vector<spec::Candidate> candidates_;
   std::vector<DraftRunner::Job> guess_jobs_;
-  std::mutex kv_mu_;              // pool, cache and scheduler: the loop holds it during planning
+  mutable std::mutex kv_mu_;  // pool, cache and scheduler: the loop holds it during planning
 
   std::mutex mu_;  // inbox and stop flag
   std::condition_variable cv_;

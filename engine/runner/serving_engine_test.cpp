@@ -479,5 +479,41 @@ TEST_CASE("score_choices ranks continuations by total log-probability") {
   CHECK_FALSE(e.Submit(g).ok());
 }
 
+TEST_CASE("stats carry each client's service, queue and fair-share counter") {
+  if (!HaveModel()) return;
+  EngineOptions o = Options(4096);
+  o.policy = "vtc";
+  o.fairness.client_weights["b"] = 2;
+  auto engine = Engine::Open(o);
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  auto prompts = Prompts(*e.model(), 2);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const char* client : {"a", "b"}) {
+    GenerationRequest g;
+    g.prompt = prompts[client[0] == 'a' ? 0 : 1];
+    g.sampling = SamplingParams::Greedy();
+    g.sampling.max_tokens = 6;
+    g.sampling.ignore_eos = true;
+    g.client = client;
+    auto h = e.Submit(std::move(g));
+    REQUIRE(h.ok());
+    hs.push_back(*h);
+  }
+  for (auto& h : hs) h->Wait();
+  const EngineStats st = e.stats();
+  REQUIRE(st.clients.size() == 2);
+  for (const EngineStats::ClientStats& c : st.clients) {
+    CAPTURE(c.client);
+    const size_t prompt = prompts[c.client == "a" ? 0 : 1].size();
+    CHECK(c.generated_tokens == 6);
+    CHECK(c.prompt_tokens == prompt);
+    CHECK(c.waiting == 0);
+    CHECK(c.running == 0);
+    // Service = 1 x prompt + 2 x generated, over the client's weight.
+    CHECK(c.counter == doctest::Approx((prompt + 12.0) / (c.client == "b" ? 2 : 1)));
+  }
+}
+
 }  // namespace
 }  // namespace braid

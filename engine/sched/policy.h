@@ -36,6 +36,9 @@ class AdmissionPolicy {
   virtual void OnService(const SeqState& s, int prompt_tokens, int generated) {}
   // `s` leaves for good (finished or cancelled).
   virtual void OnFinish(const SeqState& s) {}
+  // The policy's account of a client, for stats (the vtc counter; 0 for
+  // policies without accounts).
+  virtual double counter(const std::string& client) const { return 0; }
   // Whether Pick wants each waiting sequence's cached prefix length.
   virtual bool uses_cached() const { return false; }
   // The waiting sequence to admit next (`waiting` non-empty); `cached`:
@@ -68,7 +71,7 @@ class VtcPolicy final : public AdmissionPolicy {
   bool uses_cached() const override { return options_.locality_bound > 0; }
   SeqState* Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const override;
   // A client's counter (0 for one never seen).
-  double counter(const std::string& client) const;
+  double counter(const std::string& client) const override;
   double weight(const std::string& client) const;
   // Clients with an account. Past kMaxIdleClients, the account of a client
   // whose last request leaves is dropped (it returns at the lift, or 0),

@@ -15,6 +15,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::Rad
 
 void Scheduler::Add(SeqState* s) {
   s->status = SeqStatus::kWaiting;
+  ledgers_[s->client].live++;
   policy_.OnWaiting(*s, waiting_);
   waiting_.push_back(s);
 }
@@ -26,6 +27,9 @@ void Scheduler::Plan(const ScheduledItem& item, StepPlan* plan) {
   it.charged = std::max(0, end - std::max(it.start, s->charged));
   s->charged += it.charged;
   policy_.OnService(*s, it.charged, it.sample ? 1 : 0);
+  Ledger& l = ledgers_[s->client];
+  l.prompt_tokens += it.charged;
+  l.generated_tokens += it.sample ? 1 : 0;
   plan->items.push_back(it);
   plan->n_tokens += it.n_tokens;
 }
@@ -55,6 +59,9 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
       plan->n_tokens -= it->n_tokens;
       victim->charged -= it->charged;
       policy_.OnService(*victim, -it->charged, it->sample ? -1 : 0);  // not done after all
+      Ledger& l = ledgers_[victim->client];
+      l.prompt_tokens -= it->charged;
+      l.generated_tokens -= it->sample ? 1 : 0;
       items.erase(it);
       break;
     }
@@ -195,6 +202,18 @@ StepPlan Scheduler::Schedule() {
   return plan;
 }
 
+std::map<std::string, Scheduler::ClientService> Scheduler::ClientServices() const {
+  std::map<std::string, ClientService> out;
+  for (const auto& [client, l] : ledgers_) {
+    ClientService& c = out[client];
+    c.prompt_tokens = l.prompt_tokens;
+    c.generated_tokens = l.generated_tokens;
+  }
+  for (const SeqState* s : waiting_) out[s->client].waiting++;
+  for (const SeqState* s : running_) out[s->client].running++;
+  return out;
+}
+
 // Offers the full blocks of the computed prefix that the cache has not seen.
 void Scheduler::OfferToCache(SeqState* s) {
   const int full = s->num_computed / block_size_;
@@ -232,7 +251,12 @@ void Scheduler::Commit(const StepPlan& plan) {
 }
 
 void Scheduler::Remove(SeqState* s, bool insert) {
-  if (s->status != SeqStatus::kFinished) policy_.OnFinish(*s);
+  if (s->status != SeqStatus::kFinished) {
+    policy_.OnFinish(*s);
+    auto l = ledgers_.find(s->client);
+    if (l != ledgers_.end() && --l->second.live <= 0 && ledgers_.size() > kMaxIdleClients)
+      ledgers_.erase(l);
+  }
   if (insert) OfferToCache(s);
   ReleaseBlocks(s);
   if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end())

@@ -13,6 +13,9 @@
 // calls Commit. Not thread-safe: the step loop owns it.
 #pragma once
 
+#include <map>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -86,6 +89,16 @@ class Scheduler {
   // with `insert`, its computed full blocks are offered to the cache first.
   void Remove(SeqState* s, bool insert);
 
+  // Per client: service planned so far (prompt tokens computed, tokens
+  // generated), and its waiting and running sequences now. Past
+  // kMaxIdleClients clients, one whose last sequence leaves is dropped.
+  struct ClientService {
+    uint64_t prompt_tokens = 0, generated_tokens = 0;
+    int waiting = 0, running = 0;
+  };
+  std::map<std::string, ClientService> ClientServices() const;
+  static constexpr size_t kMaxIdleClients = 4096;
+
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
 
@@ -107,6 +120,11 @@ class Scheduler {
   int block_size_;
   std::vector<SeqState*> waiting_;
   std::vector<SeqState*> running_;
+  struct Ledger {
+    uint64_t prompt_tokens = 0, generated_tokens = 0;
+    int live = 0;  // sequences added and not yet removed
+  };
+  std::unordered_map<std::string, Ledger> ledgers_;
 };
 
 }  // namespace braid

@@ -211,6 +211,36 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
     for (size_t i = 0; i < engines.size(); ++i)
       w.Sample(e.name, "engine=\"" + std::to_string(i) + "\"", e.value(engines[i]));
   }
+  // Per engine and client: what fair sharing sees (EngineStats::clients).
+  struct ClientMetric {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const EngineStats::ClientStats&);
+  };
+  static const ClientMetric kClient[] = {
+      {"engine_client_waiting", "gauge", "Requests of the client queued in the engine.",
+       [](const EngineStats::ClientStats& c) { return static_cast<double>(c.waiting); }},
+      {"engine_client_running", "gauge", "Requests of the client running in the engine.",
+       [](const EngineStats::ClientStats& c) { return static_cast<double>(c.running); }},
+      {"engine_client_prompt_tokens_total", "counter",
+       "Prompt tokens the engine computed for the client (cache hits excluded).",
+       [](const EngineStats::ClientStats& c) { return static_cast<double>(c.prompt_tokens); }},
+      {"engine_client_generated_tokens_total", "counter",
+       "Tokens the engine generated for the client.",
+       [](const EngineStats::ClientStats& c) { return static_cast<double>(c.generated_tokens); }},
+      {"engine_client_vtc_counter", "gauge",
+       "The client's virtual token counter under --fair (weighted service).",
+       [](const EngineStats::ClientStats& c) { return c.counter; }},
+  };
+  for (const ClientMetric& e : kClient) {
+    w.Header(e.name, e.type, e.help);
+    for (size_t i = 0; i < engines.size(); ++i)
+      for (const EngineStats::ClientStats& c : engines[i].clients)
+        w.Sample(e.name,
+                 "engine=\"" + std::to_string(i) + "\",client=\"" + LabelValue(c.client) + "\"",
+                 e.value(c));
+  }
   return w.Take();
 }
 

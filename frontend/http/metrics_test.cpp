@@ -69,6 +69,7 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   e.cached_prompt_tokens = 120;
   e.spec_proposed = 50;
   e.spec_accepted = 30;
+  e.clients.push_back({"alice", 300, 40, 2, 1, 380.5});
   const std::string text =
       RenderPrometheus(m.Snapshot(), std::span<const EngineStats>(&e, 1), "m1");
   auto has = [&](const std::string& line) {
@@ -95,6 +96,13 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   has("braid:prefix_cache_hits_total{model_name=\"m1\",engine=\"0\"} 120");
   has("braid:spec_decode_num_draft_tokens_total{model_name=\"m1\",engine=\"0\"} 50");
   has("braid:spec_decode_num_accepted_tokens_total{model_name=\"m1\",engine=\"0\"} 30");
+  has("braid:engine_client_waiting{model_name=\"m1\",engine=\"0\",client=\"alice\"} 2");
+  has("braid:engine_client_running{model_name=\"m1\",engine=\"0\",client=\"alice\"} 1");
+  has("braid:engine_client_prompt_tokens_total{model_name=\"m1\",engine=\"0\",client=\"alice\"} "
+      "300");
+  has("braid:engine_client_generated_tokens_total{model_name=\"m1\",engine=\"0\",client=\"alice\"}"
+      " 40");
+  has("braid:engine_client_vtc_counter{model_name=\"m1\",engine=\"0\",client=\"alice\"} 380.5");
 }
 
 }  // namespace

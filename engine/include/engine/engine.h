@@ -120,6 +120,18 @@ struct EngineStats {
   };
   uint64_t profiled_passes = 0;
   std::vector<StageTime> forward_stages;
+  // Per client (GenerationRequest::client) with requests queued or running,
+  // and those seen lately: the service the engine gave it so far (prompt
+  // tokens computed, cache hits excluded, and tokens generated), its queue
+  // and running counts, and the vtc policy's virtual counter (0 under the
+  // others).
+  struct ClientStats {
+    std::string client;
+    uint64_t prompt_tokens = 0, generated_tokens = 0;
+    int waiting = 0, running = 0;
+    double counter = 0;
+  };
+  std::vector<ClientStats> clients;
 };
 
 // The KV pool's blocks when sized from memory (EngineOptions::kv_tokens 0):
