@@ -681,6 +681,7 @@ void ServingEngine::Loop() {
         if (g.deadline_ms) s.deadline = s.arrival + *g.deadline_ms / 1000.0;
         s.salt = g.cache_salt;
         s.client = g.client;
+        s.program = g.program;
         if (options_.spec.on() && s.max_tokens > 1) {
           std::shared_ptr<spec::SuffixIndex> group;
           if (options_.spec.kind == SpecOptions::Kind::kSuffix && !g.spec_group.empty())

@@ -71,18 +71,29 @@ double VtcPolicy::weight(const std::string& client) const {
   return it == options_.client_weights.end() ? 1.0 : it->second;
 }
 
+double VtcPolicy::program_service(const std::string& program) const {
+  auto it = programs_.find(program);
+  return it == programs_.end() ? 0.0 : it->second.counter;
+}
+
 bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
   if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
   if (a.client != b.client) {
     const double ca = counter(a.client), cb = counter(b.client);
     if (ca != cb) return ca < cb;
+  } else if (a.program != b.program) {
+    const double pa = program_service(a.program), pb = program_service(b.program);
+    if (pa != pb) return pa < pb;
   }
   return UrgencyBefore(a, b);
 }
 
 void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {
   Account& a = accounts_[s.client];
-  if (s.preemptions == 0) ++a.live;  // new (a preempted sequence was counted when it came)
+  if (s.preemptions == 0) {  // new (a preempted sequence was counted when it came)
+    ++a.live;
+    ++programs_[s.program].live;
+  }
   double lowest = std::numeric_limits<double>::infinity();
   for (const SeqState* w : waiting) {
     if (w->client == s.client) return;  // its queue was not empty: no lift
@@ -91,17 +102,24 @@ void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting)
   if (lowest != std::numeric_limits<double>::infinity()) a.counter = std::max(a.counter, lowest);
 }
 
+void VtcPolicy::Release(std::unordered_map<std::string, Account>& accounts,
+                        const std::string& key) {
+  auto it = accounts.find(key);
+  if (it == accounts.end()) return;
+  if (--it->second.live <= 0 && accounts.size() > kMaxIdleClients) accounts.erase(it);
+}
+
 void VtcPolicy::OnFinish(const SeqState& s) {
-  auto it = accounts_.find(s.client);
-  if (it == accounts_.end()) return;
-  if (--it->second.live <= 0 && accounts_.size() > kMaxIdleClients) accounts_.erase(it);
+  Release(accounts_, s.client);
+  Release(programs_, s.program);
 }
 
 void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int generated) {
   if (prompt_tokens == 0 && generated == 0) return;
-  accounts_[s.client].counter +=
-      (options_.prompt_weight * prompt_tokens + options_.generated_weight * generated) /
-      weight(s.client);
+  const double service =
+      options_.prompt_weight * prompt_tokens + options_.generated_weight * generated;
+  accounts_[s.client].counter += service / weight(s.client);
+  programs_[s.program].counter += service;
 }
 
 std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy() { return std::make_unique<FcfsPolicy>(); }

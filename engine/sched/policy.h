@@ -53,10 +53,12 @@ std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy();
 std::unique_ptr<AdmissionPolicy> MakePriorityPolicy();
 
 // VTC: latency class first (fairness within a class); then the client whose
-// counter (service / weight) is lowest; then priority, deadline, arrival as
-// the priority policy. A client whose queue was empty joins at no less than
-// the lowest counter of the clients waiting (the lift rule), so a client
-// back from idle cannot claim the service it did not ask for.
+// counter (service / weight) is lowest; within a client, the program
+// (SeqState::program) that has received the least service so far (so that
+// one long agent loop does not starve the client's short programs); then
+// priority, deadline, arrival as the priority policy. A client whose queue was empty joins at no
+// less than the lowest counter of the clients waiting (the lift rule), so a client back from idle
+// cannot claim the service it did not ask for.
 class VtcPolicy final : public AdmissionPolicy {
  public:
   explicit VtcPolicy(FairnessOptions options) : options_(std::move(options)) {}
@@ -78,6 +80,8 @@ class VtcPolicy final : public AdmissionPolicy {
   // so that one-off clients (every local run is a client of its own) do not
   // pile up in a long-lived server.
   size_t clients() const { return accounts_.size(); }
+  // A program's service so far (0 for one never seen).
+  double program_service(const std::string& program) const;
   static constexpr size_t kMaxIdleClients = 4096;
 
  private:
@@ -85,8 +89,11 @@ class VtcPolicy final : public AdmissionPolicy {
     double counter = 0;
     int live = 0;  // sequences queued or running
   };
+  // Drops an idle account once there are more than kMaxIdleClients.
+  static void Release(std::unordered_map<std::string, Account>& accounts, const std::string& key);
   FairnessOptions options_;
-  std::unordered_map<std::string, Account> accounts_;
+  std::unordered_map<std::string, Account> accounts_;  // per client
+  std::unordered_map<std::string, Account> programs_;  // per program: service so far, unweighted
 };
 
 // "fcfs", "priority" or "vtc" (with `fairness`); nullptr for an unknown name.

@@ -31,10 +31,11 @@ struct Sim {
         sched(cfg, pool, cache, *policy) {}
 
   SeqState* Submit(int prompt, int gen, GoalClass goal = GoalClass::kThroughput, int shared = 0,
-                   const std::string& client = "") {
+                   const std::string& client = "", const std::string& program = "") {
     auto s = std::make_unique<SeqState>();
     s->id = next_id++;
     s->client = client;
+    s->program = program;
     // The shared prefix: token 7 throughout, or a client's own prefix.
     const int32_t prefix =
         client.empty() ? 7 : 7 + static_cast<int32_t>(1 + std::hash<std::string>{}(client) % 1000);
@@ -432,6 +433,38 @@ TEST_CASE("vtc: preemption takes the client with the highest counter first") {
   CHECK(preemptions >= 1);
   CHECK(a->generated() == 70);
   CHECK(b->generated() == 70);
+}
+
+TEST_CASE("vtc: a client's short program is not starved by its long one") {
+  for (const char* policy : {"vtc", "priority"}) {
+    CAPTURE(policy);
+    SchedulerConfig cfg;
+    cfg.max_running = 4;
+    cfg.max_batch_tokens = 64;
+    Sim sim(40, policy, cfg);
+    // A long agent loop's backlog, then a short program of the same client.
+    for (int k = 0; k < 40; ++k)
+      sim.Submit(60, 20, GoalClass::kThroughput, 0, "alice", "agent-loop");
+    for (int k = 0; k < 5; ++k) sim.Step();
+    std::vector<SeqState*> short_calls;
+    for (int k = 0; k < 3; ++k)
+      short_calls.push_back(sim.Submit(30, 5, GoalClass::kThroughput, 0, "alice", "short"));
+    int steps = 0;
+    auto done = [&] {
+      for (SeqState* s : short_calls)
+        if (s->status != SeqStatus::kFinished) return false;
+      return true;
+    };
+    while (!done() && steps < 5000) {
+      sim.Step();
+      ++steps;
+    }
+    if (std::string(policy) == "vtc") {
+      CHECK(steps <= 60);  // as soon as running sequences make room
+    } else {
+      CHECK(steps > 200);  // behind the loop's backlog, in arrival order
+    }
+  }
 }
 
 }  // namespace

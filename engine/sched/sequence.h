@@ -38,6 +38,7 @@ struct SeqState {
   std::optional<double> deadline;  // absolute, engine clock
   uint64_t salt = 0;
   std::string client;
+  std::string program;  // GenerationRequest::program
   SeqStatus status = SeqStatus::kWaiting;
   int preemptions = 0;
 

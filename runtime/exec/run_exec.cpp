@@ -287,6 +287,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   r.sampling.max_tokens = spec.max_tokens;
   r.sampling.stop = spec.stop;
   r.client = options_.client.empty() ? id_ : options_.client;
+  r.program = id_;
   // Calls of one semantic function by one client (a run, unless the caller
   // names a client) are siblings: speculation guesses from their outputs.
   r.spec_group = r.client + "/" + node.fn->spec().name + "/" + spec.name;

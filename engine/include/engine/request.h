@@ -45,6 +45,9 @@ struct GenerationRequest {
   // The first choice computes the prompt; the rest reuse its cached KV.
   std::vector<std::vector<int32_t>> score_choices;
   std::string client;  // identity for fair sharing and accounting
+  // The program (a DAG run) the call belongs to: under the vtc policy a
+  // client's programs share its turn least-attained-service first.
+  std::string program;
   // With the suffix proposer: requests of the same non-empty group (the
   // calls of one semantic function) share an index of each other's
   // finished outputs, from which they guess their own.
