@@ -4,18 +4,25 @@
 #include <limits>
 
 namespace braid {
+
+bool MoreUrgent(const Urgency& a, const Urgency& b) {
+  if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.deadline.has_value() != b.deadline.has_value()) return a.deadline.has_value();
+  if (a.deadline && *a.deadline != *b.deadline) return *a.deadline < *b.deadline;
+  if (a.arrival != b.arrival) return a.arrival < b.arrival;
+  return a.id < b.id;
+}
+
 namespace {
 
 bool ArrivalBefore(const SeqState& a, const SeqState& b) {
   return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
 }
 
-// Higher priority, then earlier deadline, then arrival.
 bool UrgencyBefore(const SeqState& a, const SeqState& b) {
-  if (a.priority != b.priority) return a.priority > b.priority;
-  if (a.deadline.has_value() != b.deadline.has_value()) return a.deadline.has_value();
-  if (a.deadline && *a.deadline != *b.deadline) return *a.deadline < *b.deadline;
-  return ArrivalBefore(a, b);
+  return MoreUrgent({a.goal, a.priority, a.deadline, a.arrival, a.id},
+                    {b.goal, b.priority, b.deadline, b.arrival, b.id});
 }
 
 class FcfsPolicy final : public AdmissionPolicy {
@@ -27,10 +34,7 @@ class FcfsPolicy final : public AdmissionPolicy {
 class PriorityPolicy final : public AdmissionPolicy {
  public:
   const char* name() const override { return "priority"; }
-  bool Before(const SeqState& a, const SeqState& b) const override {
-    if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
-    return UrgencyBefore(a, b);
-  }
+  bool Before(const SeqState& a, const SeqState& b) const override { return UrgencyBefore(a, b); }
 };
 
 }  // namespace

@@ -260,6 +260,28 @@ double MaxServiceGap(const std::string& policy, const std::vector<int>& rates,
   return gap;
 }
 
+TEST_CASE("MoreUrgent: latency class, priority, deadline, arrival, id") {
+  const Urgency base{GoalClass::kThroughput, 0, std::nullopt, 5.0, 7};
+  Urgency latency = base, high = base, due = base, older = base, lower_id = base;
+  latency.goal = GoalClass::kLatency;
+  latency.priority = -5;
+  high.priority = 1;
+  due.deadline = 100.0;
+  older.arrival = 1.0;
+  lower_id.id = 3;
+  for (const Urgency* u : {&high, &due, &older, &lower_id}) {
+    CHECK(MoreUrgent(latency, *u));
+    CHECK(MoreUrgent(*u, base));
+    CHECK_FALSE(MoreUrgent(base, *u));
+  }
+  CHECK(MoreUrgent(high, due));   // priority before deadline
+  CHECK(MoreUrgent(due, older));  // a deadline before none, whatever the age
+  Urgency sooner = due;
+  sooner.deadline = 50.0;
+  CHECK(MoreUrgent(sooner, due));
+  CHECK_FALSE(MoreUrgent(base, base));
+}
+
 TEST_CASE("vtc: backlogged clients' service stays within 2U at every step; fcfs does not") {
   double bound = 0;
   for (uint32_t seed = 1; seed <= 5; ++seed) {

@@ -286,6 +286,7 @@ struct RateResult {
   // (the rest: scheduling, sampling, streaming, idle between arrivals).
   uint64_t steps = 0;
   double forward_share = 0;
+  double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
   // With several clients (--clients): each one's service (w_p x prompt
   // tokens computed + w_q x tokens generated, 1 and 2) per window of the
   // run, windows where every client had a request pending, and over those
@@ -309,11 +310,13 @@ double Mean(const std::vector<double>& v) {
 
 // n requests arriving as a Poisson process at `rate` (0: all at once), each
 // a random prompt of uniform length in [ratio x prompt_len, prompt_len]
-// generating a uniform [ratio x gen_len, gen_len] greedy tokens. The
+// generating a uniform [ratio x gen_len, gen_len] greedy tokens, after its
+// client's own `shared` prefix tokens (a system prompt per client). The
 // workload (lengths, arrival gaps, tokens) comes from a fixed seed, so every
 // rate serves the same requests.
 Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, int gen_len,
-                           double ratio, int n_vocab, const std::vector<double>& shares) {
+                           double ratio, int shared, int n_vocab,
+                           const std::vector<double>& shares) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
   std::uniform_int_distribution<int> plen(std::max(1, static_cast<int>(ratio * prompt_len)),
@@ -323,14 +326,17 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   // Each request's client drawn by the clients' shares of the rate (one
   // Poisson process split at random is one per client at those rates).
   std::discrete_distribution<int> who(shares.begin(), shares.end());
+  std::vector<std::vector<int32_t>> prefixes(shares.size());
+  for (auto& p : prefixes)
+    for (int k = 0; k < shared; ++k) p.push_back(pick(rng));
   std::vector<GenerationRequest> requests;
   std::vector<double> arrival_s;
   std::vector<int> client_of;
   double at = 0;
   for (int i = 0; i < n; ++i) {
     const int p = plen(rng), g = glen(rng);
-    requests.push_back(Greedy({}, p, g, pick, rng));
     client_of.push_back(shares.size() > 1 ? who(rng) : 0);
+    requests.push_back(Greedy(prefixes[client_of.back()], p, g, pick, rng));
     if (shares.size() > 1) requests.back().client = "client" + std::to_string(client_of.back());
     arrival_s.push_back(at);
     if (rate > 0) at += gap(rng);
@@ -347,7 +353,7 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
     handles.push_back(h);
   }
   std::vector<double> ttft, itl, e2e;
-  double generated = 0, prompt = 0, end_s = 0;
+  double generated = 0, prompt = 0, cached = 0, end_s = 0;
   // Service events (time s, client, amount) and each request's pending span.
   struct Event {
     double at;
@@ -372,6 +378,7 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
     end_s = std::max(end_s, submitted_s[i] + r.timings.total_ms / 1000.0);
     generated += r.usage.generated_tokens;
     prompt += r.usage.prompt_tokens;
+    cached += r.usage.cached_tokens;
   }
   RateResult rr;
   rr.rate = rate;
@@ -380,6 +387,7 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.out_tok_s = generated / end_s;
   rr.in_tok_s = prompt / end_s;
   rr.req_s = n / end_s;
+  rr.cached_share = prompt > 0 ? cached / prompt : 0;
   rr.ttft_mean = Mean(ttft);
   rr.ttft_p50 = Percentile(ttft, 50);
   rr.ttft_p99 = Percentile(ttft, 99);
@@ -435,8 +443,9 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
 
 // The --rate mode: one row per rate, and the JSON file if asked.
 int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, int n,
-             int prompt_len, int gen_len, double ratio, const std::vector<double>& shares,
-             const std::string& policy, const std::string& cpu, const std::string& json) {
+             int prompt_len, int gen_len, double ratio, int shared,
+             const std::vector<double>& shares, const std::string& policy, double locality_bound,
+             int max_running, const std::string& cpu, const std::string& json) {
   const ModelInfo& info = engine.model()->info();
   const EngineStats st = engine.stats();
   std::printf("device: %s; KV pool %d tokens (%.1f GB)\n", info.device.c_str(),
@@ -462,7 +471,7 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   }
   std::vector<RateResult> results;
   for (double rate : rates) {
-    auto r = RunRate(engine, rate, n, prompt_len, gen_len, ratio, info.n_vocab, shares);
+    auto r = RunRate(engine, rate, n, prompt_len, gen_len, ratio, shared, info.n_vocab, shares);
     if (!r.ok()) {
       std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
       return 1;
@@ -478,8 +487,10 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
         static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
         100 * x.forward_share);
     if (!x.clients.empty()) {
-      std::printf("  policy %s, %zu clients; service (1 x prompt tokens computed + 2 x generated)",
-                  policy.c_str(), x.clients.size());
+      std::printf(
+          "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
+          "computed + 2 x generated)",
+          policy.c_str(), x.clients.size(), 100 * x.cached_share);
       for (size_t c = 0; c < x.clients.size(); ++c)
         std::printf("%s client%zu (share %g): %d requests, %.0f (%.1f/s)", c ? ";" : ":", c,
                     shares[c], x.clients[c].requests, x.clients[c].service,
@@ -502,11 +513,13 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   }
   std::fprintf(f,
                "{\"model\": \"%s\", \"device\": \"%s\", \"cpu\": \"%s\", \"prompt_len\": %d, "
-               "\"gen_len\": %d, \"random_ratio\": %.3f, \"kv_pool_tokens\": %d, \"policy\": "
-               "\"%s\", \"rates\": [",
+               "\"gen_len\": %d, \"random_ratio\": %.3f, \"client_prefix\": %d, "
+               "\"kv_pool_tokens\": %d, \"policy\": \"%s\", \"locality_bound\": %g, "
+               "\"max_running\": %d, \"rates\": [",
                JsonEscape(info.path).c_str(), JsonEscape(info.device).c_str(),
-               JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio, st.kv_blocks_total * block_size,
-               JsonEscape(policy).c_str());
+               JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio, shared,
+               st.kv_blocks_total * block_size, JsonEscape(policy).c_str(), locality_bound,
+               max_running);
   for (size_t i = 0; i < results.size(); ++i) {
     const RateResult& x = results[i];
     std::fprintf(f,
@@ -514,11 +527,12 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
                  "\"in_tok_s\": %.2f, \"req_s\": %.4f, \"ttft_mean_ms\": %.2f, \"ttft_p50_ms\": "
                  "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
                  "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
-                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f",
+                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
+                 "\"cached_share\": %.4f",
                  i ? "," : "", x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s,
                  x.ttft_mean, x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50,
                  x.e2e_p99, static_cast<unsigned long long>(x.preemptions),
-                 static_cast<unsigned long long>(x.steps), x.forward_share);
+                 static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share);
     if (!x.clients.empty()) {
       std::fprintf(
           f, ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",
@@ -583,12 +597,12 @@ int ServeBenchMain(Args& args) {
     return 2;
   }
   if (rate_mode) {
-    const long long context = static_cast<long long>(prompt_len) + gen_len + 16;
+    const long long context = static_cast<long long>(shared) + prompt_len + gen_len + 16;
     if (context > kMaxContext) {
       std::fprintf(stderr,
-                   "braid bench --serve: --prompt-len %d and --gen-len %d need a context of %lld; "
-                   "the limit is %lld\n",
-                   prompt_len, gen_len, context, kMaxContext);
+                   "braid bench --serve: --shared-prefix %d, --prompt-len %d and --gen-len %d "
+                   "need a context of %lld; the limit is %lld\n",
+                   shared, prompt_len, gen_len, context, kMaxContext);
       return 2;
     }
     const HostCpuSummary cpu = DescribeHostCpu();
@@ -608,8 +622,8 @@ int ServeBenchMain(Args& args) {
       std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
       return 1;
     }
-    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, shares,
-                    policy, cpu.model, json);
+    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, shared,
+                    shares, policy, locality_bound, max_running, cpu.model, json);
   }
   // The KV cache every request of the largest level needs at once, in 64
   // bits (the bounds above keep it well inside them, not inside an int).

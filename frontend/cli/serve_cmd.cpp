@@ -35,8 +35,9 @@ const char* kServeHelp =
     "%s"
     "      --host ADDR         address to listen on (default 127.0.0.1)\n"
     "      --port N            port, 0..65535 (default 8080; 0: any free port, printed)\n"
-    "      --api-key-file F    API keys, one per line: 'NAME KEY' or 'KEY'; every route but\n"
-    "                          /health then needs 'Authorization: Bearer KEY'\n"
+    "      --api-key-file F    API keys, one per line: 'NAME KEY [weight=W]' or 'KEY' (W: the\n"
+    "                          client's share under --fair); every route but /health then\n"
+    "                          needs 'Authorization: Bearer KEY'\n"
     "      --model-name NAME   the model's id in the OpenAI API (default: the file's name)\n"
     "      --cors-origin O     allow browser calls from origin O (default: no CORS)\n"
     "      --max-programs N    programs and DAGs running at once, 1..4096 (default 16; each\n"
@@ -126,7 +127,11 @@ int ServeMain(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "braid serve: %s\n", keys.status().message().c_str());
       return 2;
     }
-    ho.api_keys = std::move(*keys);
+    ho.api_keys = std::move(keys->keys);
+    // A share given by --client-weights overrides the file's.
+    for (const auto& [name, weight] : keys->weights) so.client_weights.emplace(name, weight);
+    if (!keys->weights.empty() && !so.fair)
+      std::fprintf(stderr, "braid serve: note: the key file's weights apply only with --fair\n");
   }
   if (model_name.empty()) model_name = FileStem(so.model.path);
 

@@ -2,6 +2,8 @@
 // passes before routing: CORS preflight and Bearer authentication.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <vector>
 
@@ -44,10 +46,10 @@ std::string_view Trim(std::string_view s) {
 
 }  // namespace
 
-Result<std::map<std::string, std::string>> ReadApiKeys(const std::string& path) {
+Result<ApiKeyFile> ReadApiKeys(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IoError(path + ": cannot read the API key file");
-  std::map<std::string, std::string> keys;
+  ApiKeyFile file;
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -61,8 +63,27 @@ Result<std::map<std::string, std::string>> ReadApiKeys(const std::string& path) 
       fields.push_back(rest.substr(0, end));
       rest = end == std::string_view::npos ? std::string_view() : Trim(rest.substr(end));
     }
+    std::optional<double> weight;
+    if (fields.size() == 3) {
+      constexpr std::string_view kWeight = "weight=";
+      if (fields[2].substr(0, kWeight.size()) != kWeight) {
+        return Status::InvalidArgument(where +
+                                       "expected \"NAME KEY weight=W\" for three fields, found \"" +
+                                       std::string(fields[2]) + "\" third");
+      }
+      const std::string value(fields[2].substr(kWeight.size()));
+      char* end = nullptr;
+      const double w = std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size() || !(w > 0) || !std::isfinite(w) ||
+          w > 1e6) {
+        return Status::InvalidArgument(where + "weight must be a number in (0, 1e6], got \"" +
+                                       value + "\"");
+      }
+      weight = w;
+      fields.pop_back();
+    }
     if (fields.size() > 2) {
-      return Status::InvalidArgument(where + "expected \"NAME KEY\" or \"KEY\", found " +
+      return Status::InvalidArgument(where + "expected \"NAME KEY [weight=W]\" or \"KEY\", found " +
                                      std::to_string(fields.size()) + " fields");
     }
     std::string name = fields.size() == 2 ? std::string(fields[0]) : "key" + std::to_string(number);
@@ -78,13 +99,20 @@ Result<std::map<std::string, std::string>> ReadApiKeys(const std::string& path) 
     if (!std::all_of(key.begin(), key.end(), KeyCharOk)) {
       return Status::InvalidArgument(where + "key has characters other than printable ASCII");
     }
-    if (!keys.emplace(std::string(key), name).second) {
+    if (!file.keys.emplace(std::string(key), name).second) {
       return Status::InvalidArgument(where + "duplicate key (also given earlier in the file)");
+    }
+    if (weight) {
+      auto [it, fresh] = file.weights.emplace(name, *weight);
+      if (!fresh && it->second != *weight) {
+        return Status::InvalidArgument(where + "client \"" + name +
+                                       "\" was given another weight earlier in the file");
+      }
     }
   }
   if (in.bad()) return Status::IoError(path + ": read error");
-  if (keys.empty()) return Status::InvalidArgument(path + ": no API key in the file");
-  return keys;
+  if (file.keys.empty()) return Status::InvalidArgument(path + ": no API key in the file");
+  return file;
 }
 
 std::optional<std::string> MatchApiKey(const std::map<std::string, std::string>& keys,

@@ -33,10 +33,20 @@ TEST_CASE("ReadApiKeys: names, anonymous keys, comments; errors name file and li
       WriteTemp("# keys\n\nalice  sk-alice-0123\n\tsk-anon-99999\nbob\tsk-bob-456789\n");
   auto keys = ReadApiKeys(path);
   REQUIRE_MESSAGE(keys.ok(), keys.status().ToString());
-  CHECK(keys->size() == 3);
-  CHECK(keys->at("sk-alice-0123") == "alice");
-  CHECK(keys->at("sk-anon-99999") == "key4");
-  CHECK(keys->at("sk-bob-456789") == "bob");
+  CHECK(keys->keys.size() == 3);
+  CHECK(keys->keys.at("sk-alice-0123") == "alice");
+  CHECK(keys->keys.at("sk-anon-99999") == "key4");
+  CHECK(keys->keys.at("sk-bob-456789") == "bob");
+  CHECK(keys->weights.empty());
+  std::remove(path.c_str());
+
+  // Shares of fair sharing: one weight per name, given on any of its keys.
+  path = WriteTemp(
+      "alice sk-alice-0123 weight=2\nalice sk-alice-0456\nbob sk-bob-456789 weight=0.5\n");
+  keys = ReadApiKeys(path);
+  REQUIRE_MESSAGE(keys.ok(), keys.status().ToString());
+  CHECK(keys->keys.size() == 3);
+  CHECK(keys->weights == std::map<std::string, double>{{"alice", 2.0}, {"bob", 0.5}});
   std::remove(path.c_str());
 
   auto error = [](const std::string& text) {
@@ -52,6 +62,12 @@ TEST_CASE("ReadApiKeys: names, anonymous keys, comments; errors name file and li
   CHECK(error("al/ice sk-aaaaaaaa\n").find(":1: name") != std::string::npos);
   CHECK(error("a b sk-aaaaaaaa\n").find(":1:") != std::string::npos);
   CHECK(error("# nothing\n").find("no API key") != std::string::npos);
+  CHECK(error("a sk-aaaaaaaa weight=0\n").find(":1: weight must be") != std::string::npos);
+  CHECK(error("a sk-aaaaaaaa weight=x\n").find("got \"x\"") != std::string::npos);
+  CHECK(error("a sk-aaaaaaaa w=2\n").find(":1: expected") != std::string::npos);
+  CHECK(error("a sk-aaaaaaaa weight=2\na sk-bbbbbbbb weight=3\n").find(":2: client \"a\"") !=
+        std::string::npos);
+  CHECK(error("a b sk-aaaaaaaa weight=2\n").find(":1:") != std::string::npos);
   auto missing = ReadApiKeys("/nonexistent/keys.txt");
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().code() == StatusCode::kIoError);

@@ -106,15 +106,25 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
+// An API key file: key -> client name, and the shares of fair sharing the
+// file gives (client name -> weight; clients not named have weight 1).
+struct ApiKeyFile {
+  std::map<std::string, std::string> keys;
+  std::map<std::string, double> weights;
+};
+
 // Reads an API key file: one key per line, either "NAME KEY" (separated by
-// spaces or tabs) or just "KEY" (the name is then "key<line number>").
+// spaces or tabs), "NAME KEY weight=W" (the client's share under fair
+// sharing, W in (0, 1e6]; a name with several keys has one weight) or just
+// "KEY" (the name is then "key<line number>").
 // Blank lines and lines starting with '#' are ignored. Keys are at least 8
 // characters of printable ASCII; names are letters, digits and "_-.@".
-// Returns key -> name. Errors (each naming the file, and the line when
+// Errors (each naming the file, and the line when
 // there is one): the file cannot be read (IoError), a duplicate key, a short
-// key, a name with odd characters, more than two fields, or no key at all
-// (InvalidArgument: an empty file must not silently turn authentication off).
-Result<std::map<std::string, std::string>> ReadApiKeys(const std::string& path);
+// key, a name with odd characters, a bad weight or two weights for one name,
+// more fields than that, or no key at all (InvalidArgument: an empty file
+// must not silently turn authentication off).
+Result<ApiKeyFile> ReadApiKeys(const std::string& path);
 
 // The name of the client whose key equals `presented`, or nullopt. Every
 // configured key is compared, each in time that depends only on the two

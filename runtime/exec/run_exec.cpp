@@ -590,14 +590,20 @@ void RunImpl::Schedule(Clock::time_point now) {
   std::vector<NodeId> go;
   for (NodeId n : ready)
     if (!dag_.node(n).group || group_complete[dag_.node(n).group]) go.push_back(n);
-  // Latency first, then higher priority, groups together, then age.
-  std::sort(go.begin(), go.end(), [&](NodeId a, NodeId b) {
-    const DagNode &x = dag_.node(a), &y = dag_.node(b);
-    if (x.goal != y.goal) return x.goal == Criteria::kLatency;
-    if (x.priority != y.priority) return x.priority > y.priority;
-    if (x.group != y.group) return x.group < y.group;
-    return a < b;
-  });
+  // The engine's own order (MoreUrgent): latency first, then priority, then
+  // deadline, then age, where a task group's age is its oldest member's so
+  // that the group goes together.
+  std::map<int, NodeId> group_first;
+  for (NodeId n : go)
+    if (int g = dag_.node(n).group) group_first.emplace(g, n);  // `go` is in node order
+  auto urgency = [&](NodeId n) {
+    const DagNode& node = dag_.node(n);
+    return Urgency{node.goal == Criteria::kLatency ? GoalClass::kLatency : GoalClass::kThroughput,
+                   node.priority, node.latest_finish_ms,
+                   static_cast<double>(node.group ? group_first[node.group] : n), n};
+  };
+  std::sort(go.begin(), go.end(),
+            [&](NodeId a, NodeId b) { return MoreUrgent(urgency(a), urgency(b)); });
   std::vector<NodeId> prepared;
   for (NodeId n : go) {
     Status s = Prepare(n);

@@ -18,6 +18,20 @@ namespace braid {
 enum class GoalClass { kThroughput = 0, kLatency = 1 };
 const char* GoalClassName(GoalClass g);
 
+// The order of requests when nothing else decides it (the priority policy,
+// and the last word under fair sharing): latency class first, then higher
+// priority, then the earlier deadline (one before none), then the earlier
+// arrival, then the lower id. The runtime submits its ready calls in this
+// order too, so one rule orders a program's calls on both sides.
+struct Urgency {
+  GoalClass goal = GoalClass::kThroughput;
+  int priority = 0;
+  std::optional<double> deadline;  // absolute, any clock shared by the two
+  double arrival = 0;
+  uint64_t id = 0;
+};
+bool MoreUrgent(const Urgency& a, const Urgency& b);
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids; when empty, prompt_text is tokenized
   // Tokenized as plain text: special-token text stays text (a caller that
