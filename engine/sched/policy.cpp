@@ -118,10 +118,11 @@ void VtcPolicy::OnFinish(const SeqState& s) {
   Release(programs_, s.program);
 }
 
-void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int generated) {
-  if (prompt_tokens == 0 && generated == 0) return;
-  const double service =
-      options_.prompt_weight * prompt_tokens + options_.generated_weight * generated;
+void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) {
+  const double service = options_.prompt_weight * prompt_tokens +
+                         options_.cached_weight * cached_tokens +
+                         options_.generated_weight * generated;
+  if (service == 0) return;
   accounts_[s.client].counter += service / weight(s.client);
   programs_[s.program].counter += service;
 }

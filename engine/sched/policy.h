@@ -30,10 +30,11 @@ class AdmissionPolicy {
   // before it joins.
   virtual void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {}
   // The step being planned gives `s` work: `prompt_tokens` prompt positions
-  // computed for the first time (cached and recomputed ones are free) and
+  // computed for the first time (recomputed ones are free), `cached_tokens`
+  // prompt positions found in the prefix cache at its first admission, and
   // `generated` new tokens; negative counts refund work planned and then
   // taken back (its sequence preempted in the same step).
-  virtual void OnService(const SeqState& s, int prompt_tokens, int generated) {}
+  virtual void OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) {}
   // `s` leaves for good (finished or cancelled).
   virtual void OnFinish(const SeqState& s) {}
   // The policy's account of a client, for stats (the vtc counter; 0 for
@@ -65,7 +66,7 @@ class VtcPolicy final : public AdmissionPolicy {
   const char* name() const override { return "vtc"; }
   bool Before(const SeqState& a, const SeqState& b) const override;
   void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
-  void OnService(const SeqState& s, int prompt_tokens, int generated) override;
+  void OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) override;
   void OnFinish(const SeqState& s) override;
   // With a locality bound: among the waiting sequences of the first goal
   // class whose clients' counters are within the bound of the lowest, the

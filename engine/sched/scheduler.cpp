@@ -26,7 +26,7 @@ void Scheduler::Plan(const ScheduledItem& item, StepPlan* plan) {
   const int end = std::min(it.start + it.n_tokens, s->prompt_len);
   it.charged = std::max(0, end - std::max(it.start, s->charged));
   s->charged += it.charged;
-  policy_.OnService(*s, it.charged, it.sample ? 1 : 0);
+  policy_.OnService(*s, it.charged, it.cached, it.sample ? 1 : 0);
   Ledger& l = ledgers_[s->client];
   l.prompt_tokens += it.charged;
   l.generated_tokens += it.sample ? 1 : 0;
@@ -58,7 +58,9 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
     if (it->seq == victim) {
       plan->n_tokens -= it->n_tokens;
       victim->charged -= it->charged;
-      policy_.OnService(*victim, -it->charged, it->sample ? -1 : 0);  // not done after all
+      policy_.OnService(*victim, -it->charged, -it->cached,
+                        it->sample ? -1 : 0);  // not done after all
+      if (it->cached) victim->cached_charged = false;
       Ledger& l = ledgers_[victim->client];
       l.prompt_tokens -= it->charged;
       l.generated_tokens -= it->sample ? 1 : 0;
@@ -124,12 +126,20 @@ bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   s->num_computed = match.tokens;
   s->inserted_blocks = static_cast<int>(match.blocks.size());
   if (s->preemptions == 0) s->cached_tokens = std::min(match.tokens, s->prompt_len);
+  // Cached positions are charged once, at their own price, the first time
+  // the sequence is admitted; recomputing them later is never charged.
+  ScheduledItem item{s, s->num_computed, n, match.tokens + n == total};
+  if (!s->cached_charged) {
+    item.cached = std::max(0, std::min(match.tokens, s->prompt_len) - s->charged);
+    s->cached_charged = true;
+  }
+  s->charged = std::max(s->charged, std::min(match.tokens, s->prompt_len));
   const bool ok = EnsureBlocks(s, match.tokens + n, plan, /*may_preempt=*/false);
   assert(ok);
   (void)ok;
   s->status = SeqStatus::kRunning;
   running_.push_back(s);
-  Plan({s, s->num_computed, n, match.tokens + n == total}, plan);
+  Plan(item, plan);
   return true;
 }
 

@@ -43,6 +43,7 @@ struct ScheduledItem {
   int n_tokens = 0;
   bool sample = false;  // the step reaches the end of the sequence: sample a token
   int charged = 0;      // prompt positions this item charged to the policy
+  int cached = 0;       // prompt positions found in the cache it charged (at w_c)
   // Of n_tokens, how many are guesses after the sequence's last token
   // (speculative decoding): they are computed but not yet part of the
   // sequence, and count as computed only once Confirm says they held.

@@ -359,6 +359,27 @@ TEST_CASE("vtc with locality: more cache hits, service gap within 2U + the bound
   }
 }
 
+TEST_CASE("vtc: cached prompt tokens cost w_c, charged once per request") {
+  for (double wc : {0.0, 1.0}) {
+    CAPTURE(wc);
+    SchedulerConfig cfg;
+    cfg.max_running = 4;
+    cfg.max_batch_tokens = 64;
+    FairnessOptions f;
+    f.cached_weight = wc;
+    Sim sim(64, "vtc", cfg, f);
+    // The first request computes the 96-token prefix; the second finds it.
+    sim.Submit(112, 2, GoalClass::kThroughput, 96, "a");
+    while (!sim.Idle()) sim.Step();
+    const double after_first = sim.policy->counter("a");
+    CHECK(after_first == doctest::Approx(112 + 2 * 2));
+    SeqState* second = sim.Submit(112, 2, GoalClass::kThroughput, 96, "a");
+    while (!sim.Idle()) sim.Step();
+    CHECK(second->cached_tokens == 96);
+    CHECK(sim.policy->counter("a") - after_first == doctest::Approx(16 + wc * 96 + 2 * 2));
+  }
+}
+
 TEST_CASE("vtc: the lift rule") {
   VtcPolicy p({});
   SeqState a, b, a2;
@@ -366,21 +387,21 @@ TEST_CASE("vtc: the lift rule") {
   b.client = "b";
   a.id = 1, b.id = 2, a2.id = 3;
   p.OnWaiting(a, {});
-  p.OnService(a, 300, 100);  // 300 * 1 + 100 * 2
+  p.OnService(a, 300, 0, 100);  // 300 * 1 + 100 * 2
   CHECK(p.counter("a") == doctest::Approx(500));
   // b arrives while a waits: it starts at a's counter, not at 0.
   std::vector<SeqState*> waiting = {&a};
   p.OnWaiting(b, waiting);
   CHECK(p.counter("b") == doctest::Approx(500));
   // A client whose queue is not empty is not lifted.
-  p.OnService(a, 100, 0);
+  p.OnService(a, 100, 0, 0);
   waiting = {&a, &b};
   p.OnWaiting(a2, waiting);
   CHECK(p.counter("a") == doctest::Approx(600));
   // Nobody else waiting: no lift; a lift never lowers a counter.
   p.OnWaiting(b, {});
   CHECK(p.counter("b") == doctest::Approx(500));
-  p.OnService(b, 1000, 0);
+  p.OnService(b, 1000, 0, 0);
   waiting = {&a};
   p.OnWaiting(b, waiting);
   CHECK(p.counter("b") == doctest::Approx(1500));

@@ -30,7 +30,10 @@ struct SeqState {
   kv::LockId lock = 0;          // lock on the cached prefix it started from
   int cached_tokens = 0;        // prompt tokens that came from the cache at (last) admission
   int inserted_blocks = 0;      // leading blocks already offered to the cache
-  int charged = 0;  // prompt positions charged to its client (AdmissionPolicy::OnService)
+  // Prompt positions up to which its client has been charged
+  // (AdmissionPolicy::OnService; cached positions count, at their own price).
+  int charged = 0;
+  bool cached_charged = false;  // the cached prefix it was admitted with has been charged
 
   GoalClass goal = GoalClass::kThroughput;
   int priority = 0;

@@ -79,7 +79,8 @@ const char* kBenchHelp =
     "              window of the run and the largest difference between clients\n"
     "  --policy P  with --rate: the engine's admission order, fcfs (default), priority\n"
     "              or vtc (fair sharing between clients, docs/fairness.md)\n"
-    "  --locality-bound S  with --policy vtc: locality within fairness, 0..1e9\n";
+    "  --locality-bound S  with --policy vtc: locality within fairness, 0..1e9\n"
+    "  --cached-weight W   with --policy vtc: service per cached prompt token, 0..1e6\n";
 
 struct Stats {
   double mean = 0, stddev = 0;

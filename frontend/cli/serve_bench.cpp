@@ -445,7 +445,8 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
 int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, int n,
              int prompt_len, int gen_len, double ratio, int shared,
              const std::vector<double>& shares, const std::string& policy, double locality_bound,
-             int max_running, const std::string& cpu, const std::string& json) {
+             double cached_weight, int max_running, const std::string& cpu,
+             const std::string& json) {
   const ModelInfo& info = engine.model()->info();
   const EngineStats st = engine.stats();
   std::printf("device: %s; KV pool %d tokens (%.1f GB)\n", info.device.c_str(),
@@ -515,11 +516,11 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
                "{\"model\": \"%s\", \"device\": \"%s\", \"cpu\": \"%s\", \"prompt_len\": %d, "
                "\"gen_len\": %d, \"random_ratio\": %.3f, \"client_prefix\": %d, "
                "\"kv_pool_tokens\": %d, \"policy\": \"%s\", \"locality_bound\": %g, "
-               "\"max_running\": %d, \"rates\": [",
+               "\"cached_weight\": %g, \"max_running\": %d, \"rates\": [",
                JsonEscape(info.path).c_str(), JsonEscape(info.device).c_str(),
                JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio, shared,
                st.kv_blocks_total * block_size, JsonEscape(policy).c_str(), locality_bound,
-               max_running);
+               cached_weight, max_running);
   for (size_t i = 0; i < results.size(); ++i) {
     const RateResult& x = results[i];
     std::fprintf(f,
@@ -580,6 +581,7 @@ int ServeBenchMain(Args& args) {
     shares.push_back(share);
   const std::string policy = args.Str({"--policy"}, "fcfs");
   const double locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
+  const double cached_weight = args.Num({"--cached-weight"}, 0, 0, 1e6);
   const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
   const bool profile = args.Flag({"--profile"});
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
@@ -616,6 +618,7 @@ int ServeBenchMain(Args& args) {
     eo.max_waiting = requests;
     eo.policy = policy;
     eo.fairness.locality_bound = locality_bound;
+    eo.fairness.cached_weight = cached_weight;
     eo.spec = *spec;
     auto opened = Engine::Open(eo);
     if (!opened.ok()) {
@@ -623,7 +626,7 @@ int ServeBenchMain(Args& args) {
       return 1;
     }
     return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, shared,
-                    shares, policy, locality_bound, max_running, cpu.model, json);
+                    shares, policy, locality_bound, cached_weight, max_running, cpu.model, json);
   }
   // The KV cache every request of the largest level needs at once, in 64
   // bits (the bounds above keep it well inside them, not inside an int).

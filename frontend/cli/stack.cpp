@@ -55,14 +55,31 @@ const char* const kStackHelp =
     "      --fair              share each engine fairly between clients (VTC: virtual token\n"
     "                          counters; a client is an API key, docs/fairness.md)\n"
     "      --client-weights L  with --fair: NAME=W,... each client's share (default 1)\n"
+    "      --cached-weight W   with --fair: service per prompt token found in the prefix\n"
+    "                          cache, 0..1e6 (default 0: free; 1: priced as computed)\n"
     "      --locality-bound S  with --fair: a client up to S service ahead may go first\n"
     "                          when more of its prompt is cached, 0..1e9 (default 0)\n"
     "      --db PATH           run store (default ~/.cache/braid/runs.db; 'none' disables)\n";
 
-const std::vector<std::string> kStackValueOptions = {
-    "-m",          "--model",     "--device", "-t",        "--threads",       "--ctx",
-    "--precision", "--kv",        "--stream", "--engines", "--max-running",   "--max-waiting",
-    "--kv-tokens", "--kv-memory", "--spec",   "--db",      "--client-weights"};
+const std::vector<std::string> kStackValueOptions = {"-m",
+                                                     "--model",
+                                                     "--device",
+                                                     "-t",
+                                                     "--threads",
+                                                     "--ctx",
+                                                     "--precision",
+                                                     "--kv",
+                                                     "--stream",
+                                                     "--engines",
+                                                     "--max-running",
+                                                     "--max-waiting",
+                                                     "--kv-tokens",
+                                                     "--kv-memory",
+                                                     "--spec",
+                                                     "--db",
+                                                     "--client-weights",
+                                                     "--locality-bound",
+                                                     "--cached-weight"};
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
@@ -88,6 +105,7 @@ StackOptions ReadStackOptions(Args& args) {
     args.Fail(spec.status().message());
   o.fair = args.Flag({"--fair"});
   o.locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
+  o.cached_weight = args.Num({"--cached-weight"}, 0, 0, 1e6);
   if (args.Has({"--client-weights"})) {
     auto w = ParseClientWeights(args.Str({"--client-weights"}, ""));
     if (w.ok())
@@ -189,6 +207,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;
+  eo.fairness.cached_weight = options.cached_weight;
   eo.spec = options.spec;
   return eo;
 }

@@ -35,6 +35,7 @@ struct StackOptions {
   bool fair = false;
   std::map<std::string, double> client_weights;
   double locality_bound = 0;        // --locality-bound: FairnessOptions::locality_bound
+  double cached_weight = 0;         // --cached-weight: FairnessOptions::cached_weight
   std::string db;                   // run store path; "" = runs are not persisted
   SpecOptions spec;                 // speculative decoding in every embedded engine
 };

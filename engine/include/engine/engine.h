@@ -27,6 +27,10 @@ namespace braid {
 struct FairnessOptions {
   double prompt_weight = 1.0;     // service per prompt token computed (w_p)
   double generated_weight = 2.0;  // service per token generated (w_q)
+  // Service per prompt token found in the prefix cache (w_c). 0: a cache hit
+  // is free, as the engine did no work for it; w_p: VTC as first published,
+  // which prices every prompt token alike.
+  double cached_weight = 0.0;
   // Each client's share (default 1): a client of weight 2 gets twice the
   // service of one of weight 1 while both wait.
   std::map<std::string, double> client_weights;
