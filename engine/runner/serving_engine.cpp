@@ -1087,6 +1087,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
         "fairness weights of prompt and generated tokens must be >= 0, not both 0");
   if (!(o.fairness.cached_weight >= 0) || !std::isfinite(o.fairness.cached_weight))
     return Status::InvalidArgument("the fairness weight of cached prompt tokens must be >= 0");
+  if (!(o.fairness.program_quantum >= 0) || !std::isfinite(o.fairness.program_quantum))
+    return Status::InvalidArgument("the program quantum of fair sharing must be >= 0");
   for (const auto& [client, w] : o.fairness.client_weights)
     if (!(w > 0) || !std::isfinite(w))
       return Status::InvalidArgument("the weight of client '" + client + "' must be > 0, got " +

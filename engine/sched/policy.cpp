@@ -76,8 +76,21 @@ double VtcPolicy::weight(const std::string& client) const {
 }
 
 double VtcPolicy::program_service(const std::string& program) const {
-  auto it = programs_.find(program);
-  return it == programs_.end() ? 0.0 : it->second.counter;
+  const Account* a = Find(programs_, program);
+  return a ? a->counter : 0.0;
+}
+
+const VtcPolicy::Account* VtcPolicy::Find(const std::unordered_map<std::string, Account>& accounts,
+                                          const std::string& key) {
+  auto it = accounts.find(key);
+  return it == accounts.end() ? nullptr : &it->second;
+}
+
+int VtcPolicy::ProgramLevel(double service) const {
+  if (options_.program_quantum <= 0) return 0;
+  int level = 0;
+  for (double edge = options_.program_quantum; service >= edge && level < 60; edge *= 2) ++level;
+  return level;
 }
 
 bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
@@ -86,8 +99,17 @@ bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
     const double ca = counter(a.client), cb = counter(b.client);
     if (ca != cb) return ca < cb;
   } else if (a.program != b.program) {
-    const double pa = program_service(a.program), pb = program_service(b.program);
-    if (pa != pb) return pa < pb;
+    // Least attained service in levels, as multilevel feedback queues: a
+    // program at a lower level first; at one level, the program that
+    // started first (so that equal programs finish one after another
+    // rather than all together at the end).
+    const Account* pa = Find(programs_, a.program);
+    const Account* pb = Find(programs_, b.program);
+    const int la = ProgramLevel(pa ? pa->counter : 0), lb = ProgramLevel(pb ? pb->counter : 0);
+    if (la != lb) return la < lb;
+    const std::pair<double, RequestId> sa = pa ? pa->since : std::pair(a.arrival, a.id);
+    const std::pair<double, RequestId> sb = pb ? pb->since : std::pair(b.arrival, b.id);
+    if (sa != sb) return sa < sb;
   }
   return UrgencyBefore(a, b);
 }
@@ -96,7 +118,9 @@ void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting)
   Account& a = accounts_[s.client];
   if (s.preemptions == 0) {  // new (a preempted sequence was counted when it came)
     ++a.live;
-    ++programs_[s.program].live;
+    auto [p, fresh] = programs_.try_emplace(s.program);
+    if (fresh) p->second.since = {s.arrival, s.id};
+    ++p->second.live;
   }
   double lowest = std::numeric_limits<double>::infinity();
   for (const SeqState* w : waiting) {

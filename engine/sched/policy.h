@@ -55,11 +55,13 @@ std::unique_ptr<AdmissionPolicy> MakePriorityPolicy();
 
 // VTC: latency class first (fairness within a class); then the client whose
 // counter (service / weight) is lowest; within a client, the program
-// (SeqState::program) that has received the least service so far (so that
-// one long agent loop does not starve the client's short programs); then
-// priority, deadline, arrival as the priority policy. A client whose queue was empty joins at no
-// less than the lowest counter of the clients waiting (the lift rule), so a client back from idle
-// cannot claim the service it did not ask for.
+// (SeqState::program) that has received the least service so far, in
+// levels that double from FairnessOptions::program_quantum, and at one
+// level the program that started first (so that one long agent loop does
+// not starve the client's short programs, and equal programs finish one
+// after another); then priority, deadline, arrival as the priority policy. A client whose queue was
+// empty joins at no less than the lowest counter of the clients waiting (the lift rule), so a
+// client back from idle cannot claim the service it did not ask for.
 class VtcPolicy final : public AdmissionPolicy {
  public:
   explicit VtcPolicy(FairnessOptions options) : options_(std::move(options)) {}
@@ -88,8 +90,13 @@ class VtcPolicy final : public AdmissionPolicy {
  private:
   struct Account {
     double counter = 0;
-    int live = 0;  // sequences queued or running
+    int live = 0;                        // sequences queued or running
+    std::pair<double, RequestId> since;  // programs: the arrival and id of the first call
   };
+  static const Account* Find(const std::unordered_map<std::string, Account>& accounts,
+                             const std::string& key);
+  // 0 below one quantum of service, then one level per doubling.
+  int ProgramLevel(double service) const;
   // Drops an idle account once there are more than kMaxIdleClients.
   static void Release(std::unordered_map<std::string, Account>& accounts, const std::string& key);
   FairnessOptions options_;

@@ -478,6 +478,53 @@ TEST_CASE("vtc: preemption takes the client with the highest counter first") {
   CHECK(b->generated() == 70);
 }
 
+// Four equal programs of one client whose calls arrive interleaved: the
+// step at which each program's last call finishes, in order.
+std::vector<int> ProgramFinishSteps(const char* policy, double quantum) {
+  SchedulerConfig cfg;
+  cfg.max_running = 2;
+  cfg.max_batch_tokens = 64;
+  FairnessOptions f;
+  f.program_quantum = quantum;
+  Sim sim(64, policy, cfg, f);
+  std::map<std::string, std::vector<SeqState*>> calls;
+  for (int k = 0; k < 6; ++k)
+    for (int p = 0; p < 4; ++p) {
+      const std::string program = "p" + std::to_string(p);
+      calls[program].push_back(sim.Submit(40, 10, GoalClass::kThroughput, 0, "alice", program));
+    }
+  std::map<std::string, int> finished;
+  for (int step = 1; !sim.Idle() && step < 5000; ++step) {
+    sim.Step();
+    for (auto& [program, seqs] : calls) {
+      bool all = true;
+      for (SeqState* s : seqs) all &= s->status == SeqStatus::kFinished;
+      if (all) finished.emplace(program, step);
+    }
+  }
+  std::vector<int> out;
+  for (auto& [program, step] : finished) out.push_back(step);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_CASE("vtc: programs of a client at one level go in the order they started") {
+  // Programs of 360 service each: below a quantum of 1024 they share a
+  // level, so the one that started first goes first.
+  const std::vector<int> vtc = ProgramFinishSteps("vtc", 1024);
+  const std::vector<int> fcfs = ProgramFinishSteps("fcfs", 1024);
+  REQUIRE(vtc.size() == 4);
+  REQUIRE(fcfs.size() == 4);
+  MESSAGE("program finish steps, vtc: " << vtc[0] << " " << vtc[1] << " " << vtc[2] << " " << vtc[3]
+                                        << "; fcfs: " << fcfs[0] << " " << fcfs[1] << " " << fcfs[2]
+                                        << " " << fcfs[3]);
+  // In call arrival order every program waits for the last round of calls;
+  // in program order, the first programs are done well before the end.
+  CHECK(fcfs[0] > 0.8 * fcfs[3]);
+  CHECK(vtc[0] < 0.7 * vtc[3]);
+  CHECK(vtc[0] + vtc[1] + vtc[2] + vtc[3] < 0.9 * (fcfs[0] + fcfs[1] + fcfs[2] + fcfs[3]));
+}
+
 TEST_CASE("vtc: a client's short program is not starved by its long one") {
   for (const char* policy : {"vtc", "priority"}) {
     CAPTURE(policy);

@@ -40,6 +40,10 @@ struct FairnessOptions {
   // larger trades fairness (the service gap grows by up to this) for
   // prefix-cache hits.
   double locality_bound = 0;
+  // Programs of one client: least attained service in levels, the first
+  // below this much service, each next one up to twice the last; programs
+  // at one level in the order they started. 0 = one level (start order).
+  double program_quantum = 256;
 };
 
 struct EngineOptions {
