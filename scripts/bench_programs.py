@@ -21,18 +21,20 @@ import http.client
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "serve"))
 from serve_util import Server  # noqa: E402
+from bench_serve_http import cpu_model  # noqa: E402  (beside this script)
 
 KEY = "sk-bench-programs-0001"
 
+# apps/map_reduce's prompts as a program that takes its document as text (a
+# server's programs read no files) and sets no latency goal, so that every
+# call of the workload is in one goal class, where the policy alone orders.
 MAP_REDUCE = r'''
 local summarize = braid.fn { name = "summarize", system = "You summarize text accurately and briefly.", prompt = [[
 Summarize this passage in one sentence.
@@ -67,16 +69,6 @@ return function(question, steps)
   return #transcript
 end
 '''
-
-
-def cpu_model():
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def documents(n, words_each):
