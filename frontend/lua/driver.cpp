@@ -229,7 +229,7 @@ int Driver::Spawn(lua_State* L, int nargs, bool background, std::string* error) 
   auto c = std::make_unique<Coroutine>();
   c->id = static_cast<int>(coros_.size());
   if (current_ < 0) {
-    c->path = "main";
+    c->path = top_path_;
   } else {
     Coroutine& parent = current();
     c->path = parent.path + "/" + std::to_string(++parent.spawns);
@@ -524,9 +524,8 @@ void Driver::FinishLeftovers() {
     state_.Log("braid: warning: the program returned with work pending; cancelled: " + names);
 }
 
-Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::string& source,
-                                      const std::vector<std::string>& args) {
-  args_ = args;
+Status Driver::Open() {
+  if (opened_) return Status::Ok();
   lua_State* L = state_.L();
   lua_pushcfunction(L, OpenBraid);
   if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
@@ -534,6 +533,15 @@ Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::s
     lua_pop(L, 1);
     return Status::Internal("opening the braid module: " + msg);
   }
+  opened_ = true;
+  return Status::Ok();
+}
+
+Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::string& source,
+                                      const std::vector<std::string>& args) {
+  args_ = args;
+  lua_State* L = state_.L();
+  BRAID_RETURN_IF_ERROR(Open());
   if (!state_.LoadText(source, chunkname)) {
     std::string msg = ErrorText(L);
     lua_pop(L, 1);
@@ -609,6 +617,106 @@ Result<ProgramResult> Driver::MainResult() {
   result.kind = ProgramResult::Kind::kJson;
   result.text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return result;
+}
+
+bool Driver::IsIncomplete(const std::string& message) {
+  static constexpr std::string_view kEof = "<eof>";
+  return message.size() >= kEof.size() &&
+         message.compare(message.size() - kEof.size(), kEof.size(), kEof) == 0;
+}
+
+namespace {
+
+// tostring of each value of the list at index 1 (its length at index 2),
+// one string each; run under lua_pcall (a __tostring may raise).
+int FormatValues(lua_State* L) {
+  const int n = static_cast<int>(lua_tointeger(L, 2));
+  luaL_checkstack(L, n + 2, "too many results to print");
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    luaL_tolstring(L, -1, nullptr);
+    lua_remove(L, -2);
+  }
+  return n;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
+                                                  const std::string& source) {
+  lua_State* L = state_.L();
+  BRAID_RETURN_IF_ERROR(Open());
+  state_.ResetLimits();
+  fatal_ = Status::Ok();
+  if (!state_.LoadText("return " + source, chunkname)) {
+    lua_pop(L, 1);
+    if (!state_.LoadText(source, chunkname)) {
+      std::string msg = ErrorText(L);
+      lua_pop(L, 1);
+      return Status::InvalidArgument(msg);
+    }
+  }
+  top_path_ = "repl/" + std::to_string(++inputs_);
+  std::string error;
+  const int id = Spawn(L, 0, false, &error);
+  top_path_ = "main";
+  if (id < 0) return Status::ResourceExhausted(error);
+  while (true) {
+    while (!runnable_.empty() && fatal_.ok()) {
+      const int next = runnable_.front();
+      runnable_.pop_front();
+      Step(next);
+    }
+    const CoStatus st = coros_[static_cast<size_t>(id)]->status;
+    if (!fatal_.ok() || st == CoStatus::kDone || st == CoStatus::kFailed) break;
+    if (state_.interrupted()) {
+      fatal_ = Status::Cancelled("interrupted");
+      break;
+    }
+    Status s = WaitForProgress();
+    if (!s.ok()) {
+      fatal_ = s;
+      break;
+    }
+  }
+  Coroutine& c = *coros_[static_cast<size_t>(id)];
+  if (!fatal_.ok()) {
+    // The input stops here; the state and the other coroutines stay.
+    if (c.status != CoStatus::kDone && c.status != CoStatus::kFailed) {
+      c.status = CoStatus::kFailed;
+      c.error = fatal_.message();
+    }
+    c.error_seen = true;
+    Status s = fatal_;
+    fatal_ = Status::Ok();
+    return s;
+  }
+  if (c.status == CoStatus::kFailed) {
+    c.error_seen = true;
+    return Status::InvalidArgument(c.error + "\n" + c.traceback);
+  }
+  std::vector<std::string> out;
+  if (c.nresults == 0) return out;
+  if (!lua_checkstack(L, 4)) return Status::ResourceExhausted("no Lua stack left for the result");
+  const int base = lua_gettop(L);
+  lua_pushcfunction(L, FormatValues);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c.results_ref);
+  lua_pushinteger(L, c.nresults);
+  state_.BeginSlice(L);
+  const int rc = lua_pcall(L, 2, LUA_MULTRET, 0);
+  state_.EndSlice();
+  if (rc != LUA_OK) {
+    std::string text = ErrorText(L);
+    lua_settop(L, base);
+    return Status::InvalidArgument("printing the result: " + text);
+  }
+  for (int i = base + 1; i <= lua_gettop(L); ++i) {
+    size_t len = 0;
+    const char* p = lua_tolstring(L, i, &len);
+    out.emplace_back(p, len);
+  }
+  lua_settop(L, base);
+  return out;
 }
 
 }  // namespace braid::lua

@@ -165,6 +165,24 @@ class Driver {
   Result<ProgramResult> Execute(const std::string& chunkname, const std::string& source,
                                 const std::vector<std::string>& args);
 
+  // ---- the REPL: one program state fed input by input ----
+  // Opens the braid module in the state (once; Execute and Evaluate call it).
+  Status Open();
+  // Evaluates `source` in the state the earlier inputs left (globals stay)
+  // as a top-level coroutine "repl/N" (so resume keys stay deterministic),
+  // first as `return <source>` (an expression prints its value), else as
+  // written. Returns the printed form of each value it returned (tostring,
+  // so a variable shows its name and state) once it is done or failed;
+  // coroutines it spawned carry on during later inputs. Each input gets the
+  // Lua limits whole. Errors: a syntax error (IsIncomplete says whether
+  // more lines could complete it), a runtime error "FILE:LINE: what" with
+  // its traceback, a limit (ResourceExhausted), an interrupt (Cancelled:
+  // the input stops waiting; the state stays usable).
+  Result<std::vector<std::string>> Evaluate(const std::string& chunkname,
+                                            const std::string& source);
+  // Whether a syntax error's message means the input ended too early.
+  static bool IsIncomplete(const std::string& message);
+
  private:
   void Step(int id);
   // Moves the nres results of finished coroutine c off its thread (false:
@@ -189,6 +207,9 @@ class Driver {
   std::map<rt::VarId, std::string> var_names_;
   std::map<std::string, int> init_replays_;
   Status fatal_;  // a limit or interrupt: the whole program stops
+  bool opened_ = false;          // the braid module is open
+  std::string top_path_ = "main";  // the path of a coroutine spawned from the host
+  int inputs_ = 0;               // REPL inputs evaluated
 };
 
 }  // namespace braid::lua

@@ -450,3 +450,61 @@ end
 
 }  // namespace
 }  // namespace braid::lua
+
+namespace braid::lua {
+namespace {
+
+TEST_CASE("repl: inputs share one state; expressions print; errors leave it usable") {
+  testing::FakeRun run;
+  std::unique_ptr<LuaState> state = LuaState::Create({});
+  REQUIRE(state);
+  Driver driver(run, *state, {});
+  auto eval = [&](const std::string& input) { return driver.Evaluate("stdin", input); };
+  auto printed = [&](const std::string& input) {
+    auto r = eval(input);
+    REQUIRE_MESSAGE(r.ok(), r.status().message());
+    std::string out;
+    for (const std::string& v : *r) out += (out.empty() ? "" : "\t") + v;
+    return out;
+  };
+  CHECK(printed("x = 1 + 2").empty());  // a statement prints nothing
+  CHECK(printed("x * 2") == "6");       // an expression prints its value
+  CHECK(printed("x, 'a', nil") == "3\ta\tnil");
+  CHECK(printed(R"lua(s = braid.fn { name = "s", prompt = "Say {{w}}: {{gen out max_tokens=4}}" })lua")
+            .empty());
+  CHECK(printed("v = s{ w = 'hi' }.out").empty());
+  CHECK(printed("v:get()") == "out[hi]");
+  // A function defined over several inputs' worth of text, then called.
+  CHECK(printed("function twice(t)\n  return t .. t\nend").empty());
+  CHECK(printed("twice(v:get())") == "out[hi]out[hi]");
+
+  // An unfinished chunk says so; a finished bad one does not.
+  auto open = eval("function f()");
+  REQUIRE_FALSE(open.ok());
+  CHECK(Driver::IsIncomplete(open.status().message()));
+  auto bad = eval("x = = 1");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_FALSE(Driver::IsIncomplete(bad.status().message()));
+  CHECK(bad.status().message().find("stdin:1:") != std::string::npos);
+
+  // A runtime error names the place; the state goes on.
+  auto err = eval("error('boom')");
+  REQUIRE_FALSE(err.ok());
+  CHECK(err.status().message().find("stdin:1: boom") != std::string::npos);
+  CHECK(printed("x") == "3");
+
+  // A busy loop is stopped by the time limit, and the next input runs.
+  LuaLimits tight;
+  tight.cpu_seconds = 0.05;
+  std::unique_ptr<LuaState> limited = LuaState::Create(tight);
+  Driver capped(run, *limited, {});
+  auto spin = capped.Evaluate("stdin", "while true do end");
+  REQUIRE_FALSE(spin.ok());
+  CHECK(spin.status().code() == StatusCode::kResourceExhausted);
+  auto after = capped.Evaluate("stdin", "40 + 2");
+  REQUIRE_MESSAGE(after.ok(), after.status().message());
+  CHECK(after->at(0) == "42");
+}
+
+}  // namespace
+}  // namespace braid::lua

@@ -287,6 +287,17 @@ std::string LuaState::LimitMessage() const {
   return "";
 }
 
+void LuaState::ResetLimits() {
+  hit_ = LimitHit::kNone;
+  hit_message_[0] = 0;
+  instructions_ = 0;
+  cpu_before_slice_ = 0;
+  fail_allocs_ = false;
+  interrupted_.store(false, std::memory_order_relaxed);
+  hook_every_ = kHookEvery;
+  lua_sethook(L_, &LuaState::Hook, LUA_MASKCOUNT, kHookEvery);
+}
+
 // The count hook. No C++ object with a destructor lives in this frame: it may
 // raise or yield.
 //

@@ -119,6 +119,10 @@ class LuaState {
   // The limit that was hit (sticky), and a one-line explanation of it, e.g.
   // "script time limit: Lua ran for more than 10 s (--lua-seconds)".
   LimitHit limit_hit() const { return hit_; }
+  // Starts the instruction and time limits afresh and forgets a limit that
+  // was hit and an Interrupt() (the REPL: each input gets the limits whole).
+  // Memory stays as it is: what the state holds is still held.
+  void ResetLimits();
   std::string LimitMessage() const;
   // "FILE:LINE: <LimitMessage()>" where an instruction, time or interrupt
   // limit struck ("" before one did).
