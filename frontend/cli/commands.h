@@ -11,6 +11,9 @@ int BenchMain(const std::vector<std::string>& args);
 // braid run SCRIPT.lua [ARGS...]: a Lua program on embedded engines (run_cmd.cpp).
 int RunMain(const std::vector<std::string>& args);
 
+// braid repl: Lua with the braid module, input by input (repl_cmd.cpp).
+int ReplMain(const std::vector<std::string>& args);
+
 // braid serve: the HTTP server (serve_cmd.cpp).
 int ServeMain(const std::vector<std::string>& args);
 

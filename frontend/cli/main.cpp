@@ -21,6 +21,7 @@ void PrintUsage() {
       "  bench      llama-bench style:   braid bench [-m MODEL] [-p 512] [-n 128] [-t THREADS]\n"
       "  run        run a Lua program:   braid run [-m MODEL] apps/map_reduce/app.lua [ARGS...]\n"
       "  runs       recorded runs:       braid runs [show ID | rm ID...] [--db PATH] [--json]\n"
+      "  repl       Lua, input by input: braid repl [-m MODEL]\n"
       "  serve      the HTTP server:     braid serve [-m MODEL] [--port 8080] [--api-key-file F]\n"
       "\n"
       "Run 'braid <command> --help' for the options of one command.\n");
@@ -58,6 +59,7 @@ int Dispatch(int argc, char** argv) {
 #ifdef BRAID_HAVE_RUNTIME
   if (cmd == "run") return braid::cli::RunMain(args);
   if (cmd == "runs") return braid::cli::RunsMain(args);
+  if (cmd == "repl") return braid::cli::ReplMain(args);
   if (cmd == "serve") return braid::cli::ServeMain(args);
 #endif
   std::fprintf(stderr, "braid: unknown command '%s'\n", cmd.c_str());

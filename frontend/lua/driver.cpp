@@ -625,6 +625,16 @@ bool Driver::IsIncomplete(const std::string& message) {
          message.compare(message.size() - kEof.size(), kEof.size(), kEof) == 0;
 }
 
+bool Driver::InputIsIncomplete(const std::string& source) {
+  std::unique_ptr<LuaState> probe = LuaState::Create({});
+  if (!probe) return false;
+  lua_State* L = probe->L();
+  if (probe->LoadText("return " + source, "stdin")) return false;
+  lua_pop(L, 1);
+  if (probe->LoadText(source, "stdin")) return false;
+  return IsIncomplete(ErrorText(L));
+}
+
 namespace {
 
 // tostring of each value of the list at index 1 (its length at index 2),
@@ -656,9 +666,36 @@ Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
       return Status::InvalidArgument(msg);
     }
   }
+  return RunInput(0);
+}
+
+Result<std::vector<std::string>> Driver::EvaluateProgram(const std::string& chunkname,
+                                                         const std::string& source,
+                                                         const std::vector<std::string>& args) {
+  lua_State* L = state_.L();
+  BRAID_RETURN_IF_ERROR(Open());
+  state_.ResetLimits();
+  fatal_ = Status::Ok();
+  if (!state_.LoadText(source, chunkname)) {
+    std::string msg = ErrorText(L);
+    lua_pop(L, 1);
+    return Status::InvalidArgument(msg);
+  }
+  if (!lua_checkstack(L, static_cast<int>(args.size()) + 4)) {
+    lua_pop(L, 1);
+    return Status::InvalidArgument("too many program arguments");
+  }
+  PushMainBody(L);
+  lua_insert(L, -2);
+  for (const std::string& a : args) lua_pushlstring(L, a.data(), a.size());
+  return RunInput(1 + static_cast<int>(args.size()));
+}
+
+Result<std::vector<std::string>> Driver::RunInput(int nargs) {
+  lua_State* L = state_.L();
   top_path_ = "repl/" + std::to_string(++inputs_);
   std::string error;
-  const int id = Spawn(L, 0, false, &error);
+  const int id = Spawn(L, nargs, false, &error);
   top_path_ = "main";
   if (id < 0) return Status::ResourceExhausted(error);
   while (true) {
@@ -716,6 +753,22 @@ Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
     out.emplace_back(p, len);
   }
   lua_settop(L, base);
+  // Tables print as JSON (variables in them as their values), as braid run
+  // prints a result, when they are plain data.
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c.results_ref);
+  for (int i = 1; i <= c.nresults && i <= static_cast<int>(out.size()); ++i) {
+    lua_rawgeti(L, -1, i);
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      nlohmann::json j;
+      std::string err;
+      size_t budget = options_.limits.memory_bytes ? options_.limits.memory_bytes : SIZE_MAX;
+      if (ToJson(L, -1, 0, "", &j, &err, &budget))
+        out[static_cast<size_t>(i - 1)] =
+            j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
   return out;
 }
 

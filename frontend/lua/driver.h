@@ -180,11 +180,25 @@ class Driver {
   // the input stops waiting; the state stays usable).
   Result<std::vector<std::string>> Evaluate(const std::string& chunkname,
                                             const std::string& source);
+  // Where braid.read finds relative paths from now on (DriverOptions::script_dir).
+  void set_script_dir(std::string dir) { options_.script_dir = std::move(dir); }
+  // A program file in the session: its chunk runs, and the function it
+  // returns (a program's main) is called with `args`, as braid run does;
+  // variables in the result are resolved.
+  Result<std::vector<std::string>> EvaluateProgram(const std::string& chunkname,
+                                                   const std::string& source,
+                                                   const std::vector<std::string>& args);
   // Whether a syntax error's message means the input ended too early.
   static bool IsIncomplete(const std::string& message);
+  // Whether `source` fails to compile, as an expression and as statements,
+  // only because it ends too early (more lines could complete it).
+  static bool InputIsIncomplete(const std::string& source);
 
  private:
   void Step(int id);
+  // Spawns the function and nargs values on top of the stack as REPL input
+  // repl/N and runs until it is done or failed; what it returned, printed.
+  Result<std::vector<std::string>> RunInput(int nargs);
   // Moves the nres results of finished coroutine c off its thread (false:
   // too many to move).
   bool KeepResults(Coroutine& c, int nres);
@@ -207,9 +221,9 @@ class Driver {
   std::map<rt::VarId, std::string> var_names_;
   std::map<std::string, int> init_replays_;
   Status fatal_;  // a limit or interrupt: the whole program stops
-  bool opened_ = false;          // the braid module is open
+  bool opened_ = false;            // the braid module is open
   std::string top_path_ = "main";  // the path of a coroutine spawned from the host
-  int inputs_ = 0;               // REPL inputs evaluated
+  int inputs_ = 0;                 // REPL inputs evaluated
 };
 
 }  // namespace braid::lua

@@ -470,7 +470,8 @@ TEST_CASE("repl: inputs share one state; expressions print; errors leave it usab
   CHECK(printed("x = 1 + 2").empty());  // a statement prints nothing
   CHECK(printed("x * 2") == "6");       // an expression prints its value
   CHECK(printed("x, 'a', nil") == "3\ta\tnil");
-  CHECK(printed(R"lua(s = braid.fn { name = "s", prompt = "Say {{w}}: {{gen out max_tokens=4}}" })lua")
+  CHECK(printed(
+            R"lua(s = braid.fn { name = "s", prompt = "Say {{w}}: {{gen out max_tokens=4}}" })lua")
             .empty());
   CHECK(printed("v = s{ w = 'hi' }.out").empty());
   CHECK(printed("v:get()") == "out[hi]");
@@ -492,6 +493,16 @@ TEST_CASE("repl: inputs share one state; expressions print; errors leave it usab
   REQUIRE_FALSE(err.ok());
   CHECK(err.status().message().find("stdin:1: boom") != std::string::npos);
   CHECK(printed("x") == "3");
+
+  // A program file: its main function runs with the arguments, and the
+  // variables in what it returns are resolved.
+  auto program = driver.EvaluateProgram(
+      "prog.lua", "local s = braid.fn { name = 'p', prompt = '{{a}} {{gen out}}' }\n"
+                  "return function(a) return { got = s{ a = a }.out, n = x } end",
+      {"zz"});
+  REQUIRE_MESSAGE(program.ok(), program.status().message());
+  CHECK(program->at(0).find("\"got\": \"out[zz]\"") != std::string::npos);
+  CHECK(program->at(0).find("\"n\": 3") != std::string::npos);
 
   // A busy loop is stopped by the time limit, and the next input runs.
   LuaLimits tight;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# braid repl in a real terminal (tmux): a multi-line function, a call and its
+# get, an error, Ctrl-C during a long get (the session goes on), :graph, and
+# the history file. Exits 77 (skipped) when tmux is not installed.
+# Usage: repl_tmux.sh BRAID_BINARY MODEL_PATH
+set -u
+braid=$1
+model=$2
+if ! command -v tmux >/dev/null; then
+  echo "skipped: tmux is not installed (scripts/setup.sh installs it)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+sock="braid-repl-test-$$"
+trap 'tmux -L "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+
+screen() { tmux -L "$sock" capture-pane -p -t repl -S -200; }
+# typein TEXT...: each TEXT typed literally (no key names), then Enter.
+typein() {
+  local t
+  for t in "$@"; do
+    tmux -L "$sock" send-keys -t repl -l "$t"
+    tmux -L "$sock" send-keys -t repl Enter
+  done
+}
+# wait_for PATTERN SECONDS: until a line of the screen matches.
+wait_for() {
+  local deadline=$(($(date +%s) + $2))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    screen | grep -qE -- "$1" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+check() {  # check NAME PATTERN SECONDS
+  if wait_for "$2" "$3"; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1: no line matches '$2' within $3 s"
+    fail=$((fail + 1))
+  fi
+}
+
+tmux -L "$sock" new-session -d -s repl -x 150 -y 50 \
+  "HOME=$tmp $braid repl -m $model --db none; echo REPL-EXITED; sleep 30"
+check "prompt" '^braid>' 60
+typein 'function sq(n)' '  return n * n' 'end'
+check "continuation prompt" '^  \.\.\.>' 5
+typein 'sq(7)'
+check "multi-line function" '^49$' 10
+typein 'say = braid.fn { name = "say", prompt = "Say yes: {{gen out max_tokens=4 temperature=0}}" }' \
+  'answer = say{}.out:get()' 'type(answer)'
+check "a get" '^string$' 60
+typein 'error("bad thing")'
+check "an error in one line" '^error: stdin:1: bad thing$' 10
+typein 'count = braid.fn { name = "count", prompt = "Count to 5000: 1, 2, 3, {{gen out max_tokens=3000 temperature=0}}" }' \
+  'count{}.out:get()'
+sleep 2
+tmux -L "$sock" send-keys -t repl C-c
+check "Ctrl-C stops the get" 'interrupted$' 20
+typein 'sq(3)'
+check "the session goes on" '^9$' 10
+typein ":graph $tmp/g.svg"
+check ":graph" "^wrote $tmp/g.svg$" 20
+typein ':quit'
+check "quit" '^REPL-EXITED$' 10
+grep -q "<svg" "$tmp/g.svg" 2>/dev/null || { echo "FAIL graph: $tmp/g.svg is not SVG"; fail=$((fail + 1)); }
+grep -q 'sq(7)' "$tmp/.cache/braid/repl_history" 2>/dev/null ||
+  { echo "FAIL history: sq(7) not in ~/.cache/braid/repl_history"; fail=$((fail + 1)); }
+if [ "$fail" -ne 0 ]; then
+  echo "--- screen"
+  screen
+fi
+echo "$fail failed"
+[ "$fail" = 0 ]
