@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -157,15 +158,64 @@ std::string SplitWords(const std::string& line, std::vector<std::string>* words)
   return "";
 }
 
+// While an input is evaluated on a terminal, the tokens of the first output
+// that streams are shown as they come. Events arrive on an engine thread.
+class TokenEcho {
+ public:
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = true;
+    var_ = 0;
+    shown_.clear();
+  }
+  // Stops; returns the text shown (ended with a newline on the screen).
+  std::string End() {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = false;
+    if (!shown_.empty()) {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    }
+    return std::move(shown_);
+  }
+  void OnEvent(const rt::RunEvent& e) {
+    if (e.kind != rt::RunEvent::Kind::kTokens) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!active_) return;
+    if (var_ == 0) var_ = e.var;
+    if (e.var != var_) return;
+    std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+    std::fflush(stdout);
+    shown_ += e.text;
+  }
+
+ private:
+  std::mutex mu_;
+  bool active_ = false;
+  rt::VarId var_ = 0;
+  std::string shown_;
+};
+
 class Repl {
  public:
-  Repl(Stack& stack, rt::Run& run, lua::LuaState& state, const lua::DriverOptions& options)
-      : stack_(stack), run_(run), driver_(run, state, options) {}
+  Repl(Stack& stack, rt::Run& run, lua::LuaState& state, const lua::DriverOptions& options,
+       bool tty)
+      : stack_(stack), run_(run), driver_(run, state, options), tty_(tty) {
+    if (tty_) run_.Watch([this](const rt::RunEvent& e) { echo_.OnEvent(e); });
+  }
+  ~Repl() {
+    if (tty_) run_.Watch(nullptr);
+  }
 
-  // Evaluates one complete input and prints what it gave.
+  // Evaluates one complete input and prints what it gave; on a terminal,
+  // the output it waits for streams first, and is not printed twice.
   void Evaluate(const std::string& input) {
     g_interrupt.store(false);
-    Print(driver_.Evaluate("stdin", input));
+    if (tty_) echo_.Begin();
+    auto r = driver_.Evaluate("stdin", input);
+    const std::string shown = tty_ ? echo_.End() : "";
+    if (r.ok() && !shown.empty() && r->size() == 1 && (*r)[0] == shown) return;
+    Print(r);
   }
 
   // Whether `input` is a chunk left open (more lines could complete it).
@@ -267,6 +317,8 @@ class Repl {
   Stack& stack_;
   rt::Run& run_;
   lua::Driver driver_;
+  bool tty_;
+  TokenEcho echo_;
 };
 
 }  // namespace
@@ -316,7 +368,7 @@ int ReplMain(const std::vector<std::string>& argv) {
   if (reader.tty())
     std::printf("braid repl: %s; run %s. :help lists the commands.\n", stack->KvSummary().c_str(),
                 run->id().c_str());
-  Repl repl(*stack, *run, *state, dopts);
+  Repl repl(*stack, *run, *state, dopts, reader.tty());
   auto old_handler = std::signal(SIGINT, OnReplSigint);
   std::string pending, line;
   while (reader.Read(pending.empty() ? "braid> " : "  ...> ", &line)) {

@@ -52,6 +52,17 @@ check "multi-line function" '^49$' 10
 typein 'say = braid.fn { name = "say", prompt = "Say yes: {{gen out max_tokens=4 temperature=0}}" }' \
   'answer = say{}.out:get()' 'type(answer)'
 check "a get" '^string$' 60
+# On a terminal a get streams its tokens, and the value is not printed twice.
+typein 'w = say{}.out' 'w:get()' 'w:get() .. "|end"'
+check "a get's value after it streamed" '\|end$' 30
+value=$(screen | grep -E '\|end$' | tail -1 | sed 's/|end$//')
+shown=$(screen | sed -n '/^braid> w:get()$/,$p' | grep -cxF -- "$value")
+if [ -n "$value" ] && [ "$shown" = 1 ]; then
+  echo "ok   streamed once: '$value'"
+else
+  echo "FAIL streamed once: '$value' appears $shown times"
+  fail=$((fail + 1))
+fi
 typein 'error("bad thing")'
 check "an error in one line" '^error: stdin:1: bad thing$' 10
 typein 'count = braid.fn { name = "count", prompt = "Count to 5000: 1, 2, 3, {{gen out max_tokens=3000 temperature=0}}" }' \
