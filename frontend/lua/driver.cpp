@@ -557,26 +557,31 @@ Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::s
   if (Spawn(L, 1 + static_cast<int>(args.size()), false, &error) < 0) return Status::Internal(error);
 
   Coroutine& main = *coros_[0];
+  RunUntil([&] {
+    if (main.status == CoStatus::kDone) FinishLeftovers();
+    return main.status == CoStatus::kDone || main.status == CoStatus::kFailed;
+  });
+  return MainResult();
+}
+
+void Driver::RunUntil(const std::function<bool()>& done) {
   while (true) {
     while (!runnable_.empty() && fatal_.ok()) {
-      int id = runnable_.front();
+      const int id = runnable_.front();
       runnable_.pop_front();
       Step(id);
     }
-    if (!fatal_.ok()) break;
-    if (main.status == CoStatus::kDone) FinishLeftovers();
-    if (main.status == CoStatus::kDone || main.status == CoStatus::kFailed) break;
+    if (!fatal_.ok() || done()) return;
     if (state_.interrupted()) {
       fatal_ = Status::Cancelled("interrupted");
-      break;
+      return;
     }
     Status s = WaitForProgress();
     if (!s.ok()) {
       fatal_ = s;
-      break;
+      return;
     }
   }
-  return MainResult();
 }
 
 Result<ProgramResult> Driver::MainResult() {
@@ -698,25 +703,8 @@ Result<std::vector<std::string>> Driver::RunInput(int nargs) {
   const int id = Spawn(L, nargs, false, &error);
   top_path_ = "main";
   if (id < 0) return Status::ResourceExhausted(error);
-  while (true) {
-    while (!runnable_.empty() && fatal_.ok()) {
-      const int next = runnable_.front();
-      runnable_.pop_front();
-      Step(next);
-    }
-    const CoStatus st = coros_[static_cast<size_t>(id)]->status;
-    if (!fatal_.ok() || st == CoStatus::kDone || st == CoStatus::kFailed) break;
-    if (state_.interrupted()) {
-      fatal_ = Status::Cancelled("interrupted");
-      break;
-    }
-    Status s = WaitForProgress();
-    if (!s.ok()) {
-      fatal_ = s;
-      break;
-    }
-  }
   Coroutine& c = *coros_[static_cast<size_t>(id)];
+  RunUntil([&] { return c.status == CoStatus::kDone || c.status == CoStatus::kFailed; });
   if (!fatal_.ok()) {
     // The input stops here; the state and the other coroutines stay.
     if (c.status != CoStatus::kDone && c.status != CoStatus::kFailed) {

@@ -196,6 +196,9 @@ class Driver {
 
  private:
   void Step(int id);
+  // Runs coroutines in turn, sleeping while all wait, until `done()` (asked
+  // after each round), a fatal error or an interrupt (both in fatal_).
+  void RunUntil(const std::function<bool()>& done);
   // Spawns the function and nargs values on top of the stack as REPL input
   // repl/N and runs until it is done or failed; what it returned, printed.
   Result<std::vector<std::string>> RunInput(int nargs);
