@@ -31,7 +31,7 @@ class AdmissionPolicy {
   virtual void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {}
   // The step being planned gives `s` work: `prompt_tokens` prompt positions
   // computed for the first time (recomputed ones are free), `cached_tokens`
-  // prompt positions found in the prefix cache at its first admission, and
+  // prompt positions found in the prefix cache and not charged before, and
   // `generated` new tokens; negative counts refund work planned and then
   // taken back (its sequence preempted in the same step).
   virtual void OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) {}

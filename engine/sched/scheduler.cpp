@@ -57,10 +57,9 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
   for (auto it = items.begin(); it != items.end(); ++it) {
     if (it->seq == victim) {
       plan->n_tokens -= it->n_tokens;
-      victim->charged -= it->charged;
+      victim->charged -= it->charged + it->cached;
       policy_.OnService(*victim, -it->charged, -it->cached,
                         it->sample ? -1 : 0);  // not done after all
-      if (it->cached) victim->cached_charged = false;
       Ledger& l = ledgers_[victim->client];
       l.prompt_tokens -= it->charged;
       l.generated_tokens -= it->sample ? 1 : 0;
@@ -126,14 +125,11 @@ bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   s->num_computed = match.tokens;
   s->inserted_blocks = static_cast<int>(match.blocks.size());
   if (s->preemptions == 0) s->cached_tokens = std::min(match.tokens, s->prompt_len);
-  // Cached positions are charged once, at their own price, the first time
-  // the sequence is admitted; recomputing them later is never charged.
+  // Positions found in the cache and never charged are charged now, at
+  // their own price; recomputing charged positions is never charged.
   ScheduledItem item{s, s->num_computed, n, match.tokens + n == total};
-  if (!s->cached_charged) {
-    item.cached = std::max(0, std::min(match.tokens, s->prompt_len) - s->charged);
-    s->cached_charged = true;
-  }
-  s->charged = std::max(s->charged, std::min(match.tokens, s->prompt_len));
+  item.cached = std::max(0, std::min(match.tokens, s->prompt_len) - s->charged);
+  s->charged += item.cached;
   const bool ok = EnsureBlocks(s, match.tokens + n, plan, /*may_preempt=*/false);
   assert(ok);
   (void)ok;

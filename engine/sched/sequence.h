@@ -33,7 +33,6 @@ struct SeqState {
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;
-  bool cached_charged = false;  // the cached prefix it was admitted with has been charged
 
   GoalClass goal = GoalClass::kThroughput;
   int priority = 0;

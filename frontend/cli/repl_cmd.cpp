@@ -207,19 +207,21 @@ class Repl {
     if (tty_) run_.Watch(nullptr);
   }
 
-  // Evaluates one complete input and prints what it gave; on a terminal,
-  // the output it waits for streams first, and is not printed twice.
-  void Evaluate(const std::string& input) {
+  // Evaluates one input and prints what it gave; on a terminal, the output
+  // it waits for streams first, and is not printed twice. Returns false,
+  // printing nothing, when the input only ended too early (a syntax error
+  // at <eof>: nothing ran) unless it is `last`.
+  bool Evaluate(const std::string& input, bool last = false) {
     g_interrupt.store(false);
     if (tty_) echo_.Begin();
     auto r = driver_.Evaluate("stdin", input);
     const std::string shown = tty_ ? echo_.End() : "";
-    if (r.ok() && !shown.empty() && r->size() == 1 && (*r)[0] == shown) return;
-    Print(r);
+    if (!last && !r.ok() && r.status().code() == StatusCode::kInvalidArgument &&
+        lua::Driver::IsIncomplete(r.status().message()))
+      return false;
+    if (!(r.ok() && !shown.empty() && r->size() == 1 && (*r)[0] == shown)) Print(r);
+    return true;
   }
-
-  // Whether `input` is a chunk left open (more lines could complete it).
-  bool Incomplete(const std::string& input) { return lua::Driver::InputIsIncomplete(input); }
 
   // A ':' command; false for :quit.
   bool Command(const std::string& line) {
@@ -377,13 +379,13 @@ int ReplMain(const std::vector<std::string>& argv) {
       continue;
     }
     pending += pending.empty() ? line : "\n" + line;
-    if (repl.Incomplete(pending)) continue;
-    const std::string input = std::move(pending);
-    pending.clear();
-    if (input.find_first_not_of(" \t") == std::string::npos) continue;
-    repl.Evaluate(input);
+    if (pending.find_first_not_of(" \t") == std::string::npos) {
+      pending.clear();
+      continue;
+    }
+    if (repl.Evaluate(pending)) pending.clear();
   }
-  if (!pending.empty()) repl.Evaluate(pending);  // the error says what was left open
+  if (!pending.empty()) repl.Evaluate(pending, /*last=*/true);  // the error says what was left open
   std::signal(SIGINT, old_handler);
   run->Cancel();
   run->Finish(Status::Ok());

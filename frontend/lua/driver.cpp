@@ -630,16 +630,6 @@ bool Driver::IsIncomplete(const std::string& message) {
          message.compare(message.size() - kEof.size(), kEof.size(), kEof) == 0;
 }
 
-bool Driver::InputIsIncomplete(const std::string& source) {
-  std::unique_ptr<LuaState> probe = LuaState::Create({});
-  if (!probe) return false;
-  lua_State* L = probe->L();
-  if (probe->LoadText("return " + source, "stdin")) return false;
-  lua_pop(L, 1);
-  if (probe->LoadText(source, "stdin")) return false;
-  return IsIncomplete(ErrorText(L));
-}
-
 namespace {
 
 // tostring of each value of the list at index 1 (its length at index 2),

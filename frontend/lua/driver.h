@@ -190,9 +190,6 @@ class Driver {
                                                    const std::vector<std::string>& args);
   // Whether a syntax error's message means the input ended too early.
   static bool IsIncomplete(const std::string& message);
-  // Whether `source` fails to compile, as an expression and as statements,
-  // only because it ends too early (more lines could complete it).
-  static bool InputIsIncomplete(const std::string& source);
 
  private:
   void Step(int id);
