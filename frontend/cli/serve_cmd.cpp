@@ -15,9 +15,11 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/stack.h"
+#include "http/dashboard.h"
 #include "http/metrics.h"
 #include "http/openai_api.h"
 #include "http/server.h"
+#include "http/stats_history.h"
 #include "server/runs_service.h"
 
 namespace braid::cli {
@@ -28,7 +30,8 @@ const char* kServeHelp =
     "\n"
     "Serves the model over HTTP: the OpenAI-compatible API (/v1/completions,\n"
     "/v1/chat/completions, /v1/models, /tokenize, /detokenize), Braid programs and\n"
-    "DAGs (/v1/programs, /v1/dags, /v1/sessions, /v1/runs), /health and /metrics.\n"
+    "DAGs (/v1/programs, /v1/dags, /v1/sessions, /v1/runs), /health, /metrics, the\n"
+    "engines' figures over time (/v1/stats) and a live dashboard at /.\n"
     "Runs until SIGINT or SIGTERM; runs in flight then stay resumable and a restarted\n"
     "server resumes them. The API: docs/http-api.md.\n"
     "\n"
@@ -40,6 +43,8 @@ const char* kServeHelp =
     "                          needs 'Authorization: Bearer KEY'\n"
     "      --model-name NAME   the model's id in the OpenAI API (default: the file's name)\n"
     "      --cors-origin O     allow browser calls from origin O (default: no CORS)\n"
+    "      --dashboard-dir D   serve the dashboard's files (index.html, app.js, style.css)\n"
+    "                          from D instead of the copies built in\n"
     "      --max-programs N    programs and DAGs running at once, 1..4096 (default 16; each\n"
     "                          holds a thread while it waits for the model)\n"
     "      --max-queued N      runs waiting for one of those threads, 0..100000 (default 256;\n"
@@ -107,6 +112,8 @@ int ServeMain(const std::vector<std::string>& argv) {
   const std::string key_file = args.Str({"--api-key-file"}, "");
   std::string model_name = args.Str({"--model-name"}, "");
   ho.cors_origin = args.Str({"--cors-origin"}, "");
+  const std::string dashboard_dir = args.Str({"--dashboard-dir"}, "");
+  for (const std::string& p : http::DashboardPaths()) ho.public_paths.push_back(p);
   server::RunsOptions runs;
   runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
   runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
@@ -198,6 +205,36 @@ int ServeMain(const std::vector<std::string>& argv) {
              ServerMetrics(srv->stats(), service.counts());
     return r;
   });
+  // The engines' figures once a second, for /v1/stats and the dashboard.
+  std::vector<http::EngineLabel> labels;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const Model* m = engines[i]->model();
+    labels.push_back(
+        {i < stack->engine_names.size() ? stack->engine_names[i] : "engine" + std::to_string(i),
+         m ? m->info().path : "", m ? m->info().device : "remote"});
+  }
+  http::StatsHistory history(model_name, std::move(labels));
+  auto sample = [&] {
+    std::vector<EngineStats> stats;
+    for (Engine* e : engines) stats.push_back(e->stats());
+    const server::RunsService::Counts c = service.counts();
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    history.Record(now, stats, {c.queued, c.running, c.done, c.failed, c.cancelled});
+  };
+  sample();
+  router.Add("GET", "/v1/stats", [&history](const http::Request& r, const http::Params&) {
+    uint64_t since = 0;
+    if (auto it = r.query.find("since"); it != r.query.end()) {
+      char* end = nullptr;
+      since = std::strtoull(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end || it->second[0] == '-')
+        return http::JsonError(400, "since: '" + it->second + "' is not a sample number", "",
+                               "since");
+    }
+    return http::JsonResponse(200, history.Json(since));
+  });
+  http::AddDashboardRoutes(&router, dashboard_dir);
   srv->SetRouter(&router);
   if (auto resumed = service.ResumeInterrupted(); !resumed.ok()) {
     std::fprintf(stderr, "braid serve: resuming interrupted runs: %s\n",
@@ -209,7 +246,10 @@ int ServeMain(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "braid serve: ready on http://%s:%d (model '%s')\n", ho.host.c_str(),
                srv->port(), model_name.c_str());
 
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int tick = 1; !g_stop; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (tick % 10 == 0) sample();
+  }
   std::fprintf(stderr, "braid serve: stopping\n");
   srv->SetRouter(&loading);
   service.Stop();
