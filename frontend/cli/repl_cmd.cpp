@@ -22,6 +22,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/file_util.h"
+#include "cli/repl_session.h"
 #include "cli/stack.h"
 #include "lua/driver.h"
 #include "report/run_report.h"
@@ -32,11 +33,17 @@ namespace {
 const char* kReplHelp =
     "usage: braid repl [options]\n"
     "\n"
+    "       braid repl --server URL [--api-key KEY]\n"
+    "\n"
     "Lua with the braid module, input by input (docs/repl.md). An expression prints\n"
     "its value; a chunk left open (a function, a long string) continues on the next\n"
     "line; Ctrl-C stops the input being evaluated; Ctrl-D or :quit leaves. With a\n"
     "terminal, lines are edited with history (~/.cache/braid/repl_history); from a\n"
     "pipe, input is read as it comes.\n"
+    "\n"
+    "With --server, the inputs run in a session of the braid serve at URL (its model,\n"
+    "its limits, no file access; the key also from BRAID_API_KEY); otherwise on the\n"
+    "stack opened here:\n"
     "\n"
     "%s"
     "      --lua-memory-mb N   Lua memory cap, 1..65536 (default 256)\n"
@@ -46,9 +53,10 @@ const char* kCommands =
     ":help             this list\n"
     ":load FILE [ARGS] run a program file in the session (its main function gets ARGS;\n"
     "                  \"...\" keeps blanks in one argument)\n"
-    ":vars             the session's variables and their states\n"
-    ":runs             the session's run: id, calls, variables\n"
-    ":graph FILE       the DAG so far: .svg/.png/.pdf through Graphviz, .dot as text\n"
+    ":vars [RUN]       the variables of the session's run (or RUN) and their states\n"
+    ":runs             the session's run, then other runs (the server's, or stored)\n"
+    ":graph [RUN] [FILE] the DAG so far (default RUN.svg): .svg/.png/.pdf through\n"
+    "                  Graphviz, .dot as text\n"
     ":stats            engine and prefix cache figures\n"
     ":model            the model each engine serves\n"
     ":quit             leave (also Ctrl-D)\n";
@@ -102,19 +110,6 @@ class LineReader {
   bool tty_;
   std::string history_;
 };
-
-std::string StateName(rt::VarState s) {
-  switch (s) {
-    case rt::VarState::kPending:
-      return "pending";
-    case rt::VarState::kReady:
-      return "ready";
-    case rt::VarState::kFailed:
-      return "failed";
-    default:
-      return "cancelled";
-  }
-}
 
 // One line of a value: newlines shown as \n, at most `max` bytes.
 std::string OneLine(const std::string& s, size_t max) {
@@ -178,48 +173,37 @@ class TokenEcho {
     }
     return std::move(shown_);
   }
-  void OnEvent(const rt::RunEvent& e) {
-    if (e.kind != rt::RunEvent::Kind::kTokens) return;
+  void OnTokens(uint64_t var, std::string_view text) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!active_) return;
-    if (var_ == 0) var_ = e.var;
-    if (e.var != var_) return;
-    std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+    if (var_ == 0) var_ = var;
+    if (var != var_) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-    shown_ += e.text;
+    shown_ += text;
   }
 
  private:
   std::mutex mu_;
   bool active_ = false;
-  rt::VarId var_ = 0;
+  uint64_t var_ = 0;
   std::string shown_;
 };
 
 class Repl {
  public:
-  Repl(Stack& stack, rt::Run& run, lua::LuaState& state, const lua::DriverOptions& options,
-       bool tty)
-      : stack_(stack), run_(run), driver_(run, state, options), tty_(tty) {
-    if (tty_) run_.Watch([this](const rt::RunEvent& e) { echo_.OnEvent(e); });
-  }
-  ~Repl() {
-    if (tty_) run_.Watch(nullptr);
-  }
+  Repl(ReplSession& session, bool tty) : session_(session), tty_(tty) {}
 
   // Evaluates one input and prints what it gave; on a terminal, the output
   // it waits for streams first, and is not printed twice. Returns false,
   // printing nothing, when the input only ended too early (a syntax error
   // at <eof>: nothing ran) unless it is `last`.
   bool Evaluate(const std::string& input, bool last = false) {
-    g_interrupt.store(false);
-    if (tty_) echo_.Begin();
-    auto r = driver_.Evaluate("stdin", input);
-    const std::string shown = tty_ ? echo_.End() : "";
+    auto r = Run("stdin", input, false, {}, "");
     if (!last && !r.ok() && r.status().code() == StatusCode::kInvalidArgument &&
         lua::Driver::IsIncomplete(r.status().message()))
       return false;
-    if (!(r.ok() && !shown.empty() && r->size() == 1 && (*r)[0] == shown)) Print(r);
+    if (!(r.ok() && !shown_.empty() && r->size() == 1 && (*r)[0] == shown_)) Print(r);
     return true;
   }
 
@@ -232,59 +216,74 @@ class Repl {
       return true;
     }
     const std::string cmd = words.empty() ? ":" : words[0];
+    const size_t n = words.size();
     if (cmd == ":quit" || cmd == ":q") return false;
     if (cmd == ":help" || cmd == ":h") {
       std::fputs(kCommands, stdout);
-    } else if (cmd == ":load" && words.size() >= 2) {
+    } else if (cmd == ":load" && n >= 2) {
       Load(words[1], std::vector<std::string>(words.begin() + 2, words.end()));
-    } else if (cmd == ":vars") {
-      for (const rt::VarInfo& v : run_.Vars()) {
-        std::printf("%4llu  %-24s %-9s %s\n", static_cast<unsigned long long>(v.id),
-                    v.name.empty() ? "(literal)" : v.name.c_str(), StateName(v.state).c_str(),
-                    v.state == rt::VarState::kReady    ? OneLine(v.value, 60).c_str()
-                    : v.state == rt::VarState::kFailed ? OneLine(v.error, 60).c_str()
-                                                       : "");
+    } else if (cmd == ":vars" && n <= 2) {
+      auto vars = session_.Vars(n == 2 ? words[1] : "");
+      if (!vars.ok()) {
+        std::printf("error: %s\n", vars.status().message().c_str());
+      } else {
+        for (const ReplVar& v : *vars)
+          std::printf("%4llu  %-24s %-9s %s\n", static_cast<unsigned long long>(v.id),
+                      v.name.empty() ? "(literal)" : v.name.c_str(), v.state.c_str(),
+                      OneLine(v.text, 60).c_str());
       }
-    } else if (cmd == ":runs") {
-      const auto nodes = run_.Nodes();
-      size_t done = 0;
-      for (const auto& n : nodes) done += n.state == rt::NodeState::kDone;
-      std::printf("%s  %zu calls (%zu done), %zu variables\n", run_.id().c_str(), nodes.size(),
-                  done, run_.Vars().size());
-    } else if (cmd == ":graph" && words.size() == 2) {
-      report::WriteGraph(run_, words[1]);
-      std::printf("wrote %s\n", words[1].c_str());
-    } else if (cmd == ":stats") {
-      std::printf("%s\n", stack_.KvSummary().c_str());
-      for (size_t e = 0; e < stack_.engines.size(); ++e) {
-        const EngineStats st = stack_.engines[e]->stats();
-        std::printf(
-            "engine %zu: %llu requests, %llu prompt tokens (%llu from the prefix cache), %llu "
-            "generated, %d running, %d waiting, KV blocks %d of %d in use\n",
-            e, static_cast<unsigned long long>(st.requests_finished),
-            static_cast<unsigned long long>(st.prompt_tokens),
-            static_cast<unsigned long long>(st.cached_prompt_tokens),
-            static_cast<unsigned long long>(st.generated_tokens), st.running, st.waiting,
-            st.kv_blocks_total - st.kv_blocks_free, st.kv_blocks_total);
+    } else if (cmd == ":runs" && n == 1) {
+      PrintLines(session_.Runs());
+    } else if (cmd == ":graph" && n <= 3) {
+      // :graph [RUN] [FILE]: a lone word naming a run (run-...) is the run.
+      std::string run, path;
+      if (n == 3) {
+        run = words[1];
+        path = words[2];
+      } else if (n == 2 && words[1].rfind("run-", 0) == 0) {
+        run = words[1];
+      } else if (n == 2) {
+        path = words[1];
       }
-    } else if (cmd == ":model") {
-      for (size_t e = 0; e < stack_.engines.size(); ++e) {
-        const Model* m = stack_.engines[e]->model();
-        if (m) {
-          std::printf("engine %zu: %s (%s, %s)\n", e, m->info().path.c_str(),
-                      m->info().arch.c_str(), m->info().device.c_str());
-        } else {
-          std::printf("engine %zu: remote\n", e);
-        }
+      if (path.empty()) path = (run.empty() ? session_.run_id() : run) + ".svg";
+      if (Status s = session_.Graph(run, path); !s.ok()) {
+        std::printf("error: %s\n", s.message().c_str());
+      } else {
+        std::printf("wrote %s\n", path.c_str());
       }
+    } else if (cmd == ":stats" && n == 1) {
+      PrintLines(session_.Stats());
+    } else if (cmd == ":model" && n == 1) {
+      PrintLines(session_.Models());
     } else {
-      std::printf("unknown command '%s' (or missing argument); :help lists them\n", line.c_str());
+      std::printf("unknown command '%s' (or wrong arguments); :help lists them\n", line.c_str());
     }
     std::fflush(stdout);
     return true;
   }
 
  private:
+  // One input; on a terminal its first streaming output is echoed (shown_).
+  Result<std::vector<std::string>> Run(const std::string& name, const std::string& source,
+                                       bool program, const std::vector<std::string>& args,
+                                       const std::string& dir) {
+    g_interrupt.store(false);
+    if (tty_) echo_.Begin();
+    ReplSession::TokenFn echo;
+    if (tty_) echo = [this](uint64_t var, std::string_view text) { echo_.OnTokens(var, text); };
+    auto r = session_.Evaluate(name, source, program, args, dir, echo);
+    shown_ = tty_ ? echo_.End() : "";
+    return r;
+  }
+
+  void PrintLines(const Result<std::vector<std::string>>& lines) {
+    if (!lines.ok()) {
+      std::printf("error: %s\n", lines.status().message().c_str());
+      return;
+    }
+    for (const std::string& l : *lines) std::printf("%s\n", l.c_str());
+  }
+
   void Print(const Result<std::vector<std::string>>& r) {
     if (!r.ok()) {
       if (r.status().code() == StatusCode::kCancelled) {
@@ -302,7 +301,8 @@ class Repl {
   }
 
   // A program file's chunk, and its main function called with `args`, as
-  // braid run runs it; its bundled inputs are found beside it.
+  // braid run runs it; its bundled inputs are found beside it (on a server,
+  // a program reads no files, as POST /v1/programs).
   void Load(const std::string& path, const std::vector<std::string>& args) {
     std::string source;
     if (Status s = ReadRegularFile(path, kMaxInputFileBytes, &source); !s.ok()) {
@@ -310,17 +310,13 @@ class Repl {
       return;
     }
     const std::string dir = std::filesystem::path(path).parent_path().string();
-    driver_.set_script_dir(dir.empty() ? "." : dir);
-    g_interrupt.store(false);
-    Print(driver_.EvaluateProgram(path, source, args));
-    driver_.set_script_dir(".");
+    Print(Run(path, source, true, args, dir));
   }
 
-  Stack& stack_;
-  rt::Run& run_;
-  lua::Driver driver_;
+  ReplSession& session_;
   bool tty_;
   TokenEcho echo_;
+  std::string shown_;
 };
 
 }  // namespace
@@ -331,46 +327,39 @@ int ReplMain(const std::vector<std::string>& argv) {
     std::printf(kReplHelp, kStackHelp);
     return 0;
   }
+  const std::string server = args.Str({"--server"}, "");
+  std::string api_key = args.Str({"--api-key"}, "");
+  if (api_key.empty())
+    if (const char* k = std::getenv("BRAID_API_KEY")) api_key = k;
   StackOptions so = ReadStackOptions(args);
-  lua::DriverOptions dopts;
-  dopts.limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536))
-                              << 20;
-  dopts.limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
+  const size_t lua_memory = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536)) << 20;
+  const double lua_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid repl: %s\n", e.c_str());
     return 2;
   }
-  auto opened = OpenStack(so);
+  std::unique_ptr<Stack> stack;
+  Result<std::unique_ptr<ReplSession>> opened = Status::Internal("not opened");
+  if (!server.empty()) {
+    opened = OpenRemoteReplSession(server, api_key, &g_interrupt);
+  } else {
+    auto stacked = OpenStack(so);
+    if (!stacked.ok()) {
+      std::fprintf(stderr, "braid: %s\n", stacked.status().message().c_str());
+      return 1;
+    }
+    stack = std::move(stacked).value();
+    opened = OpenLocalReplSession(*stack, lua_memory, lua_seconds, &g_interrupt);
+  }
   if (!opened.ok()) {
-    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+    std::fprintf(stderr, "braid repl: %s\n", opened.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<Stack> stack = std::move(opened).value();
-  rt::RunOptions runo;
-  runo.program = "repl";
-  auto started = stack->runtime->StartRun(runo);
-  if (!started.ok()) {
-    std::fprintf(stderr, "braid: %s\n", started.status().message().c_str());
-    return 1;
-  }
-  std::shared_ptr<rt::Run> run = *started;
-  std::unique_ptr<lua::LuaState> state = lua::LuaState::Create(dopts.limits);
-  if (!state) {
-    std::fprintf(stderr, "braid repl: cannot create a Lua state\n");
-    return 1;
-  }
-  dopts.interrupt = &g_interrupt;
-  dopts.script_dir = ".";
-  dopts.log = [](std::string_view line) {
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  };
+  std::unique_ptr<ReplSession> session = std::move(opened).value();
   LineReader reader;
   if (reader.tty())
-    std::printf("braid repl: %s; run %s. :help lists the commands.\n", stack->KvSummary().c_str(),
-                run->id().c_str());
-  Repl repl(*stack, *run, *state, dopts, reader.tty());
+    std::printf("braid repl: %s. :help lists the commands.\n", session->Banner().c_str());
+  Repl repl(*session, reader.tty());
   auto old_handler = std::signal(SIGINT, OnReplSigint);
   std::string pending, line;
   while (reader.Read(pending.empty() ? "braid> " : "  ...> ", &line)) {
@@ -387,8 +376,7 @@ int ReplMain(const std::vector<std::string>& argv) {
   }
   if (!pending.empty()) repl.Evaluate(pending, /*last=*/true);  // the error says what was left open
   std::signal(SIGINT, old_handler);
-  run->Cancel();
-  run->Finish(Status::Ok());
+  session.reset();  // before the stack it runs on
   return 0;
 }
 

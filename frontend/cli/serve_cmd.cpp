@@ -214,16 +214,20 @@ int ServeMain(const std::vector<std::string>& argv) {
          m ? m->info().path : "", m ? m->info().device : "remote"});
   }
   http::StatsHistory history(model_name, std::move(labels));
+  auto unix_now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
   auto sample = [&] {
     std::vector<EngineStats> stats;
     for (Engine* e : engines) stats.push_back(e->stats());
     const server::RunsService::Counts c = service.counts();
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    history.Record(now, stats, {c.queued, c.running, c.done, c.failed, c.cancelled});
+    history.Record(unix_now(), stats, {c.queued, c.running, c.done, c.failed, c.cancelled});
   };
   sample();
-  router.Add("GET", "/v1/stats", [&history](const http::Request& r, const http::Params&) {
+  // A reader gets figures at most half a second old.
+  router.Add("GET", "/v1/stats", [&](const http::Request& r, const http::Params&) {
+    if (unix_now() - history.last_time() > 0.5) sample();
     uint64_t since = 0;
     if (auto it = r.query.find("since"); it != r.query.end()) {
       char* end = nullptr;
@@ -246,9 +250,9 @@ int ServeMain(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "braid serve: ready on http://%s:%d (model '%s')\n", ho.host.c_str(),
                srv->port(), model_name.c_str());
 
-  for (int tick = 1; !g_stop; ++tick) {
+  while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (tick % 10 == 0) sample();
+    if (unix_now() - history.last_time() >= 0.95) sample();
   }
   std::fprintf(stderr, "braid serve: stopping\n");
   srv->SetRouter(&loading);

@@ -71,6 +71,11 @@ uint64_t StatsHistory::last_seq() const {
   return seq_;
 }
 
+double StatsHistory::last_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return samples_.empty() ? 0.0 : samples_.back().t_unix;
+}
+
 std::string StatsHistory::Json(uint64_t since) const {
   json out;
   out["model"] = model_name_;

@@ -39,6 +39,8 @@ class StatsHistory {
   std::string Json(uint64_t since) const;
 
   uint64_t last_seq() const;
+  // When the last sample was taken (0: none yet).
+  double last_time() const;
 
  private:
   struct EngineSample {

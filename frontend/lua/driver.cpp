@@ -654,14 +654,20 @@ Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
   state_.ResetLimits();
   fatal_ = Status::Ok();
   if (!state_.LoadText("return " + source, chunkname)) {
+    // Not an expression: a statement, or the start of either ("1 +" is an
+    // expression left open, "x =" a statement left open).
+    std::string as_expression = ErrorText(L);
     lua_pop(L, 1);
     if (!state_.LoadText(source, chunkname)) {
       std::string msg = ErrorText(L);
       lua_pop(L, 1);
+      if (!IsIncomplete(msg) && IsIncomplete(as_expression)) msg = std::move(as_expression);
       return Status::InvalidArgument(msg);
     }
   }
-  return RunInput(0);
+  PushReplBody(L);
+  lua_insert(L, -2);
+  return RunInput(1);
 }
 
 Result<std::vector<std::string>> Driver::EvaluateProgram(const std::string& chunkname,

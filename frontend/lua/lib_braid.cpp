@@ -35,6 +35,7 @@ const char* const kFnMeta = "braid.fn";
 const char* const kHandleMeta = "braid.handle";
 char main_body_key;
 char map_body_key;
+char repl_body_key;
 
 struct VarUd {
   rt::VarId id;
@@ -860,7 +861,24 @@ local function map_body(src, fn, out)
   set(out, r)
 end
 
-return main_body, map_body
+-- A REPL input: what it returns, with the variables inside a table shown as
+-- their values when ready (else as their printed form), so the table prints
+-- as JSON; a variable on its own stays one (it prints with its state).
+local function repl_body(chunk, ...)
+  local r = table.pack(chunk(...))
+  for i = 1, r.n do
+    if type(r[i]) == "table" then
+      local ok, shown = pcall(walk, r[i], 0, {}, function(x)
+        if x:state() == "ready" then return x:get() end
+        return tostring(x)
+      end)
+      if ok then r[i] = shown end
+    end
+  end
+  return table.unpack(r, 1, r.n)
+end
+
+return main_body, map_body, repl_body
 )lua";
 
 const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join", LuaJoin},
@@ -882,6 +900,7 @@ void NewMeta(lua_State* L, const char* name) {
 }  // namespace
 
 void PushMainBody(lua_State* L) { lua_rawgetp(L, LUA_REGISTRYINDEX, &main_body_key); }
+void PushReplBody(lua_State* L) { lua_rawgetp(L, LUA_REGISTRYINDEX, &repl_body_key); }
 
 int luaopen_braid(lua_State* L) {
   NewMeta(L, kVarMeta);
@@ -950,7 +969,8 @@ int luaopen_braid(lua_State* L) {
   lua_setfield(L, -2, "replay_seed");
   lua_pushcfunction(L, LuaWant);
   lua_setfield(L, -2, "want");
-  lua_call(L, 2, 2);
+  lua_call(L, 2, 3);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &repl_body_key);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &map_body_key);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &main_body_key);
   lua_settop(L, braid);

@@ -21,4 +21,9 @@ int luaopen_braid(lua_State* L);
 // variable in it replaced by its value.
 void PushMainBody(lua_State* L);
 
+// Pushes the function that runs a REPL input: repl_body(chunk) returns what
+// chunk() returns, tables with the ready variables in them replaced by their
+// values and the others by their printed form (variables alone stay).
+void PushReplBody(lua_State* L);
+
 }  // namespace braid::lua

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "http/json_body.h"
+#include "lua/driver.h"
+#include "lua/lua_state.h"
 #include "server/runs_service.h"
 #include "server/work_pool.h"
 
@@ -36,11 +38,20 @@ struct Entry {
   std::shared_ptr<http::EventStream> waiter;  // the submitting connection (not detached)
   bool waiter_sse = false;                    // waiter gets events, not just the result
 
-  // Sessions: their functions, and one builder at a time.
-  std::mutex build_mu;
+  // Sessions: their functions, and one builder at a time (BuildLock).
+  std::timed_mutex build_mu;
   std::map<std::string, std::shared_ptr<const rt::SemanticFunction>> functions;
   int calls = 0;
   std::atomic<int64_t> last_used_ms{0};
+  // Sessions driven by Lua inputs (POST .../eval): the state and driver,
+  // made at the first input (the driver, declared last, goes first), one
+  // input at a time, its interrupt, and the stream it answers on (guarded
+  // by mu; it hears the run's events while the input runs).
+  std::unique_ptr<lua::LuaState> lua;
+  std::unique_ptr<lua::Driver> driver;
+  std::atomic<bool> evaluating{false};
+  std::atomic<bool> eval_interrupt{false};
+  std::shared_ptr<http::EventStream> eval_stream;
 
   bool Finished() const { return state == "done" || state == "failed" || state == "cancelled"; }
 };
@@ -102,6 +113,8 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   http::Response Events(const std::string& id);
   // sessions.cpp
   void AddSessionRoutes(http::Router* router);
+  // POST /v1/sessions/{id}/eval: one Lua input in the session.
+  http::Response Evaluate(const std::shared_ptr<Entry>& e, const nlohmann::json& body);
   void ReapIdleSessions();
 };
 

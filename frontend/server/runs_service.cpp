@@ -127,6 +127,7 @@ void RunsService::Impl::Broadcast(Entry& e, const json& event) {
     std::lock_guard<std::mutex> lock(e.mu);
     to = e.watchers;
     if (e.waiter && e.waiter_sse) to.push_back(e.waiter);
+    if (e.eval_stream) to.push_back(e.eval_stream);
   }
   // Outside the lock: a stream that gives up on a slow client runs its
   // cancel hook from inside Send.
@@ -189,6 +190,7 @@ void RunsService::Impl::RequestCancel(const std::shared_ptr<Entry>& e) {
 
 void RunsService::Impl::CancelRun(const std::shared_ptr<Entry>& e) {
   e->interrupt = true;
+  e->eval_interrupt = true;
   e->run->Cancel();
   bool queued = false;
   {
@@ -574,7 +576,7 @@ void RunsService::Stop() {
   }
   // Stop the programs where they are (their runs stay resumable in the
   // store), then the threads.
-  for (auto& e : all) e->interrupt = true;
+  for (auto& e : all) e->interrupt = e->eval_interrupt = true;
   impl_->pool.Stop();
 }
 

@@ -48,6 +48,16 @@ Result<rt::FunctionSpec> SpecOf(const json& b, const std::string& name) {
   return spec;
 }
 
+// The session's builder lock, waited for at most 2 s: a Lua input holds it
+// while it runs, and a route then answers 409 instead of holding a worker.
+std::unique_lock<std::timed_mutex> BuildLock(Entry& e) {
+  return std::unique_lock<std::timed_mutex>(e.build_mu, std::chrono::seconds(2));
+}
+
+http::Response Busy() {
+  return http::JsonError(409, "the session is busy: an input is being evaluated in it");
+}
+
 }  // namespace
 
 void RunsService::Impl::ReapIdleSessions() {
@@ -132,7 +142,8 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 if (!fn.ok()) return ErrorResponse(fn.status());
                 json inputs = (*fn)->inputs(), outputs = json::array();
                 for (const auto& o : (*fn)->outputs()) outputs.push_back(o.name);
-                std::lock_guard<std::mutex> lock(e->build_mu);
+                auto lock = BuildLock(*e);
+                if (!lock.owns_lock()) return Busy();
                 if (e->functions.size() >= impl->options.dag_limits.max_functions)
                   return http::JsonError(429, "the session has too many functions");
                 e->functions[name] = *fn;
@@ -148,7 +159,8 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
         if (auto err = session(p, &impl, &e)) return *err;
         auto b = body_of(r);
         if (!b.ok()) return ErrorResponse(b.status());
-        std::lock_guard<std::mutex> lock(e->build_mu);
+        auto lock = BuildLock(*e);
+        if (!lock.owns_lock()) return Busy();
         std::shared_ptr<const rt::SemanticFunction> fn;
         if (auto f = b->find("function"); f != b->end() && f->is_string()) {
           auto it = e->functions.find(f->get<std::string>());
@@ -202,7 +214,8 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 if (!b.ok()) return ErrorResponse(b.status());
                 auto name = NameOf(*b);
                 if (!name.ok()) return ErrorResponse(name.status());
-                std::lock_guard<std::mutex> lock(e->build_mu);
+                auto lock = BuildLock(*e);
+                if (!lock.owns_lock()) return Busy();
                 rt::VarId v = 0;
                 if (auto val = b->find("value"); val != b->end() && !val->is_null()) {
                   if (!val->is_string())
@@ -223,7 +236,8 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 if (!v.ok()) return ErrorResponse(v.status());
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
-                std::lock_guard<std::mutex> lock(e->build_mu);
+                auto lock = BuildLock(*e);
+                if (!lock.owns_lock()) return Busy();
                 Status s;
                 if (auto val = b->find("value"); val != b->end() && val->is_string()) {
                   s = e->run->SetValue(*v, val->get<std::string>());
@@ -273,7 +287,8 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
               "", "timeout_ms");
         if (*deadline > 0) get.deadline_ms = *deadline;
         {
-          std::lock_guard<std::mutex> lock(e->build_mu);
+          auto lock = BuildLock(*e);
+          if (!lock.owns_lock()) return Busy();
           if (Status s = e->run->Want(*v, get); !s.ok()) return ErrorResponse(s);
         }
         const int64_t until = SteadyMs() + static_cast<int64_t>(*timeout);
@@ -294,16 +309,157 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
         return http::JsonResponse(st == rt::VarState::kPending ? 202 : 200, Dump(j));
       });
 
+  // Lua inputs in the session (braid repl --server), and stopping one.
+  router->Add("POST", "/v1/sessions/{id}/eval",
+              [session, body_of](const http::Request& r, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                auto b = body_of(r);
+                if (!b.ok()) return ErrorResponse(b.status());
+                return impl->Evaluate(e, *b);
+              });
+  router->Add("POST", "/v1/sessions/{id}/interrupt",
+              [session](const http::Request&, const http::Params& p) {
+                std::shared_ptr<Impl> impl;
+                std::shared_ptr<Entry> e;
+                if (auto err = session(p, &impl, &e)) return *err;
+                const bool running = e->evaluating.load();
+                if (running) e->eval_interrupt = true;
+                return http::JsonResponse(200, Dump({{"interrupted", running}}));
+              });
+
   router->Add("DELETE", "/v1/sessions/{id}",
               [session](const http::Request&, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
                 if (auto err = session(p, &impl, &e)) return *err;
+                e->eval_interrupt = true;  // an input running stops
                 e->run->Cancel();
                 e->run->Finish(Status::Ok());
                 impl->Complete(e, "done", nullptr, "");
                 return http::JsonResponse(200, Dump({{"id", e->id}, {"state", "done"}}));
               });
+}
+
+}  // namespace braid::server
+
+namespace braid::server {
+
+http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, const json& b) {
+  auto src = b.find("source");
+  if (src == b.end() || !src->is_string())
+    return http::JsonError(400, "source: the Lua input is missing", "", "source");
+  std::string source = src->get<std::string>();
+  if (source.size() > options.max_source_bytes)
+    return http::JsonError(
+        413, "source: larger than " + std::to_string(options.max_source_bytes) + " bytes");
+  std::string name = "input";
+  if (auto n = b.find("name"); n != b.end() && !n->is_null()) {
+    if (!n->is_string() || n->get<std::string>().empty())
+      return http::JsonError(400, "name: must be a non-empty string", "", "name");
+    name = n->get<std::string>();
+  }
+  bool program = false, sse = false;
+  for (auto [key, flag] : {std::pair<const char*, bool*>{"program", &program}, {"stream", &sse}})
+    if (auto f = b.find(key); f != b.end() && !f->is_null()) {
+      if (!f->is_boolean())
+        return http::JsonError(400, std::string(key) + ": must be true or false", "", key);
+      *flag = f->get<bool>();
+    }
+  std::vector<std::string> args;
+  if (auto a = b.find("args"); a != b.end() && !a->is_null()) {
+    if (!a->is_array()) return http::JsonError(400, "args: must be a list of strings", "", "args");
+    for (const json& x : *a) {
+      if (!x.is_string())
+        return http::JsonError(400, "args: must be a list of strings", "", "args");
+      args.push_back(x.get<std::string>());
+    }
+  }
+  if (e->evaluating.exchange(true))
+    return http::JsonError(409, "an input is already being evaluated in this session");
+
+  auto stream = std::make_shared<http::EventStream>();
+  std::weak_ptr<Entry> weak = e;
+  // A client that leaves stops its input (the session stays).
+  stream->OnCancel([weak] {
+    if (auto entry = weak.lock()) entry->eval_interrupt = true;
+  });
+  e->eval_interrupt = false;
+  if (sse) {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->eval_stream = stream;
+  }
+  std::weak_ptr<Impl> self = weak_from_this();
+  auto job = [self, e, stream, sse, program, name = std::move(name), source = std::move(source),
+              args = std::move(args)] {
+    auto impl = self.lock();
+    json answer;
+    if (impl && !impl->stopping) {
+      std::unique_lock<std::timed_mutex> lock(e->build_mu);
+      if (!e->driver) {
+        e->lua = lua::LuaState::Create(impl->options.lua_limits);
+        lua::DriverOptions d;
+        d.limits = impl->options.lua_limits;
+        d.interrupt = &e->eval_interrupt;
+        d.script_dir.clear();  // as for programs: no file access
+        Entry* raw = e.get();
+        std::weak_ptr<Impl> weak_impl = impl;
+        d.log = [weak_impl, raw](std::string_view line) {
+          if (auto i = weak_impl.lock())
+            i->Broadcast(*raw, {{"type", "log"}, {"text", std::string(line)}});
+        };
+        if (e->lua) e->driver = std::make_unique<lua::Driver>(*e->run, *e->lua, d);
+      }
+      Result<std::vector<std::string>> r =
+          !e->driver ? Result<std::vector<std::string>>(
+                           Status::ResourceExhausted("cannot create a Lua state"))
+          : program ? e->driver->EvaluateProgram(name, source, args)
+                    : e->driver->Evaluate(name, source);
+      if (r.ok()) {
+        answer = {{"values", *r}};
+      } else {
+        const Status& s = r.status();
+        const char* code =
+            s.code() == StatusCode::kCancelled           ? "interrupted"
+            : s.code() == StatusCode::kResourceExhausted ? "limit"
+            : s.code() == StatusCode::kInvalidArgument && lua::Driver::IsIncomplete(s.message())
+                ? "incomplete"
+                : "error";
+        answer = {{"error", s.message()}, {"code", code}};
+      }
+    } else {
+      answer = {{"error", "the server is stopping"}, {"code", "interrupted"}};
+    }
+    e->last_used_ms = SteadyMs();
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->eval_stream.reset();
+    }
+    if (sse) {
+      answer["type"] = "result";
+      stream->Send(http::SseEvent(Dump(answer)));
+      stream->Send(http::SseEvent("[DONE]"));
+    } else {
+      stream->Send(Dump(answer));
+    }
+    stream->Close();
+    e->evaluating = false;
+  };
+  if (!pool.TrySubmit(std::move(job))) {
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->eval_stream.reset();
+    }
+    e->evaluating = false;
+    http::Response busy = http::JsonError(429, "too many programs and inputs running; try again");
+    busy.headers.emplace_back("Retry-After", "1");
+    return busy;
+  }
+  http::Response res;
+  res.stream = stream;
+  res.content_type = sse ? "text/event-stream" : "application/json";
+  return res;
 }
 
 }  // namespace braid::server

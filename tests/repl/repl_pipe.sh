@@ -58,7 +58,7 @@ check "the session goes on" '^3$'
 check ":load runs the app with its arguments" '"question": "What is the population of Paris times two\?"'
 check "a bad command line says what" '^error: the quote at column [0-9]+ is not closed$'
 check ":vars" 'out +ready'
-check ":runs" '^run-[0-9-]+-[0-9a-f]+ +[0-9]+ calls \([0-9]+ done\)'
+check ":runs" '^run-[0-9-]+-[0-9a-f]+ +this session: [0-9]+ calls \([0-9]+ done\)'
 check ":graph" "^wrote $tmp/g.dot$"
 check ":stats" '^engine 0: [0-9]+ requests'
 check ":model" '^engine 0: .*\(llama, cpu\)$'

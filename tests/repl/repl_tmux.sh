@@ -53,7 +53,11 @@ typein 'say = braid.fn { name = "say", prompt = "Say yes: {{gen out max_tokens=4
   'answer = say{}.out:get()' 'type(answer)'
 check "a get" '^string$' 60
 # On a terminal a get streams its tokens, and the value is not printed twice.
-typein 'w = say{}.out' 'w:get()' 'w:get() .. "|end"'
+# (each line typed once the previous one is done: text typed ahead is echoed
+# by the terminal into the streamed tokens)
+typein 'w = say{}.out' 'w:get()'
+wait_for '^braid> w:get\(\)$' 10 && wait_for '^braid> $' 30
+typein 'w:get() .. "|end"'
 check "a get's value after it streamed" '\|end$' 30
 value=$(screen | grep -E '\|end$' | tail -1 | sed 's/|end$//')
 shown=$(screen | sed -n '/^braid> w:get()$/,$p' | grep -cxF -- "$value")
