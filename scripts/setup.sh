@@ -3,8 +3,9 @@
 # build needs and fetches the bundled model into models/.
 #   scripts/setup.sh            packages + model
 #   scripts/setup.sh --dev      also clang-16 and its runtime (sanitizer and fuzz builds),
-#                               and .venv-test: a Python venv with the official `openai`
-#                               package for the HTTP API's integration tests
+#                               Chromium (the dashboard's test, headless), and .venv-test:
+#                               a Python venv with the official `openai` package for the
+#                               HTTP API's integration tests
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dev=0
@@ -13,7 +14,7 @@ dev=0
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip unzip
       doctest-dev nlohmann-json3-dev libboost-dev libboost-graph-dev
       libsqlite3-dev liblua5.4-dev libedit-dev graphviz bc curl tmux)
-[ $dev = 1 ] && pkgs+=(clang-16 libclang-rt-16-dev python3-venv)
+[ $dev = 1 ] && pkgs+=(clang-16 libclang-rt-16-dev python3-venv chromium)
 
 missing=()
 for p in "${pkgs[@]}"; do

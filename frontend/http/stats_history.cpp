@@ -55,8 +55,12 @@ void StatsHistory::Record(double t_unix, const std::vector<EngineStats>& engines
       cs.client = c.client;
       cs.engine = e;
       cs.stats = c;
-      if (auto it = before.find({e, c.client}); it != before.end())
-        cs.generated_per_s = Rate(c.generated_tokens, it->second->stats.generated_tokens, dt);
+      // A client not in the sample before had nothing then.
+      if (prev) {
+        auto it = before.find({e, c.client});
+        cs.generated_per_s =
+            Rate(c.generated_tokens, it != before.end() ? it->second->stats.generated_tokens : 0, dt);
+      }
       s.clients.push_back(std::move(cs));
     }
     es.stats.clients.clear();  // kept once, in s.clients
