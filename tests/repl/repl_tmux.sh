@@ -56,7 +56,7 @@ check "a get" '^string$' 60
 # (each line typed once the previous one is done: text typed ahead is echoed
 # by the terminal into the streamed tokens)
 typein 'w = say{}.out' 'w:get()'
-wait_for '^braid> w:get\(\)$' 10 && wait_for '^braid> $' 30
+wait_for '^braid> w:get\(\)$' 10 && wait_for '^braid> ?$' 30
 typein 'w:get() .. "|end"'
 check "a get's value after it streamed" '\|end$' 30
 value=$(screen | grep -E '\|end$' | tail -1 | sed 's/|end$//')
