@@ -110,6 +110,12 @@ class Backend {
     *passes = 0;
     stages->clear();
   }
+  // Shared-prefix (cascade) attention so far: the forward passes that used
+  // it and the decode tokens that did (backends without it: 0, 0).
+  virtual void CascadeCounts(uint64_t* passes, uint64_t* tokens) const {
+    *passes = 0;
+    *tokens = 0;
+  }
 };
 
 // Parses ModelOptions::device: "cpu", "cuda" (= "cuda:0") or "cuda:N".

@@ -544,6 +544,7 @@ class ServingEngine final : public Engine {
     }
     if (options_.model.cpu.profile_stages)
       model_->backend().StageProfile(&s.profiled_passes, &s.forward_stages);
+    model_->backend().CascadeCounts(&s.cascade_passes, &s.cascade_tokens);
     return s;
   }
   Model* model() override { return model_.get(); }

@@ -205,6 +205,11 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
        [](const EngineStats& s) { return s.propose_seconds; }},
       {"forward_seconds_total", "counter", "Seconds spent in forward passes.",
        [](const EngineStats& s) { return s.forward_seconds; }},
+      {"cascade_passes_total", "counter",
+       "Forward passes that attended a shared prefix once per group (cascade attention).",
+       [](const EngineStats& s) { return static_cast<double>(s.cascade_passes); }},
+      {"cascade_tokens_total", "counter", "Decode tokens whose shared prefix was attended so.",
+       [](const EngineStats& s) { return static_cast<double>(s.cascade_tokens); }},
   };
   for (const EngineMetric& e : kEngine) {
     w.Header(e.name, e.type, e.help);

@@ -189,8 +189,12 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int G = a.n_head / a.n_kv;
   const int n_keys = a.pos[t] + 1;
-  const int chunk = (n_keys + a.n_split - 1) / a.n_split;
-  const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+  // A cascade member attends its keys from key_start on; the keys before
+  // were attended for its group, as one more range (a.prefix) to merge.
+  const int ks = a.key_start ? a.key_start[t] : 0;
+  const bool has_prefix = ks > 0;
+  const int chunk = (n_keys - ks + a.n_split - 1) / a.n_split;
+  const int k0 = ks + split * chunk, k1 = min(n_keys, k0 + chunk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = warp * (32 / kLanes) + lane / kLanes;
   const int li = lane % kLanes, d0 = li * 8;
@@ -274,9 +278,16 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   const int64_t out_row = static_cast<int64_t>(t) * q_dim;
   // This block's range of head (kvh, g), as (unnormalized output, max, sum)
   // with a range index; ranges of a head are laid out side by side.
-  auto part = [&](int g, int s) {
+  auto prefix_of = [&](int g) {
+    return a.prefix + (static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * (HD + 2);
+  };
+  auto partial_at = [&](int g, int s) {
     return a.partial +
            ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
+  };
+  // Range n_split, when there is a prefix, is the group's.
+  auto part = [&](int g, int s) -> const float* {
+    return s == a.n_split ? prefix_of(g) : partial_at(g, s);
   };
   for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
     const int g = e / HD, d = e % HD;
@@ -289,9 +300,16 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       o += sm_acc[s][g][d] * w;
     }
     if (a.n_split == 1) {
+      if (has_prefix) {  // merged with the group's range: (o, max lse, sum 1)
+        const float* pp = prefix_of(g);
+        const float mp = pp[HD], mx2 = fmaxf(mx, mp);
+        const float w = sum > 0 ? __expf(mx - mx2) : 0.0f, wp = __expf(mp - mx2);
+        o = o * w + pp[d] * wp;
+        sum = sum * w + wp;
+      }
       a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
     } else {
-      float* p = part(g, split);
+      float* p = partial_at(g, split);
       p[d] = o;
       if (d == 0) {
         p[HD] = mx;
@@ -312,19 +330,20 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   // Weights of the ranges per head first (all loads in one round), then the
   // outputs, each a sum over ranges of independent loads.
   constexpr int kMaxSplit = 32;
-  __shared__ float sm_w[GMAX][kMaxSplit], sm_rl[GMAX][kMaxSplit], sm_sum[GMAX];
-  for (int e = threadIdx.x; e < G * a.n_split; e += blockDim.x) {
-    const float* p = part(e / a.n_split, e % a.n_split);
+  const int ranges = a.n_split + (has_prefix ? 1 : 0);
+  __shared__ float sm_w[GMAX][kMaxSplit + 1], sm_rl[GMAX][kMaxSplit + 1], sm_sum[GMAX];
+  for (int e = threadIdx.x; e < G * ranges; e += blockDim.x) {
+    const float* p = part(e / ranges, e % ranges);
     const float l = __ldcg(p + HD + 1);
-    sm_w[e / a.n_split][e % a.n_split] = l > 0 ? __ldcg(p + HD) : -FLT_MAX;
-    sm_rl[e / a.n_split][e % a.n_split] = l;
+    sm_w[e / ranges][e % ranges] = l > 0 ? __ldcg(p + HD) : -FLT_MAX;
+    sm_rl[e / ranges][e % ranges] = l;
   }
   __syncthreads();
   if (threadIdx.x < G) {
     const int g = threadIdx.x;
     float mx = -FLT_MAX, sum = 0;
-    for (int s = 0; s < a.n_split; ++s) mx = fmaxf(mx, sm_w[g][s]);
-    for (int s = 0; s < a.n_split; ++s) {
+    for (int s = 0; s < ranges; ++s) mx = fmaxf(mx, sm_w[g][s]);
+    for (int s = 0; s < ranges; ++s) {
       const float l = sm_rl[g][s];
       const float w = l > 0 ? __expf(sm_w[g][s] - mx) : 0.0f;
       sm_w[g][s] = w;
@@ -337,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
     const int g = e / HD, d = e % HD;
     float o = 0;
 #pragma unroll 8
-    for (int s = 0; s < a.n_split; ++s) o += sm_w[g][s] * __ldcg(part(g, s) + d);
+    for (int s = 0; s < ranges; ++s) o += sm_w[g][s] * __ldcg(part(g, s) + d);
     a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sm_sum[g] > 0 ? o / sm_sum[g] : 0.0f);
   }
   if (threadIdx.x == 0) *counter = 0;
@@ -371,7 +390,8 @@ __global__ void GatherHeadsKernel(const float* q, int row0, int n, int n_head, i
   for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = ToBf(src[d]);
 }
 
-__global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, uint16_t* p) {
+__global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, uint16_t* p,
+                                    float* lse) {
   const int64_t r = blockIdx.x;
   const int last = key0 + static_cast<int>(r % n);  // keys <= last are visible
   const float* in = s + r * n_keys;
@@ -391,6 +411,27 @@ __global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0,
   const float inv = 1.0f / sum;
   for (int k = threadIdx.x; k < n_keys; k += blockDim.x)
     out[k] = ToBf(k <= last ? __expf(in[k] - mx) * inv : 0.0f);
+  if (lse && threadIdx.x == 0) lse[r] = mx + __logf(sum);
+}
+
+__global__ void GatherRowsKernel(const float* q, const int32_t* rows, int n, int n_head, int hd,
+                                 uint16_t* qh) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const float* src = q + (static_cast<int64_t>(rows[t]) * n_head + h) * hd;
+  uint16_t* dst = qh + (static_cast<int64_t>(h) * n + t) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = ToBf(src[d]);
+}
+
+__global__ void CascadeRangesKernel(const float* oh, const float* lse, const int32_t* index, int n,
+                                    int n_head, int hd, float* prefix) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t r = static_cast<int64_t>(h) * n + t;
+  float* dst = prefix + (static_cast<int64_t>(index[t]) * n_head + h) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = oh[r * hd + d];
+  if (threadIdx.x == 0) {
+    dst[hd] = lse[r];
+    dst[hd + 1] = 1.0f;
+  }
 }
 
 __global__ void ScatterHeadsKernel(const uint16_t* oh, int row0, int n, int n_head, int hd,
@@ -746,7 +787,27 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
 
 int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p,
                   void* stream) {
-  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, p);
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, p, nullptr);
+  return Err();
+}
+
+int SoftmaxLse(const float* s, int rows, int n_keys, uint16_t* p, float* lse, void* stream) {
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, 1, n_keys, n_keys - 1, p, lse);
+  return Err();
+}
+
+int GatherRows(const float* q, const int32_t* rows, int n, int n_head, int head_dim, uint16_t* qh,
+               void* stream) {
+  if (n > 0)
+    GatherRowsKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(q, rows, n, n_head, head_dim, qh);
+  return Err();
+}
+
+int CascadeRanges(const float* oh, const float* lse, const int32_t* index, int n, int n_head,
+                  int head_dim, float* prefix, void* stream) {
+  if (n > 0)
+    CascadeRangesKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(oh, lse, index, n, n_head,
+                                                                     head_dim, prefix);
   return Err();
 }
 

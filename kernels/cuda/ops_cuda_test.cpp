@@ -222,33 +222,73 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     std::printf("FAIL decode attention (%s): launch error %d\n", shape.c_str(), e);
   }
   const std::vector<float> k_stored = Bf16ToHost(d_k, cache), v_stored = Bf16ToHost(d_v, cache);
-  std::vector<float> want(static_cast<size_t>(T) * q_dim);
   const int G = n_head / n_kv;
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n_head; ++h) {
-      const int g = h / G;
-      const int* table = &tables[seq_table[tok_seq[t]]];
-      std::vector<double> sc(pos[t] + 1);
-      double mx = -1e300;
-      for (int k = 0; k <= pos[t]; ++k) {
-        const size_t at = ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
-        double dot = 0;
-        for (int d = 0; d < hd; ++d)
-          dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at + d];
-        sc[k] = dot * a.scale;
-        mx = std::max(mx, sc[k]);
-      }
-      double sum = 0;
-      for (double& s : sc) sum += (s = std::exp(s - mx));
-      for (int d = 0; d < hd; ++d) {
-        double o = 0;
-        for (int k = 0; k <= pos[t]; ++k)
-          o += sc[k] *
-               v_stored[((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd + d];
-        want[static_cast<size_t>(t) * q_dim + h * hd + d] = static_cast<float>(o / sum);
-      }
+  // Token t, head h over its keys [k0, k1), in double: the output into
+  // out[0, hd), the log-sum-exp of the scaled scores returned.
+  auto reference = [&](int t, int h, int k0, int k1, float* out) {
+    const int g = h / G;
+    const int* table = &tables[seq_table[tok_seq[t]]];
+    auto at = [&](int k) {
+      return ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
+    };
+    std::vector<double> sc(k1 - k0);
+    double mx = -1e300;
+    for (int k = k0; k < k1; ++k) {
+      double dot = 0;
+      for (int d = 0; d < hd; ++d)
+        dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at(k) + d];
+      sc[k - k0] = dot * a.scale;
+      mx = std::max(mx, sc[k - k0]);
     }
+    double sum = 0;
+    for (double& x : sc) sum += (x = std::exp(x - mx));
+    for (int d = 0; d < hd; ++d) {
+      double o = 0;
+      for (int k = k0; k < k1; ++k) o += sc[k - k0] * v_stored[at(k) + d];
+      out[d] = static_cast<float>(o / sum);
+    }
+    return static_cast<float>(mx + std::log(sum));
+  };
+  std::vector<float> want(static_cast<size_t>(T) * q_dim);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n_head; ++h)
+      reference(t, h, 0, pos[t] + 1, &want[static_cast<size_t>(t) * q_dim + h * hd]);
   Expect("decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
+
+  // Cascade: each token's keys before key_start attended elsewhere (here in
+  // double on the host), handed over as (normalized output, log-sum-exp)
+  // through CascadeRanges, merged by the kernel with its own keys after;
+  // the result is the same attention. Token 0 attends none of its own keys.
+  {
+    std::vector<int32_t> start(T);
+    for (int t = 0; t < T; ++t) start[t] = t == 0 ? pos[t] + 1 : (pos[t] + 1) / 2;
+    std::vector<float> oh(static_cast<size_t>(n_head) * T * hd),
+        lse(static_cast<size_t>(n_head) * T);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < n_head; ++h) {
+        const size_t r = static_cast<size_t>(h) * T + t;
+        lse[r] = reference(t, h, 0, start[t], &oh[r * hd]);
+      }
+    float* d_oh = ToDevice(oh);
+    float* d_lse = ToDevice(lse);
+    int32_t* d_start = ToDevice(start);
+    float* d_ranges = nullptr;
+    cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * (hd + 2) * sizeof(float));
+    int e2 = cuda::CascadeRanges(d_oh, d_lse, d_list, T, n_head, hd, d_ranges, nullptr);
+    cuda::DecodeAttentionArgs c = a;
+    c.key_start = d_start;
+    c.prefix = d_ranges;
+    e2 = e2 ? e2 : cuda::DecodeAttention(c, nullptr);
+    if (e2 != 0) {
+      ++failures;
+      std::printf("FAIL cascade decode attention (%s): launch error %d\n", shape.c_str(), e2);
+    }
+    Expect("cascade decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f,
+           1e-2f);
+    for (void* p : {static_cast<void*>(d_oh), static_cast<void*>(d_lse),
+                    static_cast<void*>(d_start), static_cast<void*>(d_ranges)})
+      cudaFree(p);
+  }
 
   const std::vector<int32_t> counters = ToHost(d_counters, static_cast<size_t>(T) * n_kv);
   const bool zero = std::all_of(counters.begin(), counters.end(), [](int32_t c) { return c == 0; });
@@ -424,6 +464,51 @@ void TestTopK() {
 
 }  // namespace
 
+// The cascade path's own pieces: query rows gathered by index into heads,
+// and a softmax over every key with its log-sum-exp.
+void TestCascadeHelpers() {
+  const int n_rows = 9, n_head = 4, hd = 32, m = 5;
+  std::vector<float> q = Random(static_cast<size_t>(n_rows) * n_head * hd);
+  const std::vector<int32_t> rows = {7, 2, 2, 8, 0};
+  float* dq = ToDevice(q);
+  int32_t* dr = ToDevice(rows);
+  uint16_t* dqh = nullptr;
+  cudaMalloc(&dqh, static_cast<size_t>(n_head) * m * hd * sizeof(uint16_t));
+  const int e1 = cuda::GatherRows(dq, dr, m, n_head, hd, dqh, nullptr);
+  std::vector<float> want(static_cast<size_t>(n_head) * m * hd);
+  for (int h = 0; h < n_head; ++h)
+    for (int t = 0; t < m; ++t)
+      for (int d = 0; d < hd; ++d)
+        want[(static_cast<size_t>(h) * m + t) * hd + d] =
+            Bf16ToFp32(Fp32ToBf16(q[(static_cast<size_t>(rows[t]) * n_head + h) * hd + d]));
+  failures += e1 != 0;
+  Expect("gather rows", Bf16ToHost(dqh, want.size()), want, 0, 0);
+
+  const int R = 6, K = 1000;
+  std::vector<float> sc = Random(static_cast<size_t>(R) * K, 3.0f);
+  float* ds = ToDevice(sc);
+  uint16_t* dp = nullptr;
+  float* dl = nullptr;
+  cudaMalloc(&dp, static_cast<size_t>(R) * K * sizeof(uint16_t));
+  cudaMalloc(&dl, R * sizeof(float));
+  const int e2 = cuda::SoftmaxLse(ds, R, K, dp, dl, nullptr);
+  std::vector<float> p_want(static_cast<size_t>(R) * K), l_want(R);
+  for (int r = 0; r < R; ++r) {
+    double mx = -1e300, sum = 0;
+    for (int k = 0; k < K; ++k) mx = std::max(mx, static_cast<double>(sc[r * K + k]));
+    for (int k = 0; k < K; ++k) sum += std::exp(sc[r * K + k] - mx);
+    for (int k = 0; k < K; ++k)
+      p_want[r * K + k] = static_cast<float>(std::exp(sc[r * K + k] - mx) / sum);
+    l_want[r] = static_cast<float>(mx + std::log(sum));
+  }
+  failures += e2 != 0;
+  Expect("softmax over all keys", Bf16ToHost(dp, p_want.size()), p_want, 1e-4f, 8e-3f);
+  Expect("its log-sum-exp", ToHost(dl, R), l_want, 1e-4f, 1e-5f);
+  for (void* p : {static_cast<void*>(dq), static_cast<void*>(dr), static_cast<void*>(dqh),
+                  static_cast<void*>(ds), static_cast<void*>(dp), static_cast<void*>(dl)})
+    cudaFree(p);
+}
+
 int main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -435,6 +520,7 @@ int main() {
   TestGemv();
   TestArgmax();
   TestTopK();
+  TestCascadeHelpers();
   TestAttention(64, 32, 8, true, false, 1);
   TestAttention(64, 32, 8, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3);

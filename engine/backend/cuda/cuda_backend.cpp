@@ -334,6 +334,10 @@ class CudaBackend final : public Backend {
     }
     return Status::Ok();
   }
+  void CascadeCounts(uint64_t* passes, uint64_t* tokens) const override {
+    *passes = cascade_passes_;
+    *tokens = cascade_tokens_;
+  }
   void Describe(ModelInfo* info) const override {
     info->isa = "cuda " + device_name_ +
                 ", bf16 weights, cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, "
@@ -378,6 +382,17 @@ class CudaBackend final : public Backend {
   struct Segment {  // a prefill segment (GEMM attention)
     int row0, n, pos0, seq;
   };
+  // Cascade attention: decode tokens whose sequences share their first
+  // `keys` positions (the same KV blocks, as the radix cache gives them)
+  // attend those once for the group, through GEMMs, and their own keys after
+  // with the decode kernel; the two ranges merge by log-sum-exp.
+  struct CascadeGroup {
+    int off, m, keys, seq;  // members' entries [off, off + m) of kCascade*; seq: a member's table
+  };
+  // Finds the groups of this batch (decode tokens only) into groups_ and the
+  // kKeyStart / kCascadeRows / kCascadeIndex regions.
+  void FindCascadeGroups(std::span<const BatchSegment> batch, int bs);
+  Status CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g);
 
   const ModelConfig& c_;
   int device_ = 0;
@@ -412,7 +427,19 @@ class CudaBackend final : public Backend {
   // Inputs: host staging (pinned) and device copy with the same layout:
   // ids, pos, slot, tok_seq, decode list, logit rows [kMaxChunk + kMaxGraphBatch each],
   // seq_table [kMaxChunk + 1], then packed block tables.
-  enum Region { kIds, kPos, kSlot, kTokSeq, kDecode, kRows, kSeqTable, kRegions };
+  enum Region {
+    kIds,
+    kPos,
+    kSlot,
+    kTokSeq,
+    kDecode,
+    kRows,
+    kSeqTable,
+    kKeyStart,      // per token: where its decode attention starts (cascade members)
+    kCascadeRows,   // per group member: its query row
+    kCascadeIndex,  // per group member: its index in the decode list
+    kRegions
+  };
   static constexpr size_t kRegionCap = kMaxChunk + kMaxGraphBatch;
   size_t table_cap_ = 0;
   PinnedArray<int32_t> in_host_;
@@ -431,6 +458,12 @@ class CudaBackend final : public Backend {
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
   int attention_keys_ = 4;
+  // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
+  bool cascade_ = true;
+  static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
+  std::vector<CascadeGroup> groups_;  // of the batch being enqueued
+  std::atomic<uint64_t> cascade_passes_{0}, cascade_tokens_{0};
+  DeviceArray<float> cascade_out_, cascade_lse_, cascade_ranges_;
   // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
   std::map<std::tuple<int, int, int>, int> gemv_choice_;
   std::string gemv_note_;
@@ -475,6 +508,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     const std::string k = keys;
     attention_keys_ = k == "1" ? 1 : 4;
   }
+  if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
+    cascade_ = std::string(cascade) != "0";
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
   BLAS_TRY(cublasSetStream(blas_, stream_));
@@ -511,6 +546,9 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(oh_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
   BRAID_RETURN_IF_ERROR(s_.Allocate(kScoreBytes / 6 + context));
   BRAID_RETURN_IF_ERROR(p_.Allocate(kScoreBytes / 6 + context));
+  BRAID_RETURN_IF_ERROR(cascade_out_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
+  BRAID_RETURN_IF_ERROR(cascade_lse_.Allocate(static_cast<size_t>(kMaxChunk) * c.n_head));
+  BRAID_RETURN_IF_ERROR(cascade_ranges_.Allocate(T * c.n_head * (c.head_dim + 2)));
   BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
   const std::vector<float> inv = RopeInverseFrequencies(c);
   BRAID_RETURN_IF_ERROR(inv_freq_.Allocate(inv.size()));
@@ -726,6 +764,84 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
   return Status::Ok();
 }
 
+void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs) {
+  groups_.clear();
+  if (!cascade_) return;
+  // Single-token segments by their first block, with their decode index and
+  // query row (the order Run gives them).
+  struct Member {
+    int seg, dec, row;
+  };
+  std::map<int32_t, std::vector<Member>> by_first;
+  int row = 0, dec = 0;
+  for (int si = 0; si < static_cast<int>(batch.size()); ++si) {
+    const BatchSegment& s = batch[si];
+    const bool gemm = s.n_tokens >= kPrefillGemmMin;
+    if (s.n_tokens == 1 && s.pos0 >= bs) by_first[s.block_table[0]].push_back({si, dec, row});
+    if (!gemm) dec += s.n_tokens;
+    row += s.n_tokens;
+  }
+  int32_t* key_start = HostRegion(kKeyStart);
+  int32_t* rows = HostRegion(kCascadeRows);
+  int32_t* index = HostRegion(kCascadeIndex);
+  int n = 0;
+  for (const auto& [first, members] : by_first) {
+    if (static_cast<int>(members.size()) < kCascadeMinMembers) continue;
+    // The blocks every member's table starts with, wholly before each one's position.
+    int blocks = INT32_MAX;
+    for (const Member& m : members) blocks = std::min(blocks, batch[m.seg].pos0 / bs);
+    const int32_t* table0 = batch[members[0].seg].block_table;
+    int shared = 0;
+    for (; shared < blocks; ++shared) {
+      bool same = true;
+      for (const Member& m : members) same &= batch[m.seg].block_table[shared] == table0[shared];
+      if (!same) break;
+    }
+    if (shared * bs < kCascadeMinKeys) continue;
+    groups_.push_back({n, static_cast<int>(members.size()), shared * bs, members[0].seg});
+    for (const Member& m : members) {
+      key_start[m.row] = shared * bs;
+      rows[n] = m.row;
+      index[n++] = m.dec;
+    }
+  }
+}
+
+Status CudaBackend::CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g) {
+  const int hd = c_.head_dim, H = c_.n_head, G = c_.n_head / c_.n_head_kv, P = g.keys;
+  const int32_t* table = DevTables() + HostRegion(kSeqTable)[g.seq];
+  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, P, c_.n_head_kv, hd, kv.block_size(),
+                          kc_.get(), vc_.get(), stream_));
+  // Members per pass so that the scores fit the workspace.
+  const size_t per_row = static_cast<size_t>(H) * P;
+  const int rows = static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(g.m), s_.size() / per_row,
+                                            static_cast<size_t>(kMaxChunk)})));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd)), one = 1.0f, zero = 0.0f;
+  for (int i0 = 0; i0 < g.m; i0 += rows) {
+    const int m = std::min(rows, g.m - i0);
+    KERNEL_TRY(kc::GatherRows(q_.get(), DevRegion(kCascadeRows) + g.off + i0, m, H, hd, qh_.get(),
+                              stream_));
+    // S[kvh] (G*m x P) = Q[kvh] K[kvh]^T * scale
+    BLAS_TRY(cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, P, G * m, hd, &scale, kc_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(P) * hd, qh_.get(), CUDA_R_16BF, hd, static_cast<int64_t>(G) * m * hd,
+        &zero, s_.get(), CUDA_R_32F, P, static_cast<int64_t>(G) * m * P, c_.n_head_kv,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KERNEL_TRY(kc::SoftmaxLse(s_.get(), H * m, P, p_.get(), cascade_lse_.get(), stream_));
+    // O[kvh] (G*m x hd) = P[kvh] V[kvh], in fp32
+    BLAS_TRY(cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_N, CUBLAS_OP_N, hd, G * m, P, &one, vc_.get(), CUDA_R_16BF, hd,
+        static_cast<int64_t>(P) * hd, p_.get(), CUDA_R_16BF, P, static_cast<int64_t>(G) * m * P,
+        &zero, cascade_out_.get(), CUDA_R_32F, hd, static_cast<int64_t>(G) * m * hd, c_.n_head_kv,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KERNEL_TRY(kc::CascadeRanges(cascade_out_.get(), cascade_lse_.get(),
+                                 DevRegion(kCascadeIndex) + g.off + i0, m, H, hd,
+                                 cascade_ranges_.get(), stream_));
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split, bool argmax) {
   const ModelConfig& c = c_;
   const int D = c.n_embd;
@@ -752,6 +868,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     r.block_size = kv.block_size();
     r.neox = c.rope_neox;
     KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    for (const CascadeGroup& g : groups_) BRAID_RETURN_IF_ERROR(CascadePrefix(kv, i, g));
     if (n_decode > 0) {
       kc::DecodeAttentionArgs a;
       a.q = q_.get();
@@ -773,6 +890,10 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.n_split = n_split;
       a.keys_in_flight = attention_keys_;
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      if (!groups_.empty()) {
+        a.key_start = DevRegion(kKeyStart);
+        a.prefix = cascade_ranges_.get();
+      }
       KERNEL_TRY(kc::DecodeAttention(a, stream_));
     }
     for (const Segment& s : prefill_)
@@ -913,10 +1034,17 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
                                    " tokens exceeds the chunk of " + std::to_string(kMaxChunk));
   BRAID_RETURN_IF_ERROR(EnsureInputs(table_entries));
 
-  // Decode-only batches run padded to a graph bucket.
+  // Cascade groups first: a step with them runs eagerly (the groups change
+  // from step to step); other decode-only batches run padded to a graph bucket.
   const int S = static_cast<int>(batch.size());
+  std::fill_n(HostRegion(kKeyStart), kRegionCap, 0);
+  FindCascadeGroups(batch, bs);
   int B = T;
-  const bool graph = decode_only && S <= kMaxGraphBatch;
+  const bool graph = decode_only && S <= kMaxGraphBatch && groups_.empty();
+  if (!groups_.empty()) {
+    ++cascade_passes_;
+    for (const CascadeGroup& g : groups_) cascade_tokens_ += g.m;
+  }
   if (graph) B = *std::lower_bound(std::begin(kGraphBuckets), std::end(kGraphBuckets), S);
 
   int32_t* ids = HostRegion(kIds);

@@ -6,7 +6,9 @@
 //            add into the fp32 residual stream through the GEMM's beta
 //   KV       bf16 paged blocks ([block][kv_head][slot][head_dim] per layer)
 //   attention  single-token queries (decode) through a split-K paged kernel;
-//            prefill chunks through two batched GEMMs around a causal softmax
+//            prefill chunks through two batched GEMMs around a causal softmax;
+//            decode tokens sharing a cached prefix attend it once per group
+//            through the same GEMMs (cascade), merged by log-sum-exp
 //   decode   batches of single-token segments replayed as CUDA graphs at
 //            bucketed batch sizes (a graph per bucket, captured on first use)
 #pragma once

@@ -31,6 +31,13 @@
 //       off first, the reference), e.g. draft=8 or draft=FILE:4:fixed: generated
 //       tokens/s, guesses kept, tokens per decode pass, and how many outputs
 //       are the same as with speculation off
+//   cascade --model DIR --batches 64 --prefix 4096 --prompt 32 --gen 128
+//       B requests over one cached prefix of P tokens, each with its own
+//       `prompt` tokens after it, greedy, all at once: with cascade
+//       attention off and on (BRAID_CUDA_CASCADE), and the same batch
+//       without the prefix (a step without the long attention): decode
+//       tokens/s and ms per decode step, so attention's share; the outputs
+//       with cascade on against off and against each request alone
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,13 +83,14 @@ void Check(const Status& s, const char* what) {
 struct Args {
   std::string cmd, model, prompts, out_dir, device = "cuda", batches = "1,8,32,128";
   std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
-  int prompt = 128, gen = 128, ctx = 0;
+  int prompt = 128, gen = 128, ctx = 0, prefix = 4096;
 };
 
 Args Parse(int argc, char** argv) {
   if (argc < 2)
     Fail(
-        "usage: braid_gpu_check run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal "
+        "usage: braid_gpu_check "
+        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade "
         "--model DIR "
         "...");
   Args a;
@@ -109,6 +117,8 @@ Args Parse(int argc, char** argv) {
       a.gen = std::stoi(v);
     else if (k == "--ctx")
       a.ctx = std::stoi(v);
+    else if (k == "--prefix")
+      a.prefix = std::stoi(v);
     else
       Fail("unknown option " + k);
   }
@@ -718,6 +728,8 @@ int ServeEqual(const Args& a) {
               {"kv_pool_tokens", engine->stats().kv_blocks_total * o.block_size},
               {"tokens_needed_together", need},
               {"preemptions", preempted},
+              {"cascade_passes", engine->stats().cascade_passes},
+              {"cascade_tokens", engine->stats().cascade_tokens},
               {"greedy_identical", count_same(alone, together)},
               {"alone_s", alone_s},
               {"together_s", together_s},
@@ -727,6 +739,115 @@ int ServeEqual(const Args& a) {
   std::printf("%s\n", out.dump().c_str());
   return count_same(alone, together) == n && count_same(s_top, s_full) == n && preempted > 0 ? 0
                                                                                              : 1;
+}
+
+int Cascade(const Args& a) {
+  const int B = std::stoi(a.batches), P = a.prefix;
+  std::mt19937 rng(13);
+  std::vector<int32_t> prefix;
+  std::vector<std::vector<int32_t>> suffixes;
+  struct Phase {
+    std::string name;
+    double decode_s = 0, step_ms = 0, tokens_per_s = 0;
+    uint64_t steps = 0, cascade_passes = 0;
+    std::vector<std::vector<int32_t>> out;
+  };
+  // One engine per phase (the backend reads BRAID_CUDA_CASCADE when it opens).
+  auto phase = [&](const std::string& name, bool cascade, bool with_prefix, bool alone) {
+    setenv("BRAID_CUDA_CASCADE", cascade ? "1" : "0", 1);
+    EngineOptions o;
+    o.model.path = a.model;
+    o.model.device = a.device;
+    o.model.context = a.ctx;
+    o.max_batch_tokens = 2048;
+    o.max_running = B + 1;
+    o.kv_tokens = P + (B + 2) * (a.prompt + a.gen + 32);
+    auto engine = Check(Engine::Open(o), "opening the engine");
+    const int n_vocab = engine->model()->info().n_vocab;
+    if (prefix.empty()) {
+      prefix.resize(P);
+      for (auto& id : prefix) id = static_cast<int32_t>(rng() % n_vocab);
+      for (int i = 0; i <= B; ++i) {
+        std::vector<int32_t> s(a.prompt);
+        for (auto& id : s) id = static_cast<int32_t>(rng() % n_vocab);
+        suffixes.push_back(std::move(s));
+      }
+    }
+    auto request = [&](int i) {
+      GenerationRequest r;
+      if (with_prefix) r.prompt = prefix;
+      r.prompt.insert(r.prompt.end(), suffixes[i].begin(), suffixes[i].end());
+      r.sampling.temperature = 0;
+      r.sampling.max_tokens = a.gen;
+      r.sampling.ignore_eos = true;
+      return r;
+    };
+    // The prefix cached first (with request B's own suffix), as a system
+    // prompt would be.
+    Check(engine->Submit(request(B)), "submitting")->Wait();
+    Phase ph;
+    ph.name = name;
+    const EngineStats s0 = engine->stats();
+    if (alone) {
+      for (int i = 0; i < B; ++i)
+        ph.out.push_back(Check(engine->Submit(request(i)), "submitting")->Wait().tokens);
+    } else {
+      std::vector<std::shared_ptr<RequestHandle>> hs;
+      for (int i = 0; i < B; ++i) hs.push_back(Check(engine->Submit(request(i)), "submitting"));
+      double first = 0, end = 0;
+      for (auto& h : hs) {
+        const Completion c = h->Wait();
+        if (c.finish_reason != "length") Fail(name + ": a request ended early: " + c.error);
+        first = std::max(first, c.timings.ttft_ms);
+        end = std::max(end, c.timings.total_ms);
+        ph.out.push_back(c.tokens);
+      }
+      // Every request decodes from the last first token on: the decode phase.
+      ph.decode_s = (end - first) / 1e3;
+      ph.step_ms = 1e3 * ph.decode_s / std::max(1, a.gen - 1);
+      ph.tokens_per_s = B * (a.gen - 1) / std::max(1e-9, ph.decode_s);
+    }
+    ph.steps = engine->stats().steps - s0.steps;
+    ph.cascade_passes = engine->stats().cascade_passes - s0.cascade_passes;
+    engine->Shutdown();
+    std::fprintf(
+        stderr, "%s: %.2f ms a decode step, %.0f decode tok/s, %llu steps (%llu cascade)\n",
+        name.c_str(), ph.step_ms, ph.tokens_per_s, static_cast<unsigned long long>(ph.steps),
+        static_cast<unsigned long long>(ph.cascade_passes));
+    return ph;
+  };
+  const Phase off = phase("cascade off", false, true, false);
+  const Phase on = phase("cascade on", true, true, false);
+  const Phase bare = phase("no prefix", true, false, false);
+  const Phase alone = phase("each alone", true, true, true);
+  auto same = [&](const Phase& x, const Phase& y) {
+    int n = 0;
+    for (int i = 0; i < B; ++i) n += x.out[i] == y.out[i];
+    return n;
+  };
+  Json rows = Json::array();
+  for (const Phase* ph : {&off, &on, &bare})
+    rows.push_back({{"phase", ph->name},
+                    {"decode_s", ph->decode_s},
+                    {"step_ms", ph->step_ms},
+                    {"decode_tokens_per_s", ph->tokens_per_s},
+                    {"steps", ph->steps},
+                    {"cascade_passes", ph->cascade_passes}});
+  const double att_off = off.step_ms - bare.step_ms, att_on = on.step_ms - bare.step_ms;
+  Json out = {{"requests", B},
+              {"prefix", P},
+              {"suffix", a.prompt},
+              {"gen", a.gen},
+              {"rows", rows},
+              {"attention_ms_per_step_off", att_off},
+              {"attention_ms_per_step_on", att_on},
+              {"attention_speedup", att_on > 0 ? att_off / att_on : 0.0},
+              {"decode_speedup", off.tokens_per_s > 0 ? on.tokens_per_s / off.tokens_per_s : 0.0},
+              {"on_same_as_off", same(on, off)},
+              {"on_same_as_alone", same(on, alone)},
+              {"off_same_as_alone", same(off, alone)}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
 }
 
 }  // namespace
@@ -747,5 +868,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "spec") return Spec(a);
   if (a.cmd == "serve-spec") return ServeSpec(a);
   if (a.cmd == "serve-equal") return ServeEqual(a);
+  if (a.cmd == "cascade") return Cascade(a);
   Fail("unknown command '" + a.cmd + "'");
 }

@@ -117,6 +117,9 @@ struct EngineStats {
   uint64_t spec_proposed = 0, spec_accepted = 0;
   uint64_t decode_passes = 0, decode_tokens_out = 0;
   double propose_seconds = 0, forward_seconds = 0;
+  // Shared-prefix (cascade) attention (Backend::CascadeCounts): the
+  // forward passes that used it, and the decode tokens that did.
+  uint64_t cascade_passes = 0, cascade_tokens = 0;
   double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
   double decode_tokens_per_s = 0;
   // With CpuOptions::profile_stages: the forward passes of decode-only

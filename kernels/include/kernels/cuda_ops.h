@@ -60,6 +60,13 @@ struct DecodeAttentionArgs {
   int n_split = 1;  // key ranges per (token, KV head) (<= 32), merged by the last to finish
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
   float scale = 0;
+  // Cascade (shared-prefix) attention: with key_start [tokens] set, token t
+  // attends keys [key_start[t], pos[t]] here, and when key_start[t] > 0 the
+  // keys before were attended elsewhere (CascadeRanges): their normalized
+  // output and log-sum-exp per head are one more range, in prefix [n (the
+  // index into `tokens`), n_head, hd + 2], merged with this kernel's.
+  const int32_t* key_start = nullptr;
+  const float* prefix = nullptr;
 };
 // Attention of single query tokens over their sequence's paged KV (causal by
 // position), all query heads of a KV head in one thread block, the keys split
@@ -81,6 +88,17 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
 //   p[r, :] = bf16(softmax(s[r, :] over keys <= key0 + (r % n))), r < rows;
 //   keys after that get probability 0.
 int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p, void* stream);
+// Cascade attention of a group's queries over their shared prefix, through
+// the same GEMMs (docs/cuda.md):
+//   qh [n_head][n][hd] (bf16) <- q [rows[t], n_head*hd] (fp32), t < n
+int GatherRows(const float* q, const int32_t* rows, int n, int n_head, int head_dim, uint16_t* qh,
+               void* stream);
+//   p[r, :] = bf16(softmax(s[r, :])) over all n_keys, lse[r] its log-sum-exp
+int SoftmaxLse(const float* s, int rows, int n_keys, uint16_t* p, float* lse, void* stream);
+//   prefix[index[t], h] <- (oh [h][t][:] (fp32, normalized), lse [h*n + t], 1): the
+//   range DecodeAttentionArgs::prefix merges
+int CascadeRanges(const float* oh, const float* lse, const int32_t* index, int n, int n_head,
+                  int head_dim, float* prefix, void* stream);
 //   out [row0 + t, h*hd + d] <- oh [h][t][d], t < n
 int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
                  void* stream);
