@@ -43,6 +43,22 @@ std::string ErrorText(lua_State* co) {
   return std::string("error object is a ") + lua_typename(co, t) + " value";
 }
 
+// A traceback without the frames of the braid module's own Lua (chunk
+// "[braid]": the bootstrap that calls a program's main or a REPL input),
+// which say nothing about the program.
+std::string WithoutBootstrapFrames(const std::string& traceback) {
+  std::string out;
+  size_t at = 0;
+  while (at < traceback.size()) {
+    size_t end = traceback.find('\n', at);
+    if (end == std::string::npos) end = traceback.size();
+    const std::string line = traceback.substr(at, end - at);
+    if (line.find("[braid]:") == std::string::npos) out += (out.empty() ? "" : "\n") + line;
+    at = end + 1;
+  }
+  return out;
+}
+
 // Converts the value at `idx` of L to JSON. Host section code: raw access
 // only. Errors name the path to the bad value.
 bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann::json* out,
@@ -435,7 +451,7 @@ void Driver::Step(int id) {
       c.error = stopped ? state_.limit_error() : ErrorWithTraceback(co, st);
     }
     luaL_traceback(state_.L(), co, nullptr, 0);
-    c.traceback = lua_tostring(state_.L(), -1);
+    c.traceback = WithoutBootstrapFrames(lua_tostring(state_.L(), -1));
     lua_pop(state_.L(), 1);
     if (hit == LimitHit::kInterrupted) {
       fatal_ = Status::Cancelled("interrupted");

@@ -864,8 +864,8 @@ end
 -- A REPL input: what it returns, with the variables inside a table shown as
 -- their values when ready (else as their printed form), so the table prints
 -- as JSON; a variable on its own stays one (it prints with its state).
-local function repl_body(chunk, ...)
-  local r = table.pack(chunk(...))
+local function repl_body(input, ...)
+  local r = table.pack(input(...))
   for i = 1, r.n do
     if type(r[i]) == "table" then
       local ok, shown = pcall(walk, r[i], 0, {}, function(x)
