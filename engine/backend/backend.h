@@ -125,6 +125,12 @@ struct DeviceSpec {
 };
 Result<DeviceSpec> ParseDevice(const std::string& device);
 
+// The devices a stack's engines run on, one engine each: "cuda:all" is every
+// visible GPU (cuda:0 .. cuda:N-1), "cuda:0,2" those listed, anything else
+// the one device ParseDevice accepts. Errors: a name ParseDevice refuses, a
+// GPU listed twice, "cuda:all" where no GPU is visible.
+Result<std::vector<std::string>> ExpandDevices(const std::string& device);
+
 // Opens the backend `options.device` names for the model in `file` (which
 // must outlive it). Errors: an unknown device, a backend this build lacks
 // ("this build has no CUDA backend"), a model config the backend does not

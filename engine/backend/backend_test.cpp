@@ -47,6 +47,28 @@ TEST_CASE("ParseDevice: bad names and indices say what is wrong") {
   }
 }
 
+TEST_CASE("ExpandDevices: one engine per device listed") {
+  CHECK(ExpandDevices("cpu").value() == std::vector<std::string>{"cpu"});
+  CHECK(ExpandDevices("cuda:3").value() == std::vector<std::string>{"cuda:3"});
+  CHECK(ExpandDevices("cuda:0,2").value() == std::vector<std::string>{"cuda:0", "cuda:2"});
+  auto twice = ExpandDevices("cuda:1,1");
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.status().message() == "device 'cuda:1,1': GPU 1 is listed twice");
+  auto bad = ExpandDevices("cuda:0,x");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "device 'cuda:x': the GPU index must be in [0, 1023]");
+  CHECK_FALSE(ExpandDevices("cuda:0,").ok());
+  CHECK_FALSE(ExpandDevices("gpu").ok());
+  // Every visible GPU: here, as many as the driver reports (none on a host without one).
+  auto all = ExpandDevices("cuda:all");
+  if (all.ok()) {
+    CHECK_FALSE(all->empty());
+    CHECK(all->front() == "cuda:0");
+  } else {
+    CHECK(all.status().message() == "device 'cuda:all': no GPU is visible");
+  }
+}
+
 TEST_CASE("OpenBackend: the CPU backend runs a batch") {
   auto file = LoadModelFile(kTiny);
   REQUIRE_MESSAGE(file.ok(), file.status().ToString());

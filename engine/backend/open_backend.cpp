@@ -27,6 +27,10 @@ Result<DeviceSpec> ParseDevice(const std::string& device) {
   const std::string prefix = "cuda:";
   if (device.compare(0, prefix.size(), prefix) != 0)
     return Status::InvalidArgument("unknown device '" + device + "' (cpu, cuda or cuda:N)");
+  if (device == "cuda:all" || device.find(',') != std::string::npos)
+    return Status::InvalidArgument("device '" + device +
+                                   "': several GPUs are for the engines of braid run, serve and "
+                                   "repl (one engine each); this takes one");
   const char* first = device.data() + prefix.size();
   const char* last = device.data() + device.size();
   int index = -1;
@@ -99,6 +103,39 @@ Status Backend::ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, i
     if (!std::all_of(row, row + V, [](float x) { return std::isfinite(x); })) ids[r * k] = -1;
   }
   return Status::Ok();
+}
+
+Result<std::vector<std::string>> ExpandDevices(const std::string& device) {
+  std::vector<std::string> out;
+  if (device == "cuda:all") {
+    int n = 0;
+#ifdef BRAID_HAVE_CUDA
+    n = CudaDeviceCount();
+#endif
+    if (n == 0) return Status::InvalidArgument("device 'cuda:all': no GPU is visible");
+    for (int i = 0; i < n; ++i) out.push_back("cuda:" + std::to_string(i));
+    return out;
+  }
+  const std::string prefix = "cuda:";
+  if (device.find(',') == std::string::npos || device.compare(0, prefix.size(), prefix) != 0) {
+    BRAID_RETURN_IF_ERROR(ParseDevice(device).status());
+    return std::vector<std::string>{device};
+  }
+  std::vector<int> seen;
+  size_t at = prefix.size();
+  while (at <= device.size()) {
+    size_t comma = device.find(',', at);
+    if (comma == std::string::npos) comma = device.size();
+    const std::string one = prefix + device.substr(at, comma - at);
+    BRAID_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(one));
+    if (std::find(seen.begin(), seen.end(), spec.index) != seen.end())
+      return Status::InvalidArgument("device '" + device + "': GPU " + std::to_string(spec.index) +
+                                     " is listed twice");
+    seen.push_back(spec.index);
+    out.push_back(one);
+    at = comma + 1;
+  }
+  return out;
 }
 
 double MeasureDeviceCopyBandwidth(const std::string& device) {

@@ -22,8 +22,7 @@ ModelOptions ReadModelOptions(Args& args) {
   ModelOptions o;
   o.path = args.Str({"-m", "--model"}, DefaultModel());
   o.device = args.Str({"--device"}, "cpu");
-  if (Result<DeviceSpec> d = ParseDevice(o.device); !d.ok())
-    args.Fail("--device: " + d.status().message());
+  if (auto d = ExpandDevices(o.device); !d.ok()) args.Fail("--device: " + d.status().message());
   o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0, 0, kMaxThreads));
   o.context = static_cast<int>(args.Int({"--ctx"}, 0, 0, kMaxContext));
   o.cpu.exact = args.Flag({"--exact"});

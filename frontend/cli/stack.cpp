@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/engines_file.h"
 #include "cli/model_options.h"
@@ -22,8 +23,9 @@ constexpr long long kMaxKvTokens = 4LL << 20;
 
 const char* const kStackHelp =
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
-    "      --device D          where the model runs: cpu (default), cuda (the first GPU) or\n"
-    "                          cuda:N\n"
+    "      --device D          where the model runs: cpu (default), cuda (the first GPU),\n"
+    "                          cuda:N, or several GPUs with one engine each: cuda:all\n"
+    "                          (every visible GPU) or cuda:0,1\n"
     "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
     "                          between engines\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
@@ -256,14 +258,25 @@ Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
 Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   auto stack = std::make_unique<Stack>();
   stack->options = options;
-  const int n = std::max(1, options.engines);
+  int n = std::max(1, options.engines);
   const int threads = options.model.threads > 0
                           ? options.model.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!options.engines_file.empty())
     BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
+  // Several GPUs (--device cuda:all or cuda:0,1): one engine on each.
+  BRAID_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
+                         ExpandDevices(options.model.device));
+  if (devices.size() > 1 && (options.engines > 1 || !options.engines_file.empty()))
+    return Status::InvalidArgument("--device " + options.model.device +
+                                   " opens one engine per GPU: give it without --engines");
+  if (devices.size() > 1) n = static_cast<int>(devices.size());
   for (int i = 0; options.engines_file.empty() && i < n; ++i) {
-    const EngineOptions eo = EmbeddedOptions(options, threads / n, n);
+    EngineOptions eo = EmbeddedOptions(options, threads / n, n);
+    if (devices.size() > 1) {  // a GPU of its own: its memory is not shared
+      eo.model.device = devices[static_cast<size_t>(i)];
+      eo.kv_memory_split = 1;
+    }
     stack->kv_block_size = eo.block_size;
     BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
     stack->engine_names.push_back("engine" + std::to_string(i));
