@@ -262,18 +262,20 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   const int threads = options.model.threads > 0
                           ? options.model.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (!options.engines_file.empty())
-    BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
   // Several GPUs (--device cuda:all or cuda:0,1): one engine on each.
   BRAID_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
                          ExpandDevices(options.model.device));
-  if (devices.size() > 1 && (options.engines > 1 || !options.engines_file.empty()))
+  // A list (even of one GPU, as cuda:all on a one-GPU host gives) sets the engines.
+  const bool listed = devices.size() > 1 || devices[0] != options.model.device;
+  if (listed && (options.engines > 1 || !options.engines_file.empty()))
     return Status::InvalidArgument("--device " + options.model.device +
                                    " opens one engine per GPU: give it without --engines");
-  if (devices.size() > 1) n = static_cast<int>(devices.size());
+  if (!options.engines_file.empty())
+    BRAID_RETURN_IF_ERROR(OpenEnginesFile(options, threads, stack.get()));
+  if (listed) n = static_cast<int>(devices.size());
   for (int i = 0; options.engines_file.empty() && i < n; ++i) {
     EngineOptions eo = EmbeddedOptions(options, threads / n, n);
-    if (devices.size() > 1) {  // a GPU of its own: its memory is not shared
+    if (listed) {  // a GPU of its own: its memory is not shared
       eo.model.device = devices[static_cast<size_t>(i)];
       eo.kv_memory_split = 1;
     }
