@@ -33,6 +33,16 @@ const char* GoalClassName(GoalClass g) {
 
 namespace {
 
+// The scheduler's settings from the engine's.
+SchedulerConfig SchedulerConfigOf(const EngineOptions& o) {
+  SchedulerConfig c;
+  c.max_running = o.max_running;
+  c.max_batch_tokens = o.max_batch_tokens;
+  c.latency_batch_tokens = o.latency_batch_tokens;
+  c.growth_reserve = o.kv_growth_reserve;
+  return c;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -438,8 +448,7 @@ class ServingEngine final : public Engine {
         policy_(std::move(policy)),
         pool_(kv_->n_blocks()),
         cache_(pool_, o.block_size),
-        scheduler_(SchedulerConfig{o.max_running, o.max_batch_tokens, o.latency_batch_tokens},
-                   pool_, cache_, *policy_),
+        scheduler_(SchedulerConfigOf(o), pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens),
         step_cost_(model_->backend().max_chunk()) {
     scheduler_.set_latency_budget(&latency_budget_);
@@ -1074,6 +1083,9 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   if (o.max_batch_tokens < 0)
     return Status::InvalidArgument("max_batch_tokens must be >= 1 (0 = default), got " +
                                    std::to_string(o.max_batch_tokens));
+  if (!(o.kv_growth_reserve >= 0 && o.kv_growth_reserve <= 1))
+    return Status::InvalidArgument("kv_growth_reserve must be in [0, 1], got " +
+                                   std::to_string(o.kv_growth_reserve));
   if (o.latency_batch_tokens < 0)
     return Status::InvalidArgument(
         "latency_batch_tokens must be >= 0 (0 = learned from step times)");

@@ -116,8 +116,11 @@ TEST_CASE("Engine::Open: a step takes at most the backend's chunk of tokens") {
 TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {
   if (!HaveModel()) return;
   // A pool far too small for all 32 at once (40 blocks of 16 tokens, while
-  // each request alone needs up to 6): forces preemption by recompute.
-  auto engine = Engine::Open(Options(40 * 16));
+  // each request alone needs up to 6), and admission keeping no KV for
+  // growth: forces preemption by recompute.
+  EngineOptions o = Options(40 * 16);
+  o.kv_growth_reserve = 0;
+  auto engine = Engine::Open(o);
   REQUIRE(engine.ok());
   Engine& e = **engine;
   auto prompts = Prompts(*e.model(), 32);

@@ -11,7 +11,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::BlockPool& pool, kv::Rad
       pool_(pool),
       cache_(cache),
       policy_(policy),
-      block_size_(cache.block_size()) {}
+      block_size_(cache.block_size()),
+      growth_ratio_(config.growth_reserve) {}
 
 void Scheduler::Add(SeqState* s) {
   s->status = SeqStatus::kWaiting;
@@ -49,6 +50,7 @@ void Scheduler::ReleaseBlocks(SeqState* s) {
   s->lock = 0;
   s->num_computed = 0;
   s->inserted_blocks = 0;
+  s->locked_blocks = 0;
 }
 
 void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
@@ -71,6 +73,7 @@ void Scheduler::Preempt(SeqState* victim, StepPlan* plan) {
   OfferToCache(victim);
   ReleaseBlocks(victim);
   victim->preemptions++;
+  growth_ratio_ = config_.growth_reserve;  // outputs outgrew the reserve: keep more
   victim->status = SeqStatus::kWaiting;
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   policy_.OnWaiting(*victim, waiting_);
@@ -102,7 +105,21 @@ bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_p
   return true;
 }
 
-bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
+int Scheduler::Evictable() const {
+  // The tree counts as evictable the blocks running sequences gave it and
+  // still hold themselves; evicting those frees nothing.
+  int held = 0;
+  for (const SeqState* r : running_) held += r->inserted_blocks - r->locked_blocks;
+  return std::max(0, cache_.stats().evictable_blocks - held);
+}
+
+int Scheduler::FutureBlocks(const SeqState& s) const {
+  const int left = std::max(0, s.max_tokens - s.generated());
+  const int tokens = static_cast<int>(s.tokens.size()) + static_cast<int>(growth_ratio_ * left);
+  return std::max(0, BlocksFor(tokens) - static_cast<int>(s.blocks.size()));
+}
+
+bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   const int total = static_cast<int>(s->tokens.size());
   // Leave at least the last token to compute (its logits are needed), and
   // every position whose logits score a prompt token.
@@ -112,8 +129,17 @@ bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   kv::PrefixMatch match =
       cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), match_len), &lock);
   const int n = std::min(total - match.tokens, budget);
-  // Enough free (or evictable) blocks for this chunk?
+  // Enough free (or evictable) blocks for this chunk, and for what the
+  // running sequences and this one will still take?
   const int need = BlocksFor(match.tokens + n) - static_cast<int>(match.blocks.size());
+  if (growth_ratio_ > 0 && !running_.empty()) {
+    const int own = std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
+                                    BlocksFor(match.tokens + n));
+    if (pool_.num_free() + Evictable() < need + reserve + own) {
+      if (lock) cache_.Unlock(lock);
+      return false;
+    }
+  }
   if (pool_.num_free() < need) cache_.Evict(need - pool_.num_free());
   if (pool_.num_free() < need) {
     if (lock) cache_.Unlock(lock);
@@ -123,7 +149,7 @@ bool Scheduler::Admit(SeqState* s, int budget, StepPlan* plan) {
   s->blocks = match.blocks;
   s->lock = lock;
   s->num_computed = match.tokens;
-  s->inserted_blocks = static_cast<int>(match.blocks.size());
+  s->inserted_blocks = s->locked_blocks = static_cast<int>(match.blocks.size());
   if (s->preemptions == 0) s->cached_tokens = std::min(match.tokens, s->prompt_len);
   // Positions found in the cache and never charged are charged now, at
   // their own price; recomputing charged positions is never charged.
@@ -195,10 +221,18 @@ StepPlan Scheduler::Schedule() {
     for (const SeqState* w : waiting_)
       cached.push_back(
           cache_.Probe(w->salt, std::span<const int32_t>(w->tokens.data(), w->tokens.size() - 1)));
+  // What the running sequences will still take (SchedulerConfig::growth_reserve).
+  growth_ratio_ =
+      std::max(config_.growth_reserve_min, growth_ratio_ - config_.growth_reserve_decay);
+  if (config_.growth_reserve <= 0) growth_ratio_ = 0;
+  int reserve = 0;
+  if (growth_ratio_ > 0)
+    for (const SeqState* r : running_) reserve += FutureBlocks(*r);
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_running) {
     SeqState* s = policy_.Pick(waiting_, cached);
-    if (allowance(s) == 0 || !Admit(s, allowance(s), &plan)) break;
+    if (allowance(s) == 0 || !Admit(s, allowance(s), reserve, &plan)) break;
+    if (growth_ratio_ > 0) reserve += FutureBlocks(*s);
     const size_t at =
         static_cast<size_t>(std::find(waiting_.begin(), waiting_.end(), s) - waiting_.begin());
     waiting_.erase(waiting_.begin() + static_cast<long>(at));

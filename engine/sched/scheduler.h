@@ -35,6 +35,17 @@ struct SchedulerConfig {
   // set_latency_budget (the largest step whose measured time stays within
   // its ratio of the latency work alone), or is the latency tokens alone.
   int latency_batch_tokens = 0;
+  // KV kept for the growth of what runs: a waiting sequence is admitted only
+  // while the free and evictable blocks also cover, for every running
+  // sequence and itself, the prompt still to compute and `ratio` of the
+  // output still allowed (max_tokens - generated). The ratio starts at
+  // growth_reserve, falls by growth_reserve_decay a step down to
+  // growth_reserve_min (outputs often end early), and goes back to
+  // growth_reserve at each preemption. With nothing running a sequence is
+  // always admitted. 0: no reserve (admission needs only this step's blocks).
+  double growth_reserve = 0.5;
+  double growth_reserve_min = 0.05;
+  double growth_reserve_decay = 0.002;
 };
 
 struct ScheduledItem {
@@ -107,8 +118,15 @@ class Scheduler {
   bool EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_preempt);
   bool AllocateBlock(kv::BlockId* id);
   void Preempt(SeqState* victim, StepPlan* plan);
+  // Blocks `s` may still take: its prompt still to compute and growth_ratio_
+  // of its output still allowed, beyond the blocks it holds.
+  int FutureBlocks(const SeqState& s) const;
+  // Blocks eviction could give back to the pool now.
+  int Evictable() const;
   void ReleaseBlocks(SeqState* s);
-  bool Admit(SeqState* s, int budget, StepPlan* plan);
+  // Admits `s` with a chunk of at most `budget` tokens when its blocks and
+  // `reserve` more (FutureBlocks of the running set) are free or evictable.
+  bool Admit(SeqState* s, int budget, int reserve, StepPlan* plan);
   void OfferToCache(SeqState* s);
   // Adds an item to the plan and tells the policy the service it gives.
   void Plan(const ScheduledItem& item, StepPlan* plan);
@@ -119,6 +137,7 @@ class Scheduler {
   kv::RadixCache& cache_;
   AdmissionPolicy& policy_;
   int block_size_;
+  double growth_ratio_;  // SchedulerConfig::growth_reserve, decayed
   std::vector<SeqState*> waiting_;
   std::vector<SeqState*> running_;
   struct Ledger {

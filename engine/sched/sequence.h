@@ -30,6 +30,7 @@ struct SeqState {
   kv::LockId lock = 0;          // lock on the cached prefix it started from
   int cached_tokens = 0;        // prompt tokens that came from the cache at (last) admission
   int inserted_blocks = 0;      // leading blocks already offered to the cache
+  int locked_blocks = 0;        // of those, the ones the cache lent it (locked) at admission
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;

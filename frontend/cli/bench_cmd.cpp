@@ -53,6 +53,7 @@ const char* kBenchHelp =
     "  --max-running N      sequences decoding together in --rate mode, 0..4096 (default 0:\n"
     "                       the backend's, 64 on the CPU, 256 on CUDA)\n"
     "  --kv-tokens N        the KV pool in --rate mode, 0..4194304 (default 0: from memory)\n"
+    "  --kv-reserve R       admission keeps KV for R of running outputs, 0..1 (default 0.5)\n"
     "  --spec KIND[:N][:fixed]   speculative decoding (docs/speculation.md; default off)\n"
     "  -r, --reps N         1..1000 (default 1)\n"
     "  each request's context (shared prefix + prompt + generated tokens) may be at most\n"

@@ -575,6 +575,7 @@ int ServeBenchMain(Args& args) {
   const int requests = static_cast<int>(args.Int({"--requests"}, 200, 1, 100000));
   const double ratio = args.Num({"--random-ratio"}, 1.0, 0.0, 1.0);
   const int max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
+  const double kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
   const int rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
   std::vector<double> shares;
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
@@ -616,6 +617,7 @@ int ServeBenchMain(Args& args) {
     eo.max_running = max_running;
     eo.max_batch_tokens = batch_tokens;
     eo.max_waiting = requests;
+    eo.kv_growth_reserve = kv_reserve;
     eo.policy = policy;
     eo.fairness.locality_bound = locality_bound;
     eo.fairness.cached_weight = cached_weight;

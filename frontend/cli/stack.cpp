@@ -40,6 +40,9 @@ const char* const kStackHelp =
     "                          on the CPU, 256 on CUDA; small = latency-tuned)\n"
     "      --max-waiting N     requests an engine queues beyond those, 0..1000000 (default\n"
     "                          4096; beyond: refused, 429 from the OpenAI routes)\n"
+    "      --kv-reserve R      admission keeps KV for R of the running sequences' allowed\n"
+    "                          output, decaying while none is preempted, 0..1 (default 0.5;\n"
+    "                          0: admit whatever fits this step)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -75,6 +78,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--engines",
                                                      "--max-running",
                                                      "--max-waiting",
+                                                     "--kv-reserve",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -100,6 +104,7 @@ StackOptions ReadStackOptions(Args& args) {
   o.kv_memory = args.Num({"--kv-memory"}, 0, 0.01, 0.95);
   o.max_running = static_cast<int>(args.Int({"--max-running"}, 0, 1, 4096));
   o.max_waiting = static_cast<int>(args.Int({"--max-waiting"}, 4096, 0, 1000000));
+  o.kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -206,6 +211,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.kv_memory_split = share;
   eo.max_running = options.max_running;
   eo.max_waiting = options.max_waiting;
+  eo.kv_growth_reserve = options.kv_reserve;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;

@@ -29,6 +29,7 @@ struct StackOptions {
   double kv_memory = 0;
   int max_running = 0;              // 0 = the backend's choice
   int max_waiting = 4096;           // queued requests per engine beyond which it refuses
+  double kv_reserve = 0.5;          // EngineOptions::kv_growth_reserve
   std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).

@@ -672,6 +672,7 @@ int ServeEqual(const Args& a) {
   o.model.device = a.device;
   o.model.context = 2048;
   o.kv_tokens = static_cast<int>(need / 3);
+  o.kv_growth_reserve = 0;  // admit what fits the step, so that decoding preempts
   auto engine = Check(Engine::Open(o), "opening the engine");
   std::uniform_int_distribution<int32_t> pick(100, engine->model()->info().n_vocab - 1);
   std::vector<int32_t> prefix(shared);

@@ -65,6 +65,10 @@ struct EngineOptions {
   // max_chunk; 0 = the backend's choice (256 on the CPU, 1,024 on CUDA).
   int max_batch_tokens = 0;
   int latency_batch_tokens = 0;
+  // KV kept for the growth of running sequences at admission
+  // (SchedulerConfig::growth_reserve): the share of their allowed output
+  // counted at first, 0 = none.
+  double kv_growth_reserve = 0.5;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
   // Admission order: "fcfs", "priority" or "vtc" (fair sharing between
   // clients, with `fairness`).
