@@ -8,6 +8,7 @@ const KEY_STORE = 'braid.key';      // sessionStorage: the API key of this tab
 const RUNS_EVERY_MS = 2000;         // the runs list
 const STATS_EVERY_MS = 1000;        // /v1/stats (the server samples once a second)
 const REFRESH_MIN_MS = 400;         // a run's JSON and graph, at most this often
+const TOKENS_REFRESH_MS = 1000;     // ... and while only tokens arrive, this often
 const MAX_EVENTS = 50;              // lines kept in #events
 const MAX_SAMPLES = 600;            // what the server keeps too
 const OUTPUT_CHARS = 300;           // output text shown per node
@@ -280,10 +281,10 @@ function setRunState(s) {
   }
 }
 
-// The run's JSON and graph again, at most every REFRESH_MIN_MS.
-function scheduleRefresh() {
+// The run's JSON and graph again, at most every REFRESH_MIN_MS (or `gap` ms).
+function scheduleRefresh(gap = 0) {
   if (state.refreshTimer) return;
-  const wait = Math.max(0, state.lastRefresh + state.refreshGap - performance.now());
+  const wait = Math.max(0, state.lastRefresh + Math.max(state.refreshGap, gap) - performance.now());
   state.refreshTimer = setTimeout(() => {
     state.refreshTimer = 0;
     if (state.selected) refreshRun(state.selected);
@@ -487,7 +488,8 @@ function onEvent(ev) {
     const row = $(`#nodes tr[data-node-id="${node}"]`);
     const n = state.run && (state.run.nodes || []).find((x) => x.id === node);
     if (row) row.lastElementChild.replaceWith(outputCell(n || {id: node}));
-    else scheduleRefresh();
+    // Token counts and first-token times move too: fetched again now and then.
+    scheduleRefresh(row ? TOKENS_REFRESH_MS : 0);
   } else if (ev.type === 'node') {
     const node = String(ev.node);
     for (const e of document.querySelectorAll(`#nodes tr[data-node-id="${node}"], #graph g.node[data-node-id="${node}"]`)) {
