@@ -260,6 +260,47 @@ TEST_CASE("a session builds a DAG call by call and reads variables with a goal")
   CHECK(f.Call("POST", base + "/calls", {{"function", "echo"}}).status == 409);
 }
 
+TEST_CASE("a session evaluates Lua inputs one at a time; an interrupt stops a waiting one") {
+  Fixture f;
+  const std::string sid = json::parse(f.Call("POST", "/v1/sessions", json::object()).body)["id"];
+  const std::string eval = "/v1/sessions/" + sid + "/eval";
+  auto run = [&](const std::string& source) {
+    http::Response r = f.Call("POST", eval, {{"source", source}});
+    REQUIRE(r.status == 200);
+    REQUIRE(r.stream);
+    return json::parse(Drain(*r.stream));
+  };
+  CHECK(run("1 + 2")["values"] == json{"3"});
+  CHECK(run("x = 5")["values"] == json::array());
+  CHECK(run("x * 2")["values"] == json{"10"});  // globals stay
+  CHECK(run("function g(")["code"] == "incomplete");
+  const json boom = run("error('boom')");
+  CHECK(boom["code"] == "error");
+  CHECK(boom["error"].get<std::string>().rfind("input:1: boom", 0) == 0);
+  CHECK(run("f = braid.fn [[Say {{w}}: {{gen out max_tokens=4}}]]")["values"] == json::array());
+  CHECK(run("f{ w = 'hi' }.out:get()")["values"] == json{"<8>"});
+  CHECK(f.Call("POST", eval, json::object()).status == 400);  // no source
+
+  // A get the engine holds: the session is busy until it is interrupted.
+  f.engine.hold = true;
+  http::Response held =
+      f.Call("POST", eval, {{"source", "f{ w = 'x' }.out:get()"}, {"stream", true}});
+  REQUIRE(held.stream);
+  for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(f.Call("POST", eval, {{"source", "1"}}).status == 409);
+  CHECK(f.Call("POST", "/v1/sessions/" + sid + "/calls", {{"template", "Hi {{gen o}}"}}).status ==
+        409);
+  http::Response stop = f.Call("POST", "/v1/sessions/" + sid + "/interrupt");
+  CHECK(json::parse(stop.body)["interrupted"] == true);
+  const std::string events = Drain(*held.stream);
+  CHECK(events.find("\"code\":\"interrupted\"") != std::string::npos);
+  CHECK(events.find("data: [DONE]") != std::string::npos);
+  f.engine.hold = false;
+  f.engine.Release();
+  CHECK(run("40 + 2")["values"] == json{"42"});  // the session goes on
+}
+
 TEST_CASE("events stream node changes, token deltas and the end") {
   Fixture f;
   f.engine.hold = true;
