@@ -437,6 +437,14 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
       return http::JsonError(400, "limit: must be an integer in [1, 10000]", "", "limit");
     limit = static_cast<int>(v);
   }
+  // ?result=false leaves out each run's result (a list polled often need not
+  // carry every run's output again).
+  bool with_result = true;
+  if (auto it = r.query.find("result"); it != r.query.end()) {
+    if (it->second != "true" && it->second != "false")
+      return http::JsonError(400, "result: true or false", "", "result");
+    with_result = it->second == "true";
+  }
   json runs = json::array();
   std::set<std::string> seen;
   std::vector<std::shared_ptr<Entry>> live;
@@ -449,6 +457,7 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
   for (auto& e : live) {
     if (static_cast<int>(runs.size()) >= limit) break;
     runs.push_back(StatusJson(*e, false));
+    if (!with_result) runs.back().erase("result");
     seen.insert(e->id);
   }
   auto stored = options.runtime->StoredRuns(limit);

@@ -110,6 +110,11 @@ TEST_CASE("a detached DAG runs to the end in dependency order and reports its ou
   // Listed, with the store's record behind it.
   json list = json::parse(f.Call("GET", "/v1/runs").body);
   CHECK(list["runs"][0]["id"] == id);
+  CHECK(list["runs"][0].contains("result"));
+  json brief = json::parse(f.Call("GET", "/v1/runs", {}, {{"result", "false"}}).body);
+  CHECK(brief["runs"][0]["state"] == "done");
+  CHECK_FALSE(brief["runs"][0].contains("result"));
+  CHECK(f.Call("GET", "/v1/runs", {}, {{"result", "no"}}).status == 400);
   CHECK(json::parse(f.Call("GET", "/v1/runs/" + id + "/graph", {}, {{"format", "dot"}}).body.empty()
                         ? "null"
                         : "true") == true);

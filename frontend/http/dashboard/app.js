@@ -198,7 +198,7 @@ function loop(fn, every) {
 
 async function pollRuns() {
   try {
-    const j = await getJson('v1/runs?limit=50');
+    const j = await getJson('v1/runs?limit=50&result=false');
     state.runs = Array.isArray(j.runs) ? j.runs : [];
     renderRuns();
     renderHeader();
