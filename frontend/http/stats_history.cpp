@@ -70,11 +70,6 @@ void StatsHistory::Record(double t_unix, const std::vector<EngineStats>& engines
   while (samples_.size() > capacity_) samples_.pop_front();
 }
 
-uint64_t StatsHistory::last_seq() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return seq_;
-}
-
 double StatsHistory::last_time() const {
   std::lock_guard<std::mutex> lock(mu_);
   return samples_.empty() ? 0.0 : samples_.back().t_unix;

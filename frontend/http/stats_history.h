@@ -38,7 +38,6 @@ class StatsHistory {
   // with the samples newer than `since` (0: all kept), oldest first.
   std::string Json(uint64_t since) const;
 
-  uint64_t last_seq() const;
   // When the last sample was taken (0: none yet).
   double last_time() const;
 
