@@ -118,18 +118,23 @@ class Backend {
   }
 };
 
-// Parses ModelOptions::device: "cpu", "cuda" (= "cuda:0") or "cuda:N".
+// Parses ModelOptions::device: "cpu", "cuda" (= "cuda:0"), "cuda:N", or
+// "cuda:N+M+..." (one model split over those GPUs: tensor parallelism).
 struct DeviceSpec {
   enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
-  int index = 0;
+  int index = 0;           // the GPU, or the group's first
+  std::vector<int> group;  // a tensor-parallel group's GPUs, else empty
 };
 Result<DeviceSpec> ParseDevice(const std::string& device);
 
 // The devices a stack's engines run on, one engine each: "cuda:all" is every
 // visible GPU (cuda:0 .. cuda:N-1), "cuda:0,2" those listed, anything else
-// the one device ParseDevice accepts. Errors: a name ParseDevice refuses, a
-// GPU listed twice, "cuda:all" where no GPU is visible.
-Result<std::vector<std::string>> ExpandDevices(const std::string& device);
+// the one device ParseDevice accepts. With tensor_parallel > 1 the GPUs go
+// in groups of that many, one engine per group ("cuda:all" on four GPUs
+// with 2: cuda:0+1 and cuda:2+3). Errors: a name ParseDevice refuses, a GPU
+// listed twice, "cuda:all" where no GPU is visible, GPUs that do not split
+// into groups of tensor_parallel.
+Result<std::vector<std::string>> ExpandDevices(const std::string& device, int tensor_parallel = 1);
 
 // Opens the backend `options.device` names for the model in `file` (which
 // must outlive it). Errors: an unknown device, a backend this build lacks

@@ -1,11 +1,19 @@
-// Device names and opening backends: ParseDevice's good and bad inputs, the
-// CPU backend on a tiny model, and the answer of a build without CUDA.
+// Device names and opening backends: ParseDevice's and ExpandDevices' good
+// and bad inputs (tensor-parallel groups among them), the CPU backend on a
+// tiny model, and the answers of a build with CUDA and no GPUs or NCCL, or
+// without CUDA.
 #include "backend/backend.h"
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+#ifdef BRAID_HAVE_CUDA
+#include "backend/cuda/collective.h"
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace braid {
 namespace {
@@ -67,6 +75,56 @@ TEST_CASE("ExpandDevices: one engine per device listed") {
   } else {
     CHECK(all.status().message() == "device 'cuda:all': no GPU is visible");
   }
+}
+
+TEST_CASE("ParseDevice: cuda:N+M is one model over those GPUs") {
+  auto two = ParseDevice("cuda:0+1");
+  REQUIRE(two.ok());
+  CHECK(two->kind == DeviceSpec::Kind::kCuda);
+  CHECK(two->index == 0);
+  CHECK(two->group == std::vector<int>{0, 1});
+  CHECK(ParseDevice("cuda:4+5+6+7")->group == std::vector<int>{4, 5, 6, 7});
+  CHECK(ParseDevice("cuda:3")->group.empty());
+  auto twice = ParseDevice("cuda:2+2");
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.status().message() == "device 'cuda:2+2': GPU 2 is listed twice");
+  for (const char* name : {"cuda:0+", "cuda:+", "cuda:0++1", "cuda:0+x", "cuda:0+1024"}) {
+    CAPTURE(name);
+    auto d = ParseDevice(name);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().message() ==
+          "device '" + std::string(name) + "': the GPU index must be in [0, 1023]");
+  }
+}
+
+TEST_CASE("ExpandDevices: --tp groups the GPUs, one engine per group") {
+  using V = std::vector<std::string>;
+  CHECK(ExpandDevices("cuda:0,1,2,3", 2).value() == V{"cuda:0+1", "cuda:2+3"});
+  CHECK(ExpandDevices("cuda:0,1,2,3", 4).value() == V{"cuda:0+1+2+3"});
+  CHECK(ExpandDevices("cuda:3,1", 2).value() == V{"cuda:3+1"});
+  CHECK(ExpandDevices("cuda:0+1").value() == V{"cuda:0+1"});
+  CHECK(ExpandDevices("cuda:0,1", 1).value() == V{"cuda:0", "cuda:1"});
+  auto odd = ExpandDevices("cuda:0,1,2", 2);
+  REQUIRE_FALSE(odd.ok());
+  CHECK(odd.status().message() ==
+        "device 'cuda:0,1,2': 3 GPU(s) do not split into groups of --tp 2");
+  auto one = ExpandDevices("cuda:0", 2);
+  REQUIRE_FALSE(one.ok());
+  CHECK(one.status().message() == "device 'cuda:0': 1 GPU(s) do not split into groups of --tp 2");
+  auto cpu = ExpandDevices("cpu", 2);
+  REQUIRE_FALSE(cpu.ok());
+  CHECK(cpu.status().message() ==
+        "--tp 2 splits a model over GPUs: give --device cuda:all or a list such as cuda:0,1");
+  CHECK_FALSE(ExpandDevices("cuda:0+1", 2).ok());
+  auto mixed = ExpandDevices("cuda:0+1,2");
+  REQUIRE_FALSE(mixed.ok());
+  CHECK(mixed.status().message() ==
+        "device 'cuda:0+1,2': a list of GPUs takes --tp to group them, not '+'");
+  auto zero = ExpandDevices("cuda:0,1", 0);
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().message() == "tensor parallelism must be 1 or more GPUs, got 0");
+  auto all = ExpandDevices("cuda:all", 1);
+  if (!all.ok()) CHECK(all.status().message() == "device 'cuda:all': no GPU is visible");
 }
 
 TEST_CASE("OpenBackend: the CPU backend runs a batch") {
@@ -157,7 +215,32 @@ TEST_CASE("OpenBackend: a bad device is refused before anything is loaded") {
   CHECK(b.status().message() == "unknown device 'tpu' (cpu, cuda or cuda:N)");
 }
 
-#ifndef BRAID_HAVE_CUDA
+#ifdef BRAID_HAVE_CUDA
+TEST_CASE("OpenBackend: a tensor-parallel group names what it lacks") {
+  auto file = LoadModelFile(kTiny);
+  REQUIRE(file.ok());
+  ModelOptions o;
+  o.device = "cuda:0+1";
+  auto b = OpenBackend(**file, o, 64);
+  if (CudaDeviceCount() < 2) {
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.status().message().find("does not exist") != std::string::npos);
+  }
+}
+
+TEST_CASE("NcclGroup: a missing NCCL library is named, with the way to point at one") {
+  // The library is loaded once per process: this is the only test that asks.
+  setenv("BRAID_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  auto g = NcclGroup::Open({0});
+  unsetenv("BRAID_NCCL_LIBRARY");
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().code() == StatusCode::kUnsupported);
+  const std::string m = g.status().message();
+  CHECK(m.rfind("tensor parallelism needs NCCL, and /nonexistent/libnccl.so.2 could not be loaded",
+                0) == 0);
+  CHECK(m.find("BRAID_NCCL_LIBRARY") != std::string::npos);
+}
+#else
 TEST_CASE("OpenBackend: cuda:0 on a build without the CUDA backend says so") {
   auto file = LoadModelFile(kTiny);
   REQUIRE(file.ok());

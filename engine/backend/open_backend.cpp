@@ -9,6 +9,7 @@
 #include "engine/system_probe.h"
 #ifdef BRAID_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/tp_backend.h"
 #endif
 
 namespace braid {
@@ -31,14 +32,25 @@ Result<DeviceSpec> ParseDevice(const std::string& device) {
     return Status::InvalidArgument("device '" + device +
                                    "': several GPUs are for the engines of braid run, serve and "
                                    "repl (one engine each); this takes one");
+  // "cuda:N" or a tensor-parallel group "cuda:N+M+...".
   const char* first = device.data() + prefix.size();
   const char* last = device.data() + device.size();
-  int index = -1;
-  const auto [end, ec] = std::from_chars(first, last, index);
-  if (first == last || ec != std::errc() || end != last || index < 0 || index > kMaxDeviceIndex)
-    return Status::InvalidArgument("device '" + device + "': the GPU index must be in [0, " +
-                                   std::to_string(kMaxDeviceIndex) + "]");
-  spec.index = index;
+  for (;;) {
+    int index = -1;
+    const auto [end, ec] = std::from_chars(first, last, index);
+    if (first == last || ec != std::errc() || (end != last && *end != '+') || index < 0 ||
+        index > kMaxDeviceIndex)
+      return Status::InvalidArgument("device '" + device + "': the GPU index must be in [0, " +
+                                     std::to_string(kMaxDeviceIndex) + "]");
+    if (std::find(spec.group.begin(), spec.group.end(), index) != spec.group.end())
+      return Status::InvalidArgument("device '" + device + "': GPU " + std::to_string(index) +
+                                     " is listed twice");
+    spec.group.push_back(index);
+    if (end == last) break;
+    first = end + 1;
+  }
+  spec.index = spec.group[0];
+  if (spec.group.size() == 1) spec.group.clear();
   return spec;
 }
 
@@ -50,6 +62,7 @@ Result<std::unique_ptr<Backend>> OpenBackend(const ModelFile& file, const ModelO
       return OpenCpuBackend(file, options, context);
     case DeviceSpec::Kind::kCuda:
 #ifdef BRAID_HAVE_CUDA
+      if (!spec.group.empty()) return OpenTensorParallelBackend(file, options, spec.group, context);
       return OpenCudaBackend(file, options, spec.index, context);
 #else
       return Status::Unsupported(
@@ -105,35 +118,54 @@ Status Backend::ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, i
   return Status::Ok();
 }
 
-Result<std::vector<std::string>> ExpandDevices(const std::string& device) {
-  std::vector<std::string> out;
+Result<std::vector<std::string>> ExpandDevices(const std::string& device, int tensor_parallel) {
+  if (tensor_parallel < 1)
+    return Status::InvalidArgument("tensor parallelism must be 1 or more GPUs, got " +
+                                   std::to_string(tensor_parallel));
+  std::vector<int> gpus;  // a list to group, or empty for one device as given
+  const std::string prefix = "cuda:";
   if (device == "cuda:all") {
     int n = 0;
 #ifdef BRAID_HAVE_CUDA
     n = CudaDeviceCount();
 #endif
     if (n == 0) return Status::InvalidArgument("device 'cuda:all': no GPU is visible");
-    for (int i = 0; i < n; ++i) out.push_back("cuda:" + std::to_string(i));
-    return out;
+    for (int i = 0; i < n; ++i) gpus.push_back(i);
+  } else if (device.find(',') != std::string::npos && device.compare(0, 5, prefix) == 0) {
+    size_t at = prefix.size();
+    while (at <= device.size()) {
+      size_t comma = device.find(',', at);
+      if (comma == std::string::npos) comma = device.size();
+      BRAID_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(prefix + device.substr(at, comma - at)));
+      if (!spec.group.empty())
+        return Status::InvalidArgument("device '" + device +
+                                       "': a list of GPUs takes --tp to group them, not '+'");
+      if (std::find(gpus.begin(), gpus.end(), spec.index) != gpus.end())
+        return Status::InvalidArgument("device '" + device + "': GPU " +
+                                       std::to_string(spec.index) + " is listed twice");
+      gpus.push_back(spec.index);
+      at = comma + 1;
+    }
+  } else {
+    BRAID_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device));
+    if (tensor_parallel == 1) return std::vector<std::string>{device};
+    if (spec.kind != DeviceSpec::Kind::kCuda || !spec.group.empty())
+      return Status::InvalidArgument("--tp " + std::to_string(tensor_parallel) +
+                                     " splits a model over GPUs: give --device cuda:all or a "
+                                     "list such as cuda:0,1");
+    gpus.push_back(spec.index);
   }
-  const std::string prefix = "cuda:";
-  if (device.find(',') == std::string::npos || device.compare(0, prefix.size(), prefix) != 0) {
-    BRAID_RETURN_IF_ERROR(ParseDevice(device).status());
-    return std::vector<std::string>{device};
-  }
-  std::vector<int> seen;
-  size_t at = prefix.size();
-  while (at <= device.size()) {
-    size_t comma = device.find(',', at);
-    if (comma == std::string::npos) comma = device.size();
-    const std::string one = prefix + device.substr(at, comma - at);
-    BRAID_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(one));
-    if (std::find(seen.begin(), seen.end(), spec.index) != seen.end())
-      return Status::InvalidArgument("device '" + device + "': GPU " + std::to_string(spec.index) +
-                                     " is listed twice");
-    seen.push_back(spec.index);
-    out.push_back(one);
-    at = comma + 1;
+  const int n = static_cast<int>(gpus.size());
+  if (n % tensor_parallel != 0)
+    return Status::InvalidArgument("device '" + device + "': " + std::to_string(n) +
+                                   " GPU(s) do not split into groups of --tp " +
+                                   std::to_string(tensor_parallel));
+  std::vector<std::string> out;
+  for (int g = 0; g < n; g += tensor_parallel) {
+    std::string name = prefix;
+    for (int i = g; i < g + tensor_parallel; ++i)
+      name += (i > g ? "+" : "") + std::to_string(gpus[static_cast<size_t>(i)]);
+    out.push_back(name);
   }
   return out;
 }

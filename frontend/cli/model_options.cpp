@@ -22,7 +22,12 @@ ModelOptions ReadModelOptions(Args& args) {
   ModelOptions o;
   o.path = args.Str({"-m", "--model"}, DefaultModel());
   o.device = args.Str({"--device"}, "cpu");
-  if (auto d = ExpandDevices(o.device); !d.ok()) args.Fail("--device: " + d.status().message());
+  o.tensor_parallel = static_cast<int>(args.Int({"--tp"}, 1, 1, kMaxTensorParallel));
+  if (auto d = ExpandDevices(o.device, o.tensor_parallel); !d.ok()) {
+    args.Fail("--device: " + d.status().message());
+  } else if (o.tensor_parallel > 1 && d.value().size() == 1) {
+    o.device = d.value()[0];  // one group: cuda:0,1 with --tp 2 is cuda:0+1
+  }
   o.threads = static_cast<int>(args.Int({"-t", "--threads"}, 0, 0, kMaxThreads));
   o.context = static_cast<int>(args.Int({"--ctx"}, 0, 0, kMaxContext));
   o.cpu.exact = args.Flag({"--exact"});

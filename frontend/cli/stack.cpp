@@ -25,7 +25,10 @@ const char* const kStackHelp =
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
     "      --device D          where the model runs: cpu (default), cuda (the first GPU),\n"
     "                          cuda:N, or several GPUs with one engine each: cuda:all\n"
-    "                          (every visible GPU) or cuda:0,1\n"
+    "                          (every visible GPU) or cuda:0,1; cuda:0+1 splits one model\n"
+    "                          over GPUs 0 and 1 (tensor parallelism)\n"
+    "      --tp N              GPUs per engine among those --device lists, 1..64 (default 1);\n"
+    "                          cuda:all --tp 2 on 4 GPUs: engines on cuda:0+1 and cuda:2+3\n"
     "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
     "                          between engines\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
@@ -69,6 +72,7 @@ const char* const kStackHelp =
 const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--model",
                                                      "--device",
+                                                     "--tp",
                                                      "-t",
                                                      "--threads",
                                                      "--ctx",
@@ -268,9 +272,10 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   const int threads = options.model.threads > 0
                           ? options.model.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Several GPUs (--device cuda:all or cuda:0,1): one engine on each.
+  // Several GPUs (--device cuda:all or cuda:0,1): one engine on each, or on
+  // each group of --tp of them.
   BRAID_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
-                         ExpandDevices(options.model.device));
+                         ExpandDevices(options.model.device, options.model.tensor_parallel));
   // A list (even of one GPU, as cuda:all on a one-GPU host gives) sets the engines.
   const bool listed = devices.size() > 1 || devices[0] != options.model.device;
   if (listed && (options.engines > 1 || !options.engines_file.empty()))

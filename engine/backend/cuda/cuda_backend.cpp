@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/collective.h"
 #include "kernels/cuda_dequant.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/quant.h"
@@ -252,6 +253,12 @@ constexpr int kPrefillGemmMin = 16;
 constexpr size_t kScoreBytes = size_t{512} << 20;
 constexpr size_t kStagingBytes = size_t{64} << 20;
 
+// A block of a [rows, cols] matrix: rows [row0, row0 + rows), columns
+// [col0, col0 + cols); -1 for all. A vector's elements are its columns.
+struct Slice {
+  int64_t row0 = 0, rows = -1, col0 = 0, cols = -1;
+};
+
 // Where a forward pass returns each logits row's k largest values.
 struct TopK {
   int k = 0;  // 0: not asked for
@@ -268,8 +275,16 @@ class CudaBackend final : public Backend {
   }
 
   static Result<std::unique_ptr<Backend>> Open(const ModelFile& file, const ModelOptions& options,
-                                               int device, int context) {
-    std::unique_ptr<CudaBackend> b(new CudaBackend(file.config()));
+                                               int device, int context, Collective* group) {
+    const ModelConfig& c = file.config();
+    const int world = group ? group->size() : 1;
+    if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
+      return Status::Unsupported(
+          "tensor parallelism over " + std::to_string(world) +
+          " GPUs splits the KV heads and the MLP columns evenly; this model has " +
+          std::to_string(c.n_head_kv) + " KV heads and " + std::to_string(c.n_ff) +
+          " MLP columns (the KV heads must be a multiple of the GPUs, the columns of 8 per GPU)");
+    std::unique_ptr<CudaBackend> b(new CudaBackend(c, group));
     BRAID_RETURN_IF_ERROR(b->Init(file, options, device, context));
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -350,13 +365,29 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  explicit CudaBackend(const ModelConfig& c) : c_(c) {}
+  // This rank's share of the model: its heads, KV heads and MLP columns.
+  static ModelConfig Share(const ModelConfig& c, int world) {
+    ModelConfig s = c;
+    s.n_head /= world;
+    s.n_head_kv /= world;
+    s.n_ff /= world;
+    return s;
+  }
+  CudaBackend(const ModelConfig& c, Collective* group)
+      : full_(c),
+        c_(Share(c, group ? group->size() : 1)),
+        group_(group),
+        rank_(group ? group->rank() : 0) {}
   Status Init(const ModelFile& file, const ModelOptions& options, int device, int context);
   Status LoadWeights(const ModelFile& file);
-  // Uploads `t` (rows [0, rows) of a [rows, cols] matrix, any file type) as
-  // bf16 at dst, row r at dst + r * stride (stride 0: cols); or as fp32 when
+  // Uploads block `s` of `t` (any file type) as bf16 at dst, its row r at
+  // dst + r * stride (stride 0: the block's columns); or as fp32 when
   // dst_f32 is set (norms, biases).
-  Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride = 0);
+  Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride = 0,
+                Slice s = {});
+  // After a product whose rows were split over the ranks (Wo, down): the
+  // residual x_[0, n) gains the sum of the ranks' partial products.
+  Status ReduceResidual(size_t n);
   Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k,
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
@@ -394,7 +425,10 @@ class CudaBackend final : public Backend {
   void FindCascadeGroups(std::span<const BatchSegment> batch, int bs);
   Status CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g);
 
-  const ModelConfig& c_;
+  const ModelConfig& full_;  // the whole model
+  const ModelConfig c_;      // this rank's share (full_ when alone)
+  Collective* group_;        // tensor parallelism: this rank's side of the group, or null
+  const int rank_;
   int device_ = 0;
   std::string device_name_;
   int sms_ = 0;
@@ -481,8 +515,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     return Status::Unsupported(
         "the CUDA backend supports head_dim 16, 32, 64 or 128 with at most 8 "
         "query heads per KV head; this model has head_dim " +
-        std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " heads and " +
-        std::to_string(c.n_head_kv) + " KV heads");
+        std::to_string(c.head_dim) + ", " + std::to_string(full_.n_head) + " heads and " +
+        std::to_string(full_.n_head_kv) + " KV heads");
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
     return Status::Unsupported("no CUDA device is available");
@@ -569,12 +603,20 @@ Status CudaBackend::EnsureInputs(size_t table_entries) {
   return Status::Ok();
 }
 
-Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride) {
+Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride,
+                           Slice s) {
   const int64_t n = t.elements();
+  const int64_t cols = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t rows = n / cols;
+  if (s.rows < 0) s.rows = rows - s.row0;
+  if (s.cols < 0) s.cols = cols - s.col0;
+  if (s.row0 < 0 || s.col0 < 0 || s.row0 + s.rows > rows || s.col0 + s.cols > cols)
+    return Status::Internal(t.name + ": block outside the matrix");
   if (dst_f32) {  // small vectors: convert on the host
     std::vector<float> f(n);
     kernels::DequantizeRow(t.type, t.data, f.data(), n);
-    CUDA_TRY(cudaMemcpy(dst_f32, f.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(
+        cudaMemcpy(dst_f32, f.data() + s.col0, s.cols * sizeof(float), cudaMemcpyHostToDevice));
     return Status::Ok();
   }
   using kernels::DType;
@@ -583,38 +625,40 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
     return Status::Unsupported(t.name + " has type " + kernels::Info(t.type).name +
                                ", which the CUDA backend does not load (bf16, fp16, fp32, q4_0, "
                                "q4_1 and q8_0 are converted to bf16)");
-  const int64_t cols = t.shape.empty() ? 1 : t.shape[0];
   const size_t row_bytes = kernels::RowBytes(t.type, cols);
-  const int64_t rows = n / cols;
   // Pieces of whole rows through two pinned halves of the staging buffer.
   const size_t half = kStagingBytes / 2;
   const int64_t rows_per = std::max<int64_t>(1, static_cast<int64_t>(half / row_bytes));
   if (row_bytes > half) return Status::Unsupported(t.name + ": rows too long to stage");
   const bool raw_bf16 = t.type == kernels::DType::kBF16;
-  if (stride == 0) stride = cols;
+  if (stride == 0) stride = s.cols;
   const size_t pitch = static_cast<size_t>(stride) * sizeof(uint16_t);
+  const size_t width = static_cast<size_t>(s.cols) * sizeof(uint16_t);  // bytes of a block row
+  // Converted rows go straight to dst only when they are the block's rows, packed.
+  const bool direct = stride == cols && s.cols == cols;
   DeviceArray<uint8_t> raw;
   DeviceArray<float> f32;
   DeviceArray<uint16_t> bf16;  // converted rows on their way to strided places
   if (!raw_bf16) {
     BRAID_RETURN_IF_ERROR(raw.Allocate(half));
     BRAID_RETURN_IF_ERROR(f32.Allocate(static_cast<size_t>(rows_per) * cols));
-    if (stride != cols) BRAID_RETURN_IF_ERROR(bf16.Allocate(static_cast<size_t>(rows_per) * cols));
+    if (!direct) BRAID_RETURN_IF_ERROR(bf16.Allocate(static_cast<size_t>(rows_per) * cols));
   }
   cudaEvent_t done[2];
   CUDA_TRY(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
   CUDA_TRY(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
   Status st;
   int which = 0;
-  for (int64_t r = 0; r < rows && st.ok(); r += rows_per, which ^= 1) {
-    const int64_t m = std::min(rows_per, rows - r);
+  for (int64_t r = 0; r < s.rows && st.ok(); r += rows_per, which ^= 1) {
+    const int64_t m = std::min(rows_per, s.rows - r);
     const size_t bytes = static_cast<size_t>(m) * row_bytes;
     uint8_t* stage = staging_.get() + which * half;
     if (cudaEventSynchronize(done[which]) != cudaSuccess) break;
-    std::memcpy(stage, static_cast<const uint8_t*>(t.data) + r * row_bytes, bytes);
+    std::memcpy(stage, static_cast<const uint8_t*>(t.data) + (s.row0 + r) * row_bytes, bytes);
+    uint16_t* to = dst + r * stride;
     if (raw_bf16) {
-      const cudaError_t e = cudaMemcpy2DAsync(dst + r * stride, pitch, stage, row_bytes, row_bytes,
-                                              m, cudaMemcpyHostToDevice, stream_);
+      const cudaError_t e = cudaMemcpy2DAsync(to, pitch, stage + s.col0 * sizeof(uint16_t),
+                                              row_bytes, width, m, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
     } else {
       // Other types: convert on the device (one pass of the quantized bytes).
@@ -622,12 +666,12 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
           cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
       int k = kc::DequantizeRow(t.type, raw.get(), f32.get(), m * cols, stream_);
-      uint16_t* out = stride == cols ? dst + r * cols : bf16.get();
+      uint16_t* out = direct ? to : bf16.get();
       if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, out, stream_);
       if (k != 0) st = KernelStatus(k, ("converting " + t.name).c_str());
-      if (st.ok() && out != dst + r * cols) {
+      if (st.ok() && !direct) {
         const size_t rb = cols * sizeof(uint16_t);
-        if (cudaMemcpy2DAsync(dst + r * stride, pitch, out, rb, rb, m, cudaMemcpyDeviceToDevice,
+        if (cudaMemcpy2DAsync(to, pitch, out + s.col0, rb, width, m, cudaMemcpyDeviceToDevice,
                               stream_) != cudaSuccess)
           st = Status::Internal("weight upload: strided copy");
       }
@@ -685,35 +729,44 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* fn, tensor("ffn_norm.weight"));
     BRAID_RETURN_IF_ERROR(Upload(*fn, nullptr, l.ffn_norm.get()));
 
+    // Tensor parallelism: this rank's heads of Q, K and V (rows), its MLP
+    // columns of gate and up (rows), and the matching columns of Wo and down.
+    const int64_t q_rows = q_dim_, kv_rows = kv_dim_, ff = c.n_ff;
+    const int64_t parts[3][2] = {
+        {rank_ * q_rows, q_rows}, {rank_ * kv_rows, kv_rows}, {rank_ * kv_rows, kv_rows}};
     BRAID_RETURN_IF_ERROR(l.wqkv.Allocate(static_cast<size_t>(qkv_dim_) * D));
-    int64_t row = 0;
+    int64_t row = 0, p = 0;
     for (const char* s : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
       BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
-      BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.get() + row * D, nullptr));
-      row += t->elements() / D;
+      const Slice rows{parts[p][0], parts[p][1], 0, -1};
+      BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.get() + row * D, nullptr, 0, rows));
+      row += parts[p++][1];
     }
     if (c.qkv_bias) {
       BRAID_RETURN_IF_ERROR(l.bqkv.Allocate(qkv_dim_));
       int64_t at = 0;
+      p = 0;
       for (const char* s : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
         BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
-        BRAID_RETURN_IF_ERROR(Upload(*t, nullptr, l.bqkv.get() + at));
-        at += t->elements();
+        const Slice elems{0, -1, parts[p][0], parts[p][1]};
+        BRAID_RETURN_IF_ERROR(Upload(*t, nullptr, l.bqkv.get() + at, 0, elems));
+        at += parts[p++][1];
       }
     }
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor("attn_output.weight"));
     BRAID_RETURN_IF_ERROR(l.wo.Allocate(static_cast<size_t>(D) * q_dim_));
-    BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr));
+    BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr, 0, {0, -1, rank_ * q_rows, q_rows}));
     // Gate and up rows interleaved (gate j at row 2j, up j at 2j + 1), so
     // that one output pair of the product meets in one place for SwiGLU.
+    const Slice ff_rows{rank_ * ff, ff, 0, -1};
     BRAID_RETURN_IF_ERROR(l.wgu.Allocate(static_cast<size_t>(2) * c.n_ff * D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor("ffn_gate.weight"));
-    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr, 2 * D));
+    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr, 2 * D, ff_rows));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor("ffn_up.weight"));
-    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + D, nullptr, 2 * D));
+    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + D, nullptr, 2 * D, ff_rows));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor("ffn_down.weight"));
     BRAID_RETURN_IF_ERROR(l.wdown.Allocate(static_cast<size_t>(D) * c.n_ff));
-    BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr));
+    BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr, 0, {0, -1, rank_ * ff, ff}));
     bytes_per_token_ += matrix_bytes(qkv_dim_, D) + matrix_bytes(D, q_dim_) +
                         matrix_bytes(2 * c.n_ff, D) + matrix_bytes(D, c.n_ff);
   }
@@ -898,11 +951,16 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     }
     for (const Segment& s : prefill_)
       BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
-    BRAID_RETURN_IF_ERROR(Project(att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, true));
+    // Under tensor parallelism rank 0 adds its part to the residual, the
+    // others write theirs in its place, and the sum over the ranks is then
+    // the residual plus the whole product on every rank.
+    const bool add = rank_ == 0;
+    BRAID_RETURN_IF_ERROR(Project(att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, add));
+    BRAID_RETURN_IF_ERROR(ReduceResidual(static_cast<size_t>(T) * D));
     BRAID_RETURN_IF_ERROR(
         Project(x_.get(), l.ffn_norm.get(), l.wgu.get(), gu_.get(), T, 2 * c.n_ff, D, false, true));
-    BRAID_RETURN_IF_ERROR(
-        Project(act_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, true));
+    BRAID_RETURN_IF_ERROR(Project(act_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, add));
+    BRAID_RETURN_IF_ERROR(ReduceResidual(static_cast<size_t>(T) * D));
   }
   if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
@@ -912,6 +970,11 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     if (argmax) KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   }
   return Status::Ok();
+}
+
+Status CudaBackend::ReduceResidual(size_t n) {
+  if (!group_) return Status::Ok();
+  return group_->AllReduceSum(x_.get(), n, stream_);
 }
 
 Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w, float* y, int m,
@@ -1040,7 +1103,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   std::fill_n(HostRegion(kKeyStart), kRegionCap, 0);
   FindCascadeGroups(batch, bs);
   int B = T;
-  const bool graph = decode_only && S <= kMaxGraphBatch && groups_.empty();
+  const bool graph =
+      decode_only && S <= kMaxGraphBatch && groups_.empty() && (!group_ || group_->graph_safe());
   if (!groups_.empty()) {
     ++cascade_passes_;
     for (const CascadeGroup& g : groups_) cascade_tokens_ += g.m;
@@ -1172,7 +1236,13 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
 
 Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
                                                  int device, int context) {
-  return CudaBackend::Open(file, options, device, context);
+  return CudaBackend::Open(file, options, device, context, nullptr);
+}
+
+Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
+                                                     const ModelOptions& options, int device,
+                                                     int context, Collective& group) {
+  return CudaBackend::Open(file, options, device, context, &group);
 }
 
 int CudaDeviceCount() {

@@ -11,6 +11,9 @@
 //            through the same GEMMs (cascade), merged by log-sum-exp
 //   decode   batches of single-token segments replayed as CUDA graphs at
 //            bucketed batch sizes (a graph per bucket, captured on first use)
+//   several GPUs  tensor parallel ranks (OpenCudaBackendRank): each holds
+//            its share of the heads and MLP columns, and an NCCL all-reduce
+//            sums the residual stream after Wo and after down
 #pragma once
 
 #include <memory>
@@ -21,6 +24,17 @@ namespace braid {
 
 Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
                                                  int device, int context);
+
+class Collective;
+
+// One rank of a tensor-parallel group (engine/backend/cuda/tp_backend.h
+// drives the ranks): the heads, KV heads and MLP columns of rank
+// group.rank() of group.size(), the residual stream summed over the group
+// after Wo and down. Every rank's Forward must run at the same time as the
+// others', with the same batch.
+Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
+                                                     const ModelOptions& options, int device,
+                                                     int context, Collective& group);
 
 // CUDA devices present (0 when there is no driver or no device).
 int CudaDeviceCount();

@@ -38,7 +38,21 @@
 //       without the prefix (a step without the long attention): decode
 //       tokens/s and ms per decode step, so attention's share; the outputs
 //       with cascade on against off and against each request alone
+//   tp --model DIR [--ranks 2] [--prompt 128 --gen 128]
+//       tensor parallelism against the one-GPU backend: per-position logits
+//       cosine and greedy continuations of three prompts, for the
+//       tensor-parallel path through NCCL over one GPU (a group of one:
+//       the code path of every group, all-reduces included) and over
+//       --ranks GPUs (through NCCL where the host has them, else the ranks
+//       share GPU 0 and sum through cuBLAS, outside CUDA graphs: the
+//       shards' arithmetic, not the interconnect); then batch-1 and
+//       batch-64 decode tokens/s of each (not of ranks sharing a GPU). Exits 1 unless every cosine
+//       >= 0.999 and every continuation is the same.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -52,7 +66,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/collective.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/tp_backend.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 
@@ -83,14 +99,14 @@ void Check(const Status& s, const char* what) {
 struct Args {
   std::string cmd, model, prompts, out_dir, device = "cuda", batches = "1,8,32,128";
   std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
-  int prompt = 128, gen = 128, ctx = 0, prefix = 4096;
+  int prompt = 128, gen = 128, ctx = 0, prefix = 4096, ranks = 2;
 };
 
 Args Parse(int argc, char** argv) {
   if (argc < 2)
     Fail(
         "usage: braid_gpu_check "
-        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade "
+        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade|tp "
         "--model DIR "
         "...");
   Args a;
@@ -119,6 +135,8 @@ Args Parse(int argc, char** argv) {
       a.ctx = std::stoi(v);
     else if (k == "--prefix")
       a.prefix = std::stoi(v);
+    else if (k == "--ranks")
+      a.ranks = std::stoi(v);
     else
       Fail("unknown option " + k);
   }
@@ -851,6 +869,193 @@ int Cascade(const Args& a) {
   return 0;
 }
 
+// Ranks that share one GPU, for checking the shards' arithmetic where the
+// host has one GPU (NCCL takes one rank per GPU): the partial sums meet in
+// rank 0's buffer through cuBLAS, host threads waiting for each other at
+// barriers, so nothing of it can be captured into a graph.
+class SharedGpuGroup {
+ public:
+  explicit SharedGpuGroup(int n) : barrier_(n), bufs_(static_cast<size_t>(n)) {
+    for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>(this, r, n));
+  }
+  ~SharedGpuGroup() {
+    if (blas_) cublasDestroy(blas_);
+  }
+  std::vector<Collective*> ranks() {
+    std::vector<Collective*> out;
+    for (auto& r : ranks_) out.push_back(r.get());
+    return out;
+  }
+
+ private:
+  struct Rank final : Collective {
+    Rank(SharedGpuGroup* g, int r, int n) : g(g), r(r), n(n) {}
+    int rank() const override { return r; }
+    int size() const override { return n; }
+    bool graph_safe() const override { return false; }
+    Status AllReduceSum(float* buf, size_t count, void* stream) override {
+      return g->Sum(r, buf, count, static_cast<cudaStream_t>(stream));
+    }
+    SharedGpuGroup* g;
+    int r, n;
+  };
+  Status Sum(int r, float* buf, size_t count, cudaStream_t stream) {
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return Status::Internal("rank sync");
+    bufs_[static_cast<size_t>(r)] = buf;
+    barrier_.arrive_and_wait();  // every partial is ready
+    Status st;
+    if (r == 0) {
+      if (!blas_ && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
+        st = Status::Internal("cublasCreate");
+      const float one = 1.0f;
+      for (size_t i = 1; i < bufs_.size() && st.ok(); ++i)
+        if (cublasSaxpy(blas_, static_cast<int>(count), &one, bufs_[i], 1, buf, 1) !=
+            CUBLAS_STATUS_SUCCESS)
+          st = Status::Internal("cublasSaxpy");
+      if (cudaDeviceSynchronize() != cudaSuccess) st = Status::Internal("sum sync");
+    }
+    barrier_.arrive_and_wait();  // rank 0 holds the sum
+    if (r != 0 && cudaMemcpyAsync(buf, bufs_[0], count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  stream) == cudaSuccess)
+      cudaStreamSynchronize(stream);
+    barrier_.arrive_and_wait();  // every rank has it before rank 0's buffer moves on
+    return st;
+  }
+  std::barrier<> barrier_;
+  std::vector<float*> bufs_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  cublasHandle_t blas_ = nullptr;
+};
+
+// Every position's logits of `prompt` in one forward pass, then `n` greedy
+// tokens one decode step each (ids picked on the device).
+void EvaluateBackend(Backend& b, const std::vector<int32_t>& prompt, int n, std::vector<float>* all,
+                     std::vector<int32_t>* greedy) {
+  const int bs = 16, blocks = (static_cast<int>(prompt.size()) + n + bs) / bs;
+  auto kv = Check(b.AllocateKv(blocks, bs), "allocating KV");
+  std::vector<int32_t> table(blocks);
+  for (int i = 0; i < blocks; ++i) table[i] = i;
+  BatchSegment s;
+  s.tokens = prompt.data();
+  s.n_tokens = static_cast<int>(prompt.size());
+  s.block_table = table.data();
+  s.logits_from = 0;
+  const size_t V = static_cast<size_t>(b.n_vocab());
+  all->assign(prompt.size() * V, 0.0f);
+  Check(b.Forward(std::span<const BatchSegment>(&s, 1), *kv, all->data()), "prefill");
+  int32_t id = Argmax(all->data() + (prompt.size() - 1) * V, static_cast<int>(V));
+  for (int i = 0; i < n; ++i) {
+    greedy->push_back(id);
+    if (i + 1 == n) break;
+    BatchSegment d;
+    d.tokens = &id;
+    d.n_tokens = 1;
+    d.pos0 = static_cast<int>(prompt.size()) + i;
+    d.block_table = table.data();
+    d.logits_from = d.pos0;
+    int32_t next = -1;
+    Check(b.ForwardArgmax(std::span<const BatchSegment>(&d, 1), *kv, &next), "decode");
+    id = next;
+  }
+}
+
+int TensorParallel(const Args& a) {
+  auto file = Check(LoadModelFile(a.model), "loading the model file");
+  ModelOptions mo;
+  mo.path = a.model;
+  mo.device = "cuda:0";
+  const int context = std::max(1024, a.prompt + a.gen + 16);
+  const int n_vocab = file->config().n_vocab;
+  std::mt19937 rng(17);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int len : {5, 40, 300}) {
+    std::vector<int32_t> ids(len);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % n_vocab);
+    prompts.push_back(ids);
+  }
+  const int n_greedy = 32;
+  std::vector<std::vector<float>> ref_logits(prompts.size());
+  std::vector<std::vector<int32_t>> ref_greedy(prompts.size());
+  Json variants = Json::array();
+  bool pass = true;
+  // Evaluates the prompts and times decode on `b`; the first call is the reference.
+  auto measure = [&](const std::string& name, Backend& b, bool reference, bool timed) {
+    Json v = {{"name", name}, {"device", b.name()}};
+    double min_cos = 1, max_diff = 0;
+    int same = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<float> all;
+      std::vector<int32_t> greedy;
+      EvaluateBackend(b, prompts[i], n_greedy, &all, &greedy);
+      if (reference) {
+        ref_logits[i] = std::move(all);
+        ref_greedy[i] = std::move(greedy);
+        continue;
+      }
+      for (size_t t = 0; t < prompts[i].size(); ++t) {
+        const float* x = &ref_logits[i][t * n_vocab];
+        const float* y = &all[t * n_vocab];
+        min_cos = std::min(min_cos, Cosine(x, y, n_vocab));
+        for (int k = 0; k < n_vocab; ++k)
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[k] - y[k])));
+      }
+      same += greedy == ref_greedy[i];
+    }
+    if (!reference) {
+      v["min_cosine"] = min_cos;
+      v["max_abs_diff"] = max_diff;
+      v["greedy_identical"] = same;
+      v["prompts"] = prompts.size();
+      pass &= min_cos >= 0.999 && same == static_cast<int>(prompts.size());
+    }
+    for (int B : {1, 64}) {
+      if (!timed) break;
+      std::vector<double> steps;
+      for (int round = 0; round < (B == 1 ? 3 : 1); ++round)
+        steps.push_back(TimeDecode(b, n_vocab, B, a.prompt, a.gen, rng).step_s);
+      std::sort(steps.begin(), steps.end());
+      v["decode_tokens_per_s_b" + std::to_string(B)] = B / steps[steps.size() / 2];
+    }
+    ModelInfo info;
+    b.Describe(&info);
+    v["kernels"] = info.isa;
+    variants.push_back(v);
+  };
+  {
+    auto one = Check(OpenBackend(*file, mo, context), "opening the one-GPU backend");
+    measure("one GPU", *one, true, true);
+  }
+  {
+    auto tp1 = Check(OpenTensorParallelBackend(*file, mo, {0}, context),
+                     "opening tensor parallelism over one GPU");
+    measure("tensor parallel, NCCL, 1 rank", *tp1, false, true);
+  }
+  if (a.ranks > 1) {
+    std::vector<int> devices;
+    if (CudaDeviceCount() >= a.ranks) {
+      for (int r = 0; r < a.ranks; ++r) devices.push_back(r);
+      auto tp = Check(OpenTensorParallelBackend(*file, mo, devices, context),
+                      "opening tensor parallelism");
+      measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs", *tp, false, true);
+    } else {
+      devices.assign(static_cast<size_t>(a.ranks), 0);
+      SharedGpuGroup group(a.ranks);
+      auto tp = Check(OpenTensorParallelBackend(*file, mo, devices, context, group.ranks()),
+                      "opening ranks on one GPU");
+      // Untimed: the ranks wait for each other on the host at every sum.
+      measure("tensor parallel, " + std::to_string(a.ranks) + " ranks sharing GPU 0", *tp, false,
+              false);
+    }
+  }
+  Json out = {{"variants", variants},
+              {"gpus", CudaDeviceCount()},
+              {"prompt", a.prompt},
+              {"gen", a.gen},
+              {"pass", pass}};
+  std::printf("%s\n", out.dump().c_str());
+  return pass ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace braid
 
@@ -870,5 +1075,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "serve-spec") return ServeSpec(a);
   if (a.cmd == "serve-equal") return ServeEqual(a);
   if (a.cmd == "cascade") return Cascade(a);
+  if (a.cmd == "tp") return TensorParallel(a);
   Fail("unknown command '" + a.cmd + "'");
 }

@@ -53,8 +53,12 @@ struct CpuOptions {
 
 struct ModelOptions {
   std::string path;  // .gguf file, or a safetensors checkpoint directory
-  // Where the forward pass runs: "cpu", "cuda" (the first GPU) or "cuda:N".
+  // Where the forward pass runs: "cpu", "cuda" (the first GPU), "cuda:N",
+  // or "cuda:N+M" (one model split over those GPUs: tensor parallelism).
   std::string device = "cpu";
+  // GPUs per model where the command opens one engine per GPU (--device
+  // cuda:all or cuda:0,1): that many make one engine's group (ExpandDevices).
+  int tensor_parallel = 1;
   int threads = 0;  // CPU threads; 0 = one per core
   int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
   // 0: every layer. N: only the first N layers, then the final norm and the

@@ -1,0 +1,235 @@
+#include "backend/cuda/tp_backend.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/cuda/collective.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace braid {
+namespace {
+
+// One thread per rank past the first (rank 0 runs on the caller's): RunAll
+// hands every rank the same job and waits for all of them.
+class RankThreads {
+ public:
+  explicit RankThreads(int ranks) : results_(static_cast<size_t>(ranks)) {
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, r] { Loop(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  // fn(r) for every rank at once; the lowest rank's error, if any.
+  Status RunAll(const std::function<Status(int)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    start_.notify_all();
+    results_[0] = fn(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    for (const Status& s : results_)
+      if (!s.ok()) return s;
+    return Status::Ok();
+  }
+
+ private:
+  void Loop(int r) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<Status(int)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      Status s = (*job)(r);
+      std::lock_guard<std::mutex> lock(mu_);
+      results_[static_cast<size_t>(r)] = std::move(s);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  const std::function<Status(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::vector<Status> results_;
+  std::vector<std::thread> threads_;
+};
+
+// Each rank's KV memory: the same blocks, each holding its rank's KV heads.
+class TpKv final : public KvMemory {
+ public:
+  std::vector<std::unique_ptr<KvMemory>> parts;
+  int n_blocks() const override { return parts[0]->n_blocks(); }
+  int block_size() const override { return parts[0]->block_size(); }
+  size_t bytes() const override {
+    size_t b = 0;
+    for (const auto& p : parts) b += p->bytes();
+    return b;
+  }
+};
+
+class TpBackend final : public Backend {
+ public:
+  TpBackend(std::vector<int> devices, std::unique_ptr<NcclGroup> nccl)
+      : devices_(std::move(devices)), nccl_(std::move(nccl)), threads_(size()) {}
+
+  Status Open(const ModelFile& file, const ModelOptions& options, int context,
+              const std::vector<Collective*>& ranks) {
+    ranks_.resize(devices_.size());
+    // Ranks load at once (each its own GPU and share of the file).
+    return threads_.RunAll([&](int r) -> Status {
+      BRAID_ASSIGN_OR_RETURN(ranks_[static_cast<size_t>(r)],
+                             OpenCudaBackendRank(file, options, devices_[static_cast<size_t>(r)],
+                                                 context, *ranks[static_cast<size_t>(r)]));
+      return Status::Ok();
+    });
+  }
+
+  std::string name() const override {
+    std::string n = "cuda:";
+    for (size_t i = 0; i < devices_.size(); ++i) n += (i ? "+" : "") + std::to_string(devices_[i]);
+    return n;
+  }
+  int n_vocab() const override { return ranks_[0]->n_vocab(); }
+  int max_chunk() const override { return ranks_[0]->max_chunk(); }
+  ServingDefaults serving_defaults() const override { return ranks_[0]->serving_defaults(); }
+  // Per GPU: each rank's pool has as many blocks, each of its share of the heads.
+  size_t KvBlockBytes(int block_size) const override { return ranks_[0]->KvBlockBytes(block_size); }
+  uint64_t KvMemoryAvailable() const override {
+    uint64_t least = ranks_[0]->KvMemoryAvailable();
+    for (const auto& r : ranks_) least = std::min(least, r->KvMemoryAvailable());
+    return least;
+  }
+  Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
+    auto kv = std::make_unique<TpKv>();
+    for (const auto& r : ranks_) {
+      BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> part, r->AllocateKv(n_blocks, block_size));
+      kv->parts.push_back(std::move(part));
+    }
+    return std::unique_ptr<KvMemory>(std::move(kv));
+  }
+  // Rank 0's outputs are returned; the others produce the argmax of the
+  // same rows into scratch (the collectives are all in the layers, before
+  // the head, so each rank's sequence of them is the same).
+  Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
+    return Each(
+        kv, [&](Backend& b, KvMemory& part) { return b.Forward(batch, part, logits); }, batch);
+  }
+  Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) override {
+    return Each(
+        kv, [&](Backend& b, KvMemory& part) { return b.ForwardArgmax(batch, part, ids); }, batch);
+  }
+  Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
+                     float* values) override {
+    return Each(
+        kv, [&](Backend& b, KvMemory& part) { return b.ForwardTopK(batch, part, k, ids, values); },
+        batch);
+  }
+  Status Prepare(KvMemory& kv, int max_batch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& parts = static_cast<TpKv&>(kv).parts;
+    return threads_.RunAll([&](int r) {
+      return ranks_[static_cast<size_t>(r)]->Prepare(*parts[static_cast<size_t>(r)], max_batch);
+    });
+  }
+  void Describe(ModelInfo* info) const override {
+    ranks_[0]->Describe(info);
+    info->isa += "; tensor parallel over " + std::to_string(size()) + " GPUs (" + name() + ", " +
+                 (nccl_ ? nccl_->version() : std::string("caller's collective")) +
+                 "), figures per GPU";
+  }
+  void CascadeCounts(uint64_t* passes, uint64_t* tokens) const override {
+    ranks_[0]->CascadeCounts(passes, tokens);
+  }
+
+ private:
+  int size() const { return static_cast<int>(devices_.size()); }
+  // Rank 0 runs `first`; every other rank the argmax of the same batch.
+  Status Each(KvMemory& kv, const std::function<Status(Backend&, KvMemory&)>& first,
+              std::span<const BatchSegment> batch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& parts = static_cast<TpKv&>(kv).parts;  // allocated by AllocateKv of this backend
+    size_t rows = 0;
+    for (const BatchSegment& s : batch) rows += static_cast<size_t>(s.n_tokens);
+    scratch_.resize(static_cast<size_t>(size()));
+    return threads_.RunAll([&](int r) -> Status {
+      Backend& b = *ranks_[static_cast<size_t>(r)];
+      KvMemory& part = *parts[static_cast<size_t>(r)];
+      if (r == 0) return first(b, part);
+      std::vector<int32_t>& ids = scratch_[static_cast<size_t>(r)];
+      ids.resize(std::max(ids.size(), rows));
+      return b.ForwardArgmax(batch, part, ids.data());
+    });
+  }
+
+  std::vector<int> devices_;
+  std::unique_ptr<NcclGroup> nccl_;  // null when the caller owns the collectives
+  std::vector<std::unique_ptr<Backend>> ranks_;
+  RankThreads threads_;
+  std::vector<std::vector<int32_t>> scratch_;  // per rank: argmax rows nobody reads
+  std::mutex mu_;
+};
+
+Status CheckDevices(const std::vector<int>& devices) {
+  if (devices.empty()) return Status::InvalidArgument("tensor parallelism needs a GPU");
+  for (size_t i = 0; i < devices.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (devices[i] == devices[j])
+        return Status::InvalidArgument("tensor parallelism: GPU " + std::to_string(devices[i]) +
+                                       " is listed twice");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> OpenTensorParallelBackend(const ModelFile& file,
+                                                           const ModelOptions& options,
+                                                           const std::vector<int>& devices,
+                                                           int context) {
+  BRAID_RETURN_IF_ERROR(CheckDevices(devices));
+  const int count = CudaDeviceCount();
+  for (int d : devices)
+    if (d >= count)
+      return Status::InvalidArgument("cuda:" + std::to_string(d) + " does not exist (" +
+                                     std::to_string(count) + " device(s))");
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<NcclGroup> nccl, NcclGroup::Open(devices));
+  std::vector<Collective*> ranks;
+  for (size_t r = 0; r < devices.size(); ++r) ranks.push_back(&nccl->rank(static_cast<int>(r)));
+  auto b = std::make_unique<TpBackend>(devices, std::move(nccl));
+  BRAID_RETURN_IF_ERROR(b->Open(file, options, context, ranks));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+Result<std::unique_ptr<Backend>> OpenTensorParallelBackend(const ModelFile& file,
+                                                           const ModelOptions& options,
+                                                           const std::vector<int>& devices,
+                                                           int context,
+                                                           const std::vector<Collective*>& ranks) {
+  if (ranks.size() != devices.size())
+    return Status::InvalidArgument("tensor parallelism: one collective per device");
+  auto b = std::make_unique<TpBackend>(devices, nullptr);
+  BRAID_RETURN_IF_ERROR(b->Open(file, options, context, ranks));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace braid
