@@ -1,7 +1,8 @@
 // Dispatch over engines of different kinds: outputs that need the model in
 // this process (select, regex) never go to a remote engine, engines that are
 // not alive are skipped, a node whose engine died moves elsewhere, and a full
-// engine passes work on or makes it wait.
+// engine passes work on or makes it wait; placement by cached prefix or in
+// turn.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -31,8 +32,9 @@ struct Cluster {
   std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
   std::unique_ptr<Runtime> rt;
 
-  explicit Cluster(std::vector<bool> remote) {
+  explicit Cluster(std::vector<bool> remote, Placement placement = Placement::kAffinity) {
     RuntimeOptions o;
+    o.placement = placement;
     for (size_t i = 0; i < remote.size(); ++i) {
       engines.push_back(std::make_unique<FakeEngine>());
       engines.back()->remote = remote[i];
@@ -216,4 +218,30 @@ TEST_CASE("dispatch: a full engine passes the request on; when all are full the 
   CHECK(cl[0].refuse_next + cl[1].refuse_next < 6);
   CHECK(cl[0].submitted().size() + cl[1].submitted().size() == 2);
   run->Finish(Status::Ok());
+}
+
+TEST_CASE(
+    "dispatch: affinity sends a prompt to the engine holding its prefix; round-robin does not") {
+  const std::string doc(400, 'd');  // a long shared document, one token per byte
+  auto gen = Fn("ask", "{{doc}} Question {{q}}: {{gen a}}");
+  auto ask_four = [&](Cluster& cl) {
+    auto run = cl.Start();
+    for (int i = 0; i < 4; ++i) {  // one at a time: no engine is busier than another
+      auto r = run->Call(*gen, {{"doc", Arg::Text(doc)}, {"q", Arg::Text(std::to_string(i))}},
+                         {"main", i});
+      REQUIRE(run->Want(r->at("a"), {}).ok());
+      REQUIRE(WaitFor(*run, r->at("a")) == VarState::kReady);
+    }
+    run->Finish(Status::Ok());
+  };
+  Cluster affinity({false, false});
+  ask_four(affinity);
+  CHECK(affinity[0].submitted().size() == 4);
+  CHECK(affinity[1].submitted().empty());
+  CHECK(affinity[0].submitted().back().cached >= 400);
+
+  Cluster turns({false, false}, Placement::kRoundRobin);
+  ask_four(turns);
+  CHECK(turns[0].submitted().size() == 2);
+  CHECK(turns[1].submitted().size() == 2);
 }

@@ -167,6 +167,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
     return Status::InvalidArgument("engine_names has " + std::to_string(options.engine_names.size()) +
                                    " names for " + std::to_string(options.engines.size()) + " engines");
   auto ctx = std::make_shared<RuntimeContext>();
+  ctx->placer = std::make_shared<Placer>(options.placement);
   for (size_t i = 0; i < options.engines.size(); ++i) {
     if (!options.engines[i]) return Status::InvalidArgument("engine " + std::to_string(i) + " is null");
     EngineSlot slot;

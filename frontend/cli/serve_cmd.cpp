@@ -180,6 +180,7 @@ int ServeMain(const std::vector<std::string>& argv) {
   oo.tokenizer = stack->tokenizer;
   oo.engines = engines;
   oo.metrics = &metrics;
+  oo.placement = stack->options.placement;
   http::AddOpenAiRoutes(&router, std::make_shared<http::OpenAiService>(oo));
   runs.runtime = stack->runtime.get();
   server::RunsService service(runs);

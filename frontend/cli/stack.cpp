@@ -39,6 +39,9 @@ const char* const kStackHelp =
     "      --engines N|FILE    embedded engines on the same model, 1..64 (default 1); or a\n"
     "                          JSON file listing embedded and remote (OpenAI-compatible)\n"
     "                          engines (docs/http-api.md); -m then gives the tokenizer\n"
+    "      --placement P       which engine takes a call when there are several: affinity\n"
+    "                          (default: the longest cached prefix among engines not far\n"
+    "                          busier than the least loaded), least-loaded or round-robin\n"
     "      --max-running N     sequences an engine decodes together, 1..4096 (default 64\n"
     "                          on the CPU, 256 on CUDA; small = latency-tuned)\n"
     "      --max-waiting N     requests an engine queues beyond those, 0..1000000 (default\n"
@@ -80,6 +83,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--kv",
                                                      "--stream",
                                                      "--engines",
+                                                     "--placement",
                                                      "--max-running",
                                                      "--max-waiting",
                                                      "--kv-reserve",
@@ -124,6 +128,11 @@ StackOptions ReadStackOptions(Args& args) {
     else
       args.Fail("option --client-weights: " + w.status().message());
   }
+  auto placement = rt::ParsePlacement(args.Str({"--placement"}, "affinity"));
+  if (placement.ok())
+    o.placement = *placement;
+  else
+    args.Fail("option --placement: " + placement.status().message());
   o.db = args.Str({"--db"}, DefaultDb());
   if (o.db == "none") o.db.clear();
   return o;
@@ -305,6 +314,7 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   ro.engine_names = stack->engine_names;
   ro.tokenizer = stack->tokenizer;
   ro.db_path = options.db;
+  ro.placement = options.placement;
   BRAID_ASSIGN_OR_RETURN(stack->runtime, rt::Runtime::Open(ro));
   return stack;
 }

@@ -39,6 +39,7 @@ struct StackOptions {
   double cached_weight = 0;         // --cached-weight: FairnessOptions::cached_weight
   std::string db;                   // run store path; "" = runs are not persisted
   SpecOptions spec;                 // speculative decoding in every embedded engine
+  rt::Placement placement = rt::Placement::kAffinity;  // --placement: which engine takes a call
 };
 
 // The stack's options as --help lines, and those of them that take a value

@@ -233,6 +233,7 @@ struct OpenAiService::Impl {
   OpenAiOptions options;
   int context = 0;
   int64_t created = 0;
+  std::unique_ptr<rt::Placer> placer;
 
   // Compiled response_format constraints by regex (DFA construction can
   // take tens of milliseconds; clients repeat their schemas).
@@ -514,22 +515,20 @@ struct OpenAiService::Impl {
     return Sampling(body, job);
   }
 
-  // The engine with the longest cached prefix of `prompt`, then the least loaded.
+  // The engine the placer chooses among all of them.
   Engine* Pick(const std::vector<int32_t>& prompt, uint64_t salt) const {
     if (options.engines.size() == 1) return options.engines[0];
-    Engine* best = nullptr;
-    int best_cached = -1, best_load = 0;
+    std::vector<rt::PlacementCandidate> candidates;
     for (Engine* e : options.engines) {
-      const int cached = e->ProbePrefix(prompt, salt);
+      rt::PlacementCandidate c;
+      if (placer->wants_prefix()) c.cached = e->ProbePrefix(prompt, salt);
       const EngineStats s = e->stats();
-      const int load = s.running + s.waiting;
-      if (cached > best_cached || (cached == best_cached && load < best_load)) {
-        best = e;
-        best_cached = cached;
-        best_load = load;
-      }
+      c.load = s.running + s.waiting;
+      c.waiting = s.waiting;
+      candidates.push_back(c);
     }
-    return best;
+    return options.engines[static_cast<size_t>(
+        placer->Choose(candidates, options.goal == GoalClass::kLatency))];
   }
 
   GenerationRequest EngineRequest(const Job& job, const Request& request, int choice) const {
@@ -863,6 +862,7 @@ OpenAiService::OpenAiService(OpenAiOptions options) : impl_(std::make_unique<Imp
   const OpenAiOptions& o = impl_->options;
   impl_->context = o.context > 0 ? o.context : (o.tokenizer ? o.tokenizer->info().context : 0);
   impl_->created = UnixNow();
+  impl_->placer = std::make_unique<rt::Placer>(o.placement);
 }
 
 OpenAiService::~OpenAiService() = default;

@@ -3,8 +3,10 @@
 // events), and vLLM's /tokenize and /detokenize. Requests are validated
 // (400 in OpenAI's error shape naming the param; 404 model_not_found for
 // another model's name), tokenized with one tokenizer, and sent to one of
-// several engines: the one holding the longest cached prefix of the prompt,
-// then the least loaded. A full engine queue is 429 with Retry-After.
+// several engines as the placer chooses (runtime/placement.h: by default the
+// engine holding the longest cached prefix of the prompt among those not
+// far busier than the least loaded). A full engine queue is 429 with
+// Retry-After.
 //
 // Semantics follow OpenAI's and vLLM's servers; the differences:
 // - completions: `prompt` is one string, a list of one string, or token ids
@@ -37,6 +39,7 @@
 #include "engine/engine.h"
 #include "http/http_types.h"
 #include "http/metrics.h"
+#include "runtime/placement.h"
 
 namespace braid::http {
 
@@ -55,6 +58,7 @@ struct OpenAiOptions {
   // each client (Request::client) only its own (a salt per client).
   bool cache_per_client = false;
   ServingMetrics* metrics = nullptr;  // where timings and tokens go (not owned); null: none
+  rt::Placement placement = rt::Placement::kAffinity;  // which engine takes a request
 };
 
 // The API's state (options, compiled response_format constraints). Methods

@@ -11,23 +11,22 @@ bool RuntimeContext::CanTake(int i, bool needs_local) const {
 }
 
 int RuntimeContext::PickEngine(const std::vector<int32_t>& prompt, uint64_t salt,
-                               bool prefer_prefix, bool needs_local) const {
-  int best = -1;
-  int best_prefix = -1;
-  int best_load = 0;
+                               bool prefer_prefix, bool needs_local, bool latency) const {
+  std::vector<int> index;
+  std::vector<PlacementCandidate> candidates;
   for (size_t i = 0; i < engines.size(); ++i) {
     if (!CanTake(static_cast<int>(i), needs_local)) continue;
     const EngineSlot& e = engines[i];
-    const int prefix = prefer_prefix ? e.engine->ProbePrefix(prompt, salt) : 0;
+    PlacementCandidate c;
+    if (prefer_prefix && placer->wants_prefix()) c.cached = e.engine->ProbePrefix(prompt, salt);
     const EngineStats s = e.engine->stats();
-    const int load = std::max(s.running + s.waiting, e.in_flight->load());
-    if (best_prefix < 0 || prefix > best_prefix || (prefix == best_prefix && load < best_load)) {
-      best = static_cast<int>(i);
-      best_prefix = prefix;
-      best_load = load;
-    }
+    c.load = std::max(s.running + s.waiting, e.in_flight->load());
+    c.waiting = s.waiting;
+    index.push_back(static_cast<int>(i));
+    candidates.push_back(c);
   }
-  return best;
+  const int chosen = placer->Choose(candidates, latency);
+  return chosen < 0 ? -1 : index[static_cast<size_t>(chosen)];
 }
 
 std::string RuntimeContext::NoEngineReason(bool needs_local) const {

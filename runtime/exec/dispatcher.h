@@ -56,15 +56,16 @@ struct RuntimeContext {
   const Model* tokenizer = nullptr;  // RuntimeOptions::tokenizer, resolved
   std::shared_ptr<RunStore> store;  // null: not persisted
   std::shared_ptr<WakeSignal> wake = std::make_shared<WakeSignal>();
+  std::shared_ptr<Placer> placer = std::make_shared<Placer>();  // RuntimeOptions::placement
 
   // Placement among the engines that can take the request: alive
   // (Engine::alive) and, when needs_local (select and regex outputs), local.
-  // Among them the one holding the longest cached prefix of `prompt` (when
-  // prefer_prefix), then the least loaded (running + waiting, or our own
-  // in-flight count when higher), then the lowest index. -1 when none can
-  // take it (NoEngineReason says why).
+  // The placer chooses among them (runtime/placement.h), by the cached
+  // prefix of `prompt` only when prefer_prefix; a load is running +
+  // waiting, or our own in-flight count when higher. -1 when none can take
+  // it (NoEngineReason says why).
   int PickEngine(const std::vector<int32_t>& prompt, uint64_t salt, bool prefer_prefix,
-                 bool needs_local = false) const;
+                 bool needs_local = false, bool latency = false) const;
   // Whether engine `i` can take a request now (see PickEngine).
   bool CanTake(int i, bool needs_local) const;
   // Why PickEngine found no engine: each engine and what it lacks.

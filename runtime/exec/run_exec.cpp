@@ -275,7 +275,8 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   // while it can take this output.
   const bool needs_local = NeedsLocal(spec);
   if (!ctx_->CanTake(engine, needs_local))
-    engine = ctx_->PickEngine(ex.prompt, 0, dag_mode(), needs_local);
+    engine = ctx_->PickEngine(ex.prompt, 0, dag_mode(), needs_local,
+                              dag_mode() && node.goal == Criteria::kLatency);
   if (engine < 0) return Status::Unsupported(ctx_->NoEngineReason(needs_local));
   Engine* const picked = ctx_->engines[static_cast<size_t>(engine)].engine;
 

@@ -24,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/status.h"
+#include "runtime/placement.h"
 
 namespace braid::rt {
 
@@ -313,6 +314,8 @@ struct RuntimeOptions {
   const Model* tokenizer = nullptr;
   std::string db_path;            // SQLite file for runs; "" = not persisted
   std::shared_ptr<RunStore> store;  // an already open store (tests, embedding); wins over db_path
+  // Which engine takes each call when there are several (placement.h).
+  Placement placement = Placement::kAffinity;
 };
 
 class Runtime {
