@@ -4,7 +4,7 @@
 usage: bench_placement.py BRAID MODEL [--device D] [--engines N] [--tp N]
            [--apps 4] [--system-tokens 2000] [--gen 32] [--rates 1,2,4,8]
            [--duration 30] [--placements affinity,round-robin]
-           [--kv-tokens N] [--slo-ms-per-token 100] [--json PATH]
+           [--kv-tokens N] [--ctx N] [--slo-ms-per-token 100] [--json PATH]
 
 `apps` applications each have their own long system prompt; requests pick an
 application at random and add a short question of their own (Poisson
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 
@@ -76,6 +77,8 @@ class Server:
             cmd += ["--tp", str(args.tp)]
         if args.kv_tokens:
             cmd += ["--kv-tokens", str(args.kv_tokens)]
+        if args.ctx:
+            cmd += ["--ctx", str(args.ctx)]
         if args.threads:
             cmd += ["-t", str(args.threads)]
         self.cmd = cmd
@@ -107,8 +110,11 @@ def complete(port, prompt, gen, timeout):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0 = time.time()
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        j = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            j = json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"HTTP {e.code}: {e.read()[:300]!r}") from None
     u = j["usage"]
     return (time.time() - t0, u["completion_tokens"], u["prompt_tokens"],
             u.get("prompt_tokens_details", {}).get("cached_tokens", 0))
@@ -158,6 +164,7 @@ def main():
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--ctx", type=int, default=0)
     ap.add_argument("--apps", type=int, default=4)
     ap.add_argument("--system-tokens", type=int, default=2000)
     ap.add_argument("--gen", type=int, default=32)
