@@ -1,6 +1,7 @@
 #include "runtime/placement.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace braid::rt {
 
@@ -36,15 +37,23 @@ int Placer::Choose(std::span<const PlacementCandidate> c, bool latency) const {
   int least = -1;
   for (int i = 0; i < n; ++i)
     if (eligible(i) && (least < 0 || c[i].load < c[least].load)) least = i;
-  if (policy_ == Placement::kLeastLoaded) return least;
-  const int bound = c[least].load + Slack(c[least].load);
+  // A match shorter than kMinAffinityTokens (a chat template's header) is no prefix.
+  const bool affinity = policy_ == Placement::kAffinity;
+  auto cached = [&](int i) {
+    return affinity && c[i].cached >= kMinAffinityTokens ? c[i].cached : 0;
+  };
+  const int bound = c[least].load + (affinity ? Slack(c[least].load) : 0);
+  auto better = [&](int i, int j) {  // i before j
+    return cached(i) > cached(j) || (cached(i) == cached(j) && c[i].load < c[j].load);
+  };
   int best = least;
-  for (int i = 0; i < n; ++i) {
-    if (!eligible(i) || c[i].load > bound) continue;
-    if (c[i].cached > c[best].cached || (c[i].cached == c[best].cached && c[i].load < c[best].load))
-      best = i;
-  }
-  return best;
+  for (int i = 0; i < n; ++i)
+    if (eligible(i) && c[i].load <= bound && better(i, best)) best = i;
+  // Equals take turns, so that new prefixes spread over idle engines.
+  std::vector<int> ties;
+  for (int i = 0; i < n; ++i)
+    if (eligible(i) && c[i].load <= bound && !better(best, i)) ties.push_back(i);
+  return ties[next_++ % ties.size()];
 }
 
 }  // namespace braid::rt

@@ -42,6 +42,17 @@ TEST_CASE("Placer: affinity takes the cached prefix while its engine is within t
   CHECK(Choose(a, {{300, 2, 0}, {300, 1, 0}}) == 1);
   CHECK(Choose(a, {{300, 1, 0}, {300, 1, 0}}) == 0);
   CHECK(Choose(a, {{0, 4, 0}, {0, 1, 0}, {0, 1, 0}}) == 1);
+  // A short match (a chat template's header) is no reason to go anywhere.
+  CHECK(Choose(a, {{Placer::kMinAffinityTokens - 1, 1, 0}, {0, 0, 0}}) == 1);
+  CHECK(Choose(a, {{Placer::kMinAffinityTokens, 1, 0}, {0, 0, 0}}) == 0);
+}
+
+TEST_CASE("Placer: equals take turns, so that new prefixes spread over idle engines") {
+  Placer p;
+  const std::vector<C> idle = {{10, 0, 0}, {5, 0, 0}, {0, 3, 0}};
+  std::vector<int> order;
+  for (int i = 0; i < 4; ++i) order.push_back(p.Choose(idle, false));
+  CHECK(order == std::vector<int>{0, 1, 0, 1});
 }
 
 TEST_CASE("Placer: a latency request skips engines where it would queue") {

@@ -4,7 +4,9 @@
 //
 //   affinity (default)  among the engines whose load (running + waiting) is
 //       within a slack of the least loaded one's, the one holding the longest
-//       cached prefix of the prompt, then the least loaded. The slack is
+//       cached prefix of the prompt (matches under kMinAffinityTokens, such
+//       as a chat template's header, count as none), then the least loaded,
+//       then in turn among equals (so that new prefixes spread). The slack is
 //       max(2, least load / 4) requests: a cached prefix is worth that much
 //       queueing, no more, so that one engine holding a popular prefix does
 //       not take all the traffic while the others idle. A task group's
@@ -14,7 +16,8 @@
 //       group runs on both. Goal fit: a latency-goal request (on the
 //       critical path of its program) skips engines where it would queue
 //       (waiting > 0) while an engine would run it at once.
-//   least-loaded  the least loaded engine, cached prefixes ignored.
+//   least-loaded  the least loaded engine (in turn among equals), cached
+//       prefixes ignored.
 //   round-robin   the engines in turn, cached prefixes and load ignored (the
 //       baseline that affinity is measured against).
 #pragma once
@@ -54,6 +57,8 @@ class Placer {
   // An engine whose load is at most this far above the least load stays a
   // candidate for its cached prefix.
   static int Slack(int least_load) { return least_load / 4 > 2 ? least_load / 4 : 2; }
+  // Cached matches shorter than this count as none.
+  static constexpr int kMinAffinityTokens = 64;
 
  private:
   Placement policy_;
