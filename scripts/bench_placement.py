@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -35,15 +34,8 @@ import time
 import urllib.error
 import urllib.request
 
-
-def cpu_model():
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_serve_http import cpu_model  # noqa: E402
 
 
 def gpus():
