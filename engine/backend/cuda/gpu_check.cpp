@@ -46,8 +46,10 @@
 //       --ranks GPUs (through NCCL where the host has them, else the ranks
 //       share GPU 0 and sum through cuBLAS, outside CUDA graphs: the
 //       shards' arithmetic, not the interconnect); then batch-1 and
-//       batch-64 decode tokens/s of each (not of ranks sharing a GPU). Exits 1 unless every cosine
-//       >= 0.999 and every continuation is the same.
+//       batch-64 decode tokens/s of each (not of ranks sharing a GPU).
+//       Exits 1 unless every cosine >= 0.999 and every continuation is the
+//       same, also those of eight sequences decoding over one shared
+//       prefix (cascade attention).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -959,6 +961,57 @@ void EvaluateBackend(Backend& b, const std::vector<int32_t>& prompt, int n, std:
   }
 }
 
+// Eight sequences over one cached 512-token prefix (the same KV blocks, as
+// the radix cache shares them), each with 8 tokens of its own, then 16
+// greedy decode steps of all eight at once: the steps where shared-prefix
+// (cascade) attention applies. The tokens, and the cascade passes counted.
+std::vector<int32_t> CascadeGreedy(Backend& b, uint64_t* cascade_passes) {
+  const int bs = 16, P = 512, own = 8, steps = 16, n = 8;
+  const int shared_blocks = P / bs, own_blocks = (own + steps + bs - 1) / bs;
+  auto kv = Check(b.AllocateKv(shared_blocks + n * own_blocks, bs), "allocating KV");
+  std::mt19937 rng(23);
+  std::vector<int32_t> prefix(P);
+  for (auto& id : prefix) id = static_cast<int32_t>(rng() % 1000);
+  std::vector<std::vector<int32_t>> tables(n);
+  for (int s = 0; s < n; ++s) {
+    for (int i = 0; i < shared_blocks; ++i) tables[s].push_back(i);
+    for (int i = 0; i < own_blocks; ++i) tables[s].push_back(shared_blocks + s * own_blocks + i);
+  }
+  BatchSegment pre;
+  pre.tokens = prefix.data();
+  pre.n_tokens = P;
+  pre.block_table = tables[0].data();
+  Check(b.Forward(std::span<const BatchSegment>(&pre, 1), *kv, nullptr), "prefix");
+  std::vector<std::vector<int32_t>> suffix(n, std::vector<int32_t>(own));
+  std::vector<BatchSegment> segs(n);
+  for (int s = 0; s < n; ++s) {
+    for (auto& id : suffix[s]) id = static_cast<int32_t>(rng() % 1000);
+    segs[s].tokens = suffix[s].data();
+    segs[s].n_tokens = own;
+    segs[s].pos0 = P;
+    segs[s].block_table = tables[s].data();
+    segs[s].logits_from = P + own - 1;
+  }
+  std::vector<int32_t> next(n), cur(n), out;
+  Check(b.ForwardArgmax(segs, *kv, next.data()), "suffixes");
+  uint64_t p0 = 0, t0 = 0, p1 = 0, t1 = 0;
+  b.CascadeCounts(&p0, &t0);
+  for (int step = 0; step < steps; ++step) {
+    cur = next;
+    out.insert(out.end(), cur.begin(), cur.end());
+    for (int s = 0; s < n; ++s) {
+      segs[s].tokens = &cur[s];
+      segs[s].n_tokens = 1;
+      segs[s].pos0 = P + own + step;
+      segs[s].logits_from = segs[s].pos0;
+    }
+    Check(b.ForwardArgmax(segs, *kv, next.data()), "decode");
+  }
+  b.CascadeCounts(&p1, &t1);
+  *cascade_passes = p1 - p0;
+  return out;
+}
+
 int TensorParallel(const Args& a) {
   auto file = Check(LoadModelFile(a.model), "loading the model file");
   ModelOptions mo;
@@ -974,6 +1027,7 @@ int TensorParallel(const Args& a) {
     prompts.push_back(ids);
   }
   const int n_greedy = 32;
+  std::vector<int32_t> ref_cascade;
   std::vector<std::vector<float>> ref_logits(prompts.size());
   std::vector<std::vector<int32_t>> ref_greedy(prompts.size());
   Json variants = Json::array();
@@ -1001,7 +1055,13 @@ int TensorParallel(const Args& a) {
       }
       same += greedy == ref_greedy[i];
     }
+    uint64_t cascade_passes = 0;
+    const std::vector<int32_t> cascade = CascadeGreedy(b, &cascade_passes);
+    v["cascade_passes"] = cascade_passes;
+    if (reference) ref_cascade = cascade;
     if (!reference) {
+      v["cascade_greedy_identical"] = cascade == ref_cascade;
+      pass &= cascade == ref_cascade;
       v["min_cosine"] = min_cos;
       v["max_abs_diff"] = max_diff;
       v["greedy_identical"] = same;
