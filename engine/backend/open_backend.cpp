@@ -1,6 +1,7 @@
 // ParseDevice and OpenBackend: a device name to the backend that runs there.
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <vector>
 
@@ -63,6 +64,10 @@ Result<std::unique_ptr<Backend>> OpenBackend(const ModelFile& file, const ModelO
     case DeviceSpec::Kind::kCuda:
 #ifdef BRAID_HAVE_CUDA
       if (!spec.group.empty()) return OpenTensorParallelBackend(file, options, spec.group, context);
+      // BRAID_CUDA_TP_ONE=1: cuda:N as a tensor-parallel group of one GPU,
+      // so that the whole tensor-parallel path (NCCL included) runs on one.
+      if (const char* one = std::getenv("BRAID_CUDA_TP_ONE"); one && std::string(one) == "1")
+        return OpenTensorParallelBackend(file, options, {spec.index}, context);
       return OpenCudaBackend(file, options, spec.index, context);
 #else
       return Status::Unsupported(
