@@ -121,9 +121,16 @@ TEST_CASE("remote dispatch: the server goes away mid-stream; the node moves and 
   while (!st.far->alive() && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(st.far->alive());
-  auto c = run->Call(*fn, {{"x", Arg::Text("again")}}, {"main", 2});
-  REQUIRE(run->Want(c->at("y"), {}).ok());
-  REQUIRE(WaitFor(*run, c->at("y")) == VarState::kReady);
-  CHECK(run->value(c->at("y")) == "Hello!");
+  // Two calls one after the other: idle engines holding no prefix of them
+  // take turns, so one of the two goes to the server.
+  int from_server = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto c = run->Call(*fn, {{"x", Arg::Text("again")}}, {"main", 2 + i});
+    REQUIRE(run->Want(c->at("y"), {}).ok());
+    REQUIRE(WaitFor(*run, c->at("y")) == VarState::kReady);
+    from_server += run->value(c->at("y")) == "Hello!";
+  }
+  CHECK(from_server == 1);
+  CHECK(st.server.completions() == 2);
   run->Finish(Status::Ok());
 }
