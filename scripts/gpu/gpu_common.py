@@ -29,6 +29,12 @@ SHAPES = {
         head_dim=128, intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192,
         rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    # Llama-3-70B: for tensor parallelism over 4 GPUs (~141 GB of bf16; never a default)
+    "llama70b": ("llama", dict(
+        hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
+        head_dim=128, intermediate_size=28672, vocab_size=128256, max_position_embeddings=8192,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
     # Qwen2.5-1.5B
     "qwen2": ("qwen2", dict(
         hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,

@@ -15,7 +15,9 @@ renames it when complete. No tokenizer: the engine is given token ids.
 
 Shapes (gpu_common.SHAPES): llama1b = Llama-3.2-1B (tied, llama3 rope
 scaling), llama8b = Llama-3-8B (untied), qwen2 = Qwen2.5-1.5B (QKV bias,
-tied); tiny, tiny_untied, tiny_qwen2 for the CPU.
+tied); llama70b = Llama-3-70B (untied; ~141 GB, so made with --device cpu,
+for tensor parallelism over 4 GPUs; never a default); tiny, tiny_untied,
+tiny_qwen2 for the CPU.
 
 Why not transformers' own init
 ------------------------------
