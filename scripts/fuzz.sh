@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target in BUILD/tests/fuzz for SECONDS each, seeded from
-# tests/fuzz/corpus/<target>/. Usage: scripts/fuzz.sh BUILD_DIR SECONDS
+# tests/fuzz/corpus/<target>/; a failing target does not stop the others, and
+# the exit status is 1 if any failed. Usage: scripts/fuzz.sh BUILD_DIR SECONDS
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build-asan}
@@ -8,6 +9,7 @@ secs=${2:-30}
 shopt -s nullglob
 targets=("$build"/tests/fuzz/fuzz_*)
 if [ ${#targets[@]} -eq 0 ]; then echo "no fuzz targets built"; exit 0; fi
+failed=()
 for t in "${targets[@]}"; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
@@ -22,5 +24,12 @@ for t in "${targets[@]}"; do
   [ "$status" != 0 ] && tail -n 40 "$work.log"
   rm -f "$work.log"
   rm -rf "$work"
-  if [ "$status" != 0 ]; then echo "fuzz target $name failed"; exit 1; fi
+  if [ "$status" != 0 ]; then
+    echo "fuzz target $name failed"
+    failed+=("$name")
+  fi
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed fuzz targets: ${failed[*]}"
+  exit 1
+fi

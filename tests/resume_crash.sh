@@ -13,6 +13,14 @@ for delay in 2 4 6; do
   db="$tmp/runs-$delay.db"
   "$braid" run -t 1 --db "$db" --json "$app" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
+  # The delay counts from the run's start (its id on stderr), not the
+  # process's: opening the model can take a while on a loaded machine. The
+  # deadline only bounds a hang.
+  deadline=$(($(date +%s) + 120))
+  while ! grep -q 'braid: run run-' "$tmp/err" && kill -0 "$pid" 2>/dev/null &&
+    [ "$(date +%s)" -lt "$deadline" ]; do
+    sleep 0.1
+  done
   sleep "$delay"
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null

@@ -116,6 +116,13 @@ class Backend {
     *passes = 0;
     *tokens = 0;
   }
+  // CPU thread pool: its parallel forward passes so far, and how many of them
+  // ran on fewer threads because the machine was oversubscribed
+  // (CpuOptions::adapt_threads; others: 0, 0).
+  virtual void PoolCounts(uint64_t* passes, uint64_t* narrowed) {
+    *passes = 0;
+    *narrowed = 0;
+  }
 };
 
 // Parses ModelOptions::device: "cpu", "cuda" (= "cuda:0"), "cuda:N", or

@@ -45,8 +45,10 @@ Reply Stalling(int after) {
   return r;
 }
 
+// Polls pred until it holds; the deadline only catches a hang, so it is far
+// beyond anything a slow or loaded machine needs.
 template <typename Pred>
-bool Eventually(Pred pred, int ms = 3000) {
+bool Eventually(Pred pred, int ms = 60000) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   while (!pred()) {
     if (std::chrono::steady_clock::now() > end) return false;
@@ -75,7 +77,7 @@ TEST_CASE("remote: deltas stream in order; text, usage and the request body are 
   });
   REQUIRE_MESSAGE(h.ok(), h.status().message());
   std::vector<std::string> pulled;
-  while (auto d = (*h)->Next(5000)) {
+  while (auto d = (*h)->Next(60000)) {
     CHECK(d->tokens.empty());  // a completions stream carries text only
     pulled.push_back(d->finished ? "<" + d->finish_reason + ">" : d->text);
   }
@@ -227,10 +229,11 @@ TEST_CASE("remote: a failure after text was delivered finishes with an error, no
 
 TEST_CASE("remote: a stalled stream ends at the idle or first-token timeout") {
   FakeOpenAiServer server;
-  RemoteEngineOptions o;
-  o.idle_timeout_ms = 150;
-  o.first_token_timeout_ms = 300;
-  auto engine = Open(server.url(), o);
+  // Each engine has one short timeout, the one under test; the other stays at
+  // its minute-long default, so a slow first chunk cannot end the idle case.
+  RemoteEngineOptions idle;
+  idle.idle_timeout_ms = 150;
+  auto engine = Open(server.url(), idle);
   server.Push(Stalling(1));
   auto h = engine->Submit(Prompt());
   REQUIRE(h.ok());
@@ -239,6 +242,9 @@ TEST_CASE("remote: a stalled stream ends at the idle or first-token timeout") {
   CHECK(c.finish_reason == "error");
   CHECK(c.error.find("idle_timeout_ms") != std::string::npos);
 
+  RemoteEngineOptions first;
+  first.first_token_timeout_ms = 300;
+  engine = Open(server.url(), first);
   server.Push(Stalling(0));
   h = engine->Submit(Prompt());
   REQUIRE(h.ok());
@@ -256,7 +262,7 @@ TEST_CASE("remote: Cancel closes the connection and finishes with 'cancelled'") 
   server.Push(Stalling(1));
   auto h = engine->Submit(Prompt());
   REQUIRE(h.ok());
-  auto first = (*h)->Next(5000);
+  auto first = (*h)->Next(60000);
   REQUIRE(first.has_value());
   CHECK(first->text == "Hel");
   CHECK(engine->stats().running == 1);

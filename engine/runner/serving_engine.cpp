@@ -554,6 +554,7 @@ class ServingEngine final : public Engine {
     if (options_.model.cpu.profile_stages)
       model_->backend().StageProfile(&s.profiled_passes, &s.forward_stages);
     model_->backend().CascadeCounts(&s.cascade_passes, &s.cascade_tokens);
+    model_->backend().PoolCounts(&s.pool_passes, &s.pool_narrowed_passes);
     return s;
   }
   Model* model() override { return model_.get(); }

@@ -149,7 +149,7 @@ int BenchMain(const std::vector<std::string>& argv) {
     return 2;
   }
   const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
-  std::printf("cpu: %s\n", cpu.line.c_str());
+  std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
   if (mo.context == 0) mo.context = std::max(pp, tg) + 8;
   auto opened = Model::Open(mo);
   if (!opened.ok()) {

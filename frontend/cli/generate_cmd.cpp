@@ -46,7 +46,7 @@ const char* kGenerateHelp =
     "                          tokens (else every prompt and message is plain text)\n"
     "      --device D          where the model runs: cpu (default), cuda (the first GPU),\n"
     "                          cuda:N, or cuda:0+1 (split over GPUs 0 and 1)\n"
-    "  -t, --threads N         CPU threads, 0..1024 (default 0: all cores)\n"
+    "  -t, --threads N         CPU threads, 0..1024 (default 0: the usable cores)\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --exact             fp32 activations and KV cache (reference-exact path)\n"
     "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"

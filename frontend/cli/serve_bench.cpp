@@ -609,7 +609,7 @@ int ServeBenchMain(Args& args) {
       return 2;
     }
     const HostCpuSummary cpu = DescribeHostCpu();
-    std::printf("cpu: %s\n", cpu.line.c_str());
+    std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
     EngineOptions eo;
     eo.model = mo;
     eo.model.context = static_cast<int>(context);
@@ -644,7 +644,7 @@ int ServeBenchMain(Args& args) {
     return 2;
   }
   const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
-  std::printf("cpu: %s\n", cpu.line.c_str());
+  std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
   EngineOptions eo;
   eo.model = mo;
   eo.model.cpu.profile_stages = profile;
@@ -726,6 +726,10 @@ int ServeBenchMain(Args& args) {
         static_cast<unsigned long long>(st.spec_proposed),
         st.decode_passes ? static_cast<double>(st.decode_tokens_out) / st.decode_passes : 0.0);
   }
+  if (const EngineStats st = engine.stats(); st.pool_narrowed_passes > 0)
+    std::printf("cpu pool: %llu of %llu passes on fewer threads (the machine was oversubscribed)\n",
+                static_cast<unsigned long long>(st.pool_narrowed_passes),
+                static_cast<unsigned long long>(st.pool_passes));
   std::fflush(stdout);
   // Per repetition, each level against the single request run just before it.
   if (reps > 1 && !levels.empty() && levels.front() == 1) {

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
@@ -29,7 +28,7 @@ const char* const kStackHelp =
     "                          over GPUs 0 and 1 (tensor parallelism)\n"
     "      --tp N              GPUs per engine among those --device lists, 1..64 (default 1);\n"
     "                          cuda:all --tp 2 on 4 GPUs: engines on cuda:0+1 and cuda:2+3\n"
-    "  -t, --threads N         CPU threads in all, 0..1024 (default 0: all cores), split\n"
+    "  -t, --threads N         CPU threads in all, 0..1024 (default 0: the usable cores), split\n"
     "                          between engines\n"
     "      --ctx N             context per sequence, 0..131072 (default 0: the model's, <= 4096)\n"
     "      --precision P       activations: split16 (default, most accurate) or int8 (faster "
@@ -219,6 +218,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   EngineOptions eo;
   eo.model = options.model;
   eo.model.threads = std::max(1, threads);
+  eo.model.cpu.adapt_threads = options.model.threads == 0;  // a count of our choosing
   eo.kv_tokens = options.kv_tokens;
   eo.kv_memory_fraction = options.kv_memory;
   eo.kv_memory_split = share;
@@ -255,6 +255,7 @@ Status OpenEnginesFile(const StackOptions& options, int threads, Stack* stack) {
       EngineOptions eo =
           EmbeddedOptions(options, s.threads > 0 ? s.threads : threads / embedded, embedded);
       eo.model.path = s.model_path;
+      if (s.threads > 0) eo.model.cpu.adapt_threads = false;
       stack->kv_block_size = eo.block_size;
       BRAID_ASSIGN_OR_RETURN(auto engine, Engine::Open(eo));
       if (!stack->tokenizer) stack->tokenizer = engine->model();
@@ -278,9 +279,7 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   auto stack = std::make_unique<Stack>();
   stack->options = options;
   int n = std::max(1, options.engines);
-  const int threads = options.model.threads > 0
-                          ? options.model.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.model.threads > 0 ? options.model.threads : DefaultCpuThreads();
   // Several GPUs (--device cuda:all or cuda:0,1): one engine on each, or on
   // each group of --tp of them.
   BRAID_ASSIGN_OR_RETURN(const std::vector<std::string> devices,

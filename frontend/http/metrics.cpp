@@ -210,6 +210,11 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
        [](const EngineStats& s) { return static_cast<double>(s.cascade_passes); }},
       {"cascade_tokens_total", "counter", "Decode tokens whose shared prefix was attended so.",
        [](const EngineStats& s) { return static_cast<double>(s.cascade_tokens); }},
+      {"cpu_pool_passes_total", "counter", "Parallel forward passes of the CPU thread pool.",
+       [](const EngineStats& s) { return static_cast<double>(s.pool_passes); }},
+      {"cpu_pool_narrowed_passes_total", "counter",
+       "Of those, passes run on fewer threads while the machine was oversubscribed.",
+       [](const EngineStats& s) { return static_cast<double>(s.pool_narrowed_passes); }},
   };
   for (const EngineMetric& e : kEngine) {
     w.Header(e.name, e.type, e.help);

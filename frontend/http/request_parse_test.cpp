@@ -129,13 +129,16 @@ TEST_CASE("WorkerPool: idle threads take tasks, max_pending more wait, the rest 
   CHECK_FALSE(pool.TrySubmit(count));  // the only thread is busy and nothing may wait
   CHECK(count);                        // a refused task is left to the caller
   release = true;
+  // Once the thread is free again it takes the task (the minute is only a
+  // bound on a hang).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool accepted = false;
-  for (int i = 0; i < 2000 && !accepted; ++i) {
+  while (!accepted && std::chrono::steady_clock::now() < deadline) {
     accepted = pool.TrySubmit(count);
     if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECK(accepted);
-  for (int i = 0; i < 2000 && ran == 0; ++i)
+  while (ran == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(ran == 1);
   pool.Stop();

@@ -325,10 +325,12 @@ TEST_CASE("limits inside programs fail the run with a clear error") {
 }
 
 TEST_CASE("time blocked waiting for the model is not Lua time") {
+  // Six waits of 0.3 s are well past the 1 s limit; the Lua code itself
+  // stays far below it even on a slow, loaded machine.
   DriverOptions o;
-  o.limits.cpu_seconds = 0.1;
+  o.limits.cpu_seconds = 1.0;
   FakeRun run;
-  run.wait_sleep_ms = 30;
+  run.wait_sleep_ms = 300;
   auto r = RunLua(run, R"lua(
 local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
 local v = "s"

@@ -49,7 +49,7 @@ void ExpectFailure(const std::string& code, const std::string& needle, DriverOpt
   CAPTURE(Text(t.result));
   CHECK_FALSE(t.result.ok());
   CHECK(Text(t.result).find(needle) != std::string::npos);
-  CHECK(t.seconds < 10.0);
+  CHECK(t.seconds < 60.0);  // it ended: a bound on a hang, not on speed
 }
 
 DriverOptions TimeLimit(double seconds) {
@@ -151,7 +151,7 @@ setmetatable(log, { __mode = "k" })
 return "ended"
 )lua");
   CHECK(Text(t.result) == "ended");
-  CHECK(t.seconds < 10.0);
+  CHECK(t.seconds < 60.0);  // a bound on a hang, not on speed
 }
 
 // ---- limits a script tries to outrun ------------------------------------------------
@@ -283,7 +283,7 @@ TEST_CASE("braid.read reads regular files beside the script and nothing else") {
   }
   Timed fifo = read("fifo");
   CHECK(Text(fifo.result).find("'fifo' is not a regular file") != std::string::npos);
-  CHECK(fifo.seconds < 5.0);
+  CHECK(fifo.seconds < 60.0);  // not left waiting for a writer (a hang bound, not speed)
   CHECK(Text(read("dir").result).find("not a regular file") != std::string::npos);
   CHECK(Text(read("big.txt").result).find("larger than 1 MB") != std::string::npos);
   CHECK(Text(read("../input.txt").result).find("neither a program argument") != std::string::npos);

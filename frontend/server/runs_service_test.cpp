@@ -19,6 +19,10 @@ using nlohmann::json;
 using rt::testing::FakeEngine;
 using rt::testing::MemoryStore;
 
+// How long a wait for something that must happen may take before the test
+// fails: only a bound on a hang, far beyond what a loaded machine needs.
+constexpr auto kHang = std::chrono::seconds(60);
+
 struct Fixture {
   explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>())
       : store(std::move(s)) {
@@ -49,14 +53,25 @@ struct Fixture {
     if (!body.is_null()) r.body = body.dump();
     return router.Handle(r);
   }
-  // Polls the run until it leaves queued/running (or 10 s pass).
+  // Polls the run until it leaves queued/running (or kHang passes).
   json WaitRun(const std::string& id) {
-    for (int i = 0; i < 1000; ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + kHang;
+    while (std::chrono::steady_clock::now() < deadline) {
       json j = json::parse(Call("GET", "/v1/runs/" + id).body);
       if (j["state"] != "queued" && j["state"] != "running") return j;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return json::parse(Call("GET", "/v1/runs/" + id).body);
+  }
+  // Polls until the engine has been sent at least n requests (false after
+  // kHang).
+  bool WaitSubmitted(size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + kHang;
+    while (engine.submitted().size() < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
   }
 
   std::shared_ptr<MemoryStore> store;
@@ -66,10 +81,11 @@ struct Fixture {
   http::Router router;
 };
 
-// Everything queued on a stream until it closes (or 10 s pass).
+// Everything queued on a stream until it closes (or kHang passes).
 std::string Drain(http::EventStream& s) {
   std::string all;
-  for (int i = 0; i < 1000; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  while (std::chrono::steady_clock::now() < deadline) {
     std::vector<std::string> chunks;
     bool closed = false;
     s.Take(&chunks, &closed);
@@ -185,8 +201,7 @@ return function(w) return f{ w = w }.out:get() .. "|" .. w end)";
   for (auto& [k, v] : held.headers)
     if (k == "X-Braid-Run-Id") id = v;
   REQUIRE(!id.empty());
-  for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(f.WaitSubmitted(2));  // the held program's request reached the engine
   held.stream->Cancel();
   json st = f.WaitRun(id);
   CHECK(st["state"] == "cancelled");
@@ -209,17 +224,25 @@ TEST_CASE("program errors and the queue limit") {
   const std::string wait_src = R"(
 local f = braid.fn [[Hi {{gen out max_tokens=2}}]]
 return function() return f{}.out:get() end)";
+  // Six are taken: two run (held by the engine) and four wait. The thread
+  // that ran the failed program may not be free again yet, so a refusal
+  // before the sixth is retried until it is.
   int accepted = 0, refused = 0;
-  for (int i = 0; i < 8; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  while (accepted < 6 && std::chrono::steady_clock::now() < deadline) {
     http::Response r = f.Call("POST", "/v1/programs", {{"source", wait_src}, {"detached", true}});
     if (r.status == 202) ++accepted;
+    if (r.status == 429) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(accepted == 6);
+  // With both threads held and four waiting, the next ones are refused.
+  for (int i = 0; i < 2; ++i) {
+    http::Response r = f.Call("POST", "/v1/programs", {{"source", wait_src}, {"detached", true}});
     if (r.status == 429) {
       ++refused;
       CHECK(r.headers.size() == 1);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  CHECK(accepted == 6);
   CHECK(refused == 2);
   f.engine.hold = false;
   f.engine.Release();
@@ -252,7 +275,7 @@ TEST_CASE("a session builds a DAG call by call and reads variables with a goal")
   CHECK(f.Call("PUT", base + "/vars/" + std::to_string(q.get<int>()), {{"value", "why?"}}).status ==
         200);
   http::Response got =
-      f.Call("GET", base + "/vars/" + std::to_string(b.get<int>()), {}, {{"timeout_ms", "5000"}});
+      f.Call("GET", base + "/vars/" + std::to_string(b.get<int>()), {}, {{"timeout_ms", "60000"}});
   CHECK(got.status == 200);
   CHECK(json::parse(got.body)["value"] ==
         "<" + std::to_string(std::string("Then <9>").size()) + ">");
@@ -291,8 +314,7 @@ TEST_CASE("a session evaluates Lua inputs one at a time; an interrupt stops a wa
   http::Response held =
       f.Call("POST", eval, {{"source", "f{ w = 'x' }.out:get()"}, {"stream", true}});
   REQUIRE(held.stream);
-  for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(f.WaitSubmitted(2));  // the held input's request reached the engine
   CHECK(f.Call("POST", eval, {{"source", "1"}}).status == 409);
   CHECK(f.Call("POST", "/v1/sessions/" + sid + "/calls", {{"template", "Hi {{gen o}}"}}).status ==
         409);
@@ -336,9 +358,8 @@ TEST_CASE("runs a stopped server left behind are resumed, finished calls replaye
     f.engine.hold = true;
     http::Response r = f.Call("POST", "/v1/dags", kDag);
     id = json::parse(r.body)["id"];
-    // a and b reach the engine; the first is answered, then the server stops.
-    for (int i = 0; i < 200 && f.engine.submitted().size() < 2; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // A call reaches the engine (which holds its answer); then the server stops.
+    REQUIRE(f.WaitSubmitted(1));
     first_calls = f.engine.submitted().size();
   }
   Fixture g(store);
@@ -362,8 +383,7 @@ TEST_CASE("a named DAG resumes under its name; a finished run's result outlives 
     REQUIRE(f.WaitRun(finished)["state"] == "done");
     f.engine.hold = true;
     interrupted = json::parse(f.Call("POST", "/v1/dags", named).body)["id"];
-    for (int i = 0; i < 200 && f.engine.submitted().size() < 4; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(f.WaitSubmitted(4));
   }
   Fixture g(store);
   auto n = g.service->ResumeInterrupted();

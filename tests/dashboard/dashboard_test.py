@@ -143,7 +143,9 @@ class Browser:
             args = [a.get("value", a.get("description", "")) for a in params.get("args", [])]
             self.console_errors.append(" ".join(str(a) for a in args))
 
-    def send(self, method, params=None, session=None, timeout=30):
+    # Timeouts here and below only bound a hang: chromium and the page's
+    # refreshes can be slow on a loaded machine.
+    def send(self, method, params=None, session=None, timeout=60):
         self.next_id += 1
         mid = self.next_id
         msg = {"id": mid, "method": method, "params": params or {}}
@@ -191,7 +193,7 @@ class Page:
         self.send("Page.enable")
         self.send("Runtime.enable")
 
-    def send(self, method, params=None, timeout=30):
+    def send(self, method, params=None, timeout=60):
         return self.b.send(method, params, session=self.session, timeout=timeout)
 
     def eval(self, expr):
@@ -207,7 +209,7 @@ class Page:
         if self.b.console_errors:
             raise Failure("console error in the page: " + " | ".join(self.b.console_errors))
 
-    def wait(self, expr, what, timeout=30):
+    def wait(self, expr, what, timeout=60):
         """Polls `expr` until it is truthy; returns its value."""
         deadline = time.time() + timeout
         while True:
@@ -341,7 +343,7 @@ def main():
 
         step("waiting for the run in the list, then clicking it")
         sel = f'#runs li[data-run-id="{run_id}"]'
-        page.wait(f"!!document.querySelector('{sel}')", "the run in the list", timeout=30)
+        page.wait(f"!!document.querySelector('{sel}')", "the run in the list")
         page.eval(f"document.querySelector('{sel}').click()")
         page.wait(f"document.querySelector('#run-title')?.textContent.includes('{run_id}')",
                   "the run selected")
@@ -387,7 +389,7 @@ def main():
         points = page.wait("""(() => {
             const p = document.querySelector('#engines .engine[data-engine] svg.chart[data-metric=tokens_per_s] polyline');
             return p && +p.dataset.points >= 2 ? +p.dataset.points : 0; })()""",
-                           "the tokens chart to have 2 points", timeout=15)
+                           "the tokens chart to have 2 points")
         print(f"   tokens chart: {points} points")
         for metric in ("running_waiting", "kv_used", "prefix_hit"):
             if not page.eval(f"!!document.querySelector('svg.chart[data-metric={metric}] polyline')"):
@@ -397,7 +399,7 @@ def main():
             const row = document.querySelector('#clients tr[data-client="alice"]');
             const num = (col) => row ? parseFloat(row.querySelector(`td[data-col=${col}]`).textContent.replace(/,/g, '')) : 0;
             return row && num('generated_tokens') > 0 && num('running') === 0 ? row.querySelector('td[data-col=generated_tokens]').textContent : '';
-          })()""", "alice's generated tokens in #clients", timeout=15)
+          })()""", "alice's generated tokens in #clients")
         print(f"   clients: alice generated {gen} tokens")
 
         href = page.eval("location.href")

@@ -46,6 +46,21 @@ def json_block(text):
     return json.loads(m.group(0)) if m else None
 
 
+def generating(server):
+    """Whether a call of a running run (a session) is generating on the server."""
+    status, body = curl(server, "GET", "/v1/runs?result=false", key=KEY)
+    if status != 200:
+        return False
+    for r in json.loads(body).get("runs", []):
+        if r.get("state") != "running":
+            continue
+        status, body = curl(server, "GET", "/v1/runs/" + r["id"], key=KEY)
+        if status == 200 and any(n["state"] == "running" and n.get("generated_tokens", 0) > 0
+                                 for n in json.loads(body).get("nodes", [])):
+            return True
+    return False
+
+
 def main():
     braid, model = sys.argv[1], sys.argv[2]
     tmp = tempfile.mkdtemp(prefix="braid-repl-remote-")
@@ -99,9 +114,14 @@ def main():
         p.stdin.write('count = braid.fn { prompt = "Count to 5000: 1, 2, 3, {{gen out max_tokens=3000}}" }\n'
                       'count{}.out:get()\n')
         p.stdin.flush()
-        time.sleep(3)
+        # Ctrl-C once the get is generating on the server (the REPL clears the
+        # flag when an input starts, so an earlier one would be lost); the
+        # deadline only bounds a hang.
+        deadline = time.time() + 120
+        while p.poll() is None and time.time() < deadline and not generating(server):
+            time.sleep(0.1)
         p.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        # The next input waits in the pipe until the interrupted one has ended.
         p.stdin.write("40 + 2\n")
         p.stdin.flush()
         try:

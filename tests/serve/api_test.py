@@ -37,6 +37,22 @@ DAG = {
     "outputs": [{"ref": "cmp.out", "criteria": "latency"}, "f1.out"],
 }
 
+
+
+def run_state(rid, until, timeout=120):
+    """The run's state, polled until until(state) holds; the timeout only bounds a hang."""
+    deadline = time.time() + timeout
+    while True:
+        st = json.loads(curl(srv, "GET", f"/v1/runs/{rid}", key=KEY)[1])["state"]
+        if until(st) or time.time() > deadline:
+            return st
+        time.sleep(0.1)
+
+
+def settled(st):
+    return st not in ("queued", "running")
+
+
 try:
     # Health without a key; everything else needs one.
     code, body = curl(srv, "GET", "/health")
@@ -122,9 +138,8 @@ try:
             f"failing program: {body}")
     code, body = curl(srv, "POST", "/v1/programs", {"source": "x = ", "detached": True}, key=KEY)
     rid = json.loads(body)["id"]
-    time.sleep(0.5)
-    code, body = curl(srv, "GET", f"/v1/runs/{rid}", key=KEY)
-    c.check("failed" in json.loads(body)["state"], f"syntax error program: {body[:200]}")
+    st = run_state(rid, settled)
+    c.check("failed" in st, f"syntax error program: {st}")
 
     # A session (Parrot-style), step by step.
     code, body = curl(srv, "POST", "/v1/sessions", {}, key=KEY2)
@@ -155,13 +170,9 @@ try:
             "calls": [{"id": "c", "function": "g"}], "outputs": ["c.n"], "detached": True}
     code, body = curl(srv, "POST", "/v1/dags", slow, key=KEY)
     rid = json.loads(body)["id"]
-    time.sleep(1)
+    run_state(rid, lambda st: st != "queued")  # cancel it once it runs
     code, body = curl(srv, "POST", f"/v1/runs/{rid}/cancel", key=KEY)
-    for _ in range(100):
-        st = json.loads(curl(srv, "GET", f"/v1/runs/{rid}", key=KEY)[1])["state"]
-        if st not in ("queued", "running"):
-            break
-        time.sleep(0.1)
+    st = run_state(rid, settled)
     c.check(st == "cancelled", f"cancelled run: {st}")
 
     # Metrics: Prometheus text with the API's series.

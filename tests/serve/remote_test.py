@@ -58,7 +58,16 @@ try:
     # The far server dies mid-run: its calls move to the near engine.
     code, body = curl(front, "POST", "/v1/dags", dict(dag(6, 48), detached=True))
     rid = json.loads(body)["id"]
-    time.sleep(1.5)
+    # Kill it once a call on it is streaming (or, should the run be over
+    # first, at once); the deadline only bounds a hang.
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        st = json.loads(curl(front, "GET", f"/v1/runs/{rid}")[1])
+        if st["state"] not in ("queued", "running") or any(
+                n["engine"] == "far" and n["state"] == "running" and n["generated_tokens"] > 0
+                for n in st.get("nodes", [])):
+            break
+        time.sleep(0.1)
     far.kill9()
     state = ""
     for _ in range(600):

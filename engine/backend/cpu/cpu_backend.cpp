@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "backend/cpu/kv_store.h"
 #include "backend/cpu/llama_forward.h"
@@ -58,7 +57,7 @@ class CpuBackend final : public Backend {
         options_(options),
         context_(context),
         weights_(std::move(weights)),
-        pool_(std::make_unique<kernels::ThreadPool>(threads)),
+        pool_(std::make_unique<kernels::ThreadPool>(threads, options.adapt_threads)),
         forward_(std::make_unique<LlamaForward>(config_, weights_, *pool_, options, kMaxChunk,
                                                 context)) {
     // Weight bytes a decode step reads, per matmul stage (threads split each
@@ -139,10 +138,17 @@ class CpuBackend final : public Backend {
 
   void Describe(ModelInfo* info) const override {
     info->isa = isa_;
-    info->threads = pool_->size();
+    info->threads = pool_->capacity();
     info->stream = stream_;
     info->bytes_per_token = bytes_per_token_;
     info->decode_stages = decode_stages_;
+  }
+
+  void PoolCounts(uint64_t* passes, uint64_t* narrowed) override {
+    std::lock_guard<std::mutex> lock(forward_mu_);  // the pool's counts belong to Forward's thread
+    const kernels::ThreadPool::Stats s = pool_->stats();
+    *passes = s.runs;
+    *narrowed = s.narrowed_runs;
   }
 
   void StageProfile(uint64_t* passes, std::vector<EngineStats::StageTime>* stages) override {
@@ -151,7 +157,8 @@ class CpuBackend final : public Backend {
     stages->clear();
     for (int s = 0; s < LlamaForward::kStages; ++s) {
       EngineStats::StageTime st{LlamaForward::StageName(s), {}};
-      for (int t = 0; t < pool_->size(); ++t) st.seconds.push_back(forward_->stage_seconds(t)[s]);
+      for (int t = 0; t < pool_->capacity(); ++t)
+        st.seconds.push_back(forward_->stage_seconds(t)[s]);
       stages->push_back(std::move(st));
     }
   }
@@ -220,7 +227,7 @@ Result<std::string> CpuBackend::ChooseStream(CpuOptions::Stream option) {
     return std::string(kernels::StreamVariantName(v)) + " (forced)";
   }
   std::lock_guard<std::mutex> lock(g_stream_mu);
-  const auto key = std::make_pair(bytes_per_token_, pool_->size());
+  const auto key = std::make_pair(bytes_per_token_, pool_->capacity());
   auto it = g_streams.find(key);
   if (it == g_streams.end()) {
     constexpr int kWarm = 1, kSteps = 3, kRounds = 2;
@@ -256,11 +263,10 @@ Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const Mod
                                                 int context) {
   BRAID_ASSIGN_OR_RETURN(LlamaWeights weights, BuildLlamaWeights(file));
   if (!options.cpu.exact) InterleaveForFastPath(&weights);
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto backend =
-      std::make_unique<CpuBackend>(file, options.cpu, threads, context, std::move(weights));
+  const int threads = options.threads > 0 ? options.threads : DefaultCpuThreads();
+  CpuOptions cpu = options.cpu;
+  if (options.threads == 0) cpu.adapt_threads = true;
+  auto backend = std::make_unique<CpuBackend>(file, cpu, threads, context, std::move(weights));
   BRAID_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }

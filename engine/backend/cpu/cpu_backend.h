@@ -12,7 +12,7 @@ namespace braid {
 
 // Opens the CPU backend for the model in `file` (which must outlive it) with
 // sequences of up to `context` positions: builds the weights' views, starts
-// options.threads threads (0: one per core) and, on the fast path, chooses
+// options.threads threads (0: DefaultCpuThreads()) and, on the fast path, chooses
 // how decode streams the weights (CpuOptions::stream; timing both variants
 // takes a few decode steps). Errors: a tensor type without a matmul kernel,
 // a malformed BRAID_STREAM.

@@ -39,7 +39,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
       kv_cache_(options.kv_cache),
       max_chunk_(max_chunk),
       profile_(options.profile_stages),
-      clocks_(static_cast<size_t>(pool.size())) {
+      clocks_(static_cast<size_t>(pool.capacity())) {
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   inv_freq_ = RopeInverseFrequencies(c_);
@@ -55,7 +55,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   // Per thread: a dequantized row, or the scores of a GQA group's heads.
   const int group = c_.n_head / std::max(c_.n_head_kv, 1);
   const int width = std::max({c_.n_embd, c_.n_ff, q_dim_, group * max_context, 1});
-  scratch_.assign(pool_.size(), std::vector<float>(static_cast<size_t>(width) + 64));
+  scratch_.assign(pool_.capacity(), std::vector<float>(static_cast<size_t>(width) + 64));
   // Quantized activation buffers: max_chunk rows of the widest input each
   // buffer receives (sized once here, not per forward pass).
   auto ensure = [&](std::vector<uint8_t>& buf, const kernels::MatrixView& w) {
@@ -76,7 +76,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   // Prepared activation buffers: max_chunk rows of the input width each receives.
   if (!exact_) {
     // (A region per thread, for teams of one thread each: PreparedFor.)
-    const size_t threads = static_cast<size_t>(pool_.size());
+    const size_t threads = static_cast<size_t>(pool_.capacity());
     prep_in_.resize(threads * kernels::PreparedBytes(c_.n_embd, max_chunk_));
     prep_att_.resize(threads * kernels::PreparedBytes(q_dim_, max_chunk_));
     prep_h_.resize(threads * kernels::PreparedBytes(c_.n_ff, max_chunk_));

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "kernels/cpu_cores.h"
 #include "kernels/cpu_info.h"
 #include "kernels/gemm_peak.h"
 #include "kernels/membw.h"
@@ -15,6 +16,10 @@ HostCpuSummary DescribeHostCpu() {
   const kernels::CpuInfo& cpu = kernels::HostCpu();
   return {cpu.model, kernels::DescribeCpu(cpu), cpu.l3_bytes};
 }
+
+int DefaultCpuThreads() { return kernels::DefaultThreadCount(); }
+
+std::string DescribeUsableCpus() { return kernels::DescribeUsableCpus(kernels::ProbeUsableCpus()); }
 
 uint64_t AvailableMemoryBytes() {
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {

@@ -124,6 +124,9 @@ struct EngineStats {
   // Shared-prefix (cascade) attention (Backend::CascadeCounts): the
   // forward passes that used it, and the decode tokens that did.
   uint64_t cascade_passes = 0, cascade_tokens = 0;
+  // CPU thread pool (Backend::PoolCounts): its passes, and those run on fewer
+  // threads while the machine was oversubscribed (CpuOptions::adapt_threads).
+  uint64_t pool_passes = 0, pool_narrowed_passes = 0;
   double prefill_tokens_per_s = 0;  // recent (exponential average over steps)
   double decode_tokens_per_s = 0;
   // With CpuOptions::profile_stages: the forward passes of decode-only

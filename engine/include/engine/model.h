@@ -49,6 +49,10 @@ struct CpuOptions {
   // others force one. The choice holds for the whole process.
   enum class Stream { kAuto, kNonTemporal, kTemporal };
   Stream stream = Stream::kAuto;
+  // Narrow the thread pool while the machine is oversubscribed and widen it
+  // again when it is not (kernels::ThreadPool's adaptive width). On whenever
+  // ModelOptions::threads is 0; commands that pass a default count on set it.
+  bool adapt_threads = false;
 };
 
 struct ModelOptions {
@@ -59,7 +63,7 @@ struct ModelOptions {
   // GPUs per model where the command opens one engine per GPU (--device
   // cuda:all or cuda:0,1): that many make one engine's group (ExpandDevices).
   int tensor_parallel = 1;
-  int threads = 0;  // CPU threads; 0 = one per core
+  int threads = 0;  // CPU threads; 0 = DefaultCpuThreads() (engine/system_probe.h)
   int context = 0;  // per-sequence capacity; 0 = min(trained context, 4096)
   // 0: every layer. N: only the first N layers, then the final norm and the
   // output head (a draft model made of the model's own first layers).

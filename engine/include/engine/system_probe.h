@@ -20,6 +20,13 @@ struct HostCpuSummary {
 };
 HostCpuSummary DescribeHostCpu();
 
+// The CPU engine's thread count when none is given: the physical cores this
+// process may use (its affinity mask, bounded by its cgroup's CPU quota), one
+// fewer when that leaves more than 4 (docs/kernels.md, "The thread pool").
+int DefaultCpuThreads();
+// What that count was chosen from, e.g. "2 CPUs (2 cores)" or "16 CPUs (8 cores), quota 4".
+std::string DescribeUsableCpus();
+
 // Memory the OS can give this process now without swapping (Linux
 // MemAvailable; else the free physical pages), in bytes; 0 if unknown.
 uint64_t AvailableMemoryBytes();
