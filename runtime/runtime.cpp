@@ -106,6 +106,7 @@ class RuntimeImpl final : public Runtime {
         r.program = options.program;
         r.args = options.args;
         r.program_hash = options.program_hash;
+        r.owner = options.client;
         r.status = "running";
         r.created_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         BRAID_RETURN_IF_ERROR(ctx_->store->CreateRun(r));
@@ -125,6 +126,25 @@ class RuntimeImpl final : public Runtime {
   Result<std::vector<RunRecord>> StoredRuns(int limit) override {
     if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
     BRAID_ASSIGN_OR_RETURN(std::vector<StoredRun> runs, ctx_->store->ListRuns(limit));
+    return Records(runs);
+  }
+
+  Result<std::vector<RunRecord>> StoredRunsOf(const std::string& owner, int limit) override {
+    if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
+    BRAID_ASSIGN_OR_RETURN(std::vector<StoredRun> runs, ctx_->store->ListRunsOf(owner, limit));
+    return Records(runs);
+  }
+
+  Result<std::optional<std::string>> StoredValue(const std::string& run_id,
+                                                 const std::string& key) override {
+    if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
+    return ctx_->store->FindValue(run_id, key);
+  }
+
+ private:
+  // The stored runs' summaries; one recorded as running reads "running"
+  // while it is live here, else "interrupted".
+  Result<std::vector<RunRecord>> Records(const std::vector<StoredRun>& runs) {
     std::vector<RunRecord> out;
     std::lock_guard<std::mutex> lock(live_mu_);
     for (const StoredRun& run : runs) {
@@ -137,13 +157,6 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
-  Result<std::optional<std::string>> StoredValue(const std::string& run_id,
-                                                 const std::string& key) override {
-    if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
-    return ctx_->store->FindValue(run_id, key);
-  }
-
- private:
   std::mutex live_mu_;
   std::map<std::string, std::weak_ptr<RunImpl>> live_;
   std::shared_ptr<RuntimeContext> ctx_;

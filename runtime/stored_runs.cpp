@@ -23,6 +23,7 @@ Result<RunRecord> StoredRunRecord(RunStore& store, const StoredRun& run) {
   RunRecord r;
   r.id = run.id;
   r.program = run.program;
+  r.owner = run.owner;
   r.args = run.args;
   r.state = run.status == "running" ? "interrupted" : run.status;
   r.error = run.error;

@@ -38,9 +38,10 @@ const char* kServeHelp =
     "%s"
     "      --host ADDR         address to listen on (default 127.0.0.1)\n"
     "      --port N            port, 0..65535 (default 8080; 0: any free port, printed)\n"
-    "      --api-key-file F    API keys, one per line: 'NAME KEY [weight=W]' or 'KEY' (W: the\n"
-    "                          client's share under --fair); every route but /health then\n"
-    "                          needs 'Authorization: Bearer KEY'\n"
+    "      --api-key-file F    API keys, one per line: 'NAME KEY [weight=W] [role=admin]' or\n"
+    "                          'KEY' (W: the client's share under --fair); every route but\n"
+    "                          /health then needs 'Authorization: Bearer KEY', and each\n"
+    "                          client sees only its own runs and sessions (admin: all)\n"
     "      --model-name NAME   the model's id in the OpenAI API (default: the file's name)\n"
     "      --cors-origin O     allow browser calls from origin O (default: no CORS)\n"
     "      --dashboard-dir D   serve the dashboard's files (index.html, app.js, style.css)\n"
@@ -135,6 +136,7 @@ int ServeMain(const std::vector<std::string>& argv) {
       return 2;
     }
     ho.api_keys = std::move(keys->keys);
+    ho.admin_clients = std::move(keys->admins);
     // A share given by --client-weights overrides the file's.
     for (const auto& [name, weight] : keys->weights) so.client_weights.emplace(name, weight);
     if (!keys->weights.empty() && !so.fair)
@@ -183,6 +185,9 @@ int ServeMain(const std::vector<std::string>& argv) {
   oo.placement = stack->options.placement;
   http::AddOpenAiRoutes(&router, std::make_shared<http::OpenAiService>(oo));
   runs.runtime = stack->runtime.get();
+  // With keys, each client sees only what it made (admins see everything).
+  const bool keyed = !ho.api_keys.empty();
+  runs.keyed = keyed;
   server::RunsService service(runs);
   service.AddRoutes(&router);
   // Unhealthy when an embedded engine's loop stopped, or when no engine at
@@ -197,12 +202,16 @@ int ServeMain(const std::vector<std::string>& argv) {
     return http::JsonResponse(200, R"({"status":"ok"})");
   });
   http::Server* srv = server->get();
-  router.Add("GET", "/metrics", [&](const http::Request&, const http::Params&) {
+  // A key that may not see other clients gets its own client's series and
+  // the totals, no other client's name.
+  router.Add("GET", "/metrics", [&](const http::Request& req, const http::Params&) {
     http::Response r;
     r.content_type = "text/plain; version=0.0.4";
     std::vector<EngineStats> stats;
     for (Engine* e : engines) stats.push_back(e->stats());
-    r.body = http::RenderPrometheus(metrics.Snapshot(), stats, model_name) +
+    http::MetricsSnapshot snapshot = metrics.Snapshot();
+    if (!http::SeesAll(req, keyed)) http::KeepOnlyClient(req.client, &snapshot, &stats);
+    r.body = http::RenderPrometheus(snapshot, stats, model_name) +
              ServerMetrics(srv->stats(), service.counts());
     return r;
   });
@@ -237,7 +246,9 @@ int ServeMain(const std::vector<std::string>& argv) {
         return http::JsonError(400, "since: '" + it->second + "' is not a sample number", "",
                                "since");
     }
-    return http::JsonResponse(200, history.Json(since));
+    // Another client's figures are left out unless the key may see them all.
+    return http::JsonResponse(200,
+                              history.Json(since, http::SeesAll(r, keyed) ? nullptr : &r.client));
   });
   http::AddDashboardRoutes(&router, dashboard_dir);
   srv->SetRouter(&router);

@@ -50,6 +50,7 @@ Result<ApiKeyFile> ReadApiKeys(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IoError(path + ": cannot read the API key file");
   ApiKeyFile file;
+  std::map<std::string, bool> roles;  // client name -> admin, from its first line
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -63,28 +64,37 @@ Result<ApiKeyFile> ReadApiKeys(const std::string& path) {
       fields.push_back(rest.substr(0, end));
       rest = end == std::string_view::npos ? std::string_view() : Trim(rest.substr(end));
     }
+    // Options follow NAME KEY (a one-field line is a bare key and has none):
+    // weight=W and role=admin|user, each at most once, in any order.
     std::optional<double> weight;
-    if (fields.size() == 3) {
+    std::optional<bool> admin;
+    while (fields.size() > 2) {
+      const std::string_view option = fields.back();
       constexpr std::string_view kWeight = "weight=";
-      if (fields[2].substr(0, kWeight.size()) != kWeight) {
-        return Status::InvalidArgument(where +
-                                       "expected \"NAME KEY weight=W\" for three fields, found \"" +
-                                       std::string(fields[2]) + "\" third");
+      constexpr std::string_view kRole = "role=";
+      if (option.substr(0, kWeight.size()) == kWeight && !weight) {
+        const std::string value(option.substr(kWeight.size()));
+        char* end = nullptr;
+        const double w = std::strtod(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size() || !(w > 0) || !std::isfinite(w) ||
+            w > 1e6) {
+          return Status::InvalidArgument(where + "weight must be a number in (0, 1e6], got \"" +
+                                         value + "\"");
+        }
+        weight = w;
+      } else if (option.substr(0, kRole.size()) == kRole && !admin) {
+        const std::string_view value = option.substr(kRole.size());
+        if (value != "admin" && value != "user") {
+          return Status::InvalidArgument(where + "role must be admin or user, got \"" +
+                                         std::string(value) + "\"");
+        }
+        admin = value == "admin";
+      } else {
+        return Status::InvalidArgument(
+            where + "expected \"NAME KEY [weight=W] [role=admin|user]\" or \"KEY\", found \"" +
+            std::string(option) + "\" after the key");
       }
-      const std::string value(fields[2].substr(kWeight.size()));
-      char* end = nullptr;
-      const double w = std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size() || !(w > 0) || !std::isfinite(w) ||
-          w > 1e6) {
-        return Status::InvalidArgument(where + "weight must be a number in (0, 1e6], got \"" +
-                                       value + "\"");
-      }
-      weight = w;
       fields.pop_back();
-    }
-    if (fields.size() > 2) {
-      return Status::InvalidArgument(where + "expected \"NAME KEY [weight=W]\" or \"KEY\", found " +
-                                     std::to_string(fields.size()) + " fields");
     }
     std::string name = fields.size() == 2 ? std::string(fields[0]) : "key" + std::to_string(number);
     std::string_view key = fields.back();
@@ -102,6 +112,14 @@ Result<ApiKeyFile> ReadApiKeys(const std::string& path) {
     if (!file.keys.emplace(std::string(key), name).second) {
       return Status::InvalidArgument(where + "duplicate key (also given earlier in the file)");
     }
+    // A client is an admin on all its keys or on none: one of its keys
+    // cannot see more than another.
+    auto [role, fresh_role] = roles.emplace(name, admin.value_or(false));
+    if (!fresh_role && role->second != admin.value_or(false)) {
+      return Status::InvalidArgument(where + "client \"" + name +
+                                     "\" was given another role on an earlier line");
+    }
+    if (role->second) file.admins.insert(name);
     if (weight) {
       auto [it, fresh] = file.weights.emplace(name, *weight);
       if (!fresh && it->second != *weight) {
@@ -177,6 +195,7 @@ std::optional<Response> Admit(const ServerOptions& options, Request* request) {
     res.headers.emplace_back("WWW-Authenticate", "Bearer");
     return res;
   }
+  request->admin = options.admin_clients.count(*client) > 0;
   request->client = std::move(*client);
   return std::nullopt;
 }

@@ -46,10 +46,23 @@ struct Request {
   // The API key's identity (the name given to the key in the key file), set
   // by the session once the key is checked; "" when the server has no keys.
   std::string client;
+  // The key's role is admin (ServerOptions::admin_clients): it may see what
+  // every client made. Set by the session with `client`.
+  bool admin = false;
   std::string peer;  // "address:port" of the connection
   // Set by the session; null for requests made without one (tests).
   std::shared_ptr<ClientGone> client_gone;
 };
+
+// What a request may see of what clients made (runs, sessions, per-client
+// figures; docs/http-api.md, "Clients and ownership"). `keyed`: the server
+// has API keys. Without keys every request sees everything; with them an
+// admin key sees everything and any other key only what its own client made
+// (nothing, should a request carry no client).
+inline bool SeesAll(const Request& r, bool keyed) { return !keyed || r.admin; }
+inline bool MaySee(const Request& r, bool keyed, std::string_view owner) {
+  return SeesAll(r, keyed) || (!r.client.empty() && r.client == owner);
+}
 
 // The body of a streamed response, produced over time (server-sent events
 // or any chunked body). Thread safety: producers call Send/Close/cancelled

@@ -122,6 +122,13 @@ MetricsSnapshot ServingMetrics::Snapshot() const {
   return m_;
 }
 
+void KeepOnlyClient(const std::string& client, MetricsSnapshot* m,
+                    std::vector<EngineStats>* engines) {
+  std::erase_if(m->clients, [&](const auto& kv) { return kv.first != client; });
+  for (EngineStats& e : *engines)
+    std::erase_if(e.clients, [&](const EngineStats::ClientStats& c) { return c.client != client; });
+}
+
 std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineStats> engines,
                              std::string_view model_name) {
   Writer w(model_name);

@@ -64,6 +64,12 @@ class ServingMetrics {
   MetricsSnapshot m_;
 };
 
+// Leaves out of `m` and `engines` the per-client figures of every client but
+// `client`; the totals stay. What a key that may not see other clients gets
+// (docs/http-api.md, "Clients and ownership").
+void KeepOnlyClient(const std::string& client, MetricsSnapshot* m,
+                    std::vector<EngineStats>* engines);
+
 // The Prometheus text exposition of `m` and of each engine's stats (label
 // engine="<index>"), every series labelled model_name="<model_name>".
 // Metrics: braid:time_to_first_token_seconds, inter_token_latency_seconds,

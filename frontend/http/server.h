@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,10 @@ struct ServerOptions {
   int write_timeout_ms = 30000;  // each write of a response or of a stream's chunks
   // API key -> client name (see ReadApiKeys). Empty: no authentication.
   std::map<std::string, std::string> api_keys;
+  // Client names whose keys are admin keys (Request::admin): they see every
+  // client's runs, sessions and figures (docs/http-api.md, "Clients and
+  // ownership").
+  std::set<std::string> admin_clients;
   // "" : no CORS headers and no preflight handling (OPTIONS goes to the
   // router like any method). Otherwise every response carries
   // Access-Control-Allow-Origin: <cors_origin>, and OPTIONS requests are
@@ -106,24 +111,30 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// An API key file: key -> client name, and the shares of fair sharing the
-// file gives (client name -> weight; clients not named have weight 1).
+// An API key file: key -> client name, the shares of fair sharing the
+// file gives (client name -> weight; clients not named have weight 1), and
+// the clients whose role is admin.
 struct ApiKeyFile {
   std::map<std::string, std::string> keys;
   std::map<std::string, double> weights;
+  std::set<std::string> admins;
 };
 
 // Reads an API key file: one key per line, either "NAME KEY" (separated by
-// spaces or tabs), "NAME KEY weight=W" (the client's share under fair
-// sharing, W in (0, 1e6]; a name with several keys has one weight) or just
-// "KEY" (the name is then "key<line number>").
+// spaces or tabs), optionally followed by options in any order, or just
+// "KEY" (the name is then "key<line number>"; no options). Options:
+// "weight=W" (the client's share under fair sharing, W in (0, 1e6]; a name
+// with several keys has one weight) and "role=admin" or "role=user" (the
+// default; an admin sees every client's runs and figures; all the keys of a
+// name have one role).
 // Blank lines and lines starting with '#' are ignored. Keys are at least 8
 // characters of printable ASCII; names are letters, digits and "_-.@".
 // Errors (each naming the file, and the line when
 // there is one): the file cannot be read (IoError), a duplicate key, a short
 // key, a name with odd characters, a bad weight or two weights for one name,
-// more fields than that, or no key at all (InvalidArgument: an empty file
-// must not silently turn authentication off).
+// a bad role or two roles for one name, an option given twice or any other
+// field, or no key at all (InvalidArgument: an empty file must not silently
+// turn authentication off).
 Result<ApiKeyFile> ReadApiKeys(const std::string& path);
 
 // The name of the client whose key equals `presented`, or nullopt. Every

@@ -75,7 +75,7 @@ double StatsHistory::last_time() const {
   return samples_.empty() ? 0.0 : samples_.back().t_unix;
 }
 
-std::string StatsHistory::Json(uint64_t since) const {
+std::string StatsHistory::Json(uint64_t since, const std::string* only_client) const {
   json out;
   out["model"] = model_name_;
   out["interval_ms"] = 1000;
@@ -107,6 +107,7 @@ std::string StatsHistory::Json(uint64_t since) const {
     }
     json clients = json::array();
     for (const ClientSample& c : s.clients) {
+      if (only_client && c.client != *only_client) continue;
       clients.push_back({{"client", c.client},
                          {"engine", c.engine < labels_.size() ? labels_[c.engine].name : ""},
                          {"prompt_tokens", c.stats.prompt_tokens},

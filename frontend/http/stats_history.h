@@ -35,8 +35,11 @@ class StatsHistory {
   void Record(double t_unix, const std::vector<EngineStats>& engines, const RunStateCounts& runs);
 
   // {"model", "interval_ms", "seq", "engines": [labels], "samples": [...]}
-  // with the samples newer than `since` (0: all kept), oldest first.
-  std::string Json(uint64_t since) const;
+  // with the samples newer than `since` (0: all kept), oldest first. With
+  // `only_client`, each sample's "clients" holds that client's rows alone
+  // (the engines' figures, totals over every client, stay): what a key that
+  // may not see other clients gets.
+  std::string Json(uint64_t since, const std::string* only_client = nullptr) const;
 
   // When the last sample was taken (0: none yet).
   double last_time() const;

@@ -23,7 +23,10 @@ namespace braid::server {
 
 // One run the server knows about (live, or finished and kept for status).
 struct Entry {
-  std::string id, kind, client;  // kind: "program", "dag" or "session"
+  // kind: "program", "dag" or "session". client: whom the run belongs to and
+  // whose work it is in the engines ("" on a server without keys, and for
+  // runs of no client); fixed once registered.
+  std::string id, kind, client;
   bool detached = true;
   std::shared_ptr<rt::Run> run;
   std::atomic<bool> interrupt{false};  // stops a program at its next instruction or wait
@@ -74,6 +77,12 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   std::vector<std::shared_ptr<Entry>> cancel_requests;
 
   std::shared_ptr<Entry> Find(const std::string& id) const;
+  // The run `id` if it is in memory and `r` may see it (http::MaySee); null
+  // otherwise, so that another client's run reads as one that does not exist.
+  std::shared_ptr<Entry> FindFor(const http::Request& r, const std::string& id) const;
+  bool MaySee(const http::Request& r, const std::string& owner) const {
+    return http::MaySee(r, options.keyed, owner);
+  }
   void Register(const std::shared_ptr<Entry>& e);
   // Starts a run (or resumes `resume_id`) and records `request` with it, so
   // that a restarted server can resume it.
@@ -107,10 +116,10 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   http::Response PostProgram(const http::Request& r);
   http::Response PostDag(const http::Request& r);
   http::Response ListRuns(const http::Request& r);
-  http::Response GetRun(const std::string& id);
-  http::Response Cancel(const std::string& id);
+  http::Response GetRun(const http::Request& r, const std::string& id);
+  http::Response Cancel(const http::Request& r, const std::string& id);
   http::Response Graph(const http::Request& r, const std::string& id);
-  http::Response Events(const std::string& id);
+  http::Response Events(const http::Request& r, const std::string& id);
   // sessions.cpp
   void AddSessionRoutes(http::Router* router);
   // POST /v1/sessions/{id}/eval: one Lua input in the session.

@@ -72,6 +72,12 @@ std::shared_ptr<Entry> RunsService::Impl::Find(const std::string& id) const {
   return it == entries.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<Entry> RunsService::Impl::FindFor(const http::Request& r,
+                                                  const std::string& id) const {
+  auto e = Find(id);
+  return e && MaySee(r, e->client) ? e : nullptr;
+}
+
 void RunsService::Impl::Register(const std::shared_ptr<Entry>& e) {
   std::lock_guard<std::mutex> lock(mu);
   entries[e->id] = e;
@@ -447,10 +453,12 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
   }
   json runs = json::array();
   std::set<std::string> seen;
+  // Only the caller's runs, unless it may see every client's.
   std::vector<std::shared_ptr<Entry>> live;
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& [id, e] : entries) live.push_back(e);
+    for (auto& [id, e] : entries)
+      if (MaySee(r, e->client)) live.push_back(e);
   }
   std::sort(live.begin(), live.end(),
             [](const auto& a, const auto& b) { return a->created_unix > b->created_unix; });
@@ -460,12 +468,15 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
     if (!with_result) runs.back().erase("result");
     seen.insert(e->id);
   }
-  auto stored = options.runtime->StoredRuns(limit);
+  auto stored = http::SeesAll(r, options.keyed) ? options.runtime->StoredRuns(limit)
+                                                : options.runtime->StoredRunsOf(r.client, limit);
   if (stored.ok()) {
     for (const rt::RunRecord& rec : *stored) {
       if (seen.count(rec.id) || static_cast<int>(runs.size()) >= limit) continue;
+      if (!MaySee(r, rec.owner)) continue;  // StoredRunsOf selected them; checked again
       runs.push_back({{"id", rec.id},
                       {"program", rec.program},
+                      {"client", rec.owner},
                       {"state", rec.state},
                       {"created_unix", rec.started_unix},
                       {"nodes_done", rec.nodes_done},
@@ -475,14 +486,19 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
   return http::JsonResponse(200, Dump({{"runs", runs}}));
 }
 
-http::Response RunsService::Impl::GetRun(const std::string& id) {
-  if (auto e = Find(id)) return http::JsonResponse(200, Dump(StatusJson(*e, true)));
-  auto stored = options.runtime->StoredRuns(0);
+http::Response RunsService::Impl::GetRun(const http::Request& r, const std::string& id) {
+  if (auto e = Find(id)) {
+    if (!MaySee(r, e->client)) return http::JsonError(404, "no run '" + id + "'");
+    return http::JsonResponse(200, Dump(StatusJson(*e, true)));
+  }
+  auto stored = http::SeesAll(r, options.keyed) ? options.runtime->StoredRuns(0)
+                                                : options.runtime->StoredRunsOf(r.client, 0);
   if (stored.ok())
     for (const rt::RunRecord& rec : *stored) {
-      if (rec.id != id) continue;
+      if (rec.id != id || !MaySee(r, rec.owner)) continue;
       json j = {{"id", rec.id},
                 {"program", rec.program},
+                {"client", rec.owner},
                 {"state", rec.state},
                 {"error", rec.error},
                 {"created_unix", rec.started_unix},
@@ -506,8 +522,8 @@ http::Response RunsService::Impl::GetRun(const std::string& id) {
   return http::JsonError(404, "no run '" + id + "'");
 }
 
-http::Response RunsService::Impl::Cancel(const std::string& id) {
-  auto e = Find(id);
+http::Response RunsService::Impl::Cancel(const http::Request& r, const std::string& id) {
+  auto e = FindFor(r, id);
   if (!e) return http::JsonError(404, "no live run '" + id + "'");
   CancelRun(e);
   std::lock_guard<std::mutex> lock(e->mu);
@@ -515,7 +531,7 @@ http::Response RunsService::Impl::Cancel(const std::string& id) {
 }
 
 http::Response RunsService::Impl::Graph(const http::Request& r, const std::string& id) {
-  auto e = Find(id);
+  auto e = FindFor(r, id);
   if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
   http::Response res;
   if (auto f = r.query.find("format"); f != r.query.end() && f->second == "dot") {
@@ -530,8 +546,8 @@ http::Response RunsService::Impl::Graph(const http::Request& r, const std::strin
   return res;
 }
 
-http::Response RunsService::Impl::Events(const std::string& id) {
-  auto e = Find(id);
+http::Response RunsService::Impl::Events(const http::Request& req, const std::string& id) {
+  auto e = FindFor(req, id);
   if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
   auto stream = std::make_shared<http::EventStream>();
   http::Response r;
@@ -608,24 +624,24 @@ void RunsService::AddRoutes(http::Router* router) {
                 return i.ListRuns(r);
               }));
   router->Add("GET", "/v1/runs/{id}",
-              with([](Impl& i, const http::Request&, const http::Params& p) {
-                return i.GetRun(p.at("id"));
+              with([](Impl& i, const http::Request& r, const http::Params& p) {
+                return i.GetRun(r, p.at("id"));
               }));
   router->Add("DELETE", "/v1/runs/{id}",
-              with([](Impl& i, const http::Request&, const http::Params& p) {
-                return i.Cancel(p.at("id"));
+              with([](Impl& i, const http::Request& r, const http::Params& p) {
+                return i.Cancel(r, p.at("id"));
               }));
   router->Add("POST", "/v1/runs/{id}/cancel",
-              with([](Impl& i, const http::Request&, const http::Params& p) {
-                return i.Cancel(p.at("id"));
+              with([](Impl& i, const http::Request& r, const http::Params& p) {
+                return i.Cancel(r, p.at("id"));
               }));
   router->Add("GET", "/v1/runs/{id}/graph",
               with([](Impl& i, const http::Request& r, const http::Params& p) {
                 return i.Graph(r, p.at("id"));
               }));
   router->Add("GET", "/v1/runs/{id}/events",
-              with([](Impl& i, const http::Request&, const http::Params& p) {
-                return i.Events(p.at("id"));
+              with([](Impl& i, const http::Request& r, const http::Params& p) {
+                return i.Events(r, p.at("id"));
               }));
   impl_->AddSessionRoutes(router);
 }
@@ -654,7 +670,10 @@ Result<int> RunsService::ResumeInterrupted() {
       if (dag.is_object() && dag.contains("name") && dag["name"].is_string())
         name = dag["name"].get<std::string>();
     }
-    auto e = impl_->Start(kind.empty() ? "session" : kind, name, source, args, "", req, rec.id);
+    // The run goes on for the client it belongs to (the store keeps the
+    // owner), in the engines' accounting and for who may see it.
+    auto e =
+        impl_->Start(kind.empty() ? "session" : kind, name, source, args, rec.owner, req, rec.id);
     if (!e.ok()) {
       std::fprintf(stderr, "braid serve: cannot resume run %s: %s\n", rec.id.c_str(),
                    e.status().message().c_str());

@@ -8,6 +8,11 @@
 // model; submissions beyond the pool's queue are refused with 429. A
 // submission that is not detached is tied to its connection: the client
 // disconnecting cancels the run.
+//
+// Ownership: every run and session belongs to the client that made it
+// (RunsOptions::keyed); runs resumed after a restart keep their owner, which
+// the store holds with the run. Runs of braid run in the same store have no
+// owner: only admin keys see them.
 #pragma once
 
 #include <memory>
@@ -31,6 +36,11 @@ struct RunsOptions {
   size_t max_finished_kept = 1000;  // finished runs whose status stays in memory
   int max_wait_ms = 60000;          // longest blocking variable read of a session
   int session_idle_ms = 600000;     // sessions unused this long are closed
+  // The server has API keys: a run or session belongs to the client whose
+  // key made it (http::Request::client, recorded in the store as the run's
+  // owner), and only that client and admin keys see it; others get 404, as
+  // for an id that does not exist. false: every request sees every run.
+  bool keyed = false;
 };
 
 class RunsService {

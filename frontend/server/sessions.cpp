@@ -86,11 +86,12 @@ void RunsService::Impl::ReapIdleSessions() {
 void RunsService::Impl::AddSessionRoutes(http::Router* router) {
   std::weak_ptr<Impl> weak = weak_from_this();
   // The session named in the path, alive, marked used; or the error answer.
-  auto session = [weak](const http::Params& p, std::shared_ptr<Impl>* impl,
+  // Another client's session is 404, as one that does not exist.
+  auto session = [weak](const http::Request& r, const http::Params& p, std::shared_ptr<Impl>* impl,
                         std::shared_ptr<Entry>* e) -> std::optional<http::Response> {
     *impl = weak.lock();
     if (!*impl || (*impl)->stopping) return http::JsonError(503, "the server is stopping");
-    *e = (*impl)->Find(p.at("id"));
+    *e = (*impl)->FindFor(r, p.at("id"));
     if (!*e || (*e)->kind != "session")
       return http::JsonError(404, "no session '" + p.at("id") + "'");
     std::lock_guard<std::mutex> lock((*e)->mu);
@@ -128,7 +129,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
               [session, body_of](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
                 auto named = NameOf(*b);
@@ -156,7 +157,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
       [session, body_of](const http::Request& r, const http::Params& p) {
         std::shared_ptr<Impl> impl;
         std::shared_ptr<Entry> e;
-        if (auto err = session(p, &impl, &e)) return *err;
+        if (auto err = session(r, p, &impl, &e)) return *err;
         auto b = body_of(r);
         if (!b.ok()) return ErrorResponse(b.status());
         auto lock = BuildLock(*e);
@@ -209,7 +210,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
               [session, body_of](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
                 auto name = NameOf(*b);
@@ -231,7 +232,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
               [session, body_of](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 auto v = ParseVarId(p.at("var"));
                 if (!v.ok()) return ErrorResponse(v.status());
                 auto b = body_of(r);
@@ -256,7 +257,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
       [session](const http::Request& r, const http::Params& p) {
         std::shared_ptr<Impl> impl;
         std::shared_ptr<Entry> e;
-        if (auto err = session(p, &impl, &e)) return *err;
+        if (auto err = session(r, p, &impl, &e)) return *err;
         auto v = ParseVarId(p.at("var"));
         if (!v.ok()) return ErrorResponse(v.status());
         if (!KnownVar(*e->run, *v)) return http::JsonError(404, "no variable " + p.at("var"));
@@ -314,26 +315,26 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
               [session, body_of](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 auto b = body_of(r);
                 if (!b.ok()) return ErrorResponse(b.status());
                 return impl->Evaluate(e, *b);
               });
   router->Add("POST", "/v1/sessions/{id}/interrupt",
-              [session](const http::Request&, const http::Params& p) {
+              [session](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 const bool running = e->evaluating.load();
                 if (running) e->eval_interrupt = true;
                 return http::JsonResponse(200, Dump({{"interrupted", running}}));
               });
 
   router->Add("DELETE", "/v1/sessions/{id}",
-              [session](const http::Request&, const http::Params& p) {
+              [session](const http::Request& r, const http::Params& p) {
                 std::shared_ptr<Impl> impl;
                 std::shared_ptr<Entry> e;
-                if (auto err = session(p, &impl, &e)) return *err;
+                if (auto err = session(r, p, &impl, &e)) return *err;
                 e->eval_interrupt = true;  // an input running stops
                 e->run->Cancel();
                 e->run->Finish(Status::Ok());

@@ -35,6 +35,7 @@ class SqliteRunStore final : public RunStore {
   Status CreateRun(const StoredRun& run) override;
   Result<StoredRun> GetRun(const std::string& id) override;
   Result<std::vector<StoredRun>> ListRuns(int limit) override;
+  Result<std::vector<StoredRun>> ListRunsOf(const std::string& owner, int limit) override;
   Status FinishRun(const std::string& id, const std::string& status,
                    const std::string& error) override;
   Result<RunTotals> Totals(const std::string& id) override;
@@ -56,6 +57,8 @@ class SqliteRunStore final : public RunStore {
   Result<std::vector<std::string>> LoadArgs(const std::string& run_id);
   Result<std::optional<StoredCall>> LoadCall(const std::string& run_id, const std::string& key);
   Result<std::optional<std::string>> LoadValue(const std::string& run_id, const std::string& key);
+  // ListRuns and ListRunsOf: every run, or those of one owner.
+  Result<std::vector<StoredRun>> List(const std::string* owner, int limit);
   Status InvalidArgument(const std::string& message) const {
     return Status::InvalidArgument(db_->path() + ": " + message);
   }
@@ -148,7 +151,7 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt insert,
         db_->Prepare("INSERT INTO runs (id, program, status, error, created_unix, finished_unix, "
-                     "program_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+                     "program_hash, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
     BRAID_RETURN_IF_ERROR(insert.BindText(1, run.id));
     BRAID_RETURN_IF_ERROR(insert.BindText(2, run.program));
     BRAID_RETURN_IF_ERROR(insert.BindText(3, status));
@@ -157,6 +160,7 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
     BRAID_RETURN_IF_ERROR(insert.BindDouble(5, run.created_unix != 0 ? run.created_unix : now));
     if (status != "running") BRAID_RETURN_IF_ERROR(insert.BindDouble(6, now));
     BRAID_RETURN_IF_ERROR(insert.BindText(7, run.program_hash));
+    BRAID_RETURN_IF_ERROR(insert.BindText(8, run.owner));
     BRAID_RETURN_IF_ERROR(insert.Run());
   }
   BRAID_ASSIGN_OR_RETURN(
@@ -179,7 +183,7 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt stmt,
-        db_->Prepare("SELECT program, status, error, created_unix, program_hash FROM runs "
+        db_->Prepare("SELECT program, status, error, created_unix, program_hash, owner FROM runs "
                      "WHERE id = ?1"));
     BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
     BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
@@ -190,24 +194,34 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
     run.error = stmt.ColumnText(2);
     run.created_unix = stmt.ColumnDouble(3);
     run.program_hash = stmt.ColumnText(4);
+    run.owner = stmt.ColumnText(5);
   }
   BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(id));
   BRAID_RETURN_IF_ERROR(txn.Commit());
   return run;
 }
 
-Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
+Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) { return List(nullptr, limit); }
+
+Result<std::vector<StoredRun>> SqliteRunStore::ListRunsOf(const std::string& owner, int limit) {
+  return List(&owner, limit);
+}
+
+Result<std::vector<StoredRun>> SqliteRunStore::List(const std::string* owner, int limit) {
   std::lock_guard<std::mutex> lock(mutex_);
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
   BRAID_RETURN_IF_ERROR(txn.Begin());
   std::vector<StoredRun> runs;
   {
+    // ?2 IS NULL: every owner. The newest-first index still orders the scan.
     BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
                            db_->Prepare("SELECT id, program, status, error, created_unix, "
-                                        "program_hash FROM runs "
+                                        "program_hash, owner FROM runs "
+                                        "WHERE ?2 IS NULL OR owner = ?2 "
                                         "ORDER BY created_unix DESC, seq DESC LIMIT ?1"));
     // SQLite treats a negative LIMIT as no limit.
     BRAID_RETURN_IF_ERROR(stmt.BindInt64(1, limit > 0 ? limit : -1));
+    if (owner) BRAID_RETURN_IF_ERROR(stmt.BindText(2, *owner));
     while (true) {
       BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
       if (!row) break;
@@ -218,6 +232,7 @@ Result<std::vector<StoredRun>> SqliteRunStore::ListRuns(int limit) {
       run.error = stmt.ColumnText(3);
       run.created_unix = stmt.ColumnDouble(4);
       run.program_hash = stmt.ColumnText(5);
+      run.owner = stmt.ColumnText(6);
       runs.push_back(std::move(run));
     }
   }

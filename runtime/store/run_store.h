@@ -28,6 +28,11 @@ struct StoredRun {
   // A digest of the program's source (rt::ProgramHash) when the run was
   // created; empty for runs recorded before schema version 2.
   std::string program_hash;
+  // The client the run belongs to (an API key's name on braid serve); empty
+  // for runs with no client: those of braid run, of a server without keys,
+  // and runs recorded before schema version 3. (Initialized, so that brace
+  // lists written before it existed stay complete.)
+  std::string owner = {};
 };
 
 // A run's totals from its record and event log, for listings.
@@ -60,6 +65,18 @@ class RunStore {
   virtual Status CreateRun(const StoredRun& run) = 0;
   virtual Result<StoredRun> GetRun(const std::string& id) = 0;     // NotFound if unknown
   virtual Result<std::vector<StoredRun>> ListRuns(int limit) = 0;  // newest first
+  // The runs whose owner is `owner`, newest first, at most `limit` (<= 0:
+  // all). The default filters ListRuns(0); a store that can select by owner
+  // overrides it.
+  virtual Result<std::vector<StoredRun>> ListRunsOf(const std::string& owner, int limit) {
+    BRAID_ASSIGN_OR_RETURN(std::vector<StoredRun> all, ListRuns(0));
+    std::vector<StoredRun> out;
+    for (StoredRun& run : all) {
+      if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+      if (run.owner == owner) out.push_back(std::move(run));
+    }
+    return out;
+  }
   virtual Status FinishRun(const std::string& id, const std::string& status,
                            const std::string& error) = 0;
   virtual Result<RunTotals> Totals(const std::string& id) = 0;  // NotFound if unknown

@@ -89,9 +89,17 @@ constexpr char kSchemaV2[] = R"sql(
 ALTER TABLE runs ADD COLUMN program_hash TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 3: runs.owner, the client a run belongs to (an API key's name on
+// braid serve), so that a restarted server keeps each run with its client and
+// shows it to no other. Runs recorded before have '' (no client).
+constexpr char kSchemaV3[] = R"sql(
+ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
+    {3, kSchemaV3},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kRunStoreSchemaVersion,
               "one migration per schema version");

@@ -128,7 +128,7 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
     RoundTrip(**store);
   }
   CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
-  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
 
   {
@@ -171,8 +171,9 @@ TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty prog
     REQUIRE(store->RecordCall("old", MakeCall("main#0#f#h", "kept")).ok());
   }
   // Back to what version 1 wrote.
-  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN program_hash; PRAGMA user_version = 1") ==
-          "ok");
+  REQUIRE(RawExec(path,
+                  "ALTER TABLE runs DROP COLUMN program_hash; ALTER TABLE runs DROP COLUMN owner; "
+                  "PRAGMA user_version = 1") == "ok");
   std::unique_ptr<RunStore> store = MustOpen(path);
   Result<StoredRun> old = store->GetRun("old");
   REQUIRE(old.ok());
@@ -185,7 +186,64 @@ TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty prog
   REQUIRE(store->CreateRun(MakeRun("new")).ok());
   CHECK(store->GetRun("new")->program_hash == MakeRun("new").program_hash);
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "2");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
+}
+
+TEST_CASE("RunStore keeps each run's owner and lists the runs of one owner") {
+  double now = 1000;
+  SqliteRunStoreOptions options;
+  options.clock = [&now] { return now; };
+  std::unique_ptr<RunStore> store = MustOpen(":memory:", options);
+  auto owned = [](const std::string& id, const std::string& owner, double created) {
+    StoredRun run = MakeRun(id, created);
+    run.owner = owner;
+    return run;
+  };
+  REQUIRE(store->CreateRun(owned("a1", "alice", 10)).ok());
+  REQUIRE(store->CreateRun(owned("b1", "bob", 20)).ok());
+  REQUIRE(store->CreateRun(owned("a2", "alice", 30)).ok());
+  REQUIRE(store->CreateRun(owned("local", "", 40)).ok());
+  CHECK(store->GetRun("a1")->owner == "alice");
+  CHECK(store->GetRun("local")->owner.empty());
+  auto ids = [&](const std::string& owner, int limit) {
+    std::vector<std::string> out;
+    Result<std::vector<StoredRun>> runs = store->ListRunsOf(owner, limit);
+    REQUIRE(runs.ok());
+    for (const StoredRun& r : *runs) {
+      CHECK(r.owner == owner);
+      out.push_back(r.id);
+    }
+    return out;
+  };
+  CHECK(ids("alice", 0) == std::vector<std::string>{"a2", "a1"});
+  CHECK(ids("alice", 1) == std::vector<std::string>{"a2"});  // the limit counts alice's runs
+  CHECK(ids("bob", 0) == std::vector<std::string>{"b1"});
+  CHECK(ids("", 0) == std::vector<std::string>{"local"});
+  CHECK(ids("carol", 0).empty());
+  CHECK(store->ListRuns(0)->size() == 4);
+}
+
+TEST_CASE("RunStore migrates a version 2 file: its runs stay, with no owner") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("v2.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("old")).ok());
+  }
+  // Back to what version 2 wrote.
+  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version = 2") == "ok");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  Result<StoredRun> old = store->GetRun("old");
+  REQUIRE(old.ok());
+  CHECK(old->owner.empty());
+  CHECK(old->program_hash == MakeRun("old").program_hash);
+  StoredRun fresh = MakeRun("new");
+  fresh.owner = "alice";
+  REQUIRE(store->CreateRun(fresh).ok());
+  CHECK(store->GetRun("new")->owner == "alice");
+  store.reset();
+  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
 }
 
 TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {

@@ -185,7 +185,9 @@ struct RunOptions {
   int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
   std::string resume_id;          // resume this stored run instead of starting one
   // Whose work this is, for fair sharing and accounting in the engines
-  // (GenerationRequest::client); "" = the run id.
+  // (GenerationRequest::client); "" = the run id. A new run records it in
+  // the store as its owner (RunRecord::owner); a resume leaves the stored
+  // owner as it is.
   std::string client;
   // The largest value the runtime builds from others (a join's result, a
   // rendered prompt); a node that would build a larger one fails, naming
@@ -328,6 +330,10 @@ class Runtime {
   // all); a run recorded as running that is not live in this runtime reads
   // "interrupted", a live one "running". Unsupported without a store.
   virtual Result<std::vector<struct RunRecord>> StoredRuns(int limit) = 0;
+  // As StoredRuns, of the runs whose owner is `owner` only ("" : the runs
+  // that have no owner).
+  virtual Result<std::vector<struct RunRecord>> StoredRunsOf(const std::string& owner,
+                                                             int limit) = 0;
   // A value a run recorded with Run::Replayable (nullopt: none under `key`).
   virtual Result<std::optional<std::string>> StoredValue(const std::string& run_id,
                                                          const std::string& key) = 0;
@@ -339,6 +345,10 @@ class Runtime {
 // "interrupted" (resume it with `braid run --resume ID`).
 struct RunRecord {
   std::string id, program, state, error;  // state: done, failed or interrupted
+  // The client the run belongs to (RunOptions::client when it was created);
+  // "" for runs of braid run, of a server without API keys, and runs
+  // recorded before the store kept owners.
+  std::string owner;
   std::vector<std::string> args;
   double started_unix = 0, finished_unix = 0;  // finished 0: never finished
   int nodes_done = 0, nodes_failed = 0;
