@@ -34,6 +34,17 @@ wait_for() {
   done
   return 1
 }
+# wait_after ANCHOR PATTERN SECONDS: until a line below the last line matching
+# ANCHOR matches PATTERN.
+wait_after() {
+  local deadline=$(($(date +%s) + $3))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    screen | A="$1" awk '$0 ~ ENVIRON["A"] {n = NR} {line[NR] = $0} END {for (i = n + 1; n && i <= NR; i++) print line[i]}' |
+      grep -qE -- "$2" && return 0
+    sleep 0.2
+  done
+  return 1
+}
 check() {  # check NAME PATTERN SECONDS
   if wait_for "$2" "$3"; then
     echo "ok   $1"
@@ -57,7 +68,8 @@ check "a get" '^string$' 120
 # (each line typed once the previous one is done: text typed ahead is echoed
 # by the terminal into the streamed tokens)
 typein 'w = say{}.out' 'w:get()'
-wait_for '^braid> w:get\(\)$' 60 && wait_for '^braid> ?$' 120
+# The prompt that follows the get (not an earlier empty one) ends the stream.
+wait_for '^braid> w:get\(\)$' 60 && wait_after '^braid> w:get\(\)$' '^braid> ?$' 120
 typein 'w:get() .. "|end"'
 check "a get's value after it streamed" '\|end$' 120
 value=$(screen | grep -E '\|end$' | tail -1 | sed 's/|end$//')
