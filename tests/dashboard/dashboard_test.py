@@ -381,10 +381,14 @@ def main():
             .filter(r => !r.querySelector('td.output').textContent.trim()).map(r => r.dataset.nodeId)""")
         if empty:
             raise Failure(f"nodes without output text: {empty}")
-        if not page.eval("!document.querySelector('#run-result-box').hidden && "
-                         "document.querySelector('#run-result').textContent.includes('abstract')") \
-                and not args.program:
-            raise Failure("the run's result is not shown")
+        # The result is fetched after the run's end shows, so it may come a moment later.
+        shown = ("!document.querySelector('#run-result-box').hidden && "
+                 "document.querySelector('#run-result').textContent.includes('abstract')")
+        result_deadline = time.time() + 60
+        while not args.program and not page.eval(shown):
+            if time.time() > result_deadline:
+                raise Failure("the run's result is not shown")
+            time.sleep(0.2)
 
         points = page.wait("""(() => {
             const p = document.querySelector('#engines .engine[data-engine] svg.chart[data-metric=tokens_per_s] polyline');
