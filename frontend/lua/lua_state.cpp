@@ -10,6 +10,8 @@ extern "C" {
 #include <lualib.h>
 }
 
+#include "lua/lua_string_lib.h"
+
 namespace braid::lua {
 namespace {
 
@@ -209,6 +211,9 @@ void LuaState::OpenSandbox() {
   // there is no `package` global, so scripts cannot reach it.
   lua_pushcfunction(L_, LuaPrint);
   lua_setglobal(L_, "print");
+  // Pattern functions whose matcher answers to the limits (a C call runs
+  // no count hook).
+  OpenStringPatterns(L_);
   if (luaL_loadbufferx(L_, kSandboxLua, std::strlen(kSandboxLua), "=sandbox", "t") != LUA_OK ||
       (lua_pushlightuserdata(L_, HostYieldTag()), lua_pcall(L_, 1, 1, 0)) != LUA_OK) {
     std::fprintf(stderr, "braid: sandbox setup failed: %s\n", lua_tostring(L_, -1));
@@ -318,41 +323,76 @@ void LuaState::Hook(lua_State* L, lua_Debug* ar) {
   LuaState* s = From(L);
   s->fail_allocs_ = false;
   s->instructions_ += s->hook_every_;
-  if (s->hit_ == LimitHit::kNone) {
-    if (s->interrupted()) {
-      s->hit_ = LimitHit::kInterrupted;
-    } else if (s->limits_.max_instructions && s->instructions_ > s->limits_.max_instructions) {
-      s->hit_ = LimitHit::kInstructions;
-    } else if (s->limits_.cpu_seconds > 0 && s->cpu_seconds_used() > s->limits_.cpu_seconds) {
-      s->hit_ = LimitHit::kTime;
-    }
-    if (s->hit_ != LimitHit::kNone && s->hit_ != LimitHit::kMemory) {
-      // Where the limit struck, for the message (no allocation here).
-      char where[128] = "";
-      if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
-        std::snprintf(where, sizeof where, "%s:%d: ", ar->short_src, ar->currentline);
-      s->EnterHost();
-      {
-        std::string m = s->LimitMessage();
-        std::snprintf(s->hit_message_, sizeof s->hit_message_, "%s%s", where, m.c_str());
-      }
-      s->LeaveHost();
-    }
-  }
+  s->CheckLimits(L, ar);
   if (s->hit_ == LimitHit::kNone || s->hit_ == LimitHit::kMemory) return;
-  if (s->hook_every_ != 1) {
-    s->hook_every_ = 1;
-    lua_sethook(L, &LuaState::Hook, LUA_MASKCOUNT, 1);
-    // The host's coroutine too, when this is one the script resumed: it
-    // yields at its next instruction.
-    if (s->running_ && s->running_ != L) lua_sethook(s->running_, &LuaState::Hook, LUA_MASKCOUNT, 1);
-  }
+  s->HookEveryInstruction(L);
   if (L == s->running_ && lua_isyieldable(L)) {
     lua_yield(L, 0);
     return;
   }
   s->fail_allocs_ = true;
   lua_newuserdatauv(L, 1, 0);  // fails: raises LUA_ERRMEM, which no handler sees
+}
+
+void LuaState::CheckLimits(lua_State* L, lua_Debug* ar) {
+  if (hit_ != LimitHit::kNone) return;
+  if (interrupted()) {
+    hit_ = LimitHit::kInterrupted;
+  } else if (limits_.max_instructions && instructions_ > limits_.max_instructions) {
+    hit_ = LimitHit::kInstructions;
+  } else if (limits_.cpu_seconds > 0 && cpu_seconds_used() > limits_.cpu_seconds) {
+    hit_ = LimitHit::kTime;
+  }
+  if (hit_ == LimitHit::kNone) return;
+  // Where the limit struck, for the message (no allocation here).
+  char where[128] = "";
+  if (ar && lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+    std::snprintf(where, sizeof where, "%s:%d: ", ar->short_src, ar->currentline);
+  EnterHost();
+  {
+    std::string m = LimitMessage();
+    std::snprintf(hit_message_, sizeof hit_message_, "%s%s", where, m.c_str());
+  }
+  LeaveHost();
+}
+
+void LuaState::HookEveryInstruction(lua_State* L) {
+  if (hook_every_ == 1) return;
+  hook_every_ = 1;
+  lua_sethook(L, &LuaState::Hook, LUA_MASKCOUNT, 1);
+  // The host's coroutine too, when this is one the script resumed: it
+  // yields at its next instruction.
+  if (running_ && running_ != L) lua_sethook(running_, &LuaState::Hook, LUA_MASKCOUNT, 1);
+}
+
+bool LuaState::ChargeSteps(lua_State* L, uint64_t steps) {
+  instructions_ += steps;
+  if (hit_ == LimitHit::kNone) {
+    // The message names the innermost Lua function's line: level 0 is the C
+    // function itself, and it may be called through others (pcall(string.find,
+    // ...)).
+    lua_Debug ar;
+    bool found = false;
+    for (int level = 1; !found && lua_getstack(L, level, &ar); ++level)
+      found = lua_getinfo(L, "l", &ar) && ar.currentline > 0;
+    CheckLimits(L, found ? &ar : nullptr);
+  }
+  return hit_ != LimitHit::kNone && hit_ != LimitHit::kMemory;
+}
+
+// Called as `return StopForLimit(L);` from a lua_CFunction: lua_yield and
+// the failing allocation leave the C function by longjmp, so its frame must
+// hold nothing to destroy (the host-section rule).
+int LuaState::StopForLimit(lua_State* L) {
+  HookEveryInstruction(L);
+  if (L == running_ && lua_isyieldable(L)) return lua_yield(L, 0);
+  fail_allocs_ = true;
+  lua_newuserdatauv(L, 1, 0);  // fails outside a host section: LUA_ERRMEM
+  // Only reached in a host section, where allocations do not fail.
+  fail_allocs_ = false;
+  lua_pop(L, 1);
+  lua_pushstring(L, hit_message_);
+  return lua_error(L);
 }
 
 bool LuaState::LoadText(const std::string& source, const std::string& chunkname) {

@@ -16,7 +16,9 @@
 //    the host measures in slices (BeginSlice/EndSlice) so that time the host
 //    spends blocked (waiting for the model) is not counted.
 // Once a limit is hit the hook fires on every instruction, so a script cannot
-// catch the error with pcall and carry on.
+// catch the error with pcall and carry on. No hook fires inside a C call, so
+// the string pattern functions (lua_string_lib.h) charge their matcher's
+// steps as instructions and check the same limits (ChargeSteps).
 //
 // Lua errors are longjmps. The rule for our C functions (the "host section"
 // rule, documented in docs/lua-dsl.md): a lua_CFunction holds no C++ object
@@ -116,6 +118,20 @@ class LuaState {
   // user coroutine still reaches the scheduler.
   static void* HostYieldTag();
 
+  // For C functions that run long without Lua instructions (the pattern
+  // matcher): charges `steps` to the instruction count and checks the limits
+  // the count hook checks (interrupt, instructions, time). Returns true when
+  // an instruction, time or interrupt limit is hit (now or before); the C
+  // function must then leave its frame holding no C++ object with a
+  // destructor and `return StopForLimit(L);`.
+  bool ChargeSteps(lua_State* L, uint64_t steps);
+  // Stops the script after a limit as the count hook does: yields to the
+  // host from the host's coroutine where it can, else raises a memory error
+  // that no message handler sees and makes the hook fire at every
+  // instruction, so no pcall can carry on. Where neither can happen (Lua run
+  // outside a slice, in a host section) it raises the limit as a plain error.
+  int StopForLimit(lua_State* L);
+
   // The limit that was hit (sticky), and a one-line explanation of it, e.g.
   // "script time limit: Lua ran for more than 10 s (--lua-seconds)".
   LimitHit limit_hit() const { return hit_; }
@@ -137,6 +153,12 @@ class LuaState {
   explicit LuaState(const LuaLimits& limits);
   static void* Alloc(void* ud, void* ptr, size_t osize, size_t nsize);
   static void Hook(lua_State* L, lua_Debug* ar);
+  // Records the first instruction, time or interrupt limit hit, with
+  // "FILE:LINE: " of `ar` (a Lua function's activation) in front.
+  void CheckLimits(lua_State* L, lua_Debug* ar);
+  // Makes the hook fire at every instruction from now on, here and in the
+  // host's coroutine.
+  void HookEveryInstruction(lua_State* L);
   void OpenSandbox();
 
   lua_State* L_ = nullptr;

@@ -9,11 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lua/driver.h"
@@ -357,6 +359,31 @@ TEST_CASE("no bytecode, and huge strings through C functions stop at the memory 
   ExpectFailure("return string.pack('i17', 1)", "out of limits");
   ExpectFailure("return string.rep('x', -1, string.rep('y', 1 << 30))", "memory limit",
                 MemoryCap(32));
+}
+
+// A C call runs no count hook; the pattern functions check the limits
+// themselves (lua_string_lib.cpp), so backtracking cannot hold the thread.
+TEST_CASE("a catastrophic pattern match is stopped by the time limit and by an interrupt") {
+  const std::string setup =
+      "local s, p = string.rep('a', 30) .. 'b', string.rep('a*', 30) .. 'c'\n";
+  for (const char* code :
+       {"return string.find(s, p)", "local ok = pcall(string.gsub, s, p, '') return 'escaped'",
+        "return braid.join({'x'}, ''):get():gsub('.', function() return pcall(s.match, s, p) "
+        "and 'escaped' end)"}) {
+    ExpectFailure(setup + code, "time limit", TimeLimit(0.5));
+  }
+  std::atomic<bool> flag{false};
+  std::thread stopper([&flag] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    flag.store(true);
+  });
+  DriverOptions o = TimeLimit(0);
+  o.interrupt = &flag;
+  Timed t = RunTimed(setup + "local ok = pcall(string.find, s, p) return 'escaped'", o);
+  stopper.join();
+  REQUIRE_FALSE(t.result.ok());
+  CHECK(t.result.status().code() == StatusCode::kCancelled);
+  CHECK(t.seconds < 60.0);  // a bound on a hang, not on speed
 }
 
 }  // namespace
