@@ -4,8 +4,6 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
 #include <boost/graph/topological_sort.hpp>
-#include <functional>
-#include <set>
 
 namespace braid::rt {
 
@@ -58,18 +56,29 @@ Status Dag::AddInput(NodeId n, VarId v) {
   auto& nd = node(n);
   if (std::find(nd.inputs.begin(), nd.inputs.end(), v) != nd.inputs.end()) return Status::Ok();
   if (NodeId p = var(v).producer) {
-    // A path n -> ... -> p plus the new edge p -> n would be a cycle.
-    std::vector<NodeId> path;
-    std::set<NodeId> seen;
-    std::function<bool(NodeId)> reach = [&](NodeId at) {
-      path.push_back(at);
-      if (at == p) return true;
-      for (NodeId c : Consumers(at))
-        if (seen.insert(c).second && reach(c)) return true;
-      path.pop_back();
-      return false;
-    };
-    if (reach(n)) {
+    // A path n -> ... -> p plus the new edge p -> n would be a cycle. An
+    // explicit stack, so that a long chain cannot exhaust the thread's.
+    std::vector<NodeId> from(nodes_.size() + 1, 0);  // the walk's tree, to name the path
+    std::vector<NodeId> stack{n};
+    from[n] = n;
+    bool found = p == n;
+    while (!stack.empty() && !found) {
+      const NodeId at = stack.back();
+      stack.pop_back();
+      for (NodeId c : Consumers(at)) {
+        if (from[c]) continue;
+        from[c] = at;
+        if (c == p) {
+          found = true;
+          break;
+        }
+        stack.push_back(c);
+      }
+    }
+    if (found) {
+      std::vector<NodeId> path{p};
+      for (NodeId x = p; x != n; x = from[x]) path.push_back(from[x]);
+      std::reverse(path.begin(), path.end());
       std::string names;
       for (NodeId x : path) names += node(x).Name() + " -> ";
       names += nd.Name();
@@ -159,19 +168,27 @@ std::optional<std::vector<NodeId>> Dag::FindCycle() const {
 }
 
 std::vector<NodeId> Dag::Downstream(NodeId n) const {
+  // Depth-first post-order with an explicit stack (node, next consumer);
+  // its reverse is a topological order.
   std::vector<bool> seen(nodes_.size() + 1);
-  std::vector<NodeId> order;  // reverse post-order = topological
-  std::function<void(NodeId)> visit = [&](NodeId at) {
-    for (NodeId c : Consumers(at))
-      if (!seen[c]) {
-        seen[c] = true;
-        visit(c);
-      }
-    order.push_back(at);
-  };
+  std::vector<NodeId> order;
+  std::vector<std::pair<NodeId, std::vector<NodeId>>> stack;
   seen[n] = true;
-  visit(n);
-  order.pop_back();  // n itself (visited last in post-order)
+  stack.emplace_back(n, Consumers(n));
+  while (!stack.empty()) {
+    auto& [at, next] = stack.back();
+    if (next.empty()) {
+      order.push_back(at);
+      stack.pop_back();
+      continue;
+    }
+    const NodeId c = next.back();
+    next.pop_back();
+    if (seen[c]) continue;
+    seen[c] = true;
+    stack.emplace_back(c, Consumers(c));
+  }
+  order.pop_back();  // n itself (finished last)
   std::reverse(order.begin(), order.end());
   return order;
 }

@@ -94,26 +94,37 @@ Status DeduceGoals(Dag& dag, VarId target, const GetOptions& options, const Dedu
 
   // 3: task groups of independent pending siblings.
   if (params.groups && params.next_group) {
-    // ancestors[n]: nodes of the set upstream of n (order is topological).
-    std::map<NodeId, std::set<NodeId>> ancestors;
-    for (NodeId n : order) {
-      auto& a = ancestors[n];
-      for (NodeId p : dag.Producers(n))
-        if (in_set.count(p)) {
-          a.insert(p);
-          a.insert(ancestors[p].begin(), ancestors[p].end());
-        }
-    }
+    // A producer p of c is dependent when it is upstream of another
+    // producer q of c. One walk up from c's producers' producers marks
+    // what lies strictly upstream of them, staying inside the set and
+    // above the earliest producer in topological order (nothing earlier
+    // can be a producer of c). Memory stays linear in the DAG: per-node
+    // ancestor sets are quadratic on a long chain.
+    std::vector<size_t> position(dag.num_nodes() + 1, 0);  // 1 + index in order; 0 = outside
+    for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i + 1;
+    std::vector<size_t> marked(dag.num_nodes() + 1, 0);  // == stamp: upstream in this walk
+    size_t stamp = 0;
+    std::vector<NodeId> stack;
     for (NodeId c : order) {
-      std::vector<NodeId> members;
-      const auto ps = dag.Producers(c);
-      for (NodeId p : ps) {
-        if (!in_set.count(p) || !Pending(dag.node(p))) continue;
-        bool dependent = false;
-        for (NodeId q : ps)
-          if (q != p && in_set.count(q) && ancestors[q].count(p)) dependent = true;
-        if (!dependent) members.push_back(p);
+      std::vector<NodeId> ps;
+      for (NodeId p : dag.Producers(c))
+        if (position[p]) ps.push_back(p);
+      if (ps.size() < 2) continue;
+      size_t lowest = position[ps[0]];
+      for (NodeId p : ps) lowest = std::min(lowest, position[p]);
+      ++stamp;
+      for (NodeId q : ps)
+        for (NodeId p : dag.Producers(q)) stack.push_back(p);
+      while (!stack.empty()) {
+        const NodeId at = stack.back();
+        stack.pop_back();
+        if (position[at] < lowest || marked[at] == stamp) continue;
+        marked[at] = stamp;
+        for (NodeId p : dag.Producers(at)) stack.push_back(p);
       }
+      std::vector<NodeId> members;
+      for (NodeId p : ps)
+        if (Pending(dag.node(p)) && marked[p] != stamp) members.push_back(p);
       if (members.size() < 2) continue;
       int g = 0;
       for (NodeId m : members)

@@ -209,3 +209,27 @@ TEST_CASE("prefix groups: clusters of prompts sharing a block") {
   CHECK(cl[0].shared == 20);
   CHECK(CommonPrefix(a, d) == 10);
 }
+
+TEST_CASE("dag: a 200,000-node chain: walks are iterative, groups see indirect dependence") {
+  // Recursion tied to the DAG's depth would overflow the stack here, and
+  // per-node ancestor sets would need 2e10 entries.
+  Golden g;
+  g.Lit("doc");
+  const int n = 200000;
+  g.Add("n0", {"doc"}, 1);
+  for (int i = 1; i < n; ++i) g.Add("n" + std::to_string(i), {"n" + std::to_string(i - 1)}, 1);
+  // z reads the chain's first and last node, and an independent call:
+  // n0 is upstream of the last one, so only the last one and "free" group.
+  g.Add("free", {"doc"}, 1);
+  g.Add("z", {"n0", "n" + std::to_string(n - 1), "free"}, 1);
+  REQUIRE(g.Want("z", Criteria::kLatency, 1e6).ok());
+  CHECK(g.N("n0").group == 0);
+  CHECK(g.N("n" + std::to_string(n - 1)).group != 0);
+  CHECK(g.N("n" + std::to_string(n - 1)).group == g.N("free").group);
+  CHECK(g.N("n0").slack_ms < g.N("free").slack_ms);  // the critical path is the chain
+  CHECK(g.dag.Downstream(g.node["n0"]).size() == static_cast<size_t>(n));  // the chain's rest + z
+  Status s = g.dag.AddInput(g.node["n0"], g.out["n5"]);
+  REQUIRE(!s.ok());
+  CHECK(s.message().find("would make a cycle: n0#1 -> n1#2 -> n2#3 -> n3#4 -> n4#5 -> n5#6 -> n0#1") !=
+        std::string::npos);
+}
