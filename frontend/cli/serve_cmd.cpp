@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/stack.h"
+#include "engine/system_probe.h"
 #include "http/dashboard.h"
 #include "http/metrics.h"
 #include "http/openai_api.h"
@@ -55,7 +56,13 @@ const char* kServeHelp =
     "                          beyond: 429)\n"
     "      --max-body-mb N     largest request body, 1..1024 MiB (default 16; beyond: 413)\n"
     "      --lua-memory-mb N   Lua memory cap per program, 1..65536 (default 256)\n"
-    "      --lua-seconds S     Lua running time cap per program, 0.001..86400 (default 10)\n";
+    "      --lua-seconds S     Lua running time cap per program, 0.001..86400 (default 10)\n"
+    "      --memory-mb N       bytes live programs, DAGs and sessions may hold together\n"
+    "                          (their Lua heaps, values and results), 0..16777216 (default 0:\n"
+    "                          40% of the memory available at start); beyond: 429, or 413\n"
+    "                          for a submission that could never fit\n"
+    "      --client-memory-mb N  the same cap per client, 0..16777216 (default 0: half of\n"
+    "                          --memory-mb with API keys, all of it without)\n";
 
 std::atomic<bool> g_stop{false};
 extern "C" void OnStopSignal(int) { g_stop = true; }
@@ -125,6 +132,9 @@ int ServeMain(const std::vector<std::string>& argv) {
                                  << 20;
   runs.lua_limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
   runs.max_source_bytes = ho.max_body_bytes;
+  runs.memory_bytes = static_cast<size_t>(args.Int({"--memory-mb"}, 0, 0, 16777216)) << 20;
+  runs.client_memory_bytes = static_cast<size_t>(args.Int({"--client-memory-mb"}, 0, 0, 16777216))
+                             << 20;
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid serve: %s\n", e.c_str());
     return 2;
@@ -142,6 +152,13 @@ int ServeMain(const std::vector<std::string>& argv) {
     if (!keys->weights.empty() && !so.fair)
       std::fprintf(stderr, "braid serve: note: the key file's weights apply only with --fair\n");
   }
+  // The memory budget's defaults, from what is available before the model
+  // and its KV cache take their share.
+  if (runs.memory_bytes == 0) runs.memory_bytes = AvailableMemoryBytes() / 10 * 4;
+  if (runs.client_memory_bytes == 0)
+    runs.client_memory_bytes = ho.api_keys.empty() ? runs.memory_bytes : runs.memory_bytes / 2;
+  std::fprintf(stderr, "braid serve: live runs may hold %zu MB, %zu MB per client\n",
+               runs.memory_bytes >> 20, runs.client_memory_bytes >> 20);
   if (model_name.empty()) model_name = FileStem(so.model.path);
 
   // The listener first: /health says 503 while the model loads.

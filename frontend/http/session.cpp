@@ -230,6 +230,11 @@ void Session::Dispatch() {
     Response response;
     try {
       response = self->impl_->router.load()->Handle(*request);
+    } catch (const std::bad_alloc&) {
+      // The request fails; the process and every other request go on.
+      std::fprintf(stderr, "http: handler for %s %s ran out of memory\n", request->method.c_str(),
+                   request->path.c_str());
+      response = JsonError(503, "out of memory: the server could not allocate for this request");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "http: handler for %s %s threw: %s\n", request->method.c_str(),
                    request->path.c_str(), e.what());

@@ -1,5 +1,6 @@
 #include "lua/lua_state.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -185,10 +186,8 @@ void* LuaState::Alloc(void* ud, void* ptr, size_t osize, size_t nsize) {
   }
   if (nsize > old && s->host_depth_ == 0) {
     if (s->fail_allocs_) return nullptr;  // a limit's raise (see Hook)
-    if (s->limits_.memory_bytes && s->mem_used_ + s->host_bytes_ - old + nsize > s->limits_.memory_bytes) {
-      if (s->hit_ == LimitHit::kNone) s->hit_ = LimitHit::kMemory;
+    if (!s->MayHold(s->mem_used_ + s->host_bytes_ - old + nsize))
       return nullptr;  // Lua raises "not enough memory"
-    }
   }
   void* p = std::realloc(ptr, nsize);
   if (!p) return nullptr;
@@ -232,12 +231,25 @@ void LuaState::Log(std::string_view line) const {
 }
 
 bool LuaState::ChargeHost(size_t bytes) {
-  if (limits_.memory_bytes && mem_used_ + host_bytes_ + bytes > limits_.memory_bytes) {
-    if (hit_ == LimitHit::kNone) hit_ = LimitHit::kMemory;
-    return false;
-  }
+  if (!MayHold(mem_used_ + host_bytes_ + bytes)) return false;
   host_bytes_ += bytes;
   return true;
+}
+
+bool LuaState::MayHold(size_t total) {
+  bool ok = !limits_.memory_bytes || total <= limits_.memory_bytes;
+  if (ok && limits_.take_memory && total > taken_) {
+    const size_t more = std::max(total - taken_, kTakeMemoryStep);
+    std::string refusal = limits_.take_memory(more);
+    if (refusal.empty()) {
+      taken_ += more;
+    } else {
+      ok = false;
+      if (account_refusal_.empty()) account_refusal_ = std::move(refusal);
+    }
+  }
+  if (!ok && hit_ == LimitHit::kNone) hit_ = LimitHit::kMemory;
+  return ok;
 }
 
 void LuaState::MarkHostThread(lua_State* L, int idx) {
@@ -275,6 +287,7 @@ std::string LuaState::LimitMessage() const {
     case LimitHit::kNone:
       return "";
     case LimitHit::kMemory:
+      if (!account_refusal_.empty()) return "memory limit: " + account_refusal_;
       std::snprintf(buf, sizeof buf, "memory limit: the script needed more than %zu MB (--lua-memory-mb)",
                     limits_.memory_bytes >> 20);
       return buf;
@@ -295,6 +308,7 @@ std::string LuaState::LimitMessage() const {
 void LuaState::ResetLimits() {
   hit_ = LimitHit::kNone;
   hit_message_[0] = 0;
+  account_refusal_.clear();
   instructions_ = 0;
   cpu_before_slice_ = 0;
   fail_allocs_ = false;

@@ -52,7 +52,15 @@ struct LuaLimits {
   size_t memory_bytes = size_t{256} << 20;  // 0 = no cap
   uint64_t max_instructions = 0;            // 0 = no cap
   double cpu_seconds = 10.0;                // Lua running time; 0 = no cap
+  // Where the heap and host bytes come from beyond what the state already
+  // holds (a server's memory budget), taken in steps of kTakeMemoryStep:
+  // returns "" when granted, else why not, which the memory limit's
+  // message then gives. Empty: memory_bytes alone.
+  std::function<std::string(size_t)> take_memory;
 };
+
+// What a state takes through LuaLimits::take_memory at a time.
+inline constexpr size_t kTakeMemoryStep = size_t{1} << 20;
 
 // Hook granularity: instructions between limit checks.
 inline constexpr int kHookEvery = 1000;
@@ -91,6 +99,9 @@ class LuaState {
   // sets) count against the memory cap as well. Returns false, and records
   // the memory limit as hit, when `bytes` more would exceed it.
   bool ChargeHost(size_t bytes);
+  // Whether heap and host bytes may grow to `total`: within memory_bytes and
+  // what the account gives. Records the memory limit as hit when not.
+  bool MayHold(size_t total);
   size_t host_bytes() const { return host_bytes_; }
 
   // Marks the thread at `idx` of L as run by the host: the script's
@@ -165,6 +176,9 @@ class LuaState {
   LuaLimits limits_;
   size_t mem_used_ = 0;
   size_t host_bytes_ = 0;
+  // Taken through limits_.take_memory so far, and why it refused more.
+  size_t taken_ = 0;
+  std::string account_refusal_;
   bool fail_allocs_ = false;     // set by Hook to raise a memory error
   int hook_every_ = kHookEvery;  // 1 once a limit is hit
   lua_State* running_ = nullptr; // the coroutine the host is resuming

@@ -16,6 +16,7 @@
 #include "http/json_body.h"
 #include "lua/driver.h"
 #include "lua/lua_state.h"
+#include "server/memory_budget.h"
 #include "server/runs_service.h"
 #include "server/work_pool.h"
 
@@ -31,10 +32,16 @@ struct Entry {
   std::shared_ptr<rt::Run> run;
   std::atomic<bool> interrupt{false};  // stops a program at its next instruction or wait
   double created_unix = 0;
+  // The run's draw on the memory budget, closed when it finishes; what it
+  // held then (kept_bytes) counts against the finished runs kept.
+  std::shared_ptr<RunAccount> account;
+  size_t kept_bytes = 0;
 
   std::mutex mu;                 // guards what follows; never held while calling into `run`
   std::string state = "queued";  // queued, running, done, failed, cancelled
   nlohmann::json result;         // programs: the return value; DAGs: {ref: value}
+  size_t result_bytes = 0;       // its JSON text's size
+  bool result_in_store = false;  // too large to keep: `result` is null, the store has it
   std::string error;
   double finished_unix = 0;
   std::vector<std::shared_ptr<http::EventStream>> watchers;  // GET .../events
@@ -70,6 +77,9 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   mutable std::mutex mu;
   std::map<std::string, std::shared_ptr<Entry>> entries;
   std::vector<std::string> finished_order;  // oldest first, for trimming
+  size_t finished_bytes = 0;                // kept_bytes of those
+  std::shared_ptr<MemoryBudget> budget;
+  bool has_store = false;
   std::atomic<bool> stopping{false};
   std::thread reaper;
   std::mutex reaper_mu;  // guards cancel_requests
@@ -84,17 +94,23 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
     return http::MaySee(r, options.keyed, owner);
   }
   void Register(const std::shared_ptr<Entry>& e);
-  // Starts a run (or resumes `resume_id`) and records `request` with it, so
-  // that a restarted server can resume it.
+  // A new run's account on the memory budget, holding `bytes` (what its
+  // submission is estimated to hold); null with *refusal set to 413 when
+  // that can never fit, or 429 while the caps are full.
+  std::shared_ptr<RunAccount> Admit(const std::string& client, size_t bytes,
+                                    http::Response* refusal);
+  // Starts a run (or resumes `resume_id`) drawing on `account` and records
+  // `request` with it, so that a restarted server can resume it.
   Result<std::shared_ptr<Entry>> Start(const std::string& kind, const std::string& name,
                                        const std::string& source, std::vector<std::string> args,
                                        const std::string& client, const nlohmann::json& request,
+                                       std::shared_ptr<RunAccount> account,
                                        const std::string& resume_id = "");
   // Sends an event to the run's watchers (and to its waiter when it streams).
   void Broadcast(Entry& e, const nlohmann::json& event);
   // Marks the run finished, tells everyone and closes their streams.
   void Complete(const std::shared_ptr<Entry>& e, std::string state, nlohmann::json result,
-                std::string error);
+                std::string error, std::string result_text = "");
   void CancelRun(const std::shared_ptr<Entry>& e);
   // CancelRun from the service's own thread, soon: for hooks that may run
   // with locks held.
@@ -104,9 +120,11 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   http::Response Answer(const std::shared_ptr<Entry>& e, bool detached, bool sse);
   nlohmann::json StatusJson(Entry& e, bool details);
 
-  // Records a finished program's or DAG's result in the store, for GET
-  // /v1/runs/{id} once the run is no longer in memory.
-  void RecordResult(Entry& e, const nlohmann::json& result);
+  // Records a finished program's or DAG's result (JSON text) in the store,
+  // for GET /v1/runs/{id} once the run is no longer in memory.
+  void RecordResult(Entry& e, const std::string& result_text);
+  // The run's result as kept, or read from the store when it was too large.
+  nlohmann::json ResultOf(Entry& e);
   void ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
                       std::vector<std::string> args);
   void ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan);

@@ -20,6 +20,15 @@ double UnixNow() {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// What a submission is estimated to hold once accepted, charged to the
+// memory budget up front: a Lua state and the source's copies; a DAG's
+// parsed body and its nodes in the runtime (measured: a 10,000-call chain
+// adds 165 MB to the server).
+size_t ProgramBytes(const std::string& source) { return (size_t{1} << 20) + 2 * source.size(); }
+size_t DagBytes(size_t body_bytes, size_t nodes) {
+  return 8 * body_bytes + nodes * (size_t{16} << 10);
+}
+
 // Reads an optional boolean field; InvalidArgument naming it otherwise.
 Result<bool> Bool(const json& body, const char* key, bool def) {
   auto it = body.find(key);
@@ -64,7 +73,30 @@ Result<std::string> NameOf(const json& body) {
 }
 
 RunsService::Impl::Impl(RunsOptions o)
-    : options(std::move(o)), pool(options.max_programs, options.max_queued) {}
+    : options(std::move(o)),
+      pool(options.max_programs, options.max_queued),
+      budget(std::make_shared<MemoryBudget>(options.memory_bytes, options.client_memory_bytes)) {
+  auto probe = options.runtime->StoredRuns(1);
+  has_store = probe.ok() || probe.status().code() != StatusCode::kUnsupported;
+}
+
+std::shared_ptr<RunAccount> RunsService::Impl::Admit(const std::string& client, size_t bytes,
+                                                     http::Response* refusal) {
+  if (!budget->CouldFit(bytes)) {
+    const size_t cap = budget->client_cap() ? budget->client_cap() : budget->global_cap();
+    *refusal = http::JsonError(
+        413, "memory budget: the submission would hold about " + Bytes(bytes) +
+                 ", more than a client's cap of " + Bytes(cap) +
+                 (budget->client_cap() ? " (--client-memory-mb)" : " (--memory-mb)"));
+    return nullptr;
+  }
+  auto account = budget->Open(client);
+  if (Status s = account->Take(bytes); !s.ok()) {
+    *refusal = ErrorResponse(s);
+    return nullptr;
+  }
+  return account;
+}
 
 std::shared_ptr<Entry> RunsService::Impl::Find(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu);
@@ -86,13 +118,14 @@ void RunsService::Impl::Register(const std::shared_ptr<Entry>& e) {
 Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
     const std::string& kind, const std::string& name, const std::string& source,
     std::vector<std::string> args, const std::string& client, const json& request,
-    const std::string& resume_id) {
+    std::shared_ptr<RunAccount> account, const std::string& resume_id) {
   rt::RunOptions ro;
   ro.program = "http:" + kind + (name.empty() ? "" : ":" + name);
   ro.program_hash = rt::ProgramHash(source);
   ro.args = std::move(args);
   ro.client = client;
   ro.resume_id = resume_id;
+  ro.memory = account;
   BRAID_ASSIGN_OR_RETURN(std::shared_ptr<rt::Run> run, options.runtime->StartRun(ro));
   // The request is recorded before the id goes back: a restarted server
   // finds what to resume in the store.
@@ -102,6 +135,7 @@ Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
   e->kind = kind;
   e->client = client;
   e->run = run;
+  e->account = std::move(account);
   e->created_unix = UnixNow();
   e->last_used_ms = SteadyMs();
   std::weak_ptr<Impl> self = weak_from_this();
@@ -141,26 +175,36 @@ void RunsService::Impl::Broadcast(Entry& e, const json& event) {
 }
 
 void RunsService::Impl::Complete(const std::shared_ptr<Entry>& e, std::string state, json result,
-                                 std::string error) {
+                                 std::string error, std::string result_text) {
+  if (result_text.empty()) result_text = Dump(result);
   std::vector<std::shared_ptr<http::EventStream>> watchers;
   std::shared_ptr<http::EventStream> waiter;
   bool sse = false;
-  json final_event;
+  std::string head;  // the final event up to its result: {"type":"run",...,"result":
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->Finished()) return;
     e->state = std::move(state);
-    e->result = std::move(result);
     e->error = std::move(error);
     e->finished_unix = UnixNow();
+    e->result_bytes = result_text.size();
+    // A large result stays in the store only (RecordResult put it there).
+    e->result_in_store =
+        has_store && !result.is_null() && result_text.size() > options.max_result_kept_bytes;
+    e->result = e->result_in_store ? json() : std::move(result);
     watchers.swap(e->watchers);
     waiter = std::move(e->waiter);
     sse = e->waiter_sse;
-    final_event = {{"type", "run"}, {"id", e->id}, {"state", e->state}, {"result", e->result}};
-    if (!e->error.empty()) final_event["error"] = e->error;
+    json start = {{"id", e->id}, {"state", e->state}};
+    if (!e->error.empty()) start["error"] = e->error;
+    head = Dump(start);
+    head.pop_back();
+    head += ",\"result\":";
   }
   e->run->Watch(nullptr);
-  const std::string chunk = http::SseEvent(Dump(final_event));
+  // The result's text is spliced in rather than copied into a JSON value.
+  const std::string event = "{\"type\":\"run\"," + head.substr(1) + result_text + "}";
+  const std::string chunk = http::SseEvent(event);
   for (auto& w : watchers) {
     w->Send(chunk);
     w->Close();
@@ -170,17 +214,29 @@ void RunsService::Impl::Complete(const std::shared_ptr<Entry>& e, std::string st
       waiter->Send(chunk);
       waiter->Send(http::SseEvent("[DONE]"));
     } else {
-      json j = final_event;
-      j.erase("type");
-      waiter->Send(Dump(j) + "\n");
+      waiter->Send(head + result_text + "}\n");
     }
     waiter->Close();
   }
-  // Keep the newest finished runs' status in memory; the store keeps all.
+  // Keep the newest finished runs' status in memory, within a count and a
+  // byte bound (what each run held at its peak); the store keeps all.
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->kept_bytes =
+        (e->account ? e->account->held() : 0) + (e->result_in_store ? 0 : e->result_bytes);
+  }
+  if (e->account) e->account->Close();
   std::lock_guard<std::mutex> lock(mu);
   finished_order.push_back(e->id);
-  while (finished_order.size() > options.max_finished_kept) {
-    entries.erase(finished_order.front());
+  finished_bytes += e->kept_bytes;
+  while (!finished_order.empty() && (finished_order.size() > options.max_finished_kept ||
+                                     (finished_bytes > options.max_finished_bytes &&
+                                      (has_store || finished_order.size() > 1)))) {
+    auto it = entries.find(finished_order.front());
+    if (it != entries.end()) {
+      finished_bytes -= std::min(finished_bytes, it->second->kept_bytes);
+      entries.erase(it);
+    }
     finished_order.erase(finished_order.begin());
   }
 }
@@ -252,14 +308,40 @@ bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<v
       e->state = "running";
     }
     impl->Broadcast(*e, {{"type", "run"}, {"id", e->id}, {"state", "running"}});
-    job();
+    // Memory the budget did not foresee running out fails this run, not
+    // the process.
+    std::string failure;
+    try {
+      job();
+    } catch (const std::bad_alloc&) {
+      failure = "out of memory: the server could not allocate what the run needed";
+    } catch (const std::exception& x) {
+      failure = std::string("internal error: ") + x.what();
+    }
+    if (!failure.empty()) {
+      std::fprintf(stderr, "braid serve: run %s: %s\n", e->id.c_str(), failure.c_str());
+      e->run->Cancel();
+      e->run->Finish(Status::Internal(failure));
+      impl->Complete(e, "failed", nullptr, failure);
+    }
   });
 }
 
-void RunsService::Impl::RecordResult(Entry& e, const json& result) {
+void RunsService::Impl::RecordResult(Entry& e, const std::string& result_text) {
   // Before the run is finished in the store: a run the store holds as done
   // has its result there, whenever the server is killed.
-  (void)e.run->Replayable(std::string(kResultKey), Dump(result));
+  (void)e.run->Replayable(std::string(kResultKey), result_text);
+}
+
+json RunsService::Impl::ResultOf(Entry& e) {
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (!e.result_in_store) return e.result;
+  }
+  auto stored = options.runtime->StoredValue(e.id, std::string(kResultKey));
+  if (!stored.ok() || !*stored) return nullptr;
+  json value = json::parse(**stored, nullptr, false);
+  return value.is_discarded() ? json() : value;
 }
 
 void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::string source,
@@ -267,6 +349,7 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
   lua::DriverOptions d;
   d.limits = options.lua_limits;
   d.interrupt = &e->interrupt;
+  d.limits.take_memory = TakeMemory(e->account);
   d.script_dir.clear();  // a submitted program reads no files
   Entry* raw = e.get();
   d.log = [this, raw](std::string_view line) {
@@ -283,15 +366,24 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
     Complete(e, cancelled ? "cancelled" : "failed", nullptr, result.status().message());
     return;
   }
+  // The result as a JSON value and as text: charged before they are made.
+  if (Status s = e->account->Take(2 * result->text.size()); !s.ok()) {
+    e->run->Finish(s);
+    Complete(e, "failed", nullptr, "the program's result: " + s.message());
+    return;
+  }
   json value;
   if (result->kind == lua::ProgramResult::Kind::kString) {
-    value = result->text;
+    value = std::move(result->text);
   } else if (result->kind == lua::ProgramResult::Kind::kJson) {
     value = json::parse(result->text, nullptr, false);
   }
-  RecordResult(*e, value);
+  result->text.clear();
+  result->text.shrink_to_fit();
+  std::string text = Dump(value);
+  RecordResult(*e, text);
   e->run->Finish(Status::Ok());
-  Complete(e, "done", std::move(value), "");
+  Complete(e, "done", std::move(value), "", std::move(text));
 }
 
 void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan) {
@@ -323,7 +415,8 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
     }
   }
   e->run->Cancel();
-  RecordResult(*e, result);
+  std::string text = Dump(result);
+  RecordResult(*e, text);
   const Status st = error.empty() ? Status::Ok()
                     : cancelled   ? Status::Cancelled(error)
                                   : Status::InvalidArgument(error);
@@ -332,7 +425,7 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
            error.empty() ? "done"
            : cancelled   ? "cancelled"
                          : "failed",
-           std::move(result), error);
+           std::move(result), error, std::move(text));
 }
 
 http::Response RunsService::Impl::PostProgram(const http::Request& r) {
@@ -364,8 +457,11 @@ http::Response RunsService::Impl::PostProgram(const http::Request& r) {
   auto name = NameOf(*body);
   if (!name.ok()) return ErrorResponse(name.status());
   if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
+  http::Response refusal;
+  auto account = Admit(r.client, ProgramBytes(source), &refusal);
+  if (!account) return refusal;
   json record = {{"kind", "program"}, {"source", source}, {"args", args}, {"name", *name}};
-  auto e = Start("program", *name, source, args, r.client, record);
+  auto e = Start("program", *name, source, args, r.client, record, std::move(account));
   if (!e.ok()) return ErrorResponse(e.status());
   http::Response answer = Answer(*e, *detached, *sse);
   std::weak_ptr<Impl> self = weak_from_this();
@@ -393,8 +489,11 @@ http::Response RunsService::Impl::PostDag(const http::Request& r) {
   // server resumes the run under the same one.
   auto name = NameOf(body);
   if (!name.ok()) return ErrorResponse(name.status());
+  http::Response refusal;
+  auto account = Admit(r.client, DagBytes(r.body.size(), plan->nodes.size()), &refusal);
+  if (!account) return refusal;
   json record = {{"kind", "dag"}, {"dag", r.body}, {"name", *name}};
-  auto e = Start("dag", *name, r.body, {}, r.client, record);
+  auto e = Start("dag", *name, r.body, {}, r.client, record, std::move(account));
   if (!e.ok()) return ErrorResponse(e.status());
   http::Response answer = Answer(*e, *detached, *sse);
   std::weak_ptr<Impl> self = weak_from_this();
@@ -410,15 +509,21 @@ http::Response RunsService::Impl::PostDag(const http::Request& r) {
 
 json RunsService::Impl::StatusJson(Entry& e, bool details) {
   json j;
+  bool in_store = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     j = {{"id", e.id},         {"kind", e.kind},         {"state", e.state},
          {"client", e.client}, {"detached", e.detached}, {"created_unix", e.created_unix}};
     if (e.finished_unix > 0) j["finished_unix"] = e.finished_unix;
-    if (e.Finished()) j["result"] = e.result;
+    in_store = e.result_in_store;
+    if (e.Finished() && !in_store) j["result"] = e.result;
+    if (in_store) j["result_bytes"] = e.result_bytes;
     if (!e.error.empty()) j["error"] = e.error;
   }
+  // A list leaves a large result out (result_bytes says how large); the
+  // run's own status reads it from the store.
   if (!details) return j;
+  if (in_store) j["result"] = ResultOf(e);
   j["nodes"] = report::NodesJson(*e.run);
   json vars = json::array();
   for (const rt::VarInfo& v : e.run->Vars()) {
@@ -672,8 +777,17 @@ Result<int> RunsService::ResumeInterrupted() {
     }
     // The run goes on for the client it belongs to (the store keeps the
     // owner), in the engines' accounting and for who may see it.
-    auto e =
-        impl_->Start(kind.empty() ? "session" : kind, name, source, args, rec.owner, req, rec.id);
+    // A resumed run draws on the same budget as a new one.
+    const size_t bytes = kind == "program" ? ProgramBytes(source) : DagBytes(source.size(), 0);
+    http::Response refusal;
+    auto account = impl_->Admit(rec.owner, bytes, &refusal);
+    if (!account) {
+      std::fprintf(stderr, "braid serve: not resuming run %s: %s\n", rec.id.c_str(),
+                   refusal.body.c_str());
+      continue;
+    }
+    auto e = impl_->Start(kind.empty() ? "session" : kind, name, source, args, rec.owner, req,
+                          std::move(account), rec.id);
     if (!e.ok()) {
       std::fprintf(stderr, "braid serve: cannot resume run %s: %s\n", rec.id.c_str(),
                    e.status().message().c_str());

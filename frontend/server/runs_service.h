@@ -41,6 +41,18 @@ struct RunsOptions {
   // owner), and only that client and admin keys see it; others get 404, as
   // for an id that does not exist. false: every request sees every run.
   bool keyed = false;
+  // Memory (docs/http-api.md, "Memory"): caps on the bytes live runs hold,
+  // for the server and per client (0: none). A submission is charged what
+  // it is estimated to hold when accepted (413 when that can never fit,
+  // 429 while the caps are full); the run's Lua heap, the values it builds
+  // and its result are charged as they grow, and a run refused more fails
+  // naming the cap.
+  size_t memory_bytes = 0;
+  size_t client_memory_bytes = 0;
+  // Finished runs kept in memory for status also hold at most this much;
+  // a result larger than max_result_kept_bytes is read from the store.
+  size_t max_finished_bytes = size_t{64} << 20;
+  size_t max_result_kept_bytes = size_t{64} << 10;
 };
 
 class RunsService {

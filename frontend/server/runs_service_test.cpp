@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -24,7 +25,8 @@ using rt::testing::MemoryStore;
 constexpr auto kHang = std::chrono::seconds(60);
 
 struct Fixture {
-  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>())
+  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>(),
+                   const std::function<void(RunsOptions&)>& tweak = {})
       : store(std::move(s)) {
     rt::RuntimeOptions ro;
     ro.engines = {&engine};
@@ -34,6 +36,7 @@ struct Fixture {
     o.runtime = runtime.get();
     o.max_programs = 2;
     o.max_queued = 4;
+    if (tweak) tweak(o);
     service = std::make_unique<RunsService>(o);
     service->AddRoutes(&router);
   }
@@ -49,9 +52,18 @@ struct Fixture {
     r.path = path;
     r.target = path;
     r.query = std::move(query);
-    r.client = "tester";
+    r.client = client;
     if (!body.is_null()) r.body = body.dump();
     return router.Handle(r);
+  }
+  // As Call, made by `who`.
+  http::Response CallAs(const std::string& who, const std::string& method, const std::string& path,
+                        const json& body = {}) {
+    const std::string was = client;
+    client = who;
+    http::Response r = Call(method, path, body);
+    client = was;
+    return r;
   }
   // Polls the run until it leaves queued/running (or kHang passes).
   json WaitRun(const std::string& id) {
@@ -74,6 +86,7 @@ struct Fixture {
     return true;
   }
 
+  std::string client = "tester";
   std::shared_ptr<MemoryStore> store;
   FakeEngine engine;
   std::unique_ptr<rt::Runtime> runtime;
@@ -402,6 +415,86 @@ TEST_CASE("a named DAG resumes under its name; a finished run's result outlives 
   http::Response r = g.Call("POST", "/v1/sessions", {{"name", 1}});
   CHECK(r.status == 400);
   CHECK(r.body.find("name: must be a string") != std::string::npos);
+}
+
+TEST_CASE("memory budget: 413 for what can never fit, 429 while full, named; ends give back") {
+  Fixture f(std::make_shared<MemoryStore>(), [](RunsOptions& o) {
+    o.memory_bytes = size_t{4} << 20;
+    o.client_memory_bytes = size_t{3} << 20;
+  });
+  // A program is charged 1 MB and twice its source: 3.2 MB is over the cap.
+  const std::string big = "-- " + std::string(1100 << 10, 'x') + "\nreturn 1";
+  http::Response r = f.Call("POST", "/v1/programs", {{"source", big}, {"detached", true}});
+  CHECK(r.status == 413);
+  CHECK(r.body.find("memory budget") != std::string::npos);
+  CHECK(r.body.find("--client-memory-mb") != std::string::npos);
+  // A DAG is charged 16 KB a node besides its body: 200 calls are 3.2 MB.
+  json dag = {{"functions", {{"f", {{"template", "{{x}}{{gen out max_tokens=1}}"}}}}},
+              {"calls", json::array()},
+              {"outputs", {"c0.out"}},
+              {"detached", true}};
+  for (int i = 0; i < 200; ++i)
+    dag["calls"].push_back(
+        {{"id", "c" + std::to_string(i)}, {"function", "f"}, {"inputs", {{"x", "hi"}}}});
+  r = f.Call("POST", "/v1/dags", dag);
+  CHECK(r.status == 413);
+  CHECK(r.body.find("memory budget") != std::string::npos);
+  // Sessions hold 1 MB each while they live: the fourth is over the client's
+  // cap (429, retry later); another client then has only the server's last
+  // megabyte.
+  std::vector<std::string> sessions;
+  for (int i = 0; i < 3; ++i) {
+    r = f.Call("POST", "/v1/sessions", json::object());
+    REQUIRE(r.status == 201);
+    sessions.push_back(json::parse(r.body)["id"]);
+  }
+  r = f.Call("POST", "/v1/sessions", json::object());
+  CHECK(r.status == 429);
+  CHECK(r.body.find("client 'tester' holds 3 MB") != std::string::npos);
+  CHECK(f.CallAs("other", "POST", "/v1/sessions", json::object()).status == 201);
+  r = f.CallAs("other", "POST", "/v1/sessions", json::object());
+  CHECK(r.status == 429);
+  CHECK(r.body.find("--memory-mb") != std::string::npos);
+  // An ended session gives its megabyte back.
+  CHECK(f.Call("DELETE", "/v1/sessions/" + sessions[0]).status == 200);
+  CHECK(f.Call("POST", "/v1/sessions", json::object()).status == 201);
+}
+
+TEST_CASE("memory budget: a program that grows past it fails naming the cap") {
+  Fixture f(std::make_shared<MemoryStore>(), [](RunsOptions& o) {
+    o.memory_bytes = size_t{64} << 20;
+    o.client_memory_bytes = size_t{16} << 20;
+  });
+  http::Response r = f.Call(
+      "POST", "/v1/programs",
+      {{"source", "local t = {} for i = 1, 64 do t[i] = string.rep(tostring(i), 1 << 20) end"},
+       {"detached", true}});
+  REQUIRE(r.status == 202);
+  json run = f.WaitRun(json::parse(r.body)["id"]);
+  CHECK(run["state"] == "failed");
+  CHECK(run["error"].get<std::string>().find("memory budget: client 'tester' holds") !=
+        std::string::npos);
+  // Its memory went back: the same client runs again.
+  r = f.Call("POST", "/v1/programs", {{"source", "return 'fine'"}, {"detached", true}});
+  REQUIRE(r.status == 202);
+  CHECK(f.WaitRun(json::parse(r.body)["id"])["result"] == "fine");
+}
+
+TEST_CASE("a large result stays in the store: lists give its size, the run gives it whole") {
+  Fixture f(std::make_shared<MemoryStore>(),
+            [](RunsOptions& o) { o.max_result_kept_bytes = 1000; });
+  http::Response r = f.Call("POST", "/v1/programs",
+                            {{"source", "return string.rep('y', 5000)"}, {"detached", true}});
+  REQUIRE(r.status == 202);
+  const std::string id = json::parse(r.body)["id"];
+  json run = f.WaitRun(id);
+  CHECK(run["state"] == "done");
+  CHECK(run["result"] == std::string(5000, 'y'));
+  json list = json::parse(f.Call("GET", "/v1/runs").body)["runs"];
+  REQUIRE(list.size() >= 1);
+  CHECK(list[0]["id"] == id);
+  CHECK(!list[0].contains("result"));
+  CHECK(list[0]["result_bytes"] == 5002);  // the JSON string, quotes included
 }
 
 }  // namespace

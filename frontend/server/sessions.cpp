@@ -98,6 +98,10 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
     if ((*e)->Finished())
       return http::JsonError(409, "session '" + p.at("id") + "' is " + (*e)->state);
     (*e)->last_used_ms = SteadyMs();
+    // What a request adds to the session (functions, values, calls) is
+    // held until it ends: charged at about its body's size.
+    if (r.method != "GET" && (*e)->account)
+      if (Status s = (*e)->account->Take(r.body.size()); !s.ok()) return ErrorResponse(s);
     return std::nullopt;
   };
   auto body_of = [weak](const http::Request& r) -> Result<json> {
@@ -115,8 +119,11 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
     if (!b.ok()) return ErrorResponse(b.status());
     auto name = NameOf(*b);
     if (!name.ok()) return ErrorResponse(name.status());
-    auto e =
-        impl->Start("session", *name, "", {}, r.client, {{"kind", "session"}, {"name", *name}});
+    http::Response refusal;
+    auto account = impl->Admit(r.client, size_t{1} << 20, &refusal);
+    if (!account) return refusal;
+    auto e = impl->Start("session", *name, "", {}, r.client, {{"kind", "session"}, {"name", *name}},
+                         std::move(account));
     if (!e.ok()) return ErrorResponse(e.status());
     {
       std::lock_guard<std::mutex> lock((*e)->mu);
@@ -399,9 +406,10 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
     if (impl && !impl->stopping) {
       std::unique_lock<std::timed_mutex> lock(e->build_mu);
       if (!e->driver) {
-        e->lua = lua::LuaState::Create(impl->options.lua_limits);
         lua::DriverOptions d;
         d.limits = impl->options.lua_limits;
+        d.limits.take_memory = TakeMemory(e->account);
+        e->lua = lua::LuaState::Create(d.limits);
         d.interrupt = &e->eval_interrupt;
         d.script_dir.clear();  // as for programs: no file access
         Entry* raw = e.get();

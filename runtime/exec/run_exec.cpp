@@ -422,6 +422,10 @@ void RunImpl::RunJoin(NodeId n) {
                     std::to_string(options_.max_value_bytes) + " (RunOptions::max_value_bytes)");
     return;
   }
+  if (options_.memory) {
+    if (Status s = options_.memory->Take(bytes); !s.ok())
+      return FailNode(n, "join: " + s.message());
+  }
   std::string out;
   out.reserve(bytes);
   for (size_t i = 0; i < node.parts.size(); ++i) {
@@ -441,6 +445,11 @@ void RunImpl::CompleteNode(NodeId n) {
   DagNode& node = dag_.node(n);
   if (node.Finished()) return;
   Exec& ex = exec_[n];
+  if (options_.memory) {
+    size_t bytes = 0;
+    for (const auto& [_, value] : ex.values) bytes += value.size();
+    if (Status s = options_.memory->Take(bytes); !s.ok()) return FailNode(n, s.message());
+  }
   if (ctx_->store) {
     StoredCall call;
     call.key = CallKeyString(node);

@@ -24,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/status.h"
+#include "runtime/memory_account.h"
 #include "runtime/placement.h"
 
 namespace braid::rt {
@@ -193,6 +194,10 @@ struct RunOptions {
   // rendered prompt); a node that would build a larger one fails, naming
   // both sizes, instead of growing without bound.
   size_t max_value_bytes = size_t{64} << 20;
+  // Where the bytes of the values the run builds (joins, generated outputs)
+  // come from; a node whose value the account refuses fails, naming the
+  // cap. Null: no budget beyond max_value_bytes.
+  std::shared_ptr<MemoryAccount> memory;
 };
 
 // A digest of a program's source for RunOptions::program_hash: FNV-1a 64 of
