@@ -386,6 +386,37 @@ return table.concat(braid.get_all(vs, { criteria = "latency" }), ",")
   CHECK(run2.wants[0].second.criteria == rt::Criteria::kLatency);
 }
 
+TEST_CASE("get_all keeps a table's keys and places a failure at the caller's line") {
+  FakeRun run;
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local got = braid.get_all({ first = f{ x = "1" }.y, second = f{ x = "2" }.y })
+return got.first .. "," .. got.second
+)lua");
+  CHECK(Text(r) == "y[1],y[2]");
+  CHECK(run.wait_calls == 1);  // wanted together
+
+  FakeRun run2;
+  auto e = RunLua(run2, R"lua(
+local bad = braid.fn { name = "fail", prompt = "{{x}} {{gen y}}" }
+local got = braid.get_all({ ok = "text" })
+)lua");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().rfind("app.lua:3: braid.get_all: item 'ok' is not a braid variable",
+                                   0) == 0);
+
+  FakeRun run3;
+  auto f = RunLua(run3, R"lua(
+local bad = braid.fn { name = "fail", prompt = "{{x}} {{gen y}}" }
+local vs = { bad{ x = "1" }.y }
+local got = braid.get_all(vs)
+return got
+)lua");
+  REQUIRE_FALSE(f.ok());
+  CHECK_MESSAGE(f.status().message().rfind("app.lua:4: ", 0) == 0, f.status().message());
+  CHECK(f.status().message().find("boom from the engine") != std::string::npos);
+}
+
 TEST_CASE("interrupt stops a program") {
   std::atomic<bool> flag{true};
   DriverOptions o;

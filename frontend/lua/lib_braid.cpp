@@ -829,17 +829,30 @@ local function resolve(v)
   return walk(v, 0, {}, function(x) return x:get() end)
 end
 
--- braid.get_all(list, opts): every variable wanted first, then the values.
-braid.get_all = function(list, opts)
-  if type(list) ~= "table" then error("braid.get_all: expected a list of variables", 2) end
+-- braid.get_all(vars, opts): every variable wanted first, then the values.
+-- A list gives the list of values; a table with keys, the same keys. An
+-- error (a variable that failed) is placed at the caller's line.
+local function item_name(k)
+  if type(k) == "string" then return "'" .. k .. "'" end
+  return tostring(k)
+end
+braid.get_all = function(vars, opts)
+  if type(vars) ~= "table" then error("braid.get_all: expected a table of variables", 2) end
   local latency = opts ~= nil and opts.criteria == "latency"
   local deadline = opts ~= nil and opts.deadline_ms or nil
-  for i = 1, #list do
-    if not is_var(list[i]) then error("braid.get_all: item " .. i .. " is not a braid variable", 2) end
-    want(list[i], latency, deadline)
+  for k, v in pairs(vars) do
+    if not is_var(v) then error("braid.get_all: item " .. item_name(k) .. " is not a braid variable", 2) end
+    want(v, latency, deadline)
   end
   local out = {}
-  for i = 1, #list do out[i] = list[i]:get(opts) end
+  for k, v in pairs(vars) do
+    local ok, value = pcall(v.get, v, opts)
+    if not ok then
+      if type(value) == "string" then value = value:gsub("^%[braid%]:%d+: ", "") end
+      error(value, 2)
+    end
+    out[k] = value
+  end
   return out
 end
 
