@@ -6,7 +6,9 @@
 #   - a call made after reading a value has a read-before edge to it;
 #   - work left when main returns is finished (--on-return wait) or named in
 #     a warning (--on-return cancel);
-#   - a missed deadline is reported, and --strict-deadlines exits 3.
+#   - a missed deadline is reported, and --strict-deadlines exits 3;
+#   - run bookkeeping: a syntax error records no run (and loads no model), an
+#     error prints the resume hint, a Ctrl-C'd run reads "interrupted".
 # Usage: run_semantics.sh BRAID_BINARY MODEL_PATH
 set -u
 braid=$1
@@ -80,6 +82,48 @@ assert n['deadline_met'] is False and n['deadline_ms'] > 0 and 'slack_ms' in n, 
   echo "FAIL: --strict-deadlines: rc $rc, $(cat "$tmp/err")"; fail=1
 else
   echo "ok   missed deadline: $(grep -o 'missed its deadline.*' "$tmp/err" | head -n 1); exit 3"
+fi
+
+db="$tmp/runs.db"
+printf 'local x = = 1\n' >"$tmp/syntax.lua"
+"$braid" run -m /nonexistent.gguf --db "$db" "$tmp/syntax.lua" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+runs=$("$braid" runs --db "$db" --json 2>/dev/null | python3 -c "import json,sys; print(len(json.load(sys.stdin)))" 2>/dev/null || echo 0)
+if [ $rc != 1 ] || ! grep -q "syntax.lua:1: unexpected symbol near '='" "$tmp/err" || [ "$runs" != 0 ]; then
+  echo "FAIL: a syntax error: rc $rc, $runs runs recorded, $(cat "$tmp/err")"; fail=1
+else
+  echo "ok   a syntax error fails before the model loads; no run recorded"
+fi
+cat >"$tmp/error.lua" <<'LUA'
+local f = braid.fn [[Say {{x}}: {{gen y max_tokens=2}}]]
+local a = f{ x = "hi" }.y:get()
+error("after the call")
+LUA
+"$braid" run -m "$model" -t "${BRAID_TEST_THREADS:-2}" --db "$db" -q "$tmp/error.lua" >"$tmp/out" 2>"$tmp/err"
+if ! grep -q "resume with: braid run --resume run-" "$tmp/err"; then
+  echo "FAIL: no resume hint after an error: $(cat "$tmp/err")"; fail=1
+else
+  echo "ok   an error prints the resume hint"
+fi
+cat >"$tmp/long.lua" <<'LUA'
+local f = braid.fn [[Count: {{gen y max_tokens=3000}}]]
+braid.log("started")
+return f{}.y:get()
+LUA
+"$braid" run -m "$model" -t "${BRAID_TEST_THREADS:-2}" --db "$db" "$tmp/long.lua" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+deadline=$(($(date +%s) + 120))
+while ! grep -q 'started' "$tmp/err" && kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+  sleep 0.1
+done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+state=$("$braid" runs --db "$db" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['state'])")
+if [ $rc != 130 ] || [ "$state" != interrupted ]; then
+  echo "FAIL: Ctrl-C: rc $rc, braid runs says '$state'"; fail=1
+else
+  echo "ok   a Ctrl-C'd run reads interrupted"
 fi
 
 [ $fail = 0 ] && echo "run semantics: ok"

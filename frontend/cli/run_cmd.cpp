@@ -153,6 +153,12 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: script: %s\n", s.message().c_str());
     return 2;
   }
+  // A program that does not compile fails before the model loads and
+  // before a run is recorded.
+  if (Status s = lua::CheckSyntax(script, source, dopts.limits); !s.ok()) {
+    std::fprintf(stderr, "braid: %s\n", s.message().c_str());
+    return 1;
+  }
   if (!resume.empty() && db.empty()) {
     std::fprintf(stderr, "braid run: --resume needs the run store (--db)\n");
     return 2;
@@ -208,7 +214,10 @@ int RunMain(const std::vector<std::string>& argv) {
   std::signal(SIGINT, old_handler);
   run->Cancel();  // nodes nobody waits for any more (abandoned coroutines, errors)
   view->Stop();
-  run->Finish(result.ok() ? Status::Ok() : result.status());
+  // Interrupted (Ctrl-C): the run stays unfinished in the store, where it
+  // reads "interrupted" and resumes.
+  const bool interrupted = !result.ok() && result.status().code() == StatusCode::kCancelled;
+  if (!interrupted) run->Finish(result.ok() ? Status::Ok() : result.status());
   if (!graph.empty()) WriteGraph(*run, graph);
   if (const std::string spec = stack->SpecSummary(); !spec.empty() && !quiet)
     std::fprintf(stderr, "braid: %s\n", spec.c_str());
@@ -235,7 +244,9 @@ int RunMain(const std::vector<std::string>& argv) {
       out["error"] = result.status().message();
       print_json(std::move(out));
     }
-    if (!db.empty() && result.status().code() == StatusCode::kCancelled)
+    // After an interrupt or an error alike: a resume replays the calls
+    // that finished (the script may be fixed in between).
+    if (!db.empty())
       std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run->id().c_str(), script.c_str());
     return result.status().code() == StatusCode::kCancelled ? 130 : 1;
   }

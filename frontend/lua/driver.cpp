@@ -177,6 +177,14 @@ Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname, con
   return driver.Execute(chunkname, source, args);
 }
 
+Status CheckSyntax(const std::string& chunkname, const std::string& source,
+                   const LuaLimits& limits) {
+  std::unique_ptr<LuaState> state = LuaState::Create(limits);
+  if (!state) return Status::ResourceExhausted("cannot create a Lua state");
+  if (state->LoadText(source, chunkname)) return Status::Ok();
+  return Status::InvalidArgument(ErrorText(state->L()));
+}
+
 Driver::Driver(rt::Run& run, LuaState& state, const DriverOptions& options)
     : run_(run), state_(state), options_(options) {
   *static_cast<Driver**>(lua_getextraspace(state_.L())) = this;

@@ -82,6 +82,12 @@ Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname,
                                  const std::vector<std::string>& args,
                                  const DriverOptions& options);
 
+// Compiles `source` without running it: InvalidArgument with the message
+// RunProgram would give ("FILE:LINE: ...") for a syntax error, before a run
+// is recorded or a model loaded.
+Status CheckSyntax(const std::string& chunkname, const std::string& source,
+                   const LuaLimits& limits);
+
 // ---- the driver as seen by the braid module (lib_braid.cpp) ----------------
 // Everything below is called on the Lua thread from inside host sections.
 
