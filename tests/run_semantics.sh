@@ -96,14 +96,20 @@ else
 fi
 cat >"$tmp/error.lua" <<'LUA'
 local f = braid.fn [[Say {{x}}: {{gen y max_tokens=2}}]]
-local a = f{ x = "hi" }.y:get()
-error("after the call")
+local a = f{ x = "hi" }.y
+local b = f{ x = "ho" }.y
+local both = braid.join({ a, b }, " "):get()
+error("after the calls")
 LUA
-"$braid" run -m "$model" -t "${BRAID_TEST_THREADS:-2}" --db "$db" -q "$tmp/error.lua" >"$tmp/out" 2>"$tmp/err"
+"$braid" run -m "$model" -t "${BRAID_TEST_THREADS:-2}" --db "$db" "$tmp/error.lua" >"$tmp/out" 2>"$tmp/err"
+id=$(grep -o 'braid: run run-[^ ]*' "$tmp/err" | head -n 1 | cut -d' ' -f3)
+stored=$("$braid" runs --db "$db" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['nodes_done'])")
 if ! grep -q "resume with: braid run --resume run-" "$tmp/err"; then
   echo "FAIL: no resume hint after an error: $(cat "$tmp/err")"; fail=1
+elif ! grep -q "run $id: 2 calls and 1 other node (joins, host values)" "$tmp/err" || [ "$stored" != 2 ]; then
+  echo "FAIL: the summary's calls and braid runs' ($stored) differ: $(grep "^run " "$tmp/err")"; fail=1
 else
-  echo "ok   an error prints the resume hint"
+  echo "ok   an error prints the resume hint; the summary counts calls as braid runs does"
 fi
 cat >"$tmp/long.lua" <<'LUA'
 local f = braid.fn [[Count: {{gen y max_tokens=3000}}]]

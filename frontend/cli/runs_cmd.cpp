@@ -146,7 +146,8 @@ int Show(const std::string& db, const std::string& id, bool json) {
               static_cast<long long>(r->generated_tokens));
   if (!r->error.empty()) std::printf("  error: %s\n", r->error.c_str());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    std::printf("#%zu %s\n", i + 1, nodes[i].function.c_str());
+    // "call N", not "#N": the live view's #N is a node id, joins included.
+    std::printf("call %zu: %s\n", i + 1, nodes[i].function.c_str());
     for (const auto& [name, value] : nodes[i].outputs)
       std::printf("  %s = %s\n", name.c_str(), Clip(value, 200).c_str());
   }

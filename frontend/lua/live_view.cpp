@@ -135,8 +135,15 @@ void LiveView::Render(bool final) {
       std::fprintf(stderr, "\n");
     }
     if (final) {
-      std::fprintf(stderr, "run %s: %zu nodes (%d failed), %d tokens generated, %.1f s\n", run_.id().c_str(),
-                   nodes.size(), failed, tokens, secs);
+      // Calls counted apart from joins and host values, as braid runs
+      // counts the calls it recorded.
+      size_t calls = 0;
+      for (const auto& n : nodes) calls += n.label != "join" && n.label != "host";
+      std::fprintf(stderr, "run %s: %zu call%s", run_.id().c_str(), calls, calls == 1 ? "" : "s");
+      if (calls < nodes.size())
+        std::fprintf(stderr, " and %zu other node%s (joins, host values)", nodes.size() - calls,
+                     nodes.size() - calls == 1 ? "" : "s");
+      std::fprintf(stderr, " (%d failed), %d tokens generated, %.1f s\n", failed, tokens, secs);
     } else if (secs - last_heartbeat_ >= options_.heartbeat_s) {
       // A sign of life in logs: long calls may finish nothing for minutes.
       last_heartbeat_ = secs;
