@@ -553,6 +553,7 @@ NodeInfo RunImpl::InfoLocked(const DagNode& n) const {
       info.decode_tokens_per_s = (info.generated_tokens - 1) * 1000.0 / (until - n.first_token_ms);
   }
   info.error = n.error;
+  info.warning = n.warning;
   return info;
 }
 

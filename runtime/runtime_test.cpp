@@ -905,3 +905,24 @@ TEST_CASE("run: a sharer arriving while its prefix is in prefill waits for it") 
   CHECK(subs[1].pins_active == 1);
   run->Finish(Status::Ok());
 }
+
+TEST_CASE("run: min_tokens reaches the engine; a gen a stop string emptied is warned about") {
+  Fixture fx;
+  fx.engine.respond = [](const std::string&) { return std::string(); };  // stopped at once
+  auto run = fx.Start();
+  auto fn = Fn("sum", "Summary:{{gen s stop=\"\\n\" max_tokens=8}}");
+  auto outs = run->Call(*fn, {}, {"main", 0});
+  REQUIRE(outs.ok());
+  REQUIRE(run->Want(outs->at("s"), {}).ok());
+  REQUIRE(WaitFor(*run, outs->at("s")) == VarState::kReady);
+  CHECK(run->Nodes()[0].warning.find("gen 's' ended at its first token on a stop string") == 0);
+  CHECK(fx.engine.submitted().back().request.sampling.min_tokens == 0);
+
+  auto fixed = Fn("sum2", "Summary:{{gen s stop=\"\\n\" max_tokens=8 min_tokens=1}}");
+  outs = run->Call(*fixed, {}, {"main", 1});
+  REQUIRE(outs.ok());
+  REQUIRE(run->Want(outs->at("s"), {}).ok());
+  REQUIRE(WaitFor(*run, outs->at("s")) == VarState::kReady);
+  CHECK(run->Nodes()[1].warning.empty());
+  CHECK(fx.engine.submitted().back().request.sampling.min_tokens == 1);
+}

@@ -50,6 +50,8 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   Sampler sampler(params);
   TextStream decoder(model);
   StopMatcher stops(params.stop);
+  const std::vector<int32_t> eog_ids =
+      params.min_tokens > 0 ? EndOfGenerationIds(model) : std::vector<int32_t>();
   std::unique_ptr<spec::Proposer> proposer;
   DraftProposer* draft_proposer = nullptr;  // proposer, when it is a draft model's
   const bool costly = spec.kind == SpecOptions::Kind::kDraft;
@@ -90,6 +92,7 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
       // same random stream), so the output is the same with or without
       // guesses; for a deterministic guess this is the rejection rule itself
       // (kept with its probability, else a draw from the rest).
+      if (static_cast<int>(r.tokens.size()) < params.min_tokens) MaskEnds(row, eog_ids, params);
       const int32_t id = sampler.Sample(row, history);
       const bool guessed = j < drafts.size() && id == drafts[j];
       const bool eog = !params.ignore_eos && model.IsEndOfGeneration(id);
@@ -102,7 +105,10 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
       }
       r.tokens.push_back(id);
       history.push_back(id);
-      emit(stops.Push(decoder.Push(id), &stop_string_hit));
+      // Stop strings are looked for from the token after min_tokens on.
+      emit(static_cast<int>(r.tokens.size()) <= params.min_tokens
+               ? decoder.Push(id)
+               : stops.Push(decoder.Push(id), &stop_string_hit));
       if (stop_string_hit || !keep_going) {
         r.finish_reason = "stop";
         done = true;

@@ -155,7 +155,10 @@ class Request final : public RequestHandle {
       result_.logprobs.push_back(*lp);
     }
     bool hit = false;
-    if (decoder_) d.text = stops_.Push(decoder_->Push(id), &hit);
+    // Stop strings are looked for from the token after min_tokens on.
+    if (decoder_)
+      d.text = seq_.generated() <= sp.min_tokens ? decoder_->Push(id)
+                                                 : stops_.Push(decoder_->Push(id), &hit);
     result_.text += d.text;
     Emit(std::move(d));
     if (hit) {
@@ -450,7 +453,8 @@ class ServingEngine final : public Engine {
         cache_(pool_, o.block_size),
         scheduler_(SchedulerConfigOf(o), pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens),
-        step_cost_(model_->backend().max_chunk()) {
+        step_cost_(model_->backend().max_chunk()),
+        eog_ids_(EndOfGenerationIds(*model_)) {
     scheduler_.set_latency_budget(&latency_budget_);
     stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
     stats_.kv_pool_bytes = kv_->bytes();
@@ -580,8 +584,10 @@ class ServingEngine final : public Engine {
                 const Status& error, Clock::time_point now, uint64_t cancelled, uint64_t preempted);
   // Draws the next token of r from a logits row (its logits processor,
   // penalties and sampler); `lp` gets its log-probabilities when asked for.
-  static int32_t SampleRow(Request& r, std::span<float> logits, TokenLogprob* lp) {
+  int32_t SampleRow(Request& r, std::span<float> logits, TokenLogprob* lp) const {
     const SeqState& s = r.seq();
+    const SamplingParams& sp = r.request().sampling;
+    if (s.generated() < sp.min_tokens) MaskEnds(logits, eog_ids_, sp);
     if (r.request().logits_processor)
       r.request().logits_processor(
           std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.tokens.size() - s.prompt_len),
@@ -636,6 +642,7 @@ class ServingEngine final : public Engine {
   Scheduler scheduler_;
   LatencyBudget latency_budget_;  // step loop only
   spec::StepCost step_cost_;      // step loop only
+  const std::vector<int32_t> eog_ids_;  // masked before a request's min_tokens (SampleRow)
   spec::SuffixStore suffix_store_;
   // AddGuesses' scratch: the items that may guess, their candidates, and
   // the draft model's jobs.
@@ -884,7 +891,8 @@ void ServingEngine::Step(std::vector<std::shared_ptr<Request>>& active) {
     if (item_rows == 0) continue;
     Request& r = *by_seq[it.seq];
     const bool plain = it.sample && item_rows == 1 + it.guesses && it.seq->max_tokens > 0 &&
-                       !r.request().logits_processor && r.request().top_logprobs < 0;
+                       !r.request().logits_processor && r.request().top_logprobs < 0 &&
+                       it.seq->generated() + it.guesses >= r.request().sampling.min_tokens;
     const int candidates = r.sampler().top_candidates();
     argmax &= plain && r.sampler().greedy();
     top &= plain && candidates >= 1 && candidates <= max_top;

@@ -522,3 +522,65 @@ TEST_CASE("stats carry each client's service, queue and fair-share counter") {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST_CASE("min_tokens: stop strings and stop tokens end a request only after it") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  Model& m = *e.model();
+  const std::vector<int32_t> prompt = m.TokenizeText("The list of colours:\n1.");
+  // The greedy first token, and its text as a stop string.
+  const std::vector<int32_t> plain = Alone(m, prompt, 6);
+  REQUIRE(plain.size() == 6);
+  const std::string first = m.TokenBytes(plain[0]);
+  REQUIRE(!first.empty());
+  for (bool serving : {true, false}) {
+    CAPTURE(serving);
+    auto run = [&](SamplingParams sp) {
+      if (!serving) {
+        auto r = Generate(m, prompt, sp);
+        REQUIRE(r.ok());
+        return std::make_pair(r->tokens, r->text);
+      }
+      GenerationRequest g;
+      g.prompt = prompt;
+      g.sampling = sp;
+      auto h = e.Submit(g);
+      REQUIRE(h.ok());
+      Completion c = (*h)->Wait();
+      return std::make_pair(c.tokens, c.text);
+    };
+    SamplingParams sp = SamplingParams::Greedy();
+    sp.max_tokens = 6;
+    sp.ignore_eos = true;
+    sp.stop = {first};
+    auto [tokens, text] = run(sp);
+    CHECK(text.empty());  // the stop string at the first token
+    sp.min_tokens = 1;
+    std::tie(tokens, text) = run(sp);
+    CHECK(text.rfind(first, 0) == 0);  // now it starts the output
+    CHECK(!tokens.empty());
+    CHECK(tokens[0] == plain[0]);
+    // A stop token is masked until min_tokens: the first token differs.
+    sp.stop.clear();
+    sp.min_tokens = 0;
+    sp.stop_tokens = {plain[0]};
+    std::tie(tokens, text) = run(sp);
+    CHECK(tokens.empty());
+    sp.min_tokens = 2;
+    std::tie(tokens, text) = run(sp);
+    REQUIRE(tokens.size() >= 2);
+    CHECK(tokens[0] != plain[0]);
+  }
+  SamplingParams bad;
+  bad.max_tokens = 4;
+  bad.min_tokens = 5;
+  CHECK(bad.Validate().message() == "min_tokens must be in [0, max_tokens], got 5");
+}
+
+}  // namespace
+}  // namespace braid

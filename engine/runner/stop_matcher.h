@@ -3,11 +3,39 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/model.h"
+#include "engine/sampling.h"
+
 namespace braid {
+
+// The ids of `model`'s vocabulary that end generation.
+inline std::vector<int32_t> EndOfGenerationIds(const Model& model) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < model.info().n_vocab; ++id)
+    if (model.IsEndOfGeneration(id)) ids.push_back(id);
+  return ids;
+}
+
+// Before SamplingParams::min_tokens are generated: the tokens that would
+// end the request (end-of-generation unless ignore_eos, the stop tokens)
+// get -inf logits, so they are never drawn.
+inline void MaskEnds(std::span<float> logits, std::span<const int32_t> eog_ids,
+                     const SamplingParams& p) {
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  auto off = [&](int32_t id) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = kOff;
+  };
+  if (!p.ignore_eos)
+    for (int32_t id : eog_ids) off(id);
+  for (int32_t id : p.stop_tokens) off(id);
+}
 
 // Holds back text that could still become a stop string, and finds the first
 // completed one.

@@ -29,6 +29,8 @@ Status SamplingParams::Validate() const {
   if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2.0f)
     return bad("presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
   if (max_tokens < 0) return bad("max_tokens must be >= 0, got " + std::to_string(max_tokens));
+  if (min_tokens < 0 || min_tokens > max_tokens)
+    return bad("min_tokens must be in [0, max_tokens], got " + std::to_string(min_tokens));
   for (const std::string& s : stop)
     if (s.empty()) return bad("stop strings must not be empty");
   return Status::Ok();

@@ -82,10 +82,13 @@ void LiveView::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (options_.progress) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Render(/*final=*/true);
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.progress) Render(/*final=*/true);
+  // Warnings even with -q: an output that is likely a mistake.
+  for (const rt::NodeInfo& n : run_.Nodes())
+    if (!n.warning.empty())
+      std::fprintf(stderr, "braid: warning: %s#%llu: %s\n", n.label.c_str(),
+                   static_cast<unsigned long long>(n.id), n.warning.c_str());
 }
 
 void LiveView::Log(std::string_view line) {

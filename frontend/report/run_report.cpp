@@ -135,6 +135,7 @@ nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& v
   }
   j["outputs"] = outputs;
   if (!n.error.empty()) j["error"] = n.error;
+  if (!n.warning.empty()) j["warning"] = n.warning;
   return j;
 }
 

@@ -226,6 +226,16 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
       return FailNode(n, "output '" + spec.name + "' = \"" + value + "\" does not match /" +
                              spec.pattern + "/ (finish: " + c.finish_reason + ")");
   }
+  // The model began with a stop string (a newline after "Summary:") or
+  // ended at once: the output is empty, which is rarely what the template
+  // meant.
+  if (spec.kind == OutputSpec::Kind::kGen && !spec.stop.empty() && c.finish_reason == "stop" &&
+      value.empty() && c.usage.generated_tokens <= 1 && spec.min_tokens == 0) {
+    if (!node.warning.empty()) node.warning += "; ";
+    node.warning += "gen '" + spec.name +
+                    "' ended at its first token on a stop string and is empty (min_tokens=1 "
+                    "lets it start past one)";
+  }
   ex.values[spec.name] = std::move(value);
   ex.prompt.clear();
   ++ex.output;
@@ -286,6 +296,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   r.sampling.top_p = spec.top_p;
   if (spec.seed) r.sampling.seed = *spec.seed;
   r.sampling.max_tokens = spec.max_tokens;
+  r.sampling.min_tokens = std::min(spec.min_tokens, spec.max_tokens);
   r.sampling.stop = spec.stop;
   r.client = options_.client.empty() ? id_ : options_.client;
   r.program = id_;

@@ -54,6 +54,7 @@ struct DagNode {
   double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
   double first_token_ms = -1;
   std::string error;
+  std::string warning;  // a finished call whose output looks like a mistake (NodeInfo::warning)
 
   // "summarize#3": the name used in errors and events.
   std::string Name() const { return label + "#" + std::to_string(id); }

@@ -8,8 +8,9 @@
 //   value       := number | STRING | "[" STRING ("," STRING)* "]"
 //   STRING      := '"' ( char | "\n" | "\t" | "\"" | "\\" )* '"'
 // Any other backslash pair in a string is kept as written (so regex escapes
-// such as \d pass through). Options: gen: max_tokens stop temperature top_p
-// seed; select: choices; regex: pattern max_tokens temperature top_p seed.
+// such as \d pass through). Options: gen: max_tokens min_tokens stop
+// temperature top_p seed; select: choices; regex: pattern max_tokens
+// temperature top_p seed.
 // A function's messages (earlier chat turns) are templates of the same
 // grammar without outputs; their inputs are the function's inputs too.
 //
@@ -260,7 +261,8 @@ std::string DidYouMean(const std::string& key, OutputSpec::Kind kind) {
       kind == K::kSelect ? std::vector<std::string>{"choices"}
       : kind == K::kRegex
           ? std::vector<std::string>{"pattern", "max_tokens", "temperature", "top_p", "seed"}
-          : std::vector<std::string>{"max_tokens", "stop", "temperature", "top_p", "seed", "regex"};
+          : std::vector<std::string>{"max_tokens", "min_tokens", "stop", "temperature",
+                                     "top_p",      "seed",       "regex"};
   std::string best;
   size_t best_d = key.size();
   for (const std::string& k : known)
@@ -287,6 +289,11 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
     if (!number || !ParseUint(v.text, &n) || n < 1 || n > 1000000)
       return bad("expected a positive integer, got '" + v.text + "'");
     out->max_tokens = static_cast<int>(n);
+  } else if (key == "min_tokens" && gen) {
+    uint64_t n = 0;
+    if (!number || !ParseUint(v.text, &n) || n > 1000000)
+      return bad("expected a non-negative integer, got '" + v.text + "'");
+    out->min_tokens = static_cast<int>(n);
   } else if (key == "stop" && gen) {
     if (v.kind == Value::Kind::kString)
       out->stop = {v.text};

@@ -114,6 +114,9 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
         "fn:1:9: bad value for 'max_tokens' in {{gen a ...}}: expected a positive integer, got "
         "'zero'");
   CHECK(Err("{{gen a max_tokens=0}}").find("bad value for 'max_tokens'") != std::string::npos);
+  CHECK(Err("{{gen a min_tokens=-1}}").find("bad value for 'min_tokens'") != std::string::npos);
+  CHECK(Err("{{gen a min_token=1}}").find("(did you mean 'min_tokens'?)") != std::string::npos);
+  CHECK(Err("{{select a choices=[\"x\"] min_tokens=1}}").find("min_tokens") != std::string::npos);
   CHECK(Err("{{gen a temperature=-1}}").find("fn:1:9: bad value for 'temperature'") == 0);
   CHECK(Err("{{gen a top_p=1.5}}").find("expected a number in (0, 1]") != std::string::npos);
   CHECK(Err("{{gen a seed=-3}}").find("bad value for 'seed'") != std::string::npos);

@@ -20,6 +20,11 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI-style: logit -= (count > 0) * p
   uint64_t seed = 0xB2A1D;          // sampling RNG seed
   int max_tokens = 128;             // new tokens to generate at most
+  // Tokens generated before end-of-generation, stop tokens and stop strings
+  // may end the request (they are masked, or not looked for, until then):
+  // a label's "Summary:" followed by a newline then does not end a gen
+  // with stop="\n" at once. 0..max_tokens.
+  int min_tokens = 0;
   std::vector<std::string> stop;    // stop strings (not included in the output)
   std::vector<int32_t> stop_tokens; // extra stop ids (besides the model's EOG ids)
   bool ignore_eos = false;

@@ -45,7 +45,7 @@ struct GetOptions {
 // ---- semantic functions ---------------------------------------------------
 
 // One output placeholder of a template:
-//   {{gen NAME max_tokens=N stop="..." temperature=T top_p=P seed=S}}
+//   {{gen NAME max_tokens=N min_tokens=M stop="..." temperature=T top_p=P seed=S}}
 //   {{select NAME choices=["a","b"]}}        (scored by the model, no sampling)
 //   {{regex NAME pattern="[0-9]+" max_tokens=N}}  (constrained decoding)
 struct OutputSpec {
@@ -53,6 +53,10 @@ struct OutputSpec {
   Kind kind = Kind::kGen;
   std::string name;
   int max_tokens = 128;
+  // Tokens generated before a stop string or the end of generation may end
+  // the output (at most max_tokens): "Summary: {{gen s stop=\"\\n\" min_tokens=1}}"
+  // is not ended at once by a newline the model starts with.
+  int min_tokens = 0;
   std::vector<std::string> stop;
   float temperature = 0.0f;
   float top_p = 1.0f;
@@ -150,6 +154,9 @@ struct NodeInfo {
   double decode_tokens_per_s = 0;     // measured from the first token on (0: too few yet)
   bool scored = false;                // every output is a select: scored, nothing decoded
   std::string error;
+  // A finished call whose output looks like a mistake: a gen that a stop
+  // string ended at its first token, empty ("... use min_tokens=1 ...").
+  std::string warning;
 };
 
 struct VarInfo {
