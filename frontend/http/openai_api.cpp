@@ -437,6 +437,10 @@ struct OpenAiService::Impl {
     RETURN_IF_API_ERROR(GetInt(body, "n", 1, options.max_n, &i));
     job->n = i ? static_cast<int>(*i) : 1;
     RETURN_IF_API_ERROR(GetBool(body, "ignore_eos", &sp.ignore_eos));
+    i.reset();
+    // vLLM's extension: tokens before a stop or the end of generation counts.
+    RETURN_IF_API_ERROR(GetInt(body, "min_tokens", 0, sp.max_tokens, &i));
+    if (i) sp.min_tokens = static_cast<int>(*i);
 
     if (const Json* stop = Field(body, "stop")) {
       if (stop->is_string()) {

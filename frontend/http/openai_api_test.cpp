@@ -378,6 +378,8 @@ TEST_CASE("invalid requests are 400 (404 for the model) naming the param") {
       {"/v1/completions", R"({"prompt": "hi", "temperature": "hot"})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "hi", "top_p": 0})", 400, "top_p"},
       {"/v1/completions", R"({"prompt": "hi", "top_p": 1.5})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 4, "min_tokens": 5})", 400,
+       "min_tokens"},
       {"/v1/completions", R"({"prompt": "hi", "n": 0})", 400, "n"},
       {"/v1/completions", R"({"prompt": "hi", "n": 5})", 400, "n"},
       {"/v1/completions", R"({"prompt": "hi", "stop": 3})", 400, "stop"},
