@@ -72,6 +72,11 @@ class RunImpl final : public Run, public Pumpable {
     int output = 0;                             // output being generated
     std::map<std::string, std::string> values;  // outputs generated so far
     std::map<std::string, ChoiceScores> scores;  // select outputs so far: their choices' scores
+    // The select being scored: its choices' token counts, and with the
+    // unconditional scoring the first pass's sums while the second (after
+    // no prompt) runs.
+    std::vector<size_t> choice_tokens;
+    std::optional<std::vector<double>> conditional;
     std::vector<PromptPiece> prompt_pieces;     // the text of `prompt`
     std::vector<int32_t> prompt;                // current segment (empty = not rendered)
     int engine = -1;
@@ -147,6 +152,11 @@ class RunImpl final : public Run, public Pumpable {
   void Schedule(Clock::time_point now);
   Status Prepare(NodeId n);
   Status Submit(NodeId n, int engine, uint64_t* flight_id);
+  // A select's scoring request: the prompt to score after (the part of
+  // `prompt` every choice's tokens share) and each choice's tokens.
+  std::pair<std::vector<int32_t>, std::vector<std::vector<int32_t>>> ChoiceTokens(
+      const std::vector<int32_t>& prompt, const std::vector<PromptPiece>& pieces,
+      const std::vector<std::string>& choices) const;
   void SubmitOrFail(NodeId n, int engine, uint64_t* flight_id = nullptr);
   void CompleteNode(NodeId n);
   void RunJoin(NodeId n);

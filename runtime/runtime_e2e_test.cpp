@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -299,4 +301,41 @@ TEST_CASE("e2e: a running node reports the tokens streamed so far") {
   CHECK(seen_running > 0);
   CHECK(seen_running < final_tokens + 1);
   MESSAGE("live count seen " << seen_running << " of " << final_tokens << " tokens");
+}
+
+TEST_CASE("e2e: select: the space where prompt and choice meet is tokenized as one text") {
+  auto scores_of = [](const std::string& tmpl) -> std::optional<ChoiceScores> {
+    OneCall c = StartOneCall({"act", "", tmpl}, "a");
+    if (!c.engine) return std::nullopt;
+    const VarState s = WaitFor(*c.run, c.out);
+    REQUIRE_MESSAGE(s == VarState::kReady, c.run->error(c.out));
+    auto scores = c.run->scores(c.out);
+    REQUIRE(scores.ok());
+    return *scores;
+  };
+  const std::string q = "Question: what is 17 times 23?\nTool to use (calculator or search).\n";
+  auto spaced =
+      scores_of(q + "Action: {{select a choices=[\"calculator\", \"search\"] scoring=\"sum\"}}");
+  if (!spaced) {
+    MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
+    return;
+  }
+  auto joined =
+      scores_of(q + "Action:{{select a choices=[\" calculator\", \" search\"] scoring=\"sum\"}}");
+  REQUIRE(joined);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK((*spaced)[i].second == doctest::Approx((*joined)[i].second).epsilon(0.01));
+    MESSAGE((*spaced)[i].first << ": " << (*spaced)[i].second << " / " << (*joined)[i].second);
+  }
+  // Per token, a mean is never below the sum of negative log-probabilities;
+  // the unconditional scoring runs a second pass and gives finite scores.
+  auto mean = scores_of(q + "Action: {{select a choices=[\"calculator\", \"search\"]}}");
+  auto uncond = scores_of(
+      q + "Action: {{select a choices=[\"calculator\", \"search\"] scoring=\"unconditional\"}}");
+  REQUIRE(mean);
+  REQUIRE(uncond);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK((*mean)[i].second >= (*spaced)[i].second - 1e-6);
+    CHECK(std::isfinite((*uncond)[i].second));
+  }
 }

@@ -606,10 +606,11 @@ TEST_CASE("run: select scores are kept, shown in Vars, stored and replayed on re
   };
   remove_db();
   // Lazy: the second call, never wanted, never runs.
-  auto fn = Fn("pick",
-               "Mood of {{x}}? {{select mood choices=[\"good\", \"bad\", \"meh\"]}} "
-               "Why: {{gen why}}",
-               "", /*lazy=*/true);
+  auto fn =
+      Fn("pick",
+         "Mood of {{x}}? {{select mood choices=[\"good\", \"bad\", \"meh\"] scoring=\"sum\"}} "
+         "Why: {{gen why}}",
+         "", /*lazy=*/true);
   const ChoiceScores expected = {{"good", -6.0}, {"bad", -0.5}, {"meh", -5.0}};
   FakeEngine engine;
   engine.score = [](const std::string&, const std::vector<std::string>& choices) {
@@ -925,4 +926,43 @@ TEST_CASE("run: min_tokens reaches the engine; a gen a stop string emptied is wa
   REQUIRE(WaitFor(*run, outs->at("s")) == VarState::kReady);
   CHECK(run->Nodes()[1].warning.empty());
   CHECK(fx.engine.submitted().back().request.sampling.min_tokens == 1);
+}
+
+TEST_CASE("run: select scoring: mean per token by default, sum, unconditional in a second pass") {
+  // The fake tokenizer makes a token of every byte. After the prompt:
+  // a -2 (1 token), bbbb -4 (4), cc -5 (2); after no prompt (the second
+  // pass's one-token prompt): a -1.5, bbbb -0.4, cc -4.8.
+  auto pick = [](const std::string& scoring) {
+    Fixture fx;
+    fx.engine.score = [](const std::string& prompt, const std::vector<std::string>& choices) {
+      const bool bare = prompt.size() <= 1;
+      std::map<std::string, float> after = {{"a", -2.0f}, {"bbbb", -4.0f}, {"cc", -5.0f}};
+      std::map<std::string, float> alone = {{"a", -1.5f}, {"bbbb", -0.4f}, {"cc", -4.8f}};
+      std::vector<float> out;
+      for (const auto& c : choices) out.push_back(bare ? alone.at(c) : after.at(c));
+      return out;
+    };
+    auto run = fx.Start();
+    auto fn = Fn("p", "Q? {{select x choices=[\"a\", \"bbbb\", \"cc\"]" + scoring + "}}");
+    auto outs = run->Call(*fn, {}, {"main", 0});
+    REQUIRE(outs.ok());
+    REQUIRE(run->Want(outs->at("x"), {}).ok());
+    REQUIRE(WaitFor(*run, outs->at("x")) == VarState::kReady);
+    auto scores = run->scores(outs->at("x"));
+    REQUIRE(scores.ok());
+    return std::make_tuple(run->value(outs->at("x")), fx.engine.submitted().size(), *scores);
+  };
+  // sum: a -2 wins; mean: bbbb -1 wins over a -2 and cc -2.5.
+  auto [sum, sum_requests, sum_scores] = pick(" scoring=\"sum\"");
+  CHECK(sum == "a");
+  CHECK(sum_requests == 1);
+  CHECK(sum_scores == ChoiceScores{{"a", -2.0}, {"bbbb", -4.0}, {"cc", -5.0}});
+  auto [mean, mean_requests, mean_scores] = pick("");
+  CHECK(mean == "bbbb");
+  CHECK(mean_scores == ChoiceScores{{"a", -2.0}, {"bbbb", -1.0}, {"cc", -2.5}});
+  // unconditional, per token: a -0.5, bbbb -0.9, cc -0.1.
+  auto [uncond, uncond_requests, uncond_scores] = pick(" scoring=\"unconditional\"");
+  CHECK(uncond == "cc");
+  CHECK(uncond_requests == 2);
+  CHECK(uncond_scores[2].second == doctest::Approx(-0.1));
 }

@@ -211,15 +211,28 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
   std::string value = c.text;
   if (spec.kind == OutputSpec::Kind::kSelect) {
     auto lps = ChoiceLogprobs(c);
-    if (!lps || lps->size() != spec.choices.size())
+    if (!lps || lps->size() != spec.choices.size() || ex.choice_tokens.size() != lps->size())
       return FailNode(n, "the engine returned no scores for the choices of '" + spec.name + "'");
+    using S = OutputSpec::Scoring;
+    if (spec.scoring == S::kUnconditional && !ex.conditional) {
+      ex.conditional = *lps;  // now the same choices after no prompt
+      SubmitOrFail(n, ex.engine);
+      return;
+    }
+    std::vector<double> score = *lps;
+    for (size_t i = 0; i < score.size(); ++i) {
+      if (spec.scoring == S::kUnconditional) score[i] = (*ex.conditional)[i] - score[i];
+      if (spec.scoring != S::kSum)
+        score[i] /= static_cast<double>(std::max<size_t>(1, ex.choice_tokens[i]));
+    }
+    ex.conditional.reset();
     size_t best = 0;
-    for (size_t i = 1; i < lps->size(); ++i)
-      if ((*lps)[i] > (*lps)[best]) best = i;
+    for (size_t i = 1; i < score.size(); ++i)
+      if (score[i] > score[best]) best = i;
     value = spec.choices[best];
     ChoiceScores& scores = ex.scores[spec.name];
     scores.clear();
-    for (size_t i = 0; i < lps->size(); ++i) scores.emplace_back(spec.choices[i], (*lps)[i]);
+    for (size_t i = 0; i < score.size(); ++i) scores.emplace_back(spec.choices[i], score[i]);
   } else if (spec.kind == OutputSpec::Kind::kRegex) {
     auto dfa = RegexDfa::Compile(spec.pattern);
     if (dfa.ok() && !dfa->FullMatch(value))
@@ -276,6 +289,47 @@ Status RunImpl::Prepare(NodeId n) {
   return Status::Ok();
 }
 
+std::pair<std::vector<int32_t>, std::vector<std::vector<int32_t>>> RunImpl::ChoiceTokens(
+    const std::vector<int32_t>& prompt, const std::vector<PromptPiece>& pieces,
+    const std::vector<std::string>& choices) const {
+  // Each choice tokenized as the end of prompt + choice: where the two meet
+  // (a space ending the prompt, a space starting the choice) the tokens are
+  // the ones the tokenizer makes of the whole, so "Action: " + "calculator"
+  // scores " calculator" as "Action:" + " calculator" does. The prompt scored
+  // is the part every choice's tokens share with it; choices are template
+  // literals, so they may name special tokens.
+  std::vector<std::vector<int32_t>> full;
+  size_t shared = prompt.size();
+  for (const auto& choice : choices) {
+    std::vector<PromptPiece> with_choice = pieces;
+    AppendPiece(with_choice, choice, /*allow_special=*/true);
+    full.push_back(model().Tokenize(with_choice));
+    const auto& f = full.back();
+    const size_t n = std::min(prompt.size(), f.size());
+    size_t common =
+        std::mismatch(prompt.begin(), prompt.begin() + static_cast<long>(n), f.begin()).first -
+        prompt.begin();
+    if (common == f.size()) common = 0;  // the choice added no token of its own
+    shared = std::min(shared, common);
+  }
+  std::vector<std::vector<int32_t>> conts;
+  if (shared > 0) {
+    for (const auto& f : full) conts.emplace_back(f.begin() + static_cast<long>(shared), f.end());
+    return {std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(shared)),
+            conts};
+  }
+  // No prompt token survives the meeting: each choice on its own after the
+  // whole prompt.
+  const std::vector<int32_t> bos = model().TokenizeRaw("");
+  for (const auto& choice : choices) {
+    std::vector<int32_t> alone = model().TokenizeRaw(choice);
+    if (!bos.empty() && alone.size() > bos.size())
+      alone.erase(alone.begin(), alone.begin() + static_cast<long>(bos.size()));
+    conts.push_back(std::move(alone));
+  }
+  return {prompt, conts};
+}
+
 Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   DagNode& node = dag_.node(n);
   Exec& ex = exec_[n];
@@ -309,24 +363,16 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
     if (node.latest_finish_ms) r.deadline_ms = std::max(0.0, *node.latest_finish_ms - NowMs());
   }
   if (spec.kind == OutputSpec::Kind::kSelect) {
-    // Each choice's tokens as they continue this prompt. Choices are
-    // template literals, so they may name special tokens.
-    std::vector<std::vector<int32_t>> conts;
-    for (const auto& choice : spec.choices) {
-      std::vector<PromptPiece> with_choice = ex.prompt_pieces;
-      AppendPiece(with_choice, choice, /*allow_special=*/true);
-      std::vector<int32_t> full = model().Tokenize(with_choice);
-      if (full.size() > ex.prompt.size() &&
-          std::equal(ex.prompt.begin(), ex.prompt.end(), full.begin())) {
-        conts.emplace_back(full.begin() + static_cast<long>(ex.prompt.size()), full.end());
-      } else {
-        std::vector<int32_t> alone = model().TokenizeRaw(choice);
-        const std::vector<int32_t> bos = model().TokenizeRaw("");
-        if (!bos.empty() && alone.size() > bos.size())
-          alone.erase(alone.begin(), alone.begin() + static_cast<long>(bos.size()));
-        conts.push_back(std::move(alone));
-      }
+    auto [prompt, conts] = ChoiceTokens(ex.prompt, ex.prompt_pieces, spec.choices);
+    ex.choice_tokens.clear();
+    for (const auto& c : conts) ex.choice_tokens.push_back(c.size());
+    // The unconditional pass scores the same tokens after no prompt (the
+    // model's BOS, or a newline for a model without one).
+    if (ex.conditional) {
+      prompt = model().TokenizeRaw("");
+      if (prompt.empty()) prompt = model().TokenizeText("\n");
     }
+    r.prompt = std::move(prompt);
     r.sampling.max_tokens = 1;
     if (!SetScoreChoices(r, std::move(conts)))
       return Status::Unsupported(

@@ -9,8 +9,8 @@
 //   STRING      := '"' ( char | "\n" | "\t" | "\"" | "\\" )* '"'
 // Any other backslash pair in a string is kept as written (so regex escapes
 // such as \d pass through). Options: gen: max_tokens min_tokens stop
-// temperature top_p seed; select: choices; regex: pattern max_tokens
-// temperature top_p seed.
+// temperature top_p seed; select: choices scoring; regex: pattern
+// max_tokens temperature top_p seed.
 // A function's messages (earlier chat turns) are templates of the same
 // grammar without outputs; their inputs are the function's inputs too.
 //
@@ -258,7 +258,7 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 std::string DidYouMean(const std::string& key, OutputSpec::Kind kind) {
   using K = OutputSpec::Kind;
   const std::vector<std::string> known =
-      kind == K::kSelect ? std::vector<std::string>{"choices"}
+      kind == K::kSelect ? std::vector<std::string>{"choices", "scoring"}
       : kind == K::kRegex
           ? std::vector<std::string>{"pattern", "max_tokens", "temperature", "top_p", "seed"}
           : std::vector<std::string>{"max_tokens", "min_tokens", "stop", "temperature",
@@ -327,6 +327,16 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       if (!seen.insert(s).second) return bad("duplicate choice \"" + s + "\"");
     }
     out->choices = v.list;
+  } else if (key == "scoring" && sel) {
+    using S = OutputSpec::Scoring;
+    if (v.kind == Value::Kind::kString && v.text == "mean")
+      out->scoring = S::kMean;
+    else if (v.kind == Value::Kind::kString && v.text == "sum")
+      out->scoring = S::kSum;
+    else if (v.kind == Value::Kind::kString && v.text == "unconditional")
+      out->scoring = S::kUnconditional;
+    else
+      return bad("expected \"mean\", \"sum\" or \"unconditional\", got '" + v.text + "'");
   } else if ((key == "pattern" && rx) || (key == "regex" && gen)) {
     // {{gen x regex="..."}} is {{regex x pattern="..."}}.
     if (v.kind != Value::Kind::kString || v.text.empty()) return bad("expected a non-empty string");

@@ -46,7 +46,7 @@ struct GetOptions {
 
 // One output placeholder of a template:
 //   {{gen NAME max_tokens=N min_tokens=M stop="..." temperature=T top_p=P seed=S}}
-//   {{select NAME choices=["a","b"]}}        (scored by the model, no sampling)
+//   {{select NAME choices=["a","b"] scoring="mean"}}  (scored by the model, no sampling)
 //   {{regex NAME pattern="[0-9]+" max_tokens=N}}  (constrained decoding)
 struct OutputSpec {
   enum class Kind { kGen, kSelect, kRegex };
@@ -62,6 +62,16 @@ struct OutputSpec {
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
   std::vector<std::string> choices;  // select
+  // How a select ranks its choices, from each choice token's log-probability
+  // as a continuation of the prompt (SGLang's choices methods):
+  //  - kMean: their mean (token-length normalized; the default: a sum
+  //    favours short choices);
+  //  - kSum: their sum, the choice's whole probability;
+  //  - kUnconditional: the mean of each token's log-probability after the
+  //    prompt minus after no prompt (unconditional-likelihood normalized:
+  //    choices the model finds likely anywhere do not win by that alone).
+  enum class Scoring { kMean, kSum, kUnconditional };
+  Scoring scoring = Scoring::kMean;
   std::string pattern;               // regex
 };
 
