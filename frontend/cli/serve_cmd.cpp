@@ -3,6 +3,7 @@
 // compatible routes, the program routes and /metrics go live.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -48,6 +49,11 @@ const char* kServeHelp =
     "                          from D instead of the copies built in\n"
     "      --max-programs N    programs and DAGs running at once, 1..4096 (default 16; each\n"
     "                          holds a thread while it waits for the model)\n"
+    "      --max-programs-per-client N\n"
+    "                          threads one client may hold at once, 1..4096 (default with\n"
+    "                          --api-key-file: max-programs - max(1, max-programs/4), so\n"
+    "                          another client's program always finds one; without keys:\n"
+    "                          max-programs)\n"
     "      --max-queued N      runs waiting for one of those threads, 0..100000 (default 256;\n"
     "                          beyond: 429)\n"
     "      --workers N         HTTP handler threads, 1..4096 (default 64)\n"
@@ -118,6 +124,7 @@ int ServeMain(const std::vector<std::string>& argv) {
   server::RunsOptions runs;
   runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
   runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
+  const int per_client = static_cast<int>(args.Int({"--max-programs-per-client"}, 0, 1, 4096));
   ho.workers = static_cast<int>(args.Int({"--workers"}, 64, 1, 4096));
   ho.max_pending = static_cast<size_t>(args.Int({"--max-pending"}, 256, 1, 100000));
   ho.max_body_bytes = static_cast<size_t>(args.Int({"--max-body-mb"}, 16, 1, 1024)) << 20;
@@ -188,6 +195,12 @@ int ServeMain(const std::vector<std::string>& argv) {
   // With keys, each client sees only what it made (admins see everything).
   const bool keyed = !ho.api_keys.empty();
   runs.keyed = keyed;
+  // With keys, a reserve of threads no single client may take: another
+  // client's program starts even while one client's programs are stuck.
+  runs.max_programs_per_client =
+      per_client > 0 ? per_client
+      : keyed        ? std::max(1, runs.max_programs - std::max(1, runs.max_programs / 4))
+                     : runs.max_programs;
   server::RunsService service(runs);
   service.AddRoutes(&router);
   // Unhealthy when an embedded engine's loop stopped, or when no engine at

@@ -64,7 +64,8 @@ Result<std::string> NameOf(const json& body) {
 }
 
 RunsService::Impl::Impl(RunsOptions o)
-    : options(std::move(o)), pool(options.max_programs, options.max_queued) {}
+    : options(std::move(o)),
+      pool(options.max_programs, options.max_queued, options.max_programs_per_client) {}
 
 std::shared_ptr<Entry> RunsService::Impl::Find(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu);
@@ -243,7 +244,7 @@ http::Response RunsService::Impl::Answer(const std::shared_ptr<Entry>& e, bool d
 
 bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<void()> job) {
   std::weak_ptr<Impl> self = weak_from_this();
-  return pool.TrySubmit([self, e, job = std::move(job)] {
+  return pool.TrySubmit(e->client, [self, e, job = std::move(job)] {
     auto impl = self.lock();
     if (!impl || impl->stopping) return;
     {

@@ -3,11 +3,14 @@
 // DAG call by call, and the runs themselves (list, status, cancel, the DAG
 // as SVG, a stream of node changes and token deltas).
 //
-// Threading: routes run on the HTTP workers. A program or DAG holds one
-// thread of a fixed pool (RunsOptions::max_programs) while it waits for the
-// model; submissions beyond the pool's queue are refused with 429. A
-// submission that is not detached is tied to its connection: the client
-// disconnecting cancels the run.
+// Threading: routes run on the HTTP workers. A program, DAG or session input
+// holds one thread of a fixed pool (RunsOptions::max_programs) while it runs
+// and waits for the model; the pool is shared fairly between clients
+// (work_pool.h: per-client queues, the client holding the fewest threads
+// goes first, and a cap per client so that one client's stuck programs
+// leave threads to the others). Submissions beyond the pool's queue are
+// refused with 429. A submission that is not detached is tied to its
+// connection: the client disconnecting cancels the run.
 //
 // Ownership: every run and session belongs to the client that made it
 // (RunsOptions::keyed); runs resumed after a restart keep their owner, which
@@ -30,6 +33,9 @@ struct RunsOptions {
   rt::Runtime* runtime = nullptr;  // not owned
   int max_programs = 16;           // programs and DAGs running at once (threads)
   size_t max_queued = 256;         // waiting for a thread, beyond which 429
+  // Threads one client may hold at once (0: every thread): keep it below
+  // max_programs so that another client's program always finds one.
+  int max_programs_per_client = 0;
   lua::LuaLimits lua_limits;       // per program, as braid run's --lua-* options
   DagLimits dag_limits;
   size_t max_source_bytes = size_t{16} << 20;

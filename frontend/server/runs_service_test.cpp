@@ -24,7 +24,8 @@ using rt::testing::MemoryStore;
 constexpr auto kHang = std::chrono::seconds(60);
 
 struct Fixture {
-  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>())
+  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>(),
+                   int per_client = 0)
       : store(std::move(s)) {
     rt::RuntimeOptions ro;
     ro.engines = {&engine};
@@ -34,6 +35,8 @@ struct Fixture {
     o.runtime = runtime.get();
     o.max_programs = 2;
     o.max_queued = 4;
+    o.max_programs_per_client = per_client;
+    o.lua_limits.cpu_seconds = 600;  // a stuck program stays stuck until stopped
     service = std::make_unique<RunsService>(o);
     service->AddRoutes(&router);
   }
@@ -43,13 +46,14 @@ struct Fixture {
     runtime.reset();
   }
   http::Response Call(const std::string& method, const std::string& path, const json& body = {},
-                      std::map<std::string, std::string> query = {}) {
+                      std::map<std::string, std::string> query = {},
+                      const std::string& client = "tester") {
     http::Request r;
     r.method = method;
     r.path = path;
     r.target = path;
     r.query = std::move(query);
-    r.client = "tester";
+    r.client = client;
     if (!body.is_null()) r.body = body.dump();
     return router.Handle(r);
   }
@@ -402,6 +406,30 @@ TEST_CASE("a named DAG resumes under its name; a finished run's result outlives 
   http::Response r = g.Call("POST", "/v1/sessions", {{"name", 1}});
   CHECK(r.status == 400);
   CHECK(r.body.find("name: must be a string") != std::string::npos);
+}
+
+TEST_CASE("one client's stuck programs leave a thread to another; cancel stops them") {
+  Fixture f(std::make_shared<MemoryStore>(), 1);  // 2 threads, 1 per client
+  const json stuck = {{"source", "while true do end"}, {"detached", true}};
+  std::vector<std::string> alice;
+  for (int i = 0; i < 3; ++i) {
+    http::Response r = f.Call("POST", "/v1/programs", stuck, {}, "alice");
+    REQUIRE(r.status == 202);
+    alice.push_back(json::parse(r.body)["id"]);
+  }
+  http::Response r =
+      f.Call("POST", "/v1/programs",
+             {{"source", "return function() return 'hi' end"}, {"detached", true}}, {}, "bob");
+  REQUIRE(r.status == 202);
+  const std::string bob = json::parse(r.body)["id"];
+  json done = f.WaitRun(bob);
+  CHECK(done["state"] == "done");
+  CHECK(done["result"] == "hi");
+  CHECK(json::parse(f.Call("GET", "/v1/runs/" + alice[0]).body)["state"] == "running");
+  for (const std::string& id : alice) {
+    CHECK(f.Call("POST", "/v1/runs/" + id + "/cancel", {}, {}, "alice").status == 200);
+    CHECK(f.WaitRun(id)["state"] == "cancelled");
+  }
 }
 
 }  // namespace

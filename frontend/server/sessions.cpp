@@ -447,7 +447,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
     stream->Close();
     e->evaluating = false;
   };
-  if (!pool.TrySubmit(std::move(job))) {
+  if (!pool.TrySubmit(e->client, std::move(job))) {
     {
       std::lock_guard<std::mutex> lock(e->mu);
       e->eval_stream.reset();
