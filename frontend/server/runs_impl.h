@@ -30,6 +30,7 @@ struct Entry {
   bool detached = true;
   std::shared_ptr<rt::Run> run;
   std::atomic<bool> interrupt{false};  // stops a program at its next instruction or wait
+  std::atomic<bool> cancelled{false};  // CancelRun: the interrupt is a cancel, not a stop
   double created_unix = 0;
 
   std::mutex mu;                 // guards what follows; never held while calling into `run`
@@ -71,6 +72,7 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   std::map<std::string, std::shared_ptr<Entry>> entries;
   std::vector<std::string> finished_order;  // oldest first, for trimming
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};  // BeginDrain: no new work, no queued run starts
   std::thread reaper;
   std::mutex reaper_mu;  // guards cancel_requests
   std::condition_variable reaper_cv;
@@ -127,6 +129,8 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   void ReapIdleSessions();
 };
 
+// 503 with Retry-After: the server is stopping (draining) and takes no new work.
+http::Response Stopping();
 // A Status as the HTTP error it means: InvalidArgument 400, NotFound 404,
 // ResourceExhausted 429 (with Retry-After) or 413, others 500.
 http::Response ErrorResponse(const Status& s);

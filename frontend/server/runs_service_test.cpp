@@ -85,6 +85,11 @@ struct Fixture {
   http::Router router;
 };
 
+int StoredAttempts(MemoryStore& store, const std::string& id) {
+  auto run = store.GetRun(id);
+  return run.ok() ? run->attempts : -1;
+}
+
 // Everything queued on a stream until it closes (or kHang passes).
 std::string Drain(http::EventStream& s) {
   std::string all;
@@ -408,6 +413,37 @@ TEST_CASE("a named DAG resumes under its name; a finished run's result outlives 
   CHECK(r.body.find("name: must be a string") != std::string::npos);
 }
 
+TEST_CASE("a run interrupted max_attempts times is failed instead of resumed") {
+  auto store = std::make_shared<MemoryStore>();
+  std::string id;
+  {
+    Fixture f(store);
+    f.engine.hold = true;  // the DAG never ends: each server stops under it
+    id = json::parse(f.Call("POST", "/v1/dags", kDag).body)["id"];
+    REQUIRE(f.WaitSubmitted(1));
+  }
+  CHECK(store->GetRun(id)->attempts == 1);
+  for (int resume = 1; resume <= 2; ++resume) {
+    Fixture g(store);
+    g.engine.hold = true;
+    auto n = g.service->ResumeInterrupted();
+    REQUIRE(n.ok());
+    CHECK(*n == 1);
+    REQUIRE(g.WaitSubmitted(1));
+    CHECK(store->GetRun(id)->attempts == resume + 1);
+  }
+  // Started 3 times (RunsOptions::max_attempts), no call finished.
+  Fixture h(store);
+  auto n = h.service->ResumeInterrupted();
+  REQUIRE(n.ok());
+  CHECK(*n == 0);
+  json failed = json::parse(h.Call("GET", "/v1/runs/" + id).body);
+  CHECK(failed["state"] == "failed");
+  CHECK(failed["error"] == "interrupted 3 times without progress; not resumed again");
+  CHECK(store->GetRun(id)->status == "failed");
+  CHECK(h.engine.submitted().empty());
+}
+
 TEST_CASE("one client's stuck programs leave a thread to another; cancel stops them") {
   Fixture f(std::make_shared<MemoryStore>(), 1);  // 2 threads, 1 per client
   const json stuck = {{"source", "while true do end"}, {"detached", true}};
@@ -430,6 +466,36 @@ TEST_CASE("one client's stuck programs leave a thread to another; cancel stops t
     CHECK(f.Call("POST", "/v1/runs/" + id + "/cancel", {}, {}, "alice").status == 200);
     CHECK(f.WaitRun(id)["state"] == "cancelled");
   }
+}
+
+TEST_CASE("draining refuses new work and starts no queued run; what runs finishes") {
+  Fixture f;  // 2 threads, 4 queued
+  f.engine.hold = true;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    http::Response r = f.Call("POST", "/v1/dags", kDag);
+    REQUIRE(r.status == 202);
+    ids.push_back(json::parse(r.body)["id"]);
+  }
+  REQUIRE(f.WaitSubmitted(2));  // two DAGs hold the threads; the third waits
+  f.service->BeginDrain();
+  CHECK(f.Call("POST", "/v1/dags", kDag).status == 503);
+  CHECK(f.Call("POST", "/v1/programs", {{"source", "return 1"}}).status == 503);
+  CHECK(f.Call("POST", "/v1/sessions", json::object()).status == 503);
+  CHECK(f.Call("GET", "/v1/runs/" + ids[0]).status == 200);  // reads go on
+  CHECK(f.service->Running() == 2);
+  f.engine.hold = false;
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  while (f.service->Running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    f.engine.Release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(f.service->Running() == 0);
+  CHECK(f.WaitRun(ids[0])["state"] == "done");
+  CHECK(f.WaitRun(ids[1])["state"] == "done");
+  // The third never started here: it stays for the next server.
+  CHECK(json::parse(f.Call("GET", "/v1/runs/" + ids[2]).body)["state"] == "queued");
+  CHECK(StoredAttempts(*f.store, ids[2]) == 0);
 }
 
 }  // namespace

@@ -111,6 +111,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
   router->Add("POST", "/v1/sessions", [weak, body_of](const http::Request& r, const http::Params&) {
     auto impl = weak.lock();
     if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
+    if (impl->draining) return Stopping();
     auto b = body_of(r);
     if (!b.ok()) return ErrorResponse(b.status());
     auto name = NameOf(*b);
@@ -377,6 +378,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
       args.push_back(x.get<std::string>());
     }
   }
+  if (draining) return Stopping();
   if (e->evaluating.exchange(true))
     return http::JsonError(409, "an input is already being evaluated in this session");
 
@@ -396,7 +398,8 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
               args = std::move(args)] {
     auto impl = self.lock();
     json answer;
-    if (impl && !impl->stopping) {
+    // A stopping server starts no queued input (BeginDrain).
+    if (impl && !impl->stopping && !impl->draining) {
       std::unique_lock<std::timed_mutex> lock(e->build_mu);
       if (!e->driver) {
         e->lua = lua::LuaState::Create(impl->options.lua_limits);
