@@ -691,6 +691,11 @@ void RunImpl::Cancel() {
   Notify();
 }
 
+Result<int> RunImpl::BeginAttempt() {
+  if (!ctx_->store) return Status::Unsupported("the runtime has no run store");
+  return ctx_->store->AddAttempt(id_);  // the store's own lock: none of ours held
+}
+
 void RunImpl::Finish(const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;

@@ -52,6 +52,7 @@ class RunImpl final : public Run, public Pumpable {
   void Watch(RunWatcher watcher) override;
   void Cancel() override;
   void Finish(const Status& status) override;
+  Result<int> BeginAttempt() override;
 
   std::optional<Clock::time_point> Pump() override;
   bool Closed() const override;

@@ -47,7 +47,8 @@ const char* kReplHelp =
     "\n"
     "%s"
     "      --lua-memory-mb N   Lua memory cap, 1..65536 (default 256)\n"
-    "      --lua-seconds S     Lua running time cap per input, 0.001..86400 (default 10)\n";
+    "      --lua-seconds S     time cap per input, 0.001..86400 (default 10): Lua code and\n"
+    "                          the host calls it makes, not the waits for the model\n";
 
 const char* kCommands =
     ":help             this list\n"

@@ -57,8 +57,8 @@ const char* kRunHelp =
     "                          are reported on stderr either way)\n"
     "  -q, --quiet             no live view or progress lines\n"
     "      --lua-memory-mb N   Lua memory cap, 1..65536 (default 256)\n"
-    "      --lua-seconds S     Lua running time cap, 0.001..86400 (default 10), not counting\n"
-    "                          waits for the model\n"
+    "      --lua-seconds S     the script's time cap, 0.001..86400 (default 10): Lua code and\n"
+    "                          the host calls it makes, not the waits for the model\n"
     "      --lua-instructions N  Lua instruction cap, 0..10^15 (default 0: none)\n"
     "\n"
     "The script must be a regular file of at most 16 MiB.\n";

@@ -3,6 +3,7 @@
 // compatible routes, the program routes and /metrics go live.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -33,8 +34,11 @@ const char* kServeHelp =
     "/v1/chat/completions, /v1/models, /tokenize, /detokenize), Braid programs and\n"
     "DAGs (/v1/programs, /v1/dags, /v1/sessions, /v1/runs), /health, /metrics, the\n"
     "engines' figures over time (/v1/stats) and a live dashboard at /.\n"
-    "Runs until SIGINT or SIGTERM; runs in flight then stay resumable and a restarted\n"
-    "server resumes them. The API: docs/http-api.md.\n"
+    "Runs until SIGINT or SIGTERM: it then stops accepting, lets what runs finish for\n"
+    "up to --drain-seconds, interrupts the rest and exits; interrupted runs stay\n"
+    "resumable and a restarted server resumes them (one interrupted 3 times in a row\n"
+    "without progress is failed instead, --max-attempts). A second signal exits at\n"
+    "once. The API: docs/http-api.md.\n"
     "\n"
     "%s"
     "      --host ADDR         address to listen on (default 127.0.0.1)\n"
@@ -49,6 +53,11 @@ const char* kServeHelp =
     "                          from D instead of the copies built in\n"
     "      --max-programs N    programs and DAGs running at once, 1..4096 (default 16; each\n"
     "                          holds a thread while it waits for the model)\n"
+    "      --max-programs-per-client N\n"
+    "                          threads one client may hold at once, 1..4096 (default with\n"
+    "                          --api-key-file: max-programs - max(1, max-programs/4), so\n"
+    "                          another client's program always finds one; without keys:\n"
+    "                          max-programs)\n"
     "      --max-queued N      runs waiting for one of those threads, 0..100000 (default 256;\n"
     "                          beyond: 429)\n"
     "      --workers N         HTTP handler threads, 1..4096 (default 64)\n"
@@ -56,7 +65,14 @@ const char* kServeHelp =
     "                          beyond: 429)\n"
     "      --max-body-mb N     largest request body, 1..1024 MiB (default 16; beyond: 413)\n"
     "      --lua-memory-mb N   Lua memory cap per program, 1..65536 (default 256)\n"
-    "      --lua-seconds S     Lua running time cap per program, 0.001..86400 (default 10)\n"
+    "      --lua-seconds S     time cap per program, 0.001..86400 (default 10): Lua code and\n"
+    "                          the host calls it makes, not the waits for the model\n"
+    "      --drain-seconds N   on SIGTERM/SIGINT, how long running requests may finish,\n"
+    "                          0..3600 (default 10; 0: interrupt them at once)\n"
+    "      --max-attempts N    a run started N times in a row without finishing a call\n"
+    "                          (it crashed the server, or the server kept stopping under\n"
+    "                          it) is failed instead of resumed, 0..1000 (default 3; 0: no\n"
+    "                          limit)\n"
     "      --memory-mb N       bytes live programs, DAGs and sessions may hold together\n"
     "                          (their Lua heaps, values and results), 0..16777216 (default 0:\n"
     "                          40% of the memory available at start); beyond: 429, or 413\n"
@@ -65,7 +81,16 @@ const char* kServeHelp =
     "                          --memory-mb with API keys, all of it without)\n";
 
 std::atomic<bool> g_stop{false};
-extern "C" void OnStopSignal(int) { g_stop = true; }
+// The first signal asks for a graceful stop; a second one exits at once
+// (_Exit is async-signal-safe; the run store's last committed transaction
+// stands, and runs in flight resume on the next start).
+extern "C" void OnStopSignal(int sig) {
+  if (g_stop.exchange(true)) std::_Exit(128 + sig);
+}
+
+// Past the drain, how long the rest of the stop may take (interrupted
+// programs returning, connections closing) before the process exits anyway.
+constexpr double kStopGraceSeconds = 15;
 
 std::string FileStem(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -125,6 +150,9 @@ int ServeMain(const std::vector<std::string>& argv) {
   server::RunsOptions runs;
   runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
   runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
+  const int per_client = static_cast<int>(args.Int({"--max-programs-per-client"}, 0, 1, 4096));
+  const double drain_seconds = args.Num({"--drain-seconds"}, 10.0, 0.0, 3600.0);
+  runs.max_attempts = static_cast<int>(args.Int({"--max-attempts"}, 3, 0, 1000));
   ho.workers = static_cast<int>(args.Int({"--workers"}, 64, 1, 4096));
   ho.max_pending = static_cast<size_t>(args.Int({"--max-pending"}, 256, 1, 100000));
   ho.max_body_bytes = static_cast<size_t>(args.Int({"--max-body-mb"}, 16, 1, 1024)) << 20;
@@ -205,6 +233,12 @@ int ServeMain(const std::vector<std::string>& argv) {
   // With keys, each client sees only what it made (admins see everything).
   const bool keyed = !ho.api_keys.empty();
   runs.keyed = keyed;
+  // With keys, a reserve of threads no single client may take: another
+  // client's program starts even while one client's programs are stuck.
+  runs.max_programs_per_client =
+      per_client > 0 ? per_client
+      : keyed        ? std::max(1, runs.max_programs - std::max(1, runs.max_programs / 4))
+                     : runs.max_programs;
   server::RunsService service(runs);
   service.AddRoutes(&router);
   // Unhealthy when an embedded engine's loop stopped, or when no engine at
@@ -283,10 +317,34 @@ int ServeMain(const std::vector<std::string>& argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (unix_now() - history.last_time() >= 0.95) sample();
   }
-  std::fprintf(stderr, "braid serve: stopping\n");
+  // Stopping: nothing new comes in, what runs gets the drain time, the
+  // rest is interrupted (detached runs stay resumable in the store). A
+  // watchdog makes sure the process ends even if something does not return.
+  std::fprintf(stderr,
+               "braid serve: stopping (draining for up to %g s; a second signal exits at once)\n",
+               drain_seconds);
+  std::thread([limit = drain_seconds + kStopGraceSeconds] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+    std::fprintf(stderr, "braid serve: not stopped after %g s; exiting now\n", limit);
+    std::_Exit(1);
+  }).detach();
+  srv->StopAccepting();
+  service.BeginDrain();
+  const auto drain_end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_seconds);
+  auto busy = [&] {
+    const http::Server::Stats st = srv->stats();
+    return service.Running() > 0 || st.requests_running > 0 || st.streams_open > 0;
+  };
+  while (busy() && std::chrono::steady_clock::now() < drain_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (busy())
+    std::fprintf(stderr, "braid serve: drain time over; interrupting %d program%s still running\n",
+                 service.Running(), service.Running() == 1 ? "" : "s");
   srv->SetRouter(&loading);
   service.Stop();
   srv->Stop();
+  std::fprintf(stderr, "braid serve: stopped\n");
   return 0;
 }
 

@@ -99,15 +99,20 @@ Server::~Server() { Stop(); }
 
 int Server::port() const { return impl_->port; }
 
-void Server::Stop() {
+void Server::StopAccepting() {
   Impl* impl = impl_.get();
-  if (impl->stopping.exchange(true)) return;
-  // 1. No new connections.
   net::post(*impl->accept_strand, [impl] {
     beast::error_code ec;
     impl->acceptor->close(ec);
     impl->accept_retry->cancel();
   });
+}
+
+void Server::Stop() {
+  Impl* impl = impl_.get();
+  if (impl->stopping.exchange(true)) return;
+  // 1. No new connections.
+  StopAccepting();
   // 2. Every connection closes; its stream, if any, is cancelled at once.
   std::vector<std::shared_ptr<Session>> live;
   {
@@ -145,6 +150,7 @@ Server::Stats Server::stats() const {
   s.connections_total = c.connections_total;
   s.requests_total = c.requests_total;
   s.requests_queued = impl_->pool ? impl_->pool->queued() : 0;
+  s.requests_running = impl_->pool ? impl_->pool->busy() : 0;
   s.rejected_busy = c.rejected_busy;
   s.rejected_connections = c.rejected_connections;
   s.rejected_auth = c.rejected_auth;

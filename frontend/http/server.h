@@ -82,6 +82,10 @@ class Server {
   // serves. Requests already routed finish with the old one.
   void SetRouter(const Router* router);
 
+  // Closes the listening socket: new connections are refused; those open
+  // go on (a draining server). Idempotent; Stop does it too.
+  void StopAccepting();
+
   // Stops accepting, cancels open event streams (their OnCancel hooks run),
   // closes every connection, waits for running handlers to return and joins
   // all threads. Requests still waiting for a worker are dropped. Idempotent.
@@ -94,6 +98,7 @@ class Server {
     uint64_t connections_total = 0;
     uint64_t requests_total = 0;        // requests read whole (whatever the answer)
     uint64_t requests_queued = 0;       // waiting for a worker now
+    uint64_t requests_running = 0;      // in a handler now
     uint64_t rejected_busy = 0;         // 429: the worker queue was full
     uint64_t rejected_connections = 0;  // 503: max_connections reached
     uint64_t rejected_auth = 0;         // 401

@@ -572,6 +572,40 @@ TEST_CASE("server: a client leaving while its handler runs signals ClientGone; o
   }
 }
 
+TEST_CASE("server: StopAccepting refuses new connections; Stop signals a running handler") {
+  Router router;
+  Flag entered, gone;
+  router.Add("GET", "/slow", [&](const Request& r, const Params&) {
+    r.client_gone->OnGone([&] { gone.Set(); });
+    entered.Set();
+    gone.Wait(kHang);  // as a handler waiting for the engine would
+    return JsonResponse(200, "{}");
+  });
+  router.Add("GET", "/quick",
+             [](const Request&, const Params&) { return JsonResponse(200, "{}"); });
+  auto server = MustStart(TestOptions(), &router);
+  Conn c(server->port());
+  c.Send(Get("/slow"));
+  REQUIRE(entered.Wait(kHang));
+  CHECK(server->stats().requests_running == 1);
+  server->StopAccepting();
+  // A connection made from now on is refused (or closed unanswered).
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  bool refused = false;
+  while (!refused && std::chrono::steady_clock::now() < deadline) {
+    Conn late(server->port());
+    late.Send(Get("/quick"));
+    refused = !late.Read();
+    if (!refused) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(refused);
+  CHECK_FALSE(gone.Wait(std::chrono::milliseconds(50)));  // the open one goes on
+  // Stop closes the connection: its running handler hears the client is gone.
+  server->Stop();
+  CHECK(gone.Wait(kHang));
+  CHECK(server->stats().requests_running == 0);
+}
+
 TEST_CASE("server: saturated workers answer 429 with Retry-After") {
   Router router = EchoRouter();
   Flag entered, release;

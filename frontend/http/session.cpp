@@ -517,6 +517,9 @@ void Session::DropStream(bool cancel) {
 void Session::Close() {
   if (closing_) return;
   closing_ = true;
+  // A handler still running answers no one: it stops as when the client
+  // leaves (Server::Stop closes connections this way).
+  if (gone_) gone_->Signal();
   DropStream(true);  // a body cut short: its producer stops (OnCancel runs)
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);

@@ -30,6 +30,11 @@ size_t WorkerPool::queued() const {
   return queue_.size();
 }
 
+size_t WorkerPool::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_;
+}
+
 void WorkerPool::Stop() {
   std::deque<std::function<void()>> dropped;
   {

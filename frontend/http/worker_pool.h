@@ -25,6 +25,8 @@ class WorkerPool {
   bool TrySubmit(std::function<void()>& task);
   // Tasks waiting now (not the running ones).
   size_t queued() const;
+  // Tasks running now.
+  size_t busy() const;
   // Lets running tasks return, drops waiting ones (destroying them on this
   // thread), joins the threads. Idempotent; not from a task.
   void Stop();

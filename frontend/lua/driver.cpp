@@ -24,6 +24,18 @@ extern "C" {
 namespace braid::lua {
 namespace {
 
+// The script's clock (LuaState::BeginWork/BeginWait) for a scope.
+struct Working {
+  LuaState& s;
+  explicit Working(LuaState& state) : s(state) { s.BeginWork(); }
+  ~Working() { s.EndWork(); }
+};
+struct Waiting {
+  LuaState& s;
+  explicit Waiting(LuaState& state) : s(state) { s.BeginWait(); }
+  ~Waiting() { s.EndWait(); }
+};
+
 int OpenBraid(lua_State* L) {
   luaL_requiref(L, "braid", luaopen_braid, 1);
   return 0;
@@ -433,9 +445,15 @@ void Driver::Step(int id) {
   current_ = id;
   lua_State* co = c.thread;
   int nres = 0;
-  state_.BeginSlice(co);
-  int st = lua_resume(co, state_.L(), c.nargs, &nres);
-  state_.EndSlice();
+  int st = LUA_YIELD;
+  // The limits are checked before every resume as well: a coroutine that
+  // runs too few instructions for the count hook (one of many short ones)
+  // is not resumed once they are over, and ends as if the hook stopped it.
+  if (!state_.CheckLimitsNow()) {
+    state_.BeginSlice(co);
+    st = lua_resume(co, state_.L(), c.nargs, &nres);
+    state_.EndSlice();
+  }
   current_ = -1;
   c.nargs = 0;
   LimitHit hit = state_.limit_hit();
@@ -464,7 +482,9 @@ void Driver::Step(int id) {
     if (hit == LimitHit::kInterrupted) {
       fatal_ = Status::Cancelled("interrupted");
     } else if (hit != LimitHit::kNone && (hit != LimitHit::kMemory || st == LUA_ERRMEM)) {
-      fatal_ = Status::ResourceExhausted(c.error + "\n" + c.traceback);
+      // A coroutine stopped before it was resumed has no frames to show.
+      const bool frames = c.traceback.find('\n') != std::string::npos;
+      fatal_ = Status::ResourceExhausted(frames ? c.error + "\n" + c.traceback : c.error);
     }
   }
   std::vector<int> joiners = std::move(c.joiners);
@@ -479,7 +499,10 @@ Status Driver::WaitForProgress() {
   // Someone must wait for a variable the runtime will produce by itself;
   // a variable only the program sets (braid.map's output) is produced once
   // the coroutine setting it can go on.
-  if (run_.AnySettles(vars)) run_.WaitAny(vars, options_.poll_ms);
+  if (run_.AnySettles(vars)) {
+    Waiting waiting(state_);  // waiting for the model: not the script's time
+    run_.WaitAny(vars, options_.poll_ms);
+  }
   bool woke = false;
   for (const auto& c : coros_) {
     if (c->status == CoStatus::kWaitVar && run_.state(c->var) != rt::VarState::kPending) {
@@ -530,6 +553,7 @@ void Driver::FinishLeftovers() {
       }
       std::vector<rt::VarId> outs;
       for (const auto& n : left) outs.push_back(n.outputs[0]);
+      Waiting waiting(state_);
       run_.WaitAny(outs, options_.poll_ms);
     }
   }
@@ -563,6 +587,7 @@ Status Driver::Open() {
 
 Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::string& source,
                                       const std::vector<std::string>& args) {
+  Working working(state_);  // the clock of --lua-seconds runs until the end
   args_ = args;
   lua_State* L = state_.L();
   BRAID_RETURN_IF_ERROR(Open());
@@ -676,6 +701,7 @@ Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
   lua_State* L = state_.L();
   BRAID_RETURN_IF_ERROR(Open());
   state_.ResetLimits();
+  Working working(state_);
   fatal_ = Status::Ok();
   if (!state_.LoadText("return " + source, chunkname)) {
     // Not an expression: a statement, or the start of either ("1 +" is an
@@ -700,6 +726,7 @@ Result<std::vector<std::string>> Driver::EvaluateProgram(const std::string& chun
   lua_State* L = state_.L();
   BRAID_RETURN_IF_ERROR(Open());
   state_.ResetLimits();
+  Working working(state_);
   fatal_ = Status::Ok();
   if (!state_.LoadText(source, chunkname)) {
     std::string msg = ErrorText(L);

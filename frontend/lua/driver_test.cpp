@@ -341,6 +341,38 @@ return v
   CHECK(run.wait_calls >= 6);
 }
 
+TEST_CASE("time in host calls counts, however few instructions run between them") {
+  // Each call costs the program's thread 20 ms of host work: 100 of them
+  // are 2 s, far past the 0.3 s limit, but run fewer Lua instructions than
+  // the count hook needs to fire once (each spawned coroutine has a count
+  // of its own). The limit is checked at every host call and resume.
+  const char* programs[] = {
+      // a loop of calls in one coroutine
+      "local f = braid.fn { name = 'f', prompt = '{{x}} {{gen y}}' }\n"
+      "for i = 1, 100 do f{ x = 'a' } end return 'finished'",
+      // many short coroutines, one call each
+      "local f = braid.fn { name = 'f', prompt = '{{x}} {{gen y}}' }\n"
+      "for i = 1, 100 do braid.spawn(function() f{ x = 'a' } end) end return 'finished'",
+  };
+  for (const char* code : programs) {
+    CAPTURE(code);
+    DriverOptions o;
+    o.limits.cpu_seconds = 0.3;
+    FakeRun run;
+    run.call_sleep_ms = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = RunLua(run, code, {}, o);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("stopped after " << secs << " s, " << run.keys.size() << " calls (limit 0.3 s)");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kResourceExhausted);
+    CHECK(r.status().message().find("time limit") != std::string::npos);
+    CHECK(run.keys.size() < 100);  // stopped before the end
+    CHECK(secs < 60.0);            // a bound on a hang, not on speed
+  }
+}
+
 TEST_CASE("deadlocks and forgotten failures are reported") {
   FakeRun run;
   auto r = RunLua(run, R"lua(

@@ -48,6 +48,8 @@ class FakeRun final : public rt::Run {
                                             const std::map<std::string, rt::Arg>& args,
                                             const rt::CallKey& key,
                                             const std::vector<VarId>& read_before = {}) override {
+    // Host work the call costs the program's thread (copying, rendering).
+    if (call_sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(call_sleep_ms));
     keys.push_back(key.path + "#" + std::to_string(key.index));
     reads.push_back(read_before);
     Node n{Node::kCall, fn.spec().name, {}, {}, {}, "", false};
@@ -152,7 +154,8 @@ class FakeRun final : public rt::Run {
   std::vector<std::pair<VarId, rt::GetOptions>> wants;
   int wait_calls = 0;
   int calls_before_first_wait = -1;
-  int wait_sleep_ms = 0;
+  int wait_sleep_ms = 0;  // each WaitAny sleeps this long (the model)
+  int call_sleep_ms = 0;  // each Call sleeps this long (host work)
 
  private:
   VarId NewVar() {

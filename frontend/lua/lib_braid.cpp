@@ -54,11 +54,14 @@ constexpr int kOutOfMemory = -3;  // the lambda ran out of host memory
 // Runs `impl` in a host section; raises if it returned kRaise. F must be a
 // lambda capturing by reference (trivially destructible). A std::bad_alloc
 // from the host's own copies becomes a Lua memory error once the lambda's
-// frame is gone, so no C++ exception crosses into Lua.
+// frame is gone, so no C++ exception crosses into Lua. The limits are
+// checked first (LuaState::AtHostCall): a program that spends its time in
+// host calls, with few Lua instructions between them, stops at the next one.
 template <typename F>
 int HostCall(lua_State* L, F&& impl) {
   if (!Driver::From(L)) return luaL_error(L, "braid: the program has ended");
   LuaState* s = LuaState::From(L);
+  if (s->AtHostCall(L)) return s->StopForLimit(L);
   s->EnterHost();
   int r;
   try {

@@ -186,6 +186,16 @@ void* LuaState::Alloc(void* ud, void* ptr, size_t osize, size_t nsize) {
   }
   if (nsize > old && s->host_depth_ == 0) {
     if (s->fail_allocs_) return nullptr;  // a limit's raise (see Hook)
+    // C functions that run long make large blocks (string.rep, table.concat,
+    // string.format): the limits are checked at those too. Once one is hit
+    // the script gets no large block any more (each raises a memory error)
+    // and the hook fires at the next instruction of the host's coroutine,
+    // which stops it (lua_sethook may be called from anywhere, even a
+    // signal handler).
+    if (nsize >= kCheckAtAllocBytes && s->CheckLimitsNow()) {
+      s->HookEveryInstruction(s->running_ ? s->running_ : s->L_);
+      return nullptr;
+    }
     if (!s->MayHold(s->mem_used_ + s->host_bytes_ - old + nsize))
       return nullptr;  // Lua raises "not enough memory"
   }
@@ -263,21 +273,34 @@ void LuaState::MarkHostThread(lua_State* L, int idx) {
 
 void LuaState::BeginSlice(lua_State* running) {
   running_ = running;
-  in_slice_ = true;
-  slice_start_ = std::chrono::steady_clock::now();
+  SetClock(+1, 0);
   --host_depth_;
 }
 
 void LuaState::EndSlice() {
   running_ = nullptr;
   ++host_depth_;
-  cpu_before_slice_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - slice_start_).count();
-  in_slice_ = false;
+  SetClock(-1, 0);
+}
+
+void LuaState::SetClock(int work, int wait) {
+  work_depth_ += work;
+  wait_depth_ += wait;
+  const bool run = work_depth_ > 0 && wait_depth_ == 0;
+  if (run == clock_running_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (run) {
+    clock_start_ = now;
+  } else {
+    seconds_before_ += std::chrono::duration<double>(now - clock_start_).count();
+  }
+  clock_running_ = run;
 }
 
 double LuaState::cpu_seconds_used() const {
-  double t = cpu_before_slice_;
-  if (in_slice_) t += std::chrono::duration<double>(std::chrono::steady_clock::now() - slice_start_).count();
+  double t = seconds_before_;
+  if (clock_running_)
+    t += std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start_).count();
   return t;
 }
 
@@ -296,7 +319,8 @@ std::string LuaState::LimitMessage() const {
                     static_cast<unsigned long long>(limits_.max_instructions));
       return buf;
     case LimitHit::kTime:
-      std::snprintf(buf, sizeof buf, "time limit: the script ran Lua code for more than %g s (--lua-seconds)",
+      std::snprintf(buf, sizeof buf,
+                    "time limit: the script ran for more than %g s (--lua-seconds)",
                     limits_.cpu_seconds);
       return buf;
     case LimitHit::kInterrupted:
@@ -310,7 +334,8 @@ void LuaState::ResetLimits() {
   hit_message_[0] = 0;
   account_refusal_.clear();
   instructions_ = 0;
-  cpu_before_slice_ = 0;
+  seconds_before_ = 0;
+  clock_start_ = std::chrono::steady_clock::now();
   fail_allocs_ = false;
   interrupted_.store(false, std::memory_order_relaxed);
   hook_every_ = kHookEvery;
@@ -348,15 +373,17 @@ void LuaState::Hook(lua_State* L, lua_Debug* ar) {
   lua_newuserdatauv(L, 1, 0);  // fails: raises LUA_ERRMEM, which no handler sees
 }
 
+LimitHit LuaState::Over() const {
+  if (interrupted()) return LimitHit::kInterrupted;
+  if (limits_.max_instructions && instructions_ > limits_.max_instructions)
+    return LimitHit::kInstructions;
+  if (limits_.cpu_seconds > 0 && cpu_seconds_used() > limits_.cpu_seconds) return LimitHit::kTime;
+  return LimitHit::kNone;
+}
+
 void LuaState::CheckLimits(lua_State* L, lua_Debug* ar) {
   if (hit_ != LimitHit::kNone) return;
-  if (interrupted()) {
-    hit_ = LimitHit::kInterrupted;
-  } else if (limits_.max_instructions && instructions_ > limits_.max_instructions) {
-    hit_ = LimitHit::kInstructions;
-  } else if (limits_.cpu_seconds > 0 && cpu_seconds_used() > limits_.cpu_seconds) {
-    hit_ = LimitHit::kTime;
-  }
+  hit_ = Over();
   if (hit_ == LimitHit::kNone) return;
   // Where the limit struck, for the message (no allocation here).
   char where[128] = "";
@@ -370,6 +397,11 @@ void LuaState::CheckLimits(lua_State* L, lua_Debug* ar) {
   LeaveHost();
 }
 
+bool LuaState::CheckLimitsNow() {
+  CheckLimits(L_, nullptr);
+  return hit_ != LimitHit::kNone && hit_ != LimitHit::kMemory;
+}
+
 void LuaState::HookEveryInstruction(lua_State* L) {
   if (hook_every_ == 1) return;
   hook_every_ = 1;
@@ -381,7 +413,7 @@ void LuaState::HookEveryInstruction(lua_State* L) {
 
 bool LuaState::ChargeSteps(lua_State* L, uint64_t steps) {
   instructions_ += steps;
-  if (hit_ == LimitHit::kNone) {
+  if (hit_ == LimitHit::kNone && Over() != LimitHit::kNone) {
     // The message names the innermost Lua function's line: level 0 is the C
     // function itself, and it may be called through others (pcall(string.find,
     // ...)).

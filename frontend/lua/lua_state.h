@@ -12,9 +12,16 @@
 //  - memory: every allocation goes through our lua_Alloc; over the cap it
 //    returns NULL, which Lua raises as a memory error;
 //  - instructions: a count hook adds up executed VM instructions;
-//  - time: the same hook checks the wall-clock time spent running Lua, which
-//    the host measures in slices (BeginSlice/EndSlice) so that time the host
-//    spends blocked (waiting for the model) is not counted.
+//  - time: a wall-clock budget of the work the host's thread does for the
+//    script: Lua code, the C functions it calls (braid's host calls that
+//    build calls and copy their inputs included) and the host's own work
+//    between them; only the time it spends blocked waiting for the model
+//    (BeginWait/EndWait) is left out. The clock runs within slices
+//    (BeginSlice/EndSlice) and between BeginWork and EndWork. The count
+//    hook checks it, and so do every host call (AtHostCall), every resume
+//    of a coroutine by the host (CheckLimitsNow) and every allocation of
+//    kCheckAtAllocBytes or more: time spent in C functions is caught soon
+//    after, however few instructions run between them.
 // Once a limit is hit the hook fires on every instruction, so a script cannot
 // catch the error with pcall and carry on. No hook fires inside a C call, so
 // the string pattern functions (lua_string_lib.h) charge their matcher's
@@ -51,7 +58,7 @@ namespace braid::lua {
 struct LuaLimits {
   size_t memory_bytes = size_t{256} << 20;  // 0 = no cap
   uint64_t max_instructions = 0;            // 0 = no cap
-  double cpu_seconds = 10.0;                // Lua running time; 0 = no cap
+  double cpu_seconds = 10.0;                // the script's time (above); 0 = no cap
   // Where the heap and host bytes come from beyond what the state already
   // holds (a server's memory budget), taken in steps of kTakeMemoryStep:
   // returns "" when granted, else why not, which the memory limit's
@@ -64,6 +71,8 @@ inline constexpr size_t kTakeMemoryStep = size_t{1} << 20;
 
 // Hook granularity: instructions between limit checks.
 inline constexpr int kHookEvery = 1000;
+// Allocations of at least this many bytes check the limits as well.
+inline constexpr size_t kCheckAtAllocBytes = size_t{1} << 20;
 
 // Which limit stopped the script, if any.
 enum class LimitHit { kNone, kMemory, kInstructions, kTime, kInterrupted };
@@ -89,8 +98,17 @@ class LuaState {
 
   // Time accounting: the host brackets every stretch of Lua execution,
   // naming the coroutine it resumes (a limit makes that one yield back).
+  // The clock runs within a slice.
   void BeginSlice(lua_State* running);
   void EndSlice();
+  // The clock also runs between BeginWork and EndWork (the driver brackets a
+  // program or a REPL input: its own work between slices counts), except
+  // between BeginWait and EndWait (blocked waiting for the model). All nest.
+  void BeginWork() { SetClock(+1, 0); }
+  void EndWork() { SetClock(-1, 0); }
+  void BeginWait() { SetClock(0, +1); }
+  void EndWait() { SetClock(0, -1); }
+  // Seconds counted against LuaLimits::cpu_seconds so far.
   double cpu_seconds_used() const;
   uint64_t instructions_used() const { return instructions_; }
   size_t memory_used() const { return mem_used_; }
@@ -136,6 +154,17 @@ class LuaState {
   // function must then leave its frame holding no C++ object with a
   // destructor and `return StopForLimit(L);`.
   bool ChargeSteps(lua_State* L, uint64_t steps);
+  // Checks the limits at the start of a host call (lib_braid's HostCall)
+  // made by the script (within a slice; the host's own setup is not held to
+  // them), counting it as one instruction: time spent in earlier C
+  // functions is caught here even when few Lua instructions run between
+  // them (a loop of calls, many short coroutines). Same contract as
+  // ChargeSteps.
+  bool AtHostCall(lua_State* L) { return running_ && ChargeSteps(L, 1); }
+  // Checks the limits from the host, outside Lua (the driver, before it
+  // resumes a coroutine): records a limit that is over, with no position in
+  // its message. True when an instruction, time or interrupt limit is hit.
+  bool CheckLimitsNow();
   // Stops the script after a limit as the count hook does: yields to the
   // host from the host's coroutine where it can, else raises a memory error
   // that no message handler sees and makes the hook fire at every
@@ -144,7 +173,7 @@ class LuaState {
   int StopForLimit(lua_State* L);
 
   // The limit that was hit (sticky), and a one-line explanation of it, e.g.
-  // "script time limit: Lua ran for more than 10 s (--lua-seconds)".
+  // "time limit: the script ran for more than 10 s (--lua-seconds)".
   LimitHit limit_hit() const { return hit_; }
   // Starts the instruction and time limits afresh and forgets a limit that
   // was hit and an Interrupt() (the REPL: each input gets the limits whole).
@@ -167,6 +196,11 @@ class LuaState {
   // Records the first instruction, time or interrupt limit hit, with
   // "FILE:LINE: " of `ar` (a Lua function's activation) in front.
   void CheckLimits(lua_State* L, lua_Debug* ar);
+  // Which of those limits is over now (kNone: none); no side effects.
+  LimitHit Over() const;
+  // Adds to the work and wait depths, starting or stopping the clock when
+  // whether it runs changes.
+  void SetClock(int work, int wait);
   // Makes the hook fire at every instruction from now on, here and in the
   // host's coroutine.
   void HookEveryInstruction(lua_State* L);
@@ -185,9 +219,11 @@ class LuaState {
   int host_depth_ = 1;  // the host starts outside Lua
   uint64_t instructions_ = 0;
   LimitHit hit_ = LimitHit::kNone;
-  bool in_slice_ = false;
-  std::chrono::steady_clock::time_point slice_start_;
-  double cpu_before_slice_ = 0;
+  int work_depth_ = 0;  // slices and BeginWork brackets open
+  int wait_depth_ = 0;  // BeginWait brackets open
+  bool clock_running_ = false;
+  std::chrono::steady_clock::time_point clock_start_;
+  double seconds_before_ = 0;  // counted before clock_start_
   std::atomic<bool> interrupted_{false};
   const std::atomic<bool>* external_interrupt_ = nullptr;
   std::function<void(std::string_view)> logger_;

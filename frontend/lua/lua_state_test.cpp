@@ -224,6 +224,57 @@ TEST_CASE("time outside slices is not counted") {
   CHECK(s->cpu_seconds_used() <= inside);
 }
 
+TEST_CASE("the clock runs for the host's work, not while it waits") {
+  LuaLimits limits;
+  limits.cpu_seconds = 60;
+  auto s = LuaState::Create(limits);
+  using Clock = std::chrono::steady_clock;
+  auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  sleep_ms(30);  // before any work: not counted
+  const auto t0 = Clock::now();
+  s->BeginWork();
+  sleep_ms(50);  // host work between slices: counted
+  s->BeginWait();
+  sleep_ms(200);  // waiting for the model: not counted
+  s->EndWait();
+  CHECK(RunCode(*s, "return 1").ok);  // a slice inside the work nests
+  s->EndWork();
+  const double inside = std::chrono::duration<double>(Clock::now() - t0).count();
+  sleep_ms(30);  // after: not counted
+  // Bounds that hold however slow the machine: at least the work slept,
+  // at most what passed between BeginWork and EndWork less the wait.
+  CHECK(s->cpu_seconds_used() >= 0.05);
+  CHECK(s->cpu_seconds_used() <= inside - 0.2);
+}
+
+// A C function that takes 20 ms and returns a 1 MiB string, like a slow
+// string.rep: no count hook fires inside it.
+int SlowBigString(lua_State* L) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string big(size_t{1} << 20, 'x');
+  lua_pushlstring(L, big.data(), big.size());
+  return 1;
+}
+
+TEST_CASE("time in C functions is caught at their large allocations") {
+  LuaLimits limits;
+  limits.cpu_seconds = 0.3;
+  auto s = LuaState::Create(limits);
+  lua_register(s->L(), "slow", SlowBigString);
+  // 100 calls are 2 s in C and some 500 instructions, too few for the count
+  // hook; pcall cannot hide the limit either.
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome o = RunCode(*s,
+                      "local n = 0 for i = 1, 100 do if pcall(slow) then n = n + 1 end end "
+                      "return n");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("stopped after " << secs << " s (limit 0.3 s)");
+  CHECK_FALSE(o.ok);
+  CHECK(s->limit_hit() == LimitHit::kTime);
+  CHECK(o.text.find("time limit") != std::string::npos);
+  CHECK(secs < 60.0);  // a bound on a hang, not on speed
+}
+
 TEST_CASE("an external interrupt flag stops a busy script") {
   std::atomic<bool> flag{true};
   auto s = LuaState::Create({});

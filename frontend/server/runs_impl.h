@@ -31,6 +31,7 @@ struct Entry {
   bool detached = true;
   std::shared_ptr<rt::Run> run;
   std::atomic<bool> interrupt{false};  // stops a program at its next instruction or wait
+  std::atomic<bool> cancelled{false};  // CancelRun: the interrupt is a cancel, not a stop
   double created_unix = 0;
   // The run's draw on the memory budget, closed when it finishes; what it
   // held then (kept_bytes) counts against the finished runs kept.
@@ -81,6 +82,7 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   std::shared_ptr<MemoryBudget> budget;
   bool has_store = false;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};  // BeginDrain: no new work, no queued run starts
   std::thread reaper;
   std::mutex reaper_mu;  // guards cancel_requests
   std::condition_variable reaper_cv;
@@ -145,6 +147,8 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
   void ReapIdleSessions();
 };
 
+// 503 with Retry-After: the server is stopping (draining) and takes no new work.
+http::Response Stopping();
 // A Status as the HTTP error it means: InvalidArgument 400, NotFound 404,
 // ResourceExhausted 429 (with Retry-After) or 413, others 500.
 http::Response ErrorResponse(const Status& s);

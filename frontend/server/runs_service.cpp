@@ -65,6 +65,12 @@ http::Response ErrorResponse(const Status& s) {
   }
 }
 
+http::Response Stopping() {
+  http::Response r = http::JsonError(503, "the server is stopping");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
 Result<std::string> NameOf(const json& body) {
   auto it = body.find("name");
   if (it == body.end() || it->is_null()) return std::string();
@@ -74,7 +80,7 @@ Result<std::string> NameOf(const json& body) {
 
 RunsService::Impl::Impl(RunsOptions o)
     : options(std::move(o)),
-      pool(options.max_programs, options.max_queued),
+      pool(options.max_programs, options.max_queued, options.max_programs_per_client),
       budget(std::make_shared<MemoryBudget>(options.memory_bytes, options.client_memory_bytes)) {
   auto probe = options.runtime->StoredRuns(1);
   has_store = probe.ok() || probe.status().code() != StatusCode::kUnsupported;
@@ -251,6 +257,7 @@ void RunsService::Impl::RequestCancel(const std::shared_ptr<Entry>& e) {
 }
 
 void RunsService::Impl::CancelRun(const std::shared_ptr<Entry>& e) {
+  e->cancelled = true;
   e->interrupt = true;
   e->eval_interrupt = true;
   e->run->Cancel();
@@ -299,14 +306,20 @@ http::Response RunsService::Impl::Answer(const std::shared_ptr<Entry>& e, bool d
 
 bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<void()> job) {
   std::weak_ptr<Impl> self = weak_from_this();
-  return pool.TrySubmit([self, e, job = std::move(job)] {
+  return pool.TrySubmit(e->client, [self, e, job = std::move(job)] {
     auto impl = self.lock();
-    if (!impl || impl->stopping) return;
+    // A stopping server starts nothing more: the run stays in the store for
+    // the next server.
+    if (!impl || impl->stopping || impl->draining) return;
     {
       std::lock_guard<std::mutex> lock(e->mu);
       if (e->Finished()) return;  // cancelled while queued
       e->state = "running";
     }
+    // Counted before it runs, durably: a run that crashes the server counts
+    // too (ResumeInterrupted gives up on it after max_attempts starts
+    // without a call finished).
+    (void)e->run->BeginAttempt();
     impl->Broadcast(*e, {{"type", "run"}, {"id", e->id}, {"state", "running"}});
     // Memory the budget did not foresee running out fails this run, not
     // the process.
@@ -356,9 +369,11 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
     Broadcast(*raw, {{"type", "log"}, {"text", std::string(line)}});
   };
   auto result = lua::RunProgram(*e->run, "program.lua", source, args, d);
-  // The server stops: the run stays as it is in the store, for a restarted
-  // server to resume.
-  if (stopping) return;
+  // Interrupted by the server stopping (not cancelled): the run stays as it
+  // is in the store, for a restarted server to resume. One that ended on its
+  // own meanwhile (a result, an error, a limit) is finished as always.
+  if (stopping && !e->cancelled && !result.ok() && result.status().code() == StatusCode::kCancelled)
+    return;
   e->run->Cancel();  // what nobody waits for any more
   if (!result.ok()) {
     e->run->Finish(result.status());
@@ -400,7 +415,9 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
     e->run->WaitAny(pending, 200);
     std::erase_if(pending, [&](rt::VarId v) { return e->run->state(v) != rt::VarState::kPending; });
   }
-  if (stopping) return;  // left for a restarted server to resume
+  // Interrupted by the server stopping with outputs still pending: left for a
+  // restarted server to resume.
+  if (stopping && !e->cancelled && !pending.empty()) return;
   json result = json::object();
   std::string error;
   bool cancelled = e->interrupt.load();
@@ -456,6 +473,7 @@ http::Response RunsService::Impl::PostProgram(const http::Request& r) {
   if (!sse.ok()) return ErrorResponse(sse.status());
   auto name = NameOf(*body);
   if (!name.ok()) return ErrorResponse(name.status());
+  if (draining) return Stopping();
   if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
   http::Response refusal;
   auto account = Admit(r.client, ProgramBytes(source), &refusal);
@@ -484,6 +502,7 @@ http::Response RunsService::Impl::PostDag(const http::Request& r) {
   auto sse = Bool(body, "stream", false);
   if (!detached.ok()) return ErrorResponse(detached.status());
   if (!sse.ok()) return ErrorResponse(sse.status());
+  if (draining) return Stopping();
   if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
   // The name is part of the run's program ("http:dag:NAME"): a restarted
   // server resumes the run under the same one.
@@ -695,6 +714,10 @@ RunsService::RunsService(RunsOptions options) : impl_(std::make_shared<Impl>(std
 
 RunsService::~RunsService() { Stop(); }
 
+void RunsService::BeginDrain() { impl_->draining = true; }
+
+int RunsService::Running() const { return impl_->pool.running(); }
+
 void RunsService::Stop() {
   if (impl_->stopping.exchange(true)) return;
   impl_->reaper_cv.notify_all();
@@ -794,6 +817,18 @@ Result<int> RunsService::ResumeInterrupted() {
       continue;
     }
     auto entry = *e;
+    // Started that many times in a row without finishing a call: it crashed
+    // the server, or the server kept stopping under it. Not started again.
+    const int max_attempts = impl_->options.max_attempts;
+    if (max_attempts > 0 && rec.attempts >= max_attempts) {
+      const std::string why = "interrupted " + std::to_string(rec.attempts) +
+                              " times without progress; not resumed again";
+      std::fprintf(stderr, "braid serve: run %s: %s\n", rec.id.c_str(), why.c_str());
+      entry->run->Cancel();
+      entry->run->Finish(Status::ResourceExhausted(why));
+      impl_->Complete(entry, "failed", nullptr, why);
+      continue;
+    }
     std::weak_ptr<Impl> self = impl_;
     bool queued = false;
     if (kind == "program") {

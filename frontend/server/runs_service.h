@@ -3,11 +3,21 @@
 // DAG call by call, and the runs themselves (list, status, cancel, the DAG
 // as SVG, a stream of node changes and token deltas).
 //
-// Threading: routes run on the HTTP workers. A program or DAG holds one
-// thread of a fixed pool (RunsOptions::max_programs) while it waits for the
-// model; submissions beyond the pool's queue are refused with 429. A
-// submission that is not detached is tied to its connection: the client
-// disconnecting cancels the run.
+// Threading: routes run on the HTTP workers. A program, DAG or session input
+// holds one thread of a fixed pool (RunsOptions::max_programs) while it runs
+// and waits for the model; the pool is shared fairly between clients
+// (work_pool.h: per-client queues, the client holding the fewest threads
+// goes first, and a cap per client so that one client's stuck programs
+// leave threads to the others). Submissions beyond the pool's queue are
+// refused with 429. A submission that is not detached is tied to its
+// connection: the client disconnecting cancels the run.
+//
+// Stopping (braid serve on SIGTERM): BeginDrain refuses new work and starts
+// no queued run; Running says when what runs has ended; Stop interrupts the
+// rest. A run the stop interrupted stays resumable in the store; one that
+// ended on its own (done, failed, stopped by a limit) is finished there.
+// ResumeInterrupted fails, instead of resuming, a run that was started
+// RunsOptions::max_attempts times in a row without finishing a call.
 //
 // Ownership: every run and session belongs to the client that made it
 // (RunsOptions::keyed); runs resumed after a restart keep their owner, which
@@ -30,6 +40,14 @@ struct RunsOptions {
   rt::Runtime* runtime = nullptr;  // not owned
   int max_programs = 16;           // programs and DAGs running at once (threads)
   size_t max_queued = 256;         // waiting for a thread, beyond which 429
+  // Threads one client may hold at once (0: every thread): keep it below
+  // max_programs so that another client's program always finds one.
+  int max_programs_per_client = 0;
+  // Times in a row a run may be started (the first run and its resumes)
+  // without finishing a call: a run interrupted that often without progress
+  // (it crashed the server, or the server kept stopping under it) is failed
+  // instead of resumed. 0: resumed whatever happened before.
+  int max_attempts = 3;
   lua::LuaLimits lua_limits;       // per program, as braid run's --lua-* options
   DagLimits dag_limits;
   size_t max_source_bytes = size_t{16} << 20;
@@ -64,9 +82,19 @@ class RunsService {
   void AddRoutes(http::Router* router);
   // Resumes the programs and DAGs of this server that the store holds as
   // interrupted (the server stopped while they ran), detached; closes
-  // interrupted sessions as failed. Returns how many runs were resumed.
+  // interrupted sessions as cancelled; fails those started max_attempts
+  // times without a call finished ("interrupted 3 times without progress;
+  // not resumed again"). Returns how many runs were resumed.
   Result<int> ResumeInterrupted();
-  // Cancels every run and joins the threads. Idempotent.
+  // From now on new programs, DAGs, sessions and session inputs are refused
+  // (503) and queued runs do not start (they stay in the store for the next
+  // server); what runs goes on.
+  void BeginDrain();
+  // Programs, DAGs and session inputs running now.
+  int Running() const;
+  // Interrupts every program, DAG and input where it is (their runs stay
+  // resumable in the store unless they ended on their own) and joins the
+  // threads. Idempotent.
   void Stop();
 
   struct Counts {

@@ -36,6 +36,7 @@ struct Fixture {
     o.runtime = runtime.get();
     o.max_programs = 2;
     o.max_queued = 4;
+    o.lua_limits.cpu_seconds = 600;  // a stuck program stays stuck until stopped
     if (tweak) tweak(o);
     service = std::make_unique<RunsService>(o);
     service->AddRoutes(&router);
@@ -46,7 +47,8 @@ struct Fixture {
     runtime.reset();
   }
   http::Response Call(const std::string& method, const std::string& path, const json& body = {},
-                      std::map<std::string, std::string> query = {}) {
+                      std::map<std::string, std::string> query = {},
+                      const std::string& client = "tester") {
     http::Request r;
     r.method = method;
     r.path = path;
@@ -59,11 +61,7 @@ struct Fixture {
   // As Call, made by `who`.
   http::Response CallAs(const std::string& who, const std::string& method, const std::string& path,
                         const json& body = {}) {
-    const std::string was = client;
-    client = who;
-    http::Response r = Call(method, path, body);
-    client = was;
-    return r;
+    return Call(method, path, body, {}, who);
   }
   // Polls the run until it leaves queued/running (or kHang passes).
   json WaitRun(const std::string& id) {
@@ -86,13 +84,17 @@ struct Fixture {
     return true;
   }
 
-  std::string client = "tester";
   std::shared_ptr<MemoryStore> store;
   FakeEngine engine;
   std::unique_ptr<rt::Runtime> runtime;
   std::unique_ptr<RunsService> service;
   http::Router router;
 };
+
+int StoredAttempts(MemoryStore& store, const std::string& id) {
+  auto run = store.GetRun(id);
+  return run.ok() ? run->attempts : -1;
+}
 
 // Everything queued on a stream until it closes (or kHang passes).
 std::string Drain(http::EventStream& s) {
@@ -451,7 +453,8 @@ TEST_CASE("memory budget: 413 for what can never fit, 429 while full, named; end
   r = f.Call("POST", "/v1/sessions", json::object());
   CHECK(r.status == 429);
   CHECK(r.body.find("client 'tester' holds 3 MB") != std::string::npos);
-  CHECK(f.CallAs("other", "POST", "/v1/sessions", json::object()).status == 201);
+  r = f.CallAs("other", "POST", "/v1/sessions", json::object());
+  CHECK_MESSAGE(r.status == 201, r.body);
   r = f.CallAs("other", "POST", "/v1/sessions", json::object());
   CHECK(r.status == 429);
   CHECK(r.body.find("--memory-mb") != std::string::npos);
@@ -495,6 +498,92 @@ TEST_CASE("a large result stays in the store: lists give its size, the run gives
   CHECK(list[0]["id"] == id);
   CHECK(!list[0].contains("result"));
   CHECK(list[0]["result_bytes"] == 5002);  // the JSON string, quotes included
+}
+
+TEST_CASE("a run interrupted max_attempts times is failed instead of resumed") {
+  auto store = std::make_shared<MemoryStore>();
+  std::string id;
+  {
+    Fixture f(store);
+    f.engine.hold = true;  // the DAG never ends: each server stops under it
+    id = json::parse(f.Call("POST", "/v1/dags", kDag).body)["id"];
+    REQUIRE(f.WaitSubmitted(1));
+  }
+  CHECK(store->GetRun(id)->attempts == 1);
+  for (int resume = 1; resume <= 2; ++resume) {
+    Fixture g(store);
+    g.engine.hold = true;
+    auto n = g.service->ResumeInterrupted();
+    REQUIRE(n.ok());
+    CHECK(*n == 1);
+    REQUIRE(g.WaitSubmitted(1));
+    CHECK(store->GetRun(id)->attempts == resume + 1);
+  }
+  // Started 3 times (RunsOptions::max_attempts), no call finished.
+  Fixture h(store);
+  auto n = h.service->ResumeInterrupted();
+  REQUIRE(n.ok());
+  CHECK(*n == 0);
+  json failed = json::parse(h.Call("GET", "/v1/runs/" + id).body);
+  CHECK(failed["state"] == "failed");
+  CHECK(failed["error"] == "interrupted 3 times without progress; not resumed again");
+  CHECK(store->GetRun(id)->status == "failed");
+  CHECK(h.engine.submitted().empty());
+}
+
+TEST_CASE("one client's stuck programs leave a thread to another; cancel stops them") {
+  Fixture f(std::make_shared<MemoryStore>(),  // 2 threads, 1 per client
+            [](RunsOptions& o) { o.max_programs_per_client = 1; });
+  const json stuck = {{"source", "while true do end"}, {"detached", true}};
+  std::vector<std::string> alice;
+  for (int i = 0; i < 3; ++i) {
+    http::Response r = f.Call("POST", "/v1/programs", stuck, {}, "alice");
+    REQUIRE(r.status == 202);
+    alice.push_back(json::parse(r.body)["id"]);
+  }
+  http::Response r =
+      f.Call("POST", "/v1/programs",
+             {{"source", "return function() return 'hi' end"}, {"detached", true}}, {}, "bob");
+  REQUIRE(r.status == 202);
+  const std::string bob = json::parse(r.body)["id"];
+  json done = f.WaitRun(bob);
+  CHECK(done["state"] == "done");
+  CHECK(done["result"] == "hi");
+  CHECK(json::parse(f.Call("GET", "/v1/runs/" + alice[0]).body)["state"] == "running");
+  for (const std::string& id : alice) {
+    CHECK(f.Call("POST", "/v1/runs/" + id + "/cancel", {}, {}, "alice").status == 200);
+    CHECK(f.WaitRun(id)["state"] == "cancelled");
+  }
+}
+
+TEST_CASE("draining refuses new work and starts no queued run; what runs finishes") {
+  Fixture f;  // 2 threads, 4 queued
+  f.engine.hold = true;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    http::Response r = f.Call("POST", "/v1/dags", kDag);
+    REQUIRE(r.status == 202);
+    ids.push_back(json::parse(r.body)["id"]);
+  }
+  REQUIRE(f.WaitSubmitted(2));  // two DAGs hold the threads; the third waits
+  f.service->BeginDrain();
+  CHECK(f.Call("POST", "/v1/dags", kDag).status == 503);
+  CHECK(f.Call("POST", "/v1/programs", {{"source", "return 1"}}).status == 503);
+  CHECK(f.Call("POST", "/v1/sessions", json::object()).status == 503);
+  CHECK(f.Call("GET", "/v1/runs/" + ids[0]).status == 200);  // reads go on
+  CHECK(f.service->Running() == 2);
+  f.engine.hold = false;
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  while (f.service->Running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    f.engine.Release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(f.service->Running() == 0);
+  CHECK(f.WaitRun(ids[0])["state"] == "done");
+  CHECK(f.WaitRun(ids[1])["state"] == "done");
+  // The third never started here: it stays for the next server.
+  CHECK(json::parse(f.Call("GET", "/v1/runs/" + ids[2]).body)["state"] == "queued");
+  CHECK(StoredAttempts(*f.store, ids[2]) == 0);
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
   router->Add("POST", "/v1/sessions", [weak, body_of](const http::Request& r, const http::Params&) {
     auto impl = weak.lock();
     if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
+    if (impl->draining) return Stopping();
     auto b = body_of(r);
     if (!b.ok()) return ErrorResponse(b.status());
     auto name = NameOf(*b);
@@ -384,6 +385,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
       args.push_back(x.get<std::string>());
     }
   }
+  if (draining) return Stopping();
   if (e->evaluating.exchange(true))
     return http::JsonError(409, "an input is already being evaluated in this session");
 
@@ -403,7 +405,8 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
               args = std::move(args)] {
     auto impl = self.lock();
     json answer;
-    if (impl && !impl->stopping) {
+    // A stopping server starts no queued input (BeginDrain).
+    if (impl && !impl->stopping && !impl->draining) {
       std::unique_lock<std::timed_mutex> lock(e->build_mu);
       if (!e->driver) {
         lua::DriverOptions d;
@@ -455,7 +458,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
     stream->Close();
     e->evaluating = false;
   };
-  if (!pool.TrySubmit(std::move(job))) {
+  if (!pool.TrySubmit(e->client, std::move(job))) {
     {
       std::lock_guard<std::mutex> lock(e->mu);
       e->eval_stream.reset();

@@ -38,6 +38,7 @@ class SqliteRunStore final : public RunStore {
   Result<std::vector<StoredRun>> ListRunsOf(const std::string& owner, int limit) override;
   Status FinishRun(const std::string& id, const std::string& status,
                    const std::string& error) override;
+  Result<int> AddAttempt(const std::string& id) override;
   Result<RunTotals> Totals(const std::string& id) override;
   Status DeleteRun(const std::string& id) override;
   Status RecordCall(const std::string& run_id, const StoredCall& call) override;
@@ -183,8 +184,8 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
   {
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt stmt,
-        db_->Prepare("SELECT program, status, error, created_unix, program_hash, owner FROM runs "
-                     "WHERE id = ?1"));
+        db_->Prepare("SELECT program, status, error, created_unix, program_hash, owner, attempts "
+                     "FROM runs WHERE id = ?1"));
     BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
     BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
     if (!found) return Status::NotFound(db_->path() + ": run '" + id + "' not found");
@@ -195,6 +196,7 @@ Result<StoredRun> SqliteRunStore::GetRun(const std::string& id) {
     run.created_unix = stmt.ColumnDouble(3);
     run.program_hash = stmt.ColumnText(4);
     run.owner = stmt.ColumnText(5);
+    run.attempts = static_cast<int>(stmt.ColumnInt64(6));
   }
   BRAID_ASSIGN_OR_RETURN(run.args, LoadArgs(id));
   BRAID_RETURN_IF_ERROR(txn.Commit());
@@ -216,7 +218,7 @@ Result<std::vector<StoredRun>> SqliteRunStore::List(const std::string* owner, in
     // ?2 IS NULL: every owner. The newest-first index still orders the scan.
     BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
                            db_->Prepare("SELECT id, program, status, error, created_unix, "
-                                        "program_hash, owner FROM runs "
+                                        "program_hash, owner, attempts FROM runs "
                                         "WHERE ?2 IS NULL OR owner = ?2 "
                                         "ORDER BY created_unix DESC, seq DESC LIMIT ?1"));
     // SQLite treats a negative LIMIT as no limit.
@@ -233,6 +235,7 @@ Result<std::vector<StoredRun>> SqliteRunStore::List(const std::string* owner, in
       run.created_unix = stmt.ColumnDouble(4);
       run.program_hash = stmt.ColumnText(5);
       run.owner = stmt.ColumnText(6);
+      run.attempts = static_cast<int>(stmt.ColumnInt64(7));
       runs.push_back(std::move(run));
     }
   }
@@ -317,6 +320,30 @@ Status SqliteRunStore::FinishRun(const std::string& id, const std::string& statu
   return txn.Commit();
 }
 
+Result<int> SqliteRunStore::AddAttempt(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  {
+    BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                           db_->Prepare("UPDATE runs SET attempts = attempts + 1 WHERE id = ?1"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_RETURN_IF_ERROR(stmt.Run());
+    if (sqlite3_changes(db_->handle()) == 0)
+      return Status::NotFound(db_->path() + ": run '" + id + "' not found");
+  }
+  int attempts = 0;
+  {
+    BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                           db_->Prepare("SELECT attempts FROM runs WHERE id = ?1"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_ASSIGN_OR_RETURN(bool found, stmt.Step());
+    if (found) attempts = static_cast<int>(stmt.ColumnInt64(0));
+  }
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  return attempts;
+}
+
 // ---- calls ----
 
 Status SqliteRunStore::RecordCall(const std::string& run_id, const StoredCall& call) {
@@ -350,6 +377,14 @@ Status SqliteRunStore::RecordCall(const std::string& run_id, const StoredCall& c
     BRAID_RETURN_IF_ERROR(insert.BindText(3, call.function));
     BRAID_RETURN_IF_ERROR(insert.BindDouble(4, clock_()));
     BRAID_RETURN_IF_ERROR(insert.Run());
+  }
+  {
+    // A recorded call is progress: the attempts without any start again.
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt reset,
+        db_->Prepare("UPDATE runs SET attempts = 0 WHERE id = ?1 AND attempts != 0"));
+    BRAID_RETURN_IF_ERROR(reset.BindText(1, run_id));
+    BRAID_RETURN_IF_ERROR(reset.Run());
   }
   BRAID_ASSIGN_OR_RETURN(
       SqliteStmt output,

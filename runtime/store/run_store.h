@@ -33,6 +33,11 @@ struct StoredRun {
   // and runs recorded before schema version 3. (Initialized, so that brace
   // lists written before it existed stay complete.)
   std::string owner = {};
+  // How many times a server started executing the run since it last
+  // recorded a call (AddAttempt; RecordCall sets it back to 0): attempts
+  // without progress. 0 for runs of braid run and runs recorded before
+  // schema version 4.
+  int attempts = 0;
 };
 
 // A run's totals from its record and event log, for listings.
@@ -79,11 +84,15 @@ class RunStore {
   }
   virtual Status FinishRun(const std::string& id, const std::string& status,
                            const std::string& error) = 0;
+  // Counts one more attempt at the run (StoredRun::attempts) and returns
+  // the count, this one included; durable on return. NotFound if unknown.
+  virtual Result<int> AddAttempt(const std::string& id) = 0;
   virtual Result<RunTotals> Totals(const std::string& id) = 0;  // NotFound if unknown
   // Removes the run with its calls, values and events; NotFound if unknown.
   virtual Status DeleteRun(const std::string& id) = 0;
 
-  // Records a finished call's outputs in one transaction (durable on return).
+  // Records a finished call's outputs in one transaction (durable on
+  // return), and sets the run's attempts back to 0.
   virtual Status RecordCall(const std::string& run_id, const StoredCall& call) = 0;
   virtual Result<std::optional<StoredCall>> FindCall(const std::string& run_id,
                                                      const std::string& key) = 0;

@@ -96,10 +96,20 @@ constexpr char kSchemaV3[] = R"sql(
 ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 4: runs.attempts, how many times a server started executing the
+// run since it last recorded a call (RunStore::AddAttempt; RecordCall sets it
+// back to 0), so that braid serve stops resuming a run that was interrupted
+// again and again without progress (it crashed the server, or the server
+// kept stopping under it). Runs recorded before have 0.
+constexpr char kSchemaV4[] = R"sql(
+ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
+    {4, kSchemaV4},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kRunStoreSchemaVersion,
               "one migration per schema version");

@@ -128,7 +128,7 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
     RoundTrip(**store);
   }
   CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
-  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
 
   {
@@ -173,7 +173,7 @@ TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty prog
   // Back to what version 1 wrote.
   REQUIRE(RawExec(path,
                   "ALTER TABLE runs DROP COLUMN program_hash; ALTER TABLE runs DROP COLUMN owner; "
-                  "PRAGMA user_version = 1") == "ok");
+                  "ALTER TABLE runs DROP COLUMN attempts; PRAGMA user_version = 1") == "ok");
   std::unique_ptr<RunStore> store = MustOpen(path);
   Result<StoredRun> old = store->GetRun("old");
   REQUIRE(old.ok());
@@ -186,7 +186,7 @@ TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty prog
   REQUIRE(store->CreateRun(MakeRun("new")).ok());
   CHECK(store->GetRun("new")->program_hash == MakeRun("new").program_hash);
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
 }
 
 TEST_CASE("RunStore keeps each run's owner and lists the runs of one owner") {
@@ -232,7 +232,9 @@ TEST_CASE("RunStore migrates a version 2 file: its runs stay, with no owner") {
     REQUIRE(store->CreateRun(MakeRun("old")).ok());
   }
   // Back to what version 2 wrote.
-  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version = 2") == "ok");
+  REQUIRE(RawExec(path,
+                  "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN attempts; "
+                  "PRAGMA user_version = 2") == "ok");
   std::unique_ptr<RunStore> store = MustOpen(path);
   Result<StoredRun> old = store->GetRun("old");
   REQUIRE(old.ok());
@@ -243,7 +245,37 @@ TEST_CASE("RunStore migrates a version 2 file: its runs stay, with no owner") {
   REQUIRE(store->CreateRun(fresh).ok());
   CHECK(store->GetRun("new")->owner == "alice");
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "3");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
+}
+
+TEST_CASE("RunStore counts a run's attempts until a call is recorded; version 3 runs have 0") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("v3.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("old")).ok());
+    CHECK(store->GetRun("old")->attempts == 0);
+    CHECK(*store->AddAttempt("old") == 1);
+  }
+  // Back to what version 3 wrote.
+  REQUIRE(RawExec(path, "ALTER TABLE runs DROP COLUMN attempts; PRAGMA user_version = 3") == "ok");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  CHECK(store->GetRun("old")->attempts == 0);
+  CHECK(*store->AddAttempt("old") == 1);
+  CHECK(*store->AddAttempt("old") == 2);
+  CHECK(store->GetRun("old")->attempts == 2);
+  Result<std::vector<StoredRun>> runs = store->ListRuns(0);
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 1);
+  CHECK(runs->front().attempts == 2);
+  CHECK(store->AddAttempt("nope").status().code() == StatusCode::kNotFound);
+  // A recorded call is progress: the count starts again.
+  REQUIRE(store->RecordCall("old", MakeCall("main#0#f#h", "progress")).ok());
+  CHECK(store->GetRun("old")->attempts == 0);
+  CHECK(*store->AddAttempt("old") == 1);
+  store.reset();
+  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
 }
 
 TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {

@@ -284,6 +284,12 @@ class MemoryStore final : public RunStore {
     runs_[id].error = error;
     return {};
   }
+  Result<int> AddAttempt(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = runs_.find(id);
+    if (it == runs_.end()) return Status::NotFound("run '" + id + "'");
+    return ++it->second.attempts;
+  }
   // Counts only (the SQLite store sums tokens from the events' JSON).
   Result<RunTotals> Totals(const std::string& id) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -306,6 +312,7 @@ class MemoryStore final : public RunStore {
   Status RecordCall(const std::string& run_id, const StoredCall& call) override {
     std::lock_guard<std::mutex> l(mu_);
     calls_[run_id][call.key] = call;
+    if (auto it = runs_.find(run_id); it != runs_.end()) it->second.attempts = 0;
     return {};
   }
   Result<std::optional<StoredCall>> FindCall(const std::string& run_id,

@@ -100,7 +100,11 @@ def status(srv, rid):
 
 
 def start(cycle):
-    return Server(braid, model, db=db, log=os.path.join(tmp, f"serve-{cycle}.log")).start()
+    # The kills land at random moments, often before a resumed run finishes
+    # a call: --max-attempts 0 keeps resuming it (this test is about losing
+    # nothing; stop_test.py covers runs that are not resumed again).
+    return Server(braid, model, db=db, log=os.path.join(tmp, f"serve-{cycle}.log"),
+                  extra=["--max-attempts", "0"]).start()
 
 
 def in_flight_with_progress(srv, runs):

@@ -326,6 +326,13 @@ class Run {
   virtual void Cancel() = 0;
   // Marks the run finished in the store (ok or with an error).
   virtual void Finish(const Status& status) = 0;
+  // Records in the store that the run starts executing once more (braid
+  // serve, when a run gets its thread) and returns how many times it has
+  // since it last recorded a call, this one included (RunRecord::attempts).
+  // Unsupported without a store.
+  virtual Result<int> BeginAttempt() {
+    return Status::Unsupported("this run does not count its attempts");
+  }
 };
 
 class RunStore;  // runtime/store/run_store.h
@@ -373,6 +380,7 @@ struct RunRecord {
   std::string owner;
   std::vector<std::string> args;
   double started_unix = 0, finished_unix = 0;  // finished 0: never finished
+  int attempts = 0;  // starts by a server since its last recorded call (Run::BeginAttempt)
   int nodes_done = 0, nodes_failed = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
 };
