@@ -699,9 +699,10 @@ Result<int> RunImpl::BeginAttempt() {
 void RunImpl::Finish(const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;
-  if (ctx_->store)
-    (void)ctx_->store->FinishRun(id_, status.ok() ? "done" : "failed",
-                                 status.ok() ? "" : status.message());
+  const char* state = status.ok()                               ? "done"
+                      : status.code() == StatusCode::kCancelled ? "cancelled"
+                                                                : "failed";
+  if (ctx_->store) (void)ctx_->store->FinishRun(id_, state, status.ok() ? "" : status.message());
   Notify();
 }
 

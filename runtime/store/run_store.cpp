@@ -24,7 +24,7 @@ double SystemClock() {
 }
 
 bool IsValidStatus(const std::string& status) {
-  return status == "running" || status == "done" || status == "failed";
+  return status == "running" || status == "done" || status == "failed" || status == "cancelled";
 }
 
 class SqliteRunStore final : public RunStore {
@@ -136,7 +136,7 @@ Status SqliteRunStore::CreateRun(const StoredRun& run) {
   const std::string status = run.status.empty() ? "running" : run.status;
   if (!IsValidStatus(status)) {
     return InvalidArgument("run '" + run.id + "': status '" + status +
-                           "' is not one of running, done, failed");
+                           "' is not one of running, done, failed, cancelled");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
@@ -300,7 +300,7 @@ Status SqliteRunStore::FinishRun(const std::string& id, const std::string& statu
                                  const std::string& error) {
   if (!IsValidStatus(status)) {
     return InvalidArgument("run '" + id + "': status '" + status +
-                           "' is not one of running, done, failed");
+                           "' is not one of running, done, failed, cancelled");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);

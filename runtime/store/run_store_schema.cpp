@@ -105,11 +105,36 @@ constexpr char kSchemaV4[] = R"sql(
 ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 5: runs.status may be 'cancelled' (a run cancelled by its client,
+// told apart from one that failed). SQLite cannot change a CHECK in place:
+// the table is made anew, copied and renamed (SQLite's documented procedure
+// for schema changes ALTER TABLE cannot make, run with foreign keys off, so
+// that dropping the old table does not cascade into its children, whose
+// references then name the new one).
+constexpr char kSchemaV5[] = R"sql(
+CREATE TABLE runs_v5 (
+  seq           INTEGER PRIMARY KEY,
+  id            TEXT NOT NULL UNIQUE,
+  program       TEXT NOT NULL,
+  status        TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'cancelled')),
+  error         TEXT NOT NULL DEFAULT '',
+  created_unix  REAL NOT NULL,
+  finished_unix REAL,
+  program_hash  TEXT NOT NULL DEFAULT '',
+  owner         TEXT NOT NULL DEFAULT '',
+  attempts      INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO runs_v5 (seq, id, program, status, error, created_unix, finished_unix, program_hash,
+                     owner, attempts)
+  SELECT seq, id, program, status, error, created_unix, finished_unix, program_hash, owner,
+         attempts FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v5 RENAME TO runs;
+CREATE INDEX runs_by_created ON runs (created_unix DESC, seq DESC);
+)sql";
+
 constexpr Migration kMigrations[] = {
-    {1, kSchemaV1},
-    {2, kSchemaV2},
-    {3, kSchemaV3},
-    {4, kSchemaV4},
+    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kRunStoreSchemaVersion,
               "one migration per schema version");
@@ -125,7 +150,8 @@ Result<int> ReadIntPragma(SqliteDb& db, const char* sql, const char* what) {
 
 }  // namespace
 
-Status MigrateRunStore(SqliteDb& db) {
+// The migrations after the file's version, in one write transaction.
+static Status MigrateInTransaction(SqliteDb& db) {
   // The version is read inside the write transaction: a second process that
   // opened the same new file waits here and then sees version 1.
   SqliteTxn txn(&db, SqliteTxn::Mode::kWrite);
@@ -153,8 +179,10 @@ Status MigrateRunStore(SqliteDb& db) {
                                      " foreign schema objects and no user_version)");
     }
   }
+  bool migrated = false;
   for (const Migration& m : kMigrations) {
     if (m.version <= version) continue;
+    migrated = true;
     BRAID_RETURN_IF_ERROR(db.Exec(m.sql, "migrate schema"));
     BRAID_RETURN_IF_ERROR(
         db.Exec("PRAGMA user_version = " + std::to_string(m.version), "set user_version"));
@@ -163,7 +191,26 @@ Status MigrateRunStore(SqliteDb& db) {
     BRAID_RETURN_IF_ERROR(db.Exec(
         "PRAGMA application_id = " + std::to_string(kRunStoreApplicationId), "set application_id"));
   }
+  std::string dangling = "0";
+  if (migrated) {
+    BRAID_ASSIGN_OR_RETURN(
+        dangling, db.QueryText("SELECT count(*) FROM pragma_foreign_key_check", "check keys"));
+  }
+  if (dangling != "0")
+    return Status::Corruption(
+        db.path() + ": " + dangling +
+        " rows refer to runs that do not exist; the store was left as it was");
   return txn.Commit();
+}
+
+Status MigrateRunStore(SqliteDb& db) {
+  // Foreign keys are off while the schema changes (version 5 remakes a
+  // parent table) and checked before the change commits; the pragma has no
+  // effect inside a transaction, so it goes around it.
+  BRAID_RETURN_IF_ERROR(db.Exec("PRAGMA foreign_keys = OFF", "migrate schema"));
+  Status s = MigrateInTransaction(db);
+  Status on = db.Exec("PRAGMA foreign_keys = ON", "migrate schema");
+  return s.ok() ? on : s;
 }
 
 }  // namespace braid::rt

@@ -12,7 +12,7 @@
 namespace braid::rt {
 
 // The newest schema version this build writes and understands.
-inline constexpr int kRunStoreSchemaVersion = 4;
+inline constexpr int kRunStoreSchemaVersion = 5;
 // 'BRDS': marks a SQLite file as a Braid run store.
 inline constexpr int kRunStoreApplicationId = 0x42524453;
 

@@ -128,7 +128,7 @@ TEST_CASE("RunStore round trips every method in a file, and reopening keeps ever
     RoundTrip(**store);
   }
   CHECK(RawQuery(path, "PRAGMA journal_mode") == "wal");
-  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "5");
   CHECK(RawQuery(path, "PRAGMA integrity_check") == "ok");
 
   {
@@ -186,7 +186,7 @@ TEST_CASE("RunStore migrates a version 1 file: its runs stay, with an empty prog
   REQUIRE(store->CreateRun(MakeRun("new")).ok());
   CHECK(store->GetRun("new")->program_hash == MakeRun("new").program_hash);
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "5");
 }
 
 TEST_CASE("RunStore keeps each run's owner and lists the runs of one owner") {
@@ -245,7 +245,7 @@ TEST_CASE("RunStore migrates a version 2 file: its runs stay, with no owner") {
   REQUIRE(store->CreateRun(fresh).ok());
   CHECK(store->GetRun("new")->owner == "alice");
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "5");
 }
 
 TEST_CASE("RunStore counts a run's attempts until a call is recorded; version 3 runs have 0") {
@@ -275,7 +275,7 @@ TEST_CASE("RunStore counts a run's attempts until a call is recorded; version 3 
   CHECK(store->GetRun("old")->attempts == 0);
   CHECK(*store->AddAttempt("old") == 1);
   store.reset();
-  CHECK(RawQuery(path, "PRAGMA user_version") == "4");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "5");
 }
 
 TEST_CASE("RunStore lists runs newest first, ties in creation order, with a limit") {
@@ -713,6 +713,40 @@ TEST_CASE("RunStore totals from the node events, and deleting a run takes everyt
   CHECK(store->Totals("a")->nodes_done == 0);
   CHECK(store->GetRun("b").ok());  // the other run untouched
   CHECK(store->DeleteRun("nope").code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("RunStore: version 4 migrates to 5 keeping every row; 'cancelled' is a status") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->CreateRun(MakeRun("kept")).ok());
+    REQUIRE(store->RecordCall("kept", MakeCall("main#0#f#h", "a value")).ok());
+  }
+  // Back to the version 4 table, whose CHECK has no 'cancelled'.
+  REQUIRE(RawExec(path,
+                  "PRAGMA foreign_keys = OFF;"
+                  "CREATE TABLE old_runs (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
+                  " program TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running',"
+                  " 'done', 'failed')), error TEXT NOT NULL DEFAULT '', created_unix REAL NOT"
+                  " NULL, finished_unix REAL, program_hash TEXT NOT NULL DEFAULT '', owner TEXT"
+                  " NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0);"
+                  "INSERT INTO old_runs SELECT * FROM runs; DROP TABLE runs;"
+                  "ALTER TABLE old_runs RENAME TO runs; PRAGMA user_version = 4") == "ok");
+  CHECK(RawExec(path, "UPDATE runs SET status = 'cancelled'") != "ok");
+  std::unique_ptr<RunStore> store = MustOpen(path);
+  auto calls = store->Calls("kept");
+  REQUIRE(calls.ok());
+  REQUIRE(calls->size() == 1);  // the children survived the table's remaking
+  CHECK(calls->front().outputs.at("summary") == "a value");
+  REQUIRE(store->FinishRun("kept", "cancelled", "cancelled by its client").ok());
+  CHECK(store->GetRun("kept")->status == "cancelled");
+  // The remade table is still the calls' parent: deleting the run deletes them.
+  REQUIRE(store->DeleteRun("kept").ok());
+  store.reset();
+  CHECK(RawQuery(path, "SELECT count(*) FROM calls") == "0");
+  CHECK(RawQuery(path, "PRAGMA user_version") == "5");
 }
 
 }  // namespace

@@ -373,7 +373,7 @@ class Runtime {
 // that could be opened is not running any more: its state reads
 // "interrupted" (resume it with `braid run --resume ID`).
 struct RunRecord {
-  std::string id, program, state, error;  // state: done, failed or interrupted
+  std::string id, program, state, error;  // state: done, failed, cancelled or interrupted
   // The client the run belongs to (RunOptions::client when it was created);
   // "" for runs of braid run, of a server without API keys, and runs
   // recorded before the store kept owners.
