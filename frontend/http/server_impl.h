@@ -93,7 +93,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadRequest();
   void OnFirstBytes(beast::error_code ec, size_t n);
   void ReadHeader();
-  void OnHeader(beast::error_code ec, size_t n);
+  void OnHeaderBytes(beast::error_code ec, size_t n);
+  void OnHeader();  // the header is read: check its framing, then the body
   void ReadBody();
   void OnBody(beast::error_code ec, size_t n);
   void OnReadError(beast::error_code ec);
@@ -129,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::string peer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  size_t header_bytes_ = 0;  // of the request being read, for max_header_bytes
   bool first_request_ = true;
   bool keep_alive_ = false;
   bool http10_ = false;  // the request was HTTP/1.0: no chunked streams

@@ -135,6 +135,7 @@ void Session::ReadRequest() {
   parser_.emplace();
   parser_->body_limit(o.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(o.max_header_bytes, 1u << 30)));
+  header_bytes_ = 0;
   read_deadline_ = net::steady_timer::clock_type::now() + Millis(o.read_timeout_ms);
   if (buffer_.size() > 0) return ReadHeader();  // pipelined: the next request is here already
   // Wait for the first byte: a new connection gets read_timeout in all, a
@@ -154,13 +155,34 @@ void Session::OnFirstBytes(beast::error_code ec, size_t n) {
 }
 
 void Session::ReadHeader() {
+  // What is buffered first; then more, until the header is whole. Each
+  // step is PutHeaderBytes, which holds the limit for the whole header.
+  while (buffer_.size() > 0 && !parser_->is_header_done()) {
+    beast::error_code ec;
+    const auto data = buffer_.data();
+    size_t n = PutHeaderBytes(*parser_, {static_cast<const char*>(data.data()), data.size()},
+                              impl_->options, &header_bytes_, ec);
+    buffer_.consume(n);
+    if (ec && ec != bhttp::error::need_more) return OnReadError(ec);
+    if (n == 0) break;  // the parser needs more than is here
+  }
+  if (parser_->is_header_done()) return OnHeader();
   stream_.expires_at(read_deadline_);
-  bhttp::async_read_header(stream_, buffer_, *parser_,
-                           beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  stream_.async_read_some(buffer_.prepare(4096),
+                          beast::bind_front_handler(&Session::OnHeaderBytes, shared_from_this()));
 }
 
-void Session::OnHeader(beast::error_code ec, size_t) {
+void Session::OnHeaderBytes(beast::error_code ec, size_t n) {
   if (ec) return OnReadError(ec);
+  buffer_.commit(n);
+  ReadHeader();
+}
+
+void Session::OnHeader() {
+  if (Status framing = CheckFraming(parser_->get()); !framing.ok()) {
+    impl_->counters.rejected_malformed++;
+    return Reject(HttpStatusForParseError(framing), framing.message());
+  }
   auto expect = parser_->get().find(bhttp::field::expect);
   if (expect != parser_->get().end() &&
       IEquals(std::string_view(expect->value().data(), expect->value().size()), "100-continue") &&
