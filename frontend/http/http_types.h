@@ -117,7 +117,10 @@ struct Response {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
   std::string body;
   // Set: the body is this stream (chunked transfer encoding; for SSE use
-  // content type "text/event-stream"); `body` is ignored.
+  // content type "text/event-stream"); `body` is ignored. Between chunks
+  // the session may add an SSE comment line (text/event-stream) or a
+  // newline (application/json), so chunks of those must end at an event or
+  // between JSON texts or tokens.
   std::shared_ptr<EventStream> stream;
 };
 

@@ -104,6 +104,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void WatchHandling();
   void OnWatchHandling(beast::error_code ec, size_t n);
   void OnHandled(Response response);
+  // The client shut its sending side (read end of file) while a request is
+  // handled or streamed: it may still read, so the answer goes on; a probe
+  // written now finds out whether the connection is still there.
+  void PeerDone();
+  void OnBroken(beast::error_code ec);  // the connection broke after PeerDone
   void Send(Response response);
   void WriteWhole(Response response);
   void OnWritten(beast::error_code ec, size_t n);
@@ -132,6 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   size_t header_bytes_ = 0;  // of the request being read, for max_header_bytes
   bool first_request_ = true;
+  bool peer_done_ = false;  // the client half-closed: no more requests after those buffered
   bool keep_alive_ = false;
   bool http10_ = false;  // the request was HTTP/1.0: no chunked streams
   bool closing_ = false;
@@ -147,6 +153,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool final_chunk_ = false;
   bool watching_ = false;                 // a read is pending to notice the client leaving
+  bool probing_ = false;                  // PeerDone's interim 100 is being written
+  bool probe_stream_ = false;             // PeerDone asks the next Pump for the probe
+  std::string stream_probe_;              // what the stream's probe writes (ProbeFor)
   bool stream_finished_ = false;          // the last chunk went out
   bool handling_ = false;                 // a handler runs for the current request
   std::shared_ptr<ClientGone> gone_;      // that request's signal

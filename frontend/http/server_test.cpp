@@ -53,6 +53,9 @@ class Conn {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  // Shuts the sending side only (a half-close): the server reads the end of
+  // the requests, and the answers can still arrive.
+  void HalfClose() { ::shutdown(fd_, SHUT_WR); }
 
   void Send(const std::string& bytes) {
     size_t off = 0;
@@ -110,6 +113,13 @@ class Conn {
       r.body = buf_.substr(0, len);
       buf_.erase(0, len);
     }
+    return r;
+  }
+
+  // The final response, after any interim (1xx) ones.
+  std::optional<Reply> ReadFinal() {
+    auto r = Read();
+    while (r && r->status >= 100 && r->status < 200) r = Read();
     return r;
   }
 
@@ -645,6 +655,86 @@ TEST_CASE("server: a client leaving while its handler runs signals ClientGone; o
     auto reply = c.Read();
     REQUIRE(reply);
     CHECK(reply->body.find("ok") != std::string::npos);
+  }
+}
+
+TEST_CASE("server: a client that half-closes after its request still gets the answer") {
+  Router router = EchoRouter();
+  Flag entered, release;
+  router.Add("GET", "/slow", [&](const Request& r, const Params&) {
+    entered.Set();
+    release.Wait(kHang);
+    return JsonResponse(200, r.client_gone && r.client_gone->gone() ? "{\"gone\":1}" : "{}");
+  });
+  std::shared_ptr<EventStream> held;
+  std::mutex held_mu;
+  router.Add("GET", "/stream", [&](const Request&, const Params&) {
+    Response res;
+    res.content_type = "text/event-stream";
+    res.stream = std::make_shared<EventStream>();
+    std::lock_guard<std::mutex> lock(held_mu);
+    held = res.stream;  // the test writes the events
+    return res;
+  });
+  auto server = MustStart(TestOptions(), &router);
+  {
+    // The end of the requests arrives with the request: answered, then closed.
+    Conn c(server->port());
+    c.Send(Get("/echo/1"));
+    c.HalfClose();
+    auto r = c.ReadFinal();
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(nlohmann::json::parse(r->body)["path"] == "/echo/1");
+    CHECK(r->headers["connection"] == "close");
+    CHECK(c.WaitClosed(kHang));
+  }
+  {
+    // ... or while the handler runs: it is not told the client left.
+    Conn c(server->port());
+    c.Send(Get("/slow"));
+    REQUIRE(entered.Wait(kHang));
+    c.HalfClose();
+    std::this_thread::sleep_for(50ms);  // lets the end reach the session first (not required)
+    release.Set();
+    auto r = c.ReadFinal();
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->body == "{}");
+    CHECK(c.WaitClosed(kHang));
+  }
+  {
+    // ... or while a stream is open: the stream goes on to its end.
+    Conn c(server->port());
+    c.Send(Get("/stream"));
+    REQUIRE(c.ReadHead());
+    c.HalfClose();
+    std::this_thread::sleep_for(50ms);  // as above
+    std::shared_ptr<EventStream> s;
+    {
+      std::lock_guard<std::mutex> lock(held_mu);
+      s = held;
+    }
+    REQUIRE(s);
+    CHECK(s->Send(SseEvent("one")));
+    CHECK(s->Send(SseEvent("two")));
+    s->Close();
+    std::string body;
+    while (auto chunk = c.ReadChunk()) {
+      if (chunk->empty()) break;
+      body += *chunk;
+    }
+    // A comment line (":") may come between the events; without it they
+    // arrive whole and in order.
+    std::string events;
+    for (size_t pos = 0; pos < body.size();) {
+      size_t end = std::min(body.find('\n', pos), body.size() - 1) + 1;
+      if (body.compare(pos, end - pos, ":\n") != 0) events += body.substr(pos, end - pos);
+      pos = end;
+    }
+    CHECK(events == SseEvent("one") + SseEvent("two"));
+    CHECK_FALSE(s->cancelled());
+    CHECK(c.WaitClosed(kHang));
   }
 }
 

@@ -1,8 +1,9 @@
 """braid serve at the edges of HTTP, over loopback with raw sockets:
-request framing (Transfer-Encoding beside Content-Length) and the header
-section's size limit.
+request framing (Transfer-Encoding beside Content-Length), the header
+section's size limit, and a client that half-closes after its request.
 
 Usage: http_edges_test.py BRAID MODEL"""
+import json
 import os
 import socket
 import sys
@@ -15,12 +16,14 @@ c = Checks()
 HANG = 120  # seconds: only a bound on a hang, never a timing check
 
 
-def exchange(port, data):
-    """Sends `data` on a fresh connection and returns everything the server
-    sends until it closes."""
+def exchange(port, data, half_close=False):
+    """Sends `data` on a fresh connection, optionally shuts the sending side,
+    and returns everything the server sends until it closes."""
     s = socket.create_connection(("127.0.0.1", port), timeout=HANG)
     try:
         s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         got = b""
         while True:
             try:
@@ -49,6 +52,18 @@ def final_response(raw):
 
 def final_status(raw):
     return final_response(raw)[0]
+
+
+def dechunk(body):
+    out, rest = b"", body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        rest = rest[size + 2:]
+    return out
 
 
 srv = Server(braid, model).start()
@@ -80,6 +95,18 @@ try:
     fields = "".join(f"X-Field-{i}: {'v' * 40}\r\n" for i in range(250)) + "Connection: close\r\n"
     raw = exchange(port, f"GET /v1/models HTTP/1.1\r\nHost: t\r\n{fields}\r\n".encode())
     c.check(final_status(raw) == 200, f"14.5 KB of small headers: {raw[:120]!r}")
+
+    # A half-close after the request: the answer still comes, then the end.
+    raw = exchange(port, b"GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", half_close=True)
+    c.check(final_status(raw) == 200 and b'"object":"list"' in raw.replace(b" ", b""),
+            f"half-close, /v1/models: {raw[:200]!r}")
+    prog = json.dumps({"source": "return function() return 'half' .. 'closed' end"}).encode()
+    raw = exchange(port, b"POST /v1/programs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: " + str(len(prog)).encode() + b"\r\n\r\n" + prog,
+                   half_close=True)
+    status, _, body = final_response(raw)
+    answer = json.loads(dechunk(body) or b"{}") if status == 200 else {}
+    c.check(answer.get("result") == "halfclosed", f"half-close, a program: {raw[:300]!r}")
 finally:
     srv.stop()
 
