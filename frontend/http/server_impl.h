@@ -111,6 +111,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnBroken(beast::error_code ec);  // the connection broke after PeerDone
   void Send(Response response);
   void WriteWhole(Response response);
+  void WriteWholeSome();  // the next piece of whole_, as the socket takes it
   void OnWritten(beast::error_code ec, size_t n);
   void Reject(int status, const std::string& message);
   void AfterResponse();
@@ -119,6 +120,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnStreamHeader(beast::error_code ec, size_t n);
   void Wake();  // any thread: the stream has news
   void Pump();
+  void WriteChunks();  // the next piece of chunks_out_ (at most kWriteSlice)
   void OnChunksWritten(beast::error_code ec, size_t n);
   void Watch();
   void OnWatch(beast::error_code ec, size_t n);
@@ -146,10 +148,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The answer being written (whole), or the streamed answer's header.
   std::optional<bhttp::response<bhttp::string_body>> whole_;
+  std::optional<bhttp::response_serializer<bhttp::string_body>> whole_serializer_;
   std::optional<bhttp::response<bhttp::empty_body>> stream_header_;
   std::optional<bhttp::response_serializer<bhttp::empty_body>> stream_serializer_;
   std::shared_ptr<EventStream> active_;
   std::string chunks_out_;  // framed chunks being written
+  size_t chunks_sent_ = 0;  // of chunks_out_
   bool writing_ = false;
   bool final_chunk_ = false;
   bool watching_ = false;                 // a read is pending to notice the client leaving

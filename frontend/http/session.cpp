@@ -32,6 +32,12 @@ using Millis = std::chrono::milliseconds;
 // next write.
 constexpr size_t kWatchBufferCap = 64 << 10;
 
+// A stream's framed chunks go out in pieces of at most this many bytes, each
+// with its own write timeout (as a whole answer goes out in what the socket
+// takes at a time): a large result times out when its client stops
+// reading, not because it is large.
+constexpr size_t kWriteSlice = 1 << 20;
+
 // The interim answer to "Expect: 100-continue", also written to learn
 // whether a client that half-closed is still there (PeerDone).
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -414,12 +420,19 @@ void Session::WriteWhole(Response response) {
     std::fprintf(stderr, "http: cannot serialize a response: %s\n", e.what());
     return Close();
   }
+  whole_serializer_.emplace(*whole_);
+  WriteWholeSome();
+}
+
+void Session::WriteWholeSome() {
   stream_.expires_after(Millis(impl_->options.write_timeout_ms));
-  bhttp::async_write(stream_, *whole_,
-                     beast::bind_front_handler(&Session::OnWritten, shared_from_this()));
+  bhttp::async_write_some(stream_, *whole_serializer_,
+                          beast::bind_front_handler(&Session::OnWritten, shared_from_this()));
 }
 
 void Session::OnWritten(beast::error_code ec, size_t) {
+  if (!closing_ && !ec && !whole_serializer_->is_done()) return WriteWholeSome();
+  whole_serializer_.reset();
   whole_.reset();
   if (closing_) return;
   if (ec) {
@@ -538,19 +551,27 @@ void Session::Pump() {
     if (final_chunk_) FinishStream();  // HTTP/1.0: nothing more to write, the close ends it
     return;
   }
+  chunks_sent_ = 0;
+  WriteChunks();
+}
+
+void Session::WriteChunks() {
   writing_ = true;
+  const size_t n = std::min(kWriteSlice, chunks_out_.size() - chunks_sent_);
   stream_.expires_after(Millis(impl_->options.write_timeout_ms));
-  net::async_write(stream_, net::buffer(chunks_out_),
+  net::async_write(stream_, net::buffer(chunks_out_.data() + chunks_sent_, n),
                    beast::bind_front_handler(&Session::OnChunksWritten, shared_from_this()));
 }
 
-void Session::OnChunksWritten(beast::error_code ec, size_t) {
+void Session::OnChunksWritten(beast::error_code ec, size_t n) {
   writing_ = false;
   if (closing_) return;
   if (ec) {
     if (ec == beast::error::timeout) impl_->counters.timeouts++;
     return Close();
   }
+  chunks_sent_ += n;
+  if (chunks_sent_ < chunks_out_.size()) return WriteChunks();
   if (final_chunk_) return FinishStream();
   Pump();
 }

@@ -160,21 +160,17 @@ void RunsService::Impl::Complete(const std::shared_ptr<Entry>& e, std::string st
     if (!e->error.empty()) final_event["error"] = e->error;
   }
   e->run->Watch(nullptr);
+  // The last words carry the result, whatever its size (Finish, not Send).
   const std::string chunk = http::SseEvent(Dump(final_event));
-  for (auto& w : watchers) {
-    w->Send(chunk);
-    w->Close();
-  }
+  for (auto& w : watchers) w->Finish(chunk);
   if (waiter) {
     if (sse) {
-      waiter->Send(chunk);
-      waiter->Send(http::SseEvent("[DONE]"));
+      waiter->Finish(chunk + http::SseEvent("[DONE]"));
     } else {
       json j = final_event;
       j.erase("type");
-      waiter->Send(Dump(j) + "\n");
+      waiter->Finish(Dump(j) + "\n");
     }
-    waiter->Close();
   }
   // Keep the newest finished runs' status in memory; the store keeps all.
   std::lock_guard<std::mutex> lock(mu);

@@ -81,7 +81,8 @@ struct Fixture {
   http::Router router;
 };
 
-// Everything queued on a stream until it closes (or kHang passes).
+// Everything queued on a stream until it closes (or is cancelled, or kHang
+// passes).
 std::string Drain(http::EventStream& s) {
   std::string all;
   const auto deadline = std::chrono::steady_clock::now() + kHang;
@@ -91,6 +92,7 @@ std::string Drain(http::EventStream& s) {
     s.Take(&chunks, &closed);
     for (auto& c : chunks) all += c;
     if (closed) return all;
+    if (s.cancelled()) return all + "<cancelled>";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return all + "<not closed>";
@@ -207,6 +209,50 @@ return function(w) return f{ w = w }.out:get() .. "|" .. w end)";
   CHECK(st["state"] == "cancelled");
   f.engine.hold = false;
   f.engine.Release();
+}
+
+TEST_CASE("a result of 9 MiB arrives whole: on the stream, the events and the run's status") {
+  Fixture f;
+  // Past the 8 MiB a stream lets wait for a slow client: the last words of
+  // a run are let through whatever their size.
+  const size_t size = size_t{9} << 20;
+  const json program = {
+      {"source", "return function() return string.rep('x', 9 * 1024 * 1024) end"}};
+  http::Response r = f.Call("POST", "/v1/programs", program);
+  REQUIRE(r.stream);
+  const std::string body = Drain(*r.stream);
+  json answer = json::parse(body, nullptr, false);
+  REQUIRE_MESSAGE(!answer.is_discarded(), body.substr(0, 200));
+  CHECK(answer["state"] == "done");
+  CHECK(answer["result"].get<std::string>().size() == size);
+  json st = json::parse(f.Call("GET", "/v1/runs/" + answer["id"].get<std::string>()).body);
+  CHECK(st["result"].get<std::string>().size() == size);
+
+  json streamed = program;
+  streamed["stream"] = true;
+  r = f.Call("POST", "/v1/programs", streamed);
+  REQUIRE(r.stream);
+  const std::string sse = Drain(*r.stream);
+  CHECK(sse.find("<cancelled>") == std::string::npos);
+  CHECK(sse.size() > size);
+  CHECK(sse.rfind("data: [DONE]\n\n") == sse.size() - 14);
+
+  // A watcher of a run that ends with a big result gets it too.
+  f.engine.hold = true;
+  const json held = {{"source", R"(
+local f = braid.fn [[Hi {{gen out max_tokens=2}}]]
+return function() f{}.out:get(); return string.rep('y', 9 * 1024 * 1024) end)"},
+                     {"detached", true}};
+  r = f.Call("POST", "/v1/programs", held);
+  REQUIRE(r.status == 202);
+  const std::string id = json::parse(r.body)["id"];
+  http::Response ev = f.Call("GET", "/v1/runs/" + id + "/events");
+  REQUIRE(ev.stream);
+  f.engine.hold = false;
+  f.engine.Release();
+  const std::string events = Drain(*ev.stream);
+  CHECK(events.find("<cancelled>") == std::string::npos);
+  CHECK(events.size() > size);
 }
 
 TEST_CASE("program errors and the queue limit") {

@@ -437,14 +437,13 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
       std::lock_guard<std::mutex> lock(e->mu);
       e->eval_stream.reset();
     }
+    // The answer whole, whatever its size (Finish, not Send).
     if (sse) {
       answer["type"] = "result";
-      stream->Send(http::SseEvent(Dump(answer)));
-      stream->Send(http::SseEvent("[DONE]"));
+      stream->Finish(http::SseEvent(Dump(answer)) + http::SseEvent("[DONE]"));
     } else {
-      stream->Send(Dump(answer));
+      stream->Finish(Dump(answer));
     }
-    stream->Close();
     e->evaluating = false;
   };
   if (!pool.TrySubmit(std::move(job))) {

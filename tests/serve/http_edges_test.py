@@ -1,6 +1,7 @@
-"""braid serve at the edges of HTTP, over loopback with raw sockets:
+"""braid serve at the edges of HTTP, over loopback with raw sockets and curl:
 request framing (Transfer-Encoding beside Content-Length), the header
-section's size limit, and a client that half-closes after its request.
+section's size limit, a client that half-closes after its request, and
+results larger than a stream's backlog cap.
 
 Usage: http_edges_test.py BRAID MODEL"""
 import json
@@ -9,7 +10,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import Checks, Server  # noqa: E402
+from serve_util import Checks, Server, curl  # noqa: E402
 
 braid, model = sys.argv[1], sys.argv[2]
 c = Checks()
@@ -107,6 +108,22 @@ try:
     status, _, body = final_response(raw)
     answer = json.loads(dechunk(body) or b"{}") if status == 200 else {}
     c.check(answer.get("result") == "halfclosed", f"half-close, a program: {raw[:300]!r}")
+
+    # Results past the stream's 8 MiB backlog cap arrive whole.
+    size = 9 * 1024 * 1024
+    big = "return function() return string.rep('x', 9 * 1024 * 1024) end"
+    code, body = curl(srv, "POST", "/v1/programs", {"source": big}, timeout=HANG)
+    answer = json.loads(body) if code == 200 and body.strip() else {}
+    c.check(len(answer.get("result") or "") == size,
+            f"9 MiB result: {code}, {len(body)} bytes: {body[:100]!r}")
+    if answer:
+        code, body = curl(srv, "GET", f"/v1/runs/{answer['id']}", timeout=HANG)
+        st = json.loads(body) if code == 200 else {}
+        c.check(len(st.get("result") or "") == size, f"9 MiB result in the run's status: {code}")
+    code, body = curl(srv, "POST", "/v1/programs", {"source": big, "stream": True},
+                      timeout=HANG, stream=True)
+    c.check(code == 200 and len(body) > size and body.rstrip().endswith("data: [DONE]"),
+            f"9 MiB result streamed: {code}, {len(body)} bytes")
 finally:
     srv.stop()
 
