@@ -122,7 +122,7 @@ Result<Request> BuildRequest(bhttp::request<bhttp::string_body>&& message, std::
 
 int HttpStatusForParseError(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOutOfRange:
+    case StatusCode::kTooLarge:
       return 413;
     case StatusCode::kResourceExhausted:
       return 431;
@@ -135,8 +135,8 @@ int HttpStatusForParseError(const Status& status) {
 
 Status ParseErrorStatus(const beast::error_code& ec, const ServerOptions& options) {
   if (ec == bhttp::error::body_limit) {
-    return Status::OutOfRange("request body exceeds the limit of " +
-                              std::to_string(options.max_body_bytes) + " bytes");
+    return Status::TooLarge("request body exceeds the limit of " +
+                            std::to_string(options.max_body_bytes) + " bytes");
   }
   if (ec == bhttp::error::header_limit) {
     return Status::ResourceExhausted("request headers exceed the limit of " +

@@ -50,12 +50,12 @@ std::optional<Response> Admit(const ServerOptions& options, Request* request);
 void AddCorsHeaders(const ServerOptions& options, Response* response);
 
 // The HTTP status answering a request that could not be read, from the
-// Status of ParseRequestBytes/BuildRequest/CheckFraming: OutOfRange (body
-// over the limit) 413, ResourceExhausted (headers over the limit) 431,
+// Status of ParseRequestBytes/BuildRequest/CheckFraming: TooLarge (body over
+// the limit) 413, ResourceExhausted (headers over the limit) 431,
 // Unsupported (a transfer coding we do not decode) 501, anything else 400.
 int HttpStatusForParseError(const Status& status);
 
-// The Status for a Beast parser error: OutOfRange for body_limit,
+// The Status for a Beast parser error: TooLarge for body_limit,
 // ResourceExhausted for header_limit, InvalidArgument for the rest.
 Status ParseErrorStatus(const boost::beast::error_code& ec, const ServerOptions& options);
 

@@ -44,6 +44,8 @@ http::Response ErrorResponse(const Status& s) {
       return http::JsonError(400, s.message());
     case StatusCode::kNotFound:
       return http::JsonError(404, s.message());
+    case StatusCode::kTooLarge:  // no Retry-After: the same request fails again
+      return http::JsonError(413, s.message());
     case StatusCode::kResourceExhausted: {
       http::Response r = http::JsonError(429, s.message());
       r.headers.emplace_back("Retry-After", "1");

@@ -24,7 +24,8 @@ using rt::testing::MemoryStore;
 constexpr auto kHang = std::chrono::seconds(60);
 
 struct Fixture {
-  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>())
+  explicit Fixture(std::shared_ptr<MemoryStore> s = std::make_shared<MemoryStore>(),
+                   DagLimits dag_limits = {})
       : store(std::move(s)) {
     rt::RuntimeOptions ro;
     ro.engines = {&engine};
@@ -34,6 +35,7 @@ struct Fixture {
     o.runtime = runtime.get();
     o.max_programs = 2;
     o.max_queued = 4;
+    o.dag_limits = dag_limits;
     service = std::make_unique<RunsService>(o);
     service->AddRoutes(&router);
   }
@@ -253,6 +255,49 @@ return function() f{}.out:get(); return string.rep('y', 9 * 1024 * 1024) end)"},
   const std::string events = Drain(*ev.stream);
   CHECK(events.find("<cancelled>") == std::string::npos);
   CHECK(events.size() > size);
+}
+
+TEST_CASE("DAGs past the size limits are 413 naming the limit, without Retry-After") {
+  DagLimits limits;
+  limits.max_nodes = 4;  // kDag's own sizes: 4 nodes, 3 refs, 2 functions
+  limits.max_edges = 3;
+  limits.max_text_bytes = 1000;
+  limits.max_functions = 2;
+  Fixture f(std::make_shared<MemoryStore>(), limits);
+  auto refused = [&](const json& dag, const std::string& limit) {
+    http::Response r = f.Call("POST", "/v1/dags", dag);
+    CHECK(r.status == 413);
+    CHECK(r.headers.empty());  // no Retry-After: the same DAG fails again
+    const std::string message = json::parse(r.body)["error"]["message"];
+    CHECK_MESSAGE(message.find(limit) != std::string::npos, message);
+  };
+  json nodes = kDag;
+  nodes["calls"].push_back({{"id", "d"}, {"function", "shout"}, {"inputs", {{"x", "more"}}}});
+  refused(nodes, "more than 4 calls and joins");
+  json edges = kDag;
+  edges["joins"][0]["parts"] = {{{"ref", "b.out"}}, {{"ref", "b.out"}}, {{"ref", "a.out"}}};
+  refused(edges, "more than 3 refs");
+  json text = kDag;
+  text["calls"][1]["inputs"]["x"] = std::string(2000, 't');
+  refused(text, "limit of 1000");
+  json functions = kDag;
+  functions["functions"]["third"] = {{"template", "{{gen out max_tokens=1}}"}};
+  refused(functions, "limit of 2");
+  // A session's functions and calls have the same limits.
+  http::Response s = f.Call("POST", "/v1/sessions", json::object());
+  const std::string base = "/v1/sessions/" + json::parse(s.body)["id"].get<std::string>();
+  for (int i = 0; i < 3; ++i) {
+    http::Response fn =
+        f.Call("POST", base + "/functions",
+               {{"name", "f" + std::to_string(i)}, {"template", "{{gen a max_tokens=1}}"}});
+    CHECK(fn.status == (i < 2 ? 201 : 413));
+    if (i == 2) CHECK(fn.headers.empty());
+  }
+  for (int i = 0; i < 5; ++i) {
+    http::Response call = f.Call("POST", base + "/calls", {{"function", "f0"}});
+    CHECK(call.status == (i < 4 ? 201 : 413));
+    if (i == 4) CHECK(call.headers.empty());
+  }
 }
 
 TEST_CASE("program errors and the queue limit") {

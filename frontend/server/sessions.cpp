@@ -146,7 +146,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 auto lock = BuildLock(*e);
                 if (!lock.owns_lock()) return Busy();
                 if (e->functions.size() >= impl->options.dag_limits.max_functions)
-                  return http::JsonError(429, "the session has too many functions");
+                  return ErrorResponse(Status::TooLarge(
+                      "a session has at most " +
+                      std::to_string(impl->options.dag_limits.max_functions) + " functions"));
                 e->functions[name] = *fn;
                 return http::JsonResponse(
                     201, Dump({{"name", name}, {"inputs", inputs}, {"outputs", outputs}}));
@@ -178,7 +180,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
           fn = *parsed;
         }
         if (static_cast<size_t>(e->calls) >= impl->options.dag_limits.max_nodes)
-          return http::JsonError(429, "the session has too many calls");
+          return ErrorResponse(Status::TooLarge("a session has at most " +
+                                                std::to_string(impl->options.dag_limits.max_nodes) +
+                                                " calls"));
         std::map<std::string, rt::Arg> args;
         if (auto in = b->find("inputs"); in != b->end()) {
           if (!in->is_object())

@@ -1,12 +1,13 @@
 """braid serve at the edges of HTTP, over loopback with raw sockets and curl:
 request framing (Transfer-Encoding beside Content-Length), the header
-section's size limit, a client that half-closes after its request, and
-results larger than a stream's backlog cap.
+section's size limit, a client that half-closes after its request, results
+larger than a stream's backlog cap and DAGs past their size limits.
 
 Usage: http_edges_test.py BRAID MODEL"""
 import json
 import os
 import socket
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -124,6 +125,17 @@ try:
                       timeout=HANG, stream=True)
     c.check(code == 200 and len(body) > size and body.rstrip().endswith("data: [DONE]"),
             f"9 MiB result streamed: {code}, {len(body)} bytes")
+
+    # DAGs past a size limit: 413 naming it, no Retry-After.
+    dag = {"functions": {"f": {"template": "{{x}}{{gen out max_tokens=1}}"}},
+           "calls": [{"id": f"c{i}", "function": "f", "inputs": {"x": "a"}} for i in range(10001)],
+           "outputs": ["c0.out"]}
+    p = subprocess.run(["curl", "-sS", "-i", "-X", "POST", "-H", "Content-Type: application/json",
+                        "--data-binary", "@-", "--max-time", str(HANG), srv.url("/v1/dags")],
+                       input=json.dumps(dag).encode(), capture_output=True)
+    out = p.stdout.decode(errors="replace")
+    c.check(out.startswith("HTTP/1.1 413") and "10000" in out and "retry-after" not in out.lower(),
+            f"DAG of 10,001 calls: {out[:300]!r}")
 finally:
     srv.stop()
 
