@@ -537,8 +537,26 @@ http::Response RunsService::Impl::Graph(const http::Request& r, const std::strin
     res.body = e->run->ToDot();
     return res;
   }
-  auto svg = report::GraphSvg(*e->run);
-  if (!svg.ok()) return http::JsonError(501, svg.status().message() + " (or ask ?format=dot)");
+  // Graphviz within its limits (report::DotLimits: 10 s, 4 MiB of dot text,
+  // 32 MiB of SVG), and stopped should the client go.
+  const auto gone = r.client_gone;
+  auto svg =
+      report::GraphSvg(*e->run, report::DotLimits(), [gone] { return gone && gone->gone(); });
+  if (!svg.ok()) {
+    const Status& s = svg.status();
+    const std::string message = s.message() + " (ask ?format=dot for the dot text)";
+    switch (s.code()) {
+      case StatusCode::kTooLarge:
+        return http::JsonError(413, message);
+      case StatusCode::kResourceExhausted:  // out of time: no Retry-After, it would be again
+      case StatusCode::kCancelled:
+        return http::JsonError(503, message);
+      case StatusCode::kNotFound:
+        return http::JsonError(501, message);
+      default:
+        return http::JsonError(500, message);
+    }
+  }
   res.content_type = "image/svg+xml";
   res.body = std::move(*svg);
   return res;

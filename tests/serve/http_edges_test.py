@@ -1,14 +1,19 @@
 """braid serve at the edges of HTTP, over loopback with raw sockets and curl:
 request framing (Transfer-Encoding beside Content-Length), the header
 section's size limit, a client that half-closes after its request, results
-larger than a stream's backlog cap and DAGs past their size limits.
+larger than a stream's backlog cap, DAGs past their size limits, and the
+graph route's Graphviz child under a time limit, killed with the server.
 
 Usage: http_edges_test.py BRAID MODEL"""
 import json
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_util import Checks, Server, curl  # noqa: E402
@@ -66,6 +71,22 @@ def dechunk(body):
         out += rest[:size]
         rest = rest[size + 2:]
     return out
+
+
+def alive(pid):
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def wait_until(cond, limit=HANG):
+    deadline = time.time() + limit
+    while not cond() and time.time() < deadline:
+        time.sleep(0.1)
+    return cond()
 
 
 srv = Server(braid, model).start()
@@ -139,4 +160,47 @@ try:
 finally:
     srv.stop()
 
+# The graph route's dot: a stand-in that never ends shows the time limit,
+# then the child dies with a server killed by -9.
+tmp = tempfile.mkdtemp(prefix="braid-dot-")
+pids = os.path.join(tmp, "dot.pids")
+fake = os.path.join(tmp, "dot")
+with open(fake, "w") as f:
+    f.write(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 3600\n")
+os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+old_path = os.environ["PATH"]
+os.environ["PATH"] = tmp + os.pathsep + old_path  # the server finds the stand-in first
+srv = Server(braid, model)
+try:
+    srv.start()
+finally:
+    os.environ["PATH"] = old_path
+started = []
+try:
+    code, body = curl(srv, "POST", "/v1/programs", {"source": "return function() return 1 end"})
+    rid = json.loads(body)["id"] if code == 200 else ""
+    c.check(bool(rid), f"a run to draw: {code} {body[:200]}")
+    code, body = curl(srv, "GET", f"/v1/runs/{rid}/graph", timeout=HANG)
+    c.check(code == 503 and "10 s" in body, f"dot past its time: {code} {body[:200]}")
+    started = open(pids).read().split() if os.path.exists(pids) else []
+    c.check(len(started) == 1 and wait_until(lambda: not alive(started[0])),
+            f"the timed-out dot is gone: {started}")
+    code, body = curl(srv, "GET", f"/v1/runs/{rid}/graph?format=dot")
+    c.check(code == 200 and body.startswith("digraph"), f"?format=dot: {code} {body[:100]}")
+
+    # The server killed while dot runs: dot goes too.
+    waiting = subprocess.Popen(["curl", "-sS", "--max-time", str(HANG),
+                                srv.url(f"/v1/runs/{rid}/graph")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    c.check(wait_until(lambda: os.path.exists(pids) and len(open(pids).read().split()) == 2),
+            "a second dot started")
+    started = open(pids).read().split()
+    srv.kill9()
+    waiting.wait(timeout=HANG)
+    c.check(wait_until(lambda: not alive(started[-1])), f"dot dies with the server: {started}")
+finally:
+    srv.stop()
+    for pid in started:  # the stand-ins this test made, should any be left
+        if alive(pid):
+            os.kill(int(pid), signal.SIGKILL)
 c.done("serve_http_edges")
