@@ -53,6 +53,20 @@ bool EventStream::Send(std::string chunk) {
   return true;
 }
 
+bool EventStream::Finish(std::string last) {
+  std::function<void()> waker;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_ || closed_) return false;
+    queued_bytes_ += last.size();
+    queue_.push_back(std::move(last));
+    closed_ = true;
+    waker = waker_;
+  }
+  if (waker) waker();
+  return true;
+}
+
 void EventStream::Close() {
   std::function<void()> waker;
   {

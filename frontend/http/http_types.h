@@ -69,8 +69,8 @@ inline bool MaySee(const Request& r, bool keyed, std::string_view owner) {
 // from any thread; the session calls the rest.
 class EventStream {
  public:
-  // `max_queued_bytes`: what may wait unsent; a client that reads slower
-  // than the producer writes is disconnected past it.
+  // `max_queued_bytes`: what Send may let wait unsent; a client that reads
+  // slower than the producer writes is disconnected past it.
   explicit EventStream(size_t max_queued_bytes = size_t{8} << 20)
       : max_queued_bytes_(max_queued_bytes) {}
 
@@ -78,6 +78,11 @@ class EventStream {
   // when the client is gone or too slow (the stream is cancelled then): the
   // producer stops and releases what it holds.
   bool Send(std::string chunk);
+  // Queues the producer's last bytes (a run's result, however large) and
+  // closes: unlike Send's, they are not held to max_queued_bytes, which
+  // bounds what piles up for a slow client while more is coming, not the
+  // size of an answer. Returns false as Send does.
+  bool Finish(std::string last);
   // The producer is done; the session ends the response after what is queued.
   void Close();
   // Runs `fn` once when the stream is cancelled (the client disconnected, or
@@ -117,7 +122,10 @@ struct Response {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
   std::string body;
   // Set: the body is this stream (chunked transfer encoding; for SSE use
-  // content type "text/event-stream"); `body` is ignored.
+  // content type "text/event-stream"); `body` is ignored. Between chunks
+  // the session may add an SSE comment line (text/event-stream) or a
+  // newline (application/json), so chunks of those must end at an event or
+  // between JSON texts or tokens.
   std::shared_ptr<EventStream> stream;
 };
 

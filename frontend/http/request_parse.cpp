@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace braid::http {
 
@@ -121,10 +122,12 @@ Result<Request> BuildRequest(bhttp::request<bhttp::string_body>&& message, std::
 
 int HttpStatusForParseError(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOutOfRange:
+    case StatusCode::kTooLarge:
       return 413;
     case StatusCode::kResourceExhausted:
       return 431;
+    case StatusCode::kUnsupported:
+      return 501;
     default:
       return 400;
   }
@@ -132,8 +135,8 @@ int HttpStatusForParseError(const Status& status) {
 
 Status ParseErrorStatus(const beast::error_code& ec, const ServerOptions& options) {
   if (ec == bhttp::error::body_limit) {
-    return Status::OutOfRange("request body exceeds the limit of " +
-                              std::to_string(options.max_body_bytes) + " bytes");
+    return Status::TooLarge("request body exceeds the limit of " +
+                            std::to_string(options.max_body_bytes) + " bytes");
   }
   if (ec == bhttp::error::header_limit) {
     return Status::ResourceExhausted("request headers exceed the limit of " +
@@ -142,15 +145,76 @@ Status ParseErrorStatus(const beast::error_code& ec, const ServerOptions& option
   return Status::InvalidArgument("malformed request: " + ec.message());
 }
 
+size_t PutHeaderBytes(RequestParser& parser, std::string_view bytes, const ServerOptions& options,
+                      size_t* header_bytes, beast::error_code& ec) {
+  const size_t n = parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+  *header_bytes += n;
+  // What the parser has not consumed yet (part of a field) is bounded by its
+  // own header_limit; what it has is counted here.
+  if ((!ec || ec == bhttp::error::need_more) && *header_bytes > options.max_header_bytes) {
+    ec = bhttp::error::header_limit;
+  }
+  return n;
+}
+
+Status CheckFraming(const bhttp::request_header<>& header) {
+  auto [first, last] = header.equal_range(bhttp::field::transfer_encoding);
+  if (first == last) return Status::Ok();
+  if (header.find(bhttp::field::content_length) != header.end()) {
+    return Status::InvalidArgument(
+        "Transfer-Encoding and Content-Length together: the body's length is ambiguous");
+  }
+  if (header.version() < 11) {
+    return Status::InvalidArgument("Transfer-Encoding in an HTTP/1.0 request");
+  }
+  // The codings of every Transfer-Encoding field, in order, lower-cased (a
+  // list: "gzip, chunked" is two; empty elements do not count).
+  std::vector<std::string> codings;
+  for (auto it = first; it != last; ++it) {
+    std::string_view list = Sv(it->value());
+    while (!list.empty()) {
+      const size_t comma = std::min(list.find(','), list.size());
+      std::string_view item = list.substr(0, comma);
+      item = item.substr(0, std::min(item.find(';'), item.size()));  // no parameters
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+      if (!item.empty()) codings.push_back(Lower(item));
+      list.remove_prefix(std::min(comma + 1, list.size()));
+    }
+  }
+  if (codings.empty() || codings.back() != "chunked") {
+    return Status::InvalidArgument("the last transfer coding must be chunked");
+  }
+  codings.pop_back();
+  if (std::find(codings.begin(), codings.end(), "chunked") != codings.end()) {
+    return Status::InvalidArgument("chunked is applied more than once");
+  }
+  if (!codings.empty()) {
+    return Status::Unsupported("transfer coding '" + codings.front() +
+                               "' is not supported (only chunked is)");
+  }
+  return Status::Ok();
+}
+
 Result<Request> ParseRequestBytes(std::string_view raw, const ServerOptions& options) {
-  bhttp::request_parser<bhttp::string_body> parser;
+  RequestParser parser;
   parser.body_limit(options.max_body_bytes);
   parser.header_limit(static_cast<std::uint32_t>(
       std::min<size_t>(options.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  // The header first, as the session reads it.
+  size_t used = 0, header_bytes = 0;
+  while (!parser.is_header_done()) {
+    beast::error_code ec;
+    size_t n = PutHeaderBytes(parser, raw.substr(used), options, &header_bytes, ec);
+    used += n;
+    if (ec && ec != bhttp::error::need_more) return ParseErrorStatus(ec, options);
+    if (n == 0 && !parser.is_header_done()) return Status::InvalidArgument("request ends early");
+  }
+  BRAID_RETURN_IF_ERROR(CheckFraming(parser.get()));
   parser.eager(true);
-  // The parser consumes what it can and asks for more (need_more); feeding
-  // the rest in a loop is what the async read does as bytes arrive.
-  size_t used = 0;
+  // Then the body: the parser consumes what it can and asks for more
+  // (need_more); feeding the rest in a loop is what the async read does as
+  // bytes arrive.
   while (!parser.is_done()) {
     beast::error_code ec;
     size_t n = parser.put(boost::asio::buffer(raw.data() + used, raw.size() - used), ec);

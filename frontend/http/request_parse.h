@@ -7,6 +7,7 @@
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <map>
 #include <optional>
@@ -49,18 +50,40 @@ std::optional<Response> Admit(const ServerOptions& options, Request* request);
 void AddCorsHeaders(const ServerOptions& options, Response* response);
 
 // The HTTP status answering a request that could not be read, from the
-// Status of ParseRequestBytes/BuildRequest: OutOfRange (body over the limit)
-// 413, ResourceExhausted (headers over the limit) 431, anything else 400.
+// Status of ParseRequestBytes/BuildRequest/CheckFraming: TooLarge (body over
+// the limit) 413, ResourceExhausted (headers over the limit) 431,
+// Unsupported (a transfer coding we do not decode) 501, anything else 400.
 int HttpStatusForParseError(const Status& status);
 
-// The Status for a Beast parser error: OutOfRange for body_limit,
+// The Status for a Beast parser error: TooLarge for body_limit,
 // ResourceExhausted for header_limit, InvalidArgument for the rest.
 Status ParseErrorStatus(const boost::beast::error_code& ec, const ServerOptions& options);
 
+using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+
+// One step of reading a request's header: feeds `bytes` to `parser` (not
+// eager, so that a step stops at the header's end) and returns how many it
+// consumed, adding them to *header_bytes. Beast 1.74 checks header_limit
+// against each buffer it is given, not the whole header (fields taken from
+// an earlier buffer are not counted, so well over 16 KiB of small fields
+// passed a 16 KiB limit); the count is kept here: `ec` is header_limit once
+// the header section (request line and fields) passes max_header_bytes.
+size_t PutHeaderBytes(RequestParser& parser, std::string_view bytes, const ServerOptions& options,
+                      size_t* header_bytes, boost::beast::error_code& ec);
+
+// The framing rules of RFC 9112 6.1 and 6.3 that Beast leaves to us, checked
+// once the header is read. A body whose length two parsers could read
+// differently (a proxy in front of us, and us) is how requests are
+// smuggled, so with Transfer-Encoding there must be no Content-Length, the
+// request must be HTTP/1.1 and the codings must end with a single chunked:
+// InvalidArgument (400, and the connection is closed) otherwise. Another
+// coding before chunked (gzip, ...) is Unsupported (501): we decode none.
+Status CheckFraming(const boost::beast::http::request_header<>& header);
+
 // Parses one whole request from `raw` with the limits of `options` (the
-// session's parser, fed from a buffer instead of a socket). Errors: as
-// HttpStatusForParseError describes; InvalidArgument also when `raw` ends
-// before the request does.
+// session's steps: PutHeaderBytes, CheckFraming, then the body, fed from a
+// buffer instead of a socket). Errors: as HttpStatusForParseError describes;
+// InvalidArgument also when `raw` ends before the request does.
 Result<Request> ParseRequestBytes(std::string_view raw, const ServerOptions& options);
 
 }  // namespace braid::http

@@ -115,6 +115,68 @@ TEST_CASE("ParseRequestBytes: targets, chunked bodies, limits as HTTP statuses")
   CHECK(PercentDecode("a+b%2b", true).value() == "a b+");
 }
 
+TEST_CASE("ParseRequestBytes: Transfer-Encoding only alone and ending in chunked") {
+  ServerOptions o;
+  auto status = [&](const std::string& head) {
+    auto r = ParseRequestBytes(
+        "POST /p HTTP/1.1\r\nHost: h\r\n" + head + "\r\n5\r\nhello\r\n0\r\n\r\n", o);
+    return r.ok() ? 200 : HttpStatusForParseError(r.status());
+  };
+  CHECK(status("Transfer-Encoding: chunked\r\n") == 200);
+  CHECK(status("Transfer-Encoding: CHUNKED \r\n") == 200);
+  CHECK(status("Transfer-Encoding: xchunked\r\nContent-Length: 5\r\n") == 400);
+  CHECK(status("Content-Length: 5\r\nTransfer-Encoding: xchunked\r\n") == 400);
+  CHECK(status("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n") == 400);
+  CHECK(status("Transfer-Encoding: xchunked\r\n") == 400);
+  CHECK(status("Transfer-Encoding: chunked, identity\r\n") == 400);
+  CHECK(status("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n") == 400);
+  CHECK(status("Transfer-Encoding: ,\r\n") == 400);
+  CHECK(status("Transfer-Encoding: gzip, chunked\r\n") == 501);
+  CHECK(status("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n") == 501);
+  auto old = ParseRequestBytes(
+      "POST /p HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", o);
+  CHECK(HttpStatusForParseError(old.status()) == 400);
+}
+
+TEST_CASE("PutHeaderBytes: the limit holds for the header section however reads split it") {
+  ServerOptions o;
+  o.max_header_bytes = 4096;
+  // Feeds `request` in pieces of `step` bytes as a session does: what the
+  // parser leaves unconsumed stays in front of the next piece.
+  auto read = [&](const std::string& request, size_t step) {
+    RequestParser parser;
+    parser.header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
+    std::string buffered;
+    size_t sent = 0, header_bytes = 0;
+    boost::beast::error_code ec;
+    while (!parser.is_header_done() && sent < request.size()) {
+      buffered += request.substr(sent, step);
+      sent += step;
+      size_t n = PutHeaderBytes(parser, buffered, o, &header_bytes, ec);
+      buffered.erase(0, n);
+      if (ec && ec != boost::beast::http::error::need_more) break;
+    }
+    return parser.is_header_done() ? Status::Ok() : ParseErrorStatus(ec, o);
+  };
+  auto fields = [](int n) {
+    std::string f;
+    for (int i = 0; i < n; ++i)
+      f += "X-F" + std::to_string(i) + ": " + std::string(20, 'v') + "\r\n";
+    return f;
+  };
+  const std::string small = "GET / HTTP/1.1\r\n" + fields(100) + "\r\n";  // about 2.8 KB
+  const std::string large = "GET / HTTP/1.1\r\n" + fields(200) + "\r\n";  // about 5.8 KB
+  REQUIRE(small.size() < o.max_header_bytes);
+  REQUIRE(large.size() > o.max_header_bytes);
+  for (size_t step : {size_t{1} << 20, size_t{1000}, size_t{100}, size_t{7}}) {
+    CAPTURE(step);
+    CHECK(read(small, step).ok());
+    Status s = read(large, step);
+    CHECK(HttpStatusForParseError(s) == 431);
+    CHECK(s.message().find("4096") != std::string::npos);
+  }
+}
+
 TEST_CASE("WorkerPool: idle threads take tasks, max_pending more wait, the rest are refused") {
   WorkerPool pool(1, 0);
   std::atomic<bool> started{false}, release{false};

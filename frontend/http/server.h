@@ -39,7 +39,10 @@ struct ServerOptions {
   // is closed without an answer (a slowloris client holds nothing for long).
   int read_timeout_ms = 30000;
   int idle_timeout_ms = 60000;   // a keep-alive connection waiting for its next request
-  int write_timeout_ms = 30000;  // each write of a response or of a stream's chunks
+  // Each piece of an answer must be written within this (what the socket
+  // takes at a time of a whole answer, at most 1 MiB of a stream's chunks):
+  // a client that stops reading is let go; a large answer is not cut.
+  int write_timeout_ms = 30000;
   // API key -> client name (see ReadApiKeys). Empty: no authentication.
   std::map<std::string, std::string> api_keys;
   // Client names whose keys are admin keys (Request::admin): they see every

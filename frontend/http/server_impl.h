@@ -93,7 +93,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadRequest();
   void OnFirstBytes(beast::error_code ec, size_t n);
   void ReadHeader();
-  void OnHeader(beast::error_code ec, size_t n);
+  void OnHeaderBytes(beast::error_code ec, size_t n);
+  void OnHeader();  // the header is read: check its framing, then the body
   void ReadBody();
   void OnBody(beast::error_code ec, size_t n);
   void OnReadError(beast::error_code ec);
@@ -103,8 +104,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void WatchHandling();
   void OnWatchHandling(beast::error_code ec, size_t n);
   void OnHandled(Response response);
+  // The client shut its sending side (read end of file) while a request is
+  // handled or streamed: it may still read, so the answer goes on; a probe
+  // written now finds out whether the connection is still there.
+  void PeerDone();
+  void OnBroken(beast::error_code ec);  // the connection broke after PeerDone
   void Send(Response response);
   void WriteWhole(Response response);
+  void WriteWholeSome();  // the next piece of whole_, as the socket takes it
   void OnWritten(beast::error_code ec, size_t n);
   void Reject(int status, const std::string& message);
   void AfterResponse();
@@ -113,6 +120,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnStreamHeader(beast::error_code ec, size_t n);
   void Wake();  // any thread: the stream has news
   void Pump();
+  void WriteChunks();  // the next piece of chunks_out_ (at most kWriteSlice)
   void OnChunksWritten(beast::error_code ec, size_t n);
   void Watch();
   void OnWatch(beast::error_code ec, size_t n);
@@ -129,7 +137,9 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::string peer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  size_t header_bytes_ = 0;  // of the request being read, for max_header_bytes
   bool first_request_ = true;
+  bool peer_done_ = false;  // the client half-closed: no more requests after those buffered
   bool keep_alive_ = false;
   bool http10_ = false;  // the request was HTTP/1.0: no chunked streams
   bool closing_ = false;
@@ -138,13 +148,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The answer being written (whole), or the streamed answer's header.
   std::optional<bhttp::response<bhttp::string_body>> whole_;
+  std::optional<bhttp::response_serializer<bhttp::string_body>> whole_serializer_;
   std::optional<bhttp::response<bhttp::empty_body>> stream_header_;
   std::optional<bhttp::response_serializer<bhttp::empty_body>> stream_serializer_;
   std::shared_ptr<EventStream> active_;
   std::string chunks_out_;  // framed chunks being written
+  size_t chunks_sent_ = 0;  // of chunks_out_
   bool writing_ = false;
   bool final_chunk_ = false;
   bool watching_ = false;                 // a read is pending to notice the client leaving
+  bool probing_ = false;                  // PeerDone's interim 100 is being written
+  bool probe_stream_ = false;             // PeerDone asks the next Pump for the probe
+  std::string stream_probe_;              // what the stream's probe writes (ProbeFor)
   bool stream_finished_ = false;          // the last chunk went out
   bool handling_ = false;                 // a handler runs for the current request
   std::shared_ptr<ClientGone> gone_;      // that request's signal

@@ -32,6 +32,26 @@ using Millis = std::chrono::milliseconds;
 // next write.
 constexpr size_t kWatchBufferCap = 64 << 10;
 
+// A stream's framed chunks go out in pieces of at most this many bytes, each
+// with its own write timeout (as a whole answer goes out in what the socket
+// takes at a time): a large result times out when its client stops
+// reading, not because it is large.
+constexpr size_t kWriteSlice = 1 << 20;
+
+// The interim answer to "Expect: 100-continue", also written to learn
+// whether a client that half-closed is still there (PeerDone).
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// Bytes that may go between a stream's chunks without changing what the
+// body means, written to learn whether a client that half-closed is still
+// there (PeerDone): an SSE comment line, or whitespace beside a JSON text.
+// "" for other types, whose clients are found gone at the next chunk.
+std::string ProbeFor(std::string_view content_type) {
+  if (content_type.rfind("text/event-stream", 0) == 0) return ":\n";
+  if (content_type.rfind("application/json", 0) == 0) return "\n";
+  return "";
+}
+
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -135,6 +155,7 @@ void Session::ReadRequest() {
   parser_.emplace();
   parser_->body_limit(o.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(o.max_header_bytes, 1u << 30)));
+  header_bytes_ = 0;
   read_deadline_ = net::steady_timer::clock_type::now() + Millis(o.read_timeout_ms);
   if (buffer_.size() > 0) return ReadHeader();  // pipelined: the next request is here already
   // Wait for the first byte: a new connection gets read_timeout in all, a
@@ -154,20 +175,40 @@ void Session::OnFirstBytes(beast::error_code ec, size_t n) {
 }
 
 void Session::ReadHeader() {
+  // What is buffered first; then more, until the header is whole. Each
+  // step is PutHeaderBytes, which holds the limit for the whole header.
+  while (buffer_.size() > 0 && !parser_->is_header_done()) {
+    beast::error_code ec;
+    const auto data = buffer_.data();
+    size_t n = PutHeaderBytes(*parser_, {static_cast<const char*>(data.data()), data.size()},
+                              impl_->options, &header_bytes_, ec);
+    buffer_.consume(n);
+    if (ec && ec != bhttp::error::need_more) return OnReadError(ec);
+    if (n == 0) break;  // the parser needs more than is here
+  }
+  if (parser_->is_header_done()) return OnHeader();
   stream_.expires_at(read_deadline_);
-  bhttp::async_read_header(stream_, buffer_, *parser_,
-                           beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  stream_.async_read_some(buffer_.prepare(4096),
+                          beast::bind_front_handler(&Session::OnHeaderBytes, shared_from_this()));
 }
 
-void Session::OnHeader(beast::error_code ec, size_t) {
+void Session::OnHeaderBytes(beast::error_code ec, size_t n) {
   if (ec) return OnReadError(ec);
+  buffer_.commit(n);
+  ReadHeader();
+}
+
+void Session::OnHeader() {
+  if (Status framing = CheckFraming(parser_->get()); !framing.ok()) {
+    impl_->counters.rejected_malformed++;
+    return Reject(HttpStatusForParseError(framing), framing.message());
+  }
   auto expect = parser_->get().find(bhttp::field::expect);
   if (expect != parser_->get().end() &&
       IEquals(std::string_view(expect->value().data(), expect->value().size()), "100-continue") &&
       !parser_->is_done()) {
     // The client waits for this before sending the body (curl does for
     // large ones); without it each such request would stall a second.
-    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     stream_.expires_at(read_deadline_);
     net::async_write(stream_, net::buffer(kContinue),
                      [self = shared_from_this()](beast::error_code wec, size_t) {
@@ -265,7 +306,8 @@ void Session::Dispatch() {
 }
 
 void Session::WatchHandling() {
-  if (watching_ || closing_ || !handling_ || buffer_.size() >= kWatchBufferCap) return;
+  if (watching_ || closing_ || peer_done_ || !handling_ || buffer_.size() >= kWatchBufferCap)
+    return;
   watching_ = true;
   stream_.expires_never();  // a handler may take long; the client is not reading yet
   stream_.async_read_some(buffer_.prepare(1024),
@@ -276,6 +318,11 @@ void Session::OnWatchHandling(beast::error_code ec, size_t n) {
   watching_ = false;
   if (!ec) buffer_.commit(n);  // the start of a pipelined request: kept
   if (closing_) return;
+  if (ec == net::error::eof) {  // a half-close, not a leave: the answer is still wanted
+    PeerDone();
+    ec = {};
+    if (!handled_) return;  // OnHandled sends it
+  }
   if (handled_) {  // OnHandled cancelled this read to answer
     Response r = std::move(*handled_);
     handled_.reset();
@@ -295,13 +342,56 @@ void Session::OnWatchHandling(beast::error_code ec, size_t n) {
 void Session::OnHandled(Response response) {
   handling_ = false;
   gone_.reset();
-  if (watching_) {
+  if (watching_ || probing_) {
     handled_ = std::move(response);
     beast::error_code ec;
-    stream_.socket().cancel(ec);  // OnWatchHandling goes on with the answer
+    // OnWatchHandling, or the probe's end, goes on with the answer. (Nothing
+    // else is pending while the watch read is: it ends before PeerDone.)
+    if (watching_) stream_.socket().cancel(ec);
     return;
   }
   Send(std::move(response));
+}
+
+// ---- a client that half-closed ----
+
+void Session::PeerDone() {
+  if (peer_done_) return;
+  peer_done_ = true;
+  // A client may shut its sending side after its request (shutdown(SHUT_WR),
+  // nc -N) and still read the answer; the read that watches the connection
+  // cannot tell that from a client gone. A write can: a socket closed
+  // whole answers it with a reset, which ends this wait. So write
+  // something harmless and wait: an interim 100 while a handler runs (not
+  // to HTTP/1.0 clients, which are found gone at the answer), the stream's
+  // probe while it streams.
+  stream_.socket().async_wait(tcp::socket::wait_error,
+                              beast::bind_front_handler(&Session::OnBroken, shared_from_this()));
+  if (handling_ && !http10_) {
+    probing_ = true;
+    stream_.expires_after(Millis(impl_->options.write_timeout_ms));
+    net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->probing_ = false;
+                       if (self->closing_) return;
+                       if (ec) return self->OnBroken(ec);
+                       if (!self->handled_) return;  // the answer is still to come
+                       Response r = std::move(*self->handled_);
+                       self->handled_.reset();
+                       self->Send(std::move(r));
+                     });
+  } else if (active_ && !stream_finished_) {
+    probe_stream_ = true;
+    Pump();
+  }
+}
+
+void Session::OnBroken(beast::error_code ec) {
+  if (closing_ || ec == net::error::operation_aborted) return;
+  // The connection broke (the client is gone), or both directions are shut
+  // (the answer went out and LingerThenClose shut ours): either way, done.
+  if (gone_) gone_->Signal();
+  Close();
 }
 
 // ---- writing a whole answer ----
@@ -311,7 +401,8 @@ void Session::Send(Response response) {
     if (response.stream) response.stream->Cancel();  // nobody will read it
     return;
   }
-  if (impl_->stopping) keep_alive_ = false;
+  // A client that half-closed sends nothing after what is buffered.
+  if (impl_->stopping || (peer_done_ && buffer_.size() == 0)) keep_alive_ = false;
   AddCorsHeaders(impl_->options, &response);
   if (response.stream) return StartStream(std::move(response));
   WriteWhole(std::move(response));
@@ -334,12 +425,19 @@ void Session::WriteWhole(Response response) {
     std::fprintf(stderr, "http: cannot serialize a response: %s\n", e.what());
     return Close();
   }
+  whole_serializer_.emplace(*whole_);
+  WriteWholeSome();
+}
+
+void Session::WriteWholeSome() {
   stream_.expires_after(Millis(impl_->options.write_timeout_ms));
-  bhttp::async_write(stream_, *whole_,
-                     beast::bind_front_handler(&Session::OnWritten, shared_from_this()));
+  bhttp::async_write_some(stream_, *whole_serializer_,
+                          beast::bind_front_handler(&Session::OnWritten, shared_from_this()));
 }
 
 void Session::OnWritten(beast::error_code ec, size_t) {
+  if (!closing_ && !ec && !whole_serializer_->is_done()) return WriteWholeSome();
+  whole_serializer_.reset();
   whole_.reset();
   if (closing_) return;
   if (ec) {
@@ -350,7 +448,9 @@ void Session::OnWritten(beast::error_code ec, size_t) {
 }
 
 void Session::AfterResponse() {
-  if (!keep_alive_ || impl_->stopping) return LingerThenClose();
+  if (!keep_alive_ || impl_->stopping || (peer_done_ && buffer_.size() == 0)) {
+    return LingerThenClose();
+  }
   ReadRequest();
 }
 
@@ -365,6 +465,7 @@ void Session::StartStream(Response response) {
   impl_->counters.streams_open++;
   stream_finished_ = false;
   final_chunk_ = false;
+  stream_probe_ = ProbeFor(response.content_type);
   try {
     stream_header_.emplace();
     FillHeaders(*stream_header_, response, keep_alive_);
@@ -430,6 +531,10 @@ void Session::Pump() {
   bool closed = false;
   active_->Take(&chunks, &closed);
   if (active_->cancelled()) return Close();  // a slow client, or Stop: cut the body short
+  if (probe_stream_) {  // PeerDone asks: a write tells whether the client is there
+    probe_stream_ = false;
+    chunks.push_back(stream_probe_);
+  }
   chunks_out_.clear();
   for (const std::string& c : chunks) {
     if (c.empty()) continue;  // a zero-size chunk would end the body
@@ -451,25 +556,33 @@ void Session::Pump() {
     if (final_chunk_) FinishStream();  // HTTP/1.0: nothing more to write, the close ends it
     return;
   }
+  chunks_sent_ = 0;
+  WriteChunks();
+}
+
+void Session::WriteChunks() {
   writing_ = true;
+  const size_t n = std::min(kWriteSlice, chunks_out_.size() - chunks_sent_);
   stream_.expires_after(Millis(impl_->options.write_timeout_ms));
-  net::async_write(stream_, net::buffer(chunks_out_),
+  net::async_write(stream_, net::buffer(chunks_out_.data() + chunks_sent_, n),
                    beast::bind_front_handler(&Session::OnChunksWritten, shared_from_this()));
 }
 
-void Session::OnChunksWritten(beast::error_code ec, size_t) {
+void Session::OnChunksWritten(beast::error_code ec, size_t n) {
   writing_ = false;
   if (closing_) return;
   if (ec) {
     if (ec == beast::error::timeout) impl_->counters.timeouts++;
     return Close();
   }
+  chunks_sent_ += n;
+  if (chunks_sent_ < chunks_out_.size()) return WriteChunks();
   if (final_chunk_) return FinishStream();
   Pump();
 }
 
 void Session::Watch() {
-  if (watching_ || closing_ || buffer_.size() >= kWatchBufferCap) return;
+  if (watching_ || closing_ || peer_done_ || buffer_.size() >= kWatchBufferCap) return;
   watching_ = true;
   stream_.async_read_some(buffer_.prepare(1024),
                           beast::bind_front_handler(&Session::OnWatch, shared_from_this()));
@@ -479,6 +592,11 @@ void Session::OnWatch(beast::error_code ec, size_t n) {
   watching_ = false;
   if (!ec) buffer_.commit(n);  // the start of a pipelined request: kept
   if (closing_) return;
+  if (ec == net::error::eof) {  // a half-close, not a leave: the stream goes on
+    PeerDone();
+    ec = {};
+    if (!stream_finished_) return;
+  }
   if (stream_finished_) {  // FinishStream cancelled this read to go on
     if (ec && ec != net::error::operation_aborted) return Close();
     return AfterResponse();
@@ -521,6 +639,8 @@ void Session::Close() {
   // leaves (Server::Stop closes connections this way).
   if (gone_) gone_->Signal();
   DropStream(true);  // a body cut short: its producer stops (OnCancel runs)
+  if (handled_ && handled_->stream) handled_->stream->Cancel();  // an answer never sent
+  handled_.reset();
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream_.close();

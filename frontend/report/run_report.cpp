@@ -1,18 +1,7 @@
 #include "report/run_report.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-
-extern char** environ;
 
 namespace braid::report {
 namespace {
@@ -24,39 +13,17 @@ bool WriteFile(const std::string& path, const std::string& data) {
   return std::fclose(f) == 0 && ok;
 }
 
-// Renders dot text with Graphviz: `dot -T<format> -o <path>`, text on stdin.
 }  // namespace
 
 Status RenderDot(const std::string& dot, const std::string& format, const std::string& path) {
-  int fds[2];
-  if (pipe(fds) != 0) return Status::IoError("pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  std::string t = "-T" + format;
-  std::vector<char*> argv = {const_cast<char*>("dot"), t.data(), const_cast<char*>("-o"),
-                             const_cast<char*>(path.c_str()), nullptr};
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, "dot", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[0]);
-  if (rc != 0) {
-    close(fds[1]);
-    return Status::NotFound("Graphviz 'dot' not found (install graphviz)");
-  }
-  size_t off = 0;
-  std::signal(SIGPIPE, SIG_IGN);
-  while (off < dot.size()) {
-    ssize_t n = write(fds[1], dot.data() + off, dot.size() - off);
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  close(fds[1]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return Status::IoError("dot -T" + format + " failed for " + path);
+  // At the command line the user waits as long as dot takes; dot still
+  // dies with braid.
+  DotLimits unlimited;
+  unlimited.timeout_ms = 0;
+  unlimited.max_input_bytes = 0;
+  unlimited.max_output_bytes = 0;
+  BRAID_ASSIGN_OR_RETURN(std::string out, RunDot(dot, format, unlimited));
+  if (!WriteFile(path, out)) return Status::IoError("cannot write " + path);
   return Status::Ok();
 }
 
@@ -168,23 +135,9 @@ nlohmann::json NodesJson(const rt::Run& run) {
   return out;
 }
 
-Result<std::string> GraphSvg(const rt::Run& run) {
-  char tmpl[] = "/tmp/braid-graph-XXXXXX";
-  const int fd = mkstemp(tmpl);
-  if (fd < 0) return Status::IoError("cannot create a temporary file for the graph");
-  close(fd);
-  const std::string path = tmpl;
-  Status s = RenderDot(run.ToDot(), "svg", path);
-  std::string svg;
-  if (s.ok()) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    svg = buf.str();
-  }
-  std::remove(path.c_str());
-  if (!s.ok()) return s;
-  return svg;
+Result<std::string> GraphSvg(const rt::Run& run, const DotLimits& limits,
+                             const std::function<bool()>& cancelled) {
+  return RunDot(run.ToDot(), "svg", limits, cancelled);
 }
 
 }  // namespace braid::report

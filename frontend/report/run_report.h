@@ -2,12 +2,14 @@
 // server's run routes.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/status.h"
+#include "report/graphviz.h"
 #include "runtime/runtime.h"
 
 namespace braid::report {
@@ -25,14 +27,17 @@ nlohmann::json ScoresJson(const rt::NodeInfo& n, const std::map<rt::VarId, rt::V
 // Every node of the run, with their scores.
 nlohmann::json NodesJson(const rt::Run& run);
 
-// Renders dot text with Graphviz into `path` (`dot -T<format> -o path`).
-// Errors: NotFound when 'dot' is not installed; IoError when it fails.
+// Renders dot text with Graphviz into `path` (`dot -T<format>`, without
+// RunDot's limits: for the command line). Errors: NotFound when 'dot' is
+// not installed; IoError when it fails or `path` cannot be written.
 Status RenderDot(const std::string& dot, const std::string& format, const std::string& path);
 // The run's DAG into `path`: .dot/.gv (or no extension) as text, anything
 // else through Graphviz; on failure the dot text goes to PATH.dot and the
 // reason to stderr.
 void WriteGraph(const rt::Run& run, const std::string& path);
-// The run's DAG as SVG text. Errors as RenderDot.
-Result<std::string> GraphSvg(const rt::Run& run);
+// The run's DAG as SVG text, from dot under `limits` (RunDot, which says
+// what `cancelled` does and the errors).
+Result<std::string> GraphSvg(const rt::Run& run, const DotLimits& limits,
+                             const std::function<bool()>& cancelled = {});
 
 }  // namespace braid::report

@@ -111,9 +111,9 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
   if (!functions || !functions->is_object() || functions->empty())
     return Bad("functions", "must be a non-empty object {name: {template, ...}}");
   if (functions->size() > limits.max_functions)
-    return Status::ResourceExhausted("functions: " + std::to_string(functions->size()) +
-                                     " functions, over the limit of " +
-                                     std::to_string(limits.max_functions));
+    return Status::TooLarge("functions: " + std::to_string(functions->size()) +
+                            " functions, over the limit of " +
+                            std::to_string(limits.max_functions));
   for (const auto& [name, f] : functions->items()) {
     BRAID_ASSIGN_OR_RETURN(rt::FunctionSpec spec,
                            Function(name, f, "functions." + name, &text_bytes));
@@ -132,8 +132,8 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
       return Bad(where + ".id", "'" + n.id + "' is used twice");
     nodes.push_back(std::move(n));
     if (nodes.size() > limits.max_nodes)
-      return Status::ResourceExhausted("the DAG has more than " + std::to_string(limits.max_nodes) +
-                                       " calls and joins");
+      return Status::TooLarge("the DAG has more than " + std::to_string(limits.max_nodes) +
+                              " calls and joins");
     return Status::Ok();
   };
   for (const char* section : {"calls", "joins"}) {
@@ -188,15 +188,14 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
         }
       }
       if (edges > limits.max_edges)
-        return Status::ResourceExhausted("the DAG has more than " +
-                                         std::to_string(limits.max_edges) + " refs");
+        return Status::TooLarge("the DAG has more than " + std::to_string(limits.max_edges) +
+                                " refs");
       BRAID_RETURN_IF_ERROR(add_node(std::move(n), where));
     }
   }
   if (text_bytes > limits.max_text_bytes)
-    return Status::ResourceExhausted("the DAG's text is " + std::to_string(text_bytes) +
-                                     " bytes, over the limit of " +
-                                     std::to_string(limits.max_text_bytes));
+    return Status::TooLarge("the DAG's text is " + std::to_string(text_bytes) +
+                            " bytes, over the limit of " + std::to_string(limits.max_text_bytes));
 
   // A ref's node, or an error naming the place.
   auto resolve = [&](const std::string& ref, const std::string& where) -> Result<size_t> {

@@ -60,9 +60,9 @@ struct DagPlan {
 };
 
 // Parses and checks `body` (syntax, types, unknown functions and refs,
-// templates, cycles, limits). Errors (InvalidArgument, or
-// ResourceExhausted for a limit) name the place: "calls[2].inputs.chunk:
-// unknown ref 'x.y'".
+// templates, cycles, limits). Errors (InvalidArgument, or TooLarge for a
+// limit, naming it) name the place: "calls[2].inputs.chunk: unknown ref
+// 'x.y'".
 Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits);
 
 // The plan's calls and joins added to `run` and its outputs wanted. Returns

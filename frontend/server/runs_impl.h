@@ -149,8 +149,10 @@ struct RunsService::Impl : std::enable_shared_from_this<RunsService::Impl> {
 
 // 503 with Retry-After: the server is stopping (draining) and takes no new work.
 http::Response Stopping();
-// A Status as the HTTP error it means: InvalidArgument 400, NotFound 404,
-// ResourceExhausted 429 (with Retry-After) or 413, others 500.
+// A Status as the HTTP error it means: InvalidArgument and OutOfRange 400,
+// NotFound 404, TooLarge 413 (a size limit: retrying does not help),
+// ResourceExhausted 429 with Retry-After (a full queue: retrying later
+// may), Unsupported 501, others 500.
 http::Response ErrorResponse(const Status& s);
 // The body's optional "name": "" when absent or null; InvalidArgument when
 // it is not a string.

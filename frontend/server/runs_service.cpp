@@ -53,6 +53,8 @@ http::Response ErrorResponse(const Status& s) {
       return http::JsonError(400, s.message());
     case StatusCode::kNotFound:
       return http::JsonError(404, s.message());
+    case StatusCode::kTooLarge:  // no Retry-After: the same request fails again
+      return http::JsonError(413, s.message());
     case StatusCode::kResourceExhausted: {
       http::Response r = http::JsonError(429, s.message());
       r.headers.emplace_back("Retry-After", "1");
@@ -208,21 +210,17 @@ void RunsService::Impl::Complete(const std::shared_ptr<Entry>& e, std::string st
     head += ",\"result\":";
   }
   e->run->Watch(nullptr);
-  // The result's text is spliced in rather than copied into a JSON value.
+  // The result's text is spliced in rather than copied into a JSON value;
+  // the last words carry it whatever its size (Finish, not Send).
   const std::string event = "{\"type\":\"run\"," + head.substr(1) + result_text + "}";
   const std::string chunk = http::SseEvent(event);
-  for (auto& w : watchers) {
-    w->Send(chunk);
-    w->Close();
-  }
+  for (auto& w : watchers) w->Finish(chunk);
   if (waiter) {
     if (sse) {
-      waiter->Send(chunk);
-      waiter->Send(http::SseEvent("[DONE]"));
+      waiter->Finish(chunk + http::SseEvent("[DONE]"));
     } else {
-      waiter->Send(head + result_text + "}\n");
+      waiter->Finish(head + result_text + "}\n");
     }
-    waiter->Close();
   }
   // Keep the newest finished runs' status in memory, within a count and a
   // byte bound (what each run held at its peak); the store keeps all.
@@ -663,8 +661,26 @@ http::Response RunsService::Impl::Graph(const http::Request& r, const std::strin
     res.body = e->run->ToDot();
     return res;
   }
-  auto svg = report::GraphSvg(*e->run);
-  if (!svg.ok()) return http::JsonError(501, svg.status().message() + " (or ask ?format=dot)");
+  // Graphviz within its limits (report::DotLimits: 10 s, 4 MiB of dot text,
+  // 32 MiB of SVG), and stopped should the client go.
+  const auto gone = r.client_gone;
+  auto svg =
+      report::GraphSvg(*e->run, report::DotLimits(), [gone] { return gone && gone->gone(); });
+  if (!svg.ok()) {
+    const Status& s = svg.status();
+    const std::string message = s.message() + " (ask ?format=dot for the dot text)";
+    switch (s.code()) {
+      case StatusCode::kTooLarge:
+        return http::JsonError(413, message);
+      case StatusCode::kResourceExhausted:  // out of time: no Retry-After, it would be again
+      case StatusCode::kCancelled:
+        return http::JsonError(503, message);
+      case StatusCode::kNotFound:
+        return http::JsonError(501, message);
+      default:
+        return http::JsonError(500, message);
+    }
+  }
   res.content_type = "image/svg+xml";
   res.body = std::move(*svg);
   return res;

@@ -96,7 +96,8 @@ int StoredAttempts(MemoryStore& store, const std::string& id) {
   return run.ok() ? run->attempts : -1;
 }
 
-// Everything queued on a stream until it closes (or kHang passes).
+// Everything queued on a stream until it closes (or is cancelled, or kHang
+// passes).
 std::string Drain(http::EventStream& s) {
   std::string all;
   const auto deadline = std::chrono::steady_clock::now() + kHang;
@@ -106,6 +107,7 @@ std::string Drain(http::EventStream& s) {
     s.Take(&chunks, &closed);
     for (auto& c : chunks) all += c;
     if (closed) return all;
+    if (s.cancelled()) return all + "<cancelled>";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return all + "<not closed>";
@@ -222,6 +224,93 @@ return function(w) return f{ w = w }.out:get() .. "|" .. w end)";
   CHECK(st["state"] == "cancelled");
   f.engine.hold = false;
   f.engine.Release();
+}
+
+TEST_CASE("a result of 9 MiB arrives whole: on the stream, the events and the run's status") {
+  Fixture f;
+  // Past the 8 MiB a stream lets wait for a slow client: the last words of
+  // a run are let through whatever their size.
+  const size_t size = size_t{9} << 20;
+  const json program = {
+      {"source", "return function() return string.rep('x', 9 * 1024 * 1024) end"}};
+  http::Response r = f.Call("POST", "/v1/programs", program);
+  REQUIRE(r.stream);
+  const std::string body = Drain(*r.stream);
+  json answer = json::parse(body, nullptr, false);
+  REQUIRE_MESSAGE(!answer.is_discarded(), body.substr(0, 200));
+  CHECK(answer["state"] == "done");
+  CHECK(answer["result"].get<std::string>().size() == size);
+  json st = json::parse(f.Call("GET", "/v1/runs/" + answer["id"].get<std::string>()).body);
+  CHECK(st["result"].get<std::string>().size() == size);
+
+  json streamed = program;
+  streamed["stream"] = true;
+  r = f.Call("POST", "/v1/programs", streamed);
+  REQUIRE(r.stream);
+  const std::string sse = Drain(*r.stream);
+  CHECK(sse.find("<cancelled>") == std::string::npos);
+  CHECK(sse.size() > size);
+  CHECK(sse.rfind("data: [DONE]\n\n") == sse.size() - 14);
+
+  // A watcher of a run that ends with a big result gets it too.
+  f.engine.hold = true;
+  const json held = {{"source", R"(
+local f = braid.fn [[Hi {{gen out max_tokens=2}}]]
+return function() f{}.out:get(); return string.rep('y', 9 * 1024 * 1024) end)"},
+                     {"detached", true}};
+  r = f.Call("POST", "/v1/programs", held);
+  REQUIRE(r.status == 202);
+  const std::string id = json::parse(r.body)["id"];
+  http::Response ev = f.Call("GET", "/v1/runs/" + id + "/events");
+  REQUIRE(ev.stream);
+  f.engine.hold = false;
+  f.engine.Release();
+  const std::string events = Drain(*ev.stream);
+  CHECK(events.find("<cancelled>") == std::string::npos);
+  CHECK(events.size() > size);
+}
+
+TEST_CASE("DAGs past the size limits are 413 naming the limit, without Retry-After") {
+  DagLimits limits;
+  limits.max_nodes = 4;  // kDag's own sizes: 4 nodes, 3 refs, 2 functions
+  limits.max_edges = 3;
+  limits.max_text_bytes = 1000;
+  limits.max_functions = 2;
+  Fixture f(std::make_shared<MemoryStore>(), [&](RunsOptions& o) { o.dag_limits = limits; });
+  auto refused = [&](const json& dag, const std::string& limit) {
+    http::Response r = f.Call("POST", "/v1/dags", dag);
+    CHECK(r.status == 413);
+    CHECK(r.headers.empty());  // no Retry-After: the same DAG fails again
+    const std::string message = json::parse(r.body)["error"]["message"];
+    CHECK_MESSAGE(message.find(limit) != std::string::npos, message);
+  };
+  json nodes = kDag;
+  nodes["calls"].push_back({{"id", "d"}, {"function", "shout"}, {"inputs", {{"x", "more"}}}});
+  refused(nodes, "more than 4 calls and joins");
+  json edges = kDag;
+  edges["joins"][0]["parts"] = {{{"ref", "b.out"}}, {{"ref", "b.out"}}, {{"ref", "a.out"}}};
+  refused(edges, "more than 3 refs");
+  json text = kDag;
+  text["calls"][1]["inputs"]["x"] = std::string(2000, 't');
+  refused(text, "limit of 1000");
+  json functions = kDag;
+  functions["functions"]["third"] = {{"template", "{{gen out max_tokens=1}}"}};
+  refused(functions, "limit of 2");
+  // A session's functions and calls have the same limits.
+  http::Response s = f.Call("POST", "/v1/sessions", json::object());
+  const std::string base = "/v1/sessions/" + json::parse(s.body)["id"].get<std::string>();
+  for (int i = 0; i < 3; ++i) {
+    http::Response fn =
+        f.Call("POST", base + "/functions",
+               {{"name", "f" + std::to_string(i)}, {"template", "{{gen a max_tokens=1}}"}});
+    CHECK(fn.status == (i < 2 ? 201 : 413));
+    if (i == 2) CHECK(fn.headers.empty());
+  }
+  for (int i = 0; i < 5; ++i) {
+    http::Response call = f.Call("POST", base + "/calls", {{"function", "f0"}});
+    CHECK(call.status == (i < 4 ? 201 : 413));
+    if (i == 4) CHECK(call.headers.empty());
+  }
 }
 
 TEST_CASE("program errors and the queue limit") {

@@ -154,7 +154,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
                 auto lock = BuildLock(*e);
                 if (!lock.owns_lock()) return Busy();
                 if (e->functions.size() >= impl->options.dag_limits.max_functions)
-                  return http::JsonError(429, "the session has too many functions");
+                  return ErrorResponse(Status::TooLarge(
+                      "a session has at most " +
+                      std::to_string(impl->options.dag_limits.max_functions) + " functions"));
                 e->functions[name] = *fn;
                 return http::JsonResponse(
                     201, Dump({{"name", name}, {"inputs", inputs}, {"outputs", outputs}}));
@@ -186,7 +188,9 @@ void RunsService::Impl::AddSessionRoutes(http::Router* router) {
           fn = *parsed;
         }
         if (static_cast<size_t>(e->calls) >= impl->options.dag_limits.max_nodes)
-          return http::JsonError(429, "the session has too many calls");
+          return ErrorResponse(Status::TooLarge("a session has at most " +
+                                                std::to_string(impl->options.dag_limits.max_nodes) +
+                                                " calls"));
         std::map<std::string, rt::Arg> args;
         if (auto in = b->find("inputs"); in != b->end()) {
           if (!in->is_object())
@@ -448,14 +452,13 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
       std::lock_guard<std::mutex> lock(e->mu);
       e->eval_stream.reset();
     }
+    // The answer whole, whatever its size (Finish, not Send).
     if (sse) {
       answer["type"] = "result";
-      stream->Send(http::SseEvent(Dump(answer)));
-      stream->Send(http::SseEvent("[DONE]"));
+      stream->Finish(http::SseEvent(Dump(answer)) + http::SseEvent("[DONE]"));
     } else {
-      stream->Send(Dump(answer));
+      stream->Finish(Dump(answer));
     }
-    stream->Close();
     e->evaluating = false;
   };
   if (!pool.TrySubmit(e->client, std::move(job))) {

@@ -66,8 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto plan = server::ParseDag(body, limits);
   if (!plan.ok()) {
     const StatusCode code = plan.status().code();
-    if (code != StatusCode::kInvalidArgument && code != StatusCode::kResourceExhausted)
-      Fail("an error that is neither InvalidArgument nor ResourceExhausted");
+    if (code != StatusCode::kInvalidArgument && code != StatusCode::kTooLarge)
+      Fail("an error that is neither InvalidArgument nor TooLarge");
     if (plan.status().message().empty()) Fail("an error without a message");
     return 0;
   }

@@ -22,6 +22,7 @@ enum class StatusCode {
   kResourceExhausted,
   kCancelled,
   kInternal,
+  kTooLarge,  // an input over a size limit (unlike ResourceExhausted, no retry helps)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -43,6 +44,7 @@ class [[nodiscard]] Status {
   }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status TooLarge(std::string m) { return {StatusCode::kTooLarge, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
