@@ -1,7 +1,7 @@
 // The template parser of semantic functions.
 //
 // Grammar (whitespace inside {{ }} is free):
-//   template    := (text | placeholder)*
+//   template    := (text | "{{{{" | placeholder)*       "{{{{" is a literal "{{"
 //   placeholder := "{{" NAME "}}"                       an input
 //                | "{{" KIND NAME option* "}}"          an output, KIND = gen|select|regex
 //   option      := KEY "=" value
@@ -102,6 +102,20 @@ class Cursor {
     int line, col;
   };
   Mark mark() const { return {line_, col_}; }
+  // The line and column of `pos` (at or after the cursor).
+  Mark MarkAt(size_t pos) const {
+    Mark m = mark();
+    for (size_t i = pos_; i < pos && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++m.line;
+        m.col = 1;
+      } else {
+        ++m.col;
+      }
+    }
+    return m;
+  }
+  static std::string Where(Mark m) { return std::to_string(m.line) + ":" + std::to_string(m.col); }
   Status Error(Mark at, const std::string& what) const {
     return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" +
                                    std::to_string(at.col) + ": " + what);
@@ -350,6 +364,56 @@ struct ParseState {
 
 using Piece = SemanticFunction::Piece;
 
+// Checks that the placeholder whose "{{" is at the cursor is closed: a "}}"
+// comes before the next "{{" outside a string and before the end. Strings
+// cannot hold "}}" (ParseString stops there), so the first "}}" closes it
+// wherever it is. Otherwise the error points at the opening "{{" and says
+// what went wrong there, instead of whatever the text after it would make
+// the option parser say. Scans to the next "}}" or "{{" only, so the
+// placeholders of a template are scanned once in all.
+Status CheckClosed(const Cursor& c, const std::string& tmpl) {
+  const size_t open = c.pos();
+  size_t single = std::string::npos;  // the first lone '}' outside a string
+  bool in_string = false;
+  size_t i = open + 2;
+  for (; i < tmpl.size(); ++i) {
+    if (tmpl.compare(i, 2, "}}") == 0) return Status::Ok();
+    const char ch = tmpl[i];
+    if (in_string) {
+      if (ch == '\\') {
+        ++i;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (tmpl.compare(i, 2, "{{") == 0) {
+      break;
+    } else if (ch == '}' && single == std::string::npos) {
+      single = i;
+    }
+  }
+  i = std::min(i, tmpl.size());  // past a trailing backslash
+  // The placeholder as written: to the lone '}', else its first line,
+  // clipped (never inside a UTF-8 character).
+  size_t end = single != std::string::npos ? single + 1 : std::min(i, tmpl.find('\n', open));
+  const bool clipped = end - open > 40;
+  if (clipped) {
+    end = open + 40;
+    while (end > open && (static_cast<unsigned char>(tmpl[end]) & 0xC0) == 0x80) --end;
+  }
+  std::string shown = tmpl.substr(open, end - open);
+  while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
+  if (clipped) shown += "...";
+  const std::string what = "'" + shown + "' is not closed: ";
+  if (single != std::string::npos)
+    return c.Error(what + "the '}' at " + Cursor::Where(c.MarkAt(single)) + " needs to be '}}'");
+  const std::string escape = "; a literal '{{' is written '{{{{'";
+  if (i < tmpl.size())
+    return c.Error(what + "no '}}' before the next '{{' at " + Cursor::Where(c.MarkAt(i)) + escape);
+  return c.Error(what + "no '}}' before the end of the template" + escape);
+}
+
 // Parses one template `tmpl` into `pieces`; errors start with `label`
 // ("summarize", "summarize: messages[2]"). Without `outputs_allowed` (a
 // message) an output placeholder is an error.
@@ -367,10 +431,16 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       c.Advance();
       continue;
     }
+    if (c.StartsWith("{{{{")) {  // the escape of a literal "{{"
+      text += "{{";
+      c.Advance(4);
+      continue;
+    }
     const auto open = c.mark();
     if (++st.placeholders > kMaxPlaceholders)
       return c.Error(
           open, "more than " + std::to_string(kMaxPlaceholders) + " placeholders in the template");
+    BRAID_RETURN_IF_ERROR(CheckClosed(c, tmpl));
     c.Advance(2);
     c.SkipSpaces();
     const auto word_at = c.mark();
@@ -381,8 +451,14 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       c.SkipSpaces();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
       if (!c.StartsWith("}}")) {
+        // {{q} ... }}: one brace where two are needed.
+        if (!word.empty() && c.Peek() == '}')
+          return c.Error(open, "'{{" + word + "}' is not closed: the '}' at " +
+                                   Cursor::Where(c.mark()) + " needs to be '}}'");
         if (word.empty()) {
-          if (c.Peek() == '{' || c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
+          if (c.Peek() == '{')
+            return c.Error(word_at, "empty name in {{ }} (a literal '{{' is written '{{{{')");
+          if (c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
           return c.Error(word_at,
                          std::string("bad character '") + c.Peek() + "' in a placeholder name");
         }
