@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -180,8 +181,65 @@ Result<std::string> ParseString(Cursor& c) {
   }
 }
 
-Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& where) {
+// The items of a value written the way other tools write lists: single
+// quotes (['yes', 'no']) or bare words (yes|no, yes,no), for error messages.
+std::vector<std::string> LooseItems(std::string_view raw) {
+  std::vector<std::string> items;
+  if (raw.find('\'') != std::string_view::npos) {
+    for (size_t a = raw.find('\''); a != std::string_view::npos; a = raw.find('\'', a + 1)) {
+      const size_t b = raw.find('\'', a + 1);
+      if (b == std::string_view::npos) break;
+      items.emplace_back(raw.substr(a + 1, b - a - 1));
+      a = b;
+    }
+    return items;
+  }
+  std::string item;
+  for (char ch : raw) {
+    if (ch == '|' || ch == ',') {
+      items.push_back(item);
+      item.clear();
+    } else if (!std::isspace(static_cast<unsigned char>(ch)) && !std::strchr("[]{}\"", ch)) {
+      item += ch;
+    }
+  }
+  items.push_back(item);
+  std::erase_if(items, [](const std::string& i) { return i.empty(); });
+  return items;
+}
+
+// `key` with `raw` written as the grammar wants it: KEY="x", or
+// KEY=["a","b"] for a list (a list of two examples when nothing is left).
+std::string QuotedForm(const std::string& key, std::string_view raw, bool list) {
+  std::vector<std::string> items = LooseItems(raw.substr(0, 200));
+  if (items.empty()) items = {"yes", "no"};
+  if (!list) return key + "=\"" + items[0] + "\"";
+  std::string out = key + "=[";
+  for (size_t i = 0; i < items.size() && i < 8; ++i) out += (i ? ",\"" : "\"") + items[i] + "\"";
+  return out + "]";
+}
+
+// The text of the value at the cursor, up to the end of the placeholder
+// (for QuotedForm).
+std::string_view RawValue(const Cursor& c, const std::string& tmpl) {
+  const size_t end = tmpl.find("}}", c.pos());
+  return std::string_view(tmpl).substr(c.pos(), end == std::string::npos ? end : end - c.pos());
+}
+
+Result<Value> ParseValue(Cursor& c, const std::string& tmpl, const std::string& key,
+                         const std::string& where) {
   Value v;
+  // 'text': say how strings are written, with the value rewritten.
+  if (c.Peek() == '\'') {
+    const std::string_view raw = RawValue(c, tmpl);
+    if (key == "max_tokens" || key == "temperature" || key == "top_p" || key == "seed") {
+      const std::vector<std::string> items = LooseItems(raw);
+      return c.Error("bad value for '" + key + "' in " + where +
+                     ": numbers are written bare: " + key + "=" + (items.empty() ? "8" : items[0]));
+    }
+    return c.Error("bad value for '" + key + "' in " + where +
+                   ": strings take double quotes: " + QuotedForm(key, raw, key == "choices"));
+  }
   if (c.Peek() == '"') {
     v.kind = Value::Kind::kString;
     BRAID_ASSIGN_OR_RETURN(v.text, ParseString(c));
@@ -197,8 +255,15 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
       c.Advance();
       return v;
     }
+    const size_t list_pos = c.pos() - 1;
     while (true) {
       c.SkipSpaces();
+      if (c.Peek() == '\'') {
+        const std::string_view raw = std::string_view(tmpl).substr(list_pos);
+        return c.Error("bad value for '" + key + "' in " + where +
+                       ": strings take double quotes: " +
+                       QuotedForm(key, raw.substr(0, raw.find("}}")), true));
+      }
       if (c.Peek() != '"') {
         if (c.AtEnd() || (close == ']' && c.StartsWith("}}")))
           return c.Error(start, "unterminated list for '" + key + "' in " + where);
@@ -275,6 +340,26 @@ std::string DidYouMean(const std::string& key, OutputSpec::Kind kind) {
       : kind == K::kRegex
           ? std::vector<std::string>{"pattern", "max_tokens", "temperature", "top_p", "seed"}
           : std::vector<std::string>{"max_tokens", "stop", "temperature", "top_p", "seed", "regex"};
+  // Names other APIs give these options (Hugging Face, OpenAI, llama.cpp).
+  const std::pair<const char*, const char*> aliases[] = {
+      {"max_new_tokens", "max_tokens"},
+      {"max_length", "max_tokens"},
+      {"n_predict", "max_tokens"},
+      {"max_completion_tokens", "max_tokens"},
+      {"num_tokens", "max_tokens"},
+      {"temp", "temperature"},
+      {"stop_sequences", "stop"},
+      {"stops", "stop"},
+      {"until", "stop"},
+      {"options", "choices"},
+      {"values", "choices"},
+      {"regexp", kind == K::kRegex ? "pattern" : "regex"},
+      {"random_seed", "seed"},
+      {"p", "top_p"},
+  };
+  for (const auto& [alias, option] : aliases)
+    if (key == alias && std::find(known.begin(), known.end(), option) != known.end())
+      return std::string(" (did you mean '") + option + "'?)";
   std::string best;
   size_t best_d = key.size();
   for (const std::string& k : known)
@@ -326,8 +411,9 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       return bad("expected a non-negative integer, got '" + v.text + "'");
     out->seed = s;
   } else if (key == "choices" && sel) {
-    if (v.kind != Value::Kind::kList || v.list.empty())
-      return bad("expected a non-empty list of strings");
+    if (v.kind != Value::Kind::kList)  // choices=yes|no, choices="yes,no"
+      return bad("expected a list of double-quoted strings: " + QuotedForm(key, v.text, true));
+    if (v.list.empty()) return bad("expected a non-empty list of strings");
     std::set<std::string> seen;
     for (const auto& s : v.list) {
       if (s.empty()) return bad("a choice is empty");
@@ -531,7 +617,7 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       }
       c.Advance();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
-      BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
+      BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, tmpl, key, where));
       if (!seen_keys.insert(key).second)
         return c.Error(key_at, "option '" + key + "' given twice in " + where);
       BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &st.regex_steps, &out));

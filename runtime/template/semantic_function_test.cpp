@@ -107,6 +107,43 @@ TEST_CASE("template: Lua-style lists, gen regex= as a regex output, did-you-mean
   CHECK(Err("{{gen g colour=1}}").find("did you mean") == std::string::npos);
 }
 
+TEST_CASE("template: option names and list forms of other tools are answered") {
+  // Names other APIs use for the same options.
+  CHECK(Err("{{gen a max_new_tokens=8}}") ==
+        "fn:1:9: unknown option 'max_new_tokens' in {{gen a ...}} (did you mean 'max_tokens'?)");
+  CHECK(Err("{{regex r pattern=\"a\" max_length=8}}").find("(did you mean 'max_tokens'?)") !=
+        std::string::npos);
+  CHECK(Err("{{gen a temp=0.5}}").find("(did you mean 'temperature'?)") != std::string::npos);
+  CHECK(Err("{{gen a stop_sequences=[\"x\"]}}").find("(did you mean 'stop'?)") !=
+        std::string::npos);
+  CHECK(Err("{{select s options=[\"x\"]}}").find("(did you mean 'choices'?)") != std::string::npos);
+  CHECK(Err("{{regex r regexp=\"a\"}}").find("(did you mean 'pattern'?)") != std::string::npos);
+  CHECK(Err("{{gen a regexp=\"a\"}}").find("(did you mean 'regex'?)") != std::string::npos);
+  // An alias of an option of another kind is not suggested.
+  CHECK(Err("{{select s choices=[\"x\"] max_new_tokens=3}}").find("did you mean") ==
+        std::string::npos);
+  // Choices as bare words or one string: the accepted form, with their words.
+  CHECK(Err("{{select s choices=yes|no}}") ==
+        "fn:1:12: bad value for 'choices' in {{select s ...}}: expected a list of double-quoted "
+        "strings: choices=[\"yes\",\"no\"]");
+  CHECK(Err("{{select s choices=\"yes, no\"}}").find(": choices=[\"yes\",\"no\"]") !=
+        std::string::npos);
+  // Single quotes, in a list or alone.
+  CHECK(Err("{{select s choices=['yes', 'no']}}") ==
+        "fn:1:21: bad value for 'choices' in {{select s ...}}: strings take double quotes: "
+        "choices=[\"yes\",\"no\"]");
+  CHECK(Err("{{select s choices={'a','b'}}}").find("double quotes: choices=[\"a\",\"b\"]") !=
+        std::string::npos);
+  CHECK(Err("{{gen a stop='\\n'}}") ==
+        "fn:1:14: bad value for 'stop' in {{gen a ...}}: strings take double quotes: "
+        "stop=\"\\n\"");
+  CHECK(Err("{{select s choices='x'}}").find("double quotes: choices=[\"x\"]") !=
+        std::string::npos);
+  CHECK(Err("{{gen a max_tokens='8'}}") ==
+        "fn:1:20: bad value for 'max_tokens' in {{gen a ...}}: numbers are written bare: "
+        "max_tokens=8");
+}
+
 TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("hi\n  {{gen summary max_token=3}}") ==
         "fn:2:17: unknown option 'max_token' in {{gen summary ...}} (did you mean 'max_tokens'?)");
