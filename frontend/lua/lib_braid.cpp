@@ -23,6 +23,7 @@ extern "C" {
 
 #include "lua/chunker.h"
 #include "lua/driver.h"
+#include "lua/lib_json.h"
 #include "lua/lua_state.h"
 
 namespace braid::lua {
@@ -1066,6 +1067,8 @@ int luaopen_braid(lua_State* L) {
   lua_setfield(L, braid, "args");
   lua_pushstring(L, d->run().id().c_str());
   lua_setfield(L, braid, "run_id");
+  luaopen_braid_json(L);
+  lua_setfield(L, braid, "json");
 
   // Replayable os.time / os.clock (os.date and math.randomseed in Lua below).
   lua_getglobal(L, "os");
