@@ -43,6 +43,9 @@ TEST_CASE("a call's outputs: a name it does not have, or a method called on the 
   // The outputs themselves, pairs, non-string keys and the JSON result are as before.
   CHECK(Run(kAsk + "local r = ask{ q = 'x' }\nlocal n = 0\nfor k, v in pairs(r) do n = n + 1 end\n"
                    "assert(r[1] == nil and n == 2)\nreturn r") == R"({"ok":"yes","out":"out[x]"})");
+  // Its metatable is locked like those of braid's other values.
+  CHECK(Run(kAsk + "local r = ask{ q = 'x' }\nreturn tostring(getmetatable(r)) .. ' ' .. "
+                   "tostring(pcall(setmetatable, r, {}))") == "locked false");
   // Passing the whole table where a value goes.
   CHECK(Error(kAsk + "return ask{ q = ask{ q = 'x' } }") ==
         "ERROR: app.lua:2: ask: input 'q' must be a string or a braid variable, got table (the "
