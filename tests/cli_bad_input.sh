@@ -44,6 +44,16 @@ mkdir -p "$tmp/ckpt"
 echo '{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,"rms_norm_eps":1e-5,"max_position_embeddings":64}' >"$tmp/ckpt/config.json"
 printf '\377\377\000\000\000\000\000\000{}' >"$tmp/ckpt/model.safetensors"
 expect safetensors "model.safetensors" generate -m "$tmp/ckpt" -p hi
+# A checkpoint without a tokenizer is refused at load, naming the file looked
+# for and --tokenizer, by every command that opens a model for text.
+fixtures=$(cd "$(dirname "$0")/fixtures" && pwd)
+mkdir -p "$tmp/notok"
+cp "$fixtures/models/llama_tiny/config.json" "$fixtures/models/llama_tiny/model.safetensors" "$tmp/notok/"
+echo 'return "x"' >"$tmp/tok_app.lua"
+expect no_tokenizer "^braid: $tmp/notok: no tokenizer: looked for $tmp/notok/tokenizer.json .*with --tokenizer PATH\$" generate -m "$tmp/notok" -p hi
+expect no_tokenizer_run "$tmp/notok: no tokenizer: .*--tokenizer PATH" run --db none -m "$tmp/notok" "$tmp/tok_app.lua"
+expect tokenizer_folder "tokenizer $tmp/ckpt: the folder has no tokenizer.json" generate -m "$tmp/notok" --tokenizer "$tmp/ckpt" -p hi
+expect tokenizer_vocab "tokenizer/qwen2: tokenizer has [0-9]+ tokens but the model only 512" run --db none -m "$tmp/notok" --tokenizer "$fixtures/tokenizer/qwen2" "$tmp/tok_app.lua"
 # Bad option values.
 expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus

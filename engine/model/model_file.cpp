@@ -398,7 +398,14 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
   if (tensors.count("blk.0.attn_q.bias") != 0) config.qkv_bias = true;
   // An lm_head stored next to tie_word_embeddings is used as is.
   config.tied_embeddings = tensors.count("output.weight") == 0 && config.tied_embeddings;
-  BRAID_RETURN_IF_ERROR(ValidateTensors(config, tensors, path));
+  // Errors name the checkpoint's tensors and the shard holding each.
+  HfTensorSources sources;
+  sources.weights = weights.string();
+  for (const auto& shard : ck->shards())
+    for (const TensorInfo& t : shard->tensors())
+      if (std::optional<std::string> name = HfToGgufName(family, t.name))
+        sources.by_gguf_name[*name] = {t.name, shard->path()};
+  BRAID_RETURN_IF_ERROR(ValidateTensors(config, tensors, path, &sources));
   return std::unique_ptr<ModelFile>(new SafetensorsModelFile(
       std::move(ck), config, std::move(tensors), path, (dir / "tokenizer.json").string()));
 }
@@ -450,28 +457,46 @@ Status CheckConfig(const ModelConfig& c, const std::string& path) {
 
 Status ValidateTensors(const ModelConfig& c,
                        const std::map<std::string, TensorInfo, std::less<>>& tensors,
-                       const std::string& path) {
+                       const std::string& path, const HfTensorSources* hf) {
   BRAID_RETURN_IF_ERROR(CheckConfig(c, path));
-  auto expect = [&](const std::string& name, std::vector<int64_t> shape,
-                    bool required = true) -> Status {
+  // A checkpoint's tensors by their stored names (model.layers.N. + the
+  // family's suffix), shapes reversed to PyTorch's order.
+  auto hf_name = [](const TensorSpec& t, int layer) -> std::string {
+    if (t.hf == nullptr) return TensorName(t, layer);
+    return layer < 0 ? t.hf : "model.layers." + std::to_string(layer) + "." + t.hf;
+  };
+  auto hf_shape = [](std::vector<int64_t> shape) {
+    std::reverse(shape.begin(), shape.end());
+    return ShapeString(shape);
+  };
+  auto expect = [&](const TensorSpec& t, int layer) -> Status {
+    const std::string name = TensorName(t, layer);
+    const std::vector<int64_t> shape = TensorShape(t, c);
     auto it = tensors.find(name);
     if (it == tensors.end()) {
-      if (!required) return Status::Ok();
-      return Status::NotFound(path + ": missing tensor '" + name + "'");
+      if (!TensorRequired(t, c)) return Status::Ok();
+      if (hf == nullptr) return Status::NotFound(path + ": missing tensor '" + name + "'");
+      return Status::NotFound(hf->weights + ": missing tensor '" + hf_name(t, layer) + "'" +
+                              (t.presence == Presence::kUnlessTied
+                                   ? " (config.json does not set tie_word_embeddings)"
+                                   : ""));
     }
-    if (it->second.shape != shape) {
+    if (it->second.shape == shape) return Status::Ok();
+    if (hf == nullptr) {
       return Status::Corruption(path + ": tensor '" + name + "' has shape " +
                                 ShapeString(it->second.shape) + ", expected " + ShapeString(shape));
     }
-    return Status::Ok();
+    auto src = hf->by_gguf_name.find(name);
+    const bool known = src != hf->by_gguf_name.end();
+    return Status::Corruption((known ? src->second.file : hf->weights) + ": tensor '" +
+                              (known ? src->second.name : hf_name(t, layer)) + "' has shape " +
+                              hf_shape(it->second.shape) + ", expected " + hf_shape(shape));
   };
   const Family* family = FindFamily(c.arch);
   if (family == nullptr) return Status::Unsupported(path + ": unknown architecture");
-  for (const TensorSpec& t : family->globals)
-    BRAID_RETURN_IF_ERROR(expect(TensorName(t), TensorShape(t, c), TensorRequired(t, c)));
+  for (const TensorSpec& t : family->globals) BRAID_RETURN_IF_ERROR(expect(t, -1));
   for (int l = 0; l < c.n_layer; ++l)
-    for (const TensorSpec& t : family->layer)
-      BRAID_RETURN_IF_ERROR(expect(TensorName(t, l), TensorShape(t, c), TensorRequired(t, c)));
+    for (const TensorSpec& t : family->layer) BRAID_RETURN_IF_ERROR(expect(t, l));
   return Status::Ok();
 }
 

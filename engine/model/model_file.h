@@ -45,10 +45,24 @@ class ModelFile {
 // (or model.safetensors.index.json with shards), or a config.json path.
 Result<std::unique_ptr<ModelFile>> LoadModelFile(const std::string& path);
 
+// What a Hugging Face checkpoint stores under each GGUF name, so that errors
+// name the checkpoint's own tensors and files rather than GGUF names.
+struct HfTensorSources {
+  std::string weights;  // the file read: model.safetensors or the shard index
+  struct Source {
+    std::string name;  // as stored: model.embed_tokens.weight
+    std::string file;  // the .safetensors file holding it
+  };
+  std::map<std::string, Source, std::less<>> by_gguf_name;
+};
+
 // Checks names and shapes of every tensor the architecture reads; used by
-// LoadModelFile and exposed for tests.
+// LoadModelFile and exposed for tests. Errors start with `path` and name
+// tensors by GGUF name, shapes innermost first; with `hf`, they start with
+// the file that holds (or lacks) the tensor and name it as the checkpoint
+// does, shapes in PyTorch order.
 Status ValidateTensors(const ModelConfig& config,
                        const std::map<std::string, TensorInfo, std::less<>>& tensors,
-                       const std::string& path);
+                       const std::string& path, const HfTensorSources* hf = nullptr);
 
 }  // namespace braid

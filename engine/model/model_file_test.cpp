@@ -411,7 +411,9 @@ TEST_CASE("model file: Hugging Face tied embeddings, qwen2 biases and rope scali
   auto u = MakeHf(TinyModel{}, "", &no_head);
   auto um = u->Load();
   REQUIRE_FALSE(um.ok());
-  CHECK(um.status().message() == u->dir.path() + ": missing tensor 'output.weight'");
+  CHECK(um.status().message() == u->dir.path() +
+                                     "/model.safetensors: missing tensor 'lm_head.weight' "
+                                     "(config.json does not set tie_word_embeddings)");
 
   TinyModel qwen;
   qwen.arch = "qwen2";
@@ -428,7 +430,9 @@ TEST_CASE("model file: Hugging Face tied embeddings, qwen2 biases and rope scali
   auto nb = MakeHf(nobias);
   auto nbm = nb->Load();
   REQUIRE_FALSE(nbm.ok());
-  CHECK(nbm.status().message() == nb->dir.path() + ": missing tensor 'blk.0.attn_q.bias'");
+  CHECK(nbm.status().message() ==
+        nb->dir.path() +
+            "/model.safetensors: missing tensor 'model.layers.0.self_attn.q_proj.bias'");
 
   TinyModel l3;
   auto r =
@@ -508,7 +512,8 @@ TEST_CASE("model file: bad Hugging Face configs and weights are named") {
     }
     auto d = MakeHf(tm, "", &st);
     expect(d.get(), StatusCode::kCorruption,
-           "tensor 'blk.1.ffn_up.weight' has shape [16, 8], expected [8, 16]");
+           "/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' has shape [8, 16], "
+           "expected [16, 8]");
   }
   {
     test::TempDir empty;
@@ -545,6 +550,72 @@ TEST_CASE("model file: a sharded Hugging Face checkpoint loads from its director
   REQUIRE_MESSAGE(m.ok(), m.status().message());
   CHECK(m.value()->Find("blk.1.ffn_down.weight")->type == kernels::DType::kF16);
   CHECK(m.value()->Find("token_embd.weight")->shape == std::vector<int64_t>{8, 10});
+}
+
+TEST_CASE("model file: errors name a checkpoint's own tensors and the file holding them") {
+  TinyModel tm;
+  // Sharded: a misshaped tensor names its shard, a missing one the index.
+  auto sharded = [&](const std::string& drop, const std::string& misshape) {
+    auto d = std::make_unique<HfDir>();
+    d->dir.Write("config.json", test::TinyHfConfig(tm));
+    test::SafetensorsBuilder a, b;
+    std::string map;
+    int i = 0;
+    for (const auto& t : test::TinyTensors(tm)) {
+      if (t.hf_name == drop) continue;
+      const bool first = (i++ % 2) == 0;
+      std::vector<uint64_t> shape(t.ne.rbegin(), t.ne.rend());
+      if (t.hf_name == misshape) shape[0] += 1;
+      (first ? a : b).AddTensor(t.hf_name, "F16", shape);
+      map += (map.empty() ? "" : ",") + std::string("\"") + t.hf_name + "\":\"" +
+             (first ? "a.safetensors" : "b.safetensors") + "\"";
+    }
+    d->dir.Write("a.safetensors", a.Build());
+    d->dir.Write("b.safetensors", b.Build());
+    d->dir.Write("model.safetensors.index.json", "{\"weight_map\":{" + map + "}}");
+    return d;
+  };
+  {
+    auto d = sharded("model.embed_tokens.weight", "");
+    auto m = d->Load();
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().code() == StatusCode::kNotFound);
+    CHECK(m.status().message() == d->dir.path() +
+                                      "/model.safetensors.index.json: missing tensor "
+                                      "'model.embed_tokens.weight'");
+  }
+  {
+    // The 2nd tensor in order (model.norm.weight) lands in b.safetensors.
+    auto d = sharded("", "model.norm.weight");
+    auto m = d->Load();
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().code() == StatusCode::kCorruption);
+    CHECK(m.status().message() ==
+          d->dir.path() + "/b.safetensors: tensor 'model.norm.weight' has shape [9], expected [8]");
+  }
+  {
+    auto d = sharded("model.layers.1.self_attn.k_proj.weight", "");
+    auto m = d->Load();
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().message() == d->dir.path() +
+                                      "/model.safetensors.index.json: missing tensor "
+                                      "'model.layers.1.self_attn.k_proj.weight'");
+  }
+  {
+    // One file: named as given, here through config.json.
+    test::SafetensorsBuilder st;
+    for (const auto& t : test::TinyTensors(tm)) {
+      std::vector<uint64_t> shape(t.ne.rbegin(), t.ne.rend());
+      if (t.hf_name == "model.embed_tokens.weight") shape = {11, 8};
+      st.AddTensor(t.hf_name, "F32", shape);
+    }
+    auto d = MakeHf(tm, "", &st);
+    auto m = d->Load("config.json");
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().message() == d->dir.path() +
+                                      "/model.safetensors: tensor 'model.embed_tokens.weight' has "
+                                      "shape [11, 8], expected [10, 8]");
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "runner/backend_model.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "kernels/dtype.h"
@@ -144,6 +145,39 @@ std::string DefaultSystemPrompt(const std::string& tmpl) {
   return text;
 }
 
+// The tokenizer options.tokenizer names (a tokenizer.json file or a
+// directory holding one), else the model's own: its GGUF metadata, or the
+// tokenizer.json beside a safetensors checkpoint. A checkpoint without one
+// is refused unless options.require_tokenizer is false (null then): every
+// prompt would tokenize to nothing and fail as "empty" much later.
+Result<std::unique_ptr<Tokenizer>> OpenTokenizer(const ModelFile& file,
+                                                 const ModelOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!options.tokenizer.empty()) {
+    if (!fs::is_directory(options.tokenizer, ec)) return Tokenizer::FromJsonFile(options.tokenizer);
+    const fs::path json = fs::path(options.tokenizer) / "tokenizer.json";
+    if (!fs::exists(json, ec))
+      return Status::NotFound("tokenizer " + options.tokenizer +
+                              ": the folder has no tokenizer.json");
+    return Tokenizer::FromJsonFile(json.string());
+  }
+  if (file.gguf()) return Tokenizer::FromGguf(*file.gguf());
+  const fs::path json = file.tokenizer_json_path();
+  if (fs::exists(json, ec)) return Tokenizer::FromJsonFile(json.string());
+  if (!options.require_tokenizer) return std::unique_ptr<Tokenizer>();
+  // Name what is there that we do not read: SentencePiece and vocab/merges files.
+  const fs::path dir = json.parent_path();
+  std::string others;
+  for (const char* name : {"tokenizer.model", "vocab.json", "merges.txt"})
+    if (fs::exists(dir / name, ec)) others += std::string(others.empty() ? "" : ", ") + name;
+  return Status::NotFound(
+      options.path + ": no tokenizer: looked for " + json.string() +
+      " (with tokenizer_config.json beside it for the chat template)" +
+      (others.empty() ? std::string() : "; found " + others + ", which braid does not read") +
+      "; give a tokenizer.json file, or a folder holding one, with --tokenizer PATH");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Open(const ModelOptions& options) {
@@ -164,19 +198,10 @@ Result<std::unique_ptr<BackendModel>> BackendModel::Load(const ModelOptions& opt
     return Status::InvalidArgument("layers must be >= 0, got " + std::to_string(options.layers));
   if (options.layers > 0) BRAID_RETURN_IF_ERROR(m->file_->KeepLayers(options.layers));
   const ModelConfig& c = m->file_->config();
-  if (m->file_->gguf()) {
-    BRAID_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->file_->gguf()));
-  } else if (!m->file_->tokenizer_json_path().empty()) {
-    auto tok = Tokenizer::FromJsonFile(m->file_->tokenizer_json_path());
-    if (tok.ok()) {
-      m->tokenizer_ = std::move(tok).value();
-    } else if (tok.status().code() != StatusCode::kNotFound) {
-      return tok.status();
-    }
-  }
+  BRAID_ASSIGN_OR_RETURN(m->tokenizer_, OpenTokenizer(*m->file_, options));
   if (m->tokenizer_ && m->tokenizer_->n_vocab() > c.n_vocab)
-    return Status::Corruption(options.path + ": tokenizer has " +
-                              std::to_string(m->tokenizer_->n_vocab()) +
+    return Status::Corruption((options.tokenizer.empty() ? options.path : options.tokenizer) +
+                              ": tokenizer has " + std::to_string(m->tokenizer_->n_vocab()) +
                               " tokens but the model only " + std::to_string(c.n_vocab));
 
   int context = options.context;

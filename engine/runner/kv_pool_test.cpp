@@ -27,6 +27,7 @@ TEST_CASE("KvBlocksForMemory: a fraction of the memory, within the bounds") {
 TEST_CASE("an engine with kv_tokens 0 sizes its pool from the available memory") {
   EngineOptions o;
   o.model.path = kTiny;
+  o.model.require_tokenizer = false;  // the fixture has none: ids only
   o.model.threads = 1;
   o.model.context = 64;
   o.kv_tokens = 0;

@@ -49,6 +49,7 @@ void WriteTinyWith(const test::TempDir& dir, const std::string& name, float valu
 EngineOptions Options(const std::string& path) {
   EngineOptions o;
   o.model.path = path;
+  o.model.require_tokenizer = false;  // the fixture has none: ids only
   o.model.threads = 1;
   o.model.context = 64;
   o.kv_tokens = 256;

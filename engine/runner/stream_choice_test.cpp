@@ -19,6 +19,7 @@ const std::string kTiny = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/model
 std::unique_ptr<Model> Open(CpuOptions::Stream stream, int context = 64, int threads = 2) {
   ModelOptions mo;
   mo.path = kTiny;
+  mo.require_tokenizer = false;  // the fixture has none: ids only
   mo.threads = threads;
   mo.context = context;
   mo.cpu.stream = stream;
@@ -78,6 +79,7 @@ TEST_CASE("stream variant: auto times both and keeps one; BRAID_STREAM forces on
     EnvStream env("fast");
     ModelOptions mo;
     mo.path = kTiny;
+    mo.require_tokenizer = false;
     mo.threads = 2;
     auto bad = Model::Open(mo);
     REQUIRE_FALSE(bad.ok());

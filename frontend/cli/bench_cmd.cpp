@@ -137,6 +137,7 @@ int BenchMain(const std::vector<std::string>& argv) {
   }
   if (args.Flag({"--serve"})) return ServeBenchMain(args);
   ModelOptions mo = ReadModelOptions(args);
+  mo.require_tokenizer = false;  // prompts are random token ids
   // Sizes up to the longest context a run may ask for (--ctx), repetitions
   // up to a number that still ends the same day.
   int pp = static_cast<int>(args.Int({"-p", "--n-prompt"}, 512, 0, kMaxContext - 8));

@@ -22,6 +22,8 @@ const char* kGenerateHelp =
     "       braid chat [-m MODEL] [-p MESSAGE] [--system TEXT] [options]\n"
     "\n"
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "      --tokenizer PATH    a tokenizer.json file, or a folder holding one, instead of the\n"
+    "                          model's own (a safetensors directory without tokenizer.json)\n"
     "  -p, --prompt TEXT       prompt (generate) or a single message (chat; else interactive)\n"
     "  -f, --file PATH         read the prompt from a regular file of at most 16 MiB\n"
     "  -n, --max-tokens N      tokens to generate, 1..1048576 (default 128)\n"

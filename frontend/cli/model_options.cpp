@@ -21,6 +21,7 @@ std::string DefaultModel() {
 ModelOptions ReadModelOptions(Args& args) {
   ModelOptions o;
   o.path = args.Str({"-m", "--model"}, DefaultModel());
+  o.tokenizer = args.Str({"--tokenizer"}, "");
   o.device = args.Str({"--device"}, "cpu");
   o.tensor_parallel = static_cast<int>(args.Int({"--tp"}, 1, 1, kMaxTensorParallel));
   if (auto d = ExpandDevices(o.device, o.tensor_parallel); !d.ok()) {

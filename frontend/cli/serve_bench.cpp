@@ -561,6 +561,7 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
 
 int ServeBenchMain(Args& args) {
   ModelOptions mo = ReadModelOptions(args);
+  mo.require_tokenizer = false;  // prompts are random token ids
   const std::string level_list = args.Str({"-c", "--concurrency"}, "1,4,16,64");
   std::vector<int> levels = ParseList(args, "-c", level_list, 1, kMaxConcurrency);
   const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256, 1, kMaxRequestTokens));

@@ -22,6 +22,8 @@ constexpr long long kMaxKvTokens = 4LL << 20;
 
 const char* const kStackHelp =
     "  -m, --model PATH        .gguf file or safetensors directory (default: the bundled model)\n"
+    "      --tokenizer PATH    a tokenizer.json file, or a folder holding one, instead of the\n"
+    "                          model's own (a safetensors directory without tokenizer.json)\n"
     "      --device D          where the model runs: cpu (default), cuda (the first GPU),\n"
     "                          cuda:N, or several GPUs with one engine each: cuda:all\n"
     "                          (every visible GPU) or cuda:0,1; cuda:0+1 splits one model\n"
@@ -73,6 +75,7 @@ const char* const kStackHelp =
 
 const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--model",
+                                                     "--tokenizer",
                                                      "--device",
                                                      "--tp",
                                                      "-t",

@@ -7,6 +7,7 @@
 // cap (Charge).
 #include "lua/lib_braid.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,7 @@ extern "C" {
 
 #include "lua/chunker.h"
 #include "lua/driver.h"
+#include "lua/lib_json.h"
 #include "lua/lua_state.h"
 
 namespace braid::lua {
@@ -124,6 +126,36 @@ bool ToArg(lua_State* L, int idx, rt::Arg* out) {
   return false;
 }
 
+// The outputs of the table a call returned, "summary, title" ("" for any
+// other value): what a script meant to pass instead of the whole table.
+std::string OutputsOf(lua_State* L, int idx) {
+  if (lua_type(L, idx) != LUA_TTABLE || luaL_getmetafield(L, idx, "__name") == LUA_TNIL) return "";
+  const bool outputs =
+      lua_type(L, -1) == LUA_TSTRING && !std::strcmp(lua_tostring(L, -1), "braid.outputs");
+  lua_pop(L, 1);
+  if (!outputs) return "";
+  std::vector<std::string> names;
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) names.emplace_back(lua_tostring(L, -1));
+  }
+  std::sort(names.begin(), names.end());  // the table's order is the hash's
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
+// " (a call's table of outputs: ...)" for the table a call returned, where
+// a string or a variable was expected; else "".
+std::string OutputsHint(lua_State* L, int idx) {
+  const std::string outputs = OutputsOf(L, idx);
+  if (outputs.empty()) return "";
+  return " (the table of outputs a call returns: pass one of them, ." +
+         outputs.substr(0, outputs.find(',')) + ", not the table; outputs: " + outputs + ")";
+}
+
 // ---- braid.fn ----------------------------------------------------------------
 
 // Checks braid.fn's `messages` field at `idx`: nil, or a list of tables
@@ -180,6 +212,8 @@ void CheckMessages(lua_State* L, int idx) {
     lua_settop(L, item - 1);
   }
 }
+
+int LuaOutputsIndex(lua_State* L);
 
 int LuaFnNew(lua_State* L) {
   // Stack after the checks: 1 spec, 2 prompt, 3 system, 4 name, 5 messages,
@@ -271,10 +305,41 @@ int LuaFnNew(lua_State* L) {
     if (!fn.ok()) return PushError(L, "braid.fn: " + fn.status().message());
     int index = d->AddFunction(std::move(fn).value());
     if (index < 0) return PushError(L, "braid.fn: too many functions in one program");
-    auto* ud = static_cast<FnUd*>(lua_newuserdatauv(L, sizeof(FnUd), 0));
+    auto* ud = static_cast<FnUd*>(lua_newuserdatauv(L, sizeof(FnUd), 1));
     ud->index = index;
     luaL_setmetatable(L, kFnMeta);
+    // The metatable of the tables its calls return (user value 1): reading
+    // an output it does not have raises, naming the ones it has.
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, index);
+    lua_pushcclosure(L, LuaOutputsIndex, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "braid.outputs");
+    lua_setfield(L, -2, "__name");
+    lua_pushliteral(L, "locked");
+    lua_setfield(L, -2, "__metatable");
+    lua_setiuservalue(L, -2, 1);
     return 1;
+  });
+}
+
+// __index of a call's table of outputs, for a name it does not hold:
+// `f{...}.text` where the output is `out`, or `f{...}:get()`.
+int LuaOutputsIndex(lua_State* L) {
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;  // t[1] and the like: nil, as for any table
+  const int index = static_cast<int>(lua_tointeger(L, lua_upvalueindex(1)));
+  return HostCall(L, [L, index]() {
+    const rt::SemanticFunction* fn = Driver::From(L)->function(index);
+    std::string outputs;
+    for (const rt::OutputSpec& o : fn->outputs()) outputs += (outputs.empty() ? "" : ", ") + o.name;
+    const std::string key = lua_tostring(L, 2);
+    const std::string& name = fn->spec().name;
+    if (key == "get" || key == "state" || key == "scores")
+      return PushError(L, "'" + key + "' is a method of variables, and " + name +
+                              "{...} returns a table of its outputs: call it on one, e.g. " + name +
+                              "{...}." + fn->outputs()[0].name + ":" + key +
+                              "() (outputs: " + outputs + ")");
+    return PushError(L, name + "{...} has no output '" + key + "' (outputs: " + outputs + ")");
   });
 }
 
@@ -285,6 +350,7 @@ int LuaFnCall(lua_State* L) {
     return luaL_error(L, "call a braid function with a table of inputs, e.g. f{ text = s }, got %s",
                       TypeName(L, 2));
   lua_settop(L, 2);
+  lua_getiuservalue(L, 1, 1);  // 3: the metatable of the outputs table
   int index = f->index;
   return HostCall(L, [L, index]() {
     Driver* d = Driver::From(L);
@@ -307,8 +373,9 @@ int LuaFnCall(lua_State* L) {
         }
         rt::Arg arg;
         if (!ToArg(L, -1, &arg))
-          return PushError(L, name + ": input '" + key + "' must be a string or a braid variable, got " +
-                                  TypeName(L, -1));
+          return PushError(L, name + ": input '" + key +
+                                  "' must be a string or a braid variable, got " + TypeName(L, -1) +
+                                  OutputsHint(L, -1));
         if (!Charge(L, arg.text.size())) return kRaise;
         args[key] = std::move(arg);
         lua_pop(L, 1);
@@ -325,6 +392,8 @@ int LuaFnCall(lua_State* L) {
       PushVar(L, var);
       lua_rawset(L, -3);
     }
+    lua_pushvalue(L, 3);
+    lua_setmetatable(L, -2);
     return 1;
   });
 }
@@ -517,6 +586,48 @@ int LuaVarConcat(lua_State* L) {
   return luaL_error(L, "cannot concatenate a braid variable: call :get() for its value, or use braid.join");
 }
 
+// __index of variables: the methods (upvalue 1), else an error naming the
+// variable, e.g. for a string method called on it (v:lower(), v:find()).
+int LuaVarIndex(lua_State* L) {
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+  const rt::VarId id = CheckVar(L, 1)->id;
+  return HostCall(L, [L, id]() {
+    const std::string v = Driver::From(L)->VarName(id);
+    const bool named = lua_type(L, 2) == LUA_TSTRING || lua_type(L, 2) == LUA_TNUMBER;
+    const std::string key = named ? lua_tostring(L, 2) : TypeName(L, 2);
+    // A string method (Lua's string library): the script meant the text.
+    static const char* const kStringMethods[] = {"byte", "find",    "format", "gmatch",
+                                                 "gsub", "len",     "lower",  "match",
+                                                 "rep",  "reverse", "sub",    "upper"};
+    bool string_method = false;
+    for (const char* m : kStringMethods) string_method = string_method || key == m;
+    if (string_method && lua_type(L, 2) == LUA_TSTRING)
+      return PushError(L,
+                       v + " is a braid variable, not a string: call :get() for its text, e.g. " +
+                           "v:get():" + key + "(...)");
+    return PushError(L, v + " is a braid variable: it has no field '" + key +
+                            "' (its methods: get, state, scores)");
+  });
+}
+
+// Operators on a variable (upvalue 1: how the operator reads): the script
+// meant its value. (`v == "text"` cannot be caught: Lua compares a userdata
+// with a string without asking any metamethod; see docs/lua-dsl.md.)
+int LuaVarOperator(lua_State* L) {
+  const int at = TestVar(L, 1) ? 1 : 2;
+  const rt::VarId id = CheckVar(L, at)->id;
+  return HostCall(L, [L, id]() {
+    const std::string v = Driver::From(L)->VarName(id);
+    const std::string op = lua_tostring(L, lua_upvalueindex(1));
+    return PushError(L, "cannot " + op + " " + v +
+                            ", a braid variable (a value to come): use its value, v:get()" +
+                            (op == "compare" ? " (rawequal(a, b) tells whether two variables are "
+                                               "the same one)"
+                                             : ""));
+  });
+}
+
 // ---- spawn / join --------------------------------------------------------------
 
 int LuaSpawn(lua_State* L) {
@@ -611,7 +722,8 @@ int LuaJoin(lua_State* L) {
       rt::Arg arg;
       if (!ToArg(L, -1, &arg))
         return PushError(L, "braid.join: item " + std::to_string(i) +
-                                " must be a string or a braid variable, got " + TypeName(L, -1));
+                                " must be a string or a braid variable, got " + TypeName(L, -1) +
+                                OutputsHint(L, -1));
       if (!Charge(L, arg.text.size() + seplen)) return kRaise;
       parts.push_back(std::move(arg));
       lua_pop(L, 1);
@@ -920,9 +1032,23 @@ void PushReplBody(lua_State* L) { lua_rawgetp(L, LUA_REGISTRYINDEX, &repl_body_k
 
 int luaopen_braid(lua_State* L) {
   NewMeta(L, kVarMeta);
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   luaL_setfuncs(L, kVarMethods, 0);
+  lua_pushcclosure(L, LuaVarIndex, 1);
   lua_setfield(L, -2, "__index");
+  // What a script writes when it means the value: comparisons, arithmetic, #.
+  static const char* const kOperators[][2] = {
+      {"__eq", "compare"},           {"__lt", "compare"},
+      {"__le", "compare"},           {"__len", "take the length of"},
+      {"__add", "do arithmetic on"}, {"__sub", "do arithmetic on"},
+      {"__mul", "do arithmetic on"}, {"__div", "do arithmetic on"},
+      {"__mod", "do arithmetic on"}, {"__pow", "do arithmetic on"},
+      {"__unm", "do arithmetic on"}, {"__idiv", "do arithmetic on"}};
+  for (const auto& [event, op] : kOperators) {
+    lua_pushstring(L, op);
+    lua_pushcclosure(L, LuaVarOperator, 1);
+    lua_setfield(L, -2, event);
+  }
   lua_pushcfunction(L, LuaVarToString);
   lua_setfield(L, -2, "__tostring");
   lua_pushcfunction(L, LuaVarConcat);
@@ -957,6 +1083,8 @@ int luaopen_braid(lua_State* L) {
   lua_setfield(L, braid, "args");
   lua_pushstring(L, d->run().id().c_str());
   lua_setfield(L, braid, "run_id");
+  luaopen_braid_json(L);
+  lua_setfield(L, braid, "json");
 
   // Replayable os.time / os.clock (os.date and math.randomseed in Lua below).
   lua_getglobal(L, "os");

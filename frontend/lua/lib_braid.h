@@ -1,7 +1,8 @@
 // The `braid` Lua module: braid.fn, braid.spawn, braid.join, braid.map,
-// braid.chunks, braid.log, braid.args, braid.run_id, variables (:get,
-// :state) and spawn handles (:join), plus replayable os.time / os.clock /
-// os.date / math.randomseed. See docs/lua-dsl.md.
+// braid.chunks, braid.json (lib_json.h), braid.log, braid.args,
+// braid.run_id, variables (:get, :state) and spawn handles (:join), plus
+// replayable os.time / os.clock / os.date / math.randomseed. See
+// docs/lua-dsl.md.
 //
 // The module talks to its Driver (driver.h), found through the state's
 // extra space; it must be opened after the Driver installed itself there.

@@ -1,7 +1,7 @@
 // The template parser of semantic functions.
 //
 // Grammar (whitespace inside {{ }} is free):
-//   template    := (text | placeholder)*
+//   template    := (text | "{{{{" | placeholder)*       "{{{{" is a literal "{{"
 //   placeholder := "{{" NAME "}}"                       an input
 //                | "{{" KIND NAME option* "}}"          an output, KIND = gen|select|regex
 //   option      := KEY "=" value
@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -103,6 +104,20 @@ class Cursor {
     int line, col;
   };
   Mark mark() const { return {line_, col_}; }
+  // The line and column of `pos` (at or after the cursor).
+  Mark MarkAt(size_t pos) const {
+    Mark m = mark();
+    for (size_t i = pos_; i < pos && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++m.line;
+        m.col = 1;
+      } else {
+        ++m.col;
+      }
+    }
+    return m;
+  }
+  static std::string Where(Mark m) { return std::to_string(m.line) + ":" + std::to_string(m.col); }
   Status Error(Mark at, const std::string& what) const {
     return Status::InvalidArgument(fn_ + ":" + std::to_string(at.line) + ":" +
                                    std::to_string(at.col) + ": " + what);
@@ -167,8 +182,65 @@ Result<std::string> ParseString(Cursor& c) {
   }
 }
 
-Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& where) {
+// The items of a value written the way other tools write lists: single
+// quotes (['yes', 'no']) or bare words (yes|no, yes,no), for error messages.
+std::vector<std::string> LooseItems(std::string_view raw) {
+  std::vector<std::string> items;
+  if (raw.find('\'') != std::string_view::npos) {
+    for (size_t a = raw.find('\''); a != std::string_view::npos; a = raw.find('\'', a + 1)) {
+      const size_t b = raw.find('\'', a + 1);
+      if (b == std::string_view::npos) break;
+      items.emplace_back(raw.substr(a + 1, b - a - 1));
+      a = b;
+    }
+    return items;
+  }
+  std::string item;
+  for (char ch : raw) {
+    if (ch == '|' || ch == ',') {
+      items.push_back(item);
+      item.clear();
+    } else if (!std::isspace(static_cast<unsigned char>(ch)) && !std::strchr("[]{}\"", ch)) {
+      item += ch;
+    }
+  }
+  items.push_back(item);
+  std::erase_if(items, [](const std::string& i) { return i.empty(); });
+  return items;
+}
+
+// `key` with `raw` written as the grammar wants it: KEY="x", or
+// KEY=["a","b"] for a list (a list of two examples when nothing is left).
+std::string QuotedForm(const std::string& key, std::string_view raw, bool list) {
+  std::vector<std::string> items = LooseItems(raw.substr(0, 200));
+  if (items.empty()) items = {"yes", "no"};
+  if (!list) return key + "=\"" + items[0] + "\"";
+  std::string out = key + "=[";
+  for (size_t i = 0; i < items.size() && i < 8; ++i) out += (i ? ",\"" : "\"") + items[i] + "\"";
+  return out + "]";
+}
+
+// The text of the value at the cursor, up to the end of the placeholder
+// (for QuotedForm).
+std::string_view RawValue(const Cursor& c, const std::string& tmpl) {
+  const size_t end = tmpl.find("}}", c.pos());
+  return std::string_view(tmpl).substr(c.pos(), end == std::string::npos ? end : end - c.pos());
+}
+
+Result<Value> ParseValue(Cursor& c, const std::string& tmpl, const std::string& key,
+                         const std::string& where) {
   Value v;
+  // 'text': say how strings are written, with the value rewritten.
+  if (c.Peek() == '\'') {
+    const std::string_view raw = RawValue(c, tmpl);
+    if (key == "max_tokens" || key == "temperature" || key == "top_p" || key == "seed") {
+      const std::vector<std::string> items = LooseItems(raw);
+      return c.Error("bad value for '" + key + "' in " + where +
+                     ": numbers are written bare: " + key + "=" + (items.empty() ? "8" : items[0]));
+    }
+    return c.Error("bad value for '" + key + "' in " + where +
+                   ": strings take double quotes: " + QuotedForm(key, raw, key == "choices"));
+  }
   if (c.Peek() == '"') {
     v.kind = Value::Kind::kString;
     BRAID_ASSIGN_OR_RETURN(v.text, ParseString(c));
@@ -184,8 +256,15 @@ Result<Value> ParseValue(Cursor& c, const std::string& key, const std::string& w
       c.Advance();
       return v;
     }
+    const size_t list_pos = c.pos() - 1;
     while (true) {
       c.SkipSpaces();
+      if (c.Peek() == '\'') {
+        const std::string_view raw = std::string_view(tmpl).substr(list_pos);
+        return c.Error("bad value for '" + key + "' in " + where +
+                       ": strings take double quotes: " +
+                       QuotedForm(key, raw.substr(0, raw.find("}}")), true));
+      }
       if (c.Peek() != '"') {
         if (c.AtEnd() || (close == ']' && c.StartsWith("}}")))
           return c.Error(start, "unterminated list for '" + key + "' in " + where);
@@ -263,6 +342,26 @@ std::string DidYouMean(const std::string& key, OutputSpec::Kind kind) {
           ? std::vector<std::string>{"pattern", "max_tokens", "temperature", "top_p", "seed"}
           : std::vector<std::string>{"max_tokens", "min_tokens", "stop", "temperature",
                                      "top_p",      "seed",       "regex"};
+  // Names other APIs give these options (Hugging Face, OpenAI, llama.cpp).
+  const std::pair<const char*, const char*> aliases[] = {
+      {"max_new_tokens", "max_tokens"},
+      {"max_length", "max_tokens"},
+      {"n_predict", "max_tokens"},
+      {"max_completion_tokens", "max_tokens"},
+      {"num_tokens", "max_tokens"},
+      {"temp", "temperature"},
+      {"stop_sequences", "stop"},
+      {"stops", "stop"},
+      {"until", "stop"},
+      {"options", "choices"},
+      {"values", "choices"},
+      {"regexp", kind == K::kRegex ? "pattern" : "regex"},
+      {"random_seed", "seed"},
+      {"p", "top_p"},
+  };
+  for (const auto& [alias, option] : aliases)
+    if (key == alias && std::find(known.begin(), known.end(), option) != known.end())
+      return std::string(" (did you mean '") + option + "'?)";
   std::string best;
   size_t best_d = key.size();
   for (const std::string& k : known)
@@ -319,8 +418,9 @@ Status ApplyOption(Cursor& c, Cursor::Mark at, const std::string& key, const Val
       return bad("expected a non-negative integer, got '" + v.text + "'");
     out->seed = s;
   } else if (key == "choices" && sel) {
-    if (v.kind != Value::Kind::kList || v.list.empty())
-      return bad("expected a non-empty list of strings");
+    if (v.kind != Value::Kind::kList)  // choices=yes|no, choices="yes,no"
+      return bad("expected a list of double-quoted strings: " + QuotedForm(key, v.text, true));
+    if (v.list.empty()) return bad("expected a non-empty list of strings");
     std::set<std::string> seen;
     for (const auto& s : v.list) {
       if (s.empty()) return bad("a choice is empty");
@@ -367,6 +467,56 @@ struct ParseState {
 
 using Piece = SemanticFunction::Piece;
 
+// Checks that the placeholder whose "{{" is at the cursor is closed: a "}}"
+// comes before the next "{{" outside a string and before the end. Strings
+// cannot hold "}}" (ParseString stops there), so the first "}}" closes it
+// wherever it is. Otherwise the error points at the opening "{{" and says
+// what went wrong there, instead of whatever the text after it would make
+// the option parser say. Scans to the next "}}" or "{{" only, so the
+// placeholders of a template are scanned once in all.
+Status CheckClosed(const Cursor& c, const std::string& tmpl) {
+  const size_t open = c.pos();
+  size_t single = std::string::npos;  // the first lone '}' outside a string
+  bool in_string = false;
+  size_t i = open + 2;
+  for (; i < tmpl.size(); ++i) {
+    if (tmpl.compare(i, 2, "}}") == 0) return Status::Ok();
+    const char ch = tmpl[i];
+    if (in_string) {
+      if (ch == '\\') {
+        ++i;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (tmpl.compare(i, 2, "{{") == 0) {
+      break;
+    } else if (ch == '}' && single == std::string::npos) {
+      single = i;
+    }
+  }
+  i = std::min(i, tmpl.size());  // past a trailing backslash
+  // The placeholder as written: to the lone '}', else its first line,
+  // clipped (never inside a UTF-8 character).
+  size_t end = single != std::string::npos ? single + 1 : std::min(i, tmpl.find('\n', open));
+  const bool clipped = end - open > 40;
+  if (clipped) {
+    end = open + 40;
+    while (end > open && (static_cast<unsigned char>(tmpl[end]) & 0xC0) == 0x80) --end;
+  }
+  std::string shown = tmpl.substr(open, end - open);
+  while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
+  if (clipped) shown += "...";
+  const std::string what = "'" + shown + "' is not closed: ";
+  if (single != std::string::npos)
+    return c.Error(what + "the '}' at " + Cursor::Where(c.MarkAt(single)) + " needs to be '}}'");
+  const std::string escape = "; a literal '{{' is written '{{{{'";
+  if (i < tmpl.size())
+    return c.Error(what + "no '}}' before the next '{{' at " + Cursor::Where(c.MarkAt(i)) + escape);
+  return c.Error(what + "no '}}' before the end of the template" + escape);
+}
+
 // Parses one template `tmpl` into `pieces`; errors start with `label`
 // ("summarize", "summarize: messages[2]"). Without `outputs_allowed` (a
 // message) an output placeholder is an error.
@@ -384,10 +534,16 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       c.Advance();
       continue;
     }
+    if (c.StartsWith("{{{{")) {  // the escape of a literal "{{"
+      text += "{{";
+      c.Advance(4);
+      continue;
+    }
     const auto open = c.mark();
     if (++st.placeholders > kMaxPlaceholders)
       return c.Error(
           open, "more than " + std::to_string(kMaxPlaceholders) + " placeholders in the template");
+    BRAID_RETURN_IF_ERROR(CheckClosed(c, tmpl));
     c.Advance(2);
     c.SkipSpaces();
     const auto word_at = c.mark();
@@ -398,8 +554,14 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       c.SkipSpaces();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
       if (!c.StartsWith("}}")) {
+        // {{q} ... }}: one brace where two are needed.
+        if (!word.empty() && c.Peek() == '}')
+          return c.Error(open, "'{{" + word + "}' is not closed: the '}' at " +
+                                   Cursor::Where(c.mark()) + " needs to be '}}'");
         if (word.empty()) {
-          if (c.Peek() == '{' || c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
+          if (c.Peek() == '{')
+            return c.Error(word_at, "empty name in {{ }} (a literal '{{' is written '{{{{')");
+          if (c.Peek() == '}') return c.Error(word_at, "empty name in {{ }}");
           return c.Error(word_at,
                          std::string("bad character '") + c.Peek() + "' in a placeholder name");
         }
@@ -472,7 +634,7 @@ Status ParseTemplate(const std::string& label, const std::string& tmpl, bool out
       }
       c.Advance();
       if (c.AtEnd()) return c.Error(open, "unterminated placeholder '{{'");
-      BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, key, where));
+      BRAID_ASSIGN_OR_RETURN(Value v, ParseValue(c, tmpl, key, where));
       if (!seen_keys.insert(key).second)
         return c.Error(key_at, "option '" + key + "' given twice in " + where);
       BRAID_RETURN_IF_ERROR(ApplyOption(c, key_at, key, v, where, &st.regex_steps, &out));

@@ -87,7 +87,7 @@ TEST_CASE("template: Lua-style lists, gen regex= as a regex output, did-you-mean
   CHECK((*stop)->outputs()[0].stop == std::vector<std::string>{"x", "y"});
   CHECK(Err("{{select s choices={\"a\", \"b\"]}}").find("expected ',' or '}'") !=
         std::string::npos);
-  CHECK(Err("{{select s choices={\"a\"").find("unterminated") != std::string::npos);
+  CHECK(Err("{{select s choices={\"a\"").find("is not closed") != std::string::npos);
   // {{gen x regex="..."}} is {{regex x pattern="..."}}, options kept.
   auto g = P("{{gen year regex=\"[0-9]{4}\" max_tokens=8}}");
   REQUIRE(g.ok());
@@ -107,6 +107,43 @@ TEST_CASE("template: Lua-style lists, gen regex= as a regex output, did-you-mean
   CHECK(Err("{{gen g colour=1}}").find("did you mean") == std::string::npos);
 }
 
+TEST_CASE("template: option names and list forms of other tools are answered") {
+  // Names other APIs use for the same options.
+  CHECK(Err("{{gen a max_new_tokens=8}}") ==
+        "fn:1:9: unknown option 'max_new_tokens' in {{gen a ...}} (did you mean 'max_tokens'?)");
+  CHECK(Err("{{regex r pattern=\"a\" max_length=8}}").find("(did you mean 'max_tokens'?)") !=
+        std::string::npos);
+  CHECK(Err("{{gen a temp=0.5}}").find("(did you mean 'temperature'?)") != std::string::npos);
+  CHECK(Err("{{gen a stop_sequences=[\"x\"]}}").find("(did you mean 'stop'?)") !=
+        std::string::npos);
+  CHECK(Err("{{select s options=[\"x\"]}}").find("(did you mean 'choices'?)") != std::string::npos);
+  CHECK(Err("{{regex r regexp=\"a\"}}").find("(did you mean 'pattern'?)") != std::string::npos);
+  CHECK(Err("{{gen a regexp=\"a\"}}").find("(did you mean 'regex'?)") != std::string::npos);
+  // An alias of an option of another kind is not suggested.
+  CHECK(Err("{{select s choices=[\"x\"] max_new_tokens=3}}").find("did you mean") ==
+        std::string::npos);
+  // Choices as bare words or one string: the accepted form, with their words.
+  CHECK(Err("{{select s choices=yes|no}}") ==
+        "fn:1:12: bad value for 'choices' in {{select s ...}}: expected a list of double-quoted "
+        "strings: choices=[\"yes\",\"no\"]");
+  CHECK(Err("{{select s choices=\"yes, no\"}}").find(": choices=[\"yes\",\"no\"]") !=
+        std::string::npos);
+  // Single quotes, in a list or alone.
+  CHECK(Err("{{select s choices=['yes', 'no']}}") ==
+        "fn:1:21: bad value for 'choices' in {{select s ...}}: strings take double quotes: "
+        "choices=[\"yes\",\"no\"]");
+  CHECK(Err("{{select s choices={'a','b'}}}").find("double quotes: choices=[\"a\",\"b\"]") !=
+        std::string::npos);
+  CHECK(Err("{{gen a stop='\\n'}}") ==
+        "fn:1:14: bad value for 'stop' in {{gen a ...}}: strings take double quotes: "
+        "stop=\"\\n\"");
+  CHECK(Err("{{select s choices='x'}}").find("double quotes: choices=[\"x\"]") !=
+        std::string::npos);
+  CHECK(Err("{{gen a max_tokens='8'}}") ==
+        "fn:1:20: bad value for 'max_tokens' in {{gen a ...}}: numbers are written bare: "
+        "max_tokens=8");
+}
+
 TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("hi\n  {{gen summary max_token=3}}") ==
         "fn:2:17: unknown option 'max_token' in {{gen summary ...}} (did you mean 'max_tokens'?)");
@@ -121,8 +158,10 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("{{gen a top_p=1.5}}").find("expected a number in (0, 1]") != std::string::npos);
   CHECK(Err("{{gen a seed=-3}}").find("bad value for 'seed'") != std::string::npos);
   CHECK(Err("{{gen a stop=3}}").find("bad value for 'stop'") != std::string::npos);
-  CHECK(Err("ab\ncd {{gen a max_tokens=3") == "fn:2:4: unterminated placeholder '{{'");
-  CHECK(Err("x {{doc") == "fn:1:3: unterminated placeholder '{{'");
+  CHECK(Err("ab\ncd {{gen a max_tokens=3") ==
+        "fn:2:4: '{{gen a max_tokens=3' is not closed: no '}}' before the end of the template; a "
+        "literal '{{' is written '{{{{'");
+  CHECK(Err("x {{doc").find("fn:1:3: '{{doc' is not closed: no '}}' before the end") == 0);
   CHECK(Err("{{gen a stop=\"abc}}") == "fn:1:14: unterminated string");
   CHECK(Err("{{gen a stop=[\"a\", \"b\"}}") ==
         "fn:1:14: unterminated list for 'stop' in {{gen a ...}}");
@@ -152,6 +191,45 @@ TEST_CASE("template: errors name the function, line:column and the problem") {
   CHECK(Err("plain text").find("has no output") != std::string::npos);
 }
 
+TEST_CASE("template: an unclosed placeholder is named where it opens") {
+  // One closing brace: the '}' is named, not the text after it.
+  CHECK(Err("Q: {{q} {{gen a}}") ==
+        "fn:1:4: '{{q}' is not closed: the '}' at 1:7 needs to be '}}'");
+  CHECK(Err("{{gen a}} {{q}") == "fn:1:11: '{{q}' is not closed: the '}' at 1:14 needs to be '}}'");
+  CHECK(Err("{{q} and }} {{gen a}}") ==
+        "fn:1:1: '{{q}' is not closed: the '}' at 1:4 needs to be '}}'");
+  // An output left open before more text and another placeholder: not
+  // "option 'Done' needs '=value'".
+  CHECK(Err("{{gen a max_tokens=8\nDone.\n{{gen b}}") ==
+        "fn:1:1: '{{gen a max_tokens=8' is not closed: no '}}' before the next '{{' at 3:1; a "
+        "literal '{{' is written '{{{{'");
+  CHECK(Err("Answer: {{gen a max_tokens=8 Done.")
+            .find("fn:1:9: '{{gen a max_tokens=8 Done.' is "
+                  "not closed: no '}}' before the end") == 0);
+  // A long placeholder is shown clipped.
+  CHECK(Err("{{gen a stop=\"" + std::string(100, 'x') + "\"")
+            .find("fn:1:1: '{{gen a stop=\"" + std::string(26, 'x') + "...' is not closed") == 0);
+  // "{{" inside a string does not open another placeholder; "}}" always closes.
+  auto s = P("{{gen a stop=\"{{\"}}");
+  REQUIRE_MESSAGE(s.ok(), s.status().message());
+  CHECK((*s)->outputs()[0].stop == std::vector<std::string>{"{{"});
+  CHECK(Err("{{gen a stop=\"{{b}}") == "fn:1:14: unterminated string");
+}
+
+TEST_CASE("template: '{{{{' is a literal '{{'") {
+  auto r = P("Write {{{{name}} for a field: {{x}} {{{{{{{{ {{gen a}}");
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  const auto& p = (*r)->pieces();
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].text == "Write {{name}} for a field: ");
+  CHECK(p[1].kind == SemanticFunction::Piece::Kind::kInput);
+  CHECK(p[1].text == "x");
+  CHECK(p[2].text == " {{{{ ");
+  CHECK((*r)->inputs() == std::vector<std::string>{"x"});
+  // Three braces are a placeholder with an empty name, and say so.
+  CHECK(Err("{{{x}}}") == "fn:1:3: empty name in {{ }} (a literal '{{' is written '{{{{')");
+}
+
 TEST_CASE("template: size is bounded: huge templates, many placeholders, long lists") {
   // 1 MiB parses; one byte more is refused before any parsing.
   std::string big(1 << 20, 'x');
@@ -178,9 +256,12 @@ TEST_CASE("template: size is bounded: huge templates, many placeholders, long li
 }
 
 TEST_CASE("template: deep nesting fails cleanly (the grammar does not nest)") {
-  CHECK(Err(std::string(200000, '{')) == "fn:1:3: empty name in {{ }}");
-  CHECK(Err("x " + std::string(100000, '{') + std::string(100000, '}')) ==
-        "fn:1:5: empty name in {{ }}");
+  // Runs of '{' are escapes ("{{{{" is "{{"), one more opens a placeholder.
+  CHECK(Err(std::string(200000, '{')).find("has no output") != std::string::npos);
+  CHECK(Err("x " + std::string(100002, '{') + std::string(100000, '}')) ==
+        "fn:1:100005: empty name in {{ }}");
+  CHECK(Err("x {{ " + std::string(200000, '{'))
+            .find("fn:1:3: '{{' is not closed: no '}}' before the next '{{' at 1:6") == 0);
   CHECK(Err("{{select s choices=" + std::string(100000, '[') + "}}") ==
         "fn:1:21: bad value for 'choices' in {{select s ...}}: expected a string in the list");
   CHECK(Err("{{gen a stop=[\"a\"" + std::string(100000, ']') + "}}") ==
@@ -265,7 +346,7 @@ TEST_CASE("template: messages hold no outputs; roles and system are checked") {
   CHECK(MsgErr({{"user", "ok {{regex r pattern=\"a\"}}"}}).find("fn: messages[1]:1:4: an output") ==
         0);
   // Other template errors point into the message too.
-  CHECK(MsgErr({{"user", "a\nb {{doc"}}) == "fn: messages[1]:2:3: unterminated placeholder '{{'");
+  CHECK(MsgErr({{"user", "a\nb {{doc"}}).find("fn: messages[1]:2:3: '{{doc' is not closed") == 0);
   CHECK(MsgErr({{"user", "hi"}, {"bot", "x"}}) ==
         "fn: messages[2]: role 'bot' is not one of system, user, assistant");
   CHECK(MsgErr({{"user", "hi"}, {"system", "x"}}) ==
@@ -280,4 +361,11 @@ TEST_CASE("template: messages hold no outputs; roles and system are checked") {
             .find("the prompt and messages are 1100009 bytes, more than the limit") !=
         std::string::npos);
   CHECK(MsgErr({{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u2"}}) == "(parsed)");
+}
+
+TEST_CASE("template: '{{{{' is a literal '{{' in messages too") {
+  auto m = WithMessages({{"user", "say {{{{hi}}"}}, "{{gen a}}");
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  CHECK((*m)->message_pieces()[0][0].text == "say {{hi}}");
+  CHECK((*m)->inputs().empty());
 }

@@ -150,6 +150,7 @@ std::unique_ptr<Model> OpenModel(const Args& a, const std::string& device, bool 
                                  double* seconds = nullptr) {
   ModelOptions o;
   o.path = a.model;
+  o.require_tokenizer = false;  // prompts are token ids
   o.device = device;
   o.context = a.ctx;
   o.cpu.exact = exact;
@@ -306,6 +307,7 @@ int Batch(const Args& a) {
   const Prompts p = ReadPrompts(a.prompts);
   EngineOptions o;
   o.model.path = a.model;
+  o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
   o.model.context = a.ctx;
   o.max_batch_tokens = 2048;
@@ -592,6 +594,7 @@ int ServeSpec(const Args& a) {
     const char* mode = mode_name.c_str();
     EngineOptions o;
     o.model.path = a.model;
+    o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
     o.model.context = a.ctx;
     o.max_batch_tokens = a.device == "cpu" ? 256 : 2048;
@@ -689,6 +692,7 @@ int ServeEqual(const Args& a) {
   }
   EngineOptions o;
   o.model.path = a.model;
+  o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
   o.model.context = 2048;
   o.kv_tokens = static_cast<int>(need / 3);
@@ -778,6 +782,7 @@ int Cascade(const Args& a) {
     setenv("BRAID_CUDA_CASCADE", cascade ? "1" : "0", 1);
     EngineOptions o;
     o.model.path = a.model;
+    o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
     o.model.context = a.ctx;
     o.max_batch_tokens = 2048;

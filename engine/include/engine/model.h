@@ -57,6 +57,15 @@ struct CpuOptions {
 
 struct ModelOptions {
   std::string path;  // .gguf file, or a safetensors checkpoint directory
+  // The tokenizer: "" reads the model's own (a GGUF file's metadata, or the
+  // tokenizer.json beside a safetensors checkpoint); otherwise a tokenizer.json
+  // file, or a directory holding one, read instead (tokenizer_config.json
+  // beside it supplies the chat template).
+  std::string tokenizer;
+  // A checkpoint without a tokenizer is refused by Open, naming the folder and
+  // the files looked for. false: it opens anyway and text tokenizes to
+  // nothing (tools and tests that feed token ids).
+  bool require_tokenizer = true;
   // Where the forward pass runs: "cpu", "cuda" (the first GPU), "cuda:N",
   // or "cuda:N+M" (one model split over those GPUs: tensor parallelism).
   std::string device = "cpu";

@@ -78,7 +78,9 @@ struct OutputSpec {
 struct FunctionSpec {
   std::string name;     // for errors, the live view and resume keys
   std::string system;   // chat-style when non-empty (the model's chat template is used)
-  std::string prompt;   // the template text: literal text, {{input}} and output placeholders
+  // The template text: literal text ("{{{{" for a literal "{{"), {{input}}
+  // and output placeholders.
+  std::string prompt;
   // Calls start as soon as their inputs are ready (eager), with the
   // throughput goal until something wants them. A lazy function's calls run
   // only once wanted: for speculative branches the program may never read.
