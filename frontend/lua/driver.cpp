@@ -359,6 +359,10 @@ std::string OpenAtErrorText(int dir, const std::string& name, const std::string&
 }  // namespace
 
 Result<std::string> Driver::ReadFile(const std::string& path) const {
+  if (!options_.read_files)
+    return Status::InvalidArgument(
+        "braid.read: a program run by a server has no file access ('" + path +
+        "' was not read): pass the text itself as one of the program's args, or in its source");
   bool granted = false;
   for (const std::string& a : args_) granted = granted || a == path;
   Fd file;

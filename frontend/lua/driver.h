@@ -49,6 +49,10 @@ struct DriverOptions {
   // (the user granted them on the command line) and relative paths without
   // ".." inside `script_dir` (the app's bundled inputs); "" = none there.
   std::string script_dir;
+  // false: braid.read reads nothing, whatever the arguments name (a server,
+  // where programs and their arguments come from clients: an argument
+  // naming a path must not open the server's file).
+  bool read_files = true;
   size_t max_read_bytes = size_t{16} << 20;
   // Caps on what one program may create.
   // Work left when the main function returns: spawned coroutines not done

@@ -362,6 +362,7 @@ void RunsService::Impl::ExecuteProgram(const std::shared_ptr<Entry>& e, std::str
   d.interrupt = &e->interrupt;
   d.limits.take_memory = TakeMemory(e->account);
   d.script_dir.clear();  // a submitted program reads no files
+  d.read_files = false;
   Entry* raw = e.get();
   d.log = [this, raw](std::string_view line) {
     Broadcast(*raw, {{"type", "log"}, {"text", std::string(line)}});

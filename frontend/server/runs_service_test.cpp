@@ -675,5 +675,20 @@ TEST_CASE("draining refuses new work and starts no queued run; what runs finishe
   CHECK(StoredAttempts(*f.store, ids[2]) == 0);
 }
 
+TEST_CASE("a program on the server reads no file, even one its args name") {
+  Fixture f;
+  const std::string path = BRAID_SOURCE_DIR "/README.md";  // exists on this machine
+  http::Response r = f.Call(
+      "POST", "/v1/programs",
+      {{"source", "return braid.read(braid.args[1])"}, {"args", {path}}, {"detached", true}});
+  REQUIRE(r.status == 202);
+  json run = f.WaitRun(json::parse(r.body)["id"]);
+  CHECK(run["state"] == "failed");
+  CHECK(run["error"].get<std::string>().find(
+            "braid.read: a program run by a server has no file access ('" + path +
+            "' was not read): pass the text itself as one of the program's args") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid::server

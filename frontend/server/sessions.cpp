@@ -419,6 +419,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
         e->lua = lua::LuaState::Create(d.limits);
         d.interrupt = &e->eval_interrupt;
         d.script_dir.clear();  // as for programs: no file access
+        d.read_files = false;
         Entry* raw = e.get();
         std::weak_ptr<Impl> weak_impl = impl;
         d.log = [weak_impl, raw](std::string_view line) {
