@@ -29,6 +29,7 @@ Result<RunRecord> StoredRunRecord(RunStore& store, const StoredRun& run) {
   r.error = run.error;
   r.started_unix = run.created_unix;
   r.finished_unix = t.finished_unix;
+  r.paused_seconds = t.paused_seconds;
   r.attempts = run.attempts;
   r.nodes_done = t.nodes_done;
   r.nodes_failed = t.nodes_failed;

@@ -47,7 +47,8 @@ std::string LocalTime(double unix_seconds) {
 std::string Duration(const rt::RunRecord& r) {
   if (r.finished_unix <= 0) return "-";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", r.finished_unix - r.started_unix);
+  // The time between a kill and its resume is not the run's.
+  std::snprintf(buf, sizeof buf, "%.1f s", r.finished_unix - r.started_unix - r.paused_seconds);
   return buf;
 }
 
@@ -77,8 +78,10 @@ nlohmann::json RunJson(const rt::RunRecord& r) {
                       {"cached_tokens", r.cached_tokens},
                       {"generated_tokens", r.generated_tokens}};
   j["finished_unix"] = r.finished_unix > 0 ? nlohmann::json(r.finished_unix) : nlohmann::json();
-  j["duration_s"] =
-      r.finished_unix > 0 ? nlohmann::json(r.finished_unix - r.started_unix) : nlohmann::json();
+  j["duration_s"] = r.finished_unix > 0
+                        ? nlohmann::json(r.finished_unix - r.started_unix - r.paused_seconds)
+                        : nlohmann::json();
+  if (r.paused_seconds > 0) j["paused_s"] = r.paused_seconds;
   if (!r.error.empty()) j["error"] = r.error;
   return j;
 }

@@ -7,6 +7,7 @@
 // returned Ok means the data is on disk. Reads that issue several SELECTs run
 // in one deferred transaction so they see one snapshot even while another
 // process writes.
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <utility>
@@ -279,6 +280,18 @@ Result<RunTotals> SqliteRunStore::Totals(const std::string& id) {
       t.cached_tokens = stmt.ColumnInt64(3);
       t.generated_tokens = stmt.ColumnInt64(4);
     }
+  }
+  {
+    // Each resume's gap since the event before it (events_by_run serves
+    // the inner lookup).
+    BRAID_ASSIGN_OR_RETURN(
+        SqliteStmt stmt,
+        db_->Prepare("SELECT COALESCE(SUM(e.at_unix - (SELECT MAX(p.at_unix) FROM events p "
+                     "WHERE p.run_id = e.run_id AND p.seq < e.seq)), 0) "
+                     "FROM events e WHERE e.run_id = ?1 AND e.kind = 'run_resumed'"));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
+    BRAID_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row) t.paused_seconds = std::max(0.0, stmt.ColumnDouble(0));
   }
   BRAID_RETURN_IF_ERROR(txn.Commit());
   return t;

@@ -45,6 +45,9 @@ struct RunTotals {
   double finished_unix = 0;  // 0: not finished
   int nodes_done = 0, nodes_failed = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  // Time between processes: for each resume, from the run's last event
+  // before it to the resume (a killed or stopped run waiting to be resumed).
+  double paused_seconds = 0;
 };
 
 // A finished call, found again on resume by its key.

@@ -749,5 +749,26 @@ TEST_CASE("RunStore: version 4 migrates to 5 keeping every row; 'cancelled' is a
   CHECK(RawQuery(path, "PRAGMA user_version") == "5");
 }
 
+TEST_CASE("RunStore totals: the time between a run's processes is paused time") {
+  double now = 1000;
+  SqliteRunStoreOptions options;
+  options.clock = [&now] { return now; };
+  std::unique_ptr<RunStore> store = MustOpen(":memory:", options);
+  REQUIRE(store->CreateRun(MakeRun("r", 1000)).ok());
+  REQUIRE(store->AppendEvent("r", "run_started", "{}").ok());
+  now = 1005;
+  REQUIRE(store->AppendEvent("r", "node_finished", "{}").ok());  // then killed
+  CHECK(store->Totals("r")->paused_seconds == 0);
+  now = 1100;
+  REQUIRE(store->AppendEvent("r", "run_resumed", "{}").ok());
+  now = 1110;
+  REQUIRE(store->AppendEvent("r", "node_finished", "{}").ok());
+  REQUIRE(store->FinishRun("r", "done", "").ok());
+  Result<RunTotals> t = store->Totals("r");
+  REQUIRE(t.ok());
+  CHECK(t->paused_seconds == doctest::Approx(95));
+  CHECK(t->finished_unix - 1000 - t->paused_seconds == doctest::Approx(15));
+}
+
 }  // namespace
 }  // namespace braid::rt

@@ -382,6 +382,9 @@ struct RunRecord {
   std::string owner;
   std::vector<std::string> args;
   double started_unix = 0, finished_unix = 0;  // finished 0: never finished
+  // Between processes (killed or stopped, then resumed): not part of the
+  // run's duration, which is finished - started - paused.
+  double paused_seconds = 0;
   int attempts = 0;  // starts by a server since its last recorded call (Run::BeginAttempt)
   int nodes_done = 0, nodes_failed = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
