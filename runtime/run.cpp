@@ -1,5 +1,6 @@
 // Building, waiting and introspection of a Run (program thread). Execution —
 // what the dispatcher does in Pump — is in exec/run_exec.cpp.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -45,7 +46,7 @@ void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::str
   const RunEvent::Kind k = kind == "node_started"    ? RunEvent::Kind::kNodeStarted
                            : kind == "node_finished" ? RunEvent::Kind::kNodeFinished
                                                      : RunEvent::Kind::kNodeFailed;
-  watch_->Emit({k, n.id, 0, detail});
+  watch_->Emit({k, n.id, 0, detail, n.label, n.start_ms, n.end_ms});
   if (!ctx_->store) return;
   nlohmann::json j = {{"node", n.id},
                       {"label", n.label},
@@ -255,11 +256,11 @@ Result<VarId> RunImpl::Join(const std::vector<Arg>& parts, std::string sep) {
   return v;
 }
 
-VarId RunImpl::HostVar(std::string name, const std::vector<VarId>& depends_on) {
+VarId RunImpl::HostVar(std::string name, const std::vector<VarId>& depends_on, std::string label) {
   std::lock_guard<std::mutex> lock(mu_);
   DagNode node;
   node.kind = DagNode::Kind::kHost;
-  node.label = "host";
+  node.label = std::move(label);
   std::string bad;
   for (VarId d : depends_on) {
     if (dag_.HasVar(d))
@@ -511,6 +512,7 @@ NodeInfo RunImpl::InfoLocked(const DagNode& n) const {
   NodeInfo info;
   info.id = n.id;
   info.label = n.label;
+  info.call = n.kind == DagNode::Kind::kCall;
   info.state = n.state;
   info.inputs = n.inputs;
   info.outputs = n.outputs;
@@ -627,11 +629,50 @@ std::string Truncate(const std::string& s, size_t max) {
 
 }  // namespace
 
+// "TB" when the DAG is deeper than it is wide, else "LR". Depth: the nodes
+// on its longest path; width: the most nodes at one depth. A node box is
+// several times wider than tall, so a chain drawn left to right runs far
+// off a screen while top to bottom it fits, and a wide fan-in the other way.
+std::string RunImpl::RankDirLocked() const {
+  const size_t n = dag_.num_nodes();
+  // Each node's successors (inputs and read-before edges), and how many
+  // predecessors are not placed yet (Kahn's order).
+  std::vector<std::vector<NodeId>> next(n + 1);
+  std::vector<int> preds(n + 1, 0);
+  for (size_t i = 1; i <= dag_.num_vars(); ++i) {
+    const DagVar& v = dag_.var(i);
+    if (!v.producer) continue;
+    for (const auto* list : {&v.consumers, &v.readers})
+      for (NodeId c : *list) {
+        next[v.producer].push_back(c);
+        ++preds[c];
+      }
+  }
+  std::vector<int> level(n + 1, 0);  // 0-based depth of each node
+  std::vector<NodeId> ready;
+  for (NodeId id = 1; id <= n; ++id)
+    if (preds[id] == 0) ready.push_back(id);
+  int depth = 0;
+  while (!ready.empty()) {
+    const NodeId id = ready.back();
+    ready.pop_back();
+    depth = std::max(depth, level[id] + 1);
+    for (NodeId c : next[id]) {
+      level[c] = std::max(level[c], level[id] + 1);
+      if (--preds[c] == 0) ready.push_back(c);
+    }
+  }
+  std::vector<int> at_level(static_cast<size_t>(depth) + 1, 0);
+  int width = 0;
+  for (NodeId id = 1; id <= n; ++id) width = std::max(width, ++at_level[level[id]]);
+  return depth > width ? "TB" : "LR";
+}
+
 std::string RunImpl::ToDot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream o;
-  o << "digraph \"" << DotEscape(id_)
-    << "\" {\n  rankdir=LR;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
+  o << "digraph \"" << DotEscape(id_) << "\" {\n  rankdir=" << RankDirLocked()
+    << ";\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
   char buf[96];
   for (size_t i = 1; i <= dag_.num_nodes(); ++i) {
     const DagNode& n = dag_.node(i);

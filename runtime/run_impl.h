@@ -33,7 +33,7 @@ class RunImpl final : public Run, public Pumpable {
   std::vector<VarId> LatestOf(const std::vector<VarId>& vars) const override;
   VarId Literal(std::string value, std::string name) override;
   Result<VarId> Join(const std::vector<Arg>& parts, std::string sep) override;
-  VarId HostVar(std::string name, const std::vector<VarId>& depends_on) override;
+  VarId HostVar(std::string name, const std::vector<VarId>& depends_on, std::string label) override;
   Status SetValue(VarId var, std::string value) override;
   Status SetFailed(VarId var, std::string error) override;
   Status AddDependency(VarId host_var, VarId dep) override;
@@ -168,6 +168,8 @@ class RunImpl final : public Run, public Pumpable {
   // Settles with a memo (0 unknown, 1 yes, 2 no, 3 in progress).
   bool SettlesLocked(VarId var, std::vector<uint8_t>& memo) const;
   NodeInfo InfoLocked(const DagNode& n) const;
+  // The graph's rankdir for ToDot: "TB" for a DAG deeper than wide, else "LR".
+  std::string RankDirLocked() const;
   // Sends goal changes made by a Want to the requests already in engines.
   void PushGoals();
   // Eager calls (and joins) run when their inputs are ready; lazy calls only

@@ -181,6 +181,48 @@ TEST_CASE("run: a failed call fails everything downstream with the cause; other 
   CHECK(run->ToDot().find("tomato") != std::string::npos);
 }
 
+TEST_CASE("run: ToDot draws a chain top to bottom, a fan-in left to right; host node labels") {
+  Fixture fx;
+  auto fn = Fn("step", "{{x}}{{gen y}}", "", /*lazy=*/true);  // nothing runs
+  {
+    // 7 deep, 1 wide.
+    auto run = fx.Start();
+    VarId v = run->Literal("a");
+    for (int i = 0; i < 7; ++i) {
+      auto o = run->Call(*fn, {{"x", Arg::Var(v)}}, {"main", i});
+      REQUIRE(o.ok());
+      v = o->at("y");
+    }
+    CHECK(run->ToDot().find("rankdir=TB;") != std::string::npos);
+    run->Finish(Status::Ok());
+  }
+  {
+    // 14 calls into a join, a call, and a host value: 4 deep, 14 wide.
+    auto run = fx.Start();
+    std::vector<Arg> parts;
+    for (int i = 0; i < 14; ++i) {
+      auto o = run->Call(*fn, {{"x", Arg::Text("part")}}, {"main", i});
+      REQUIRE(o.ok());
+      parts.push_back(Arg::Var(o->at("y")));
+    }
+    auto joined = run->Join(parts, "\n");
+    REQUIRE(joined.ok());
+    auto all = run->Call(*fn, {{"x", Arg::Var(*joined)}}, {"main", 14});
+    REQUIRE(all.ok());
+    run->HostVar("m", {all->at("y")}, "map(clean)");
+    run->HostVar("h", {});
+    const std::string dot = run->ToDot();
+    CHECK(dot.find("rankdir=LR;") != std::string::npos);
+    CHECK(dot.find("label=\"map(clean)#17\\n") != std::string::npos);
+    CHECK(dot.find("label=\"host#18\\n") != std::string::npos);  // the default label
+    auto nodes = run->Nodes();
+    CHECK(NodeOf(nodes, 1).call);
+    CHECK(!NodeOf(nodes, 15).call);  // the join
+    CHECK(!NodeOf(nodes, 17).call);
+    run->Finish(Status::Ok());
+  }
+}
+
 TEST_CASE(
     "run: several outputs generate in order in one context; chat functions use the template") {
   Fixture fx;

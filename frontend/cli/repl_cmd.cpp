@@ -125,6 +125,16 @@ std::string OneLine(const std::string& s, size_t max) {
   return report::Truncated(out, max);
 }
 
+// A variable as the live view names its node: "summarize.summary #3" (the
+// function, the output, the node); a join's "join5 #5"; a literal or a
+// value the program sets (braid.map) by its name.
+std::string VarName(const ReplVar& v) {
+  if (!v.node) return v.name.empty() ? "(literal)" : v.name;
+  const std::string node = " #" + std::to_string(v.node);
+  if (v.label.empty() || v.name.rfind(v.label, 0) == 0) return v.name + node;
+  return v.label + "." + v.name + node;
+}
+
 // Splits a command line into words at blanks; "..." keeps blanks in a word
 // (\" and \\ inside it stand for " and \). Returns an error, or "".
 std::string SplitWords(const std::string& line, std::vector<std::string>* words) {
@@ -200,7 +210,7 @@ class Repl {
   // printing nothing, when the input only ended too early (a syntax error
   // at <eof>: nothing ran) unless it is `last`.
   bool Evaluate(const std::string& input, bool last = false) {
-    auto r = Run("stdin", input, false, {}, "");
+    auto r = Run("", input, false, {}, "");  // named by its number: "input3"
     if (!last && !r.ok() && r.status().code() == StatusCode::kInvalidArgument &&
         lua::Driver::IsIncomplete(r.status().message()))
       return false;
@@ -229,9 +239,8 @@ class Repl {
         std::printf("error: %s\n", vars.status().message().c_str());
       } else {
         for (const ReplVar& v : *vars)
-          std::printf("%4llu  %-24s %-9s %s\n", static_cast<unsigned long long>(v.id),
-                      v.name.empty() ? "(literal)" : v.name.c_str(), v.state.c_str(),
-                      OneLine(v.text, 60).c_str());
+          std::printf("%4llu  %-28s %-9s %s\n", static_cast<unsigned long long>(v.id),
+                      VarName(v).c_str(), v.state.c_str(), OneLine(v.text, 60).c_str());
       }
     } else if (cmd == ":runs" && n == 1) {
       PrintLines(session_.Runs());

@@ -1,6 +1,7 @@
 // braid repl on the embedded stack: one run and one Lua state in this
 // process, fed input by input through the driver.
 #include <cstdio>
+#include <map>
 #include <mutex>
 
 #include "cli/repl_session.h"
@@ -58,10 +59,13 @@ class LocalSession : public ReplSession {
 
   Result<std::vector<ReplVar>> Vars(const std::string& run) override {
     BRAID_RETURN_IF_ERROR(Live(run));
+    std::map<rt::NodeId, std::string> labels;
+    for (const rt::NodeInfo& n : run_->Nodes()) labels[n.id] = n.label;
     std::vector<ReplVar> out;
     for (const rt::VarInfo& v : run_->Vars()) {
       out.push_back({v.id, v.name, rt::VarStateName(v.state),
-                     v.state == rt::VarState::kReady ? v.value : v.error});
+                     v.state == rt::VarState::kReady ? v.value : v.error, v.producer,
+                     v.producer ? labels[v.producer] : ""});
     }
     return out;
   }

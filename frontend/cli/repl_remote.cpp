@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -48,8 +49,8 @@ class RemoteSession : public ReplSession {
   Result<std::vector<std::string>> Evaluate(const std::string& name, const std::string& source,
                                             bool program, const std::vector<std::string>& args,
                                             const std::string&, const TokenFn& on_tokens) override {
-    const json body = {
-        {"source", source}, {"name", name}, {"program", program}, {"args", args}, {"stream", true}};
+    json body = {{"source", source}, {"program", program}, {"args", args}, {"stream", true}};
+    if (!name.empty()) body["name"] = name;  // else the server numbers it ("input3")
     remote::HttpRequestSpec spec = Spec("POST", "/v1/sessions/" + id_ + "/eval", body.dump());
     remote::HttpCall call;
     remote::SseReader sse;
@@ -115,12 +116,18 @@ class RemoteSession : public ReplSession {
 
   Result<std::vector<ReplVar>> Vars(const std::string& run) override {
     BRAID_ASSIGN_OR_RETURN(json j, CallJson("GET", "/v1/runs/" + RunOf(run), "", 200));
+    std::map<uint64_t, std::string> labels;
+    if (auto nodes = j.find("nodes"); nodes != j.end() && nodes->is_array())
+      for (const json& n : *nodes)
+        if (n.is_object()) labels[n.value("id", uint64_t{0})] = n.value("label", std::string());
     std::vector<ReplVar> out;
     if (auto vars = j.find("vars"); vars != j.end() && vars->is_array()) {
       for (const json& v : *vars) {
         ReplVar x;
         x.id = v.value("id", uint64_t{0});
         x.name = v.value("name", std::string());
+        x.node = v.value("producer", uint64_t{0});
+        if (x.node) x.label = labels[x.node];
         x.state = v.value("state", std::string());
         x.text =
             v.contains("value") ? v.value("value", std::string()) : v.value("error", std::string());

@@ -22,6 +22,8 @@ struct Stack;
 struct ReplVar {
   uint64_t id = 0;
   std::string name, state, text;  // text: the value (ready) or the error
+  uint64_t node = 0;              // the node that produces it (0: none)
+  std::string label;              // that node's label (function name, "join")
 };
 
 class ReplSession {

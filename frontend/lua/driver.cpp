@@ -700,6 +700,12 @@ int FormatValues(lua_State* L) {
 
 }  // namespace
 
+// "input3": the number the input runs under (coroutine repl/3), so that
+// functions defined in different inputs get different names (fn@input3:1).
+std::string Driver::InputName(const std::string& chunkname) const {
+  return chunkname.empty() ? "input" + std::to_string(inputs_ + 1) : chunkname;
+}
+
 Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
                                                   const std::string& source) {
   lua_State* L = state_.L();
@@ -707,15 +713,19 @@ Result<std::vector<std::string>> Driver::Evaluate(const std::string& chunkname,
   state_.ResetLimits();
   Working working(state_);
   fatal_ = Status::Ok();
-  if (!state_.LoadText("return " + source, chunkname)) {
+  const std::string name = InputName(chunkname);
+  if (!state_.LoadText("return " + source, name)) {
     // Not an expression: a statement, or the start of either ("1 +" is an
     // expression left open, "x =" a statement left open).
     std::string as_expression = ErrorText(L);
     lua_pop(L, 1);
-    if (!state_.LoadText(source, chunkname)) {
+    if (!state_.LoadText(source, name)) {
       std::string msg = ErrorText(L);
       lua_pop(L, 1);
       if (!IsIncomplete(msg) && IsIncomplete(as_expression)) msg = std::move(as_expression);
+      // A finished input with a syntax error uses up the number its error
+      // named; one that ended too early comes back with more lines.
+      if (chunkname.empty() && !IsIncomplete(msg)) ++inputs_;
       return Status::InvalidArgument(msg);
     }
   }
@@ -732,9 +742,10 @@ Result<std::vector<std::string>> Driver::EvaluateProgram(const std::string& chun
   state_.ResetLimits();
   Working working(state_);
   fatal_ = Status::Ok();
-  if (!state_.LoadText(source, chunkname)) {
+  if (!state_.LoadText(source, InputName(chunkname))) {
     std::string msg = ErrorText(L);
     lua_pop(L, 1);
+    if (chunkname.empty()) ++inputs_;  // its number was in the error
     return Status::InvalidArgument(msg);
   }
   if (!lua_checkstack(L, static_cast<int>(args.size()) + 4)) {

@@ -181,8 +181,9 @@ class Driver {
   // Evaluates `source` in the state the earlier inputs left (globals stay)
   // as a top-level coroutine "repl/N" (so resume keys stay deterministic),
   // first as `return <source>` (an expression prints its value), else as
-  // written. Returns the printed form of each value it returned (tostring,
-  // so a variable shows its name and state) once it is done or failed;
+  // written. An empty `chunkname` names the chunk "inputN" (errors say
+  // "input3:1: ...", functions default to "fn@input3:1"). Returns the printed form of each value it
+  // returned (tostring, so a variable shows its name and state) once it is done or failed;
   // coroutines it spawned carry on during later inputs. Each input gets the
   // Lua limits whole. Errors: a syntax error (IsIncomplete says whether
   // more lines could complete it), a runtime error "FILE:LINE: what" with
@@ -194,7 +195,7 @@ class Driver {
   void set_script_dir(std::string dir) { options_.script_dir = std::move(dir); }
   // A program file in the session: its chunk runs, and the function it
   // returns (a program's main) is called with `args`, as braid run does;
-  // variables in the result are resolved.
+  // variables in the result are resolved. An empty `chunkname`: "inputN".
   Result<std::vector<std::string>> EvaluateProgram(const std::string& chunkname,
                                                    const std::string& source,
                                                    const std::vector<std::string>& args);
@@ -206,6 +207,9 @@ class Driver {
   // Runs coroutines in turn, sleeping while all wait, until `done()` (asked
   // after each round), a fatal error or an interrupt (both in fatal_).
   void RunUntil(const std::function<bool()>& done);
+  // The chunk name of a REPL input: `chunkname`, or if empty "inputN", N
+  // the number the input will run under (repl/N).
+  std::string InputName(const std::string& chunkname) const;
   // Spawns the function and nargs values on top of the stack as REPL input
   // repl/N and runs until it is done or failed; what it returned, printed.
   Result<std::vector<std::string>> RunInput(int nargs);

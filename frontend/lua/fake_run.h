@@ -77,7 +77,7 @@ class FakeRun final : public rt::Run {
     nodes_.push_back(Node{Node::kJoin, "join", parts, {{"out", v}}, {{}}, std::move(sep), false});
     return v;
   }
-  VarId HostVar(std::string, const std::vector<VarId>& depends_on) override {
+  VarId HostVar(std::string, const std::vector<VarId>& depends_on, std::string) override {
     VarId v = NewVar();
     vars_[v].depends = depends_on;
     return v;

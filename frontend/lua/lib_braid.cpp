@@ -736,6 +736,47 @@ int LuaJoin(lua_State* L) {
   });
 }
 
+// A name for the function at `idx` (braid.map's argument) in node labels. A
+// Lua value has no name of its own: this is the caller's local or upvalue
+// holding it, else a global, else where it was defined ("fn@app.lua:12").
+std::string FunctionName(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  std::string name;
+  lua_Debug ar;
+  if (lua_getstack(L, 1, &ar)) {
+    for (int i = 1; name.empty(); ++i) {
+      const char* local = lua_getlocal(L, &ar, i);
+      if (!local) break;
+      if (local[0] != '(' && lua_rawequal(L, -1, idx)) name = local;  // "(temporary)": not a name
+      lua_pop(L, 1);
+    }
+    if (name.empty() && lua_getinfo(L, "f", &ar)) {
+      for (int i = 1; name.empty(); ++i) {
+        const char* up = lua_getupvalue(L, -1, i);
+        if (!up) break;
+        if (*up && lua_rawequal(L, -1, idx)) name = up;
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+  }
+  if (name.empty()) {
+    lua_pushglobaltable(L);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (name.empty() && lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, idx))
+        name = lua_tostring(L, -2);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  if (!name.empty()) return name;
+  lua_pushvalue(L, idx);
+  lua_getinfo(L, ">S", &ar);
+  if (ar.linedefined <= 0) return "function";  // a C function
+  return std::string("fn@") + ar.short_src + ":" + std::to_string(ar.linedefined);
+}
+
 // braid.map(var, fn) -> variable set to fn(value) by a background coroutine.
 int LuaMap(lua_State* L) {
   CheckVar(L, 1);
@@ -744,7 +785,9 @@ int LuaMap(lua_State* L) {
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     rt::VarId src = TestVar(L, 1)->id;
-    rt::VarId out = d->run().HostVar("map", {src});
+    // Its node is labelled with the function mapped: "map(clean)".
+    const std::string label = "map(" + FunctionName(L, 2) + ")";
+    rt::VarId out = d->run().HostVar(label, {src}, label);
     d->NameVar(out, "map(" + d->VarName(src) + ")");
     lua_rawgetp(L, LUA_REGISTRYINDEX, &map_body_key);
     lua_pushvalue(L, 1);

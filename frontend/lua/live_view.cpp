@@ -1,5 +1,8 @@
 #include "lua/live_view.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -67,6 +70,46 @@ std::string DisplayName(const std::string& label, size_t width) {
   return head + file + tail;
 }
 
+// Each line of `text` cut to `columns` columns. Escape sequences (colours)
+// take none and are kept; a tab goes to the next multiple of 8; any other
+// character, one (wide characters are rare in what the view shows). A cut
+// line ends with a colour reset, in case its reset was cut off.
+std::string FitToWidth(const std::string& text, size_t columns) {
+  std::string out;
+  size_t col = 0;
+  bool cut = false;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = 1;
+    if (c == '\x1b') {  // ESC [ parameters, then a final byte in 0x40..0x7e
+      if (i + 1 < text.size() && text[i + 1] == '[') {
+        len = 2;
+        while (i + len < text.size() && (text[i + len] < 0x40 || text[i + len] > 0x7e)) ++len;
+        len = std::min(len + 1, text.size() - i);
+      }
+      out.append(text, i, len);
+    } else if (c == '\n') {
+      if (cut) out += "\x1b[0m";
+      out += '\n';
+      col = 0;
+      cut = false;
+    } else {
+      while (i + len < text.size() && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80)
+        ++len;  // the rest of a UTF-8 character
+      const size_t next = c == '\t' ? (col / 8 + 1) * 8 : col + 1;
+      if (next > columns) {
+        cut = true;
+      } else if (!cut) {
+        out.append(text, i, len);
+        col = next;
+      }
+    }
+    i += len;
+  }
+  if (cut) out += "\x1b[0m";
+  return out;
+}
+
 LiveView::LiveView(rt::Run& run, LiveViewOptions options)
     : run_(run), options_(std::move(options)), start_(std::chrono::steady_clock::now()) {
   if (options_.progress) thread_ = std::thread([this] { Loop(); });
@@ -131,7 +174,7 @@ void LiveView::Render(bool final) {
       reported_.insert(n.id);
       std::fprintf(stderr, "[%d/%zu] #%llu %s %s", static_cast<int>(reported_.size()), nodes.size(),
                    static_cast<unsigned long long>(n.id), n.label.c_str(), StateName(n.state));
-      if (n.state == rt::NodeState::kDone && n.label != "join" && n.label != "host")
+      if (n.state == rt::NodeState::kDone && n.call)
         std::fprintf(stderr, ": %d tokens in %.2f s (%s)%s%s", n.generated_tokens, n.run_ms / 1000,
                      Rate(n).c_str(), n.engine.empty() ? "" : " on ", n.engine.c_str());
       if (n.state == rt::NodeState::kFailed) std::fprintf(stderr, ": %s", n.error.c_str());
@@ -141,7 +184,7 @@ void LiveView::Render(bool final) {
       // Calls counted apart from joins and host values, as braid runs
       // counts the calls it recorded.
       size_t calls = 0;
-      for (const auto& n : nodes) calls += n.label != "join" && n.label != "host";
+      for (const auto& n : nodes) calls += n.call;
       std::fprintf(stderr, "run %s: %zu call%s", run_.id().c_str(), calls, calls == 1 ? "" : "s");
       if (calls < nodes.size())
         std::fprintf(stderr, " and %zu other node%s (joins, host values)", nodes.size() - calls,
@@ -189,6 +232,14 @@ void LiveView::Render(bool final) {
     std::snprintf(line, sizeof line, "  ... %zu more\n", rows.size() - shown);
     out += line;
   }
+  // A line wider than the terminal would wrap onto rows the next redraw
+  // does not clear (it moves up one row per line): each line is cut to the
+  // width, read again at each redraw (the terminal may have been resized).
+  // One column is left free: some terminals wrap as soon as the last one
+  // is written. The final block is never redrawn, so it is kept whole.
+  winsize ws{};
+  if (!final && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1)
+    out = FitToWidth(out, ws.ws_col - 1);
   std::fputs(out.c_str(), stderr);
   std::fflush(stderr);
   block_lines_ = final ? 0 : static_cast<int>(std::count(out.begin(), out.end(), '\n'));

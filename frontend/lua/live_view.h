@@ -32,6 +32,10 @@ struct LiveViewOptions {
 // A node's name in at most `width` columns; "fn@FILE:LINE" keeps its line.
 std::string DisplayName(const std::string& label, size_t width);
 
+// Each line of `text` cut to at most `columns` columns, escape sequences
+// kept (they take none), so that no line wraps on a terminal that wide.
+std::string FitToWidth(const std::string& text, size_t columns);
+
 class LiveView {
  public:
   LiveView(rt::Run& run, LiveViewOptions options);

@@ -159,7 +159,9 @@ Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
       const char* state = ev.kind == rt::RunEvent::Kind::kNodeStarted    ? "running"
                           : ev.kind == rt::RunEvent::Kind::kNodeFinished ? "done"
                                                                          : "failed";
-      j = {{"type", "node"}, {"node", ev.node}, {"state", state}};
+      j = {{"type", "node"}, {"node", ev.node}, {"label", ev.label}, {"state", state}};
+      if (ev.start_ms >= 0) j["start_ms"] = ev.start_ms;
+      if (ev.end_ms >= 0) j["end_ms"] = ev.end_ms;
       if (!ev.text.empty()) j["error"] = ev.text;
     }
     impl->Broadcast(*entry, j);

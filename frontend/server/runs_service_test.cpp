@@ -408,8 +408,9 @@ TEST_CASE("a session evaluates Lua inputs one at a time; an interrupt stops a wa
   CHECK(run("function g(")["code"] == "incomplete");
   const json boom = run("error('boom')");
   CHECK(boom["code"] == "error");
-  CHECK(boom["error"].get<std::string>().rfind("input:1: boom", 0) == 0);
+  CHECK(boom["error"].get<std::string>().rfind("input4:1: boom", 0) == 0);
   CHECK(run("f = braid.fn [[Say {{w}}: {{gen out max_tokens=4}}]]")["values"] == json::array());
+  CHECK(run("tostring(f)")["values"] == json{"braid.fn(fn@input5:1)"});  // named by its input
   CHECK(run("f{ w = 'hi' }.out:get()")["values"] == json{"<8>"});
   CHECK(f.Call("POST", eval, json::object()).status == 400);  // no source
 

@@ -367,7 +367,7 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
   if (source.size() > options.max_source_bytes)
     return http::JsonError(
         413, "source: larger than " + std::to_string(options.max_source_bytes) + " bytes");
-  std::string name = "input";
+  std::string name;  // empty: the driver names the chunk by its number ("input3")
   if (auto n = b.find("name"); n != b.end() && !n->is_null()) {
     if (!n->is_string() || n->get<std::string>().empty())
       return http::JsonError(400, "name: must be a non-empty string", "", "name");

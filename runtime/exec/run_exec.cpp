@@ -399,7 +399,10 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   Flight f;
   auto live = f.live_tokens;
   auto watch = watch_;
-  RunEvent tokens{RunEvent::Kind::kTokens, n, node.outputs[static_cast<size_t>(ex.output)], {}};
+  RunEvent tokens;
+  tokens.kind = RunEvent::Kind::kTokens;
+  tokens.node = n;
+  tokens.var = node.outputs[static_cast<size_t>(ex.output)];
   auto cb = [inbox, fid, first, live, watch, tokens](const Delta& d) mutable {
     // A remote engine streams text without token ids: each chunk of text
     // counts as one token (those servers stream a token per chunk). An

@@ -1,12 +1,15 @@
 """The dashboard in headless Chromium against a real `braid serve` with an API
 key: the key taken from the URL fragment, a program's run followed live to the
-end (list, run state, node rows, graph, charts, clients), a wrong key bringing
-up the key form, and no page exceptions or console errors. Chromium is driven
+end (list, run state, node rows, graph, charts, clients), a 14-way fan-in
+drawn whole in its panel (fitted in width and height, with zoom and pan, its
+boxes relabelled as node events come, the events naming their functions), a
+wrong key bringing up the key form, and no page exceptions or console errors. Chromium is driven
 over the DevTools protocol on a pipe (fds 3 and 4, JSON messages ended by a NUL
 byte): no library beyond Python's.
 
 Usage: dashboard_test.py BRAID_BINARY MODEL_GGUF [--screenshot PATH]
            [--program LUAFILE] [--keep-screenshot-at-mid-run PATH] [--dashboard-dir DIR]
+           [--fan-in-screenshot PATH]
 Exits 0 on success, 1 on a failure, 77 (skip) when Chromium is missing or
 cannot start."""
 import argparse
@@ -20,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -231,11 +235,20 @@ class Page:
         """The whole page, beyond the window too."""
         size = self.send("Page.getLayoutMetrics")["cssContentSize"]
         clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 4000), "scale": 1}
-        data = self.send("Page.captureScreenshot",
-                         {"format": "png", "clip": clip, "captureBeyondViewport": True})["data"]
+        self._save(path, self.send("Page.captureScreenshot",
+                                   {"format": "png", "clip": clip, "captureBeyondViewport": True}))
+
+    def top_screenshot(self, path, below):
+        """The page from its top to a little below the element `below`."""
+        bottom = self.eval(f"document.querySelector('{below}').getBoundingClientRect().bottom + 12")
+        width = self.eval("document.documentElement.clientWidth")
+        clip = {"x": 0, "y": 0, "width": width, "height": bottom, "scale": 1}
+        self._save(path, self.send("Page.captureScreenshot", {"format": "png", "clip": clip}))
+
+    def _save(self, path, shot):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
+            f.write(base64.b64decode(shot["data"]))
         step(f"screenshot: {path}")
 
     def close(self):
@@ -253,6 +266,193 @@ def api(srv, method, path, body=None, key=KEY):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+class EventReader(threading.Thread):
+    """GET /v1/runs/ID/events, its events collected as they come."""
+
+    def __init__(self, srv, run_id):
+        super().__init__(daemon=True)
+        req = urllib.request.Request(srv.url(f"/v1/runs/{run_id}/events"))
+        req.add_header("Authorization", "Bearer " + KEY)
+        self.resp = urllib.request.urlopen(req, timeout=600)
+        self.events = []
+        self.start()
+
+    def run(self):
+        try:
+            for line in self.resp:
+                line = line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    self.events.append(json.loads(line[6:]))
+        except (OSError, ValueError):
+            pass  # the server stopped
+
+
+# The graph's box and what it shows, in the page's CSS pixels.
+GRAPH_GEOMETRY = """(() => {
+  const box = document.querySelector('#graph');
+  const g = box && box.querySelector('svg g.graph');
+  if (!g) return null;
+  const b = box.getBoundingClientRect(), r = g.getBoundingClientRect();
+  const rect = (x) => [x.left, x.top, x.right, x.bottom];
+  const within = (x) => x.left >= b.left - 1 && x.right <= b.right + 1 && x.top >= b.top - 1 && x.bottom <= b.bottom + 1;
+  return {box: rect(b), graph: rect(r), width: innerWidth,
+          nodes: box.querySelectorAll('g.node').length,
+          inside: within(r) && [...box.querySelectorAll('g.node')].every((n) => within(n.getBoundingClientRect()))};
+})()"""
+
+# Records node events after which the node's box in the graph does not say
+# the event's state (its second line: "running, latency", "done", ...).
+WATCH_LABELS = """(() => {
+  window.staleLabels = [];
+  const handle = onEvent;
+  window.onEvent = (ev) => {
+    handle(ev);
+    if (ev.type !== 'node') return;
+    const g = document.querySelector(`#graph g.node[data-node-id="${ev.node}"]`);
+    const lines = g ? [...g.querySelectorAll('text')].map((t) => t.textContent) : [];
+    if (g && !lines.some((l) => l.split(',')[0] === ev.state))
+      staleLabels.push(`node ${ev.node} ${ev.state}: ${lines.join(' / ')}`);
+  };
+  return true;
+})()"""
+
+
+def fan_in(srv, page, screenshot):
+    """A session's 14 calls held by a variable not yet set, then one call of
+    all their outputs: the page draws the whole fan-in inside its panel, zooms
+    and pans, and relabels the boxes as node events come."""
+    step("a 14-way fan-in in a session, held until a variable is set")
+    code, body = api(srv, "POST", "/v1/sessions", {"name": "fan-in"})
+    if code != 201:
+        raise Failure(f"POST /v1/sessions: {code} {body}")
+    sid = json.loads(body)["id"]
+    base = "/v1/sessions/" + sid
+    reader = EventReader(srv, sid)  # before any node exists: it sees every node event
+    parts = 14
+    funcs = [("part", "Item {{i}}{{gate}}: {{gen out max_tokens=1 temperature=0}}"),
+             ("combine", "".join("{{a%d}} " % k for k in range(parts)) +
+              "All: {{gen out max_tokens=1 temperature=0}}")]
+    for name, template in funcs:
+        code, body = api(srv, "POST", base + "/functions", {"name": name, "template": template})
+        if code != 201:
+            raise Failure(f"POST functions {name}: {code} {body}")
+    code, body = api(srv, "POST", base + "/vars", {"name": "gate"})
+    if code != 201:
+        raise Failure(f"POST vars: {code} {body}")
+    gate = json.loads(body)["var"]
+    outs = []
+    for k in range(parts):
+        code, body = api(srv, "POST", base + "/calls",
+                         {"function": "part", "inputs": {"i": str(k), "gate": {"var": gate}}})
+        if code != 201:
+            raise Failure(f"POST calls: {code} {body}")
+        outs.append(json.loads(body)["outputs"]["out"])
+    code, body = api(srv, "POST", base + "/calls",
+                     {"function": "combine", "inputs": {"a%d" % k: {"var": v} for k, v in enumerate(outs)}})
+    if code != 201:
+        raise Failure(f"POST calls combine: {code} {body}")
+    final = json.loads(body)["outputs"]["out"]
+    code, dot = api(srv, "GET", f"/v1/runs/{sid}/graph?format=dot")
+    if code == 200 and "rankdir=LR" not in dot:
+        raise Failure("a fan-in wider than deep is not drawn left to right: " + dot[:200])
+
+    # The nodes: the variable's (a host node), the parts, the combine.
+    code, body = api(srv, "GET", "/v1/runs/" + sid)
+    labels = {n["id"]: n["label"] for n in json.loads(body)["nodes"]}
+    if sorted(labels.values()) != sorted(["host", "combine"] + ["part"] * parts):
+        raise Failure(f"the session's nodes: {labels}")
+    combine = next(i for i, label in labels.items() if label == "combine")
+
+    page.eval(f"location.hash = 'run={sid}'")
+    page.wait(f"""(() => {{ const g = [...document.querySelectorAll('#graph g.node')];
+        return g.length === {len(labels)} && g.every((n) => n.getAttribute('data-state') === 'waiting'); }})()""",
+              "the fan-in's graph, every node waiting")
+    geo = page.eval(GRAPH_GEOMETRY)
+    print(f"   graph box {geo['box']}, drawing {geo['graph']}, window width {geo['width']}")
+    if not geo["inside"]:
+        raise Failure(f"the fan-in is not drawn inside its panel: {geo}")
+    if geo["box"][2] > geo["width"] + 1:
+        raise Failure(f"the graph's panel is wider than the window: {geo}")
+
+    step("zoom (buttons, wheel) and pan (drag) the graph, then fit it again")
+    width = lambda g: g["graph"][2] - g["graph"][0]  # noqa: E731
+    fitted = width(geo)
+    button = "document.querySelector('#graph-tools button[data-zoom=%s]').click()"
+    page.eval(button % "in")
+    zoomed = page.eval(GRAPH_GEOMETRY)
+    if not width(zoomed) > 1.1 * fitted:
+        raise Failure(f"zoom in: the drawing is {width(zoomed):.0f} px wide, fitted {fitted:.0f}")
+    page.eval(button % "out")
+    page.eval(button % "out")
+    if not width(page.eval(GRAPH_GEOMETRY)) < 0.95 * fitted:
+        raise Failure("zoom out did not shrink the drawing")
+    page.eval(button % "fit")
+    if abs(width(page.eval(GRAPH_GEOMETRY)) - fitted) > 2:
+        raise Failure("fit did not bring the fitted drawing back")
+    b = geo["box"]
+    cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+    page.send("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": cx, "y": cy, "deltaX": 0, "deltaY": -300})
+    page.wait(f"(() => {{ const g = {GRAPH_GEOMETRY}; return g.graph[2] - g.graph[0] > {1.1 * fitted}; }})()",
+              "the wheel to zoom in")
+    page.eval(button % "fit")
+    page.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": cx, "y": cy, "button": "left",
+                                           "buttons": 1, "clickCount": 1})
+    page.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": cx + 80, "y": cy + 40,
+                                           "button": "left", "buttons": 1})
+    page.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": cx + 80, "y": cy + 40,
+                                           "button": "left", "buttons": 0, "clickCount": 1})
+    moved = page.eval(GRAPH_GEOMETRY)
+    dx, dy = moved["graph"][0] - geo["graph"][0], moved["graph"][1] - geo["graph"][1]
+    if abs(dx - 80) > 2 or abs(dy - 40) > 2:
+        raise Failure(f"a drag by (80, 40) moved the drawing by ({dx:.1f}, {dy:.1f})")
+    page.eval(button % "fit")
+    if max(abs(a - b) for a, b in zip(page.eval(GRAPH_GEOMETRY)["graph"], geo["graph"])) > 1:
+        raise Failure("fit did not bring the drawing back after a drag")
+
+    step("setting the variable: every node runs; each box says its state as its event comes")
+    page.eval(WATCH_LABELS)
+    code, body = api(srv, "PUT", f"{base}/vars/{gate}", {"value": "."})
+    if code != 200:
+        raise Failure(f"PUT vars: {code} {body}")
+    code, body = api(srv, "GET", f"{base}/vars/{final}?criteria=latency&timeout_ms=60000")
+    if code != 200 or json.loads(body).get("state") != "ready":
+        raise Failure(f"the fan-in's output: {code} {body}")
+    page.wait("""(() => { const g = [...document.querySelectorAll('#graph g.node')];
+        const rows = [...document.querySelectorAll('#nodes tr[data-node-id]')];
+        return g.length && g.every((n) => n.getAttribute('data-state') === 'done') &&
+               rows.length === g.length && rows.every((r) => r.dataset.state === 'done'); })()""",
+              "every node done in the graph and the table")
+    stale = page.eval("window.staleLabels")
+    if stale:
+        raise Failure("boxes kept another state than their node's event: " + "; ".join(stale[:4]))
+    page.wait("""![...document.querySelectorAll('#graph g.node text')].some((t) => /^(waiting|running)\\b/.test(t.textContent))""",
+              "no box saying waiting or running")
+    geo = page.eval(GRAPH_GEOMETRY)
+    if not geo["inside"]:
+        raise Failure(f"the finished fan-in is not drawn inside its panel: {geo}")
+
+    step("the event stream's node events name their node's function")
+    deadline = time.time() + 60
+    while not any(e.get("type") == "node" and e.get("state") == "done" and e.get("node") == combine
+                  for e in reader.events):
+        if time.time() > deadline:
+            raise Failure(f"no 'done' event of the combine node: {reader.events[-5:]}")
+        time.sleep(0.1)
+    nodes = [e for e in reader.events if e.get("type") == "node"]
+    got = {e["node"]: e.get("label") for e in nodes}
+    calls = {i: label for i, label in labels.items() if label != "host"}
+    if {i: got.get(i) for i in calls} != calls or any(got[i] != labels.get(i) for i in got):
+        raise Failure(f"node events' labels {got}, not {labels}")
+    done = [e for e in nodes if e["state"] == "done"]
+    if not all(isinstance(e.get("end_ms"), (int, float)) and e["end_ms"] >= e.get("start_ms", -1) >= 0
+               for e in done):
+        raise Failure(f"a done event without its times: {done[:2]}")
+    print(f"   {len(nodes)} node events, each with its label")
+    if screenshot:
+        page.top_screenshot(screenshot, "#graph")
+    api(srv, "DELETE", base)
 
 
 # What the page shows of the selected run.
@@ -278,6 +478,8 @@ def main():
                     help="also a screenshot while the run is still running")
     ap.add_argument("--dashboard-dir", metavar="DIR",
                     help="serve the page from DIR (braid serve --dashboard-dir) instead of the built-in files")
+    ap.add_argument("--fan-in-screenshot", metavar="PATH",
+                    help="also the top of the page showing the fan-in's graph (docs/img/dashboard_fan_in.png)")
     args = ap.parse_args()
 
     exe = find_chromium()
@@ -418,6 +620,9 @@ def main():
             raise Failure(f"the status line shows an error: {status}")
         page.check_page()
         page.screenshot(args.screenshot)
+
+        fan_in(srv, page, args.fan_in_screenshot)
+        page.check_page()
 
         step("a wrong key brings up the key form; the right one typed in puts it away")
         page2 = Page(browser)

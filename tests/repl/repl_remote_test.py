@@ -92,9 +92,10 @@ def main():
         check("the values equal braid run's with the same seeds", got == expected,
               f"repl {got!r} vs run {expected!r}")
         check("an expression left open continues", re.search(r"^3$", out, re.M) is not None)
-        check("an error names the place", re.search(r"^error: stdin:1: boom$", out, re.M) is not None)
-        check(":vars shows the three outputs ready",
-              len(re.findall(r"^ +\d+  out +ready ", out, re.M)) == 3)
+        check("an error names the input and line",
+              re.search(r"^error: input\d+:1: boom$", out, re.M) is not None)
+        check(":vars shows the three outputs ready, each with its function and node",
+              len(re.findall(r"^ +\d+  (fact|pair)\.out #\d+ +ready ", out, re.M)) == 3)
         session = re.search(r"^(run-\S+)  session, running, client alice  \(this session\)$", out, re.M)
         check(":runs names the session", session is not None)
         check(":graph writes the SVG", os.path.exists(graph) and "<svg" in open(graph).read())

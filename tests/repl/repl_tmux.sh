@@ -81,7 +81,7 @@ else
   fail=$((fail + 1))
 fi
 typein 'error("bad thing")'
-check "an error in one line" '^error: stdin:1: bad thing$' 60
+check "an error in one line" '^error: input[0-9]+:1: bad thing$' 60
 typein 'count = braid.fn { name = "count", prompt = "Count to 5000: 1, 2, 3, {{gen out max_tokens=3000 temperature=0}}" }' \
   'count{}.out:get()'
 # Ctrl-C once the get streams its tokens (the REPL clears the flag when an

@@ -12,6 +12,9 @@ const TOKENS_REFRESH_MS = 1000;     // ... and while only tokens arrive, this of
 const MAX_EVENTS = 50;              // lines kept in #events
 const MAX_SAMPLES = 600;            // what the server keeps too
 const OUTPUT_CHARS = 300;           // output text shown per node
+const GRAPH_MAX_HEIGHT = 0.7;       // of the window's height: the graph's panel at most
+const ZOOM_STEP = 1.25;             // the zoom buttons' factor
+const ZOOM_MIN = 0.05, ZOOM_MAX = 4;  // pixels per Graphviz point
 const TERMINAL = new Set(['done', 'failed', 'cancelled']);
 const RUN_STATES = ['queued', 'running', 'done', 'failed', 'cancelled'];
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -29,6 +32,7 @@ const state = {
   refreshSeq: 0,        // refreshes started / rendered: a late answer is dropped
   renderedSeq: 0,
   graphMissing: '',     // the server's message when it cannot draw graphs
+  graphView: null,      // the part of the graph shown after a zoom or drag; null: fitted
   stats: null,          // {model, engines, samples}
   statsSeq: 0,          // the newest sample's seq
   errors: new Map(),    // source -> message, shown in #status
@@ -252,7 +256,7 @@ function selectRun(id) {
   if (!id || id === state.selected) return;
   if (state.stream) state.stream.abort();
   clearTimeout(state.refreshTimer);
-  Object.assign(state, {selected: id, run: null, live: new Map(), stream: null, refreshTimer: 0});
+  Object.assign(state, {selected: id, run: null, live: new Map(), stream: null, refreshTimer: 0, graphView: null});
   for (const source of ['run', 'events', 'graph']) report(source, null);
   for (const li of $('#runs').querySelectorAll('li[data-run-id]')) li.classList.toggle('selected', li.dataset.runId === id);
   $('#run-empty').hidden = true;
@@ -394,10 +398,15 @@ function outputCell(n) {
 
 // The server's SVG, inline: scripts and event attributes dropped (it is our
 // own server's Graphviz output, but it carries the programs' text), each node
-// given data-node-id and data-state from the run JSON.
+// given data-node-id and data-state from the run JSON (and its label made to
+// say that state). Fitted to the panel, or shown as the user zoomed it.
 function renderGraph(graph) {
   const box = $('#graph');
-  const message = (m) => box.replaceChildren(el('div', {class: 'message'}, m));
+  const message = (m) => {
+    box.style.height = '';
+    $('#graph-tools').hidden = true;
+    box.replaceChildren(el('div', {class: 'message'}, m));
+  };
   if (graph.svg == null) return message(graph.message || 'No graph.');
   const doc = new DOMParser().parseFromString(graph.svg, 'image/svg+xml');
   const svg = doc.documentElement;
@@ -408,12 +417,13 @@ function renderGraph(graph) {
       if (/^on/i.test(a.name) || (/href$/i.test(a.name) && !a.value.startsWith('#'))) e.removeAttribute(a.name);
     }
   }
-  // Graphviz sizes in points: drawn a point a pixel; CSS scales a wide graph
-  // down to the panel (a click on it shows it full size).
-  for (const a of ['width', 'height']) {
-    const v = parseFloat(svg.getAttribute(a));
-    if (v > 0) svg.setAttribute(a, Math.round(v));
-  }
+  // The drawing's extent in Graphviz points (its viewBox); the SVG itself
+  // fills the panel and shows the part of it that fitGraph or the user chose.
+  const [x, y, w, h] = (svg.getAttribute('viewBox') || '').split(/[\s,]+/).map(Number);
+  if (!(w > 0 && h > 0)) return message('The graph cannot be read.');
+  Object.assign(svg.dataset, {x, y, w, h});
+  svg.removeAttribute('width');
+  svg.removeAttribute('height');
   const nodes = new Map(((state.run && state.run.nodes) || []).map((n) => [String(n.id), n]));
   for (const g of svg.querySelectorAll('g.node')) {
     const m = /^n(\d+)$/.exec(((g.querySelector('title') || {}).textContent || '').trim());
@@ -421,10 +431,100 @@ function renderGraph(graph) {
     const n = nodes.get(m[1]);
     g.setAttribute('data-node-id', m[1]);
     g.setAttribute('data-state', n ? n.state : 'unknown');
+    if (n) relabelGraphNode(g, n);  // the JSON may be newer than the drawing
   }
-  const {scrollTop, scrollLeft} = box;
   box.replaceChildren(document.importNode(svg, true));
-  Object.assign(box, {scrollTop, scrollLeft});
+  $('#graph-tools').hidden = false;
+  if (state.graphView) setView(graphSvg(), state.graphView); else fitGraph();
+}
+
+// A node's box says `n.state` at once (a node event's or the run JSON's),
+// before the graph is drawn again: the state that starts its second line
+// ("running, latency" -> "done, latency") and, once it ended, its end time
+// ("31- ms on engine0" -> "31-1399 ms on engine0").
+function relabelGraphNode(g, n) {
+  const lines = [...g.querySelectorAll('text')];
+  const st = lines.find((t) => /^(waiting|ready|running|done|failed|cancelled)\b/.test(t.textContent));
+  if (st && n.state) st.textContent = st.textContent.replace(/^\w+/, n.state);
+  const times = lines.find((t) => /^\d+-\d* ms\b/.test(t.textContent));
+  if (times && n.end_ms != null) times.textContent = times.textContent.replace(/^(\d+)-\d*/, '$1-' + Math.round(n.end_ms));
+}
+
+// ---- The graph's view: fitted to the panel, zoomed (wheel, buttons) and
+// moved (drag). The SVG fills #graph; its viewBox is the part of the drawing
+// shown, in Graphviz points. state.graphView is that part once the user
+// zoomed or dragged (kept when the graph is drawn again), null while fitted.
+
+const graphSvg = () => $('#graph svg[data-w]');
+const viewOf = (svg) => {
+  const b = svg.viewBox.baseVal;
+  return {x: b.x, y: b.y, w: b.width, h: b.height};
+};
+function setView(svg, v) {
+  if (svg) svg.setAttribute('viewBox', [v.x, v.y, v.w, v.h].map((n) => n.toFixed(2)).join(' '));
+}
+// Graphviz points per pixel on screen (the view is scaled to fit the SVG's box).
+function pointsPerPx(svg, v) {
+  const r = svg.getBoundingClientRect();
+  return Math.max(v.w / r.width, v.h / r.height);
+}
+
+// The whole drawing in the panel, centred, never above its natural size. The
+// panel is as tall as the drawing scaled to the panel's width, at most
+// GRAPH_MAX_HEIGHT of the window: a tall graph (a wide fan-in) is scaled down
+// until it fits.
+function fitGraph() {
+  const svg = graphSvg();
+  const box = $('#graph');
+  if (!svg || !box.clientWidth) return;  // not laid out (hidden)
+  const [x, y, w, h] = ['x', 'y', 'w', 'h'].map((k) => Number(svg.dataset[k]));
+  const scaled = h * Math.min(1, box.clientWidth / w);
+  const most = Math.max(300, GRAPH_MAX_HEIGHT * window.innerHeight);
+  box.style.height = Math.ceil(Math.max(60, Math.min(most, scaled + 2))) + 'px';
+  const W = box.clientWidth, H = box.clientHeight;
+  const s = Math.min(W / w, H / h, 1);
+  setView(svg, {x: x + (w - W / s) / 2, y: y + (h - H / s) / 2, w: W / s, h: H / s});
+}
+
+// Zooms by `f` (> 1: closer) about the point (cx, cy) of the window, which
+// stays where it is; the panel's centre without one.
+function zoomGraph(f, cx, cy) {
+  const svg = graphSvg();
+  if (!svg) return;
+  const v = viewOf(svg), r = svg.getBoundingClientRect(), k = pointsPerPx(svg, v);
+  f = Math.min(Math.max(f, k * ZOOM_MIN), k * ZOOM_MAX);  // the scale 1/k becomes f/k
+  if (cx == null) [cx, cy] = [r.left + r.width / 2, r.top + r.height / 2];
+  // The drawing's point under (cx, cy), and the view's centre moved towards it.
+  const px = v.x + v.w / 2 + (cx - r.left - r.width / 2) * k;
+  const py = v.y + v.h / 2 + (cy - r.top - r.height / 2) * k;
+  const w = v.w / f, h = v.h / f;
+  const mx = px + (v.x + v.w / 2 - px) / f, my = py + (v.y + v.h / 2 - py) / f;
+  state.graphView = {x: mx - w / 2, y: my - h / 2, w, h};
+  setView(svg, state.graphView);
+}
+
+// A drag moves the drawing with the pointer.
+function dragGraph(e) {
+  const svg = graphSvg();
+  if (!svg || e.button !== 0) return;
+  const box = $('#graph');
+  const v = viewOf(svg), k = pointsPerPx(svg, v), x0 = e.clientX, y0 = e.clientY;
+  const move = (m) => {
+    state.graphView = {...v, x: v.x - (m.clientX - x0) * k, y: v.y - (m.clientY - y0) * k};
+    setView(graphSvg(), state.graphView);
+  };
+  const end = () => {
+    box.classList.remove('dragging');
+    box.removeEventListener('pointermove', move);
+    box.removeEventListener('pointerup', end);
+    box.removeEventListener('pointercancel', end);
+  };
+  e.preventDefault();
+  box.setPointerCapture(e.pointerId);
+  box.classList.add('dragging');
+  box.addEventListener('pointermove', move);
+  box.addEventListener('pointerup', end);
+  box.addEventListener('pointercancel', end);
 }
 
 // ---- The selected run's events (server-sent events read with fetch: an
@@ -491,14 +591,18 @@ function onEvent(ev) {
     // Token counts and first-token times move too: fetched again now and then.
     scheduleRefresh(row ? TOKENS_REFRESH_MS : 0);
   } else if (ev.type === 'node') {
+    // {node, label, state, start_ms?, end_ms?, error?}
     const node = String(ev.node);
     for (const e of document.querySelectorAll(`#nodes tr[data-node-id="${node}"], #graph g.node[data-node-id="${node}"]`)) {
       e.setAttribute('data-state', ev.state);
     }
+    const g = $(`#graph g.node[data-node-id="${node}"]`);
+    if (g) relabelGraphNode(g, ev);
     const badgeEl = $(`#nodes tr[data-node-id="${node}"] .badge`);
     if (badgeEl) badgeEl.replaceWith(badge(ev.state));
     const n = state.run && (state.run.nodes || []).find((x) => String(x.id) === node);
-    logEvent(`${n ? n.label : 'node'}#${node} ${ev.state}${ev.error ? ': ' + ev.error : ''}`, ev.state === 'failed' ? 'failed' : '');
+    const label = ev.label || (n ? n.label : 'node');
+    logEvent(`${label}#${node} ${ev.state}${ev.error ? ': ' + ev.error : ''}`, ev.state === 'failed' ? 'failed' : '');
     scheduleRefresh();
   } else if (ev.type === 'run') {
     setRunState(ev.state);
@@ -689,7 +793,23 @@ function init() {
     setKey('');
     resume();  // without a key the next request asks for one
   });
-  $('#graph').addEventListener('click', () => $('#graph').classList.toggle('full'));
+  const graph = $('#graph');
+  graph.addEventListener('pointerdown', dragGraph);
+  graph.addEventListener('wheel', (e) => {
+    if (!graphSvg()) return;
+    e.preventDefault();  // the wheel zooms the graph rather than scrolling the page
+    const px = e.deltaY * (e.deltaMode === 1 ? 40 : e.deltaMode === 2 ? 800 : 1);  // lines, pages
+    zoomGraph(Math.exp(-px / 500), e.clientX, e.clientY);
+  }, {passive: false});
+  $('#graph-tools').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-zoom]');
+    if (!b) return;
+    if (b.dataset.zoom === 'fit') {
+      state.graphView = null;
+      fitGraph();
+    } else zoomGraph(b.dataset.zoom === 'in' ? ZOOM_STEP : 1 / ZOOM_STEP);
+  });
+  window.addEventListener('resize', () => { if (!state.graphView) fitGraph(); });
   $('#runs').addEventListener('click', (e) => {
     const li = e.target.closest('li[data-run-id]');
     if (li) location.hash = 'run=' + enc(li.dataset.runId);  // hashchange selects it

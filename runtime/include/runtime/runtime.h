@@ -145,7 +145,8 @@ const char* NodeStateName(NodeState s);
 
 struct NodeInfo {
   NodeId id = 0;
-  std::string label;              // function name, or "join", "host", ...
+  std::string label;  // function name, or "join", "host", "map(f)", ...
+  bool call = false;  // a model call (not a join or a host value)
   NodeState state = NodeState::kWaiting;
   std::vector<VarId> inputs, outputs;
   bool wanted = false;            // upstream of some Want
@@ -238,6 +239,11 @@ struct RunEvent {
   NodeId node = 0;
   VarId var = 0;     // kTokens: the output being generated
   std::string text;  // kTokens: the new text; kNodeFailed: the cause
+  // Node events: the node's label (function name, "join", ...) and its
+  // times on the run's clock (-1: not yet), for watchers that cannot call
+  // back into the run.
+  std::string label;
+  double start_ms = -1, end_ms = -1;
 };
 // Called for node starts, finishes and failures on the dispatcher thread
 // with the run's lock held, and for token deltas on an engine thread: it
@@ -270,8 +276,10 @@ class Run {
   virtual VarId Literal(std::string value, std::string name = "") = 0;
   // A native node: the parts joined with `sep` once all are ready.
   virtual Result<VarId> Join(const std::vector<Arg>& parts, std::string sep) = 0;
-  // A variable the program itself will set later (braid.map and other host code).
-  virtual VarId HostVar(std::string name, const std::vector<VarId>& depends_on) = 0;
+  // A variable the program itself will set later (braid.map and other host
+  // code); `label` names its node in the graph and the live view.
+  virtual VarId HostVar(std::string name, const std::vector<VarId>& depends_on,
+                        std::string label = "host") = 0;
   virtual Status SetValue(VarId var, std::string value) = 0;
   virtual Status SetFailed(VarId var, std::string error) = 0;
   // Makes the host variable `host_var` depend on `dep` as well (as if listed
