@@ -43,10 +43,14 @@ void RunImpl::Watch(RunWatcher watcher) {
 }
 
 void RunImpl::LogEvent(const std::string& kind, const DagNode& n, const std::string& detail) {
-  const RunEvent::Kind k = kind == "node_started"    ? RunEvent::Kind::kNodeStarted
-                           : kind == "node_finished" ? RunEvent::Kind::kNodeFinished
-                                                     : RunEvent::Kind::kNodeFailed;
-  watch_->Emit({k, n.id, 0, detail, n.label, n.start_ms, n.end_ms});
+  // Watchers hear starts, finishes and failures; a node moved off an engine
+  // that died (node_moved) runs on elsewhere and is only recorded.
+  if (kind == "node_started" || kind == "node_finished" || kind == "node_failed") {
+    const RunEvent::Kind k = kind == "node_started"    ? RunEvent::Kind::kNodeStarted
+                             : kind == "node_finished" ? RunEvent::Kind::kNodeFinished
+                                                       : RunEvent::Kind::kNodeFailed;
+    watch_->Emit({k, n.id, 0, detail, n.label, n.start_ms, n.end_ms});
+  }
   if (!ctx_->store) return;
   nlohmann::json j = {{"node", n.id},
                       {"label", n.label},
