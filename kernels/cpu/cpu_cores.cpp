@@ -4,11 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
+
+#include "cpu/cpu_info_detail.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -73,20 +74,13 @@ std::string CgroupPath(std::string_view proc_self_cgroup, bool v2) {
 
 namespace {
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream f(path);
-  if (!f) return false;
-  std::ostringstream s;
-  s << f.rdbuf();
-  *out = s.str();
-  return true;
-}
+using detail::ReadText;
 
 // The smallest limit on the path from the cgroup up to the root: a parent's
 // limit bounds every child.
 double CgroupQuota() {
   std::string self;
-  if (!ReadFile("/proc/self/cgroup", &self)) return 0.0;
+  if (!ReadText("/proc/self/cgroup", &self)) return 0.0;
   double best = 0.0;
   auto take = [&](double q) {
     if (q > 0 && (best == 0 || q < best)) best = q;
@@ -103,7 +97,7 @@ double CgroupQuota() {
   if (!v2.empty()) {
     walk("/sys/fs/cgroup", v2, [](const std::string& dir) {
       std::string text;
-      return ReadFile(dir + "/cpu.max", &text) ? detail::ParseCpuMax(text) : 0.0;
+      return ReadText(dir + "/cpu.max", &text) ? detail::ParseCpuMax(text) : 0.0;
     });
   }
   const std::string v1 = detail::CgroupPath(self, false);
@@ -111,7 +105,7 @@ double CgroupQuota() {
     for (const char* root : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
       walk(root, v1, [](const std::string& dir) {
         std::string q, p;
-        return ReadFile(dir + "/cpu.cfs_quota_us", &q) && ReadFile(dir + "/cpu.cfs_period_us", &p)
+        return ReadText(dir + "/cpu.cfs_quota_us", &q) && ReadText(dir + "/cpu.cfs_period_us", &p)
                    ? detail::ParseCfsQuota(q, p)
                    : 0.0;
       });
@@ -137,7 +131,7 @@ UsableCpus ProbeUsableCpus() {
       if (!CPU_ISSET(cpu, &set)) continue;
       const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
       std::string pkg, core;
-      if (ReadFile(dir + "physical_package_id", &pkg) && ReadFile(dir + "core_id", &core))
+      if (ReadText(dir + "physical_package_id", &pkg) && ReadText(dir + "core_id", &core))
         cores.emplace(std::atol(pkg.c_str()), std::atol(core.c_str()));
       else
         ++unknown;

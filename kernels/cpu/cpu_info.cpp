@@ -57,9 +57,6 @@ size_t ParseCacheSize(std::string_view text) {
   return value << shift;
 }
 
-namespace {
-
-// The whole of a small text file; false when it cannot be opened.
 bool ReadText(const std::string& path, std::string* out) {
   std::ifstream f(path);
   if (!f) return false;
@@ -68,8 +65,6 @@ bool ReadText(const std::string& path, std::string* out) {
   *out = s.str();
   return true;
 }
-
-}  // namespace
 
 CacheSizes ReadSysfsCaches(const std::string& dir) {
   CacheSizes c;

@@ -14,6 +14,10 @@ namespace braid::kernels::detail {
 // else: empty, no digits, an unknown suffix, trailing text, overflow.
 size_t ParseCacheSize(std::string_view text);
 
+// The whole of a small text file (sysfs, procfs, cgroupfs); false when it
+// cannot be opened.
+bool ReadText(const std::string& path, std::string* out);
+
 struct CacheSizes {
   size_t l1d = 0, l2 = 0, l3 = 0;  // bytes; 0 where not listed
 };
