@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "lua/driver.h"
@@ -820,7 +821,10 @@ Result<int> RunsService::ResumeInterrupted() {
     // The run goes on for the client it belongs to (the store keeps the
     // owner), in the engines' accounting and for who may see it.
     // A resumed run draws on the same budget as a new one.
-    const size_t bytes = kind == "program" ? ProgramBytes(source) : DagBytes(source.size(), 0);
+    std::optional<Result<DagPlan>> plan;
+    if (kind == "dag") plan = ParseDag(source, impl_->options.dag_limits);
+    const size_t nodes = plan && plan->ok() ? (*plan)->nodes.size() : 0;
+    const size_t bytes = kind == "program" ? ProgramBytes(source) : DagBytes(source.size(), nodes);
     http::Response refusal;
     auto account = impl_->Admit(rec.owner, bytes, &refusal);
     if (!account) {
@@ -855,9 +859,8 @@ Result<int> RunsService::ResumeInterrupted() {
         if (auto impl = self.lock()) impl->ExecuteProgram(entry, source, args);
       });
     } else if (kind == "dag") {
-      auto plan = ParseDag(source, impl_->options.dag_limits);
-      if (plan.ok())
-        queued = impl_->Enqueue(entry, [self, entry, p = std::move(*plan)]() mutable {
+      if (plan->ok())
+        queued = impl_->Enqueue(entry, [self, entry, p = std::move(**plan)]() mutable {
           if (auto impl = self.lock()) impl->ExecuteDag(entry, std::move(p));
         });
     }
