@@ -744,6 +744,7 @@ Result<int> RunImpl::BeginAttempt() {
 void RunImpl::Finish(const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;
+  DropKept();
   const char* state = status.ok()                               ? "done"
                       : status.code() == StatusCode::kCancelled ? "cancelled"
                                                                 : "failed";

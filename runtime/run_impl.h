@@ -103,7 +103,26 @@ class RunImpl final : public Run, public Pumpable {
     // Tokens streamed so far (the engine's callback counts them; Nodes reads
     // them for running nodes, before the completion's usage arrives).
     std::shared_ptr<std::atomic<int>> live_tokens = std::make_shared<std::atomic<int>>(0);
+    // Kept contexts this request extends: their pins and expectations, on
+    // their engines, are released once it is admitted (it then holds the
+    // prefix itself).
+    struct Hold {
+      int engine = 0;
+      uint64_t pin = 0, hint = 0;
+    };
+    std::vector<Hold> holds;
   };
+  // A finished call's context kept for the call that extends it
+  // (RetentionOptions); oldest first in kept_.
+  struct Kept {
+    int engine = 0;
+    std::vector<int32_t> tokens;  // its prompt and output
+    std::string fn;               // its function, as the GapModel knows it
+    Clock::time_point finished{}, expires{};
+    Flight::Hold hold;      // pin and expectation while kept (0: none)
+    bool extended = false;  // a later call of the run extends it
+  };
+  static constexpr size_t kMaxKept = 8;
   // The watcher, shared with the engine callbacks of this run's requests.
   struct WatchSlot {
     std::mutex mu;
@@ -175,6 +194,20 @@ class RunImpl final : public Run, public Pumpable {
   // Eager calls (and joins) run when their inputs are ready; lazy calls only
   // once wanted.
   bool Runnable(const DagNode& n) const;
+  // -- kept contexts (mu_ held) --
+  bool retaining() const { return dag_mode() && ctx_->gaps != nullptr; }
+  // The function's key in the GapModel: its name within this program.
+  std::string GapKey(const DagNode& n) const;
+  // Keeps the context of call `n`, finished on `engine`, as the GapModel advises.
+  void Keep(NodeId n, int engine, std::vector<int32_t> context);
+  // Marks the kept contexts `prompt` extends and moves their holds to `f`.
+  void MatchKept(const std::vector<int32_t>& prompt, Flight* f);
+  void Release(const Flight::Hold& hold);
+  // Releases the holds whose time-to-live passed; *next: the next expiry.
+  void ExpireKept(Clock::time_point now, std::optional<Clock::time_point>* next);
+  // The run is over: releases every hold and tells the GapModel which
+  // contexts no call extended.
+  void DropKept();
 
   const std::shared_ptr<RuntimeContext> ctx_;
   const std::string id_;
@@ -193,6 +226,7 @@ class RunImpl final : public Run, public Pumpable {
   std::map<NodeId, Exec> exec_;
   std::map<uint64_t, Flight> flights_;
   std::map<uint64_t, Share> shares_;
+  std::vector<Kept> kept_;
   std::map<const SemanticFunction*, double> literal_tokens_;
   std::map<std::string, std::string> replay_;  // Replayable without a store
   bool cancelled_ = false, finished_ = false, shutdown_ = false;

@@ -181,6 +181,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
                                    " names for " + std::to_string(options.engines.size()) + " engines");
   auto ctx = std::make_shared<RuntimeContext>();
   ctx->placer = std::make_shared<Placer>(options.placement);
+  ctx->retention = options.retention;
+  if (options.retention.pin || options.retention.expect)
+    ctx->gaps =
+        std::make_shared<GapModel>(options.retention.first_ttl_ms, options.retention.max_ttl_ms);
   for (size_t i = 0; i < options.engines.size(); ++i) {
     if (!options.engines[i]) return Status::InvalidArgument("engine " + std::to_string(i) + " is null");
     EngineSlot slot;

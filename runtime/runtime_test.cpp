@@ -30,9 +30,10 @@ struct Fixture {
   FakeEngine engine;
   std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
   std::unique_ptr<Runtime> rt;
-  explicit Fixture(bool with_store = false) {
+  explicit Fixture(bool with_store = false, RetentionOptions retention = {}) {
     RuntimeOptions o;
     o.engines = {&engine};
+    o.retention = retention;
     if (with_store) o.store = store;
     auto r = Runtime::Open(o);
     REQUIRE(r.ok());
@@ -1007,4 +1008,46 @@ TEST_CASE("run: select scoring: mean per token by default, sum, unconditional in
   CHECK(uncond == "cc");
   CHECK(uncond_requests == 2);
   CHECK(uncond_scores[2].second == doctest::Approx(-0.1));
+}
+
+TEST_CASE("run: a call's context stays pinned until the program's next call extends it") {
+  for (bool pin : {false, true}) {
+    CAPTURE(pin);
+    RetentionOptions retention;
+    retention.pin = pin;
+    Fixture fx(false, retention);
+    auto run = fx.Start();
+    auto fn = Fn("turn", "{{t}}\nAction: {{gen a max_tokens=4}}", std::string(100, 's'));
+    auto a = run->Call(*fn, {{"t", Arg::Text("Question: q")}}, {"main", 0});
+    REQUIRE(a.ok());
+    REQUIRE(WaitFor(*run, a->at("a")) == VarState::kReady);
+    CHECK(fx.engine.pins_active() == (pin ? 1 : 0));  // kept through the "tool call"
+    // The next turn: the transcript grown by the action and an observation.
+    const std::string t2 = "Question: q\nAction: " + run->value(a->at("a")) + "\nObservation: o";
+    auto b = run->Call(*fn, {{"t", Arg::Text(t2)}}, {"main", 1});
+    REQUIRE(b.ok());
+    REQUIRE(WaitFor(*run, b->at("a")) == VarState::kReady);
+    auto subs = fx.engine.submitted();
+    REQUIRE(subs.size() == 2);
+    CHECK(subs[1].pins_active == (pin ? 1 : 0));      // still pinned when the next turn came
+    CHECK(fx.engine.pins_active() == (pin ? 1 : 0));  // the first released, the second kept
+    run->Finish(Status::Ok());
+    CHECK(fx.engine.pins_active() == 0);  // nothing outlives the run
+    CHECK(fx.engine.pins_total() == (pin ? 2 : 0));
+  }
+}
+
+TEST_CASE("run: contexts are kept only in DAG mode") {
+  RetentionOptions retention;
+  retention.pin = true;
+  Fixture fx(false, retention);
+  RunOptions o;
+  o.mode = Mode::kBaselineAsync;
+  auto run = fx.Start(o);
+  auto fn = Fn("turn", "{{t}}\nAction: {{gen a max_tokens=4}}", std::string(100, 's'));
+  auto a = run->Call(*fn, {{"t", Arg::Text("Question: q")}}, {"main", 0});
+  REQUIRE(a.ok());
+  REQUIRE(WaitFor(*run, a->at("a")) == VarState::kReady);
+  CHECK(fx.engine.pins_total() == 0);
+  run->Finish(Status::Ok());
 }

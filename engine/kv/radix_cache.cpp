@@ -4,6 +4,7 @@
 #include <cassert>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -28,12 +29,20 @@ struct RadixCache::Node {
   int lock_count = 0;
   uint64_t last_access = 0;  // Impl::clock at the last operation that used this node
   uint64_t serial = 0;       // creation order: breaks LRU ties deterministically
-  bool evictable = false;    // listed in Impl::evictable
+  bool evictable = false;    // listed in Impl::evictable, under evict_key
+  // Expectations whose path runs through this node (as lock_count), and
+  // those whose path ends here.
+  int hint_count = 0;
+  std::vector<HintId> hints;
+  // (tier, order, serial): tier 0 for leaves no expectation covers (or any
+  // leaf under kLru), ordered by last_access; tier 1 for expected ones,
+  // ordered by minus the soonest expected read.
+  std::tuple<int, double, uint64_t> evict_key{};
 };
 
 struct RadixCache::Impl {
-  // Evictable leaves ordered by (last_access, serial): begin() is the LRU one.
-  using EvictKey = std::pair<uint64_t, uint64_t>;
+  // Evictable leaves in eviction order: begin() goes first.
+  using EvictKey = std::tuple<int, double, uint64_t>;
 
   BlockPool& pool;
   const size_t bs;  // block size in tokens
@@ -41,13 +50,34 @@ struct RadixCache::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Node>> roots;
   std::unordered_map<LockId, Node*> locks;  // lock -> deepest node of its path
   std::map<EvictKey, Node*> evictable;      // non-root leaves with lock_count 0
+  struct Hint {
+    Node* node = nullptr;  // where its path ends
+    double when = 0;
+  };
+  std::unordered_map<HintId, Hint> hints;
+  const EvictOrder order;
   uint64_t clock = 0;                       // logical time: +1 per operation
   uint64_t next_serial = 1;
   LockId next_lock = 1;
+  HintId next_hint = 1;
   int cached_blocks = 0;
   int unlocked_blocks = 0;  // blocks on nodes with lock_count == 0
+  int open_blocks = 0;      // of those, on nodes with hint_count == 0
 
-  Impl(BlockPool& p, int block_size) : pool(p), bs(static_cast<size_t>(block_size)) {}
+  Impl(BlockPool& p, int block_size, EvictOrder o)
+      : pool(p), bs(static_cast<size_t>(block_size)), order(o) {}
+
+  static bool Open(const Node& n) { return n.lock_count == 0 && n.hint_count == 0; }
+
+  // A leaf's place in the eviction order.
+  EvictKey KeyOf(const Node& n) const {
+    if (order == EvictOrder::kNextUse && !n.hints.empty()) {
+      double soonest = hints.at(n.hints.front()).when;
+      for (HintId h : n.hints) soonest = std::min(soonest, hints.at(h).when);
+      return {1, -soonest, n.serial};
+    }
+    return {0, static_cast<double>(n.last_access), n.serial};
+  }
 
   // FNV-1a over the block's token ids, then a final avalanche (splitmix64)
   // so that nearby token ids spread over the hash table's buckets.
@@ -91,26 +121,26 @@ struct RadixCache::Impl {
     return n;
   }
 
-  // Brings n's membership in `evictable` in line with its state.
+  // Brings n's membership in `evictable`, and its key there, in line with
+  // its state.
   void Refresh(Node* n) {
-    bool want = n->parent != nullptr && n->children.empty() && n->lock_count == 0;
-    if (want == n->evictable) return;
-    if (want) {
-      evictable.emplace(EvictKey{n->last_access, n->serial}, n);
-    } else {
-      evictable.erase(EvictKey{n->last_access, n->serial});
+    const bool want = n->parent != nullptr && n->children.empty() && n->lock_count == 0;
+    const EvictKey key = want ? KeyOf(*n) : EvictKey{};
+    if (n->evictable && (!want || key != n->evict_key)) {
+      evictable.erase(n->evict_key);
+      n->evictable = false;
     }
-    n->evictable = want;
+    if (want && !n->evictable) {
+      n->evict_key = key;
+      evictable.emplace(key, n);
+      n->evictable = true;
+    }
   }
 
   void Touch(Node* n) {
     if (n->last_access == clock) return;
-    if (n->evictable) {
-      // Re-key: the LRU position is part of the key.
-      evictable.erase(EvictKey{n->last_access, n->serial});
-      evictable.emplace(EvictKey{clock, n->serial}, n);
-    }
     n->last_access = clock;
+    Refresh(n);  // the LRU position is part of the key
   }
 
   // Cuts c's edge after its first k blocks (0 < k < c->blocks.size()) and
@@ -125,6 +155,7 @@ struct RadixCache::Impl {
     up->tokens.assign(c->tokens.begin(), c->tokens.begin() + k * bs);
     up->blocks.assign(c->blocks.begin(), c->blocks.begin() + k);
     up->lock_count = c->lock_count;
+    up->hint_count = c->hint_count;
     up->last_access = c->last_access;
     up->serial = next_serial++;
     up->key = c->key;
@@ -157,6 +188,7 @@ struct RadixCache::Impl {
     for (BlockId b : blocks) pool.AddRef(b);
     cached_blocks += static_cast<int>(blocks.size());
     unlocked_blocks += static_cast<int>(blocks.size());
+    open_blocks += static_cast<int>(blocks.size());
     Node* n = leaf.get();
     n->key = HashBlock(FirstBlock(*n));
     parent->children.emplace(n->key, std::move(leaf));
@@ -213,6 +245,7 @@ struct RadixCache::Impl {
 
   void LockPath(Node* n) {
     for (; n->parent != nullptr; n = n->parent) {
+      if (Open(*n)) open_blocks -= static_cast<int>(n->blocks.size());
       if (n->lock_count++ == 0) {
         unlocked_blocks -= static_cast<int>(n->blocks.size());
         Refresh(n);
@@ -227,6 +260,19 @@ struct RadixCache::Impl {
         unlocked_blocks += static_cast<int>(n->blocks.size());
         Refresh(n);
       }
+      if (Open(*n)) open_blocks += static_cast<int>(n->blocks.size());
+    }
+  }
+
+  // Adds `delta` (+1 or -1) to the expectation count of every node from `n`
+  // up, and re-keys `n` (only a leaf's own expectations order it).
+  void HintPath(Node* n, int delta) {
+    Refresh(n);
+    for (; n->parent != nullptr; n = n->parent) {
+      if (Open(*n)) open_blocks -= static_cast<int>(n->blocks.size());
+      n->hint_count += delta;
+      assert(n->hint_count >= 0);
+      if (Open(*n)) open_blocks += static_cast<int>(n->blocks.size());
     }
   }
 
@@ -242,16 +288,27 @@ struct RadixCache::Impl {
     leaf->tokens.resize(leaf->tokens.size() - bs);
     --cached_blocks;
     --unlocked_blocks;
+    if (leaf->hint_count == 0) --open_blocks;
     if (leaf->blocks.empty()) RemoveLeaf(leaf);
     return frees;
   }
 
   // Unlinks and destroys an empty leaf; its parent may become an evictable
   // leaf, and a root left without children is dropped.
+  // Expectations that ended at the leaf now end at its parent (what is left
+  // of their prefix); at a root, nothing of theirs is cached and they go.
   void RemoveLeaf(Node* leaf) {
-    evictable.erase(EvictKey{leaf->last_access, leaf->serial});
+    evictable.erase(leaf->evict_key);
     leaf->evictable = false;
     Node* parent = leaf->parent;
+    for (HintId h : leaf->hints) {
+      if (parent->parent == nullptr) {
+        hints.erase(h);
+      } else {
+        hints.at(h).node = parent;
+        parent->hints.push_back(h);
+      }
+    }
     // Only hash collisions share the key, so this scan is short even under
     // a root with thousands of children.
     auto [lo, hi] = parent->children.equal_range(leaf->key);
@@ -280,10 +337,12 @@ struct RadixCache::Impl {
   }
 };
 
-RadixCache::RadixCache(BlockPool& pool, int block_size)
-    : impl_(std::make_unique<Impl>(pool, block_size)), pool_(pool), block_size_(block_size) {
+RadixCache::RadixCache(BlockPool& pool, int block_size, EvictOrder order)
+    : impl_(std::make_unique<Impl>(pool, block_size, order)), pool_(pool), block_size_(block_size) {
   assert(block_size > 0);
 }
+
+EvictOrder RadixCache::order() const { return impl_->order; }
 
 RadixCache::~RadixCache() {
   // Give back the tree's references, and tear the tree down without recursion.
@@ -306,6 +365,7 @@ PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tok
   m.tokens = static_cast<int>(m.blocks.size()) * block_size_;
   *lock = 0;
   if (end == nullptr) return m;
+  m.expected = end->hint_count > 0;
   impl_->LockPath(end);
   LockId id = impl_->next_lock++;
   impl_->locks.emplace(id, end);
@@ -376,6 +436,29 @@ LockId RadixCache::Pin(uint64_t salt, std::span<const int32_t> tokens) {
   return lock;
 }
 
+HintId RadixCache::Expect(uint64_t salt, std::span<const int32_t> tokens, double when) {
+  Impl& im = *impl_;
+  ++im.clock;
+  std::vector<BlockId> blocks;
+  Node* end = im.MatchPath(salt, tokens, &blocks);
+  if (end == nullptr) return 0;
+  const HintId id = im.next_hint++;
+  im.hints.emplace(id, Impl::Hint{end, when});
+  end->hints.push_back(id);
+  im.HintPath(end, +1);
+  return id;
+}
+
+void RadixCache::Forget(HintId hint) {
+  Impl& im = *impl_;
+  auto it = im.hints.find(hint);
+  if (it == im.hints.end()) return;
+  Node* n = it->second.node;
+  im.hints.erase(it);
+  n->hints.erase(std::find(n->hints.begin(), n->hints.end(), hint));
+  im.HintPath(n, -1);
+}
+
 int RadixCache::Evict(int n) {
   Impl& im = *impl_;
   int freed = 0;
@@ -390,6 +473,8 @@ RadixStats RadixCache::stats() const {
   s.cached_blocks = impl_->cached_blocks;
   s.evictable_blocks = impl_->unlocked_blocks;
   s.locks = static_cast<int>(impl_->locks.size());
+  s.unexpected_blocks = impl_->open_blocks;
+  s.hints = static_cast<int>(impl_->hints.size());
   return s;
 }
 
@@ -402,14 +487,20 @@ std::vector<BlockId> RadixCache::CachedBlocks() const {
 
 Status RadixCache::CheckInvariants() const {
   const Impl& im = *impl_;
-  std::unordered_map<const Node*, int> want_locks;
+  std::unordered_map<const Node*, int> want_locks, want_hints;
   for (const auto& [id, n] : im.locks) {
     if (id == 0 || id >= im.next_lock) return Status::Internal("lock id out of range");
     for (const Node* p = n; p->parent != nullptr; p = p->parent) ++want_locks[p];
   }
+  for (const auto& [id, h] : im.hints) {
+    if (id == 0 || id >= im.next_hint) return Status::Internal("hint id out of range");
+    if (std::find(h.node->hints.begin(), h.node->hints.end(), id) == h.node->hints.end())
+      return Status::Internal("an expectation is missing from its node's list");
+    for (const Node* p = h.node; p->parent != nullptr; p = p->parent) ++want_hints[p];
+  }
   std::unordered_set<BlockId> seen;
   std::unordered_set<const Node*> nodes;
-  int cached = 0, unlocked = 0, leaves = 0;
+  int cached = 0, unlocked = 0, open = 0, leaves = 0, listed_hints = 0;
   std::string err;
   auto fail = [&](const std::string& what) {
     if (err.empty()) err = what;
@@ -442,15 +533,21 @@ Status RadixCache::CheckInvariants() const {
     if (n.lock_count != (w == want_locks.end() ? 0 : w->second)) {
       fail("lock count differs from the live locks through the node");
     }
+    auto h = want_hints.find(&n);
+    if (n.hint_count != (h == want_hints.end() ? 0 : h->second))
+      fail("expectation count differs from the live expectations through the node");
+    listed_hints += static_cast<int>(n.hints.size());
     cached += static_cast<int>(n.blocks.size());
     if (n.lock_count == 0) unlocked += static_cast<int>(n.blocks.size());
+    if (Impl::Open(n)) open += static_cast<int>(n.blocks.size());
     bool should = n.children.empty() && n.lock_count == 0;
     if (should != n.evictable) fail("evictable flag out of date");
     if (n.evictable) {
       ++leaves;
-      auto e = im.evictable.find(Impl::EvictKey{n.last_access, n.serial});
+      auto e = im.evictable.find(n.evict_key);
       if (e == im.evictable.end() || e->second != &n)
-        fail("evictable leaf missing from the LRU index");
+        fail("evictable leaf missing from the eviction index");
+      if (n.evict_key != im.KeyOf(n)) fail("evictable leaf keyed out of order");
     }
     for (BlockId b : n.blocks) {
       if (b < 0 || b >= im.pool.num_blocks()) {
@@ -471,6 +568,9 @@ Status RadixCache::CheckInvariants() const {
   }
   if (cached != im.cached_blocks) return Status::Internal("cached_blocks counter is off");
   if (unlocked != im.unlocked_blocks) return Status::Internal("evictable_blocks counter is off");
+  if (open != im.open_blocks) return Status::Internal("unexpected_blocks counter is off");
+  if (listed_hints != static_cast<int>(im.hints.size()))
+    return Status::Internal("nodes list expectations that are not live");
   return Status::Ok();
 }
 

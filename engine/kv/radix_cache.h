@@ -10,8 +10,15 @@
 // Reference counting: the tree holds one BlockPool reference on every block
 // it contains. A *lock* (taken for a running sequence that uses a cached
 // prefix, or by a pin) marks the nodes of a path as in use; only leaves with
-// no lock are evicted, least recently used first, which releases the tree's
-// reference.
+// no lock are evicted, which releases the tree's reference.
+//
+// Eviction order: least recently used first (EvictOrder::kLru), or by
+// expected next use (kNextUse): a caller that knows when a cached prefix will
+// be read again (an agent program in a tool call will extend its context when
+// the tool returns) says so with Expect; eviction then takes first the
+// leaves no expectation covers, least recently used first, and only then
+// the expected ones, the one expected furthest in the future first (Belady's
+// rule on what is known; KVFlow's steps-to-next-use).
 //
 // Not thread-safe: the step loop owns it.
 #pragma once
@@ -28,26 +35,36 @@ namespace braid::kv {
 
 // An opaque handle on a locked path (0 = none).
 using LockId = uint64_t;
+// An opaque handle on an expected read (0 = none).
+using HintId = uint64_t;
+
+enum class EvictOrder { kLru, kNextUse };
 
 struct PrefixMatch {
   std::vector<BlockId> blocks;  // the cached blocks of the longest prefix, in order
   int tokens = 0;               // blocks.size() * block_size
+  bool expected = false;        // MatchAndLock: an expectation (Expect) covers its end
 };
 
 struct RadixStats {
   int cached_blocks = 0;     // blocks held by the tree
   int evictable_blocks = 0;  // of those, in unlocked subtrees that eviction could free
   int locks = 0;             // live locks (sequences and pins)
+  // Of evictable_blocks, those on no path an expectation (Expect) covers:
+  // what eviction can take without touching a prefix someone will read again.
+  int unexpected_blocks = 0;
+  int hints = 0;  // live expectations
 };
 
 class RadixCache {
  public:
-  RadixCache(BlockPool& pool, int block_size);
+  RadixCache(BlockPool& pool, int block_size, EvictOrder order = EvictOrder::kLru);
   ~RadixCache();
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
 
   int block_size() const { return block_size_; }
+  EvictOrder order() const;
 
   // The longest cached prefix of `tokens` under `salt`, in whole blocks, and
   // locks it (so it cannot be evicted) until Unlock(*lock). When nothing
@@ -70,7 +87,19 @@ class RadixCache {
   LockId Pin(uint64_t salt, std::span<const int32_t> tokens);
   void Unpin(LockId pin) { Unlock(pin); }
 
-  // Evicts unlocked leaves, least recently used first, until `n` blocks went
+  // Records that the cached prefix of `tokens` (whole blocks) is expected to
+  // be read again at `when` (any clock the caller keeps to; smaller is
+  // sooner), until Forget. It locks nothing: under kNextUse it only orders
+  // eviction (see the top of this file), under kLru it is counted and
+  // otherwise ignored. Several expectations may cover one node; the soonest
+  // counts. When eviction shortens the path, the expectation stays on what
+  // is left of it. Marks the path as used now. Returns 0 when nothing of
+  // `tokens` is cached.
+  HintId Expect(uint64_t salt, std::span<const int32_t> tokens, double when);
+  // Drops an expectation; an id already dropped, or 0, is ignored.
+  void Forget(HintId hint);
+
+  // Evicts unlocked leaves in the cache's order (EvictOrder) until `n` blocks went
   // back to the pool's free list or nothing evictable is left. Returns the
   // number of blocks freed.
   int Evict(int n);

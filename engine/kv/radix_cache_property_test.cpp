@@ -51,11 +51,13 @@ struct Content {
 struct Counters {
   int submits = 0, hits = 0, rejected = 0, finished = 0, cancelled = 0, preempted = 0;
   int checkpoints = 0, pins = 0, evict_calls = 0, freed = 0, dropped_held = 0, inserted = 0;
+  int hints = 0;
 };
 
 class Simulation {
  public:
-  explicit Simulation(uint32_t seed) : rng_(seed), pool_(kPoolBlocks), cache_(pool_, kBs) {
+  Simulation(uint32_t seed, EvictOrder order)
+      : rng_(seed), pool_(kPoolBlocks), cache_(pool_, kBs, order) {
     // Shared prefixes, nested like a system prompt and its few-shot variants,
     // with cut points off block boundaries, plus an unrelated one and none.
     Tokens base = RandomTokens(26);
@@ -83,6 +85,10 @@ class Simulation {
       Pin();
     } else if (op < 88) {
       Unpin();
+    } else if (op < 91) {
+      Expect();
+    } else if (op < 93) {
+      Forget();
     } else {
       EvictSome(Uniform(1, 10));
     }
@@ -101,6 +107,11 @@ class Simulation {
       Unpin();
       CheckModel();
     }
+    while (!hints_.empty()) {
+      Forget();
+      CheckModel();
+    }
+    CHECK(cache_.stats().hints == 0);
     RadixStats s = cache_.stats();
     CHECK(s.locks == 0);
     CHECK(s.evictable_blocks == s.cached_blocks);
@@ -127,6 +138,8 @@ class Simulation {
     RadixStats stats = cache_.stats();
     CHECK(static_cast<int>(tree.size()) == stats.cached_blocks);
     CHECK(stats.evictable_blocks <= stats.cached_blocks);
+    CHECK(stats.unexpected_blocks <= stats.evictable_blocks);
+    CHECK(stats.hints <= static_cast<int>(hints_.size()));  // eviction may drop some
 
     std::vector<int> holders(kPoolBlocks, 0);
     int seq_locks = 0;
@@ -349,6 +362,32 @@ class Simulation {
     }
   }
 
+  // An expected read of a live sequence's prompt or a random one, at a
+  // random time.
+  void Expect() {
+    uint64_t salt = RandomSalt();
+    Tokens tokens = RandomPrompt();
+    if (!live_.empty() && Uniform(0, 1)) {
+      const Sequence& s = live_[PickLive()];
+      salt = s.salt;
+      tokens = s.tokens;
+    }
+    const bool cached = !cache_.Lookup(salt, tokens).blocks.empty();
+    HintId id = cache_.Expect(salt, tokens, Uniform(0, 1000));
+    CHECK((id == 0) == !cached);
+    if (id != 0) {
+      ++n_.hints;
+      hints_.push_back(id);
+    }
+  }
+
+  void Forget() {
+    if (hints_.empty()) return;
+    size_t i = static_cast<size_t>(Uniform(0, static_cast<int>(hints_.size()) - 1));
+    cache_.Forget(hints_[i]);
+    hints_.erase(hints_.begin() + static_cast<long>(i));
+  }
+
   void Unpin() {
     if (pins_.empty()) return;
     size_t i = static_cast<size_t>(Uniform(0, static_cast<int>(pins_.size()) - 1));
@@ -362,14 +401,16 @@ class Simulation {
   std::vector<Tokens> prefixes_;
   std::vector<Sequence> live_;
   std::vector<PinRecord> pins_;
+  std::vector<HintId> hints_;  // some may have been dropped by eviction
   std::map<BlockId, Content> content_;
   Counters n_;
 };
 
 TEST_CASE("random scheduler-like operations keep pool and cache consistent") {
-  for (uint32_t seed : {1u, 2u, 3u}) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
     CAPTURE(seed);
-    Simulation sim(seed);
+    // Odd seeds evict least recently used first, even ones by expected use.
+    Simulation sim(seed, seed % 2 ? EvictOrder::kLru : EvictOrder::kNextUse);
     sim.CheckModel();
     for (int step = 0; step < 10000; ++step) {
       CAPTURE(step);
@@ -392,6 +433,7 @@ TEST_CASE("random scheduler-like operations keep pool and cache consistent") {
     CHECK(n.freed > 100);
     CHECK(n.dropped_held > 0);
     CHECK(n.pins > 50);
+    CHECK(n.hints > 50);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace braid::kv {
@@ -417,6 +418,113 @@ TEST_CASE("a deep chain of nodes is evicted and torn down") {
     CHECK(pool.num_free() == kDepth / 2);
   }
   CHECK(pool.num_free() == kDepth);
+}
+
+// Three cached prompts of two blocks each under one salt, used in the order
+// a, b, c (so least recently used first means a, b, c).
+struct ThreePrompts {
+  Tokens a = Range(8, 100), b = Range(8, 200), c = Range(8, 300);
+  Blocks ba, bb, bc;
+  ThreePrompts(RadixCache& cache, BlockPool& pool) {
+    ba = Cache(cache, pool, 1, a);
+    bb = Cache(cache, pool, 1, b);
+    bc = Cache(cache, pool, 1, c);
+  }
+};
+
+// Which of the three prompts still have their first block cached.
+std::string Left(const RadixCache& cache, const ThreePrompts& p) {
+  std::string out;
+  if (cache.Probe(1, p.a) > 0) out += "a";
+  if (cache.Probe(1, p.b) > 0) out += "b";
+  if (cache.Probe(1, p.c) > 0) out += "c";
+  return out;
+}
+
+TEST_CASE("next-use order: unexpected prefixes go first, then the furthest expected") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kNextUse);
+  ThreePrompts p(cache, pool);
+  // a is expected late, b soon; c, the most recently used, is expected by no one.
+  HintId ha = cache.Expect(1, p.a, 500.0);
+  HintId hb = cache.Expect(1, p.b, 20.0);
+  CHECK(ha != 0);
+  CHECK(hb != 0);
+  CHECK(cache.stats().hints == 2);
+  CHECK(cache.stats().unexpected_blocks == 2);  // c's two blocks
+  CheckTree(cache);
+  CHECK(cache.Evict(2) == 2);
+  CHECK(Left(cache, p) == "ab");  // c first, though used last
+  CHECK(cache.Evict(2) == 2);
+  CHECK(Left(cache, p) == "b");  // then a: expected furthest
+  CheckTree(cache);
+  cache.Forget(hb);
+  cache.Forget(hb);  // a second Forget is ignored
+  cache.Forget(ha);  // a's blocks are gone with it: already dropped
+  CHECK(cache.stats().hints == 0);
+  CHECK(cache.stats().unexpected_blocks == 2);
+  CheckTree(cache);
+}
+
+TEST_CASE("least-recently-used order ignores expectations") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kLru);
+  ThreePrompts p(cache, pool);
+  cache.Expect(1, p.a, 500.0);
+  cache.Expect(1, p.b, 20.0);
+  LockId lock = 0;
+  cache.MatchAndLock(1, p.c, &lock);  // c becomes the most recently used
+  cache.Unlock(lock);
+  CHECK(cache.Evict(2) == 2);
+  CHECK(Left(cache, p) == "bc");                // a, though expected
+  CHECK(cache.stats().unexpected_blocks == 2);  // counted all the same
+  CheckTree(cache);
+}
+
+TEST_CASE("an expectation stays on what eviction leaves of its prefix") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kNextUse);
+  Tokens shared = Range(8, 100);
+  Tokens longer = Concat(shared, Range(8, 700));  // four blocks, the first two shared
+  Tokens other = Concat(shared, Range(4, 900));   // a branch of three blocks
+  Cache(cache, pool, 1, longer);
+  Cache(cache, pool, 1, other);
+  Tokens lone = Range(4, 50);
+  Cache(cache, pool, 1, lone);
+  HintId h = cache.Expect(1, longer, 10.0);
+  REQUIRE(h != 0);
+  // Unexpected first: the lone block and the other branch's own block.
+  CHECK(cache.Evict(2) == 2);
+  CHECK(cache.Probe(1, longer) == 16);
+  CHECK(cache.Probe(1, lone) == 0);
+  // Then the expected path itself, from its end; the expectation moves up.
+  CHECK(cache.Evict(3) == 3);
+  CHECK(cache.Probe(1, longer) == 4);
+  CHECK(cache.stats().hints == 1);
+  CheckTree(cache);
+  CHECK(cache.Evict(1) == 1);  // the last block: the expectation goes with it
+  CHECK(cache.stats().hints == 0);
+  CHECK(cache.stats().cached_blocks == 0);
+  cache.Forget(h);
+  CheckTree(cache);
+}
+
+TEST_CASE("a locked expected path is not evicted; the lock and the hint count apart") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kNextUse);
+  ThreePrompts p(cache, pool);
+  LockId pin = cache.Pin(1, p.a);
+  HintId h = cache.Expect(1, p.a, 5.0);
+  CHECK(cache.stats().evictable_blocks == 4);
+  CHECK(cache.stats().unexpected_blocks == 4);
+  CHECK(cache.Evict(16) == 4);
+  CHECK(Left(cache, p) == "a");
+  cache.Unpin(pin);
+  CHECK(cache.stats().evictable_blocks == 2);
+  CHECK(cache.stats().unexpected_blocks == 0);
+  cache.Forget(h);
+  CHECK(cache.stats().unexpected_blocks == 2);
+  CheckTree(cache);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ SchedulerConfig SchedulerConfigOf(const EngineOptions& o) {
   c.max_batch_tokens = o.max_batch_tokens;
   c.latency_batch_tokens = o.latency_batch_tokens;
   c.growth_reserve = o.kv_growth_reserve;
+  c.anti_thrash = o.anti_thrash;
   return c;
 }
 
@@ -450,7 +451,8 @@ class ServingEngine final : public Engine {
         kv_(std::move(kv)),
         policy_(std::move(policy)),
         pool_(kv_->n_blocks()),
-        cache_(pool_, o.block_size),
+        cache_(pool_, o.block_size,
+               o.evict == "next-use" ? kv::EvictOrder::kNextUse : kv::EvictOrder::kLru),
         scheduler_(SchedulerConfigOf(o), pool_, cache_, *policy_),
         latency_budget_(o.max_batch_tokens),
         step_cost_(model_->backend().max_chunk()),
@@ -539,6 +541,15 @@ class ServingEngine final : public Engine {
   void Unpin(uint64_t pin) override {
     std::lock_guard<std::mutex> lock(kv_mu_);
     if (pin) cache_.Unpin(pin);
+  }
+  uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms) override {
+    const double when = Ms(origin_, Clock::now()) + std::max(0.0, in_ms);
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    return cache_.Expect(salt, tokens, when);
+  }
+  void ForgetUse(uint64_t id) override {
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    cache_.Forget(id);
   }
 
   EngineStats stats() const override {
@@ -1115,6 +1126,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
     if (!(w > 0) || !std::isfinite(w))
       return Status::InvalidArgument("the weight of client '" + client + "' must be > 0, got " +
                                      std::to_string(w));
+  if (o.evict != "lru" && o.evict != "next-use")
+    return Status::InvalidArgument("unknown eviction order '" + o.evict + "' (lru or next-use)");
   auto policy = MakePolicy(o.policy, o.fairness);
   if (!policy)
     return Status::InvalidArgument("unknown admission policy '" + o.policy +

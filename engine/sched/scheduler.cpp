@@ -113,6 +113,11 @@ int Scheduler::Evictable() const {
   return std::max(0, cache_.stats().evictable_blocks - held);
 }
 
+int Scheduler::ExpectedBlocks() const {
+  const kv::RadixStats st = cache_.stats();
+  return st.evictable_blocks - st.unexpected_blocks;
+}
+
 int Scheduler::FutureBlocks(const SeqState& s) const {
   const int left = std::max(0, s.max_tokens - s.generated());
   const int tokens = static_cast<int>(s.tokens.size()) + static_cast<int>(growth_ratio_ * left);
@@ -135,7 +140,9 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   if (growth_ratio_ > 0 && !running_.empty()) {
     const int own = std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
                                     BlocksFor(match.tokens + n));
-    if (pool_.num_free() + Evictable() < need + reserve + own) {
+    int available = pool_.num_free() + Evictable();
+    if (config_.anti_thrash && !match.expected) available -= ExpectedBlocks();
+    if (available < need + reserve + own) {
       if (lock) cache_.Unlock(lock);
       return false;
     }
@@ -225,6 +232,7 @@ StepPlan Scheduler::Schedule() {
   growth_ratio_ =
       std::max(config_.growth_reserve_min, growth_ratio_ - config_.growth_reserve_decay);
   if (config_.growth_reserve <= 0) growth_ratio_ = 0;
+  if (config_.anti_thrash) growth_ratio_ = 1;
   int reserve = 0;
   if (growth_ratio_ > 0)
     for (const SeqState* r : running_) reserve += FutureBlocks(*r);

@@ -46,6 +46,16 @@ struct SchedulerConfig {
   double growth_reserve = 0.5;
   double growth_reserve_min = 0.05;
   double growth_reserve_decay = 0.002;
+  // Anti-thrashing admission: a waiting sequence is admitted only while the
+  // blocks it may take leave every running sequence room for all of its
+  // allowed output (the reserve at ratio 1, not decayed), so no turn is
+  // preempted, its context evicted, before it finishes; and a sequence that
+  // does not continue an expected context (RadixCache::Expect: an agent's
+  // context kept through a tool call) may not count the blocks of expected
+  // contexts as evictable, so new work does not evict the contexts of
+  // programs about to come back. With nothing running a sequence is always
+  // admitted.
+  bool anti_thrash = false;
 };
 
 struct ScheduledItem {
@@ -123,6 +133,8 @@ class Scheduler {
   int FutureBlocks(const SeqState& s) const;
   // Blocks eviction could give back to the pool now.
   int Evictable() const;
+  // Of those, the blocks of contexts someone expects to read again.
+  int ExpectedBlocks() const;
   void ReleaseBlocks(SeqState* s);
   // Admits `s` with a chunk of at most `budget` tokens when its blocks and
   // `reserve` more (FutureBlocks of the running set) are free or evictable.

@@ -189,6 +189,82 @@ TEST_CASE("admission keeps KV for what runs: few preemptions where the pool is t
   CHECK(steps_on * 4 <= steps_off * 5);
 }
 
+TEST_CASE("anti-thrashing admission: no turn is preempted before it finishes") {
+  // The pool of the test above; outputs all run to their cap, so a reserve
+  // that decays admits more than can finish together.
+  auto run = [](bool anti_thrash, int* steps) {
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = 256;
+    cfg.max_running = 32;
+    cfg.anti_thrash = anti_thrash;
+    Sim sim(128, "fcfs", cfg);
+    for (int i = 0; i < 32; ++i) sim.Submit(64, 192);
+    int preemptions = 0;
+    *steps = 0;
+    while (!sim.Idle() && *steps < 20000) {
+      preemptions += static_cast<int>(sim.Step().preempted.size());
+      ++*steps;
+    }
+    CHECK(sim.Idle());
+    for (auto& s : sim.seqs) CHECK(s->generated() == 192);
+    return preemptions;
+  };
+  int steps_off = 0, steps_on = 0;
+  const int off = run(false, &steps_off), on = run(true, &steps_on);
+  MESSAGE("preemptions: decaying reserve ", off, " in ", steps_off, " steps; anti-thrashing ", on,
+          " in ", steps_on, " steps");
+  CHECK(off > 0);
+  CHECK(on == 0);
+}
+
+TEST_CASE("anti-thrashing admission keeps expected contexts from new work") {
+  // A pool of 16 blocks of 16 tokens. A program's context of 8 blocks is
+  // cached and expected back (its tool runs); one small sequence runs.
+  auto run = [](bool anti_thrash) {
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = 512;
+    cfg.anti_thrash = anti_thrash;
+    cfg.growth_reserve = 0;
+    Sim sim(16, "fcfs", cfg);
+    SeqState* first = sim.Submit(128, 1);  // the program's last turn
+    while (first->status != SeqStatus::kFinished) sim.Step();
+    std::vector<int32_t> context = first->tokens;
+    context.resize(128);
+    const kv::HintId hint = sim.cache.Expect(0, context, 100.0);
+    REQUIRE(hint != 0);
+    sim.Submit(16, 64);  // something running
+    sim.Step();
+    SeqState* fresh = sim.Submit(112, 8);  // a new program: 7 blocks + growth
+    sim.Step();
+    const bool fresh_admitted = fresh->status != SeqStatus::kWaiting;
+    // The program's next turn extends its context: anti-thrashing admits it
+    // beside the running work (plain admission has let the new program in).
+    auto next = std::make_unique<SeqState>();
+    next->id = sim.next_id++;
+    next->tokens = context;
+    for (int i = 0; i < 8; ++i) next->tokens.push_back(9000 + i);
+    next->prompt_len = static_cast<int>(next->tokens.size());
+    next->max_tokens = 4;
+    sim.sched.Add(next.get());
+    SeqState* turn = next.get();
+    sim.seqs.push_back(std::move(next));
+    for (int i = 0; i < 4 && turn->status == SeqStatus::kWaiting; ++i) sim.Step();
+    if (anti_thrash) CHECK(turn->status != SeqStatus::kWaiting);
+    sim.cache.Forget(hint);
+    for (int i = 0; i < 400 && !sim.Idle(); ++i) sim.Step();
+    CHECK(sim.Idle());
+    return std::make_pair(fresh_admitted, turn->cached_tokens);
+  };
+  // Plain admission evicts the expected context for new work, and the
+  // program's next turn computes it again; anti-thrashing keeps it.
+  const auto [plain_fresh, plain_cached] = run(false);
+  CHECK(plain_fresh);
+  CHECK(plain_cached < 128);
+  const auto [kept_fresh, kept_cached] = run(true);
+  CHECK_FALSE(kept_fresh);
+  CHECK(kept_cached == 128);
+}
+
 TEST_CASE("chunked prefill respects the budget and decodes keep running") {
   SchedulerConfig cfg;
   cfg.max_batch_tokens = 32;

@@ -163,7 +163,7 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: --resume needs the run store (--db)\n");
     return 2;
   }
-  if (mode != "dag") so.policy = "fcfs";
+  if (mode != "dag" && !args.Has({"--policy"})) so.policy = "fcfs";
   auto opened = OpenStack(so);
   if (!opened.ok()) {
     std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());

@@ -58,6 +58,9 @@ const char* kServeHelp =
     "                          --api-key-file: max-programs - max(1, max-programs/4), so\n"
     "                          another client's program always finds one; without keys:\n"
     "                          max-programs)\n"
+    "      --run-mode M        how programs run their calls: dag (default: the runtime sees\n"
+    "                          the program) or async (each call an independent request, as a\n"
+    "                          request-level server sees an asynchronous client; a baseline)\n"
     "      --max-queued N      runs waiting for one of those threads, 0..100000 (default 256;\n"
     "                          beyond: 429)\n"
     "      --workers N         HTTP handler threads, 1..4096 (default 64)\n"
@@ -150,6 +153,11 @@ int ServeMain(const std::vector<std::string>& argv) {
   server::RunsOptions runs;
   runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
   runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
+  const std::string run_mode = args.Str({"--run-mode"}, "dag");
+  if (run_mode == "async")
+    runs.mode = rt::Mode::kBaselineAsync;
+  else if (run_mode != "dag")
+    args.Fail("option --run-mode: '" + run_mode + "' is not dag or async");
   const int per_client = static_cast<int>(args.Int({"--max-programs-per-client"}, 0, 1, 4096));
   const double drain_seconds = args.Num({"--drain-seconds"}, 10.0, 0.0, 3600.0);
   runs.max_attempts = static_cast<int>(args.Int({"--max-attempts"}, 3, 0, 1000));

@@ -50,6 +50,19 @@ const char* const kStackHelp =
     "      --kv-reserve R      admission keeps KV for R of the running sequences' allowed\n"
     "                          output, decaying while none is preempted, 0..1 (default 0.5;\n"
     "                          0: admit whatever fits this step)\n"
+    "      --policy P          each engine's admission order: priority (default: goal class,\n"
+    "                          priority, deadline, arrival), fcfs, lpm (longest cached prefix\n"
+    "                          first), plas (least attained service per program first) or\n"
+    "                          vtc (as --fair)\n"
+    "      --evict E           cached prefixes evicted first: lru (default) or next-use\n"
+    "                          (those no program will read again, then the one expected\n"
+    "                          furthest away; docs/runtime.md)\n"
+    "      --admit A           plain (default) or anti-thrash: admit a call only while every\n"
+    "                          running one keeps room for all its output, and keep new\n"
+    "                          calls off the contexts of programs expected back\n"
+    "      --retain-kv R       off (default) or ttl: keep a call's context pinned until its\n"
+    "                          program's next call extends it, for a time learned from the\n"
+    "                          gaps between the program's calls (docs/runtime.md)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -89,6 +102,10 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--max-running",
                                                      "--max-waiting",
                                                      "--kv-reserve",
+                                                     "--policy",
+                                                     "--evict",
+                                                     "--admit",
+                                                     "--retain-kv",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -115,6 +132,21 @@ StackOptions ReadStackOptions(Args& args) {
   o.max_running = static_cast<int>(args.Int({"--max-running"}, 0, 1, 4096));
   o.max_waiting = static_cast<int>(args.Int({"--max-waiting"}, 4096, 0, 1000000));
   o.kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
+  o.policy = args.Str({"--policy"}, "priority");
+  if (o.policy != "priority" && o.policy != "fcfs" && o.policy != "lpm" && o.policy != "plas" &&
+      o.policy != "vtc")
+    args.Fail("option --policy: '" + o.policy + "' is not priority, fcfs, lpm, plas or vtc");
+  o.evict = args.Str({"--evict"}, "lru");
+  if (o.evict != "lru" && o.evict != "next-use")
+    args.Fail("option --evict: '" + o.evict + "' is not lru or next-use");
+  const std::string admit = args.Str({"--admit"}, "plain");
+  if (admit != "plain" && admit != "anti-thrash")
+    args.Fail("option --admit: '" + admit + "' is not plain or anti-thrash");
+  o.anti_thrash = admit == "anti-thrash";
+  const std::string retain = args.Str({"--retain-kv"}, "off");
+  if (retain != "off" && retain != "ttl")
+    args.Fail("option --retain-kv: '" + retain + "' is not off or ttl");
+  o.retain_kv = retain == "ttl";
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -228,6 +260,8 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.max_running = options.max_running;
   eo.max_waiting = options.max_waiting;
   eo.kv_growth_reserve = options.kv_reserve;
+  eo.evict = options.evict;
+  eo.anti_thrash = options.anti_thrash;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;
@@ -317,6 +351,10 @@ Result<std::unique_ptr<Stack>> OpenStack(const StackOptions& options) {
   ro.tokenizer = stack->tokenizer;
   ro.db_path = options.db;
   ro.placement = options.placement;
+  // Expectations order eviction (next-use) and keep anti-thrashing
+  // admission off the contexts of programs coming back.
+  ro.retention.pin = options.retain_kv;
+  ro.retention.expect = options.evict == "next-use" || options.anti_thrash;
   BRAID_ASSIGN_OR_RETURN(stack->runtime, rt::Runtime::Open(ro));
   return stack;
 }

@@ -30,7 +30,11 @@ struct StackOptions {
   int max_running = 0;              // 0 = the backend's choice
   int max_waiting = 4096;           // queued requests per engine beyond which it refuses
   double kv_reserve = 0.5;          // EngineOptions::kv_growth_reserve
-  std::string policy = "priority";  // engine admission: "priority" or "fcfs" (baselines)
+  // --policy: engine admission, "priority", "fcfs", "lpm", "plas" or "vtc".
+  std::string policy = "priority";
+  std::string evict = "lru";  // --evict: EngineOptions::evict
+  bool anti_thrash = false;   // --admit anti-thrash: EngineOptions::anti_thrash
+  bool retain_kv = false;     // --retain-kv ttl: RetentionOptions::pin
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).
   bool fair = false;

@@ -135,6 +135,7 @@ Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
   ro.client = client;
   ro.resume_id = resume_id;
   ro.memory = account;
+  ro.mode = options.mode;
   BRAID_ASSIGN_OR_RETURN(std::shared_ptr<rt::Run> run, options.runtime->StartRun(ro));
   // The request is recorded before the id goes back: a restarted server
   // finds what to resume in the store.

@@ -38,6 +38,10 @@ namespace braid::server {
 
 struct RunsOptions {
   rt::Runtime* runtime = nullptr;  // not owned
+  // How programs, DAGs and sessions run their calls: kDag (the runtime
+  // sees the program), or kBaselineAsync (every call an independent
+  // request: how a request-level server sees an asynchronous client).
+  rt::Mode mode = rt::Mode::kDag;
   int max_programs = 16;           // programs and DAGs running at once (threads)
   size_t max_queued = 256;         // waiting for a thread, beyond which 429
   // Threads one client may hold at once (0: every thread): keep it below

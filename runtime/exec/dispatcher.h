@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/retention.h"
 #include "graph/deduction.h"
 #include "runtime/runtime.h"
 
@@ -57,6 +58,8 @@ struct RuntimeContext {
   std::shared_ptr<RunStore> store;  // null: not persisted
   std::shared_ptr<WakeSignal> wake = std::make_shared<WakeSignal>();
   std::shared_ptr<Placer> placer = std::make_shared<Placer>();  // RuntimeOptions::placement
+  RetentionOptions retention;
+  std::shared_ptr<GapModel> gaps;  // set when retention.pin or retention.expect
 
   // Placement among the engines that can take the request: alive
   // (Engine::alive) and, when needs_local (select and regex outputs), local.

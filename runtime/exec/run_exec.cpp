@@ -82,7 +82,9 @@ void RunImpl::CancelLocked() {
   for (auto& [id, f] : flights_) {
     f.handle->Cancel();
     --*ctx_->engines[static_cast<size_t>(f.engine)].in_flight;
+    for (const Flight::Hold& h : f.holds) Release(h);
   }
+  DropKept();
   flights_.clear();
   for (auto& [id, s] : shares_) ctx_->engines[static_cast<size_t>(s.engine)].engine->Unpin(s.pin);
   shares_.clear();
@@ -121,7 +123,79 @@ std::optional<Clock::time_point> RunImpl::Pump() {
   for (const auto& [id, ex] : exec_)
     for (const auto& t : {ex.send_at, ex.done_at})
       if (t && (!next || *t < *next)) next = *t;
+  ExpireKept(now, &next);
   return next;
+}
+
+std::string RunImpl::GapKey(const DagNode& n) const {
+  return (options_.program_hash.empty() ? options_.program : options_.program_hash) + "#" +
+         n.fn->spec().name;
+}
+
+void RunImpl::Keep(NodeId n, int engine, std::vector<int32_t> context) {
+  if (!retaining() || finished_ || cancelled_ || shutdown_ || context.empty()) return;
+  Kept k;
+  k.engine = engine;
+  k.fn = GapKey(dag_.node(n));
+  k.finished = Clock::now();
+  const GapAdvice advice = ctx_->gaps->Advise(k.fn);
+  Engine* e = ctx_->engines[static_cast<size_t>(engine)].engine;
+  k.hold.engine = engine;
+  if (advice.keep) {
+    k.expires = k.finished + std::chrono::microseconds(static_cast<int64_t>(advice.ttl_ms * 1000));
+    if (ctx_->retention.pin) k.hold.pin = e->Pin(context, 0);
+    if (ctx_->retention.expect) k.hold.hint = e->ExpectUse(context, 0, advice.expected_ms);
+  }
+  k.tokens = std::move(context);
+  if (kept_.size() >= kMaxKept) {
+    Release(kept_.front().hold);
+    if (!kept_.front().extended) ctx_->gaps->NotExtended(kept_.front().fn);
+    kept_.erase(kept_.begin());
+  }
+  kept_.push_back(std::move(k));
+}
+
+// A call extends a kept context when its prompt starts with at least half of
+// it (and a KV block's worth): the program's next turn, the transcript
+// grown by the tool's output.
+void RunImpl::MatchKept(const std::vector<int32_t>& prompt, Flight* f) {
+  if (!retaining()) return;
+  const Clock::time_point now = Clock::now();
+  for (Kept& k : kept_) {
+    if (k.extended) continue;
+    const size_t common = CommonPrefix(prompt, k.tokens);
+    if (common < kShareMinTokens || 2 * common < k.tokens.size()) continue;
+    k.extended = true;
+    ctx_->gaps->Extended(k.fn, MsBetween(k.finished, now));
+    if (k.hold.pin || k.hold.hint) f->holds.push_back(k.hold);
+    k.hold.pin = k.hold.hint = 0;
+  }
+}
+
+void RunImpl::Release(const Flight::Hold& hold) {
+  Engine* e = ctx_->engines[static_cast<size_t>(hold.engine)].engine;
+  if (hold.pin) e->Unpin(hold.pin);
+  if (hold.hint) e->ForgetUse(hold.hint);
+}
+
+void RunImpl::ExpireKept(Clock::time_point now, std::optional<Clock::time_point>* next) {
+  for (Kept& k : kept_) {
+    if (!k.hold.pin && !k.hold.hint) continue;
+    if (k.expires <= now) {
+      Release(k.hold);
+      k.hold.pin = k.hold.hint = 0;
+    } else if (!*next || k.expires < **next) {
+      *next = k.expires;
+    }
+  }
+}
+
+void RunImpl::DropKept() {
+  for (Kept& k : kept_) {
+    Release(k.hold);
+    if (!k.extended && ctx_->gaps) ctx_->gaps->NotExtended(k.fn);
+  }
+  kept_.clear();
 }
 
 void RunImpl::HandleEvent(const Event& ev) {
@@ -165,6 +239,8 @@ bool RunImpl::MoveFromDeadEngine(NodeId n, int engine, const Completion& c) {
 void RunImpl::OnAdmitted(uint64_t flight_id) {
   Flight& f = flights_.at(flight_id);
   f.admitted = true;
+  for (const Flight::Hold& h : f.holds) Release(h);
+  f.holds.clear();
   if (DagNode& node = dag_.node(f.node); node.first_token_ms < 0) node.first_token_ms = NowMs();
   if (f.share) {
     auto s = shares_.find(f.share);
@@ -250,6 +326,12 @@ void RunImpl::OnSegmentDone(NodeId n, const Completion& c) {
                     "lets it start past one)";
   }
   ex.values[spec.name] = std::move(value);
+  if (spec.kind == OutputSpec::Kind::kGen &&
+      ex.output + 1 == static_cast<int>(node.fn->outputs().size())) {
+    std::vector<int32_t> context = std::move(ex.prompt);
+    context.insert(context.end(), c.tokens.begin(), c.tokens.end());
+    Keep(n, ex.engine, std::move(context));
+  }
   ex.prompt.clear();
   ++ex.output;
   if (ex.output < static_cast<int>(node.fn->outputs().size())) {
@@ -451,6 +533,7 @@ Status RunImpl::Submit(NodeId n, int engine, uint64_t* flight_id) {
   f.goal = node.goal;
   f.priority = node.priority;
   f.latest_finish_ms = node.latest_finish_ms;
+  MatchKept(r.prompt, &f);
   flights_.emplace(fid, std::move(f));
   if (flight_id) *flight_id = fid;
   ex.engine = engine;

@@ -69,6 +69,14 @@ struct EngineOptions {
   // (SchedulerConfig::growth_reserve): the share of their allowed output
   // counted at first, 0 = none.
   double kv_growth_reserve = 0.5;
+  // Which cached prefixes eviction takes first: "lru" (least recently used)
+  // or "next-use" (those nobody expects to read again, then the ones
+  // expected furthest in the future: Engine::ExpectUse).
+  std::string evict = "lru";
+  // Anti-thrashing admission (SchedulerConfig::anti_thrash): a request is
+  // admitted only while every running one keeps room for all of its output,
+  // and one that does not continue an expected context may not evict one.
+  bool anti_thrash = false;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
   // Admission order: "fcfs", "priority" or "vtc" (fair sharing between
   // clients, with `fairness`).
@@ -173,6 +181,16 @@ class Engine {
   // Keeps the cached prefix of `tokens` resident until Unpin (0 = nothing cached).
   virtual uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t salt) = 0;
   virtual void Unpin(uint64_t pin) = 0;
+  // Tells the engine that a request is expected to read the cached prefix of
+  // `tokens` again in about `in_ms` (an agent's context while its tool
+  // runs). It keeps nothing resident: with EngineOptions::evict "next-use"
+  // it orders eviction, and anti-thrashing admission keeps new work off it.
+  // Returns an id for ForgetUse; 0 when nothing of it is cached (or the
+  // engine keeps no cache).
+  virtual uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms) {
+    return 0;
+  }
+  virtual void ForgetUse(uint64_t id) {}
 
   virtual EngineStats stats() const = 0;
   // The model this engine runs in this process; null for an engine that runs

@@ -347,6 +347,22 @@ class Run {
 
 class RunStore;  // runtime/store/run_store.h
 
+// Contexts kept between a program's calls (DAG mode). When a call finishes,
+// its context (prompt and output) may be extended by the program's next call
+// once its tool returns; the runtime learns per function how often that
+// happens and after how long (runtime/exec/retention.h), and for a function
+// whose calls are extended keeps the context: pinned in the engine for a
+// time-to-live covering most gaps seen (`pin`), and/or announced to the
+// engine as expected back at the usual gap (`expect`: Engine::ExpectUse,
+// which orders eviction and anti-thrashing admission). Released when the
+// next call is admitted, the time-to-live passes or the run ends.
+struct RetentionOptions {
+  bool pin = false;
+  bool expect = false;
+  double first_ttl_ms = 2000;  // before any gap of the function is measured
+  double max_ttl_ms = 30000;
+};
+
 struct RuntimeOptions {
   std::vector<Engine*> engines;   // not owned; at least one
   std::vector<std::string> engine_names;
@@ -357,6 +373,7 @@ struct RuntimeOptions {
   std::shared_ptr<RunStore> store;  // an already open store (tests, embedding); wins over db_path
   // Which engine takes each call when there are several (placement.h).
   Placement placement = Placement::kAffinity;
+  RetentionOptions retention;
 };
 
 class Runtime {
