@@ -131,7 +131,7 @@ expect run_weights_zero "option --client-weights: the weight of 'a' must be a nu
 expect run_weights_twice "option --client-weights: client 'a' is given twice" run --db none --fair --client-weights a=1,a=2 apps/chain/app.lua
 expect run_weights_form "option --client-weights: 'a' is not NAME=WEIGHT" run --db none --fair --client-weights a apps/chain/app.lua
 range serve_clients --clients 0 1 1000 bench --serve --rate 4
-expect serve_policy "unknown admission policy 'lifo' \\(fcfs, priority or vtc\\)" bench --serve --rate 4 --policy lifo
+expect serve_policy "unknown admission policy 'lifo' \\(fcfs, priority, vtc, lpm or plas\\)" bench --serve --rate 4 --policy lifo
 expect serve_batch_cpu "max_batch_tokens must be in \[1, 256\], got 257" bench --serve --batch-tokens 257
 expect serve_rate "option --rate: 0 is out of range \[0.01, 100000\] \(or 'inf'\)" bench --serve --rate 0
 range serve_requests --requests 0 1 100000 bench --serve --rate 4

@@ -1131,7 +1131,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   auto policy = MakePolicy(o.policy, o.fairness);
   if (!policy)
     return Status::InvalidArgument("unknown admission policy '" + o.policy +
-                                   "' (fcfs, priority or vtc)");
+                                   "' (fcfs, priority, vtc, lpm or plas)");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<BackendModel> model, BackendModel::Load(o.model));
   Backend& backend = model->backend();
   // The choices left open go to the backend's defaults.

@@ -75,21 +75,69 @@ double VtcPolicy::weight(const std::string& client) const {
   return it == options_.client_weights.end() ? 1.0 : it->second;
 }
 
-double VtcPolicy::program_service(const std::string& program) const {
-  const Account* a = Find(programs_, program);
-  return a ? a->counter : 0.0;
+namespace {
+
+// Drops the idle account at `it` (no sequences left) once `accounts` holds
+// more than `max_idle`.
+template <class Map>
+void ReleaseIdle(Map& accounts, typename Map::iterator it, size_t max_idle) {
+  if (it->second.live <= 0 && accounts.size() > max_idle) accounts.erase(it);
 }
 
-const VtcPolicy::Account* VtcPolicy::Find(const std::unordered_map<std::string, Account>& accounts,
-                                          const std::string& key) {
-  auto it = accounts.find(key);
-  return it == accounts.end() ? nullptr : &it->second;
+}  // namespace
+
+size_t ProgramAccounts::KeyHash::operator()(const Key& k) const {
+  return k.own ? std::hash<RequestId>{}(k.id) * 0x9e3779b97f4a7c15
+               : std::hash<std::string>{}(k.program);
 }
 
-int VtcPolicy::ProgramLevel(double service) const {
-  if (options_.program_quantum <= 0) return 0;
+ProgramAccounts::Key ProgramAccounts::KeyOf(const SeqState& s) const {
+  const bool own = own_ && s.program.empty();
+  return {s.program, own, own ? s.id : 0};
+}
+
+void ProgramAccounts::Join(const SeqState& s) {
+  auto [it, fresh] = accounts_.try_emplace(KeyOf(s));
+  if (fresh) it->second.since = {s.arrival, s.id};
+  ++it->second.live;
+}
+
+void ProgramAccounts::Charge(const SeqState& s, double service) {
+  auto [it, fresh] = accounts_.try_emplace(KeyOf(s));
+  if (fresh) it->second.since = {s.arrival, s.id};
+  it->second.service += service;
+}
+
+void ProgramAccounts::Leave(const SeqState& s) {
+  const Key key = KeyOf(s);
+  auto it = accounts_.find(key);
+  if (it == accounts_.end()) return;
+  --it->second.live;
+  if (key.own && it->second.live <= 0)
+    accounts_.erase(it);
+  else
+    ReleaseIdle(accounts_, it, kMaxIdle);
+}
+
+ProgramAccounts::Standing ProgramAccounts::Of(const SeqState& s) const {
+  auto it = accounts_.find(KeyOf(s));
+  if (it == accounts_.end()) return {0, {s.arrival, s.id}};
+  return {Level(it->second.service), it->second.since};
+}
+
+bool ProgramAccounts::Same(const SeqState& a, const SeqState& b) const {
+  return KeyOf(a) == KeyOf(b);
+}
+
+double ProgramAccounts::service(const std::string& program) const {
+  auto it = accounts_.find(Key{program, false, 0});
+  return it == accounts_.end() ? 0.0 : it->second.service;
+}
+
+int ProgramAccounts::Level(double service) const {
+  if (quantum_ <= 0) return 0;
   int level = 0;
-  for (double edge = options_.program_quantum; service >= edge && level < 60; edge *= 2) ++level;
+  for (double edge = quantum_; service >= edge && level < 60; edge *= 2) ++level;
   return level;
 }
 
@@ -98,18 +146,10 @@ bool VtcPolicy::Before(const SeqState& a, const SeqState& b) const {
   if (a.client != b.client) {
     const double ca = counter(a.client), cb = counter(b.client);
     if (ca != cb) return ca < cb;
-  } else if (a.program != b.program) {
-    // Least attained service in levels, as multilevel feedback queues: a
-    // program at a lower level first; at one level, the program that
-    // started first (so that equal programs finish one after another
-    // rather than all together at the end).
-    const Account* pa = Find(programs_, a.program);
-    const Account* pb = Find(programs_, b.program);
-    const int la = ProgramLevel(pa ? pa->counter : 0), lb = ProgramLevel(pb ? pb->counter : 0);
-    if (la != lb) return la < lb;
-    const std::pair<double, RequestId> sa = pa ? pa->since : std::pair(a.arrival, a.id);
-    const std::pair<double, RequestId> sb = pb ? pb->since : std::pair(b.arrival, b.id);
-    if (sa != sb) return sa < sb;
+  } else if (!programs_.Same(a, b)) {
+    const ProgramAccounts::Standing pa = programs_.Of(a), pb = programs_.Of(b);
+    if (pa.level != pb.level) return pa.level < pb.level;
+    if (pa.since != pb.since) return pa.since < pb.since;
   }
   return UrgencyBefore(a, b);
 }
@@ -118,9 +158,7 @@ void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting)
   Account& a = accounts_[s.client];
   if (s.preemptions == 0) {  // new (a preempted sequence was counted when it came)
     ++a.live;
-    auto [p, fresh] = programs_.try_emplace(s.program);
-    if (fresh) p->second.since = {s.arrival, s.id};
-    ++p->second.live;
+    programs_.Join(s);
   }
   double lowest = std::numeric_limits<double>::infinity();
   for (const SeqState* w : waiting) {
@@ -130,16 +168,12 @@ void VtcPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting)
   if (lowest != std::numeric_limits<double>::infinity()) a.counter = std::max(a.counter, lowest);
 }
 
-void VtcPolicy::Release(std::unordered_map<std::string, Account>& accounts,
-                        const std::string& key) {
-  auto it = accounts.find(key);
-  if (it == accounts.end()) return;
-  if (--it->second.live <= 0 && accounts.size() > kMaxIdleClients) accounts.erase(it);
-}
-
 void VtcPolicy::OnFinish(const SeqState& s) {
-  Release(accounts_, s.client);
-  Release(programs_, s.program);
+  if (auto it = accounts_.find(s.client); it != accounts_.end()) {
+    --it->second.live;
+    ReleaseIdle(accounts_, it, kMaxIdleClients);
+  }
+  programs_.Leave(s);
 }
 
 void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) {
@@ -148,7 +182,43 @@ void VtcPolicy::OnService(const SeqState& s, int prompt_tokens, int cached_token
                          options_.generated_weight * generated;
   if (service == 0) return;
   accounts_[s.client].counter += service / weight(s.client);
-  programs_[s.program].counter += service;
+  programs_.Charge(s, service);
+}
+
+bool LpmPolicy::Before(const SeqState& a, const SeqState& b) const { return ArrivalBefore(a, b); }
+
+SeqState* LpmPolicy::Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const {
+  if (cached.size() != waiting.size()) return AdmissionPolicy::Pick(waiting, cached);
+  size_t best = 0;
+  for (size_t i = 1; i < waiting.size(); ++i)
+    if (cached[i] > cached[best] ||
+        (cached[i] == cached[best] && Before(*waiting[i], *waiting[best])))
+      best = i;
+  return waiting[best];
+}
+
+bool PlasPolicy::Before(const SeqState& a, const SeqState& b) const {
+  if (a.goal != b.goal) return a.goal == GoalClass::kLatency;
+  const ProgramAccounts::Standing pa = programs_.Of(a), pb = programs_.Of(b);
+  if (pa.level != pb.level) return pa.level < pb.level;
+  // A deadline before none (comparing deadlines only where both have one
+  // would not be an order: calls with and without deadlines could go round
+  // in a circle), then the earlier one.
+  if (a.deadline.has_value() != b.deadline.has_value()) return a.deadline.has_value();
+  if (a.deadline && *a.deadline != *b.deadline) return *a.deadline < *b.deadline;
+  if (pa.since != pb.since) return pa.since < pb.since;
+  return ArrivalBefore(a, b);
+}
+
+void PlasPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {
+  if (s.preemptions == 0) programs_.Join(s);  // a preempted sequence joined when it came
+}
+
+void PlasPolicy::OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) {
+  const double service = options_.prompt_weight * prompt_tokens +
+                         options_.cached_weight * cached_tokens +
+                         options_.generated_weight * generated;
+  if (service != 0) programs_.Charge(s, service);
 }
 
 std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy() { return std::make_unique<FcfsPolicy>(); }
@@ -159,6 +229,8 @@ std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name,
   if (name == "fcfs") return MakeFcfsPolicy();
   if (name == "priority") return MakePriorityPolicy();
   if (name == "vtc") return std::make_unique<VtcPolicy>(fairness);
+  if (name == "lpm") return std::make_unique<LpmPolicy>();
+  if (name == "plas") return std::make_unique<PlasPolicy>(fairness);
   return nullptr;
 }
 

@@ -1,6 +1,7 @@
 // Admission and preemption order of the step scheduler, and the accounts a
-// policy keeps of the work it orders: the seam where FCFS, priority and fair
-// sharing (VTC) plug in. A policy orders and hears what happens; the
+// policy keeps of the work it orders: the seam where FCFS, priority, fair
+// sharing (VTC), longest prefix match and program-level least attained
+// service plug in. A policy orders and hears what happens; the
 // scheduler decides what fits.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/engine.h"
 #include "sched/sequence.h"
@@ -53,18 +55,81 @@ std::unique_ptr<AdmissionPolicy> MakeFcfsPolicy();
 // Latency class first, then higher priority, then earlier deadline, then arrival.
 std::unique_ptr<AdmissionPolicy> MakePriorityPolicy();
 
+// The service each program (SeqState::program, a DAG run's calls) has
+// attained so far, unweighted, in levels: the account behind least attained
+// service between programs (Autellix), which vtc applies to the programs of
+// one client and plas to all the programs of the engine. Level 0 below
+// `quantum` of service, then one level per doubling (multilevel feedback
+// queues); at one level, the program that started first (its first call's
+// arrival, then id) goes first, so that equal programs finish one after
+// another rather than all together at the end.
+class ProgramAccounts {
+ public:
+  // `own_program`: a sequence without a program is a program of its own
+  // (plas); otherwise such sequences share the program "" (vtc, where they
+  // are the rest of their client's work).
+  ProgramAccounts(double quantum, bool own_program) : quantum_(quantum), own_(own_program) {}
+  // A new sequence (not a preempted one coming back): its program's account
+  // opens at 0, started by it, unless it is open already.
+  void Join(const SeqState& s);
+  void Charge(const SeqState& s, double service);
+  // `s` leaves for good. The account of a program left without sequences
+  // stays while it may have more calls to come (an agent between calls),
+  // but past kMaxIdle accounts it is dropped as its last sequence leaves, so
+  // that a long-lived server does not keep every program it ever saw; a
+  // program that comes back after that starts again at 0. A program of its
+  // own (no program, under own_program) is dropped at once: nothing can
+  // join it.
+  void Leave(const SeqState& s);
+  struct Standing {
+    int level = 0;
+    std::pair<double, RequestId> since;  // arrival and id of the program's first call
+  };
+  // Where s's program stands now (level 0, started by s, for one never seen).
+  Standing Of(const SeqState& s) const;
+  // Whether `a` and `b` are calls of one program.
+  bool Same(const SeqState& a, const SeqState& b) const;
+  // A named program's service so far (0 for one never seen or dropped).
+  double service(const std::string& program) const;
+  // Open accounts.
+  size_t size() const { return accounts_.size(); }
+  // 0 below one quantum of service, then one level per doubling.
+  int Level(double service) const;
+  static constexpr size_t kMaxIdle = 4096;
+
+ private:
+  struct Key {
+    std::string program;
+    bool own = false;  // a program of its own: the sequence `id`
+    RequestId id = 0;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Account {
+    double service = 0;
+    int live = 0;  // sequences queued or running
+    std::pair<double, RequestId> since;
+  };
+  Key KeyOf(const SeqState& s) const;
+  double quantum_;
+  bool own_;
+  std::unordered_map<Key, Account, KeyHash> accounts_;
+};
+
 // VTC: latency class first (fairness within a class); then the client whose
-// counter (service / weight) is lowest; within a client, the program
-// (SeqState::program) that has received the least service so far, in
-// levels that double from FairnessOptions::program_quantum, and at one
-// level the program that started first (so that one long agent loop does
-// not starve the client's short programs, and equal programs finish one
-// after another); then priority, deadline, arrival as the priority policy. A client whose queue was
-// empty joins at no less than the lowest counter of the clients waiting (the lift rule), so a
-// client back from idle cannot claim the service it did not ask for.
+// counter (service / weight) is lowest; within a client, the program that
+// has received the least service so far (ProgramAccounts, with
+// FairnessOptions::program_quantum; so that one long agent loop does not
+// starve the client's short programs); then priority, deadline, arrival as
+// the priority policy. A client whose queue was empty joins at no less than
+// the lowest counter of the clients waiting (the lift rule), so a client
+// back from idle cannot claim the service it did not ask for.
 class VtcPolicy final : public AdmissionPolicy {
  public:
-  explicit VtcPolicy(FairnessOptions options) : options_(std::move(options)) {}
+  explicit VtcPolicy(FairnessOptions options)
+      : options_(std::move(options)), programs_(options_.program_quantum, false) {}
   const char* name() const override { return "vtc"; }
   bool Before(const SeqState& a, const SeqState& b) const override;
   void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
@@ -84,27 +149,84 @@ class VtcPolicy final : public AdmissionPolicy {
   // pile up in a long-lived server.
   size_t clients() const { return accounts_.size(); }
   // A program's service so far (0 for one never seen).
-  double program_service(const std::string& program) const;
+  double program_service(const std::string& program) const { return programs_.service(program); }
   static constexpr size_t kMaxIdleClients = 4096;
 
  private:
   struct Account {
     double counter = 0;
-    int live = 0;                        // sequences queued or running
-    std::pair<double, RequestId> since;  // programs: the arrival and id of the first call
+    int live = 0;  // sequences queued or running
   };
-  static const Account* Find(const std::unordered_map<std::string, Account>& accounts,
-                             const std::string& key);
-  // 0 below one quantum of service, then one level per doubling.
-  int ProgramLevel(double service) const;
-  // Drops an idle account once there are more than kMaxIdleClients.
-  static void Release(std::unordered_map<std::string, Account>& accounts, const std::string& key);
   FairnessOptions options_;
   std::unordered_map<std::string, Account> accounts_;  // per client
-  std::unordered_map<std::string, Account> programs_;  // per program: service so far, unweighted
+  ProgramAccounts programs_;
 };
 
-// "fcfs", "priority" or "vtc" (with `fairness`); nullptr for an unknown name.
+// Longest prefix match, as SGLang's default schedule policy ("lpm"), which
+// sorts its waiting queue by the length of each request's prefix found in
+// the radix cache so that requests sharing a cached prefix run while it is
+// resident. Pick admits the waiting sequence with the longest cached
+// prefix, ties in arrival order; Before (the preemption order, and Pick's
+// order without cached lengths) is arrival order, as fcfs. Goal classes,
+// priorities and deadlines are not looked at. Left out of SGLang's: its
+// fall back to FCFS when the waiting queue is long (over 128 requests, where
+// matching each one costs too much; here each waiting prompt is probed once
+// a step whatever the queue's length), its in-batch prefix caching (of the
+// waiting requests that share a prefix not yet cached, one goes first and
+// the others wait for it to be cached; the runtime's co-scheduling of
+// calls that share a prefix does that one level up), and its DFS-weight
+// policy (the radix tree walked depth first, subtrees weighted by their
+// waiting requests).
+class LpmPolicy final : public AdmissionPolicy {
+ public:
+  const char* name() const override { return "lpm"; }
+  bool Before(const SeqState& a, const SeqState& b) const override;
+  bool uses_cached() const override { return true; }
+  SeqState* Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const override;
+};
+
+// Program-level least attained service (PLAS; Autellix, Luo et al. 2025,
+// arXiv 2502.13965) across all the programs of the engine: a call's
+// priority is the service its program (SeqState::program; none: the call is
+// a program of its own) has attained so far, so that short programs are not
+// stuck behind long agent loops whatever the order their calls arrive in.
+// Order: latency class first (Braid's goals); then the program's level of
+// attained service (ProgramAccounts with FairnessOptions::program_quantum);
+// within a level a call with a deadline before one without, the earlier
+// deadline first (its slack runs out first); then the program that started
+// first; then arrival and id. Priority is not looked at. Service is counted
+// as vtc counts it (the FairnessOptions weights, not divided by client
+// weights; clients are not looked at either).
+//
+// A running call whose program climbs a level is not preempted for that:
+// waiting calls are admitted into free KV only, and when KV runs out the
+// running call last in this order (as of the step's start) yields, is
+// recomputed without charge and comes back at its program's level. Left
+// out of Autellix: its anti-starvation rule (a call that waited long
+// relative to its service moves to the first level), service measured in
+// execution time rather than tokens, the critical path of a program's DAG
+// (ATLAS), and its locality-aware load balancing between engines.
+class PlasPolicy final : public AdmissionPolicy {
+ public:
+  explicit PlasPolicy(FairnessOptions options)
+      : options_(std::move(options)), programs_(options_.program_quantum, true) {}
+  const char* name() const override { return "plas"; }
+  bool Before(const SeqState& a, const SeqState& b) const override;
+  void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
+  void OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) override;
+  void OnFinish(const SeqState& s) override { programs_.Leave(s); }
+  // A named program's service so far (0 for one never seen or dropped).
+  double program_service(const std::string& program) const { return programs_.service(program); }
+  // Programs with an account (bounded as ProgramAccounts::Leave says).
+  size_t programs() const { return programs_.size(); }
+
+ private:
+  FairnessOptions options_;
+  ProgramAccounts programs_;
+};
+
+// "fcfs", "priority", "vtc" (with `fairness`), "lpm" or "plas" (with
+// `fairness`'s weights and program quantum); nullptr for an unknown name.
 std::unique_ptr<AdmissionPolicy> MakePolicy(const std::string& name,
                                             const FairnessOptions& fairness = {});
 

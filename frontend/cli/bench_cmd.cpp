@@ -79,8 +79,10 @@ const char* kBenchHelp =
     "  --clients LIST  with --rate: requests split between clients in these shares of\n"
     "              the rate (e.g. 1,2; each 1..1000), and each client's service per\n"
     "              window of the run and the largest difference between clients\n"
-    "  --policy P  with --rate: the engine's admission order, fcfs (default), priority\n"
-    "              or vtc (fair sharing between clients, docs/fairness.md)\n"
+    "  --policy P  with --rate: the engine's admission order, fcfs (default), priority,\n"
+    "              vtc (fair sharing between clients), lpm (longest cached prefix\n"
+    "              first) or plas (least attained service per program;\n"
+    "              docs/fairness.md)\n"
     "  --locality-bound S  with --policy vtc: locality within fairness, 0..1e9\n"
     "  --cached-weight W   with --policy vtc: service per cached prompt token, 0..1e6\n";
 

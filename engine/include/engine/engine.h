@@ -23,7 +23,9 @@
 namespace braid {
 
 // The "vtc" admission policy's accounts: virtual token counters per client
-// (GenerationRequest::client; Sheng et al., OSDI'24).
+// (GenerationRequest::client; Sheng et al., OSDI'24). The "plas" policy
+// prices service with the same weights (not client_weights) and levels its
+// programs by program_quantum.
 struct FairnessOptions {
   double prompt_weight = 1.0;     // service per prompt token computed (w_p)
   double generated_weight = 2.0;  // service per token generated (w_q)
@@ -40,9 +42,10 @@ struct FairnessOptions {
   // larger trades fairness (the service gap grows by up to this) for
   // prefix-cache hits.
   double locality_bound = 0;
-  // Programs of one client: least attained service in levels, the first
-  // below this much service, each next one up to twice the last; programs
-  // at one level in the order they started. 0 = one level (start order).
+  // Programs of one client (vtc), or all programs (plas): least attained
+  // service in levels, the first below this much service, each next one up
+  // to twice the last; programs at one level in the order they started.
+  // 0 = one level (start order).
   double program_quantum = 256;
 };
 
@@ -78,8 +81,10 @@ struct EngineOptions {
   // and one that does not continue an expected context may not evict one.
   bool anti_thrash = false;
   int max_waiting = 4096;           // queued requests beyond which Submit refuses
-  // Admission order: "fcfs", "priority" or "vtc" (fair sharing between
-  // clients, with `fairness`).
+  // Admission order: "fcfs", "priority", "vtc" (fair sharing between
+  // clients, with `fairness`), "lpm" (longest cached prefix first, as
+  // SGLang) or "plas" (program-level least attained service across all
+  // programs, as Autellix, with `fairness`); sched/policy.h.
   std::string policy = "priority";
   FairnessOptions fairness;
   // Speculative decoding for every request (off by default): the proposer,

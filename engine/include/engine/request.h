@@ -60,7 +60,8 @@ struct GenerationRequest {
   std::vector<std::vector<int32_t>> score_choices;
   std::string client;  // identity for fair sharing and accounting
   // The program (a DAG run) the call belongs to: under the vtc policy a
-  // client's programs share its turn least-attained-service first.
+  // client's programs share its turn least-attained-service first; under
+  // plas all programs do (empty: the call is a program of its own).
   std::string program;
   // With the suffix proposer: requests of the same non-empty group (the
   // calls of one semantic function) share an index of each other's
