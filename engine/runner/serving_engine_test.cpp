@@ -273,6 +273,61 @@ TEST_CASE("a repeated 1,000-token prefix comes from the cache; salts keep tenant
   CHECK(e.ProbePrefix(prefix, 3) == 0);
 }
 
+// Agent-like turns: each program's second turn extends its first turn's
+// prompt and output, announced with ExpectUse while the "tool" runs, in a
+// pool too small for every context. Under every admission order, eviction
+// order and admission rule, greedy outputs equal one request at a time.
+TEST_CASE("agent serving switches change no greedy output") {
+  if (!HaveModel()) return;
+  struct Setting {
+    const char* policy;
+    const char* evict;
+    bool anti_thrash;
+  };
+  const Setting settings[] = {{"fcfs", "lru", false},      {"priority", "next-use", true},
+                              {"lpm", "lru", false},       {"plas", "next-use", true},
+                              {"plas", "next-use", false}, {"fcfs", "lru", true}};
+  for (const Setting& st : settings) {
+    CAPTURE(st.policy);
+    CAPTURE(st.evict);
+    CAPTURE(st.anti_thrash);
+    EngineOptions o = Options(10 * 16);  // about two contexts at once
+    o.kv_growth_reserve = 0;
+    o.policy = st.policy;
+    o.evict = st.evict;
+    o.anti_thrash = st.anti_thrash;
+    auto engine = Engine::Open(o);
+    REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+    Engine& e = **engine;
+    auto prompts = Prompts(*e.model(), 6);
+    std::vector<std::shared_ptr<RequestHandle>> first = SubmitGreedy(e, prompts, 12);
+    std::vector<std::vector<int32_t>> second;
+    std::vector<uint64_t> hints;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Completion c = first[i]->Wait();
+      CHECK(c.tokens == Alone(*e.model(), prompts[i], 12));
+      std::vector<int32_t> context = prompts[i];
+      context.insert(context.end(), c.tokens.begin(), c.tokens.end());
+      hints.push_back(e.ExpectUse(context, 0, 10.0 * static_cast<double>(i)));
+      std::vector<int32_t> obs = e.model()->TokenizeRaw(" Observation: it rained.");
+      context.insert(context.end(), obs.begin(), obs.end());
+      second.push_back(std::move(context));
+    }
+    std::vector<std::shared_ptr<RequestHandle>> turns = SubmitGreedy(e, second, 10);
+    for (size_t i = 0; i < second.size(); ++i) {
+      CAPTURE(i);
+      CHECK(turns[i]->Wait().tokens == Alone(*e.model(), second[i], 10));
+    }
+    for (uint64_t h : hints) e.ForgetUse(h);
+    EngineStats s = e.stats();
+    MESSAGE(std::string(st.policy) + " " + st.evict + (st.anti_thrash ? " anti-thrash" : "")
+            << ": " << s.preemptions << " preemptions, " << s.cached_prompt_tokens
+            << " cached prompt tokens");
+    CHECK(s.running == 0);
+    CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+  }
+}
+
 TEST_CASE("cancel frees the request's blocks at once") {
   if (!HaveModel()) return;
   auto engine = Engine::Open(Options(4096));
