@@ -320,9 +320,10 @@ TEST_CASE("agent serving switches change no greedy output") {
     }
     for (uint64_t h : hints) e.ForgetUse(h);
     EngineStats s = e.stats();
-    MESSAGE(std::string(st.policy) + " " + st.evict + (st.anti_thrash ? " anti-thrash" : "")
-            << ": " << s.preemptions << " preemptions, " << s.cached_prompt_tokens
-            << " cached prompt tokens");
+    const std::string name =
+        std::string(st.policy) + " " + st.evict + (st.anti_thrash ? " anti-thrash" : "");
+    MESSAGE(name << ": " << s.preemptions << " preemptions, " << s.cached_prompt_tokens
+                 << " cached prompt tokens");
     CHECK(s.running == 0);
     CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
   }
