@@ -1,9 +1,9 @@
 -- A coding agent: a long system prompt (the same text for every program of
 -- a group, as one product's agents share theirs), the files it works on,
 -- then turns of an edit proposal followed by a test run (braid.sleep stands
--- for it) whose output is appended. Like react.lua each prompt extends the
--- previous prompt and output, and programs of one group share the system
--- prompt as a prefix.
+-- for it) whose output is appended, and a summary of the change at the end.
+-- Like react.lua each prompt extends the previous prompt and output, and
+-- programs of one group share the system prompt as a prefix.
 --   braid run apps/agents/coding.lua "$(cat apps/agents/examples/coding.json)"
 -- The argument is one JSON object (apps/agents/README.md):
 --   {"system": "...", "task": "...", "max_tokens": 32,
@@ -15,6 +15,7 @@ return function(spec_json)
   assert(n >= 1, "max_tokens must be a positive integer")
   local gen = "max_tokens=" .. n .. " min_tokens=" .. n   -- exactly n tokens (see react.lua)
   local edit = braid.fn { name = "coding.edit", prompt = "{{context}}\nProposed edit:{{gen edit " .. gen .. "}}" }
+  local summary = braid.fn { name = "coding.summary", prompt = "{{context}}\nSummary of the change:{{gen summary " .. gen .. "}}" }
 
   local parts = { spec.system, "" }
   for _, file in ipairs(spec.files or {}) do
@@ -27,5 +28,6 @@ return function(spec_json)
     braid.sleep(turn.tool_seconds or 0)                 -- apply the edit and run the tests
     context = context .. "\nProposed edit:" .. proposal .. "\nTest output:\n" .. turn.observation
   end
-  return { turns = #spec.turns, context_chars = #context }
+  local done = summary{ context = context }.summary:get()
+  return { turns = #spec.turns, context_chars = #context, summary_chars = #done }
 end
