@@ -221,8 +221,8 @@ def coding_program(i, rng, words, opts, group_system):
 
 
 def coding_system(g, rng, words, opts):
-    """A group's shared system prompt: about a third of the smallest context."""
-    tokens = round(0.35 * opts.context[0])
+    """A group's shared system prompt: a quarter of the mean final context."""
+    tokens = round(0.25 * (opts.context[0] + opts.context[1]) / 2)
     lines = [f"You are the coding assistant of team {g}. Follow these rules in every edit:"]
     left = tokens - est_tokens(lines[0])
     while left > 0:
