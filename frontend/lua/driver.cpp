@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -295,6 +296,14 @@ void Driver::BlockOnVar(rt::VarId var, bool wanted) {
   c.wanted = wanted;
 }
 
+void Driver::BlockOnSleep(double seconds) {
+  Coroutine& c = current();
+  c.status = CoStatus::kSleep;
+  c.wake_at = std::chrono::steady_clock::now() +
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(seconds));
+}
+
 void Driver::BlockOnJoin(int target) {
   Coroutine& c = current();
   c.status = CoStatus::kWaitJoin;
@@ -497,24 +506,43 @@ void Driver::Step(int id) {
 }
 
 Status Driver::WaitForProgress() {
+  using Clock = std::chrono::steady_clock;
   std::vector<rt::VarId> vars;
-  for (const auto& c : coros_)
+  bool sleeping = false;
+  Clock::time_point wake = Clock::time_point::max();
+  for (const auto& c : coros_) {
     if (c->status == CoStatus::kWaitVar) vars.push_back(c->var);
+    if (c->status == CoStatus::kSleep) {
+      sleeping = true;
+      wake = std::min(wake, c->wake_at);
+    }
+  }
+  // At most poll_ms, and no later than the first sleeper's time.
+  int timeout_ms = options_.poll_ms;
+  if (sleeping) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    timeout_ms = static_cast<int>(std::clamp<decltype(left)>(left, 0, options_.poll_ms));
+  }
   // Someone must wait for a variable the runtime will produce by itself;
   // a variable only the program sets (braid.map's output) is produced once
   // the coroutine setting it can go on.
   if (run_.AnySettles(vars)) {
     Waiting waiting(state_);  // waiting for the model: not the script's time
-    run_.WaitAny(vars, options_.poll_ms);
+    run_.WaitAny(vars, timeout_ms);
+  } else if (sleeping && timeout_ms > 0) {
+    Waiting waiting(state_);  // a sleep stands for a tool's time: not the script's either
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
   }
   bool woke = false;
+  const Clock::time_point now = Clock::now();
   for (const auto& c : coros_) {
-    if (c->status == CoStatus::kWaitVar && run_.state(c->var) != rt::VarState::kPending) {
+    if ((c->status == CoStatus::kWaitVar && run_.state(c->var) != rt::VarState::kPending) ||
+        (c->status == CoStatus::kSleep && c->wake_at <= now)) {
       Wake(*c);
       woke = true;
     }
   }
-  if (!woke && !run_.AnySettles(vars)) {
+  if (!woke && !sleeping && !run_.AnySettles(vars)) {
     std::string who;
     for (const auto& c : coros_)
       if (c->status == CoStatus::kWaitJoin || c->status == CoStatus::kWaitVar)
@@ -569,6 +597,7 @@ void Driver::FinishLeftovers() {
     if (c->status == CoStatus::kWaitVar) names += " (awaiting " + VarName(c->var) + ")";
     if (c->status == CoStatus::kWaitJoin)
       names += " (joining " + coros_[c->join_target]->path + ")";
+    if (c->status == CoStatus::kSleep) names += " (in braid.sleep)";
   }
   for (const auto& n : run_.Outstanding())
     names += (names.empty() ? "" : ", ") + n.label + "#" + std::to_string(n.id);

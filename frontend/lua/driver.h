@@ -5,6 +5,8 @@
 // driver; when every live coroutine is blocked, the driver sleeps in
 // Run::WaitAny on the union of the variables they wait for and resumes those
 // whose variables changed. Every get first calls Run::Want with its goal.
+// braid.sleep blocks its coroutine the same way, until a time: the driver's
+// wait ends by then, and the others run meanwhile.
 //
 // The program ends when its main function returns and the work it leaves
 // (coroutines still running, calls that will still run) is finished or,
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -43,7 +46,8 @@ struct DriverOptions {
   // program stops at its next instruction or wait, the run is cancelled and
   // RunProgram returns kCancelled.
   const std::atomic<bool>* interrupt = nullptr;
-  // Longest single sleep in WaitAny, so interrupts are noticed.
+  // Longest single sleep in WaitAny (or in a braid.sleep), so interrupts
+  // are noticed.
   int poll_ms = 200;
   // braid.read(path) may read: files named exactly by a program argument
   // (the user granted them on the command line) and relative paths without
@@ -97,7 +101,7 @@ Status CheckSyntax(const std::string& chunkname, const std::string& source,
 
 class Driver {
  public:
-  enum class CoStatus { kRunnable, kWaitVar, kWaitJoin, kDone, kFailed };
+  enum class CoStatus { kRunnable, kWaitVar, kWaitJoin, kSleep, kDone, kFailed };
   struct Coroutine {
     int id = 0;
     std::string path;
@@ -111,6 +115,7 @@ class Driver {
     rt::VarId var = 0;       // kWaitVar
     bool wanted = false;     // kWaitVar: did the waiter call Want?
     int join_target = -1;    // kWaitJoin
+    std::chrono::steady_clock::time_point wake_at;  // kSleep
     std::vector<int> joiners;
     int nresults = 0;        // kDone: how many results
     int results_ref = 0;     // kDone: registry reference of the results' list
@@ -163,6 +168,9 @@ class Driver {
   // LuaState::HostYieldTag().
   void BlockOnVar(rt::VarId var, bool wanted);
   void BlockOnJoin(int target);
+  // Blocks the current coroutine for `seconds` (braid.sleep); the caller
+  // then yields as above.
+  void BlockOnSleep(double seconds);
 
   // braid.read: the file's contents under the policy of DriverOptions::script_dir.
   Result<std::string> ReadFile(const std::string& path) const;
@@ -218,7 +226,9 @@ class Driver {
   bool KeepResults(Coroutine& c, int nres);
   std::string ErrorWithTraceback(lua_State* co, int status);
   void Wake(Coroutine& c);
-  // Sleeps until a waiting coroutine can go on; an error when none ever can.
+  // Sleeps until a waiting coroutine can go on (a variable it waits for
+  // settled, or its braid.sleep is over), at most DriverOptions::poll_ms;
+  // an error when none ever can.
   Status WaitForProgress();
   // The work left when main returned (DriverOptions::on_return).
   void FinishLeftovers();

@@ -7,12 +7,15 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lua/fake_run.h"
@@ -455,6 +458,74 @@ TEST_CASE("interrupt stops a program") {
   o.interrupt = &flag;
   FakeRun run;
   auto r = RunLua(run, "while true do end", {}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kCancelled);
+}
+
+TEST_CASE("braid.sleep is not Lua time, and other coroutines run while one sleeps") {
+  // Each sleep is longer than the whole time limit; the Lua code itself
+  // stays far below it. Sleeps in main, in a spawned coroutine and in a
+  // coroutine the script made itself (the yield passes through it).
+  DriverOptions o;
+  o.limits.cpu_seconds = 0.2;
+  std::map<std::string, std::string> store;
+  FakeRun run(&store);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunLua(run, R"lua(
+local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
+local h = braid.spawn(function() braid.sleep(0.3) return "spawned" end)
+local v = f{ x = "a" }.y:get()
+braid.sleep(0.3)
+coroutine.wrap(function() braid.sleep(0.3) end)()
+braid.sleep(0)
+return v .. " " .. h:join()
+)lua",
+                  {}, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_MESSAGE(r.ok(), Text(r));
+  CHECK(r->text == "y[a] spawned");
+  CHECK(secs >= 0.6);  // main's two sleeps, one after the other
+  // The time each sleep ends is recorded for a resume (a zero sleep records nothing).
+  CHECK(store.count("main:braid.sleep#0") == 1);
+  CHECK(store.count("main:braid.sleep#1") == 1);
+  CHECK(store.count("main:braid.sleep#2") == 0);
+  CHECK(store.count("main/1:braid.sleep#0") == 1);
+}
+
+TEST_CASE("braid.sleep refuses what is not a number of seconds from 0 to 3600") {
+  const char* const prefix =
+      "app.lua:1: braid.sleep: seconds must be a number from 0 to 3600, got ";
+  const std::pair<const char*, std::string> cases[] = {
+      {"braid.sleep(-1)", "-1"},         {"braid.sleep(3601)", "3601"},
+      {"braid.sleep('soon')", "'soon'"}, {"braid.sleep()", "nil"},
+      {"braid.sleep(math.huge)", "inf"}, {"braid.sleep({})", "table: "},
+  };
+  for (const auto& [code, got] : cases) {
+    CAPTURE(code);
+    FakeRun run;
+    auto r = RunLua(run, code);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().rfind(prefix + got, 0) == 0);
+  }
+  FakeRun run;
+  CHECK(Text(RunLua(run, "braid.sleep('0.01') braid.sleep(3600 - 3600) return 'ok'")) == "ok");
+  FakeRun run2;
+  auto e = RunLua(run2, "table.sort({ 2, 1 }, function(a, b) braid.sleep(1) return a < b end)");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("braid.sleep: cannot wait here") != std::string::npos);
+}
+
+TEST_CASE("an interrupt ends a braid.sleep") {
+  std::atomic<bool> flag{false};
+  DriverOptions o;
+  o.interrupt = &flag;
+  FakeRun run;
+  std::thread stopper([&flag] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    flag = true;
+  });
+  auto r = RunLua(run, "braid.sleep(600)\nreturn 'slept'", {}, o);
+  stopper.join();
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kCancelled);
 }

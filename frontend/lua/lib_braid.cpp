@@ -939,6 +939,48 @@ int LuaNow(lua_State* L) {
   });
 }
 
+// The longest braid.sleep: a tool that takes longer than an hour is better
+// given a deadline of its own than a sleep.
+constexpr double kMaxSleepSeconds = 3600;
+
+int SleepK(lua_State*, int, lua_KContext) { return 0; }
+
+// braid.sleep(seconds): blocks the calling coroutine for `seconds` of wall
+// time, standing for a tool that takes time (an API call, a test run); the
+// program's other coroutines run meanwhile. The driver does the waiting
+// (Driver::BlockOnSleep), so it is not the script's time (--lua-seconds)
+// and an interrupt or a cancel ends it within DriverOptions::poll_ms. The
+// time it ends is replayed on resume: a resumed run does not sleep again
+// through the sleeps the first attempt finished.
+int LuaSleep(lua_State* L) {
+  lua_settop(L, 1);  // no argument reads as nil
+  int isnum = 0;
+  const double seconds = lua_tonumberx(L, 1, &isnum);
+  if (!isnum || !(seconds >= 0 && seconds <= kMaxSleepSeconds)) {
+    const bool text = lua_type(L, 1) == LUA_TSTRING;
+    return luaL_error(L, "braid.sleep: seconds must be a number from 0 to %d, got %s%s%s",
+                      static_cast<int>(kMaxSleepSeconds), text ? "'" : "",
+                      luaL_tolstring(L, 1, nullptr), text ? "'" : "");
+  }
+  CheckYieldable(L, "braid.sleep");
+  const int r = HostCall(L, [L, seconds]() {
+    if (seconds == 0) return 0;
+    Driver* d = Driver::From(L);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", now + seconds);
+    const std::string until = d->run().Replayable(d->NextReplayKey("braid.sleep"), buf);
+    const double left = std::min(seconds, std::strtod(until.c_str(), nullptr) - now);
+    if (!(left > 0)) return 0;
+    d->BlockOnSleep(left);
+    return kYield;
+  });
+  if (r != kYield) return r;
+  lua_pushlightuserdata(L, LuaState::HostYieldTag());
+  return lua_yieldk(L, 1, 0, SleepK);
+}
+
 int LuaOsClock(lua_State* L) {
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
@@ -1054,7 +1096,7 @@ return main_body, map_body, repl_body
 
 const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join", LuaJoin},
                                 {"map", LuaMap},  {"chunks", LuaChunks}, {"read", LuaRead},
-                                {"now", LuaNow},  {nullptr, nullptr}};
+                                {"now", LuaNow},  {"sleep", LuaSleep},   {nullptr, nullptr}};
 
 const luaL_Reg kVarMethods[] = {
     {"get", LuaVarGet}, {"state", LuaVarState}, {"scores", LuaVarScores}, {nullptr, nullptr}};

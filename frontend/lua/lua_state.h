@@ -16,7 +16,7 @@
 //    script: Lua code, the C functions it calls (braid's host calls that
 //    build calls and copy their inputs included) and the host's own work
 //    between them; only the time it spends blocked waiting for the model
-//    (BeginWait/EndWait) is left out. The clock runs within slices
+//    or in braid.sleep (BeginWait/EndWait) is left out. The clock runs within slices
 //    (BeginSlice/EndSlice) and between BeginWork and EndWork. The count
 //    hook checks it, and so do every host call (AtHostCall), every resume
 //    of a coroutine by the host (CheckLimitsNow) and every allocation of
