@@ -78,7 +78,7 @@ const char* kServeHelp =
     "                          limit)\n"
     "      --memory-mb N       bytes live programs, DAGs and sessions may hold together\n"
     "                          (their Lua heaps, values and results), 0..16777216 (default 0:\n"
-    "                          40% of the memory available at start); beyond: 429, or 413\n"
+    "                          40%% of the memory available at start); beyond: 429, or 413\n"
     "                          for a submission that could never fit\n"
     "      --client-memory-mb N  the same cap per client, 0..16777216 (default 0: half of\n"
     "                          --memory-mb with API keys, all of it without)\n";
