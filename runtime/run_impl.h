@@ -103,12 +103,12 @@ class RunImpl final : public Run, public Pumpable {
     // Tokens streamed so far (the engine's callback counts them; Nodes reads
     // them for running nodes, before the completion's usage arrives).
     std::shared_ptr<std::atomic<int>> live_tokens = std::make_shared<std::atomic<int>>(0);
-    // Kept contexts this request extends: their pins and expectations, on
-    // their engines, are released once it is admitted (it then holds the
-    // prefix itself).
+    // Kept contexts this request extends: their expectations (held when
+    // pinning), on their engines, are released once it is admitted (it then
+    // holds the prefix itself).
     struct Hold {
       int engine = 0;
-      uint64_t pin = 0, hint = 0;
+      uint64_t hint = 0;  // Engine::ExpectUse
     };
     std::vector<Hold> holds;
   };

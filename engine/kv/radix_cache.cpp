@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -53,7 +54,9 @@ struct RadixCache::Impl {
   struct Hint {
     Node* node = nullptr;  // where its path ends
     double when = 0;
+    bool held = false;  // locks its path (a held node is never evicted, so never moves)
   };
+  int holds = 0;
   std::unordered_map<HintId, Hint> hints;
   const EvictOrder order;
   uint64_t clock = 0;                       // logical time: +1 per operation
@@ -436,16 +439,20 @@ LockId RadixCache::Pin(uint64_t salt, std::span<const int32_t> tokens) {
   return lock;
 }
 
-HintId RadixCache::Expect(uint64_t salt, std::span<const int32_t> tokens, double when) {
+HintId RadixCache::Expect(uint64_t salt, std::span<const int32_t> tokens, double when, bool hold) {
   Impl& im = *impl_;
   ++im.clock;
   std::vector<BlockId> blocks;
   Node* end = im.MatchPath(salt, tokens, &blocks);
   if (end == nullptr) return 0;
   const HintId id = im.next_hint++;
-  im.hints.emplace(id, Impl::Hint{end, when});
+  im.hints.emplace(id, Impl::Hint{end, when, hold});
   end->hints.push_back(id);
   im.HintPath(end, +1);
+  if (hold) {
+    im.LockPath(end);
+    ++im.holds;
+  }
   return id;
 }
 
@@ -454,9 +461,31 @@ void RadixCache::Forget(HintId hint) {
   auto it = im.hints.find(hint);
   if (it == im.hints.end()) return;
   Node* n = it->second.node;
+  const bool held = it->second.held;
   im.hints.erase(it);
   n->hints.erase(std::find(n->hints.begin(), n->hints.end(), hint));
+  if (held) {
+    im.UnlockPath(n);
+    --im.holds;
+  }
   im.HintPath(n, -1);
+}
+
+int RadixCache::Unhold(int blocks) {
+  Impl& im = *impl_;
+  std::vector<std::pair<double, HintId>> held;
+  for (const auto& [id, h] : im.hints)
+    if (h.held) held.emplace_back(h.when, id);
+  std::sort(held.begin(), held.end(), std::greater<>());  // furthest first
+  const int before = im.unlocked_blocks;
+  for (const auto& [when, id] : held) {
+    if (im.unlocked_blocks - before >= blocks) break;
+    Impl::Hint& h = im.hints.at(id);
+    h.held = false;
+    --im.holds;
+    im.UnlockPath(h.node);
+  }
+  return im.unlocked_blocks - before;
 }
 
 int RadixCache::Evict(int n) {
@@ -475,6 +504,7 @@ RadixStats RadixCache::stats() const {
   s.locks = static_cast<int>(impl_->locks.size());
   s.unexpected_blocks = impl_->open_blocks;
   s.hints = static_cast<int>(impl_->hints.size());
+  s.holds = impl_->holds;
   return s;
 }
 
@@ -492,8 +522,13 @@ Status RadixCache::CheckInvariants() const {
     if (id == 0 || id >= im.next_lock) return Status::Internal("lock id out of range");
     for (const Node* p = n; p->parent != nullptr; p = p->parent) ++want_locks[p];
   }
+  int held = 0;
   for (const auto& [id, h] : im.hints) {
     if (id == 0 || id >= im.next_hint) return Status::Internal("hint id out of range");
+    if (h.held) {
+      ++held;
+      for (const Node* p = h.node; p->parent != nullptr; p = p->parent) ++want_locks[p];
+    }
     if (std::find(h.node->hints.begin(), h.node->hints.end(), id) == h.node->hints.end())
       return Status::Internal("an expectation is missing from its node's list");
     for (const Node* p = h.node; p->parent != nullptr; p = p->parent) ++want_hints[p];
@@ -569,6 +604,7 @@ Status RadixCache::CheckInvariants() const {
   if (cached != im.cached_blocks) return Status::Internal("cached_blocks counter is off");
   if (unlocked != im.unlocked_blocks) return Status::Internal("evictable_blocks counter is off");
   if (open != im.open_blocks) return Status::Internal("unexpected_blocks counter is off");
+  if (held != im.holds) return Status::Internal("holds counter is off");
   if (listed_hints != static_cast<int>(im.hints.size()))
     return Status::Internal("nodes list expectations that are not live");
   return Status::Ok();

@@ -54,6 +54,7 @@ struct RadixStats {
   // what eviction can take without touching a prefix someone will read again.
   int unexpected_blocks = 0;
   int hints = 0;  // live expectations
+  int holds = 0;  // of those, held (locking their path)
 };
 
 class RadixCache {
@@ -95,9 +96,16 @@ class RadixCache {
   // counts. When eviction shortens the path, the expectation stays on what
   // is left of it. Marks the path as used now. Returns 0 when nothing of
   // `tokens` is cached.
-  HintId Expect(uint64_t salt, std::span<const int32_t> tokens, double when);
-  // Drops an expectation; an id already dropped, or 0, is ignored.
+  //
+  // With `hold`, the expectation also locks its path, as a pin does, until
+  // Forget or Unhold: a pin the engine may break when it needs the room.
+  HintId Expect(uint64_t salt, std::span<const int32_t> tokens, double when, bool hold = false);
+  // Drops an expectation (and its hold); an id already dropped, or 0, is ignored.
   void Forget(HintId hint);
+  // Breaks holds, the one expected furthest in the future first, until
+  // `blocks` more blocks are evictable or no hold is left; the expectations
+  // stay, unheld. Returns how many blocks became evictable.
+  int Unhold(int blocks);
 
   // Evicts unlocked leaves in the cache's order (EvictOrder) until `n` blocks went
   // back to the pool's free list or nothing evictable is left. Returns the

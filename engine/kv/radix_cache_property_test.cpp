@@ -89,6 +89,8 @@ class Simulation {
       Expect();
     } else if (op < 93) {
       Forget();
+    } else if (op < 94) {
+      cache_.Unhold(Uniform(1, 8));
     } else {
       EvictSome(Uniform(1, 10));
     }
@@ -373,7 +375,7 @@ class Simulation {
       tokens = s.tokens;
     }
     const bool cached = !cache_.Lookup(salt, tokens).blocks.empty();
-    HintId id = cache_.Expect(salt, tokens, Uniform(0, 1000));
+    HintId id = cache_.Expect(salt, tokens, Uniform(0, 1000), /*hold=*/Uniform(0, 1) == 1);
     CHECK((id == 0) == !cached);
     if (id != 0) {
       ++n_.hints;

@@ -527,5 +527,28 @@ TEST_CASE("a locked expected path is not evicted; the lock and the hint count ap
   CheckTree(cache);
 }
 
+TEST_CASE("a held expectation is a pin that Unhold breaks, furthest expected first") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kNextUse);
+  ThreePrompts p(cache, pool);
+  HintId ha = cache.Expect(1, p.a, 50.0, /*hold=*/true);
+  HintId hb = cache.Expect(1, p.b, 500.0, /*hold=*/true);
+  CHECK(cache.stats().holds == 2);
+  CHECK(cache.stats().evictable_blocks == 2);  // c only
+  CHECK(cache.Evict(16) == 2);
+  CHECK(Left(cache, p) == "ab");
+  CHECK(cache.Unhold(1) == 2);  // b: expected furthest; its two blocks
+  CHECK(cache.stats().holds == 1);
+  CHECK(cache.stats().hints == 2);  // the expectation stays
+  CHECK(cache.Evict(16) == 2);
+  CHECK(Left(cache, p) == "a");
+  CheckTree(cache);
+  cache.Forget(ha);  // releases the hold with the expectation
+  CHECK(cache.stats().holds == 0);
+  CHECK(cache.stats().evictable_blocks == 2);
+  cache.Forget(hb);
+  CheckTree(cache);
+}
+
 }  // namespace
 }  // namespace braid::kv

@@ -542,10 +542,11 @@ class ServingEngine final : public Engine {
     std::lock_guard<std::mutex> lock(kv_mu_);
     if (pin) cache_.Unpin(pin);
   }
-  uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms) override {
+  uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms,
+                     bool hold) override {
     const double when = Ms(origin_, Clock::now()) + std::max(0.0, in_ms);
     std::lock_guard<std::mutex> lock(kv_mu_);
-    return cache_.Expect(salt, tokens, when);
+    return cache_.Expect(salt, tokens, when, hold);
   }
   void ForgetUse(uint64_t id) override {
     std::lock_guard<std::mutex> lock(kv_mu_);

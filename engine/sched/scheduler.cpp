@@ -137,15 +137,25 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   // Enough free (or evictable) blocks for this chunk, and for what the
   // running sequences and this one will still take?
   const int need = BlocksFor(match.tokens + n) - static_cast<int>(match.blocks.size());
-  if (growth_ratio_ > 0 && !running_.empty()) {
-    const int own = std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
-                                    BlocksFor(match.tokens + n));
-    int available = pool_.num_free() + Evictable();
-    if (config_.anti_thrash && !match.expected) available -= ExpectedBlocks();
-    if (available < need + reserve + own) {
-      if (lock) cache_.Unlock(lock);
-      return false;
-    }
+  const bool reserving = growth_ratio_ > 0 && !running_.empty();
+  const int own =
+      reserving ? std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
+                                  BlocksFor(match.tokens + n))
+                : 0;
+  const int want = need + (reserving ? reserve + own : 0);
+  auto available = [&] {
+    int a = pool_.num_free() + Evictable();
+    if (config_.anti_thrash && !match.expected) a -= ExpectedBlocks();
+    return a;
+  };
+  // Contexts held for programs in a tool call (RadixCache::Expect with a
+  // hold) give way, furthest expected first, to the first waiting sequence
+  // when nothing runs (else nothing ever would), and to a sequence whose
+  // own program is back (a context in use now beats one expected later).
+  if (available() < want && (running_.empty() || match.expected)) cache_.Unhold(want - available());
+  if (reserving && available() < want) {
+    if (lock) cache_.Unlock(lock);
+    return false;
   }
   if (pool_.num_free() < need) cache_.Evict(need - pool_.num_free());
   if (pool_.num_free() < need) {

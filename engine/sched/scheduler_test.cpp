@@ -265,6 +265,34 @@ TEST_CASE("anti-thrashing admission keeps expected contexts from new work") {
   CHECK(kept_cached == 128);
 }
 
+TEST_CASE("held contexts give way when nothing else could run") {
+  // Two programs' contexts are held (their tools run) and fill the pool; a
+  // new call arrives while nothing runs: the hold expected furthest breaks.
+  for (bool anti_thrash : {false, true}) {
+    CAPTURE(anti_thrash);
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = 512;
+    cfg.anti_thrash = anti_thrash;
+    Sim sim(16, "fcfs", cfg);
+    std::vector<std::vector<int32_t>> contexts;
+    for (int i = 0; i < 2; ++i) {
+      SeqState* turn = sim.Submit(128, 1);
+      while (turn->status != SeqStatus::kFinished) sim.Step();
+      contexts.emplace_back(turn->tokens.begin(), turn->tokens.begin() + 128);
+    }
+    const kv::HintId soon = sim.cache.Expect(0, contexts[0], 10.0, /*hold=*/true);
+    const kv::HintId late = sim.cache.Expect(0, contexts[1], 900.0, /*hold=*/true);
+    REQUIRE(sim.cache.stats().holds == 2);
+    SeqState* fresh = sim.Submit(64, 8);
+    for (int i = 0; i < 400 && !sim.Idle(); ++i) sim.Step();
+    CHECK(fresh->status == SeqStatus::kFinished);
+    CHECK(sim.cache.stats().holds == 1);
+    CHECK(sim.cache.Probe(0, contexts[0]) == 128);  // the one expected sooner stays
+    sim.cache.Forget(soon);
+    sim.cache.Forget(late);
+  }
+}
+
 TEST_CASE("chunked prefill respects the budget and decodes keep running") {
   SchedulerConfig cfg;
   cfg.max_batch_tokens = 32;

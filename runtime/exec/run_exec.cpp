@@ -143,8 +143,9 @@ void RunImpl::Keep(NodeId n, int engine, std::vector<int32_t> context) {
   k.hold.engine = engine;
   if (advice.keep) {
     k.expires = k.finished + std::chrono::microseconds(static_cast<int64_t>(advice.ttl_ms * 1000));
-    if (ctx_->retention.pin) k.hold.pin = e->Pin(context, 0);
-    if (ctx_->retention.expect) k.hold.hint = e->ExpectUse(context, 0, advice.expected_ms);
+    // One expectation, held when pinning: a pin the engine may break when
+    // it needs the room (Engine::ExpectUse).
+    k.hold.hint = e->ExpectUse(context, 0, advice.expected_ms, ctx_->retention.pin);
   }
   k.tokens = std::move(context);
   if (kept_.size() >= kMaxKept) {
@@ -167,23 +168,22 @@ void RunImpl::MatchKept(const std::vector<int32_t>& prompt, Flight* f) {
     if (common < kShareMinTokens || 2 * common < k.tokens.size()) continue;
     k.extended = true;
     ctx_->gaps->Extended(k.fn, MsBetween(k.finished, now));
-    if (k.hold.pin || k.hold.hint) f->holds.push_back(k.hold);
-    k.hold.pin = k.hold.hint = 0;
+    if (k.hold.hint) f->holds.push_back(k.hold);
+    k.hold.hint = 0;
   }
 }
 
 void RunImpl::Release(const Flight::Hold& hold) {
   Engine* e = ctx_->engines[static_cast<size_t>(hold.engine)].engine;
-  if (hold.pin) e->Unpin(hold.pin);
   if (hold.hint) e->ForgetUse(hold.hint);
 }
 
 void RunImpl::ExpireKept(Clock::time_point now, std::optional<Clock::time_point>* next) {
   for (Kept& k : kept_) {
-    if (!k.hold.pin && !k.hold.hint) continue;
+    if (!k.hold.hint) continue;
     if (k.expires <= now) {
       Release(k.hold);
-      k.hold.pin = k.hold.hint = 0;
+      k.hold.hint = 0;
     } else if (!*next || k.expires < **next) {
       *next = k.expires;
     }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -218,6 +219,25 @@ class FakeEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     if (pin) --pins_active_;
   }
+  // A held expectation counts as a pin; plain ones are only counted.
+  uint64_t ExpectUse(const std::vector<int32_t>&, uint64_t, double, bool hold) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++expectations_;
+    if (hold) {
+      ++pins_active_;
+      ++pins_total_;
+      held_ids_.insert(next_pin_ + 1);
+    }
+    return ++next_pin_;
+  }
+  void ForgetUse(uint64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_ids_.erase(id)) --pins_active_;
+  }
+  int expectations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return expectations_;
+  }
   EngineStats stats() const override { return {}; }
   Model* model() override { return remote ? nullptr : &model_; }
   bool alive() const override { return !dead; }
@@ -255,7 +275,8 @@ class FakeEngine final : public Engine {
   std::vector<std::vector<int32_t>> seen_;
   std::vector<std::function<void()>> held_;
   uint64_t next_id_ = 0, next_pin_ = 0;
-  int pins_active_ = 0, pins_total_ = 0;
+  int pins_active_ = 0, pins_total_ = 0, expectations_ = 0;
+  std::set<uint64_t> held_ids_;
 };
 
 class MemoryStore final : public RunStore {

@@ -190,9 +190,14 @@ class Engine {
   // `tokens` again in about `in_ms` (an agent's context while its tool
   // runs). It keeps nothing resident: with EngineOptions::evict "next-use"
   // it orders eviction, and anti-thrashing admission keeps new work off it.
+  // With `hold`, it is also kept resident until ForgetUse, as by Pin, except
+  // that the engine breaks the hold when it needs the room: for the first
+  // waiting request while nothing runs, and for a request that continues an
+  // expected context (holds expected furthest in the future first).
   // Returns an id for ForgetUse; 0 when nothing of it is cached (or the
   // engine keeps no cache).
-  virtual uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms) {
+  virtual uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms,
+                             bool hold = false) {
     return 0;
   }
   virtual void ForgetUse(uint64_t id) {}
