@@ -339,3 +339,52 @@ TEST_CASE("e2e: select: the space where prompt and choice meet is tokenized as o
     CHECK(std::isfinite((*uncond)[i].second));
   }
 }
+
+// An agent-like loop of three turns, each extending the last turn's prompt
+// and output: with contexts kept (held and expected, on an engine that
+// evicts by next use and admits against thrashing) the greedy outputs are
+// those of the plain engine and runtime, and the later turns find their
+// context cached.
+TEST_CASE("e2e: kept contexts change no output; later turns hit the cache") {
+  auto loop = [](bool keep, std::vector<int>* cached) {
+    if (!std::filesystem::exists(BRAID_MODEL_PATH)) return std::vector<std::string>{};
+    EngineOptions o;
+    o.model.path = BRAID_MODEL_PATH;
+    o.model.threads = 1;
+    o.kv_tokens = 4096;
+    o.evict = keep ? "next-use" : "lru";
+    o.anti_thrash = keep;
+    auto e = Engine::Open(o);
+    REQUIRE_MESSAGE(e.ok(), e.status().message());
+    RuntimeOptions ro;
+    ro.engines = {e->get()};
+    ro.retention.pin = keep;
+    ro.retention.expect = keep;
+    auto rt = Runtime::Open(ro);
+    REQUIRE(rt.ok());
+    auto run = (*rt)->StartRun({});
+    REQUIRE(run.ok());
+    auto fn = SemanticFunction::Parse(
+        {"turn", "You answer with one short step.", "{{t}}\nStep: {{gen s max_tokens=8}}"});
+    REQUIRE(fn.ok());
+    std::string transcript = "Task: plan a picnic by the river.";
+    std::vector<std::string> outputs;
+    for (int i = 0; i < 3; ++i) {
+      auto out = (*run)->Call(**fn, {{"t", Arg::Text(transcript)}}, {"main", i});
+      REQUIRE(out.ok());
+      REQUIRE(WaitFor(**run, out->at("s")) == VarState::kReady);
+      outputs.push_back((*run)->value(out->at("s")));
+      transcript += "\nStep: " + outputs.back() + "\nObservation: done.";
+    }
+    for (const NodeInfo& n : (*run)->Nodes()) cached->push_back(n.cached_tokens);
+    (*run)->Finish(Status::Ok());
+    return outputs;
+  };
+  std::vector<int> plain_cached, kept_cached;
+  const auto plain = loop(false, &plain_cached);
+  const auto kept = loop(true, &kept_cached);
+  CHECK(plain == kept);
+  REQUIRE(kept_cached.size() == 3);
+  CHECK(kept_cached[1] > 0);
+  CHECK(kept_cached[2] > kept_cached[1]);
+}

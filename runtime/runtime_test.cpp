@@ -1051,3 +1051,23 @@ TEST_CASE("run: contexts are kept only in DAG mode") {
   CHECK(fx.engine.pins_total() == 0);
   run->Finish(Status::Ok());
 }
+
+TEST_CASE("run: a kept context is released when its time-to-live passes") {
+  RetentionOptions retention;
+  retention.pin = true;
+  retention.first_ttl_ms = 50;
+  Fixture fx(false, retention);
+  auto run = fx.Start();
+  auto fn = Fn("turn", "{{t}}\nAction: {{gen a max_tokens=4}}", std::string(100, 's'));
+  auto a = run->Call(*fn, {{"t", Arg::Text("Question: q")}}, {"main", 0});
+  REQUIRE(a.ok());
+  REQUIRE(WaitFor(*run, a->at("a")) == VarState::kReady);
+  CHECK(fx.engine.pins_total() == 1);
+  // The program does not come back: the dispatcher wakes at the expiry and
+  // releases the hold (the bound only stops a hang).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (fx.engine.pins_active() > 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(fx.engine.pins_active() == 0);
+  run->Finish(Status::Ok());
+}
