@@ -317,6 +317,11 @@ class Encoder {
     if (!std::isfinite(v))
       return Fail(path + " is " + (std::isnan(v) ? "NaN" : "infinite") +
                   ", which JSON cannot write");
+    // Negative zero: "-0" would read back as the integer 0.
+    if (v == 0 && std::signbit(v)) {
+      out_ += "-0.0";
+      return true;
+    }
     // The shortest of 15, 16 or 17 digits that reads back as the same double.
     char buf[32];
     for (int digits = 15; digits <= 17; ++digits) {

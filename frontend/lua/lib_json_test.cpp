@@ -58,7 +58,9 @@ TEST_CASE("braid.json.encode: sorted keys, arrays, escapes, numbers that read ba
         R"({"a":[1,"two",null,false],"b":1,"c":[]})");
   CHECK(Run(R"lua(return json.encode("q\"\\\n\t\1é"))lua") == R"("q\"\\\n\t\u0001é")");
   CHECK(Run("return json.encode({ 0.1, 1/3, 2^53, -0.0, 1e300, math.mininteger })") ==
-        "[0.1,0.3333333333333333,9007199254740992,-0,1e+300,-9223372036854775808]");
+        "[0.1,0.3333333333333333,9007199254740992,-0.0,1e+300,-9223372036854775808]");
+  // "-0" would read back as the integer 0; "-0.0" reads back as itself.
+  CHECK(Run("return json.encode(json.decode(json.encode(-0.0)))") == "-0.0");
   CHECK(Run("return json.encode({ [1] = 'a', [3] = 'c', x = 1 })") == R"({"1":"a","3":"c","x":1})");
   CHECK(Run("return json.encode(nil)") == "null");
   // Round trip: decode(encode(v)) encodes to the same text.

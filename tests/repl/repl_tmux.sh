@@ -67,7 +67,9 @@ check "a get" '^string$' 120
 # On a terminal a get streams its tokens, and the value is not printed twice.
 # (each line typed once the previous one is done: text typed ahead is echoed
 # by the terminal into the streamed tokens)
-typein 'w = say{}.out' 'w:get()'
+typein 'w = say{}.out'
+wait_after '^braid> w = say\{\}\.out$' '^braid> ?$' 60
+typein 'w:get()'
 # The prompt that follows the get (not an earlier empty one) ends the stream.
 wait_for '^braid> w:get\(\)$' 60 && wait_after '^braid> w:get\(\)$' '^braid> ?$' 120
 typein 'w:get() .. "|end"'
