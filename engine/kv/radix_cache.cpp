@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -55,8 +56,11 @@ struct RadixCache::Impl {
     Node* node = nullptr;  // where its path ends
     double when = 0;
     bool held = false;  // locks its path (a held node is never evicted, so never moves)
+    int blocks = 0;     // of its path when it was made
   };
   int holds = 0;
+  int held_blocks = 0;  // sum of held hints' blocks
+  int max_held_blocks = std::numeric_limits<int>::max();
   std::unordered_map<HintId, Hint> hints;
   const EvictOrder order;
   uint64_t clock = 0;                       // logical time: +1 per operation
@@ -446,12 +450,15 @@ HintId RadixCache::Expect(uint64_t salt, std::span<const int32_t> tokens, double
   Node* end = im.MatchPath(salt, tokens, &blocks);
   if (end == nullptr) return 0;
   const HintId id = im.next_hint++;
-  im.hints.emplace(id, Impl::Hint{end, when, hold});
+  const int n = static_cast<int>(blocks.size());
+  if (hold && im.held_blocks + n > im.max_held_blocks) hold = false;
+  im.hints.emplace(id, Impl::Hint{end, when, hold, n});
   end->hints.push_back(id);
   im.HintPath(end, +1);
   if (hold) {
     im.LockPath(end);
     ++im.holds;
+    im.held_blocks += n;
   }
   return id;
 }
@@ -462,14 +469,18 @@ void RadixCache::Forget(HintId hint) {
   if (it == im.hints.end()) return;
   Node* n = it->second.node;
   const bool held = it->second.held;
+  const int blocks = it->second.blocks;
   im.hints.erase(it);
   n->hints.erase(std::find(n->hints.begin(), n->hints.end(), hint));
   if (held) {
     im.UnlockPath(n);
     --im.holds;
+    im.held_blocks -= blocks;
   }
   im.HintPath(n, -1);
 }
+
+void RadixCache::set_max_held_blocks(int blocks) { impl_->max_held_blocks = blocks; }
 
 int RadixCache::Unhold(int blocks) {
   Impl& im = *impl_;
@@ -483,6 +494,7 @@ int RadixCache::Unhold(int blocks) {
     Impl::Hint& h = im.hints.at(id);
     h.held = false;
     --im.holds;
+    im.held_blocks -= h.blocks;
     im.UnlockPath(h.node);
   }
   return im.unlocked_blocks - before;
@@ -505,6 +517,7 @@ RadixStats RadixCache::stats() const {
   s.unexpected_blocks = impl_->open_blocks;
   s.hints = static_cast<int>(impl_->hints.size());
   s.holds = impl_->holds;
+  s.held_blocks = impl_->held_blocks;
   return s;
 }
 
@@ -522,11 +535,12 @@ Status RadixCache::CheckInvariants() const {
     if (id == 0 || id >= im.next_lock) return Status::Internal("lock id out of range");
     for (const Node* p = n; p->parent != nullptr; p = p->parent) ++want_locks[p];
   }
-  int held = 0;
+  int held = 0, held_blocks = 0;
   for (const auto& [id, h] : im.hints) {
     if (id == 0 || id >= im.next_hint) return Status::Internal("hint id out of range");
     if (h.held) {
       ++held;
+      held_blocks += h.blocks;
       for (const Node* p = h.node; p->parent != nullptr; p = p->parent) ++want_locks[p];
     }
     if (std::find(h.node->hints.begin(), h.node->hints.end(), id) == h.node->hints.end())
@@ -605,6 +619,7 @@ Status RadixCache::CheckInvariants() const {
   if (unlocked != im.unlocked_blocks) return Status::Internal("evictable_blocks counter is off");
   if (open != im.open_blocks) return Status::Internal("unexpected_blocks counter is off");
   if (held != im.holds) return Status::Internal("holds counter is off");
+  if (held_blocks != im.held_blocks) return Status::Internal("held_blocks counter is off");
   if (listed_hints != static_cast<int>(im.hints.size()))
     return Status::Internal("nodes list expectations that are not live");
   return Status::Ok();

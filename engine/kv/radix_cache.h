@@ -55,6 +55,7 @@ struct RadixStats {
   int unexpected_blocks = 0;
   int hints = 0;  // live expectations
   int holds = 0;  // of those, held (locking their path)
+  int held_blocks = 0;  // the held expectations' paths' blocks (a shared prefix once per hold)
 };
 
 class RadixCache {
@@ -99,7 +100,10 @@ class RadixCache {
   //
   // With `hold`, the expectation also locks its path, as a pin does, until
   // Forget or Unhold: a pin the engine may break when it needs the room.
+  // A hold that would take the held blocks (RadixStats::held_blocks) past
+  // set_max_held_blocks is not taken: the expectation is made unheld.
   HintId Expect(uint64_t salt, std::span<const int32_t> tokens, double when, bool hold = false);
+  void set_max_held_blocks(int blocks);
   // Drops an expectation (and its hold); an id already dropped, or 0, is ignored.
   void Forget(HintId hint);
   // Breaks holds, the one expected furthest in the future first, until

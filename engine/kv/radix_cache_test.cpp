@@ -550,5 +550,25 @@ TEST_CASE("a held expectation is a pin that Unhold breaks, furthest expected fir
   CheckTree(cache);
 }
 
+TEST_CASE("holds past max_held_blocks are only expectations") {
+  BlockPool pool(16);
+  RadixCache cache(pool, kBs, EvictOrder::kNextUse);
+  ThreePrompts p(cache, pool);
+  cache.set_max_held_blocks(3);
+  HintId ha = cache.Expect(1, p.a, 50.0, /*hold=*/true);
+  HintId hb = cache.Expect(1, p.b, 500.0, /*hold=*/true);  // 2 + 2 > 3: expected only
+  CHECK(cache.stats().holds == 1);
+  CHECK(cache.stats().held_blocks == 2);
+  CHECK(cache.stats().hints == 2);
+  CHECK(cache.Evict(16) == 4);  // b (expected later) and c go; a is held
+  CHECK(Left(cache, p) == "a");
+  CheckTree(cache);
+  CHECK(cache.Unhold(1) == 2);
+  CHECK(cache.stats().held_blocks == 0);
+  cache.Forget(ha);
+  cache.Forget(hb);
+  CheckTree(cache);
+}
+
 }  // namespace
 }  // namespace braid::kv

@@ -458,6 +458,9 @@ class ServingEngine final : public Engine {
         step_cost_(model_->backend().max_chunk()),
         eog_ids_(EndOfGenerationIds(*model_)) {
     scheduler_.set_latency_budget(&latency_budget_);
+    // Contexts held through tool calls (ExpectUse) never take more than half
+    // the pool: the rest stays for work that is here now.
+    cache_.set_max_held_blocks(pool_.num_blocks() / 2);
     stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
     stats_.kv_pool_bytes = kv_->bytes();
     stats_.kv_memory_available = kv_memory_available;

@@ -193,7 +193,8 @@ class Engine {
   // With `hold`, it is also kept resident until ForgetUse, as by Pin, except
   // that the engine breaks the hold when it needs the room: for the first
   // waiting request while nothing runs, and for a request that continues an
-  // expected context (holds expected furthest in the future first).
+  // expected context (holds expected furthest in the future first). Holds
+  // together keep at most half the pool; past that a context is only expected.
   // Returns an id for ForgetUse; 0 when nothing of it is cached (or the
   // engine keeps no cache).
   virtual uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms,
