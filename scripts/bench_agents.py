@@ -94,6 +94,8 @@ POLICIES = {
     "braid-lru": "--run-mode dag --policy plas --evict lru --retain-kv ttl --admit anti-thrash",
     "braid-fcfs": "--run-mode dag --policy fcfs --evict next-use --retain-kv ttl --admit anti-thrash",
     "braid-plain-admit": "--run-mode dag --policy plas --evict next-use --retain-kv ttl --admit plain",
+    # Programs in the order they started (one service level), longest cached prefix first.
+    "braid-start-order": "--run-mode dag --policy plas --program-quantum 0 --evict next-use --retain-kv ttl --admit anti-thrash",
 }
 
 SHAPES = {

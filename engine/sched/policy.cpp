@@ -210,6 +210,24 @@ bool PlasPolicy::Before(const SeqState& a, const SeqState& b) const {
   return ArrivalBefore(a, b);
 }
 
+SeqState* PlasPolicy::Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const {
+  SeqState* first = AdmissionPolicy::Pick(waiting, cached);
+  if (cached.size() != waiting.size()) return first;
+  // Within the first's goal class and level, the longest cached prefix.
+  const int level = programs_.Of(*first).level;
+  SeqState* best = first;
+  int best_cached = -1;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    SeqState* w = waiting[i];
+    if (w->goal != first->goal || programs_.Of(*w).level != level) continue;
+    if (cached[i] > best_cached || (cached[i] == best_cached && Before(*w, *best))) {
+      best = w;
+      best_cached = cached[i];
+    }
+  }
+  return best;
+}
+
 void PlasPolicy::OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) {
   if (s.preemptions == 0) programs_.Join(s);  // a preempted sequence joined when it came
 }

@@ -194,7 +194,11 @@ class LpmPolicy final : public AdmissionPolicy {
 // attained service (ProgramAccounts with FairnessOptions::program_quantum);
 // within a level a call with a deadline before one without, the earlier
 // deadline first (its slack runs out first); then the program that started
-// first; then arrival and id. Priority is not looked at. Service is counted
+// first; then arrival and id. Admission (Pick) takes, among the waiting
+// calls of the first one's goal class and level, the one with the longest
+// cached prefix (ties in that order): at one level of service a program
+// whose context is resident goes before one that would evict it, as SGLang's
+// lpm does for all calls. Priority is not looked at. Service is counted
 // as vtc counts it (the FairnessOptions weights, not divided by client
 // weights; clients are not looked at either).
 //
@@ -212,6 +216,8 @@ class PlasPolicy final : public AdmissionPolicy {
       : options_(std::move(options)), programs_(options_.program_quantum, true) {}
   const char* name() const override { return "plas"; }
   bool Before(const SeqState& a, const SeqState& b) const override;
+  bool uses_cached() const override { return true; }
+  SeqState* Pick(std::span<SeqState* const> waiting, std::span<const int> cached) const override;
   void OnWaiting(const SeqState& s, std::span<SeqState* const> waiting) override;
   void OnService(const SeqState& s, int prompt_tokens, int cached_tokens, int generated) override;
   void OnFinish(const SeqState& s) override { programs_.Leave(s); }

@@ -26,7 +26,8 @@ TEST_CASE("MakePolicy knows lpm and plas") {
     CHECK(std::string(p->name()) == name);
   }
   CHECK(MakePolicy("lpm")->uses_cached());
-  CHECK_FALSE(MakePolicy("plas")->uses_cached());
+  CHECK(MakePolicy("plas")->uses_cached());
+  CHECK_FALSE(MakePolicy("fcfs")->uses_cached());
   CHECK(MakePolicy("sjf") == nullptr);
 }
 
@@ -111,6 +112,22 @@ TEST_CASE("plas: within a level, programs go in the order they started") {
   q.OnWaiting(p1_second, {});
   q.OnService(p1_first, 100000, 0, 0);
   CHECK(q.Before(p1_second, p2_first));
+}
+
+TEST_CASE("plas: admission takes the longest cached prefix within the first's level") {
+  PlasPolicy p({});
+  SeqState a = Seq(1, 1, "a"), b = Seq(2, 2, "b"), c = Seq(3, 3, "c"), old = Seq(4, 4, "old");
+  for (SeqState* s : {&a, &b, &c, &old}) p.OnWaiting(*s, {});
+  p.OnService(old, 1000, 0, 0);  // a level up
+  std::vector<SeqState*> waiting = {&old, &c, &b, &a};
+  // old has the most cached but is a level up; c beats a and b at level 0.
+  CHECK(p.Pick(waiting, std::vector<int>{512, 64, 32, 0}) == &c);
+  // Ties (and no cached lengths) in the level's order: a started first.
+  CHECK(p.Pick(waiting, std::vector<int>{512, 32, 32, 32}) == &a);
+  CHECK(p.Pick(waiting, {}) == &a);
+  // A latency-class call stays first, whatever is cached.
+  b.goal = GoalClass::kLatency;
+  CHECK(p.Pick(waiting, std::vector<int>{512, 64, 0, 0}) == &b);
 }
 
 TEST_CASE("plas: latency class beats service level; deadlines first within a level") {

@@ -54,6 +54,10 @@ const char* const kStackHelp =
     "                          priority, deadline, arrival), fcfs, lpm (longest cached prefix\n"
     "                          first), plas (least attained service per program first) or\n"
     "                          vtc (as --fair)\n"
+    "      --program-quantum Q with --policy plas (and vtc's programs): service below which a\n"
+    "                          program is at the first level, each next level up to twice\n"
+    "                          the last; 0: one level, programs in the order they started,\n"
+    "                          0..1e12 (default 256)\n"
     "      --evict E           cached prefixes evicted first: lru (default) or next-use\n"
     "                          (those no program will read again, then the one expected\n"
     "                          furthest away; docs/runtime.md)\n"
@@ -103,6 +107,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--max-waiting",
                                                      "--kv-reserve",
                                                      "--policy",
+                                                     "--program-quantum",
                                                      "--evict",
                                                      "--admit",
                                                      "--retain-kv",
@@ -136,6 +141,7 @@ StackOptions ReadStackOptions(Args& args) {
   if (o.policy != "priority" && o.policy != "fcfs" && o.policy != "lpm" && o.policy != "plas" &&
       o.policy != "vtc")
     args.Fail("option --policy: '" + o.policy + "' is not priority, fcfs, lpm, plas or vtc");
+  o.program_quantum = args.Num({"--program-quantum"}, 256, 0, 1e12);
   o.evict = args.Str({"--evict"}, "lru");
   if (o.evict != "lru" && o.evict != "next-use")
     args.Fail("option --evict: '" + o.evict + "' is not lru or next-use");
@@ -266,6 +272,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;
   eo.fairness.cached_weight = options.cached_weight;
+  eo.fairness.program_quantum = options.program_quantum;
   eo.spec = options.spec;
   return eo;
 }

@@ -41,6 +41,7 @@ struct StackOptions {
   std::map<std::string, double> client_weights;
   double locality_bound = 0;        // --locality-bound: FairnessOptions::locality_bound
   double cached_weight = 0;         // --cached-weight: FairnessOptions::cached_weight
+  double program_quantum = 256;     // --program-quantum: FairnessOptions::program_quantum
   std::string db;                   // run store path; "" = runs are not persisted
   SpecOptions spec;                 // speculative decoding in every embedded engine
   rt::Placement placement = rt::Placement::kAffinity;  // --placement: which engine takes a call
