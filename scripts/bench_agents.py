@@ -22,8 +22,10 @@ every policy and load, arrival times scaled by the load):
 - react and coding: --turns turns each and a final call; the observations
   (words of bench/inputs/tree_report.txt) are sized so that the final
   prompt reaches a target drawn from --context, in tokens (estimated by
-  est_tokens, within a few percent of the bundled model's tokenizer; the
-  measured contexts are printed against the estimate); every output is
+  est_tokens, within a few percent of the bundled model's tokenizer, and
+  scaled to the model's own tokenizer.json when the model is a directory
+  and Python's tokenizers package is present; the measured contexts are
+  printed against the estimate); every output is
   exactly max_tokens tokens, drawn per program from --max-tokens.
 - --shape cpu (default): 12 programs, loads 6,12,24,48 per minute,
   --kv-tokens 3072, for the bundled model on 2 cores (about 2 minutes per
@@ -35,7 +37,10 @@ Policies: a name stands for extra `braid serve` flags (POLICIES below):
 
   vllm               --run-mode async --policy fcfs --evict lru --retain-kv off --admit plain
   sglang             --run-mode async --policy lpm --evict lru --retain-kv off --admit plain
-  braid              --run-mode dag --policy plas --evict next-use --retain-kv ttl --admit anti-thrash
+  braid              --run-mode dag --policy plas --program-quantum 0
+                     --evict next-use --retain-kv ttl --admit anti-thrash
+  braid-las          braid with the default --program-quantum (256): least
+                     attained service per program instead of start order
   braid-no-retain    braid with --retain-kv off
   braid-lru          braid with --evict lru
   braid-fcfs         braid with --policy fcfs
@@ -88,14 +93,14 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 POLICIES = {
     "vllm": "--run-mode async --policy fcfs --evict lru --retain-kv off --admit plain",
     "sglang": "--run-mode async --policy lpm --evict lru --retain-kv off --admit plain",
-    "braid": "--run-mode dag --policy plas --evict next-use --retain-kv ttl --admit anti-thrash",
-    # Ablations: braid with one feature turned back.
-    "braid-no-retain": "--run-mode dag --policy plas --evict next-use --retain-kv off --admit anti-thrash",
-    "braid-lru": "--run-mode dag --policy plas --evict lru --retain-kv ttl --admit anti-thrash",
-    "braid-fcfs": "--run-mode dag --policy fcfs --evict next-use --retain-kv ttl --admit anti-thrash",
-    "braid-plain-admit": "--run-mode dag --policy plas --evict next-use --retain-kv ttl --admit plain",
     # Programs in the order they started (one service level), longest cached prefix first.
-    "braid-start-order": "--run-mode dag --policy plas --program-quantum 0 --evict next-use --retain-kv ttl --admit anti-thrash",
+    "braid": "--run-mode dag --policy plas --program-quantum 0 --evict next-use --retain-kv ttl --admit anti-thrash",
+    # Ablations: braid with one feature turned back (or changed).
+    "braid-las": "--run-mode dag --policy plas --evict next-use --retain-kv ttl --admit anti-thrash",
+    "braid-no-retain": "--run-mode dag --policy plas --program-quantum 0 --evict next-use --retain-kv off --admit anti-thrash",
+    "braid-lru": "--run-mode dag --policy plas --program-quantum 0 --evict lru --retain-kv ttl --admit anti-thrash",
+    "braid-fcfs": "--run-mode dag --policy fcfs --evict next-use --retain-kv ttl --admit anti-thrash",
+    "braid-plain-admit": "--run-mode dag --policy plas --program-quantum 0 --evict next-use --retain-kv ttl --admit plain",
 }
 
 SHAPES = {
@@ -109,6 +114,9 @@ SHAPES = {
 
 MIX = [("react", 0.55), ("coding", 0.20), ("map_reduce", 0.15), ("debate", 0.10)]
 TOKENS_PER_WORD = 1.28  # the bundled model's tokenizer on tree_report.txt (POST /tokenize)
+# The model's tokens per est_tokens token (1 for the bundled model); set by
+# calibrate() from the model's tokenizer.json where one can be read.
+TOKEN_SCALE = 1.0
 # For picking the reference program only: rough unloaded seconds per decoded
 # token and per prompt token computed.
 EST_COST = {"cpu": (0.02, 0.001), "gpu": (0.01, 0.0001)}
@@ -125,7 +133,7 @@ class Words:
         self.words = open(path).read().split()
 
     def take(self, rng, tokens):
-        n = max(1, round(tokens / TOKENS_PER_WORD))
+        n = max(1, round(tokens / (TOKENS_PER_WORD * TOKEN_SCALE)))
         start = rng.randrange(len(self.words))
         out = [self.words[(start + i) % len(self.words)] for i in range(n)]
         return " ".join(out)
@@ -143,7 +151,25 @@ def est_tokens(text):
     for piece in PIECES.findall(text):
         w = piece.strip()
         n += 1 + (max(0, len(w) - 8) // 6 if w.isalpha() else 0)
-    return round(n * 1.06)
+    return round(n * 1.06 * TOKEN_SCALE)
+
+
+def calibrate(model):
+    """Sets TOKEN_SCALE from the model's tokenizer.json on this benchmark's
+    texts; returns a line saying what it did."""
+    global TOKEN_SCALE
+    path = os.path.join(model, "tokenizer.json")
+    if not os.path.isfile(path):
+        return "token estimate: the bundled model's (no tokenizer.json beside the model)"
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return "token estimate: the bundled model's (Python's tokenizers package is missing)"
+    words = open(os.path.join(ROOT, "bench", "inputs", "tree_report.txt")).read().split()
+    sample = REACT_SYSTEM + "\n" + " ".join(words[:3000])
+    estimate = est_tokens(sample)
+    TOKEN_SCALE = len(Tokenizer.from_file(path).encode(sample, add_special_tokens=False).ids) / estimate
+    return f"token estimate: x {TOKEN_SCALE:.2f}, from {path}"
 
 
 def react_system():
@@ -618,6 +644,7 @@ def main():
     if unknown:
         ap.error(f"unknown policies {unknown}: known {sorted(table)}; add one with --policy-flags")
 
+    calibration = calibrate(opts.model)
     programs, gaps = make_workload(opts)
     if opts.ctx is None:
         # The server's default context is the model's, at most 4096 tokens:
@@ -639,6 +666,7 @@ def main():
           f"estimated final contexts {min(p['est_final_context'] for p in programs)}-"
           f"{max(p['est_final_context'] for p in programs)} tokens; max_tokens "
           f"{opts.max_tokens[0]}-{opts.max_tokens[1]}; --kv-tokens {opts.kv_tokens or 'from memory'}")
+    print(calibration)
     for name in names:
         print(f"policy {name}: {table[name] or '(server defaults)'}")
 
@@ -647,7 +675,7 @@ def main():
               "seed": opts.seed, "programs": opts.programs, "loads": opts.loads,
               "kv_tokens": opts.kv_tokens, "tool_scale": opts.tool_scale,
               "max_tokens": opts.max_tokens, "turns": opts.turns, "context": opts.context,
-              "policies": {n: table[n] for n in names}, "slo_factor": opts.slo_factor,
+              "token_scale": TOKEN_SCALE, "policies": {n: table[n] for n in names}, "slo_factor": opts.slo_factor,
               "workload": [{k: v for k, v in p.items() if k != "arg"} for p in programs],
               "reference": {}, "runs": [], "sustainable": {}}
     ref = max(programs, key=lambda p: p["est_unloaded_s"])

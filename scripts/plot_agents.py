@@ -15,7 +15,7 @@ carry one).
 import argparse
 import json
 
-ORDER = ["vllm", "sglang", "braid", "braid-no-retain", "braid-lru", "braid-fcfs",
+ORDER = ["vllm", "sglang", "braid", "braid-las", "braid-no-retain", "braid-lru", "braid-fcfs",
          "braid-plain-admit"]
 
 
