@@ -13,7 +13,7 @@ dev=0
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip unzip
       doctest-dev nlohmann-json3-dev libboost-dev libboost-graph-dev
-      libsqlite3-dev liblua5.4-dev libedit-dev graphviz bc curl tmux)
+      libsqlite3-dev liblua5.4-dev libedit-dev graphviz bc curl tmux clang-format)
 [ $dev = 1 ] && pkgs+=(clang-16 libclang-rt-16-dev python3-venv chromium)
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: setup, Release build, the test suites under CTest; then the
-# clang ASan/UBSan build with its tests and a short run of every fuzz target.
+# The test command: setup, the layout check, Release build, the test suites
+# under CTest; then the clang ASan/UBSan build with its tests and a short run
+# of every fuzz target.
 #   scripts/test.sh           everything
 #   scripts/test.sh --quick   setup + Release build + tests only
 # A failing stage does not stop the ones that do not depend on it (a failing
@@ -60,6 +61,7 @@ sanitizer_engine() {
 }
 
 run_stage setup scripts/setup.sh --dev || finish
+run_stage "layout (.clang-format)" scripts/check_format.sh || true
 if run_stage "release build" scripts/build.sh; then
   run_stage "release tests" release_tests || true
 else
