@@ -6,6 +6,7 @@
 #include <set>
 
 #include "lua/driver.h"
+#include "report/run_record.h"
 #include "report/run_report.h"
 #include "server/runs_impl.h"
 
@@ -601,13 +602,7 @@ http::Response RunsService::Impl::ListRuns(const http::Request& r) {
     for (const rt::RunRecord& rec : *stored) {
       if (seen.count(rec.id) || static_cast<int>(runs.size()) >= limit) continue;
       if (!MaySee(r, rec.owner)) continue;  // StoredRunsOf selected them; checked again
-      runs.push_back({{"id", rec.id},
-                      {"program", rec.program},
-                      {"client", rec.owner},
-                      {"state", rec.state},
-                      {"created_unix", rec.started_unix},
-                      {"nodes_done", rec.nodes_done},
-                      {"nodes_failed", rec.nodes_failed}});
+      runs.push_back(report::RunRecordJson(rec));
     }
   }
   return http::JsonResponse(200, Dump({{"runs", runs}}));
@@ -623,18 +618,7 @@ http::Response RunsService::Impl::GetRun(const http::Request& r, const std::stri
   if (stored.ok())
     for (const rt::RunRecord& rec : *stored) {
       if (rec.id != id || !MaySee(r, rec.owner)) continue;
-      json j = {{"id", rec.id},
-                {"program", rec.program},
-                {"client", rec.owner},
-                {"state", rec.state},
-                {"error", rec.error},
-                {"created_unix", rec.started_unix},
-                {"finished_unix", rec.finished_unix},
-                {"nodes_done", rec.nodes_done},
-                {"nodes_failed", rec.nodes_failed},
-                {"prompt_tokens", rec.prompt_tokens},
-                {"cached_tokens", rec.cached_tokens},
-                {"generated_tokens", rec.generated_tokens}};
+      json j = report::RunRecordJson(rec);
       // A finished run of an earlier server (or one no longer kept in
       // memory) still has its result.
       if (rec.state == "done" || rec.state == "failed") {
