@@ -46,6 +46,20 @@ for delay in 2 4 6; do
   if ! "$braid" runs --db "$db" show "$id" | grep -q "^run $id: done"; then
     echo "FAIL: braid runs show $id: $("$braid" runs --db "$db" show "$id" 2>&1 | head -n 3)"; fail=1
   fi
+  # Its record as JSON: the keys the server answers too (docs/http-api.md,
+  # "Run records").
+  if ! "$braid" runs --db "$db" show "$id" --json | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+assert 'started_unix' not in r, r
+assert r['id'] == '$id' and r['state'] == 'done' and r['error'] == '' and r['client'] == '', r
+assert r['created_unix'] > 0 and r['finished_unix'] >= r['created_unix'], r
+assert r['paused_s'] >= 0, r
+assert abs(r['duration_s'] - (r['finished_unix'] - r['created_unix'] - r['paused_s'])) < 1e-6, r
+assert r['nodes_done'] > 0 and len(r['nodes']) > 0, r
+"; then
+    echo "FAIL: braid runs show $id --json: the run record's keys"; fail=1
+  fi
   if ! "$braid" runs --db "$db" rm "$id" || "$braid" runs --db "$db" show "$id" 2>/dev/null; then
     echo "FAIL: braid runs rm $id left the run"; fail=1
   fi

@@ -83,21 +83,84 @@ extern "C" void OnSigint(int) {
   if (g_interrupt.exchange(true)) std::_Exit(130);  // second Ctrl-C: leave now
 }
 
-}  // namespace
+// braid run's options, parsed, and the script's text.
+struct RunCmdOptions {
+  std::string script;
+  std::vector<std::string> app_args;  // everything after the script
+  std::string source;                 // the script's text
+  StackOptions stack;
+  std::string mode = "dag";  // dag, baseline or baseline-async
+  int rtt_ms = 0;
+  std::string graph;  // --graph PATH
+  bool json = false;
+  // Absent and empty differ: `--resume ""` (an unset variable in a script)
+  // must not quietly start a fresh run.
+  std::string resume;
+  bool quiet = false;
+  bool strict_deadlines = false;
+  lua::DriverOptions driver;
+};
 
-int RunMain(const std::vector<std::string>& argv) {
-  // Our options come before the script; everything after it is the app's.
-  size_t script_at = argv.size();
+// Where the script is in argv: our options come before it, everything after
+// it is the app's. argv.size() when there is none.
+size_t ScriptIndex(const std::vector<std::string>& argv) {
   for (size_t i = 0; i < argv.size(); ++i) {
     if (TakesValue(argv[i])) {
       ++i;
       continue;
     }
-    if (argv[i].empty() || argv[i][0] != '-') {
-      script_at = i;
-      break;
-    }
+    if (argv[i].empty() || argv[i][0] != '-') return i;
   }
+  return argv.size();
+}
+
+// braid run's own options (those before the script) into *o. Returns false
+// with the message on stderr for a bad one.
+bool ReadRunFlags(Args& args, RunCmdOptions* o) {
+  o->stack = ReadStackOptions(args);
+  o->mode = args.Str({"--mode"}, "dag");
+  o->rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0, 0, 600000));
+  o->graph = args.Str({"--graph"}, "");
+  o->json = args.Flag({"--json"});
+  const bool resuming = args.Has({"--resume"});
+  o->resume = args.Str({"--resume"}, "");
+  if (resuming && o->resume.empty()) args.Fail("option --resume: the run id is empty");
+  o->quiet = args.Flag({"-q", "--quiet"});
+  const std::string on_return = args.Str({"--on-return"}, "wait");
+  o->strict_deadlines = args.Flag({"--strict-deadlines"});
+  // The Lua limits have no "off" value here: 0, negative or NaN would lift a
+  // cap of the sandbox without saying so.
+  lua::LuaLimits& limits = o->driver.limits;
+  limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536)) << 20;
+  limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
+  limits.max_instructions =
+      static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0, 0, kMaxLuaInstructions));
+  if (std::string e = args.Error(); !e.empty()) {
+    std::fprintf(stderr, "braid run: %s\n", e.c_str());
+    return false;
+  }
+  if (on_return != "wait" && on_return != "cancel") {
+    std::fprintf(stderr, "braid run: --on-return must be wait or cancel, got '%s'\n",
+                 on_return.c_str());
+    return false;
+  }
+  o->driver.on_return = on_return == "wait" ? lua::DriverOptions::OnReturn::kWait
+                                            : lua::DriverOptions::OnReturn::kCancel;
+  if (o->mode != "dag" && o->mode != "baseline" && o->mode != "baseline-async") {
+    std::fprintf(stderr, "braid run: --mode must be dag, baseline or baseline-async, got '%s'\n",
+                 o->mode.c_str());
+    return false;
+  }
+  // The baselines are FCFS unless told otherwise.
+  if (o->mode != "dag" && !args.Has({"--policy"})) o->stack.policy = "fcfs";
+  return true;
+}
+
+// The command line into *o and the script read and checked. Returns the
+// exit status when braid run should exit now (help, a bad option, a script
+// that cannot be read or does not compile), or -1 to go on.
+int ReadRunOptions(const std::vector<std::string>& argv, RunCmdOptions* o) {
+  const size_t script_at = ScriptIndex(argv);
   std::vector<std::string> ours(argv.begin(), argv.begin() + std::min(script_at, argv.size()));
   Args args(ours);
   if (args.Flag({"-h", "--help"})) {
@@ -108,151 +171,109 @@ int RunMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid run: give a script: braid run [options] SCRIPT.lua [ARGS...]\n");
     return 2;
   }
-  const std::string script = argv[script_at];
-  std::vector<std::string> app_args(argv.begin() + script_at + 1, argv.end());
-
-  StackOptions so = ReadStackOptions(args);
-  std::string mode = args.Str({"--mode"}, "dag");
-  int rtt_ms = static_cast<int>(args.Int({"--rtt-ms"}, 0, 0, 600000));
-  std::string graph = args.Str({"--graph"}, "");
-  bool json = args.Flag({"--json"});
-  const std::string db = so.db;
-  // Absent and empty differ: `--resume ""` (an unset variable in a script)
-  // must not quietly start a fresh run.
-  const bool resuming = args.Has({"--resume"});
-  std::string resume = args.Str({"--resume"}, "");
-  if (resuming && resume.empty()) args.Fail("option --resume: the run id is empty");
-  bool quiet = args.Flag({"-q", "--quiet"});
-  const std::string on_return = args.Str({"--on-return"}, "wait");
-  const bool strict_deadlines = args.Flag({"--strict-deadlines"});
-  lua::DriverOptions dopts;
-  // The Lua limits have no "off" value here: 0, negative or NaN would lift a
-  // cap of the sandbox without saying so.
-  dopts.limits.memory_bytes = static_cast<size_t>(args.Int({"--lua-memory-mb"}, 256, 1, 65536))
-                              << 20;
-  dopts.limits.cpu_seconds = args.Num({"--lua-seconds"}, 10.0, 0.001, 86400.0);
-  dopts.limits.max_instructions =
-      static_cast<uint64_t>(args.Int({"--lua-instructions"}, 0, 0, kMaxLuaInstructions));
-  if (std::string e = args.Error(); !e.empty()) {
-    std::fprintf(stderr, "braid run: %s\n", e.c_str());
-    return 2;
-  }
-  if (on_return != "wait" && on_return != "cancel") {
-    std::fprintf(stderr, "braid run: --on-return must be wait or cancel, got '%s'\n",
-                 on_return.c_str());
-    return 2;
-  }
-  dopts.on_return = on_return == "wait" ? lua::DriverOptions::OnReturn::kWait
-                                        : lua::DriverOptions::OnReturn::kCancel;
-  if (mode != "dag" && mode != "baseline" && mode != "baseline-async") {
-    std::fprintf(stderr, "braid run: --mode must be dag, baseline or baseline-async, got '%s'\n", mode.c_str());
-    return 2;
-  }
-  std::string source;
-  if (Status s = ReadRegularFile(script, kMaxInputFileBytes, &source); !s.ok()) {
+  o->script = argv[script_at];
+  o->app_args.assign(argv.begin() + script_at + 1, argv.end());
+  if (!ReadRunFlags(args, o)) return 2;
+  if (Status s = ReadRegularFile(o->script, kMaxInputFileBytes, &o->source); !s.ok()) {
     std::fprintf(stderr, "braid run: script: %s\n", s.message().c_str());
     return 2;
   }
   // A program that does not compile fails before the model loads and
   // before a run is recorded.
-  if (Status s = lua::CheckSyntax(script, source, dopts.limits); !s.ok()) {
+  if (Status s = lua::CheckSyntax(o->script, o->source, o->driver.limits); !s.ok()) {
     std::fprintf(stderr, "braid: %s\n", s.message().c_str());
     return 1;
   }
-  if (!resume.empty() && db.empty()) {
+  if (!o->resume.empty() && o->stack.db.empty()) {
     std::fprintf(stderr, "braid run: --resume needs the run store (--db)\n");
     return 2;
   }
-  if (mode != "dag" && !args.Has({"--policy"})) so.policy = "fcfs";
-  auto opened = OpenStack(so);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
-    return 1;
-  }
-  std::unique_ptr<Stack> stack = std::move(opened).value();
+  return -1;
+}
+
+// The run, new or resumed, in the stack's runtime; its id on stderr when
+// it is stored (even with -q: it is what --resume and braid runs take).
+Result<std::shared_ptr<rt::Run>> StartRun(const RunCmdOptions& o, Stack& stack) {
   rt::RunOptions runo;
   // The absolute path, so that a resume from another directory (or through
   // another relative path) names the same program.
   std::error_code path_ec;
-  std::filesystem::path absolute = std::filesystem::weakly_canonical(script, path_ec);
-  runo.program = path_ec ? script : absolute.string();
-  runo.program_hash = rt::ProgramHash(source);
-  runo.args = app_args;
-  runo.mode = mode == "baseline"         ? rt::Mode::kBaseline
-              : mode == "baseline-async" ? rt::Mode::kBaselineAsync
-                                         : rt::Mode::kDag;
-  runo.rtt_ms = rtt_ms;
-  runo.resume_id = resume;
-  auto started = stack->runtime->StartRun(runo);
-  if (!started.ok()) {
-    std::fprintf(stderr, "braid: %s\n", started.status().message().c_str());
-    return 1;
-  }
-  std::shared_ptr<rt::Run> run = *started;
+  std::filesystem::path absolute = std::filesystem::weakly_canonical(o.script, path_ec);
+  runo.program = path_ec ? o.script : absolute.string();
+  runo.program_hash = rt::ProgramHash(o.source);
+  runo.args = o.app_args;
+  runo.mode = o.mode == "baseline"         ? rt::Mode::kBaseline
+              : o.mode == "baseline-async" ? rt::Mode::kBaselineAsync
+                                           : rt::Mode::kDag;
+  runo.rtt_ms = o.rtt_ms;
+  runo.resume_id = o.resume;
+  BRAID_ASSIGN_OR_RETURN(std::shared_ptr<rt::Run> run, stack.runtime->StartRun(runo));
   if (const std::string w = run->resume_warning(); !w.empty())
     std::fprintf(stderr, "braid run: warning: %s\n", w.c_str());
-  if (!quiet) std::fprintf(stderr, "braid: %s\n", stack->KvSummary().c_str());
-  // The run id even with -q: it is what --resume and braid runs take.
-  if (!db.empty())
+  if (!o.quiet) std::fprintf(stderr, "braid: %s\n", stack.KvSummary().c_str());
+  if (!o.stack.db.empty())
     std::fprintf(stderr, "braid: run %s%s (store: %s)\n", run->id().c_str(),
-                 resume.empty() ? "" : ", resumed", db.c_str());
+                 o.resume.empty() ? "" : ", resumed", o.stack.db.c_str());
+  return run;
+}
 
+// What the program gave and how long it took.
+struct RunOutcome {
+  Result<lua::ProgramResult> result;
+  double elapsed_ms = 0;
+};
+
+// Runs the program under the live view with Ctrl-C as its interrupt, then
+// finishes the run (unless interrupted: it then stays unfinished in the
+// store, where it reads "interrupted" and resumes) and writes --graph.
+RunOutcome ExecuteRun(RunCmdOptions& o, Stack& stack, rt::Run& run) {
   lua::LiveViewOptions vo;
   vo.tty = isatty(2) != 0;
-  vo.progress = !quiet;
-  vo.program = script;
-  auto view = std::make_unique<lua::LiveView>(*run, vo);
+  vo.progress = !o.quiet;
+  vo.program = o.script;
+  auto view = std::make_unique<lua::LiveView>(run, vo);
+  lua::DriverOptions& dopts = o.driver;
   dopts.log = [&view](std::string_view line) { view->Log(line); };
   dopts.interrupt = &g_interrupt;
-  dopts.script_dir = std::filesystem::path(script).parent_path().string();
+  dopts.script_dir = std::filesystem::path(o.script).parent_path().string();
   if (dopts.script_dir.empty()) dopts.script_dir = ".";
   auto old_handler = std::signal(SIGINT, OnSigint);
 
   auto t0 = std::chrono::steady_clock::now();
-  auto result = lua::RunProgram(*run, script, source, app_args, dopts);
-  double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  RunOutcome out{lua::RunProgram(run, o.script, o.source, o.app_args, dopts), 0};
+  out.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::signal(SIGINT, old_handler);
-  run->Cancel();  // nodes nobody waits for any more (abandoned coroutines, errors)
+  run.Cancel();  // nodes nobody waits for any more (abandoned coroutines, errors)
   view->Stop();
-  // Interrupted (Ctrl-C): the run stays unfinished in the store, where it
-  // reads "interrupted" and resumes.
+  const Result<lua::ProgramResult>& result = out.result;
   const bool interrupted = !result.ok() && result.status().code() == StatusCode::kCancelled;
-  if (!interrupted) run->Finish(result.ok() ? Status::Ok() : result.status());
-  if (!graph.empty()) WriteGraph(*run, graph);
-  if (const std::string spec = stack->SpecSummary(); !spec.empty() && !quiet)
+  if (!interrupted) run.Finish(result.ok() ? Status::Ok() : result.status());
+  if (!o.graph.empty()) WriteGraph(run, o.graph);
+  if (const std::string spec = stack.SpecSummary(); !spec.empty() && !o.quiet)
     std::fprintf(stderr, "braid: %s\n", spec.c_str());
+  return out;
+}
 
-  // --json: {run_id, program, mode, elapsed_ms, result | error, nodes}.
-  auto json_out = [&] {
-    nlohmann::json out;
-    out["run_id"] = run->id();
-    out["program"] = script;
-    out["mode"] = mode;
-    out["elapsed_ms"] = elapsed_ms;
-    return out;
-  };
-  auto print_json = [&](nlohmann::json out) {
-    out["nodes"] = report::NodesJson(*run);
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    std::fflush(stdout);
-  };
-  if (!result.ok()) {
-    std::fprintf(stderr, "braid: %s\n", result.status().message().c_str());
-    if (json) {
-      nlohmann::json out = json_out();
-      out["result"] = nullptr;
-      out["error"] = result.status().message();
-      print_json(std::move(out));
-    }
-    // After an interrupt or an error alike: a resume replays the calls
-    // that finished (the script may be fixed in between).
-    if (!db.empty())
-      std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run->id().c_str(), script.c_str());
-    return result.status().code() == StatusCode::kCancelled ? 130 : 1;
-  }
-  // Deadlines: every miss on stderr; with --strict-deadlines in the exit status.
+// --json: {run_id, program, mode, elapsed_ms, result | error, nodes}, with
+// `fields` (result, error) added.
+void PrintRunJson(const RunCmdOptions& o, const rt::Run& run, double elapsed_ms,
+                  nlohmann::json fields) {
+  nlohmann::json out;
+  out["run_id"] = run.id();
+  out["program"] = o.script;
+  out["mode"] = o.mode;
+  out["elapsed_ms"] = elapsed_ms;
+  for (const auto& [k, v] : fields.items()) out[k] = v;
+  out["nodes"] = report::NodesJson(run);
+  std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::fflush(stdout);
+}
+
+// Every node that missed its deadline, on stderr; returns how many.
+int ReportMissedDeadlines(const rt::Run& run) {
   int missed = 0;
-  for (const auto& n : run->Nodes()) {
+  for (const auto& n : run.Nodes()) {
     if (!n.deadline_met || *n.deadline_met) continue;
     ++missed;
     std::fprintf(
@@ -262,17 +283,37 @@ int RunMain(const std::vector<std::string>& argv) {
             ? ("finished at " + std::to_string(static_cast<long>(n.end_ms)) + " ms").c_str()
             : "failed");
   }
-  const lua::ProgramResult& r = *result;
-  if (json) {
-    nlohmann::json out = json_out();
+  return missed;
+}
+
+// The program's error (and the resume hint); returns the exit status.
+int ReportFailure(const RunCmdOptions& o, const rt::Run& run, const RunOutcome& out) {
+  const Status& s = out.result.status();
+  std::fprintf(stderr, "braid: %s\n", s.message().c_str());
+  if (o.json) PrintRunJson(o, run, out.elapsed_ms, {{"result", nullptr}, {"error", s.message()}});
+  // After an interrupt or an error alike: a resume replays the calls that
+  // finished (the script may be fixed in between).
+  if (!o.stack.db.empty())
+    std::fprintf(stderr, "braid: resume with: braid run --resume %s %s\n", run.id().c_str(),
+                 o.script.c_str());
+  return s.code() == StatusCode::kCancelled ? 130 : 1;
+}
+
+// The program's return value on stdout: strings as is, tables as JSON, or
+// the --json record; deadlines missed on stderr (and, with
+// --strict-deadlines, in the exit status). Returns the exit status.
+int ReportRun(const RunCmdOptions& o, const rt::Run& run, const RunOutcome& out) {
+  if (!out.result.ok()) return ReportFailure(o, run, out);
+  const int missed = ReportMissedDeadlines(run);
+  const lua::ProgramResult& r = *out.result;
+  if (o.json) {
+    nlohmann::json result;
     if (r.kind == lua::ProgramResult::Kind::kString) {
-      out["result"] = r.text;
+      result = r.text;
     } else if (r.kind == lua::ProgramResult::Kind::kJson) {
-      out["result"] = nlohmann::json::parse(r.text, nullptr, false);
-    } else {
-      out["result"] = nullptr;
+      result = nlohmann::json::parse(r.text, nullptr, false);
     }
-    print_json(std::move(out));
+    PrintRunJson(o, run, out.elapsed_ms, {{"result", std::move(result)}});
   } else if (r.kind == lua::ProgramResult::Kind::kString) {
     std::fwrite(r.text.data(), 1, r.text.size(), stdout);
     if (r.text.empty() || r.text.back() != '\n') std::fputc('\n', stdout);
@@ -281,12 +322,33 @@ int RunMain(const std::vector<std::string>& argv) {
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
-  if (missed && strict_deadlines) {
+  if (missed && o.strict_deadlines) {
     std::fprintf(stderr, "braid: %d node%s missed %s deadline (--strict-deadlines)\n", missed,
                  missed == 1 ? "" : "s", missed == 1 ? "its" : "their");
     return 3;
   }
   return 0;
+}
+
+}  // namespace
+
+int RunMain(const std::vector<std::string>& argv) {
+  RunCmdOptions o;
+  if (int rc = ReadRunOptions(argv, &o); rc >= 0) return rc;
+  auto opened = OpenStack(o.stack);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  std::unique_ptr<Stack> stack = std::move(opened).value();
+  auto started = StartRun(o, *stack);
+  if (!started.ok()) {
+    std::fprintf(stderr, "braid: %s\n", started.status().message().c_str());
+    return 1;
+  }
+  std::shared_ptr<rt::Run> run = *started;
+  const RunOutcome outcome = ExecuteRun(o, *stack, *run);
+  return ReportRun(o, *run, outcome);
 }
 
 }  // namespace braid::cli

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "report/run_record.h"
 #include "runtime/runtime.h"
 
 namespace braid::cli {
@@ -48,7 +49,7 @@ std::string Duration(const rt::RunRecord& r) {
   if (r.finished_unix <= 0) return "-";
   char buf[32];
   // The time between a kill and its resume is not the run's.
-  std::snprintf(buf, sizeof buf, "%.1f s", r.finished_unix - r.started_unix - r.paused_seconds);
+  std::snprintf(buf, sizeof buf, "%.1f s", report::RunSeconds(r));
   return buf;
 }
 
@@ -64,26 +65,6 @@ std::string Clip(const std::string& s, size_t n) {
   size_t k = n;
   while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
   return s.substr(0, k) + "...";
-}
-
-nlohmann::json RunJson(const rt::RunRecord& r) {
-  nlohmann::json j = {{"id", r.id},
-                      {"program", r.program},
-                      {"args", r.args},
-                      {"state", r.state},
-                      {"started_unix", r.started_unix},
-                      {"nodes_done", r.nodes_done},
-                      {"nodes_failed", r.nodes_failed},
-                      {"prompt_tokens", r.prompt_tokens},
-                      {"cached_tokens", r.cached_tokens},
-                      {"generated_tokens", r.generated_tokens}};
-  j["finished_unix"] = r.finished_unix > 0 ? nlohmann::json(r.finished_unix) : nlohmann::json();
-  j["duration_s"] = r.finished_unix > 0
-                        ? nlohmann::json(r.finished_unix - r.started_unix - r.paused_seconds)
-                        : nlohmann::json();
-  if (r.paused_seconds > 0) j["paused_s"] = r.paused_seconds;
-  if (!r.error.empty()) j["error"] = r.error;
-  return j;
 }
 
 void PrintJson(const nlohmann::json& j) {
@@ -106,7 +87,7 @@ int List(const std::string& db, int limit, bool json) {
   }
   if (json) {
     nlohmann::json a = nlohmann::json::array();
-    for (const rt::RunRecord& r : *runs) a.push_back(RunJson(r));
+    for (const rt::RunRecord& r : *runs) a.push_back(report::RunRecordJson(r));
     PrintJson(a);
     return 0;
   }
@@ -132,7 +113,7 @@ int Show(const std::string& db, const std::string& id, bool json) {
     return 1;
   }
   if (json) {
-    nlohmann::json j = RunJson(*r);
+    nlohmann::json j = report::RunRecordJson(*r);
     nlohmann::json a = nlohmann::json::array();
     for (const rt::RunNodeRecord& n : nodes)
       a.push_back({{"function", n.function}, {"outputs", n.outputs}});

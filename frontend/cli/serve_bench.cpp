@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -308,6 +309,59 @@ double Mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / v.size();
 }
 
+// A grant of service to a client: when (s from the start), to whom, how
+// much (w_p x prompt tokens computed + w_q x tokens generated, 1 and 2).
+struct ServiceEvent {
+  double at;
+  int client;
+  double amount;
+};
+
+// Each client's service per window of the run (20 windows over rr->wall_s),
+// the windows where every client had a request pending throughout
+// (submitted before, finished after), and over those the largest and mean
+// difference between clients' service. client_of[i] and pending[i]: request
+// i's client and its (submitted, finished) span.
+void ClientWindows(size_t clients, const std::vector<int>& client_of,
+                   const std::vector<ServiceEvent>& events,
+                   const std::vector<std::pair<double, double>>& pending, RateResult* rr) {
+  const int windows = 20;
+  const size_t n = client_of.size();
+  rr->window_s = rr->wall_s / windows;
+  rr->clients.assign(clients, {});
+  for (auto& c : rr->clients) c.per_window.assign(windows, 0);
+  for (size_t i = 0; i < n; ++i) rr->clients[client_of[i]].requests++;
+  for (const ServiceEvent& e : events) {
+    const int w = std::min(windows - 1, static_cast<int>(e.at / rr->window_s));
+    rr->clients[e.client].per_window[w] += e.amount;
+    rr->clients[e.client].service += e.amount;
+  }
+  double sum = 0;
+  int count = 0;
+  for (int w = 0; w < windows; ++w) {
+    const double a = w * rr->window_s, b = a + rr->window_s;
+    bool all = true;
+    for (size_t c = 0; c < clients; ++c) {
+      bool busy = false;
+      for (size_t i = 0; i < n && !busy; ++i)
+        busy =
+            client_of[i] == static_cast<int>(c) && pending[i].first <= a && pending[i].second >= b;
+      all &= busy;
+    }
+    rr->contended.push_back(all);
+    if (!all) continue;
+    double lo = 1e300, hi = 0;
+    for (const auto& c : rr->clients) {
+      lo = std::min(lo, c.per_window[w]);
+      hi = std::max(hi, c.per_window[w]);
+    }
+    rr->diff_max = std::max(rr->diff_max, hi - lo);
+    sum += hi - lo;
+    ++count;
+  }
+  rr->diff_mean = count ? sum / count : 0;
+}
+
 // n requests arriving as a Poisson process at `rate` (0: all at once), each
 // a random prompt of uniform length in [ratio x prompt_len, prompt_len]
 // generating a uniform [ratio x gen_len, gen_len] greedy tokens, after its
@@ -354,13 +408,8 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   }
   std::vector<double> ttft, itl, e2e;
   double generated = 0, prompt = 0, cached = 0, end_s = 0;
-  // Service events (time s, client, amount) and each request's pending span.
-  struct Event {
-    double at;
-    int client;
-    double amount;
-  };
-  std::vector<Event> events;
+  // Service events and each request's pending span.
+  std::vector<ServiceEvent> events;
   std::vector<std::pair<double, double>> pending(n);
   for (int i = 0; i < n; ++i) {
     const Completion r = handles[i]->Wait();
@@ -400,45 +449,70 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.preemptions = after.preemptions - before.preemptions;
   rr.steps = after.steps - before.steps;
   rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
-  if (shares.size() > 1) {
-    const int windows = 20;
-    rr.window_s = end_s / windows;
-    rr.clients.assign(shares.size(), {});
-    for (auto& c : rr.clients) c.per_window.assign(windows, 0);
-    for (int i = 0; i < n; ++i) rr.clients[client_of[i]].requests++;
-    for (const Event& e : events) {
-      const int w = std::min(windows - 1, static_cast<int>(e.at / rr.window_s));
-      rr.clients[e.client].per_window[w] += e.amount;
-      rr.clients[e.client].service += e.amount;
-    }
-    // A window is contended when every client has a request pending from
-    // its start to its end (submitted before, finished after).
-    double sum = 0;
-    int count = 0;
-    for (int w = 0; w < windows; ++w) {
-      const double a = w * rr.window_s, b = a + rr.window_s;
-      bool all = true;
-      for (size_t c = 0; c < shares.size(); ++c) {
-        bool busy = false;
-        for (int i = 0; i < n && !busy; ++i)
-          busy = client_of[i] == static_cast<int>(c) && pending[i].first <= a &&
-                 pending[i].second >= b;
-        all &= busy;
-      }
-      rr.contended.push_back(all);
-      if (!all) continue;
-      double lo = 1e300, hi = 0;
-      for (const auto& c : rr.clients) {
-        lo = std::min(lo, c.per_window[w]);
-        hi = std::max(hi, c.per_window[w]);
-      }
-      rr.diff_max = std::max(rr.diff_max, hi - lo);
-      sum += hi - lo;
-      ++count;
-    }
-    rr.diff_mean = count ? sum / count : 0;
-  }
+  if (shares.size() > 1) ClientWindows(shares.size(), client_of, events, pending, &rr);
   return rr;
+}
+
+// One rate's row of the table; with several clients, each one's service
+// and the difference between them.
+void PrintRateRow(const RateResult& x, const std::string& policy,
+                  const std::vector<double>& shares) {
+  char label[32];
+  std::snprintf(label, sizeof label, x.rate > 0 ? "%g" : "inf", x.rate);
+  std::printf(
+      "| %s | %d | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | "
+      "%.2f | %llu | %llu | %.0f%% |\n",
+      label, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean, x.ttft_p50,
+      x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50 / 1000, x.e2e_p99 / 1000,
+      static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
+      100 * x.forward_share);
+  if (x.clients.empty()) return;
+  std::printf(
+      "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
+      "computed + 2 x generated)",
+      policy.c_str(), x.clients.size(), 100 * x.cached_share);
+  for (size_t c = 0; c < x.clients.size(); ++c)
+    std::printf("%s client%zu (share %g): %d requests, %.0f (%.1f/s)", c ? ";" : ":", c, shares[c],
+                x.clients[c].requests, x.clients[c].service, x.clients[c].service / x.wall_s);
+  int contended = 0;
+  for (bool b : x.contended) contended += b;
+  std::printf(
+      "\n  difference in service per %.2f s window, over the %d of %zu windows where every "
+      "client waited: max %.0f, mean %.0f\n",
+      x.window_s, contended, x.contended.size(), x.diff_max, x.diff_mean);
+}
+
+// One rate's JSON object (after `sep`) into f.
+void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
+                   const std::vector<double>& shares) {
+  std::fprintf(f,
+               "%s\n  {\"rate\": %.3f, \"requests\": %d, \"wall_s\": %.3f, \"out_tok_s\": %.2f, "
+               "\"in_tok_s\": %.2f, \"req_s\": %.4f, \"ttft_mean_ms\": %.2f, \"ttft_p50_ms\": "
+               "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
+               "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
+               "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
+               "\"cached_share\": %.4f",
+               sep, x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean,
+               x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50, x.e2e_p99,
+               static_cast<unsigned long long>(x.preemptions),
+               static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share);
+  if (!x.clients.empty()) {
+    std::fprintf(f,
+                 ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",
+                 x.window_s, x.diff_max, x.diff_mean);
+    for (size_t w = 0; w < x.contended.size(); ++w)
+      std::fprintf(f, "%s%s", w ? ", " : "", x.contended[w] ? "true" : "false");
+    std::fprintf(f, "], \"clients\": [");
+    for (size_t c = 0; c < x.clients.size(); ++c) {
+      std::fprintf(f, "%s{\"share\": %g, \"requests\": %d, \"service\": %.1f, \"per_window\": [",
+                   c ? ", " : "", shares[c], x.clients[c].requests, x.clients[c].service);
+      for (size_t w = 0; w < x.clients[c].per_window.size(); ++w)
+        std::fprintf(f, "%s%.1f", w ? ", " : "", x.clients[c].per_window[w]);
+      std::fprintf(f, "]}");
+    }
+    std::fprintf(f, "]");
+  }
+  std::fprintf(f, "}");
 }
 
 // The --rate mode: one row per rate, and the JSON file if asked.
@@ -477,34 +551,9 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
       std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
       return 1;
     }
-    const RateResult& x = *r;
-    char label[32];
-    std::snprintf(label, sizeof label, rate > 0 ? "%g" : "inf", rate);
-    std::printf(
-        "| %s | %d | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | "
-        "%.2f | %llu | %llu | %.0f%% |\n",
-        label, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean, x.ttft_p50,
-        x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50 / 1000, x.e2e_p99 / 1000,
-        static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
-        100 * x.forward_share);
-    if (!x.clients.empty()) {
-      std::printf(
-          "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
-          "computed + 2 x generated)",
-          policy.c_str(), x.clients.size(), 100 * x.cached_share);
-      for (size_t c = 0; c < x.clients.size(); ++c)
-        std::printf("%s client%zu (share %g): %d requests, %.0f (%.1f/s)", c ? ";" : ":", c,
-                    shares[c], x.clients[c].requests, x.clients[c].service,
-                    x.clients[c].service / x.wall_s);
-      int contended = 0;
-      for (bool b : x.contended) contended += b;
-      std::printf(
-          "\n  difference in service per %.2f s window, over the %d of %zu windows where every "
-          "client waited: max %.0f, mean %.0f\n",
-          x.window_s, contended, x.contended.size(), x.diff_max, x.diff_mean);
-    }
+    PrintRateRow(*r, policy, shares);
     std::fflush(stdout);
-    results.push_back(x);
+    results.push_back(*r);
   }
   if (json.empty()) return 0;
   FILE* f = std::fopen(json.c_str(), "w");
@@ -521,208 +570,203 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
                JsonEscape(cpu).c_str(), prompt_len, gen_len, ratio, shared,
                st.kv_blocks_total * block_size, JsonEscape(policy).c_str(), locality_bound,
                cached_weight, max_running);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const RateResult& x = results[i];
-    std::fprintf(f,
-                 "%s\n  {\"rate\": %.3f, \"requests\": %d, \"wall_s\": %.3f, \"out_tok_s\": %.2f, "
-                 "\"in_tok_s\": %.2f, \"req_s\": %.4f, \"ttft_mean_ms\": %.2f, \"ttft_p50_ms\": "
-                 "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
-                 "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
-                 "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
-                 "\"cached_share\": %.4f",
-                 i ? "," : "", x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s,
-                 x.ttft_mean, x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50,
-                 x.e2e_p99, static_cast<unsigned long long>(x.preemptions),
-                 static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share);
-    if (!x.clients.empty()) {
-      std::fprintf(
-          f, ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",
-          x.window_s, x.diff_max, x.diff_mean);
-      for (size_t w = 0; w < x.contended.size(); ++w)
-        std::fprintf(f, "%s%s", w ? ", " : "", x.contended[w] ? "true" : "false");
-      std::fprintf(f, "], \"clients\": [");
-      for (size_t c = 0; c < x.clients.size(); ++c) {
-        std::fprintf(f, "%s{\"share\": %g, \"requests\": %d, \"service\": %.1f, \"per_window\": [",
-                     c ? ", " : "", shares[c], x.clients[c].requests, x.clients[c].service);
-        for (size_t w = 0; w < x.clients[c].per_window.size(); ++w)
-          std::fprintf(f, "%s%.1f", w ? ", " : "", x.clients[c].per_window[w]);
-        std::fprintf(f, "]}");
-      }
-      std::fprintf(f, "]");
-    }
-    std::fprintf(f, "}");
-  }
+  for (size_t i = 0; i < results.size(); ++i) WriteRateJson(f, i ? "," : "", results[i], shares);
   std::fprintf(f, "\n]}\n");
   std::fclose(f);
   return 0;
 }
 
-}  // namespace
+// braid bench --serve's options, parsed.
+struct ServeBenchOptions {
+  ModelOptions model;
+  std::vector<int> levels;  // -c: concurrency levels
+  int prompt_len = 256, gen_len = 128, shared = 0;
+  int batch_tokens = 0;
+  std::string json;  // --json PATH
+  int latency_mix = 0, latency_tokens = 0;
+  bool rate_mode = false;  // --rate given
+  std::vector<double> rates;
+  int requests = 200;
+  double ratio = 1.0;
+  int max_running = 0;
+  double kv_reserve = 0.5;
+  int rate_kv_tokens = 0;
+  std::vector<double> shares;  // --clients
+  std::string policy = "fcfs";
+  double locality_bound = 0, cached_weight = 0;
+  int reps = 1;
+  bool profile = false;
+  SpecOptions spec;
+};
 
-int ServeBenchMain(Args& args) {
-  ModelOptions mo = ReadModelOptions(args);
-  mo.require_tokenizer = false;  // prompts are random token ids
+// The command line into *o. Returns 2 (said on stderr) for a bad option,
+// or -1 to go on.
+int ReadServeBenchOptions(Args& args, ServeBenchOptions* o) {
+  o->model = ReadModelOptions(args);
+  o->model.require_tokenizer = false;  // prompts are random token ids
   const std::string level_list = args.Str({"-c", "--concurrency"}, "1,4,16,64");
-  std::vector<int> levels = ParseList(args, "-c", level_list, 1, kMaxConcurrency);
-  const int prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256, 1, kMaxRequestTokens));
-  const int gen_len = static_cast<int>(args.Int({"--gen-len"}, 128, 1, kMaxRequestTokens));
-  const int shared = static_cast<int>(args.Int({"--shared-prefix"}, 0, 0, kMaxRequestTokens));
-  const int batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 0, 0, 2048));
-  std::string json = args.Str({"--json"}, "");
-  const int latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0, 0, 256));
-  const int latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 2048));
-  const bool rate_mode = args.Has({"--rate"});
-  const std::vector<double> rates = ParseRates(args, args.Str({"--rate"}, "inf"));
-  const int requests = static_cast<int>(args.Int({"--requests"}, 200, 1, 100000));
-  const double ratio = args.Num({"--random-ratio"}, 1.0, 0.0, 1.0);
-  const int max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
-  const double kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
-  const int rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
-  std::vector<double> shares;
+  o->levels = ParseList(args, "-c", level_list, 1, kMaxConcurrency);
+  o->prompt_len = static_cast<int>(args.Int({"--prompt-len"}, 256, 1, kMaxRequestTokens));
+  o->gen_len = static_cast<int>(args.Int({"--gen-len"}, 128, 1, kMaxRequestTokens));
+  o->shared = static_cast<int>(args.Int({"--shared-prefix"}, 0, 0, kMaxRequestTokens));
+  o->batch_tokens = static_cast<int>(args.Int({"--batch-tokens"}, 0, 0, 2048));
+  o->json = args.Str({"--json"}, "");
+  o->latency_mix = static_cast<int>(args.Int({"--latency-mix"}, 0, 0, 256));
+  o->latency_tokens = static_cast<int>(args.Int({"--latency-batch-tokens"}, 0, 0, 2048));
+  o->rate_mode = args.Has({"--rate"});
+  o->rates = ParseRates(args, args.Str({"--rate"}, "inf"));
+  o->requests = static_cast<int>(args.Int({"--requests"}, 200, 1, 100000));
+  o->ratio = args.Num({"--random-ratio"}, 1.0, 0.0, 1.0);
+  o->max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
+  o->kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
+  o->rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
-    shares.push_back(share);
-  const std::string policy = args.Str({"--policy"}, "fcfs");
-  const double locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
-  const double cached_weight = args.Num({"--cached-weight"}, 0, 0, 1e6);
-  const int reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
-  const bool profile = args.Flag({"--profile"});
+    o->shares.push_back(share);
+  o->policy = args.Str({"--policy"}, "fcfs");
+  o->locality_bound = args.Num({"--locality-bound"}, 0, 0, 1e9);
+  o->cached_weight = args.Num({"--cached-weight"}, 0, 0, 1e6);
+  o->reps = static_cast<int>(args.Int({"-r", "--reps"}, 1, 1, 1000));
+  o->profile = args.Flag({"--profile"});
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (!spec.ok()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", spec.status().message().c_str());
     return 2;
   }
+  o->spec = *spec;
   if (std::string e = args.Error(); !e.empty()) {
     std::fprintf(stderr, "braid bench --serve: %s\n", e.c_str());
     return 2;
   }
-  if (levels.empty() || rates.empty()) {
+  if (o->levels.empty() || o->rates.empty()) {
     std::fprintf(stderr, "braid bench --serve: option %s: nothing to run\n",
-                 levels.empty() ? "-c" : "--rate");
+                 o->levels.empty() ? "-c" : "--rate");
     return 2;
   }
-  if (rate_mode) {
-    const long long context = static_cast<long long>(shared) + prompt_len + gen_len + 16;
-    if (context > kMaxContext) {
-      std::fprintf(stderr,
-                   "braid bench --serve: --shared-prefix %d, --prompt-len %d and --gen-len %d "
-                   "need a context of %lld; the limit is %lld\n",
-                   shared, prompt_len, gen_len, context, kMaxContext);
-      return 2;
-    }
-    const HostCpuSummary cpu = DescribeHostCpu();
-    std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
-    EngineOptions eo;
-    eo.model = mo;
-    eo.model.context = static_cast<int>(context);
-    eo.kv_tokens = rate_kv_tokens;
-    eo.max_running = max_running;
-    eo.max_batch_tokens = batch_tokens;
-    eo.max_waiting = requests;
-    eo.kv_growth_reserve = kv_reserve;
-    eo.policy = policy;
-    eo.fairness.locality_bound = locality_bound;
-    eo.fairness.cached_weight = cached_weight;
-    eo.spec = *spec;
-    auto opened = Engine::Open(eo);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
-      return 1;
-    }
-    return RateMain(**opened, eo.block_size, rates, requests, prompt_len, gen_len, ratio, shared,
-                    shares, policy, locality_bound, cached_weight, max_running, cpu.model, json);
-  }
-  // The KV cache every request of the largest level needs at once, in 64
-  // bits (the bounds above keep it well inside them, not inside an int).
-  const long long max_c = *std::max_element(levels.begin(), levels.end());
-  const long long context = shared + prompt_len + gen_len * (latency_mix > 0 ? 4LL : 1LL) + 16;
-  const long long kv_tokens = std::max(max_c, latency_mix + 2LL) * (context + 32) + 1024;
-  if (context > kMaxContext || kv_tokens > kMaxKvTokens) {
+  return -1;
+}
+
+// The --rate mode: an engine for the workload, then RateMain.
+int RateBench(const ServeBenchOptions& o) {
+  const long long context = static_cast<long long>(o.shared) + o.prompt_len + o.gen_len + 16;
+  if (context > kMaxContext) {
     std::fprintf(stderr,
-                 "braid bench --serve: -c %lld with --shared-prefix %d, --prompt-len %d and "
-                 "--gen-len %d needs a context of %lld and %lld KV tokens; the limits are %lld "
-                 "and %lld\n",
-                 max_c, shared, prompt_len, gen_len, context, kv_tokens, kMaxContext, kMaxKvTokens);
+                 "braid bench --serve: --shared-prefix %d, --prompt-len %d and --gen-len %d "
+                 "need a context of %lld; the limit is %lld\n",
+                 o.shared, o.prompt_len, o.gen_len, context, kMaxContext);
     return 2;
   }
-  const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
+  const HostCpuSummary cpu = DescribeHostCpu();
   std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
   EngineOptions eo;
-  eo.model = mo;
-  eo.model.cpu.profile_stages = profile;
+  eo.model = o.model;
   eo.model.context = static_cast<int>(context);
-  eo.kv_tokens = static_cast<int>(kv_tokens);
-  eo.max_running = static_cast<int>(max_c);
-  eo.max_batch_tokens = batch_tokens;
-  eo.policy = latency_mix > 0 ? "priority" : "fcfs";
-  eo.latency_batch_tokens = latency_tokens;
-  eo.spec = *spec;
+  eo.kv_tokens = o.rate_kv_tokens;
+  eo.max_running = o.max_running;
+  eo.max_batch_tokens = o.batch_tokens;
+  eo.max_waiting = o.requests;
+  eo.kv_growth_reserve = o.kv_reserve;
+  eo.policy = o.policy;
+  eo.fairness.locality_bound = o.locality_bound;
+  eo.fairness.cached_weight = o.cached_weight;
+  eo.spec = o.spec;
   auto opened = Engine::Open(eo);
   if (!opened.ok()) {
     std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
     return 1;
   }
-  Engine& engine = **opened;
-  const int n_vocab = engine.model()->info().n_vocab;
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
-  std::vector<int32_t> prefix(shared);
-  for (int32_t& t : prefix) t = pick(rng);
+  return RateMain(**opened, eo.block_size, o.rates, o.requests, o.prompt_len, o.gen_len, o.ratio,
+                  o.shared, o.shares, o.policy, o.locality_bound, o.cached_weight, o.max_running,
+                  cpu.model, o.json);
+}
 
-  if (latency_mix > 0) return LatencyMix(engine, latency_mix, prompt_len, gen_len, reps, pick, rng);
-  // The shared prefix once before any measured request, so that every level
-  // (and every repetition) finds it in the prefix cache alike.
-  if (shared > 0) {
-    auto h = engine.Submit(Greedy(prefix, 0, 1, pick, rng));
-    if (!h.ok()) {
-      std::fprintf(stderr, "braid bench: %s\n", h.status().message().c_str());
-      return 1;
-    }
-    (*h)->Wait();
+// The engine of the concurrency levels: a context for the longest request
+// and the KV cache every request of the largest level needs at once, in 64
+// bits (the bounds on the options keep it well inside them, not inside an
+// int). Null (said on stderr) when that passes the limits.
+std::optional<EngineOptions> LevelEngineOptions(const ServeBenchOptions& o) {
+  const long long max_c = *std::max_element(o.levels.begin(), o.levels.end());
+  const long long context =
+      o.shared + o.prompt_len + o.gen_len * (o.latency_mix > 0 ? 4LL : 1LL) + 16;
+  const long long kv_tokens = std::max(max_c, o.latency_mix + 2LL) * (context + 32) + 1024;
+  if (context > kMaxContext || kv_tokens > kMaxKvTokens) {
+    std::fprintf(stderr,
+                 "braid bench --serve: -c %lld with --shared-prefix %d, --prompt-len %d and "
+                 "--gen-len %d needs a context of %lld and %lld KV tokens; the limits are %lld "
+                 "and %lld\n",
+                 max_c, o.shared, o.prompt_len, o.gen_len, context, kv_tokens, kMaxContext,
+                 kMaxKvTokens);
+    return std::nullopt;
   }
-  std::printf(
-      "| concurrency | prompt | shared prefix | gen | wall s | gen tok/s | decode tok/s | "
-      "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | cached |\n");
-  std::printf(
-      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  // Every level `reps` times, the levels taking turns (so that a slow spell of
-  // a shared host falls on all of them); per level the run with the median
-  // decode rate is kept.
-  const int threads = engine.model()->info().threads;
-  std::vector<std::vector<LevelResult>> runs(levels.size());
-  // With several repetitions, the host's state after each (whether the cores
-  // share a last-level cache moves every ratio; "The host", docs/benchmarks.md).
+  EngineOptions eo;
+  eo.model = o.model;
+  eo.model.cpu.profile_stages = o.profile;
+  eo.model.context = static_cast<int>(context);
+  eo.kv_tokens = static_cast<int>(kv_tokens);
+  eo.max_running = static_cast<int>(max_c);
+  eo.max_batch_tokens = o.batch_tokens;
+  eo.policy = o.latency_mix > 0 ? "priority" : "fcfs";
+  eo.latency_batch_tokens = o.latency_tokens;
+  eo.spec = o.spec;
+  return eo;
+}
+
+// Every level `reps` times, and what was measured beside them.
+struct LevelRuns {
+  std::vector<std::vector<LevelResult>> runs;  // per level, per repetition
+  // With several repetitions, the host's state after each (whether the
+  // cores share a last-level cache moves every ratio; "The host",
+  // docs/benchmarks.md).
   std::vector<CrossCoreRates> host;
-  std::vector<StageTotals> stages(levels.size());  // with --profile
-  for (int rep = 0; rep < reps; ++rep) {
-    for (size_t i = 0; i < levels.size(); ++i) {
-      const EngineStats before = profile ? engine.stats() : EngineStats{};
-      auto r = RunLevel(engine, levels[i], prefix, prompt_len, gen_len, pick, rng);
-      if (!r.ok()) {
-        std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
-        return 1;
-      }
-      runs[i].push_back(*r);
-      if (profile) stages[i].Add(before, engine.stats());
+  std::vector<StageTotals> stages;  // per level, with --profile
+};
+
+// The levels take turns (so that a slow spell of a shared host falls on all
+// of them).
+Result<LevelRuns> RunLevels(Engine& engine, const ServeBenchOptions& o,
+                            const std::vector<int32_t>& prefix,
+                            std::uniform_int_distribution<int32_t>& pick, std::mt19937& rng) {
+  const int threads = engine.model()->info().threads;
+  LevelRuns lr;
+  lr.runs.resize(o.levels.size());
+  lr.stages.resize(o.levels.size());
+  for (int rep = 0; rep < o.reps; ++rep) {
+    for (size_t i = 0; i < o.levels.size(); ++i) {
+      const EngineStats before = o.profile ? engine.stats() : EngineStats{};
+      BRAID_ASSIGN_OR_RETURN(
+          LevelResult r, RunLevel(engine, o.levels[i], prefix, o.prompt_len, o.gen_len, pick, rng));
+      lr.runs[i].push_back(r);
+      if (o.profile) lr.stages[i].Add(before, engine.stats());
     }
-    if (reps > 1 && threads >= 2) host.push_back(MeasureCrossCoreRates(threads));
+    if (o.reps > 1 && threads >= 2) lr.host.push_back(MeasureCrossCoreRates(threads));
   }
+  return lr;
+}
+
+// Per level the run with the median decode rate, printed as a table row.
+std::vector<LevelResult> MedianLevels(const ServeBenchOptions& o, const LevelRuns& lr) {
   std::vector<LevelResult> results;
-  for (std::vector<LevelResult>& level : runs) {
+  for (const std::vector<LevelResult>& level : lr.runs) {
     std::vector<LevelResult> sorted = level;
     std::sort(sorted.begin(), sorted.end(), [](const LevelResult& a, const LevelResult& b) {
       return a.decode_tok_s < b.decode_tok_s;
     });
-    const LevelResult lr = sorted[sorted.size() / 2];
-    results.push_back(lr);
+    const LevelResult r = sorted[sorted.size() / 2];
+    results.push_back(r);
     std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% |\n",
-                lr.concurrency, prompt_len + shared, shared, gen_len, lr.wall_s, lr.gen_tok_s,
-                lr.decode_tok_s, lr.ttft_p50, lr.ttft_p99, lr.itl_p50, lr.itl_p99,
-                100 * lr.cached_fraction);
+                r.concurrency, o.prompt_len + o.shared, o.shared, o.gen_len, r.wall_s, r.gen_tok_s,
+                r.decode_tok_s, r.ttft_p50, r.ttft_p99, r.itl_p50, r.itl_p99,
+                100 * r.cached_fraction);
   }
-  if (spec->on()) {
+  return results;
+}
+
+// What the engine says of the whole run: speculation's guesses kept, passes
+// the CPU pool ran on fewer threads.
+void PrintEngineNotes(Engine& engine, const SpecOptions& spec) {
+  if (spec.on()) {
     const EngineStats st = engine.stats();
     std::printf(
-        "speculation (%s): %llu of %llu guesses kept, %.2f tokens per decode pass\n", spec->name(),
+        "speculation (%s): %llu of %llu guesses kept, %.2f tokens per decode pass\n", spec.name(),
         static_cast<unsigned long long>(st.spec_accepted),
         static_cast<unsigned long long>(st.spec_proposed),
         st.decode_passes ? static_cast<double>(st.decode_tokens_out) / st.decode_passes : 0.0);
@@ -732,23 +776,31 @@ int ServeBenchMain(Args& args) {
                 static_cast<unsigned long long>(st.pool_narrowed_passes),
                 static_cast<unsigned long long>(st.pool_passes));
   std::fflush(stdout);
-  // Per repetition, each level against the single request run just before it.
-  if (reps > 1 && !levels.empty() && levels.front() == 1) {
+}
+
+// Each level against a single request: per repetition, against the one run
+// just before it (with the host's state after it), and between medians;
+// then the forward stages with --profile.
+void PrintRatios(const ServeBenchOptions& o, const LevelRuns& lr,
+                 const std::vector<LevelResult>& results) {
+  const std::vector<int>& levels = o.levels;
+  if (o.reps > 1 && !levels.empty() && levels.front() == 1) {
     for (size_t i = 1; i < levels.size(); ++i) {
       std::vector<double> ratio;
-      for (int rep = 0; rep < reps; ++rep)
-        ratio.push_back(runs[i][rep].decode_tok_s / runs[0][rep].decode_tok_s);
+      for (int rep = 0; rep < o.reps; ++rep)
+        ratio.push_back(lr.runs[i][rep].decode_tok_s / lr.runs[0][rep].decode_tok_s);
       std::sort(ratio.begin(), ratio.end());
       std::printf("decode at %d concurrent / at 1, per repetition: median %.2fx (%.2f-%.2fx)\n",
                   levels[i], ratio[ratio.size() / 2], ratio.front(), ratio.back());
     }
-    for (size_t k = 0; k < host.size(); ++k) {
+    for (size_t k = 0; k < lr.host.size(); ++k) {
       std::printf("repetition %zu:", k + 1);
       for (size_t i = 1; i < levels.size(); ++i)
-        std::printf(" %d/1 %.2fx,", levels[i], runs[i][k].decode_tok_s / runs[0][k].decode_tok_s);
+        std::printf(" %d/1 %.2fx,", levels[i],
+                    lr.runs[i][k].decode_tok_s / lr.runs[0][k].decode_tok_s);
       std::printf(" then 8 MiB re-read at %.0f GB/s by the other core (%.0f by the first)%s\n",
-                  host[k].other / 1e9, host[k].own / 1e9,
-                  host[k].other < 0.5 * host[k].own ? ", no shared last-level cache" : "");
+                  lr.host[k].other / 1e9, lr.host[k].own / 1e9,
+                  lr.host[k].other < 0.5 * lr.host[k].own ? ", no shared last-level cache" : "");
     }
   }
   if (!results.empty() && results.front().concurrency == 1) {
@@ -757,12 +809,35 @@ int ServeBenchMain(Args& args) {
         std::printf("decode tok/s at %d concurrent / at 1 (medians) = %.2fx\n", r.concurrency,
                     r.decode_tok_s / results.front().decode_tok_s);
   }
-  if (profile)
-    for (size_t i = 0; i < levels.size(); ++i) stages[i].Print(levels[i]);
-  // The limit in the same run: the int8 dot-product peak of all threads, and
-  // what fraction of it each level's decode reaches counting the useful work,
-  // 2 x (multiply-adds per token ~ n_params: every weight once per token, the
-  // tied embedding as the output head) x decode tok/s.
+  if (o.profile)
+    for (size_t i = 0; i < levels.size(); ++i) lr.stages[i].Print(levels[i]);
+}
+
+// The batching goal: 16 concurrent >= 6x single or >= 60% of the peak,
+// whichever is lower (in tokens/s).
+void PrintBatchingGoal(const std::vector<LevelResult>& results, double peak, double ops_per_token) {
+  const LevelResult* one = nullptr;
+  const LevelResult* sixteen = nullptr;
+  for (const LevelResult& r : results) {
+    if (r.concurrency == 1) one = &r;
+    if (r.concurrency == 16) sixteen = &r;
+  }
+  if (one == nullptr || sixteen == nullptr || peak <= 0) return;
+  const double by_ratio = 6.0 * one->decode_tok_s, by_peak = 0.6 * peak / ops_per_token;
+  const double goal = std::min(by_ratio, by_peak);
+  std::printf(
+      "batching goal at 16 concurrent: %.1f tok/s (%s); reached %.1f tok/s = %.0f%% of it\n", goal,
+      by_ratio <= by_peak ? "6x single" : "60% of the int8 peak", sixteen->decode_tok_s,
+      100.0 * sixteen->decode_tok_s / goal);
+}
+
+// The limit in the same run: the int8 dot-product peak of all threads, and
+// what fraction of it each level's decode reaches counting the useful work,
+// 2 x (multiply-adds per token ~ n_params: every weight once per token, the
+// tied embedding as the output head) x decode tok/s; then the batching goal.
+// Returns the peak (ops/s).
+double PrintPeakShare(Engine& engine, const std::vector<LevelResult>& results) {
+  const int threads = engine.model()->info().threads;
   const double peak = MeasureInt8GemmPeak(threads);
   const double ops_per_token = 2.0 * static_cast<double>(engine.model()->info().n_params);
   std::printf("int8 dot peak (%d threads, vpdpbusd/maddubs loop): %.1f GOP/s\n", threads,
@@ -782,48 +857,92 @@ int ServeBenchMain(Args& args) {
                   r.decode_tok_s * ops_per_token / 1e9,
                   100.0 * r.decode_tok_s * ops_per_token / peak);
   }
-  // The batching goal: 16 concurrent >= 6x single or >= 60% of the peak,
-  // whichever is lower (in tokens/s).
-  const LevelResult* one = nullptr;
-  const LevelResult* sixteen = nullptr;
-  for (const LevelResult& r : results) {
-    if (r.concurrency == 1) one = &r;
-    if (r.concurrency == 16) sixteen = &r;
+  PrintBatchingGoal(results, peak, ops_per_token);
+  return peak;
+}
+
+// The levels as JSON into o.json (when given). Returns the exit status.
+int WriteLevelsJson(const ServeBenchOptions& o, Engine& engine, const std::string& cpu_model,
+                    double peak, const std::vector<LevelResult>& results) {
+  if (o.json.empty()) return 0;
+  FILE* f = std::fopen(o.json.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "braid bench: cannot write '%s'\n", o.json.c_str());
+    return 1;
   }
-  if (one != nullptr && sixteen != nullptr && peak > 0) {
-    const double by_ratio = 6.0 * one->decode_tok_s, by_peak = 0.6 * peak / ops_per_token;
-    const double goal = std::min(by_ratio, by_peak);
-    std::printf(
-        "batching goal at 16 concurrent: %.1f tok/s (%s); reached %.1f tok/s = %.0f%% of it\n",
-        goal, by_ratio <= by_peak ? "6x single" : "60% of the int8 peak", sixteen->decode_tok_s,
-        100.0 * sixteen->decode_tok_s / goal);
+  const ModelInfo& info = engine.model()->info();
+  std::fprintf(f,
+               "{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+               "\"prompt_len\": %d, \"shared_prefix\": %d, \"gen_len\": %d, "
+               "\"int8_peak_gops\": %.1f, \"levels\": [",
+               info.path.c_str(), JsonEscape(cpu_model).c_str(), info.threads, info.isa.c_str(),
+               o.prompt_len, o.shared, o.gen_len, peak / 1e9);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const LevelResult& r = results[i];
+    std::fprintf(f,
+                 "%s\n  {\"concurrency\": %d, \"wall_s\": %.3f, \"gen_tok_s\": %.2f, "
+                 "\"decode_tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
+                 "\"itl_p50_ms\": %.3f, \"itl_p99_ms\": %.3f, \"cached_fraction\": %.4f}",
+                 i ? "," : "", r.concurrency, r.wall_s, r.gen_tok_s, r.decode_tok_s, r.ttft_p50,
+                 r.ttft_p99, r.itl_p50, r.itl_p99, r.cached_fraction);
   }
-  if (!json.empty()) {
-    FILE* f = std::fopen(json.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "braid bench: cannot write '%s'\n", json.c_str());
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
+  return 0;
+}
+
+// The concurrency levels (or, with --latency-mix, the latency mix) on one
+// engine, then the report.
+int LevelBench(const ServeBenchOptions& o) {
+  std::optional<EngineOptions> eo = LevelEngineOptions(o);
+  if (!eo) return 2;
+  const HostCpuSummary cpu = DescribeHostCpu();  // what every figure below was measured on
+  std::printf("cpu: %s; usable: %s\n", cpu.line.c_str(), DescribeUsableCpus().c_str());
+  auto opened = Engine::Open(*eo);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  Engine& engine = **opened;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> pick(100, engine.model()->info().n_vocab - 1);
+  std::vector<int32_t> prefix(o.shared);
+  for (int32_t& t : prefix) t = pick(rng);
+  if (o.latency_mix > 0)
+    return LatencyMix(engine, o.latency_mix, o.prompt_len, o.gen_len, o.reps, pick, rng);
+  // The shared prefix once before any measured request, so that every level
+  // (and every repetition) finds it in the prefix cache alike.
+  if (o.shared > 0) {
+    auto h = engine.Submit(Greedy(prefix, 0, 1, pick, rng));
+    if (!h.ok()) {
+      std::fprintf(stderr, "braid bench: %s\n", h.status().message().c_str());
       return 1;
     }
-    std::fprintf(f,
-                 "{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
-                 "\"prompt_len\": %d, \"shared_prefix\": %d, \"gen_len\": %d, "
-                 "\"int8_peak_gops\": %.1f, \"levels\": [",
-                 engine.model()->info().path.c_str(), JsonEscape(cpu.model).c_str(),
-                 engine.model()->info().threads, engine.model()->info().isa.c_str(), prompt_len,
-                 shared, gen_len, peak / 1e9);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const LevelResult& r = results[i];
-      std::fprintf(f,
-                   "%s\n  {\"concurrency\": %d, \"wall_s\": %.3f, \"gen_tok_s\": %.2f, "
-                   "\"decode_tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
-                   "\"itl_p50_ms\": %.3f, \"itl_p99_ms\": %.3f, \"cached_fraction\": %.4f}",
-                   i ? "," : "", r.concurrency, r.wall_s, r.gen_tok_s, r.decode_tok_s, r.ttft_p50,
-                   r.ttft_p99, r.itl_p50, r.itl_p99, r.cached_fraction);
-    }
-    std::fprintf(f, "\n]}\n");
-    std::fclose(f);
+    (*h)->Wait();
   }
-  return 0;
+  std::printf(
+      "| concurrency | prompt | shared prefix | gen | wall s | gen tok/s | decode tok/s | "
+      "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | cached |\n");
+  std::printf(
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  auto runs = RunLevels(engine, o, prefix, pick, rng);
+  if (!runs.ok()) {
+    std::fprintf(stderr, "braid bench: %s\n", runs.status().message().c_str());
+    return 1;
+  }
+  const std::vector<LevelResult> results = MedianLevels(o, *runs);
+  PrintEngineNotes(engine, o.spec);
+  PrintRatios(o, *runs, results);
+  const double peak = PrintPeakShare(engine, results);
+  return WriteLevelsJson(o, engine, cpu.model, peak, results);
+}
+
+}  // namespace
+
+int ServeBenchMain(Args& args) {
+  ServeBenchOptions o;
+  if (int rc = ReadServeBenchOptions(args, &o); rc >= 0) return rc;
+  return o.rate_mode ? RateBench(o) : LevelBench(o);
 }
 
 }  // namespace braid::cli

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/stack.h"
+#include "cli/status_routes.h"
 #include "engine/system_probe.h"
 #include "http/dashboard.h"
 #include "http/metrics.h"
@@ -102,55 +104,36 @@ std::string FileStem(const std::string& path) {
   return name;
 }
 
-// The server's own series after the API's: connections, rejections, and
-// runs by state.
-std::string ServerMetrics(const http::Server::Stats& s, const server::RunsService::Counts& c) {
-  std::string out;
-  auto add = [&](const char* name, const char* type, const char* help, uint64_t v,
-                 const std::string& labels = "") {
-    out += std::string("# HELP braid:") + name + " " + help + "\n# TYPE braid:" + name + " " +
-           type + "\n";
-    out += std::string("braid:") + name + labels + " " + std::to_string(v) + "\n";
-  };
-  add("http_connections_open", "gauge", "Open HTTP connections.", s.connections_open);
-  add("http_requests_total", "counter", "HTTP requests read whole.", s.requests_total);
-  add("http_requests_queued", "gauge", "Requests waiting for a handler thread.", s.requests_queued);
-  add("http_rejected_busy_total", "counter", "429: the handler queue was full.", s.rejected_busy);
-  add("http_rejected_auth_total", "counter", "401: no or a wrong API key.", s.rejected_auth);
-  add("http_rejected_malformed_total", "counter", "400/413/431 before routing.",
-      s.rejected_malformed);
-  add("http_streams_open", "gauge", "Streamed responses in progress.", s.streams_open);
-  add("http_streams_cancelled_total", "counter", "Streams ended by the client leaving.",
-      s.streams_cancelled);
-  out += "# HELP braid:runs Runs the server holds, by state.\n# TYPE braid:runs gauge\n";
-  const std::pair<const char*, int> states[] = {{"queued", c.queued},
-                                                {"running", c.running},
-                                                {"done", c.done},
-                                                {"failed", c.failed},
-                                                {"cancelled", c.cancelled}};
-  for (const auto& [state, n] : states)
-    out += std::string("braid:runs{state=\"") + state + "\"} " + std::to_string(n) + "\n";
-  return out;
-}
+// braid serve's options, parsed.
+struct ServeOptions {
+  StackOptions stack;
+  http::ServerOptions http_options;
+  server::RunsOptions runs;
+  std::string key_file;
+  std::string model_name;     // the model's id in the OpenAI API
+  std::string dashboard_dir;  // "": the files built in
+  int per_client = 0;         // --max-programs-per-client; 0: from max_programs
+  double drain_seconds = 10;
+};
 
-}  // namespace
-
-int ServeMain(const std::vector<std::string>& argv) {
+// The command line into *o. Returns the exit status when braid serve should
+// exit now (help, a bad option), or -1 to go on.
+int ReadServeOptions(const std::vector<std::string>& argv, ServeOptions* o) {
   Args args(argv);
   if (args.Flag({"-h", "--help"})) {
     std::printf(kServeHelp, kStackHelp);
     return 0;
   }
-  StackOptions so = ReadStackOptions(args);
-  http::ServerOptions ho;
+  o->stack = ReadStackOptions(args);
+  http::ServerOptions& ho = o->http_options;
+  server::RunsOptions& runs = o->runs;
   ho.host = args.Str({"--host"}, "127.0.0.1");
   ho.port = static_cast<int>(args.Int({"--port"}, 8080, 0, 65535));
-  const std::string key_file = args.Str({"--api-key-file"}, "");
-  std::string model_name = args.Str({"--model-name"}, "");
+  o->key_file = args.Str({"--api-key-file"}, "");
+  o->model_name = args.Str({"--model-name"}, "");
   ho.cors_origin = args.Str({"--cors-origin"}, "");
-  const std::string dashboard_dir = args.Str({"--dashboard-dir"}, "");
+  o->dashboard_dir = args.Str({"--dashboard-dir"}, "");
   for (const std::string& p : http::DashboardPaths()) ho.public_paths.push_back(p);
-  server::RunsOptions runs;
   runs.max_programs = static_cast<int>(args.Int({"--max-programs"}, 16, 1, 4096));
   runs.max_queued = static_cast<size_t>(args.Int({"--max-queued"}, 256, 0, 100000));
   const std::string run_mode = args.Str({"--run-mode"}, "dag");
@@ -158,8 +141,8 @@ int ServeMain(const std::vector<std::string>& argv) {
     runs.mode = rt::Mode::kBaselineAsync;
   else if (run_mode != "dag")
     args.Fail("option --run-mode: '" + run_mode + "' is not dag or async");
-  const int per_client = static_cast<int>(args.Int({"--max-programs-per-client"}, 0, 1, 4096));
-  const double drain_seconds = args.Num({"--drain-seconds"}, 10.0, 0.0, 3600.0);
+  o->per_client = static_cast<int>(args.Int({"--max-programs-per-client"}, 0, 1, 4096));
+  o->drain_seconds = args.Num({"--drain-seconds"}, 10.0, 0.0, 3600.0);
   runs.max_attempts = static_cast<int>(args.Int({"--max-attempts"}, 3, 0, 1000));
   ho.workers = static_cast<int>(args.Int({"--workers"}, 64, 1, 4096));
   ho.max_pending = static_cast<size_t>(args.Int({"--max-pending"}, 256, 1, 100000));
@@ -175,159 +158,128 @@ int ServeMain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "braid serve: %s\n", e.c_str());
     return 2;
   }
-  if (!key_file.empty()) {
-    auto keys = http::ReadApiKeys(key_file);
+  return -1;
+}
+
+// What the options leave to be worked out: the API keys (their weights join
+// --client-weights), the memory budget's defaults from what is available
+// before the model and its KV cache take their share, the model's name.
+// Returns false (said on stderr) when the key file cannot be read.
+bool CompleteServeOptions(ServeOptions* o) {
+  server::RunsOptions& runs = o->runs;
+  if (!o->key_file.empty()) {
+    auto keys = http::ReadApiKeys(o->key_file);
     if (!keys.ok()) {
       std::fprintf(stderr, "braid serve: %s\n", keys.status().message().c_str());
-      return 2;
+      return false;
     }
-    ho.api_keys = std::move(keys->keys);
-    ho.admin_clients = std::move(keys->admins);
+    o->http_options.api_keys = std::move(keys->keys);
+    o->http_options.admin_clients = std::move(keys->admins);
     // A share given by --client-weights overrides the file's.
-    for (const auto& [name, weight] : keys->weights) so.client_weights.emplace(name, weight);
-    if (!keys->weights.empty() && !so.fair)
+    for (const auto& [name, weight] : keys->weights) o->stack.client_weights.emplace(name, weight);
+    if (!keys->weights.empty() && !o->stack.fair)
       std::fprintf(stderr, "braid serve: note: the key file's weights apply only with --fair\n");
   }
-  // The memory budget's defaults, from what is available before the model
-  // and its KV cache take their share.
   if (runs.memory_bytes == 0) runs.memory_bytes = AvailableMemoryBytes() / 10 * 4;
   if (runs.client_memory_bytes == 0)
-    runs.client_memory_bytes = ho.api_keys.empty() ? runs.memory_bytes : runs.memory_bytes / 2;
+    runs.client_memory_bytes =
+        o->http_options.api_keys.empty() ? runs.memory_bytes : runs.memory_bytes / 2;
   std::fprintf(stderr, "braid serve: live runs may hold %zu MB, %zu MB per client\n",
                runs.memory_bytes >> 20, runs.client_memory_bytes >> 20);
-  if (model_name.empty()) model_name = FileStem(so.model.path);
+  if (o->model_name.empty()) o->model_name = FileStem(o->stack.model.path);
+  // With keys, each client sees only what it made (admins see everything),
+  // and a reserve of threads no single client may take: another client's
+  // program starts even while one client's programs are stuck.
+  runs.keyed = !o->http_options.api_keys.empty();
+  runs.max_programs_per_client =
+      o->per_client > 0 ? o->per_client
+      : runs.keyed      ? std::max(1, runs.max_programs - std::max(1, runs.max_programs / 4))
+                        : runs.max_programs;
+  return true;
+}
 
-  // The listener first: /health says 503 while the model loads.
-  http::Router loading;
-  auto not_yet = [](const http::Request&, const http::Params&) {
+// The listener, before the model loads: /health says 503 meanwhile, from
+// the `loading` router (which must outlive the server).
+Result<std::unique_ptr<http::Server>> StartListener(const ServeOptions& o, http::Router* loading) {
+  loading->Add("GET", "/health", [](const http::Request&, const http::Params&) {
     http::Response r = http::JsonError(503, "the model is loading");
     r.headers.emplace_back("Retry-After", "1");
     return r;
-  };
-  loading.Add("GET", "/health", not_yet);
-  auto server = http::Server::Start(ho, &loading);
-  if (!server.ok()) {
-    std::fprintf(stderr, "braid serve: %s\n", server.status().message().c_str());
-    return 1;
-  }
+  });
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<http::Server> server,
+                         http::Server::Start(o.http_options, loading));
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGPIPE, SIG_IGN);
-  std::fprintf(stderr, "braid serve: listening on http://%s:%d (loading %s)\n", ho.host.c_str(),
-               (*server)->port(), so.model.path.c_str());
+  std::fprintf(stderr, "braid serve: listening on http://%s:%d (loading %s)\n",
+               o.http_options.host.c_str(), server->port(), o.stack.model.path.c_str());
+  return server;
+}
 
-  auto opened = OpenStack(so);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "braid serve: %s\n", opened.status().message().c_str());
-    (*server)->Stop();
-    return 1;
-  }
-  std::unique_ptr<Stack> stack = std::move(opened).value();
-  std::fprintf(stderr, "braid serve: %s\n", stack->KvSummary().c_str());
-
-  // The routes.
-  http::Router router;
+// What serves once the model is loaded: the services, what the status
+// routes read, and the router over them all.
+struct Serving {
   std::vector<Engine*> engines;
-  for (auto& e : stack->engines) engines.push_back(e.get());
   http::ServingMetrics metrics;
-  http::OpenAiOptions oo;
-  oo.model_name = model_name;
-  oo.tokenizer = stack->tokenizer;
-  oo.engines = engines;
-  oo.metrics = &metrics;
-  oo.placement = stack->options.placement;
-  http::AddOpenAiRoutes(&router, std::make_shared<http::OpenAiService>(oo));
-  runs.runtime = stack->runtime.get();
-  // With keys, each client sees only what it made (admins see everything).
-  const bool keyed = !ho.api_keys.empty();
-  runs.keyed = keyed;
-  // With keys, a reserve of threads no single client may take: another
-  // client's program starts even while one client's programs are stuck.
-  runs.max_programs_per_client =
-      per_client > 0 ? per_client
-      : keyed        ? std::max(1, runs.max_programs - std::max(1, runs.max_programs / 4))
-                     : runs.max_programs;
-  server::RunsService service(runs);
-  service.AddRoutes(&router);
-  // Unhealthy when an embedded engine's loop stopped, or when no engine at
-  // all can take work (a remote one that is down is routed around).
-  router.Add("GET", "/health", [&engines](const http::Request&, const http::Params&) {
-    int alive = 0;
-    for (Engine* e : engines) {
-      if (e->model() && !e->alive()) return http::JsonError(503, "an embedded engine stopped");
-      alive += e->alive();
-    }
-    if (alive == 0) return http::JsonError(503, "no engine is reachable");
-    return http::JsonResponse(200, R"({"status":"ok"})");
-  });
-  http::Server* srv = server->get();
-  // A key that may not see other clients gets its own client's series and
-  // the totals, no other client's name.
-  router.Add("GET", "/metrics", [&](const http::Request& req, const http::Params&) {
-    http::Response r;
-    r.content_type = "text/plain; version=0.0.4";
-    std::vector<EngineStats> stats;
-    for (Engine* e : engines) stats.push_back(e->stats());
-    http::MetricsSnapshot snapshot = metrics.Snapshot();
-    if (!http::SeesAll(req, keyed)) http::KeepOnlyClient(req.client, &snapshot, &stats);
-    r.body = http::RenderPrometheus(snapshot, stats, model_name) +
-             ServerMetrics(srv->stats(), service.counts());
-    return r;
-  });
-  // The engines' figures once a second, for /v1/stats and the dashboard.
+  std::unique_ptr<server::RunsService> service;
+  std::unique_ptr<http::StatsHistory> history;
+  StatusSources status;
+  http::Router router;
+};
+
+// The engines as /v1/stats and the dashboard name them.
+std::vector<http::EngineLabel> EngineLabels(const Stack& stack) {
   std::vector<http::EngineLabel> labels;
-  for (size_t i = 0; i < engines.size(); ++i) {
-    const Model* m = engines[i]->model();
+  for (size_t i = 0; i < stack.engines.size(); ++i) {
+    const Model* m = stack.engines[i]->model();
     labels.push_back(
-        {i < stack->engine_names.size() ? stack->engine_names[i] : "engine" + std::to_string(i),
+        {i < stack.engine_names.size() ? stack.engine_names[i] : "engine" + std::to_string(i),
          m ? m->info().path : "", m ? m->info().device : "remote"});
   }
-  http::StatsHistory history(model_name, std::move(labels));
+  return labels;
+}
+
+// The routes: the OpenAI-compatible API, programs, DAGs, sessions and runs,
+// the status routes and the dashboard.
+std::unique_ptr<Serving> OpenServing(ServeOptions& o, Stack& stack, http::Server* srv) {
+  auto s = std::make_unique<Serving>();
+  for (auto& e : stack.engines) s->engines.push_back(e.get());
+  http::OpenAiOptions oo;
+  oo.model_name = o.model_name;
+  oo.tokenizer = stack.tokenizer;
+  oo.engines = s->engines;
+  oo.metrics = &s->metrics;
+  oo.placement = stack.options.placement;
+  http::AddOpenAiRoutes(&s->router, std::make_shared<http::OpenAiService>(oo));
+  o.runs.runtime = stack.runtime.get();
+  s->service = std::make_unique<server::RunsService>(o.runs);
+  s->service->AddRoutes(&s->router);
+  // The engines' figures once a second, for /v1/stats and the dashboard.
+  s->history = std::make_unique<http::StatsHistory>(o.model_name, EngineLabels(stack));
+  s->status = {s->engines, &s->metrics,  s->history.get(), s->service.get(),
+               srv,        o.runs.keyed, o.model_name};
+  SampleStats(s->status);
+  AddStatusRoutes(&s->router, &s->status);
+  http::AddDashboardRoutes(&s->router, o.dashboard_dir);
+  return s;
+}
+
+// Serves until SIGINT or SIGTERM, sampling the engines' figures each second.
+void ServeUntilSignal(Serving& s) {
   auto unix_now = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
-  auto sample = [&] {
-    std::vector<EngineStats> stats;
-    for (Engine* e : engines) stats.push_back(e->stats());
-    const server::RunsService::Counts c = service.counts();
-    history.Record(unix_now(), stats, {c.queued, c.running, c.done, c.failed, c.cancelled});
-  };
-  sample();
-  // A reader gets figures at most half a second old.
-  router.Add("GET", "/v1/stats", [&](const http::Request& r, const http::Params&) {
-    if (unix_now() - history.last_time() > 0.5) sample();
-    uint64_t since = 0;
-    if (auto it = r.query.find("since"); it != r.query.end()) {
-      char* end = nullptr;
-      since = std::strtoull(it->second.c_str(), &end, 10);
-      if (it->second.empty() || *end || it->second[0] == '-')
-        return http::JsonError(400, "since: '" + it->second + "' is not a sample number", "",
-                               "since");
-    }
-    // Another client's figures are left out unless the key may see them all.
-    return http::JsonResponse(200,
-                              history.Json(since, http::SeesAll(r, keyed) ? nullptr : &r.client));
-  });
-  http::AddDashboardRoutes(&router, dashboard_dir);
-  srv->SetRouter(&router);
-  if (auto resumed = service.ResumeInterrupted(); !resumed.ok()) {
-    std::fprintf(stderr, "braid serve: resuming interrupted runs: %s\n",
-                 resumed.status().message().c_str());
-  } else if (*resumed > 0) {
-    std::fprintf(stderr, "braid serve: resumed %d interrupted run%s\n", *resumed,
-                 *resumed == 1 ? "" : "s");
-  }
-  std::fprintf(stderr, "braid serve: ready on http://%s:%d (model '%s')\n", ho.host.c_str(),
-               srv->port(), model_name.c_str());
-
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (unix_now() - history.last_time() >= 0.95) sample();
+    if (unix_now() - s.history->last_time() >= 0.95) SampleStats(s.status);
   }
-  // Stopping: nothing new comes in, what runs gets the drain time, the
-  // rest is interrupted (detached runs stay resumable in the store). A
-  // watchdog makes sure the process ends even if something does not return.
+}
+
+// Stopping: nothing new comes in, what runs gets the drain time, the rest
+// is interrupted (detached runs stay resumable in the store). A watchdog
+// makes sure the process ends even if something does not return.
+void StopServing(Serving& s, http::Server* srv, http::Router* loading, double drain_seconds) {
   std::fprintf(stderr,
                "braid serve: stopping (draining for up to %g s; a second signal exits at once)\n",
                drain_seconds);
@@ -337,6 +289,7 @@ int ServeMain(const std::vector<std::string>& argv) {
     std::_Exit(1);
   }).detach();
   srv->StopAccepting();
+  server::RunsService& service = *s.service;
   service.BeginDrain();
   const auto drain_end =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_seconds);
@@ -349,10 +302,51 @@ int ServeMain(const std::vector<std::string>& argv) {
   if (busy())
     std::fprintf(stderr, "braid serve: drain time over; interrupting %d program%s still running\n",
                  service.Running(), service.Running() == 1 ? "" : "s");
-  srv->SetRouter(&loading);
+  srv->SetRouter(loading);
   service.Stop();
   srv->Stop();
   std::fprintf(stderr, "braid serve: stopped\n");
+}
+
+// The runs a stopped server left behind, resumed (or failed, or closed).
+void ResumeRuns(server::RunsService& service) {
+  if (auto resumed = service.ResumeInterrupted(); !resumed.ok()) {
+    std::fprintf(stderr, "braid serve: resuming interrupted runs: %s\n",
+                 resumed.status().message().c_str());
+  } else if (*resumed > 0) {
+    std::fprintf(stderr, "braid serve: resumed %d interrupted run%s\n", *resumed,
+                 *resumed == 1 ? "" : "s");
+  }
+}
+
+}  // namespace
+
+int ServeMain(const std::vector<std::string>& argv) {
+  ServeOptions o;
+  if (int rc = ReadServeOptions(argv, &o); rc >= 0) return rc;
+  if (!CompleteServeOptions(&o)) return 2;
+  http::Router loading;
+  auto server = StartListener(o, &loading);
+  if (!server.ok()) {
+    std::fprintf(stderr, "braid serve: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  http::Server* srv = server->get();
+  auto opened = OpenStack(o.stack);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "braid serve: %s\n", opened.status().message().c_str());
+    srv->Stop();
+    return 1;
+  }
+  std::unique_ptr<Stack> stack = std::move(opened).value();
+  std::fprintf(stderr, "braid serve: %s\n", stack->KvSummary().c_str());
+  std::unique_ptr<Serving> serving = OpenServing(o, *stack, srv);
+  srv->SetRouter(&serving->router);
+  ResumeRuns(*serving->service);
+  std::fprintf(stderr, "braid serve: ready on http://%s:%d (model '%s')\n",
+               o.http_options.host.c_str(), srv->port(), o.model_name.c_str());
+  ServeUntilSignal(*serving);
+  StopServing(*serving, srv, &loading, o.drain_seconds);
   return 0;
 }
 

@@ -41,4 +41,11 @@ Result<nlohmann::json> ParseJsonBody(std::string_view body, int max_depth) {
   }
 }
 
+Result<nlohmann::json> ParseJsonObject(std::string_view body, int max_depth, bool empty_is_object) {
+  if (body.empty() && empty_is_object) return nlohmann::json::object();
+  BRAID_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonBody(body, max_depth));
+  if (!j.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  return j;
+}
+
 }  // namespace braid::http

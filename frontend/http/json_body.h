@@ -16,4 +16,11 @@ namespace braid::http {
 // naming the limit. Any thread.
 Result<nlohmann::json> ParseJsonBody(std::string_view body, int max_depth = 64);
 
+// A request body that must be one JSON object, as every route taking JSON
+// reads it: ParseJsonBody's errors, or InvalidArgument "the body must be a
+// JSON object". `empty_is_object`: an empty body reads as {} (routes whose
+// fields are all optional).
+Result<nlohmann::json> ParseJsonObject(std::string_view body, int max_depth,
+                                       bool empty_is_object = false);
+
 }  // namespace braid::http

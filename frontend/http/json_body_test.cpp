@@ -1,4 +1,5 @@
-// ParseJsonBody: values, syntax errors with their offset, the depth limit.
+// ParseJsonBody: values, syntax errors with their offset, the depth limit;
+// ParseJsonObject: objects only, an empty body as {} where asked.
 #include "http/json_body.h"
 
 #include <doctest/doctest.h>
@@ -44,6 +45,38 @@ TEST_CASE("ParseJsonBody enforces the nesting limit") {
   CHECK(ParseJsonBody(R"({"a": {"b": 1}})", 2).ok());
   // A hostile body is refused without building it: a million levels.
   CHECK_FALSE(ParseJsonBody(std::string(1000000, '[')).ok());
+}
+
+TEST_CASE("ParseJsonObject takes objects only") {
+  auto obj = ParseJsonObject(R"({"name": "s", "n": 2})", 8);
+  REQUIRE(obj.ok());
+  CHECK((*obj)["name"] == "s");
+  CHECK((*obj)["n"] == 2);
+  for (const char* body : {"[1, 2]", "\"text\"", "3", "null"}) {
+    auto r = ParseJsonObject(body, 8);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message() == "the body must be a JSON object");
+  }
+  // A syntax error and the depth limit read as ParseJsonBody says them.
+  auto bad = ParseJsonObject(R"({"a": tru})", 8);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("at byte 10") != std::string::npos);
+  auto deep = ParseJsonObject(R"({"a": {"b": {"c": 1}}})", 2);
+  REQUIRE_FALSE(deep.ok());
+  CHECK(deep.status().message().find("limit of 2") != std::string::npos);
+}
+
+TEST_CASE("ParseJsonObject reads an empty body as {} only where asked") {
+  auto strict = ParseJsonObject("", 8);
+  REQUIRE_FALSE(strict.ok());
+  CHECK(strict.status().message().find("at byte") != std::string::npos);
+  auto lenient = ParseJsonObject("", 8, /*empty_is_object=*/true);
+  REQUIRE(lenient.ok());
+  CHECK(lenient->is_object());
+  CHECK(lenient->empty());
+  // Only an empty body: whitespace is still parsed (and is no JSON value).
+  CHECK_FALSE(ParseJsonObject(" ", 8, true).ok());
 }
 
 }  // namespace

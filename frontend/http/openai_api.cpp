@@ -52,10 +52,9 @@ std::string Dump(const Json& j) {
 // (checked before parsing: copying and printing parsed JSON recurse).
 
 MaybeError ParseBody(const std::string& body, Json* out) {
-  auto parsed = ParseJsonBody(body, kMaxBodyDepth);
+  auto parsed = ParseJsonObject(body, kMaxBodyDepth);
   if (!parsed.ok()) return Bad("", parsed.status().message());
   *out = std::move(parsed).value();
-  if (!out->is_object()) return Bad("", "the body must be a JSON object");
   return std::nullopt;
 }
 

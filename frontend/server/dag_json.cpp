@@ -99,43 +99,96 @@ Result<rt::GetOptions> GetOptions(const json& o, const std::string& where) {
   return get;
 }
 
-}  // namespace
-
-Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
-  BRAID_ASSIGN_OR_RETURN(json root, http::ParseJsonBody(body, limits.max_depth));
-  if (!root.is_object()) return Status::InvalidArgument("the DAG must be a JSON object");
+// ParseDag's work in progress: the plan, its nodes before they are sorted
+// and their index by id, and what the limits count.
+struct DagBuilder {
+  explicit DagBuilder(const DagLimits& l) : limits(l) {}
+  const DagLimits& limits;
   DagPlan plan;
-  size_t text_bytes = 0;
+  std::vector<DagNodeSpec> nodes;
+  std::map<std::string, size_t> index;  // node id -> position in `nodes`
+  size_t text_bytes = 0;                // literal text, in all
+  size_t edges = 0;                     // refs, in all
+};
 
+// "functions": {name: {template, ...}}, each template parsed.
+Status ParseFunctions(const json& root, DagBuilder* b) {
   const json* functions = root.contains("functions") ? &root["functions"] : nullptr;
   if (!functions || !functions->is_object() || functions->empty())
     return Bad("functions", "must be a non-empty object {name: {template, ...}}");
-  if (functions->size() > limits.max_functions)
+  if (functions->size() > b->limits.max_functions)
     return Status::TooLarge("functions: " + std::to_string(functions->size()) +
                             " functions, over the limit of " +
-                            std::to_string(limits.max_functions));
+                            std::to_string(b->limits.max_functions));
   for (const auto& [name, f] : functions->items()) {
     BRAID_ASSIGN_OR_RETURN(rt::FunctionSpec spec,
-                           Function(name, f, "functions." + name, &text_bytes));
-    plan.functions.emplace(name, std::move(spec));
+                           Function(name, f, "functions." + name, &b->text_bytes));
+    b->plan.functions.emplace(name, std::move(spec));
   }
+  return Status::Ok();
+}
 
-  // Nodes, unordered for now.
-  std::vector<DagNodeSpec> nodes;
-  std::map<std::string, size_t> index;  // node id -> position in `nodes`
-  size_t edges = 0;
-  auto add_node = [&](DagNodeSpec n, const std::string& where) -> Status {
-    if (n.id.empty()) return Bad(where + ".id", "is empty");
-    if (n.id.find('.') != std::string::npos)
-      return Bad(where + ".id", "'" + n.id + "' contains '.', which refs use to name outputs");
-    if (!index.emplace(n.id, nodes.size()).second)
-      return Bad(where + ".id", "'" + n.id + "' is used twice");
-    nodes.push_back(std::move(n));
-    if (nodes.size() > limits.max_nodes)
-      return Status::TooLarge("the DAG has more than " + std::to_string(limits.max_nodes) +
-                              " calls and joins");
-    return Status::Ok();
-  };
+// A join's fields: "parts" (texts and refs) and "sep".
+Status ParseJoin(const json& c, const std::string& where, DagBuilder* b, DagNodeSpec* n) {
+  BRAID_ASSIGN_OR_RETURN(n->sep, String(c, "sep", where, false));
+  auto parts = c.find("parts");
+  if (parts == c.end() || !parts->is_array())
+    return Bad(where + ".parts", "must be an array of texts and refs");
+  for (size_t k = 0; k < parts->size(); ++k) {
+    BRAID_ASSIGN_OR_RETURN(
+        DagValue v,
+        Value((*parts)[k], where + ".parts[" + std::to_string(k) + "]", &b->text_bytes));
+    b->edges += v.ref.empty() ? 0 : 1;
+    n->parts.push_back(std::move(v));
+  }
+  return Status::Ok();
+}
+
+// A call's fields: "function" (one of the plan's) and "inputs", which must
+// be exactly the inputs its template names.
+Status ParseCall(const json& c, const std::string& where, DagBuilder* b, DagNodeSpec* n) {
+  BRAID_ASSIGN_OR_RETURN(n->function, String(c, "function", where, true));
+  auto fn = b->plan.functions.find(n->function);
+  if (fn == b->plan.functions.end())
+    return Bad(where + ".function", "unknown function '" + n->function + "'");
+  auto inputs = c.find("inputs");
+  if (inputs != c.end() && !inputs->is_object())
+    return Bad(where + ".inputs", "must be an object {input: text or {\"ref\": ...}}");
+  if (inputs != c.end())
+    for (const auto& [name, v] : inputs->items()) {
+      BRAID_ASSIGN_OR_RETURN(DagValue dv, Value(v, where + ".inputs." + name, &b->text_bytes));
+      b->edges += dv.ref.empty() ? 0 : 1;
+      n->inputs.emplace(name, std::move(dv));
+    }
+  auto parsed = rt::SemanticFunction::Parse(fn->second);
+  const auto& want = (*parsed)->inputs();
+  for (const std::string& in : want)
+    if (!n->inputs.count(in))
+      return Bad(where + ".inputs",
+                 "input '" + in + "' of function '" + n->function + "' is not given");
+  for (const auto& [name, _] : n->inputs)
+    if (std::find(want.begin(), want.end(), name) == want.end())
+      return Bad(where + ".inputs." + name,
+                 "function '" + n->function + "' has no input '" + name + "'");
+  return Status::Ok();
+}
+
+// Adds a parsed node under its id (unique, without '.').
+Status AddNode(DagNodeSpec n, const std::string& where, DagBuilder* b) {
+  if (n.id.empty()) return Bad(where + ".id", "is empty");
+  if (n.id.find('.') != std::string::npos)
+    return Bad(where + ".id", "'" + n.id + "' contains '.', which refs use to name outputs");
+  if (!b->index.emplace(n.id, b->nodes.size()).second)
+    return Bad(where + ".id", "'" + n.id + "' is used twice");
+  b->nodes.push_back(std::move(n));
+  if (b->nodes.size() > b->limits.max_nodes)
+    return Status::TooLarge("the DAG has more than " + std::to_string(b->limits.max_nodes) +
+                            " calls and joins");
+  return Status::Ok();
+}
+
+// "calls" and "joins", unordered for now, within the limits.
+Status ParseNodes(const json& root, DagBuilder* b) {
   for (const char* section : {"calls", "joins"}) {
     auto it = root.find(section);
     if (it == root.end()) continue;
@@ -148,81 +201,47 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
       DagNodeSpec n;
       n.join = join;
       BRAID_ASSIGN_OR_RETURN(n.id, String(c, "id", where, true));
-      if (join) {
-        BRAID_ASSIGN_OR_RETURN(n.sep, String(c, "sep", where, false));
-        auto parts = c.find("parts");
-        if (parts == c.end() || !parts->is_array())
-          return Bad(where + ".parts", "must be an array of texts and refs");
-        for (size_t k = 0; k < parts->size(); ++k) {
-          BRAID_ASSIGN_OR_RETURN(
-              DagValue v,
-              Value((*parts)[k], where + ".parts[" + std::to_string(k) + "]", &text_bytes));
-          edges += v.ref.empty() ? 0 : 1;
-          n.parts.push_back(std::move(v));
-        }
-      } else {
-        BRAID_ASSIGN_OR_RETURN(n.function, String(c, "function", where, true));
-        auto fn = plan.functions.find(n.function);
-        if (fn == plan.functions.end())
-          return Bad(where + ".function", "unknown function '" + n.function + "'");
-        auto inputs = c.find("inputs");
-        if (inputs != c.end() && !inputs->is_object())
-          return Bad(where + ".inputs", "must be an object {input: text or {\"ref\": ...}}");
-        if (inputs != c.end())
-          for (const auto& [name, v] : inputs->items()) {
-            BRAID_ASSIGN_OR_RETURN(DagValue dv, Value(v, where + ".inputs." + name, &text_bytes));
-            edges += dv.ref.empty() ? 0 : 1;
-            n.inputs.emplace(name, std::move(dv));
-          }
-        // Every input the template names, and no other.
-        auto parsed = rt::SemanticFunction::Parse(fn->second);
-        for (const std::string& in : (*parsed)->inputs())
-          if (!n.inputs.count(in))
-            return Bad(where + ".inputs",
-                       "input '" + in + "' of function '" + n.function + "' is not given");
-        for (const auto& [name, _] : n.inputs) {
-          const auto& want = (*parsed)->inputs();
-          if (std::find(want.begin(), want.end(), name) == want.end())
-            return Bad(where + ".inputs." + name,
-                       "function '" + n.function + "' has no input '" + name + "'");
-        }
-      }
-      if (edges > limits.max_edges)
-        return Status::TooLarge("the DAG has more than " + std::to_string(limits.max_edges) +
+      BRAID_RETURN_IF_ERROR(join ? ParseJoin(c, where, b, &n) : ParseCall(c, where, b, &n));
+      if (b->edges > b->limits.max_edges)
+        return Status::TooLarge("the DAG has more than " + std::to_string(b->limits.max_edges) +
                                 " refs");
-      BRAID_RETURN_IF_ERROR(add_node(std::move(n), where));
+      BRAID_RETURN_IF_ERROR(AddNode(std::move(n), where, b));
     }
   }
-  if (text_bytes > limits.max_text_bytes)
-    return Status::TooLarge("the DAG's text is " + std::to_string(text_bytes) +
-                            " bytes, over the limit of " + std::to_string(limits.max_text_bytes));
+  if (b->text_bytes > b->limits.max_text_bytes)
+    return Status::TooLarge("the DAG's text is " + std::to_string(b->text_bytes) +
+                            " bytes, over the limit of " +
+                            std::to_string(b->limits.max_text_bytes));
+  return Status::Ok();
+}
 
-  // A ref's node, or an error naming the place.
-  auto resolve = [&](const std::string& ref, const std::string& where) -> Result<size_t> {
-    const size_t dot = ref.find('.');
-    const std::string id = ref.substr(0, dot);
-    auto it = index.find(id);
-    if (it == index.end())
-      return Bad(where, "unknown ref '" + ref + "': no call or join '" + id + "'");
-    const DagNodeSpec& n = nodes[it->second];
-    if (n.join) {
-      if (dot != std::string::npos)
-        return Bad(where,
-                   "ref '" + ref + "': join '" + id + "' has one value; name it '" + id + "'");
-      return it->second;
-    }
-    if (dot == std::string::npos)
-      return Bad(where,
-                 "ref '" + ref + "' names a call: name one of its outputs, '" + id + ".OUTPUT'");
-    const std::string out = ref.substr(dot + 1);
-    auto parsed = rt::SemanticFunction::Parse(plan.functions.at(n.function));
-    for (const rt::OutputSpec& o : (*parsed)->outputs())
-      if (o.name == out) return it->second;
+// A ref's node, or an error naming the place.
+Result<size_t> Resolve(const DagBuilder& b, const std::string& ref, const std::string& where) {
+  const size_t dot = ref.find('.');
+  const std::string id = ref.substr(0, dot);
+  auto it = b.index.find(id);
+  if (it == b.index.end())
+    return Bad(where, "unknown ref '" + ref + "': no call or join '" + id + "'");
+  const DagNodeSpec& n = b.nodes[it->second];
+  if (n.join) {
+    if (dot != std::string::npos)
+      return Bad(where, "ref '" + ref + "': join '" + id + "' has one value; name it '" + id + "'");
+    return it->second;
+  }
+  if (dot == std::string::npos)
     return Bad(where,
-               "ref '" + ref + "': function '" + n.function + "' has no output '" + out + "'");
-  };
+               "ref '" + ref + "' names a call: name one of its outputs, '" + id + ".OUTPUT'");
+  const std::string out = ref.substr(dot + 1);
+  auto parsed = rt::SemanticFunction::Parse(b.plan.functions.at(n.function));
+  for (const rt::OutputSpec& o : (*parsed)->outputs())
+    if (o.name == out) return it->second;
+  return Bad(where, "ref '" + ref + "': function '" + n.function + "' has no output '" + out + "'");
+}
 
-  // Topological order (Kahn); what is left over lies on or behind a cycle.
+// The nodes into the plan in topological order (Kahn's); what is left over
+// lies on or behind a cycle. Afterwards `nodes` and `index` follow the plan.
+Status SortNodes(DagBuilder* b) {
+  std::vector<DagNodeSpec>& nodes = b->nodes;
   std::vector<std::vector<size_t>> users(nodes.size());
   std::vector<int> pending(nodes.size(), 0);
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -233,15 +252,14 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
     for (const auto& v : n.parts) refs.push_back(&v);
     for (const DagValue* v : refs) {
       if (v->ref.empty()) continue;
-      BRAID_ASSIGN_OR_RETURN(size_t from, resolve(v->ref, where));
+      BRAID_ASSIGN_OR_RETURN(size_t from, Resolve(*b, v->ref, where));
       users[from].push_back(i);
       ++pending[i];
     }
   }
-  std::vector<size_t> ready;
+  std::vector<size_t> ready, order;
   for (size_t i = 0; i < nodes.size(); ++i)
     if (pending[i] == 0) ready.push_back(i);
-  std::vector<size_t> order;
   while (!ready.empty()) {
     const size_t i = ready.back();
     ready.pop_back();
@@ -255,11 +273,15 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
       if (pending[i] > 0) stuck += (stuck.empty() ? "" : ", ") + nodes[i].id;
     return Status::InvalidArgument("the DAG has a cycle through: " + stuck);
   }
-  for (size_t i : order) plan.nodes.push_back(std::move(nodes[i]));
-  index.clear();
-  for (size_t i = 0; i < plan.nodes.size(); ++i) index[plan.nodes[i].id] = i;
-  nodes = plan.nodes;  // resolve() reads `nodes`
+  for (size_t i : order) b->plan.nodes.push_back(std::move(nodes[i]));
+  b->index.clear();
+  for (size_t i = 0; i < b->plan.nodes.size(); ++i) b->index[b->plan.nodes[i].id] = i;
+  nodes = b->plan.nodes;  // Resolve reads `nodes`
+  return Status::Ok();
+}
 
+// "outputs": refs, or {ref, criteria?, deadline_ms?}.
+Status ParseOutputs(const json& root, DagBuilder* b) {
   auto outputs = root.find("outputs");
   if (outputs == root.end() || !outputs->is_array() || outputs->empty())
     return Bad("outputs", "must be a non-empty array of {ref, criteria?, deadline_ms?}");
@@ -275,16 +297,35 @@ Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
     } else {
       return Bad(where, "must be a ref or {ref, criteria?, deadline_ms?}");
     }
-    BRAID_RETURN_IF_ERROR(resolve(out.ref, where + ".ref").status());
-    plan.outputs.push_back(std::move(out));
+    BRAID_RETURN_IF_ERROR(Resolve(*b, out.ref, where + ".ref").status());
+    b->plan.outputs.push_back(std::move(out));
   }
+  return Status::Ok();
+}
+
+// The top level's "name" (a string when given) and no field unknown.
+Status CheckTopLevel(const json& root) {
   if (auto name = root.find("name"); name != root.end() && !name->is_null() && !name->is_string())
     return Bad("name", std::string("must be a string, not ") + TypeName(*name));
   for (const auto& [key, _] : root.items())
     if (key != "functions" && key != "calls" && key != "joins" && key != "outputs" &&
         key != "detached" && key != "stream" && key != "name")
       return Bad(key, "unknown field (functions, calls, joins, outputs, detached, stream, name)");
-  return plan;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<DagPlan> ParseDag(std::string_view body, const DagLimits& limits) {
+  BRAID_ASSIGN_OR_RETURN(json root, http::ParseJsonBody(body, limits.max_depth));
+  if (!root.is_object()) return Status::InvalidArgument("the DAG must be a JSON object");
+  DagBuilder b(limits);
+  BRAID_RETURN_IF_ERROR(ParseFunctions(root, &b));
+  BRAID_RETURN_IF_ERROR(ParseNodes(root, &b));
+  BRAID_RETURN_IF_ERROR(SortNodes(&b));
+  BRAID_RETURN_IF_ERROR(ParseOutputs(root, &b));
+  BRAID_RETURN_IF_ERROR(CheckTopLevel(root));
+  return std::move(b.plan);
 }
 
 Result<std::vector<std::pair<std::string, rt::VarId>>> BuildDag(const DagPlan& plan, rt::Run& run) {

@@ -7,6 +7,7 @@
 
 #include "lua/driver.h"
 #include "report/run_report.h"
+#include "server/routes.h"
 #include "server/runs_impl.h"
 
 namespace braid::server {
@@ -21,25 +22,13 @@ double UnixNow() {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// What a submission is estimated to hold once accepted, charged to the
-// memory budget up front: a Lua state and the source's copies; a DAG's
-// parsed body and its nodes in the runtime (measured: a 10,000-call chain
-// adds 165 MB to the server).
+}  // namespace
+
 size_t ProgramBytes(const std::string& source) { return (size_t{1} << 20) + 2 * source.size(); }
+
 size_t DagBytes(size_t body_bytes, size_t nodes) {
   return 8 * body_bytes + nodes * (size_t{16} << 10);
 }
-
-// Reads an optional boolean field; InvalidArgument naming it otherwise.
-Result<bool> Bool(const json& body, const char* key, bool def) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return def;
-  if (!it->is_boolean())
-    return Status::InvalidArgument(std::string(key) + ": must be true or false");
-  return it->get<bool>();
-}
-
-}  // namespace
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -448,87 +437,6 @@ void RunsService::Impl::ExecuteDag(const std::shared_ptr<Entry>& e, DagPlan plan
            std::move(result), error, std::move(text));
 }
 
-http::Response RunsService::Impl::PostProgram(const http::Request& r) {
-  auto body = http::ParseJsonBody(r.body, options.dag_limits.max_depth);
-  if (!body.ok()) return ErrorResponse(body.status());
-  if (!body->is_object()) return http::JsonError(400, "the body must be a JSON object");
-  auto src = body->find("source");
-  if (src == body->end() || !src->is_string() || src->get<std::string>().empty())
-    return http::JsonError(400, "source: the program's Lua text is missing", "", "source");
-  std::string source = src->get<std::string>();
-  if (source.size() > options.max_source_bytes)
-    return http::JsonError(413, "source: " + std::to_string(source.size()) +
-                                    " bytes, over the limit of " +
-                                    std::to_string(options.max_source_bytes));
-  std::vector<std::string> args;
-  if (auto a = body->find("args"); a != body->end() && !a->is_null()) {
-    if (!a->is_array())
-      return http::JsonError(400, "args: must be an array of strings", "", "args");
-    for (const json& x : *a) {
-      if (!x.is_string())
-        return http::JsonError(400, "args: must be an array of strings", "", "args");
-      args.push_back(x.get<std::string>());
-    }
-  }
-  auto detached = Bool(*body, "detached", false);
-  auto sse = Bool(*body, "stream", false);
-  if (!detached.ok()) return ErrorResponse(detached.status());
-  if (!sse.ok()) return ErrorResponse(sse.status());
-  auto name = NameOf(*body);
-  if (!name.ok()) return ErrorResponse(name.status());
-  if (draining) return Stopping();
-  if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
-  http::Response refusal;
-  auto account = Admit(r.client, ProgramBytes(source), &refusal);
-  if (!account) return refusal;
-  json record = {{"kind", "program"}, {"source", source}, {"args", args}, {"name", *name}};
-  auto e = Start("program", *name, source, args, r.client, record, std::move(account));
-  if (!e.ok()) return ErrorResponse(e.status());
-  http::Response answer = Answer(*e, *detached, *sse);
-  std::weak_ptr<Impl> self = weak_from_this();
-  auto entry = *e;
-  if (!Enqueue(entry, [self, entry, source = std::move(source), args = std::move(args)]() mutable {
-        if (auto impl = self.lock())
-          impl->ExecuteProgram(entry, std::move(source), std::move(args));
-      })) {
-    CancelRun(entry);
-    return ErrorResponse(Status::ResourceExhausted("the program queue is full"));
-  }
-  return answer;
-}
-
-http::Response RunsService::Impl::PostDag(const http::Request& r) {
-  auto plan = ParseDag(r.body, options.dag_limits);
-  if (!plan.ok()) return ErrorResponse(plan.status());
-  json body = json::parse(r.body, nullptr, false);  // parsed once already: valid
-  auto detached = Bool(body, "detached", false);
-  auto sse = Bool(body, "stream", false);
-  if (!detached.ok()) return ErrorResponse(detached.status());
-  if (!sse.ok()) return ErrorResponse(sse.status());
-  if (draining) return Stopping();
-  if (!pool.HasRoom()) return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
-  // The name is part of the run's program ("http:dag:NAME"): a restarted
-  // server resumes the run under the same one.
-  auto name = NameOf(body);
-  if (!name.ok()) return ErrorResponse(name.status());
-  http::Response refusal;
-  auto account = Admit(r.client, DagBytes(r.body.size(), plan->nodes.size()), &refusal);
-  if (!account) return refusal;
-  json record = {{"kind", "dag"}, {"dag", r.body}, {"name", *name}};
-  auto e = Start("dag", *name, r.body, {}, r.client, record, std::move(account));
-  if (!e.ok()) return ErrorResponse(e.status());
-  http::Response answer = Answer(*e, *detached, *sse);
-  std::weak_ptr<Impl> self = weak_from_this();
-  auto entry = *e;
-  if (!Enqueue(entry, [self, entry, p = std::move(*plan)]() mutable {
-        if (auto impl = self.lock()) impl->ExecuteDag(entry, std::move(p));
-      })) {
-    CancelRun(entry);
-    return ErrorResponse(Status::ResourceExhausted("the DAG queue is full"));
-  }
-  return answer;
-}
-
 json RunsService::Impl::StatusJson(Entry& e, bool details) {
   json j;
   bool in_store = false;
@@ -559,156 +467,6 @@ json RunsService::Impl::StatusJson(Entry& e, bool details) {
   }
   j["vars"] = std::move(vars);
   return j;
-}
-
-http::Response RunsService::Impl::ListRuns(const http::Request& r) {
-  int limit = 100;
-  if (auto it = r.query.find("limit"); it != r.query.end()) {
-    char* end = nullptr;
-    const long v = std::strtol(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end || v < 1 || v > 10000)
-      return http::JsonError(400, "limit: must be an integer in [1, 10000]", "", "limit");
-    limit = static_cast<int>(v);
-  }
-  // ?result=false leaves out each run's result (a list polled often need not
-  // carry every run's output again).
-  bool with_result = true;
-  if (auto it = r.query.find("result"); it != r.query.end()) {
-    if (it->second != "true" && it->second != "false")
-      return http::JsonError(400, "result: true or false", "", "result");
-    with_result = it->second == "true";
-  }
-  json runs = json::array();
-  std::set<std::string> seen;
-  // Only the caller's runs, unless it may see every client's.
-  std::vector<std::shared_ptr<Entry>> live;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto& [id, e] : entries)
-      if (MaySee(r, e->client)) live.push_back(e);
-  }
-  std::sort(live.begin(), live.end(),
-            [](const auto& a, const auto& b) { return a->created_unix > b->created_unix; });
-  for (auto& e : live) {
-    if (static_cast<int>(runs.size()) >= limit) break;
-    runs.push_back(StatusJson(*e, false));
-    if (!with_result) runs.back().erase("result");
-    seen.insert(e->id);
-  }
-  auto stored = http::SeesAll(r, options.keyed) ? options.runtime->StoredRuns(limit)
-                                                : options.runtime->StoredRunsOf(r.client, limit);
-  if (stored.ok()) {
-    for (const rt::RunRecord& rec : *stored) {
-      if (seen.count(rec.id) || static_cast<int>(runs.size()) >= limit) continue;
-      if (!MaySee(r, rec.owner)) continue;  // StoredRunsOf selected them; checked again
-      runs.push_back({{"id", rec.id},
-                      {"program", rec.program},
-                      {"client", rec.owner},
-                      {"state", rec.state},
-                      {"created_unix", rec.started_unix},
-                      {"nodes_done", rec.nodes_done},
-                      {"nodes_failed", rec.nodes_failed}});
-    }
-  }
-  return http::JsonResponse(200, Dump({{"runs", runs}}));
-}
-
-http::Response RunsService::Impl::GetRun(const http::Request& r, const std::string& id) {
-  if (auto e = Find(id)) {
-    if (!MaySee(r, e->client)) return http::JsonError(404, "no run '" + id + "'");
-    return http::JsonResponse(200, Dump(StatusJson(*e, true)));
-  }
-  auto stored = http::SeesAll(r, options.keyed) ? options.runtime->StoredRuns(0)
-                                                : options.runtime->StoredRunsOf(r.client, 0);
-  if (stored.ok())
-    for (const rt::RunRecord& rec : *stored) {
-      if (rec.id != id || !MaySee(r, rec.owner)) continue;
-      json j = {{"id", rec.id},
-                {"program", rec.program},
-                {"client", rec.owner},
-                {"state", rec.state},
-                {"error", rec.error},
-                {"created_unix", rec.started_unix},
-                {"finished_unix", rec.finished_unix},
-                {"nodes_done", rec.nodes_done},
-                {"nodes_failed", rec.nodes_failed},
-                {"prompt_tokens", rec.prompt_tokens},
-                {"cached_tokens", rec.cached_tokens},
-                {"generated_tokens", rec.generated_tokens}};
-      // A finished run of an earlier server (or one no longer kept in
-      // memory) still has its result.
-      if (rec.state == "done" || rec.state == "failed") {
-        auto result = options.runtime->StoredValue(id, std::string(kResultKey));
-        if (result.ok() && *result) {
-          json value = json::parse(**result, nullptr, false);
-          if (!value.is_discarded()) j["result"] = std::move(value);
-        }
-      }
-      return http::JsonResponse(200, Dump(j));
-    }
-  return http::JsonError(404, "no run '" + id + "'");
-}
-
-http::Response RunsService::Impl::Cancel(const http::Request& r, const std::string& id) {
-  auto e = FindFor(r, id);
-  if (!e) return http::JsonError(404, "no live run '" + id + "'");
-  CancelRun(e);
-  std::lock_guard<std::mutex> lock(e->mu);
-  return http::JsonResponse(200, Dump({{"id", id}, {"state", e->state}}));
-}
-
-http::Response RunsService::Impl::Graph(const http::Request& r, const std::string& id) {
-  auto e = FindFor(r, id);
-  if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
-  http::Response res;
-  if (auto f = r.query.find("format"); f != r.query.end() && f->second == "dot") {
-    res.content_type = "text/vnd.graphviz";
-    res.body = e->run->ToDot();
-    return res;
-  }
-  // Graphviz within its limits (report::DotLimits: 10 s, 4 MiB of dot text,
-  // 32 MiB of SVG), and stopped should the client go.
-  const auto gone = r.client_gone;
-  auto svg =
-      report::GraphSvg(*e->run, report::DotLimits(), [gone] { return gone && gone->gone(); });
-  if (!svg.ok()) {
-    const Status& s = svg.status();
-    const std::string message = s.message() + " (ask ?format=dot for the dot text)";
-    switch (s.code()) {
-      case StatusCode::kTooLarge:
-        return http::JsonError(413, message);
-      case StatusCode::kResourceExhausted:  // out of time: no Retry-After, it would be again
-      case StatusCode::kCancelled:
-        return http::JsonError(503, message);
-      case StatusCode::kNotFound:
-        return http::JsonError(501, message);
-      default:
-        return http::JsonError(500, message);
-    }
-  }
-  res.content_type = "image/svg+xml";
-  res.body = std::move(*svg);
-  return res;
-}
-
-http::Response RunsService::Impl::Events(const http::Request& req, const std::string& id) {
-  auto e = FindFor(req, id);
-  if (!e) return http::JsonError(404, "no run '" + id + "' in memory");
-  auto stream = std::make_shared<http::EventStream>();
-  http::Response r;
-  r.content_type = "text/event-stream";
-  r.stream = stream;
-  // The current state first, then changes; a finished run ends at once.
-  json now = StatusJson(*e, false);
-  now["type"] = "run";
-  stream->Send(http::SseEvent(Dump(now)));
-  std::lock_guard<std::mutex> lock(e->mu);
-  if (e->Finished()) {
-    stream->Close();
-  } else {
-    e->watchers.push_back(stream);
-  }
-  return r;
 }
 
 // ---- the service -------------------------------------------------------------
@@ -755,44 +513,9 @@ void RunsService::Stop() {
 }
 
 void RunsService::AddRoutes(http::Router* router) {
-  std::weak_ptr<Impl> weak = impl_;
-  auto with = [weak](auto fn) {
-    return [weak, fn](const http::Request& r, const http::Params& p) {
-      auto impl = weak.lock();
-      if (!impl || impl->stopping) return http::JsonError(503, "the server is stopping");
-      return fn(*impl, r, p);
-    };
-  };
-  router->Add(
-      "POST", "/v1/programs",
-      with([](Impl& i, const http::Request& r, const http::Params&) { return i.PostProgram(r); }));
-  router->Add("POST", "/v1/dags", with([](Impl& i, const http::Request& r, const http::Params&) {
-                return i.PostDag(r);
-              }));
-  router->Add("GET", "/v1/runs", with([](Impl& i, const http::Request& r, const http::Params&) {
-                return i.ListRuns(r);
-              }));
-  router->Add("GET", "/v1/runs/{id}",
-              with([](Impl& i, const http::Request& r, const http::Params& p) {
-                return i.GetRun(r, p.at("id"));
-              }));
-  router->Add("DELETE", "/v1/runs/{id}",
-              with([](Impl& i, const http::Request& r, const http::Params& p) {
-                return i.Cancel(r, p.at("id"));
-              }));
-  router->Add("POST", "/v1/runs/{id}/cancel",
-              with([](Impl& i, const http::Request& r, const http::Params& p) {
-                return i.Cancel(r, p.at("id"));
-              }));
-  router->Add("GET", "/v1/runs/{id}/graph",
-              with([](Impl& i, const http::Request& r, const http::Params& p) {
-                return i.Graph(r, p.at("id"));
-              }));
-  router->Add("GET", "/v1/runs/{id}/events",
-              with([](Impl& i, const http::Request& r, const http::Params& p) {
-                return i.Events(r, p.at("id"));
-              }));
-  impl_->AddSessionRoutes(router);
+  AddProgramRoutes(impl_, router);
+  AddRunRoutes(impl_, router);
+  AddSessionRoutes(impl_, router);
 }
 
 Result<int> RunsService::ResumeInterrupted() {

@@ -42,8 +42,8 @@ struct RunsOptions {
   // sees the program), or kBaselineAsync (every call an independent
   // request: how a request-level server sees an asynchronous client).
   rt::Mode mode = rt::Mode::kDag;
-  int max_programs = 16;           // programs and DAGs running at once (threads)
-  size_t max_queued = 256;         // waiting for a thread, beyond which 429
+  int max_programs = 16;    // programs and DAGs running at once (threads)
+  size_t max_queued = 256;  // waiting for a thread, beyond which 429
   // Threads one client may hold at once (0: every thread): keep it below
   // max_programs so that another client's program always finds one.
   int max_programs_per_client = 0;
@@ -52,7 +52,7 @@ struct RunsOptions {
   // (it crashed the server, or the server kept stopping under it) is failed
   // instead of resumed. 0: resumed whatever happened before.
   int max_attempts = 3;
-  lua::LuaLimits lua_limits;       // per program, as braid run's --lua-* options
+  lua::LuaLimits lua_limits;  // per program, as braid run's --lua-* options
   DagLimits dag_limits;
   size_t max_source_bytes = size_t{16} << 20;
   size_t max_finished_kept = 1000;  // finished runs whose status stays in memory
@@ -106,8 +106,11 @@ class RunsService {
   };
   Counts counts() const;
 
- private:
+  // The service's state (server/runs_impl.h), which its route modules
+  // (server/routes.h) work on.
   struct Impl;
+
+ private:
   std::shared_ptr<Impl> impl_;
 };
 
