@@ -24,6 +24,12 @@
 // Engine callbacks (engine threads) never call it: they append to the
 // inbox under its own mutex, emit token events (RunEvents) and raise the
 // runtime's wake signal, so they never wait for a Pump.
+//
+// Errors. None come back from these methods: what cannot be done fails its
+// node (DagNode::error holds the cause, each output variable "node f#3
+// failed: <cause>") and everything downstream, and the run goes on. A
+// request every engine refuses as full is not an error: it is sent again
+// shortly.
 #pragma once
 
 #include <atomic>
@@ -88,6 +94,7 @@ class Executor {
   void Cancel();
   // The run is over: kept contexts are released and no more are kept.
   void End();
+  // Node `n`'s figures while it runs (Run::Nodes reads them).
   LiveFigures Live(NodeId n) const;
 
  private:
