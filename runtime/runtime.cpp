@@ -89,7 +89,8 @@ class RuntimeImpl final : public Runtime {
     std::string warning;
     if (!options.resume_id.empty()) {
       if (!ctx_->store)
-        return Status::InvalidArgument("cannot resume run '" + options.resume_id + "': the runtime has no store (db_path)");
+        return Status::InvalidArgument("cannot resume run '" + options.resume_id +
+                                       "': the runtime has no store (db_path)");
       auto run = ctx_->store->GetRun(options.resume_id);
       if (!run.ok()) return run.status();
       BRAID_ASSIGN_OR_RETURN(warning, CheckResume(*run, options));
@@ -108,7 +109,9 @@ class RuntimeImpl final : public Runtime {
         r.program_hash = options.program_hash;
         r.owner = options.client;
         r.status = "running";
-        r.created_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        r.created_unix =
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
         BRAID_RETURN_IF_ERROR(ctx_->store->CreateRun(r));
         (void)ctx_->store->AppendEvent(id, "run_started", "{}");
       }
@@ -175,24 +178,22 @@ std::string ProgramHash(std::string_view source) {
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::Open(const RuntimeOptions& options) {
-  if (options.engines.empty()) return Status::InvalidArgument("the runtime needs at least one engine");
+  if (options.engines.empty())
+    return Status::InvalidArgument("the runtime needs at least one engine");
   if (!options.engine_names.empty() && options.engine_names.size() != options.engines.size())
-    return Status::InvalidArgument("engine_names has " + std::to_string(options.engine_names.size()) +
-                                   " names for " + std::to_string(options.engines.size()) + " engines");
+    return Status::InvalidArgument("engine_names has " +
+                                   std::to_string(options.engine_names.size()) + " names for " +
+                                   std::to_string(options.engines.size()) + " engines");
+  for (size_t i = 0; i < options.engines.size(); ++i)
+    if (!options.engines[i])
+      return Status::InvalidArgument("engine " + std::to_string(i) + " is null");
   auto ctx = std::make_shared<RuntimeContext>();
-  ctx->placer = std::make_shared<Placer>(options.placement);
+  ctx->placement = std::make_shared<EnginePlacement>(
+      PlacementEngines(options.engines, options.engine_names), options.placement);
   ctx->retention = options.retention;
   if (options.retention.pin || options.retention.expect)
     ctx->gaps =
         std::make_shared<GapModel>(options.retention.first_ttl_ms, options.retention.max_ttl_ms);
-  for (size_t i = 0; i < options.engines.size(); ++i) {
-    if (!options.engines[i]) return Status::InvalidArgument("engine " + std::to_string(i) + " is null");
-    EngineSlot slot;
-    slot.engine = options.engines[i];
-    slot.local = slot.engine->model() != nullptr;
-    slot.name = options.engine_names.empty() ? "engine" + std::to_string(i) : options.engine_names[i];
-    ctx->engines.push_back(std::move(slot));
-  }
   ctx->tokenizer = options.tokenizer;
   if (!ctx->tokenizer) ctx->tokenizer = options.engines[0]->model();
   if (!ctx->tokenizer)

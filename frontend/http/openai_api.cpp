@@ -232,7 +232,7 @@ struct OpenAiService::Impl {
   OpenAiOptions options;
   int context = 0;
   int64_t created = 0;
-  std::unique_ptr<rt::Placer> placer;
+  std::unique_ptr<rt::EnginePlacement> placement;  // the runtime's placement service
 
   // Compiled response_format constraints by regex (DFA construction can
   // take tens of milliseconds; clients repeat their schemas).
@@ -518,20 +518,18 @@ struct OpenAiService::Impl {
     return Sampling(body, job);
   }
 
-  // The engine the placer chooses among all of them.
-  Engine* Pick(const std::vector<int32_t>& prompt, uint64_t salt) const {
-    if (options.engines.size() == 1) return options.engines[0];
-    std::vector<rt::PlacementCandidate> candidates;
-    for (Engine* e : options.engines) {
-      rt::PlacementCandidate c;
-      if (placer->wants_prefix()) c.cached = e->ProbePrefix(prompt, salt);
-      const EngineStats s = e->stats();
-      c.load = s.running + s.waiting;
-      c.waiting = s.waiting;
-      candidates.push_back(c);
-    }
-    return options.engines[static_cast<size_t>(
-        placer->Choose(candidates, options.goal == GoalClass::kLatency))];
+  // The engine the placement service chooses for `job`, as the runtime's
+  // dispatcher asks it (runtime/placement.h): among the engines that are
+  // alive and, for a response_format constraint (a logits mask), local.
+  // Null when none can take it: *why names each engine and what it lacks.
+  Engine* Pick(const Job& job, uint64_t salt, std::string* why) const {
+    rt::PlacementNeeds needs;
+    needs.salt = salt;
+    needs.needs_local = job.constraint != nullptr;
+    needs.latency = options.goal == GoalClass::kLatency;
+    const int i = placement->Pick(job.prompt, needs);
+    if (i < 0) *why = placement->NoEngineReason(needs.needs_local);
+    return i < 0 ? nullptr : placement->engine(i).engine;
   }
 
   GenerationRequest EngineRequest(const Job& job, const Request& request, int choice) const {
@@ -856,7 +854,9 @@ Response OpenAiService::Impl::Generate(const Request& request, bool chat) {
   Job job;
   if (MaybeError e = ParseJob(request, chat, &job)) return ToResponse(*e);
   const uint64_t salt = options.cache_per_client ? SaltOf(request.client) : 0;
-  Engine* engine = Pick(job.prompt, salt);
+  std::string why;
+  Engine* engine = Pick(job, salt, &why);
+  if (!engine) return ToResponse({503, why, "", "unavailable", 0});
   return job.stream ? Stream(request, job, engine) : Whole(request, job, engine);
 }
 
@@ -865,7 +865,8 @@ OpenAiService::OpenAiService(OpenAiOptions options) : impl_(std::make_unique<Imp
   const OpenAiOptions& o = impl_->options;
   impl_->context = o.context > 0 ? o.context : (o.tokenizer ? o.tokenizer->info().context : 0);
   impl_->created = UnixNow();
-  impl_->placer = std::make_unique<rt::Placer>(o.placement);
+  impl_->placement =
+      std::make_unique<rt::EnginePlacement>(rt::PlacementEngines(o.engines), o.placement);
 }
 
 OpenAiService::~OpenAiService() = default;

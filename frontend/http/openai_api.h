@@ -3,9 +3,11 @@
 // events), and vLLM's /tokenize and /detokenize. Requests are validated
 // (400 in OpenAI's error shape naming the param; 404 model_not_found for
 // another model's name), tokenized with one tokenizer, and sent to one of
-// several engines as the placer chooses (runtime/placement.h: by default the
-// engine holding the longest cached prefix of the prompt among those not
-// far busier than the least loaded). A full engine queue is 429 with
+// several engines as the runtime's placement service chooses
+// (runtime/placement.h: among the engines that are alive, and local for a
+// response_format constraint, by default the one holding the longest cached
+// prefix of the prompt among those not far busier than the least loaded).
+// No engine that can take it is 503; a full engine queue is 429 with
 // Retry-After.
 //
 // Semantics follow OpenAI's and vLLM's servers; the differences:

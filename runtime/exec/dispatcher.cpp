@@ -4,53 +4,11 @@
 
 namespace braid::rt {
 
-bool RuntimeContext::CanTake(int i, bool needs_local) const {
-  if (i < 0 || i >= static_cast<int>(engines.size())) return false;
-  const EngineSlot& e = engines[static_cast<size_t>(i)];
-  return (e.local || !needs_local) && e.engine->alive();
-}
-
-int RuntimeContext::PickEngine(const std::vector<int32_t>& prompt, uint64_t salt,
-                               bool prefer_prefix, bool needs_local, bool latency) const {
-  std::vector<int> index;
-  std::vector<PlacementCandidate> candidates;
-  for (size_t i = 0; i < engines.size(); ++i) {
-    if (!CanTake(static_cast<int>(i), needs_local)) continue;
-    const EngineSlot& e = engines[i];
-    PlacementCandidate c;
-    if (prefer_prefix && placer->wants_prefix()) c.cached = e.engine->ProbePrefix(prompt, salt);
-    const EngineStats s = e.engine->stats();
-    c.load = std::max(s.running + s.waiting, e.in_flight->load());
-    c.waiting = s.waiting;
-    index.push_back(static_cast<int>(i));
-    candidates.push_back(c);
-  }
-  const int chosen = placer->Choose(candidates, latency);
-  return chosen < 0 ? -1 : index[static_cast<size_t>(chosen)];
-}
-
-std::string RuntimeContext::NoEngineReason(bool needs_local) const {
-  std::string out = needs_local ? "no engine can take it (select and regex outputs need an "
-                                  "engine that runs its model in this process):"
-                                : "no engine can take it:";
-  for (size_t i = 0; i < engines.size(); ++i) {
-    const EngineSlot& e = engines[i];
-    out += (i ? ", " : " ") + e.name;
-    if (!e.engine->alive())
-      out += " is not alive";
-    else if (needs_local && !e.local)
-      out += " is remote";
-    else
-      out += " is available";
-  }
-  return out;
-}
-
 CostModel RuntimeContext::Rates() const {
   CostModel m;
   double prefill = 0, decode = 0;
   int np = 0, nd = 0;
-  for (const EngineSlot& e : engines) {
+  for (const PlacementEngine& e : placement->engines()) {
     const EngineStats s = e.engine->stats();
     if (s.prefill_tokens_per_s > 0) prefill += s.prefill_tokens_per_s, ++np;
     if (s.decode_tokens_per_s > 0) decode += s.decode_tokens_per_s, ++nd;

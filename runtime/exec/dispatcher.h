@@ -20,6 +20,7 @@
 
 #include "exec/retention.h"
 #include "graph/deduction.h"
+#include "runtime/placement.h"
 #include "runtime/runtime.h"
 
 namespace braid::rt {
@@ -41,41 +42,27 @@ struct WakeSignal {
   }
 };
 
-struct EngineSlot {
-  Engine* engine = nullptr;
-  std::string name;
-  // The engine runs its model in this process (Engine::model() non-null):
-  // only such an engine scores choices and masks logits.
-  bool local = true;
-  std::shared_ptr<std::atomic<int>> in_flight = std::make_shared<std::atomic<int>>(0);
-};
-
 // Everything runs share with the dispatcher; immutable after Runtime::Open
 // (the store and engines are thread-safe themselves).
 struct RuntimeContext {
-  std::vector<EngineSlot> engines;
+  // The engines and RuntimeOptions::placement: which engine takes a call.
+  std::shared_ptr<const EnginePlacement> placement;
   const Model* tokenizer = nullptr;  // RuntimeOptions::tokenizer, resolved
-  std::shared_ptr<RunStore> store;  // null: not persisted
+  std::shared_ptr<RunStore> store;   // null: not persisted
   std::shared_ptr<WakeSignal> wake = std::make_shared<WakeSignal>();
-  std::shared_ptr<Placer> placer = std::make_shared<Placer>();  // RuntimeOptions::placement
   RetentionOptions retention;
   std::shared_ptr<GapModel> gaps;  // set when retention.pin or retention.expect
 
-  // Placement among the engines that can take the request: alive
-  // (Engine::alive) and, when needs_local (select and regex outputs), local.
-  // The placer chooses among them (runtime/placement.h), by the cached
-  // prefix of `prompt` only when prefer_prefix; a load is running +
-  // waiting, or our own in-flight count when higher. -1 when none can take
-  // it (NoEngineReason says why).
-  int PickEngine(const std::vector<int32_t>& prompt, uint64_t salt, bool prefer_prefix,
-                 bool needs_local = false, bool latency = false) const;
-  // Whether engine `i` can take a request now (see PickEngine).
-  bool CanTake(int i, bool needs_local) const;
-  // Why PickEngine found no engine: each engine and what it lacks.
-  std::string NoEngineReason(bool needs_local) const;
+  const PlacementEngine& engine(int i) const { return placement->engine(i); }
+  int num_engines() const { return static_cast<int>(placement->engines().size()); }
   // The engines' measured rates, averaged; defaults where unmeasured.
   CostModel Rates() const;
 };
+
+// Milliseconds from `t0` to now: a run's clock.
+inline double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 class Pumpable {
  public:

@@ -1,10 +1,14 @@
 // The placer's choices: affinity within the load slack, goal fit for
-// latency requests, least-loaded and round-robin.
+// latency requests, least-loaded and round-robin; and the placement service
+// over engines, as the runtime's dispatcher and the OpenAI-compatible API
+// call it.
 #include "runtime/placement.h"
 
 #include <doctest/doctest.h>
 
 #include <vector>
+
+#include "testing/fakes.h"
 
 namespace braid::rt {
 namespace {
@@ -74,6 +78,98 @@ TEST_CASE("Placer: least-loaded ignores prefixes; round-robin takes the engines 
   for (int i = 0; i < 5; ++i) order.push_back(rr.Choose(three, false));
   CHECK(order == std::vector<int>{0, 1, 2, 0, 1});
   CHECK(Placer().wants_prefix());
+}
+
+// Three fake engines; the third has cached a 96-token prompt.
+struct Engines {
+  testing::FakeEngine a, b, c;
+  std::vector<int32_t> prompt = std::vector<int32_t>(96, 'x');
+  Engines() {
+    GenerationRequest r;
+    r.prompt = prompt;
+    REQUIRE(c.Submit(r, nullptr).ok());
+    REQUIRE(c.ProbePrefix(prompt, 0) == 96);
+  }
+  std::vector<PlacementEngine> All() { return PlacementEngines({&a, &b, &c}, {"a", "b", "c"}); }
+};
+
+TEST_CASE("EnginePlacement: the cached prefix, among engines that can take the request") {
+  Engines e;
+  e.b.remote = true;
+  EnginePlacement p(e.All(), Placement::kAffinity);
+  CHECK(p.engine(1).name == "b");
+  CHECK_FALSE(p.engine(1).local);
+  // By load only: the first of the idle engines (equals then take turns).
+  PlacementNeeds by_load;
+  by_load.prefer_prefix = false;
+  CHECK(EnginePlacement(e.All(), Placement::kAffinity).Pick(e.prompt, by_load) == 0);
+  CHECK(p.Pick(e.prompt, {}) == 2);
+  // A dead engine is skipped; a remote one only when the request needs the model.
+  e.c.dead = true;
+  e.a.fake_stats.running = 3;
+  CHECK(p.Pick(e.prompt, {}) == 1);
+  PlacementNeeds local;
+  local.needs_local = true;
+  CHECK(p.Pick(e.prompt, local) == 0);
+  CHECK_FALSE(p.CanTake(1, true));
+  CHECK_FALSE(p.CanTake(2, false));
+  CHECK_FALSE(p.CanTake(3, false));
+  CHECK_FALSE(p.CanTake(-1, false));
+  e.a.dead = true;
+  CHECK(p.Pick(e.prompt, local) == -1);
+  CHECK(p.NoEngineReason(true) ==
+        "no engine can take it (select and regex outputs need an engine that runs its model in "
+        "this process): a is not alive, b is remote, c is not alive");
+  CHECK(p.NoEngineReason(false) ==
+        "no engine can take it: a is not alive, b is available, c is "
+        "not alive");
+}
+
+TEST_CASE("EnginePlacement: a load is the engine's, or the caller's in-flight count when higher") {
+  Engines e;
+  EnginePlacement p(e.All(), Placement::kAffinity);
+  e.c.fake_stats.running = 1;
+  e.c.fake_stats.waiting = 1;
+  CHECK(p.Pick(e.prompt, {}) == 2);  // 2 ahead of the idle engines: within the slack
+  p.engine(2).in_flight->store(3);
+  CHECK(p.Pick(e.prompt, {}) != 2);  // 3 ahead: spill over
+  p.engine(2).in_flight->store(0);
+  CHECK(p.Pick(e.prompt, {}) == 2);
+}
+
+TEST_CASE(
+    "EnginePlacement: the OpenAI-compatible API's request: a client's salt, the latency goal") {
+  Engines e;
+  // Engines built from the API's options: unnamed, local when they run a model.
+  e.b.remote = true;
+  EnginePlacement p(PlacementEngines({&e.a, &e.b, &e.c}), Placement::kAffinity);
+  CHECK(p.engine(0).name == "engine0");
+  CHECK(p.engine(2).name == "engine2");
+  CHECK_FALSE(p.engine(1).local);
+  PlacementNeeds api;
+  api.salt = 7;
+  api.latency = true;
+  CHECK(p.Pick(e.prompt, api) == 2);
+  // A latency request skips the engine where it would queue while another runs it at once.
+  e.c.fake_stats.running = 1;
+  e.c.fake_stats.waiting = 1;
+  CHECK(p.Pick(e.prompt, api) != 2);
+  api.latency = false;
+  CHECK(p.Pick(e.prompt, api) == 2);
+  // A response_format constraint (a logits mask) needs a local engine.
+  api.needs_local = true;
+  e.c.dead = true;
+  e.a.fake_stats.running = 4;
+  CHECK(p.Pick(e.prompt, api) == 0);
+}
+
+TEST_CASE("EnginePlacement: round-robin over the engines that can take the request") {
+  Engines e;
+  EnginePlacement p(e.All(), Placement::kRoundRobin);
+  e.b.dead = true;
+  std::vector<int> order;
+  for (int i = 0; i < 4; ++i) order.push_back(p.Pick(e.prompt, {}));
+  CHECK(order == std::vector<int>{0, 2, 0, 2});
 }
 
 }  // namespace

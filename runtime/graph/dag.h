@@ -21,8 +21,8 @@ struct DagNode {
   enum class Kind { kCall, kJoin, kHost };
   NodeId id = 0;
   Kind kind = Kind::kCall;
-  std::string label;                 // function name, "join", "host"
-  std::vector<VarId> inputs;         // distinct, in order of first use
+  std::string label;          // function name, "join", "host"
+  std::vector<VarId> inputs;  // distinct, in order of first use
   std::vector<VarId> outputs;
   // Ready values the program read before it made this call (see Run::Call):
   // graph edges like inputs, but never waited for.
@@ -59,7 +59,21 @@ struct DagNode {
   // "summarize#3": the name used in errors and events.
   std::string Name() const { return label + "#" + std::to_string(id); }
   bool Finished() const {
-    return state == NodeState::kDone || state == NodeState::kFailed || state == NodeState::kCancelled;
+    return state == NodeState::kDone || state == NodeState::kFailed ||
+           state == NodeState::kCancelled;
+  }
+  // Whether it runs once its inputs are ready: eager calls and joins do,
+  // lazy calls only once wanted, host nodes never (the program sets them).
+  bool Runnable() const {
+    switch (kind) {
+      case Kind::kHost:
+        return false;
+      case Kind::kJoin:
+        return true;  // cheap, and eager calls may consume it
+      case Kind::kCall:
+        return wanted || !fn->spec().lazy;
+    }
+    return false;
   }
 };
 
@@ -72,8 +86,8 @@ struct DagVar {
   std::vector<NodeId> readers;  // nodes with a read-before edge from this variable
   std::string value;
   std::string error;
-  int token_estimate = -1;           // cached token count of a ready value (-1 = not yet)
-  ChoiceScores scores;               // a ready select output: every choice's score
+  int token_estimate = -1;  // cached token count of a ready value (-1 = not yet)
+  ChoiceScores scores;      // a ready select output: every choice's score
 };
 
 class Dag {
@@ -121,5 +135,10 @@ class Dag {
   std::vector<DagNode> nodes_;
   std::vector<DagVar> vars_;
 };
+
+// The value of an argument: its variable's (ready) value, or its text.
+inline const std::string& ArgValue(const Dag& dag, const Arg& a) {
+  return a.var ? dag.var(a.var).value : a.text;
+}
 
 }  // namespace braid::rt

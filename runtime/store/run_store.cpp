@@ -261,7 +261,7 @@ Result<RunTotals> SqliteRunStore::Totals(const std::string& id) {
     t.finished_unix = stmt.ColumnIsNull(0) ? 0.0 : stmt.ColumnDouble(0);
   }
   {
-    // The nodes' events carry their token counts (RunImpl::LogEvent).
+    // The nodes' events carry their token counts (RunEvents::Node).
     BRAID_ASSIGN_OR_RETURN(
         SqliteStmt stmt,
         db_->Prepare("SELECT COALESCE(SUM(kind = 'node_finished'), 0), "

@@ -126,6 +126,7 @@ class FakeEngine final : public Engine {
   std::atomic<bool> crash_next{false};
   std::atomic<bool> dead{false};
   std::atomic<int> refuse_next{0};
+  EngineStats fake_stats;  // what stats() reports (set before use)
   // Delivers every held reply; returns how many.
   int Release() {
     std::vector<std::function<void()>> held;
@@ -238,7 +239,7 @@ class FakeEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     return expectations_;
   }
-  EngineStats stats() const override { return {}; }
+  EngineStats stats() const override { return fake_stats; }
   Model* model() override { return remote ? nullptr : &model_; }
   bool alive() const override { return !dead; }
   void Shutdown() override {}

@@ -1,6 +1,8 @@
 // Placement: which of several engines (one per GPU, per tensor-parallel
 // group, or a remote server) takes a request. The runtime's dispatcher and
-// the OpenAI-compatible API both ask a Placer.
+// the OpenAI-compatible API both ask an EnginePlacement (below), which
+// filters the engines that can take the request, measures their load and
+// cached prefix, and lets its Placer choose by the policy:
 //
 //   affinity (default)  among the engines whose load (running + waiting) is
 //       within a slack of the least loaded one's, the one holding the longest
@@ -24,10 +26,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/status.h"
+
+namespace braid {
+class Engine;  // engine/engine.h
+}
 
 namespace braid::rt {
 
@@ -63,6 +71,62 @@ class Placer {
  private:
   Placement policy_;
   mutable std::atomic<uint64_t> next_{0};  // round-robin's turn
+};
+
+// One engine as the placement service sees it.
+struct PlacementEngine {
+  Engine* engine = nullptr;  // not owned
+  std::string name;          // how NoEngineReason names it
+  // Runs its model in this process (Engine::model() non-null): only such an
+  // engine scores choices and masks logits.
+  bool local = true;
+  // Requests the caller has in this engine, counted by the caller around
+  // its submissions (the runtime does; 0 when nobody counts). A load is
+  // running + waiting from the engine's stats, or this count when higher
+  // (a remote engine's stats lag behind what was sent to it).
+  std::shared_ptr<std::atomic<int>> in_flight = std::make_shared<std::atomic<int>>(0);
+};
+
+// `engines` (not owned) as placement engines named `names` (empty:
+// "engine0", "engine1", ...), local when they run their model here.
+std::vector<PlacementEngine> PlacementEngines(const std::vector<Engine*>& engines,
+                                              const std::vector<std::string>& names = {});
+
+// What a request asks of placement beside its prompt.
+struct PlacementNeeds {
+  uint64_t salt = 0;          // the prefix cache's tenant (GenerationRequest::cache_salt)
+  bool prefer_prefix = true;  // false: by load only, cached prefixes unasked
+  bool needs_local = false;   // select and regex outputs, response_format constraints
+  bool latency = false;       // the request's goal is latency (Placer::Choose)
+};
+
+// The placement service: one policy over a fixed set of engines. An engine
+// can take a request when it is alive (Engine::alive) and, for needs_local,
+// local. Thread-safe: engines are thread-safe themselves, the Placer's turn
+// is atomic, and the engine list never changes.
+class EnginePlacement {
+ public:
+  EnginePlacement(std::vector<PlacementEngine> engines, Placement policy);
+  EnginePlacement(const EnginePlacement&) = delete;
+  EnginePlacement& operator=(const EnginePlacement&) = delete;
+
+  const std::vector<PlacementEngine>& engines() const { return engines_; }
+  const PlacementEngine& engine(int i) const { return engines_[static_cast<size_t>(i)]; }
+  const Placer& placer() const { return placer_; }
+
+  // Whether engine `i` (any int) can take a request now.
+  bool CanTake(int i, bool needs_local) const;
+  // The index of the engine the policy chooses among those that can take
+  // the request, -1 when none can (NoEngineReason says why). Cached
+  // prefixes of `prompt` are probed only when the policy reads them, the
+  // request prefers them and there is a choice to make.
+  int Pick(const std::vector<int32_t>& prompt, const PlacementNeeds& needs) const;
+  // Why Pick found no engine: each engine and what it lacks.
+  std::string NoEngineReason(bool needs_local) const;
+
+ private:
+  const std::vector<PlacementEngine> engines_;
+  Placer placer_;
 };
 
 }  // namespace braid::rt
