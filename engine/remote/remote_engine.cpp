@@ -8,8 +8,6 @@
 // delta (so no callback runs after it returns) and joins the threads; it must
 // not be called from a callback. Threads of finished requests are joined by
 // the next Submit.
-#include "remote/remote_engine.h"
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -19,7 +17,8 @@
 #include <system_error>
 #include <thread>
 
-#include "remote/http_call.h"
+#include "engine/http_client.h"
+#include "engine/open.h"
 #include "remote/openai_stream.h"
 #include "remote/prefix_memory.h"
 
