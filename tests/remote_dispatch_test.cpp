@@ -6,8 +6,8 @@
 
 #include <chrono>
 
+#include "engine/open.h"
 #include "remote/fake_openai_server.h"
-#include "remote/remote_engine.h"
 #include "runtime/runtime.h"
 #include "testing/fakes.h"
 

@@ -19,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/open.h"
 #include "engine/status.h"
 #include "model/model_config.h"
 #include "model/model_file.h"
@@ -134,14 +135,7 @@ struct DeviceSpec {
 };
 Result<DeviceSpec> ParseDevice(const std::string& device);
 
-// The devices a stack's engines run on, one engine each: "cuda:all" is every
-// visible GPU (cuda:0 .. cuda:N-1), "cuda:0,2" those listed, anything else
-// the one device ParseDevice accepts. With tensor_parallel > 1 the GPUs go
-// in groups of that many, one engine per group ("cuda:all" on four GPUs
-// with 2: cuda:0+1 and cuda:2+3). Errors: a name ParseDevice refuses, a GPU
-// listed twice, "cuda:all" where no GPU is visible, GPUs that do not split
-// into groups of tensor_parallel.
-Result<std::vector<std::string>> ExpandDevices(const std::string& device, int tensor_parallel = 1);
+// ExpandDevices (a device list to each engine's device): engine/open.h.
 
 // Opens the backend `options.device` names for the model in `file` (which
 // must outlive it). Errors: an unknown device, a backend this build lacks

@@ -3,8 +3,6 @@
 // io_context, run to completion under the stream's deadline, so one thread
 // blocks per call while Abort can still interrupt it from another thread
 // (by posting a close into that io_context).
-#include "remote/http_call.h"
-
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,6 +12,8 @@
 #include <charconv>
 #include <chrono>
 #include <limits>
+
+#include "engine/http_client.h"
 
 namespace braid::remote {
 namespace {

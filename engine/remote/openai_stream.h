@@ -1,6 +1,6 @@
 // The OpenAI completions wire format, without I/O: the request body built
-// from a GenerationRequest, the server-sent-events framing of the streamed
-// reply, and the JSON of each streamed chunk.
+// from a GenerationRequest and the JSON of each streamed chunk (the
+// server-sent-events framing is engine/http_client.h's SseReader).
 #pragma once
 
 #include <optional>
@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/http_client.h"
 #include "engine/request.h"
 #include "engine/status.h"
 
@@ -17,23 +18,6 @@ namespace braid::remote {
 // ids, or the text when there are none), max_tokens, temperature, top_p,
 // seed, stop, penalties when set, stream with usage, logprobs when asked.
 std::string CompletionRequestBody(const GenerationRequest& request, const std::string& model);
-
-// Splits a byte stream into server-sent events and returns each event's data
-// (its "data:" lines joined by '\n'). Comments, "event:", "id:" and
-// "retry:" lines are skipped; lines may end in "\n" or "\r\n".
-class SseReader {
- public:
-  // Appends the data of every event completed by `bytes` to *events.
-  void Feed(std::string_view bytes, std::vector<std::string>* events);
-  // The stream ended: an event that was not closed by a blank line.
-  std::optional<std::string> Finish();
-
- private:
-  void Line(std::string_view line, std::vector<std::string>* events);
-  std::string partial_;  // an incomplete line
-  std::string data_;     // the current event's data so far
-  bool has_data_ = false;
-};
 
 // One streamed chunk of a completion.
 struct CompletionChunk {
@@ -49,9 +33,5 @@ struct CompletionChunk {
 // Parses one event's data. Errors (kCorruption): not JSON, not an object,
 // fields of the wrong type.
 Result<CompletionChunk> ParseCompletionChunk(std::string_view data);
-
-// The message of an OpenAI-style error body ({"error": {"message": ...}},
-// {"error": "..."}, {"message": ...}, {"detail": ...}), else the body's start.
-std::string ErrorBodyMessage(std::string_view body);
 
 }  // namespace braid::remote

@@ -8,20 +8,19 @@
 // delta (so no callback runs after it returns) and joins the threads; it must
 // not be called from a callback. Threads of finished requests are joined by
 // the next Submit.
-#include "remote/remote_engine.h"
-
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <random>
 #include <system_error>
 #include <thread>
 
-#include "remote/http_call.h"
+#include "engine/http_client.h"
+#include "engine/open.h"
 #include "remote/openai_stream.h"
 #include "remote/prefix_memory.h"
+#include "request/delta_queue.h"
 
 namespace braid {
 namespace {
@@ -37,34 +36,15 @@ double MsSince(SteadyClock::time_point a, SteadyClock::time_point b = SteadyCloc
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// The handle and the request's result; the request's thread fills it.
+// The handle; the request's thread fills its queue.
 class RemoteRequest final : public RequestHandle {
  public:
-  RemoteRequest(uint64_t id, DeltaCallback cb) : id_(id), cb_(std::move(cb)) {}
+  RemoteRequest(uint64_t id, DeltaCallback cb) : id_(id), deltas_(std::move(cb)) {}
 
   uint64_t id() const override { return id_; }
-  std::optional<Delta> Next(int timeout_ms) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [&] { return !queue_.empty() || taken_final_ || done_; };
-    if (timeout_ms < 0)
-      cv_.wait(lock, ready);
-    else
-      cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
-    if (queue_.empty()) return std::nullopt;
-    Delta d = std::move(queue_.front());
-    queue_.pop_front();
-    if (d.finished) taken_final_ = true;
-    return d;
-  }
-  Completion Wait() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    return result_;
-  }
-  bool finished() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_;
-  }
+  std::optional<Delta> Next(int timeout_ms) override { return deltas_.Next(timeout_ms); }
+  Completion Wait() override { return deltas_.Wait(); }
+  bool finished() const override { return deltas_.finished(); }
   // Closing the connection is how the server learns to stop.
   void Cancel() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,31 +71,17 @@ class RemoteRequest final : public RequestHandle {
     std::unique_lock<std::mutex> lock(mu_);
     return !cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return cancel_; });
   }
-  // Queues a delta and calls the callback (outside the lock). The final
-  // delta also publishes `result`.
-  void Emit(Delta d, const Completion* result = nullptr) {
-    Delta copy;
-    if (cb_) copy = d;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(d));
-      if (result) {
-        result_ = *result;
-        done_ = true;
-      }
-      cv_.notify_all();
-    }
-    if (cb_) cb_(copy);
-  }
+  // Queues a delta and calls the callback (outside the lock).
+  void Emit(Delta d) { deltas_.Push(std::move(d)); }
+  // The final delta, publishing `result`.
+  void Finish(Delta d, Completion result) { deltas_.Finish(std::move(d), std::move(result)); }
 
  private:
   const uint64_t id_;
-  DeltaCallback cb_;
-  mutable std::mutex mu_;
+  DeltaQueue deltas_;
+  mutable std::mutex mu_;  // cancel_ and call_
   std::condition_variable cv_;
-  std::deque<Delta> queue_;
-  bool taken_final_ = false, done_ = false, cancel_ = false;
-  Completion result_;
+  bool cancel_ = false;
   HttpCall* call_ = nullptr;
 };
 
@@ -398,7 +364,7 @@ class RequestRunner {
     d.finished = true;
     d.finish_reason = reason;
     d.error = error;
-    r_->Emit(std::move(d), &result_);
+    r_->Finish(std::move(d), result_);
     std::lock_guard<std::mutex> lock(st_->mu);
     --st_->threads;
     st_->exited.push_back(r_->id());

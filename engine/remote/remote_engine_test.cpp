@@ -2,13 +2,12 @@
 // streaming, the request body, retries, failures after text, timeouts,
 // cancellation, refused features, liveness and prefix memory; and the wire
 // format's pieces on their own.
-#include "remote/remote_engine.h"
-
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/open.h"
 #include "remote/fake_openai_server.h"
 #include "remote/openai_stream.h"
 #include "remote/prefix_memory.h"

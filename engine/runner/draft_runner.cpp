@@ -61,11 +61,6 @@ int DraftRunner::Behind(const Seq& seq, std::span<const int32_t> context) {
 }
 
 void DraftRunner::Propose(std::span<Job> jobs) {
-  struct Work {
-    Job* job;
-    size_t next;  // the first context token not in the draft KV yet
-    int want;     // guesses still possible
-  };
   std::vector<Work> work;
   for (Job& j : jobs) {
     j.out->clear();
@@ -77,17 +72,17 @@ void DraftRunner::Propose(std::span<Job> jobs) {
     if (!Reserve(s, n + want - 1)) continue;
     work.push_back({&j, s.fed_.size(), want});
   }
+  if (CatchUp(work) && Extend(work)) return;
+  for (Work& w : work) {
+    w.job->out->clear();
+    w.job->seq->fed_.clear();  // evaluated again from the start next time
+  }
+}
+
+bool DraftRunner::CatchUp(std::vector<Work>& work) {
   std::vector<BatchSegment> segs;
   std::vector<Work*> owners;
   std::vector<int32_t> ids;
-  auto fail = [&] {
-    for (Work& w : work) {
-      w.job->out->clear();
-      w.job->seq->fed_.clear();  // evaluated again from the start next time
-    }
-  };
-  // Catch up, in passes of at most max_chunk tokens; the pass that ends a
-  // sequence's context gives its first guess.
   const int chunk = backend_.max_chunk();
   while (true) {
     segs.clear();
@@ -109,9 +104,9 @@ void DraftRunner::Propose(std::span<Job> jobs) {
       segs.push_back(seg);
       owners.push_back(&w);
     }
-    if (segs.empty()) break;
+    if (segs.empty()) return true;
     ids.resize(static_cast<size_t>(rows));
-    if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return fail();
+    if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return false;
     size_t row = 0;
     for (size_t i = 0; i < segs.size(); ++i) {
       Work& w = *owners[i];
@@ -126,7 +121,12 @@ void DraftRunner::Propose(std::span<Job> jobs) {
         w.job->out->push_back(id);
     }
   }
-  // Then one pass per further guess: each sequence evaluates its last guess.
+}
+
+bool DraftRunner::Extend(std::vector<Work>& work) {
+  std::vector<BatchSegment> segs;
+  std::vector<Work*> owners;
+  std::vector<int32_t> ids;
   while (true) {
     segs.clear();
     owners.clear();
@@ -144,9 +144,9 @@ void DraftRunner::Propose(std::span<Job> jobs) {
       segs.push_back(seg);
       owners.push_back(&w);
     }
-    if (segs.empty()) break;
+    if (segs.empty()) return true;
     ids.resize(segs.size());
-    if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return fail();
+    if (!backend_.ForwardArgmax(segs, *kv_, ids.data()).ok()) return false;
     for (size_t i = 0; i < segs.size(); ++i) {
       Work& w = *owners[i];
       if (ids[i] < 0)

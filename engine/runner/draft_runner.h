@@ -80,6 +80,19 @@ class DraftRunner {
   static size_t Kept(const Seq& seq, std::span<const int32_t> context);
   bool Reserve(Seq& s, int positions);
   void Release(Seq& s);
+  // A job in progress in Propose.
+  struct Work {
+    Job* job;
+    size_t next;  // the first context token not in the draft KV yet
+    int want;     // guesses still possible
+  };
+  // Evaluates each job's context not in its draft KV yet, in passes of at
+  // most max_chunk tokens; the pass that ends a context gives its first
+  // guess. False when a forward pass failed.
+  bool CatchUp(std::vector<Work>& work);
+  // One pass per further guess: each job evaluates its last guess. False
+  // when a forward pass failed.
+  bool Extend(std::vector<Work>& work);
 
   Backend& backend_;
   std::unique_ptr<KvMemory> kv_;

@@ -6,6 +6,7 @@
 
 #include "engine/model.h"
 #include "runner/draft_runner.h"
+#include "runner/spec_verify.h"
 #include "runner/stop_matcher.h"
 #include "sampling/sampler.h"
 #include "spec/goodput.h"
@@ -19,6 +20,148 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Generate's speculation: the proposer (a draft model's, or model-free), the
+// acceptance measured so far and the cost of a pass by its size, from which
+// the guesses of each next pass are chosen.
+class Guesser {
+ public:
+  explicit Guesser(const SpecOptions& spec) : spec_(spec), cost_(spec.max_tokens + 1) {}
+
+  Status Open(Model* draft, int capacity) {
+    costly_ = spec_.kind == SpecOptions::Kind::kDraft;
+    if (!costly_) {
+      proposer_ = spec::MakeProposer(spec_);
+      return Status::Ok();
+    }
+    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DraftRunner> runner,
+                           DraftRunner::Open(*draft, capacity, 16));
+    auto owned = std::make_unique<DraftProposer>(std::move(runner));
+    draft_ = owned.get();
+    proposer_ = std::move(owned);
+    acceptance_ = spec::Acceptance(spec::kCostlyPrior);
+    return Status::Ok();
+  }
+
+  // A pass checked `proposed` guesses and kept `accepted`.
+  void Observe(int proposed, int accepted) {
+    if (proposed == 0) return;
+    acceptance_.Observe(proposed, accepted);
+    if (costly_) probes_.Observe(accepted);
+  }
+  // A pass of n tokens took `seconds`.
+  void ObserveCost(int n, double seconds) { cost_.Observe(n, seconds); }
+
+  // The guesses to check after `history` with room for `room` of them.
+  void Next(const std::vector<int32_t>& history, int room, std::vector<int32_t>* drafts) {
+    drafts->clear();
+    if (!proposer_) return;
+    int offered = std::min(spec_.max_tokens, room);
+    // A draft model's guesses cost passes: how many to check is chosen
+    // first and only those are made. Model-free guesses are made first.
+    if (costly_) {
+      if (spec_.adaptive) offered = spec::UsefulGuesses(acceptance_.rate(), offered);
+    } else if (offered > 0) {
+      proposer_->Propose(history, offered, drafts);
+      offered = static_cast<int>(drafts->size());
+    }
+    const spec::Candidate c{acceptance_.rate(), std::max(offered, 0)};
+    int k = spec_.adaptive
+                ? spec::ChooseGuesses(cost_, 1, 1, std::span<const spec::Candidate>(&c, 1))[0]
+                : c.available;
+    if (k > 0)
+      acceptance_.Used();
+    else if (c.available > 0 && spec::GuessCouldPay(cost_, 1, 1) &&
+             (costly_ ? draft_->Behind(history) <= DraftRunner::kProbeCatchUp && probes_.Due()
+                      : acceptance_.Probe()))
+      k = 1;
+    if (costly_ && k > 0) proposer_->Propose(history, k, drafts);
+    drafts->resize(std::min(k, static_cast<int>(drafts->size())));
+  }
+
+ private:
+  const SpecOptions& spec_;
+  bool costly_ = false;
+  std::unique_ptr<spec::Proposer> proposer_;
+  DraftProposer* draft_ = nullptr;  // proposer_, when it is a draft model's
+  spec::Acceptance acceptance_;
+  spec::ProbeSchedule probes_;  // a draft model's
+  spec::StepCost cost_;
+};
+
+// A Generate call's output: the token each logits row draws (the sampler
+// over the history, end tokens masked before min_tokens) and each drawn
+// token's way into the result (stop tokens and strings, max_tokens, the
+// text streamed to on_text).
+class Output {
+ public:
+  Output(const Model& model, const SamplingParams& params, std::span<const int32_t> prompt,
+         const std::function<bool(std::string_view)>& on_text, GenerateResult* r)
+      : model_(model),
+        params_(params),
+        on_text_(on_text),
+        r_(*r),
+        history_(prompt.begin(), prompt.end()),
+        sampler_(params),
+        decoder_(model),
+        stops_(params),
+        eog_ids_(params.min_tokens > 0 ? EndOfGenerationIds(model) : std::vector<int32_t>()) {}
+
+  const std::vector<int32_t>& history() const { return history_; }
+
+  // The token a row of logits draws; -1 when they are not finite.
+  int32_t Draw(std::span<float> row) {
+    if (!Sampler::AllFinite(row)) return -1;
+    if (static_cast<int>(r_.tokens.size()) < params_.min_tokens) MaskEnds(row, eog_ids_, params_);
+    return sampler_.Sample(row, history_);
+  }
+
+  // A drawn token joins the output; true when the output ends with it.
+  bool Take(int32_t id) {
+    if (stops_.EndsBefore(id, !params_.ignore_eos && model_.IsEndOfGeneration(id))) {
+      r_.finish_reason = "stop";
+      return true;
+    }
+    r_.tokens.push_back(id);
+    history_.push_back(id);
+    const std::string piece = decoder_.Push(id);
+    std::string text;
+    const OutputStops::End end = stops_.Joined(static_cast<int>(r_.tokens.size()), &piece, &text);
+    Emit(text);
+    if (end == OutputStops::End::kStopString || !keep_going_) {
+      r_.finish_reason = "stop";
+      return true;
+    }
+    return end == OutputStops::End::kLength;
+  }
+
+  // Releases what the UTF-8 decoder and the stop matcher still hold, unless
+  // a stop string ended the text.
+  void Flush() {
+    if (stops_.stopped_by_string()) return;
+    std::string held;
+    Emit(stops_.Flush(decoder_.Flush(), &held));
+    Emit(held);
+  }
+
+ private:
+  void Emit(const std::string& text) {
+    if (text.empty()) return;
+    r_.text += text;
+    if (on_text_ && keep_going_) keep_going_ = on_text_(text);
+  }
+
+  const Model& model_;
+  const SamplingParams& params_;
+  const std::function<bool(std::string_view)>& on_text_;
+  GenerateResult& r_;
+  std::vector<int32_t> history_;  // the prompt, then the output
+  Sampler sampler_;
+  TextStream decoder_;
+  OutputStops stops_;
+  const std::vector<int32_t> eog_ids_;
+  bool keep_going_ = true;  // on_text has not asked to stop
+};
 
 }  // namespace
 
@@ -37,7 +180,6 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
 
   GenerateResult r;
   r.prompt_tokens = static_cast<int>(prompt.size());
-  std::vector<int32_t> history(prompt.begin(), prompt.end());
   // One logits row per guess checked by the last pass, plus one: row j
   // decides the token after the first j guesses.
   std::vector<float> logits;
@@ -47,136 +189,40 @@ Result<GenerateResult> Generate(Model& model, std::span<const int32_t> prompt,
   r.prefill_seconds = Seconds(t0, t1);
   const size_t n_vocab = logits.size();
 
-  Sampler sampler(params);
-  TextStream decoder(model);
-  StopMatcher stops(params.stop);
-  const std::vector<int32_t> eog_ids =
-      params.min_tokens > 0 ? EndOfGenerationIds(model) : std::vector<int32_t>();
-  std::unique_ptr<spec::Proposer> proposer;
-  DraftProposer* draft_proposer = nullptr;  // proposer, when it is a draft model's
-  const bool costly = spec.kind == SpecOptions::Kind::kDraft;
-  if (costly) {
-    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DraftRunner> runner,
-                           DraftRunner::Open(*draft, seq->capacity(), 16));
-    auto owned = std::make_unique<DraftProposer>(std::move(runner));
-    draft_proposer = owned.get();
-    proposer = std::move(owned);
-  } else {
-    proposer = spec::MakeProposer(spec);
-  }
-  spec::Acceptance acceptance = costly ? spec::Acceptance(spec::kCostlyPrior) : spec::Acceptance();
-  spec::ProbeSchedule probes;  // a draft model's
-  spec::StepCost cost(spec.max_tokens + 1);
-  bool keep_going = true;
-  bool stop_string_hit = false;
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    r.text += text;
-    if (on_text && keep_going) keep_going = on_text(text);
+  Output out(model, params, prompt, on_text, &r);
+  Guesser guesser(spec);
+  BRAID_RETURN_IF_ERROR(guesser.Open(draft, seq->capacity()));
+  auto draw = [&](int j) {
+    return out.Draw(std::span<float>(logits.data() + static_cast<size_t>(j) * n_vocab, n_vocab));
   };
-
+  auto take = [&](int32_t id) { return out.Take(id); };
   r.finish_reason = "length";
   std::vector<int32_t> drafts, batch;
-  bool done = params.max_tokens == 0;
-  while (!done) {
-    // Decide tokens row by row while the guesses hold; the first token not
-    // guessed (a correction, or the one after every guess) ends the pass.
+  while (params.max_tokens != 0) {
+    // Tokens row by row while the guesses hold (spec_verify.h).
     const int first_row_pos = seq->position() - static_cast<int>(drafts.size()) - 1;
-    int accepted = 0;
-    int32_t next = -1;
-    for (size_t j = 0; j <= drafts.size(); ++j) {
-      std::span<float> row(logits.data() + j * n_vocab, n_vocab);
-      if (!Sampler::AllFinite(row)) return Sampler::NonFiniteError(first_row_pos + j);
-      // A guess is kept when it is the token drawn here. The draw is the one
-      // plain generation makes at this position (one per position, from the
-      // same random stream), so the output is the same with or without
-      // guesses; for a deterministic guess this is the rejection rule itself
-      // (kept with its probability, else a draw from the rest).
-      if (static_cast<int>(r.tokens.size()) < params.min_tokens) MaskEnds(row, eog_ids, params);
-      const int32_t id = sampler.Sample(row, history);
-      const bool guessed = j < drafts.size() && id == drafts[j];
-      const bool eog = !params.ignore_eos && model.IsEndOfGeneration(id);
-      bool stop_token = false;
-      for (int32_t s : params.stop_tokens) stop_token |= s == id;
-      if (eog || stop_token) {
-        r.finish_reason = "stop";
-        done = true;
-        break;
-      }
-      r.tokens.push_back(id);
-      history.push_back(id);
-      // Stop strings are looked for from the token after min_tokens on.
-      emit(static_cast<int>(r.tokens.size()) <= params.min_tokens
-               ? decoder.Push(id)
-               : stops.Push(decoder.Push(id), &stop_string_hit));
-      if (stop_string_hit || !keep_going) {
-        r.finish_reason = "stop";
-        done = true;
-        break;
-      }
-      if (static_cast<int>(r.tokens.size()) == params.max_tokens) {
-        done = true;
-        break;
-      }
-      if (!guessed) {
-        next = id;
-        break;
-      }
-      ++accepted;
-    }
-    if (!drafts.empty()) {
-      r.spec_proposed += static_cast<int>(drafts.size());
-      r.spec_accepted += accepted;
-      acceptance.Observe(static_cast<int>(drafts.size()), accepted);
-      if (costly) probes.Observe(accepted);
-    }
-    if (done) break;
+    const Verdict v = VerifyGuesses(drafts, draw, take);
+    if (v.bad_row >= 0) return Sampler::NonFiniteError(first_row_pos + v.bad_row);
+    r.spec_proposed += static_cast<int>(drafts.size());
+    r.spec_accepted += v.accepted;
+    guesser.Observe(static_cast<int>(drafts.size()), v.accepted);
+    if (v.ended) break;
     // The rejected guesses leave the KV cache.
-    seq->Truncate(seq->position() - (static_cast<int>(drafts.size()) - accepted));
+    seq->Truncate(seq->position() - (static_cast<int>(drafts.size()) - v.accepted));
     if (seq->position() + 1 > seq->capacity()) break;
-
     // The next pass: the new token, then the guesses after it.
-    drafts.clear();
-    if (proposer) {
-      const int room = std::min(seq->capacity() - seq->position() - 1,
-                                params.max_tokens - static_cast<int>(r.tokens.size()) - 1);
-      int offered = std::min(spec.max_tokens, room);
-      // A draft model's guesses cost passes: how many to check is chosen
-      // first and only those are made. Model-free guesses are made first.
-      if (costly) {
-        if (spec.adaptive) offered = spec::UsefulGuesses(acceptance.rate(), offered);
-      } else if (offered > 0) {
-        proposer->Propose(history, offered, &drafts);
-        offered = static_cast<int>(drafts.size());
-      }
-      const spec::Candidate c{acceptance.rate(), std::max(offered, 0)};
-      int k = spec.adaptive
-                  ? spec::ChooseGuesses(cost, 1, 1, std::span<const spec::Candidate>(&c, 1))[0]
-                  : c.available;
-      if (k > 0)
-        acceptance.Used();
-      else if (c.available > 0 && spec::GuessCouldPay(cost, 1, 1) &&
-               (costly
-                    ? draft_proposer->Behind(history) <= DraftRunner::kProbeCatchUp && probes.Due()
-                    : acceptance.Probe()))
-        k = 1;
-      if (costly && k > 0) proposer->Propose(history, k, &drafts);
-      drafts.resize(std::min(k, static_cast<int>(drafts.size())));
-    }
-    batch.assign(1, next);
+    guesser.Next(out.history(),
+                 std::min(seq->capacity() - seq->position() - 1,
+                          params.max_tokens - static_cast<int>(r.tokens.size()) - 1),
+                 &drafts);
+    batch.assign(1, v.last);
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     const auto s0 = Clock::now();
     BRAID_RETURN_IF_ERROR(seq->Eval(batch, &logits, !drafts.empty()));
-    cost.Observe(static_cast<int>(batch.size()), Seconds(s0, Clock::now()));
+    guesser.ObserveCost(static_cast<int>(batch.size()), Seconds(s0, Clock::now()));
     ++r.decode_steps;
   }
-  // Release what the UTF-8 decoder and the stop matcher still hold, unless a
-  // stop string ended the text.
-  if (!stop_string_hit) {
-    bool stopped = false;
-    emit(stops.Push(decoder.Flush(), &stopped));
-    if (!stopped) emit(stops.Flush());
-  }
+  out.Flush();
   r.decode_seconds = Seconds(t1, Clock::now());
   return r;
 }

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "backend/backend.h"
+#include "engine/open.h"
 
 namespace braid::cli {
 

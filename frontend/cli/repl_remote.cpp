@@ -10,8 +10,7 @@
 #include <thread>
 
 #include "cli/repl_session.h"
-#include "remote/http_call.h"
-#include "remote/openai_stream.h"
+#include "engine/http_client.h"
 #include "report/run_report.h"
 
 namespace braid::cli {

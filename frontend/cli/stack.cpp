@@ -6,12 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/engines_file.h"
 #include "cli/model_options.h"
+#include "engine/open.h"
 #include "engine/system_probe.h"
-#include "remote/remote_engine.h"
 
 namespace braid::cli {
 

@@ -1,11 +1,15 @@
-// One blocking HTTP/1.1 exchange over a fresh connection, with the response
-// body handed over as it arrives (chunked or not), deadlines on every step,
-// and an Abort that any thread may call. Asio and Beast stay in the .cpp.
+// A small HTTP/1.1 client: one blocking exchange over a fresh connection,
+// with the response body handed over as it arrives (chunked or not),
+// deadlines on every step and an Abort that any thread may call; the
+// server-sent-events framing of a streamed body; the message of a JSON error
+// body. The remote engine talks to OpenAI-compatible servers with it, and
+// `braid repl --server` to a braid serve. Asio and Beast stay in the .cpp.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,5 +80,27 @@ class HttpCall {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Splits a byte stream into server-sent events and returns each event's data
+// (its "data:" lines joined by '\n'). Comments, "event:", "id:" and
+// "retry:" lines are skipped; lines may end in "\n" or "\r\n". One thread
+// at a time.
+class SseReader {
+ public:
+  // Appends the data of every event completed by `bytes` to *events.
+  void Feed(std::string_view bytes, std::vector<std::string>* events);
+  // The stream ended: an event that was not closed by a blank line.
+  std::optional<std::string> Finish();
+
+ private:
+  void Line(std::string_view line, std::vector<std::string>* events);
+  std::string partial_;  // an incomplete line
+  std::string data_;     // the current event's data so far
+  bool has_data_ = false;
+};
+
+// The message of an OpenAI-style error body ({"error": {"message": ...}},
+// {"error": "..."}, {"message": ...}, {"detail": ...}), else the body's start.
+std::string ErrorBodyMessage(std::string_view body);
 
 }  // namespace braid::remote

@@ -1,4 +1,10 @@
-// An Engine that runs elsewhere: an OpenAI-compatible server (another
+// Opening engines. The three kinds the command line opens:
+//  - embedded: Engine::Open (engine/engine.h) on one device;
+//  - one embedded engine per GPU, or per group of GPUs: ExpandDevices turns
+//    a device list into the device of each engine, then Engine::Open each;
+//  - remote: OpenRemoteEngine below, an OpenAI-compatible server.
+//
+// The remote engine is an Engine that runs elsewhere: an OpenAI-compatible server (another
 // `braid serve`, vLLM, SGLang, llama.cpp's llama-server) reached over HTTP.
 //
 // Each request is one streamed POST {url}/v1/completions whose prompt is the
@@ -39,14 +45,26 @@
 // request delivered its final delta; it must not be called from a callback.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/status.h"
 
 namespace braid {
+
+// The devices a stack's engines run on, one engine each: "cuda:all" is every
+// visible GPU (cuda:0 .. cuda:N-1), "cuda:0,2" those listed, anything else
+// the one device ModelOptions::device names ("cpu", "cuda", "cuda:N",
+// "cuda:N+M"). With tensor_parallel > 1 the GPUs go in groups of that many,
+// one engine per group ("cuda:all" on four GPUs with 2: cuda:0+1 and
+// cuda:2+3). Any thread. Errors (kInvalidArgument): an unknown device name, a
+// GPU listed twice, "cuda:all" where no GPU is visible, GPUs that do not
+// split into groups of tensor_parallel.
+Result<std::vector<std::string>> ExpandDevices(const std::string& device, int tensor_parallel = 1);
 
 struct RemoteEngineOptions {
   // "http://host:port", optionally with a path prefix ("http://h:8000/v1"
