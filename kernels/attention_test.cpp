@@ -1,6 +1,8 @@
 // The fused paged attention kernel against the scalar reference (dispatched
 // and AVX2 tables), and its batch invariance: a head's bits do not depend on
 // the heads computed with it.
+#include "kernels/attention.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "kernels/dtype.h"
 #include "ref/ref.h"
 #include "test_util.h"
@@ -95,9 +96,21 @@ void CheckAgainstReference(std::mt19937& rng) {
     Layout layout;
   };
   const Layout H = Layout::kHeadMajor, T = Layout::kTransposedK, I = Layout::kInterleaved;
-  for (const Case& cs : {Case{64, 16, H}, {40, 16, H}, {72, 16, H}, {128, 16, H}, {32, 16, H},
-                         {96, 8, H}, {64, 8, H}, {64, 32, H}, {64, 16, I}, {64, 16, T},
-                         {128, 16, T}, {32, 16, T}, {96, 16, T}, {64, 8, T}, {40, 16, T}}) {
+  for (const Case& cs : {Case{64, 16, H},
+                         {40, 16, H},
+                         {72, 16, H},
+                         {128, 16, H},
+                         {32, 16, H},
+                         {96, 8, H},
+                         {64, 8, H},
+                         {64, 32, H},
+                         {64, 16, I},
+                         {64, 16, T},
+                         {128, 16, T},
+                         {32, 16, T},
+                         {96, 16, T},
+                         {64, 8, T},
+                         {40, 16, T}}) {
     const int hd = cs.hd, bs = cs.bs;
     const int n_blocks = 384 / bs, n_kv = 2;
     const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, cs.layout);
@@ -108,7 +121,8 @@ void CheckAgainstReference(std::mt19937& rng) {
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
           AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), got.data());
-          ref::AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(), want.data());
+          ref::AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, scale, scratch.data(),
+                           want.data());
           int bad = 0;
           for (int i = 0; i < n_q * hd; ++i)
             if (std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]))) ++bad;
@@ -142,13 +156,15 @@ TEST_CASE("AttendPaged: q8 over more positions than one int32 run holds") {
     const int n_blocks = (len + bs - 1) / bs;
     Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd);
     std::fill(c.v8.begin(), c.v8.end(), static_cast<int8_t>(127));
-    std::fill(c.k8.begin(), c.k8.end(), static_cast<int8_t>(0));  // equal scores: every weight maximal
+    std::fill(c.k8.begin(), c.k8.end(),
+              static_cast<int8_t>(0));  // equal scores: every weight maximal
     const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
     std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
     AttendPaged(q.data(), n_q, hd, c.kv8, 0, len, 0.125f, scratch.data(), got.data());
     ref::AttendPaged(q.data(), n_q, hd, c.kv8, 0, len, 0.125f, scratch.data(), want.data());
     int bad = 0;
-    for (int i = 0; i < n_q * hd; ++i) bad += std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]));
+    for (int i = 0; i < n_q * hd; ++i)
+      bad += std::fabs(got[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]));
     INFO("isa " << std::string(KernelIsa()) << " out[0] " << got[0] << " want " << want[0]);
     CHECK(bad == 0);
     CHECK(want[0] > 0.0f);
@@ -160,20 +176,25 @@ TEST_CASE("AttendPaged: a head's bits do not depend on the heads computed with i
   testing::ForEachSimdTable([&] {
     const int hd = 64, bs = 16, n_q = 11;  // heads in passes of 8 (dimension-major K) and 4
     for (Layout layout : {Layout::kHeadMajor, Layout::kTransposedK})
-    for (auto [len, type] : {std::pair{1, KvType::kF32}, {33, KvType::kF32}, {250, KvType::kF32},
-                             {33, KvType::kF16}, {250, KvType::kF16}, {33, KvType::kQ8},
-                             {250, KvType::kQ8}}) {
-      const Cache c = MakeCache(rng, 20, bs, 3, hd, layout);
-      const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
-      std::vector<float> scratch(static_cast<size_t>(n_q) * len), group(n_q * hd), alone(hd);
-      AttendPaged(q.data(), n_q, hd, c.Of(type), 2, len, 0.125f, scratch.data(), group.data());
-      for (int h = 0; h < n_q; ++h) {
-        AttendPaged(q.data() + h * hd, 1, hd, c.Of(type), 2, len, 0.125f, scratch.data(), alone.data());
-        INFO("isa " << std::string(KernelIsa()) << " len " << len << " head " << h << " layout "
-                    << static_cast<int>(layout));
-        CHECK(std::memcmp(alone.data(), group.data() + h * hd, hd * sizeof(float)) == 0);
+      for (auto [len, type] : {std::pair{1, KvType::kF32},
+                               {33, KvType::kF32},
+                               {250, KvType::kF32},
+                               {33, KvType::kF16},
+                               {250, KvType::kF16},
+                               {33, KvType::kQ8},
+                               {250, KvType::kQ8}}) {
+        const Cache c = MakeCache(rng, 20, bs, 3, hd, layout);
+        const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
+        std::vector<float> scratch(static_cast<size_t>(n_q) * len), group(n_q * hd), alone(hd);
+        AttendPaged(q.data(), n_q, hd, c.Of(type), 2, len, 0.125f, scratch.data(), group.data());
+        for (int h = 0; h < n_q; ++h) {
+          AttendPaged(q.data() + h * hd, 1, hd, c.Of(type), 2, len, 0.125f, scratch.data(),
+                      alone.data());
+          INFO("isa " << std::string(KernelIsa()) << " len " << len << " head " << h << " layout "
+                      << static_cast<int>(layout));
+          CHECK(std::memcmp(alone.data(), group.data() + h * hd, hd * sizeof(float)) == 0);
+        }
       }
-    }
   });
 }
 
@@ -182,20 +203,22 @@ TEST_CASE("AttendPaged: the next-item hint changes no bit") {
   testing::ForEachSimdTable([&] {
     const int hd = 64, bs = 16;
     for (int n_q : {3, 6})  // one pass of heads, and two (the fetch spread over the first)
-    for (auto [len, next_len] : {std::pair{250, 250}, {17, 300}, {300, 1}})
-    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
-      const Cache c = MakeCache(rng, 20, bs, 3, hd, type == KvType::kF32 ? Layout::kHeadMajor
-                                                                         : Layout::kTransposedK);
-      std::vector<int32_t> other(c.table.rbegin(), c.table.rend());
-      const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
-      std::vector<float> scratch(static_cast<size_t>(n_q) * len), plain(n_q * hd), hinted(n_q * hd);
-      AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), plain.data());
-      const AttendNext next{other.data(), 2, next_len};
-      AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), hinted.data(), &next);
-      INFO("isa " << std::string(KernelIsa()) << " n_q " << n_q << " len " << len << " next " << next_len
-                  << " type " << static_cast<int>(type));
-      CHECK(std::memcmp(plain.data(), hinted.data(), plain.size() * sizeof(float)) == 0);
-    }
+      for (auto [len, next_len] : {std::pair{250, 250}, {17, 300}, {300, 1}})
+        for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+          const Cache c = MakeCache(
+              rng, 20, bs, 3, hd, type == KvType::kF32 ? Layout::kHeadMajor : Layout::kTransposedK);
+          std::vector<int32_t> other(c.table.rbegin(), c.table.rend());
+          const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
+          std::vector<float> scratch(static_cast<size_t>(n_q) * len), plain(n_q * hd),
+              hinted(n_q * hd);
+          AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), plain.data());
+          const AttendNext next{other.data(), 2, next_len};
+          AttendPaged(q.data(), n_q, hd, c.Of(type), 1, len, 0.125f, scratch.data(), hinted.data(),
+                      &next);
+          INFO("isa " << std::string(KernelIsa()) << " n_q " << n_q << " len " << len << " next "
+                      << next_len << " type " << static_cast<int>(type));
+          CHECK(std::memcmp(plain.data(), hinted.data(), plain.size() * sizeof(float)) == 0);
+        }
   });
 }
 
@@ -203,25 +226,25 @@ TEST_CASE("StoreRowQ8: the dispatched kernel stores the reference's bytes and sc
   std::mt19937 rng(35);
   testing::ForEachSimdTable([&] {
     for (int hd : {32, 64, 128, 40})
-    for (int bs : {16, 8})
-    for (bool value : {false, true})
-    for (int slot = 0; slot < bs; slot += 3) {
-      std::vector<float> x = testing::RandomFloats(rng, hd, -3.0f, 3.0f);
-      if (slot == 3) std::fill(x.begin(), x.end(), 0.0f);   // an all-zero row
-      if (slot == 6) x[hd / 2] = std::nanf("");              // a NaN element
-      if (slot == 9) {  // scale exactly 1: ties at k.5 round to even
-        x[0] = 127.0f;
-        x[1] = 2.5f;
-        x[2] = -3.5f;
-      }
-      std::vector<uint8_t> got(static_cast<size_t>(bs) * hd, 7), want(got);
-      const float s_got = StoreRowQ8(x.data(), hd, bs, slot, value, got.data());
-      const float s_want = ref::StoreRowQ8(x.data(), hd, bs, slot, value, want.data());
-      INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " bs " << bs << " value " << value
-                  << " slot " << slot);
-      CHECK(std::memcmp(&s_got, &s_want, sizeof(float)) == 0);
-      CHECK(got == want);  // the row's bytes, and every other slot's left as it was
-    }
+      for (int bs : {16, 8})
+        for (bool value : {false, true})
+          for (int slot = 0; slot < bs; slot += 3) {
+            std::vector<float> x = testing::RandomFloats(rng, hd, -3.0f, 3.0f);
+            if (slot == 3) std::fill(x.begin(), x.end(), 0.0f);  // an all-zero row
+            if (slot == 6) x[hd / 2] = std::nanf("");            // a NaN element
+            if (slot == 9) {  // scale exactly 1: ties at k.5 round to even
+              x[0] = 127.0f;
+              x[1] = 2.5f;
+              x[2] = -3.5f;
+            }
+            std::vector<uint8_t> got(static_cast<size_t>(bs) * hd, 7), want(got);
+            const float s_got = StoreRowQ8(x.data(), hd, bs, slot, value, got.data());
+            const float s_want = ref::StoreRowQ8(x.data(), hd, bs, slot, value, want.data());
+            INFO("isa " << std::string(KernelIsa()) << " hd " << hd << " bs " << bs << " value "
+                        << value << " slot " << slot);
+            CHECK(std::memcmp(&s_got, &s_want, sizeof(float)) == 0);
+            CHECK(got == want);  // the row's bytes, and every other slot's left as it was
+          }
   });
 }
 

@@ -1,10 +1,11 @@
 // The int8 peak probe: its assembly loops run the instructions they claim
 // (the accumulated values are exact), and the probe reports a positive rate.
+#include "kernels/gemm_peak.h"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
 
-#include "kernels/gemm_peak.h"
 #include "kernels/thread_pool.h"
 
 namespace braid::kernels {

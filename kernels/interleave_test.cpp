@@ -38,8 +38,8 @@ Packed Pack(const MatrixView& w) {
 }
 
 // y for tokens [0, n) and rows [r0, r1) (ldy = rows + 5, untouched cells -7).
-std::vector<float> Run(const MatrixView& w, DType at, const std::vector<uint8_t>& x, size_t xb, int n,
-                       int64_t r0, int64_t r1) {
+std::vector<float> Run(const MatrixView& w, DType at, const std::vector<uint8_t>& x, size_t xb,
+                       int n, int64_t r0, int64_t r1) {
   const int64_t ldy = w.rows + 5;
   std::vector<float> y(static_cast<size_t>(ldy * n), -7.0f);
   MatMulQuantized(w, at, x.data(), xb, n, r0, r1, y.data(), ldy);
@@ -79,7 +79,8 @@ void CheckShape(DType t, ActPrecision p, int64_t rows, int64_t cols, std::mt1993
     for (int tk = 0; tk < n; ++tk) {
       CHECK(y[tk * ldy] == -7.0f);
       CHECK(y[tk * ldy + rows] == -7.0f);
-      CHECK(std::memcmp(y.data() + tk * ldy + 16, all.data() + tk * ldy + 16, (rows - 16) * sizeof(float)) == 0);
+      CHECK(std::memcmp(y.data() + tk * ldy + 16, all.data() + tk * ldy + 16,
+                        (rows - 16) * sizeof(float)) == 0);
     }
   }
   // The prepared path, storing and adding into y (y += W x: one fp32 add per cell).
@@ -123,10 +124,10 @@ TEST_CASE("interleaved weights: SIMD == reference bitwise, batch and range invar
       for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
         CheckShape(t, p, 16, 32, rng);
         CheckShape(t, p, 48, 576, rng);
-        CheckShape(t, p, 40, 96, rng);   // a padded last group
-        CheckShape(t, p, 7, 160, rng);   // fewer rows than a group
+        CheckShape(t, p, 40, 96, rng);  // a padded last group
+        CheckShape(t, p, 7, 160, rng);  // fewer rows than a group
         CheckShape(t, p, 33, 1536, rng);
-        CheckShape(t, p, 24, 64, rng);   // a pair of groups, the second padded
+        CheckShape(t, p, 24, 64, rng);  // a pair of groups, the second padded
       }
   };
   testing::ForEachSimdTable(all);
@@ -175,9 +176,11 @@ TEST_CASE("interleaved weights: the layout keeps every row's bytes") {
     size_t xb;
     const std::vector<uint8_t> x = RandomActivations(rng, ActivationType(t), 1, cols, &xb);
     std::vector<float> y(rows);
-    ref::MatMulInterleaved(t, packed.view.data, cols, ActivationType(t), x.data(), xb, 1, 0, rows, y.data(), rows);
+    ref::MatMulInterleaved(t, packed.view.data, cols, ActivationType(t), x.data(), xb, 1, 0, rows,
+                           y.data(), rows);
     for (int64_t r = 0; r < rows; ++r) {
-      const double want = ref::VecDot(t, ActivationType(t), cols, w.data() + r * mv.row_bytes, x.data());
+      const double want =
+          ref::VecDot(t, ActivationType(t), cols, w.data() + r * mv.row_bytes, x.data());
       CHECK(y[r] == doctest::Approx(want).epsilon(1e-5).scale(1.0));
     }
   }

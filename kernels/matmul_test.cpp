@@ -43,8 +43,8 @@ void CheckMatMulQuantized(DType t, ActPrecision p, int64_t rows, int64_t cols, s
     MatMulQuantized(mv, at, x.data(), xb, n_tokens, mid, rows, y.data(), ldy);
     int bad = 0;
     for (int tk = 0; tk < n_tokens; ++tk) {
-      CHECK(y[tk * ldy] == -7.0f);                 // outside [r0, r1): untouched
-      CHECK(y[tk * ldy + rows] == -7.0f);          // padding: untouched
+      CHECK(y[tk * ldy] == -7.0f);         // outside [r0, r1): untouched
+      CHECK(y[tk * ldy + rows] == -7.0f);  // padding: untouched
       for (int64_t r = 1; r < rows; ++r) {
         const void* wr = w.data() + r * mv.row_bytes;
         const void* xr = x.data() + tk * xb;
@@ -53,8 +53,9 @@ void CheckMatMulQuantized(DType t, ActPrecision p, int64_t rows, int64_t cols, s
         if (std::fabs(y[tk * ldy + r] - want) > tol) ++bad;
       }
     }
-    INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " x " << std::string(Info(at).name) << " rows "
-                << rows << " cols " << cols << " n_tokens " << n_tokens);
+    INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " x "
+                << std::string(Info(at).name) << " rows " << rows << " cols " << cols
+                << " n_tokens " << n_tokens);
     CHECK(bad == 0);
   }
 }
@@ -62,8 +63,8 @@ void CheckMatMulQuantized(DType t, ActPrecision p, int64_t rows, int64_t cols, s
 // Row lengths with 1..4 blocks past a multiple of four, so every tail of the
 // decode kernels (pairs, groups of four) is taken.
 void CheckAllTypes(ActPrecision p, std::mt19937& rng) {
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16,
-                  DType::kBF16}) {
+  for (DType t :
+       {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16, DType::kBF16}) {
     CheckMatMulQuantized(t, p, 37, 576, rng);
     CheckMatMulQuantized(t, p, 20, 96, rng);
     CheckMatMulQuantized(t, p, 19, 160, rng);
@@ -157,8 +158,8 @@ TEST_CASE("decode kernels read nothing past the last weight row") {
             MatMulQuantized(mv, at, x.data(), xb, n_tokens, 0, rows, want.data(), rows);
             MatMulQuantized(mv_end, at, x.data(), xb, n_tokens, 0, rows, got.data(), rows);
             INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name)
-                        << " x " << std::string(Info(at).name) << " cols " << cols
-                        << " n_tokens " << n_tokens);
+                        << " x " << std::string(Info(at).name) << " cols " << cols << " n_tokens "
+                        << n_tokens);
             CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
           }
         }
@@ -214,8 +215,8 @@ void CheckBatchInvariance(DType t, ActPrecision p, int64_t rows, int64_t cols, s
 TEST_CASE("MatMulQuantized is bitwise batch invariant") {
   std::mt19937 rng(26);
   auto all = [&](ActPrecision p) {
-    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16,
-                    DType::kBF16}) {
+    for (DType t :
+         {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16, DType::kBF16}) {
       CheckBatchInvariance(t, p, 37, 576, rng);  // 18 blocks: the Q4_1 pair tail
       CheckBatchInvariance(t, p, 19, 160, rng);  // 5 blocks
       CheckBatchInvariance(t, p, 21, 224, rng);  // 7 blocks
@@ -267,8 +268,8 @@ TEST_CASE("MatMulF32 is bitwise batch invariant") {
 
 TEST_CASE("MatMulF32 is the exact path") {
   std::mt19937 rng(23);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1,
-                  DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0,
+                  DType::kQ4_K, DType::kQ6_K}) {
     const int64_t rows = 13, cols = 512;
     const std::vector<uint8_t> w = RandomWeights(rng, t, rows, cols);
     const MatrixView mv{t, rows, cols, w.data(), RowBytes(t, cols)};

@@ -1,5 +1,7 @@
 // Dispatched ops against the scalar reference, and the reference ops against
 // their definitions.
+#include "kernels/ops.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <random>
 #include <vector>
 
-#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "ref/ref.h"
 #include "test_util.h"
@@ -139,19 +140,20 @@ TEST_CASE("RopeCosSin + RopeApply are Rope bit for bit") {
   std::mt19937 rng(9);
   testing::ForEachSimdTable([&] {
     for (int n_rot : {64, 128, 40})  // 40: not a whole number of vectors
-    for (int64_t pos : {0, 1, 17, 4095, 131071}) {
-      std::vector<float> inv_freq(n_rot / 2);
-      for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(100000.0f, -2.0f * i / n_rot);
-      for (bool neox : {false, true}) {
-        const std::vector<float> x = testing::RandomFloats(rng, n_rot, -3.0f, 3.0f);
-        std::vector<float> a = x, b = x, c(n_rot / 2), s(n_rot / 2);
-        Rope(a.data(), n_rot, pos, inv_freq.data(), neox);
-        RopeCosSin(n_rot, pos, inv_freq.data(), c.data(), s.data());
-        RopeApply(b.data(), n_rot, c.data(), s.data(), neox);
-        INFO("isa " << std::string(KernelIsa()) << " n_rot " << n_rot << " pos " << pos << " neox " << neox);
-        CHECK(std::memcmp(a.data(), b.data(), n_rot * sizeof(float)) == 0);
+      for (int64_t pos : {0, 1, 17, 4095, 131071}) {
+        std::vector<float> inv_freq(n_rot / 2);
+        for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(100000.0f, -2.0f * i / n_rot);
+        for (bool neox : {false, true}) {
+          const std::vector<float> x = testing::RandomFloats(rng, n_rot, -3.0f, 3.0f);
+          std::vector<float> a = x, b = x, c(n_rot / 2), s(n_rot / 2);
+          Rope(a.data(), n_rot, pos, inv_freq.data(), neox);
+          RopeCosSin(n_rot, pos, inv_freq.data(), c.data(), s.data());
+          RopeApply(b.data(), n_rot, c.data(), s.data(), neox);
+          INFO("isa " << std::string(KernelIsa()) << " n_rot " << n_rot << " pos " << pos
+                      << " neox " << neox);
+          CHECK(std::memcmp(a.data(), b.data(), n_rot * sizeof(float)) == 0);
+        }
       }
-    }
   });
 }
 

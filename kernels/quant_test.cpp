@@ -2,6 +2,8 @@
 // split 16-bit quantizers (bit-exact SIMD, exact sums), and every dispatched
 // VecDot (both activation precisions, dispatched and AVX2 tables) against the
 // scalar reference.
+#include "kernels/quant.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant.h"
 #include "ref/ref.h"
 #include "test_util.h"
 
@@ -36,8 +37,8 @@ TEST_CASE("GetDTypeInfo has ggml's block sizes") {
   CHECK(Info(DType::kQ8_K).block_bytes == 292);
   CHECK(Info(DType::kQ4_K).block_elems == 256);
   CHECK(Info(DType::kBF16).block_bytes == 2);
-  CHECK(GetDTypeInfo(6) == nullptr);   // Q5_0: not supported
-  CHECK(GetDTypeInfo(4) == nullptr);   // removed id
+  CHECK(GetDTypeInfo(6) == nullptr);  // Q5_0: not supported
+  CHECK(GetDTypeInfo(4) == nullptr);  // removed id
   CHECK(GetDTypeInfo(999) == nullptr);
   CHECK(RowBytes(DType::kQ4_1, 576) == 18 * 20);
   // Braid-internal split 16-bit activation types.
@@ -69,11 +70,11 @@ TEST_CASE("fp16 round trip is exact for every half and rounds to nearest even") 
   CHECK(mismatches == 0);
   CHECK(Fp16ToFp32(0x3C00) == 1.0f);
   CHECK(Fp16ToFp32(0x0001) == std::ldexp(1.0f, -24));
-  CHECK(Fp32ToFp16(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);       // tie -> even
-  CHECK(Fp32ToFp16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);   // tie -> even (up)
-  CHECK(Fp32ToFp16(70000.0f) == 0x7C00);                           // overflow -> inf
+  CHECK(Fp32ToFp16(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie -> even
+  CHECK(Fp32ToFp16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie -> even (up)
+  CHECK(Fp32ToFp16(70000.0f) == 0x7C00);                          // overflow -> inf
   CHECK(Bf16ToFp32(Fp32ToBf16(1.5f)) == 1.5f);
-  CHECK(Fp32ToBf16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);        // tie -> even
+  CHECK(Fp32ToBf16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);  // tie -> even
 }
 
 // RMS of (dequantize(quantize(x)) - x) relative to RMS of x, and the max error
@@ -174,15 +175,16 @@ int StoredQ16(DType t, const std::vector<uint8_t>& q, int64_t j) {
 TEST_CASE("split 16-bit quantization: rounding, the hi/lo split and the sums") {
   // amax = 16256 makes d = 1, so q16 = round(x) with ties to even.
   std::vector<float> x(256, 0.0f);
-  const float v[] = {16256.0f, -16256.0f, 2.5f, 3.5f, -2.5f, 64.0f, -64.0f, 192.0f, -192.0f,
-                     63.0f, -65.0f, 16255.0f, 0.49f};
+  const float v[] = {16256.0f, -16256.0f, 2.5f,  3.5f,   -2.5f,    64.0f, -64.0f,
+                     192.0f,   -192.0f,   63.0f, -65.0f, 16255.0f, 0.49f};
   const int want[] = {16256, -16256, 2, 4, -2, 64, -64, 192, -192, 63, -65, 16255, 0};
   for (size_t i = 0; i < std::size(v); ++i) x[i] = x[i + 32] = x[i + 64] = v[i];
   for (DType t : {DType::kQ16_0, DType::kQ16_1, DType::kQ16_K}) {
     INFO("type " << std::string(Info(t).name));
     std::vector<uint8_t> q(RowBytes(t, 256));
     QuantizeActivations(t, x.data(), q.data(), 256);
-    for (size_t i = 0; i < std::size(v); ++i) CHECK(StoredQ16(t, q, static_cast<int64_t>(i)) == want[i]);
+    for (size_t i = 0; i < std::size(v); ++i)
+      CHECK(StoredQ16(t, q, static_cast<int64_t>(i)) == want[i]);
     // hi = floor((q16 + 64) / 128) in [-127, 127], lo in [-64, 63].
     const int hi_off = t == DType::kQ16_1 ? 8 : 4;
     const int be = Info(t).block_elems;
@@ -237,13 +239,15 @@ TEST_CASE("SIMD activation quantization is bit-identical to the reference") {
           for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // one all-zero block (Q16_0/1)
           // A block whose step is exactly 1 (amax 127): ties at +-k.5 round away from zero.
           const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.4999999f, -126.5f, 0.49999997f};
-          for (int64_t i = 0; i < 32; ++i) x[32 + i] = ties[i % 8] + (i % 8 == 0 ? 0.0f : static_cast<float>(i / 8));
+          for (int64_t i = 0; i < 32; ++i)
+            x[32 + i] = ties[i % 8] + (i % 8 == 0 ? 0.0f : static_cast<float>(i / 8));
           // Q8: a NaN is left out of the block's scale and quantized to -127.
           if (t == DType::kQ8_0 || t == DType::kQ8_1) x[70] = std::nanf("");
           std::vector<uint8_t> fast(RowBytes(t, n)), want(RowBytes(t, n));
           QuantizeActivations(t, x.data(), fast.data(), n);
           ref::QuantizeActivations(t, x.data(), want.data(), n);
-          INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " n " << n);
+          INFO("isa " << std::string(KernelIsa()) << " type " << std::string(Info(t).name) << " n "
+                      << n);
           CHECK(fast == want);
         }
       }
@@ -276,7 +280,8 @@ TEST_CASE("VecDot (dispatched) matches the scalar reference") {
             const float ref = ref::VecDot(t, at, n, w.data(), x.data());
             // Integer block sums are exact; only the fp32 combination order differs.
             const double tol = 2e-5 * AbsDot(t, at, w.data(), x.data(), n) + 1e-6;
-            INFO("type " << std::string(Info(t).name) << " x " << std::string(Info(at).name) << " n " << n);
+            INFO("type " << std::string(Info(t).name) << " x " << std::string(Info(at).name)
+                         << " n " << n);
             CHECK(std::fabs((double)fast - ref) <= tol);
           }
         }
@@ -329,8 +334,8 @@ TEST_CASE("split 16-bit activations make the dot ~100x more accurate than int8")
         (p == ActPrecision::kInt8 ? err8 : err16) += e * e;
       }
     }
-    INFO("type " << std::string(Info(t).name) << " rms err int8 " << std::sqrt(err8 / 20) << " split16 "
-                 << std::sqrt(err16 / 20));
+    INFO("type " << std::string(Info(t).name) << " rms err int8 " << std::sqrt(err8 / 20)
+                 << " split16 " << std::sqrt(err16 / 20));
     CHECK(err16 * 50 * 50 < err8);
   }
 }

@@ -23,7 +23,8 @@ inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = 
 }
 
 // A [rows, cols] weight matrix of `type` made from random floats.
-inline std::vector<uint8_t> RandomWeights(std::mt19937& rng, DType type, int64_t rows, int64_t cols) {
+inline std::vector<uint8_t> RandomWeights(std::mt19937& rng, DType type, int64_t rows,
+                                          int64_t cols) {
   const size_t rb = RowBytes(type, cols);
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {

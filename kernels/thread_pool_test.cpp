@@ -58,7 +58,7 @@ TEST_CASE("Barrier orders phases inside one Run") {
       for (int p = 0; p < kPhases; ++p) {
         slot[i] = static_cast<int64_t>(p) * 100 + i;  // phase p: everyone writes
         pool.Barrier();
-        if (i == p % threads) {                      // one thread reads all slots
+        if (i == p % threads) {  // one thread reads all slots
           int64_t s = 0;
           for (int j = 0; j < threads; ++j) s += slot[j];
           sums[p] = s;

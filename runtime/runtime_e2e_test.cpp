@@ -31,7 +31,8 @@ std::unique_ptr<Engine> OpenEngine(int max_batch_tokens = 256) {
 
 VarState WaitFor(Run& run, VarId v, int timeout_ms = 120000) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (run.state(v) == VarState::kPending && std::chrono::steady_clock::now() < end) run.WaitAny({v}, 200);
+  while (run.state(v) == VarState::kPending && std::chrono::steady_clock::now() < end)
+    run.WaitAny({v}, 200);
   return run.state(v);
 }
 
@@ -48,10 +49,11 @@ struct MapReduce {
 };
 
 MapReduce Build(Run& run) {
-  auto sum = SemanticFunction::Parse(
-      {"summarize", "You summarize news in a few words.", "Summarize: {{chunk}}{{gen summary max_tokens=12}}"});
+  auto sum = SemanticFunction::Parse({"summarize", "You summarize news in a few words.",
+                                      "Summarize: {{chunk}}{{gen summary max_tokens=12}}"});
   auto fin = SemanticFunction::Parse(
-      {"headline", "You write headlines.", "News:\n{{all}}\nWrite one headline.{{gen headline max_tokens=16}}"});
+      {"headline", "You write headlines.",
+       "News:\n{{all}}\nWrite one headline.{{gen headline max_tokens=16}}"});
   REQUIRE(sum.ok());
   REQUIRE(fin.ok());
   MapReduce m;
@@ -128,7 +130,8 @@ TEST_CASE("e2e: map-reduce in DAG mode with a latency want") {
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE((*run)->Want(m.final, get).ok());
   REQUIRE(WaitFor(**run, m.final) == VarState::kReady);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (VarId s : m.summaries) CHECK(!(*run)->value(s).empty());
   CHECK(!(*run)->value(m.final).empty());
   CHECK((*run)->state(m.unwanted) == VarState::kPending);
@@ -218,7 +221,8 @@ TEST_CASE("e2e: baseline mode gives the same kind of output") {
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE((*run)->Want(m.final, {}).ok());
   REQUIRE(WaitFor(**run, m.final) == VarState::kReady);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (VarId s : m.summaries) CHECK(!(*run)->value(s).empty());
   CHECK(!(*run)->value(m.final).empty());
   CHECK((*run)->state(m.unwanted) == VarState::kPending);
@@ -242,7 +246,8 @@ TEST_CASE("e2e: a failing call propagates; independent branches finish") {
   auto run = (*rt)->StartRun({});
   REQUIRE(run.ok());
   // max_tokens beyond the context: the engine refuses the request.
-  auto bad = SemanticFunction::Parse({"too_long", "", "Tell a story: {{x}}{{gen story max_tokens=100000}}"});
+  auto bad = SemanticFunction::Parse(
+      {"too_long", "", "Tell a story: {{x}}{{gen story max_tokens=100000}}"});
   auto ok = SemanticFunction::Parse({"short", "", "Say hi to {{x}}:{{gen hi max_tokens=8}}"});
   REQUIRE(bad.ok());
   REQUIRE(ok.ok());
@@ -261,9 +266,10 @@ TEST_CASE("e2e: a failing call propagates; independent branches finish") {
 }
 
 TEST_CASE("e2e: a regex output is constrained to its pattern") {
-  OneCall c = StartOneCall(
-      {"year", "You answer with a year.", "When did the first person walk on the moon? {{regex y pattern=\"(19|20)[0-9]{2}\" max_tokens=8}}"},
-      "y");
+  OneCall c = StartOneCall({"year", "You answer with a year.",
+                            "When did the first person walk on the moon? {{regex y "
+                            "pattern=\"(19|20)[0-9]{2}\" max_tokens=8}}"},
+                           "y");
   if (!c.engine) {
     MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
     return;
@@ -277,8 +283,9 @@ TEST_CASE("e2e: a regex output is constrained to its pattern") {
 }
 
 TEST_CASE("e2e: a running node reports the tokens streamed so far") {
-  OneCall c = StartOneCall(
-      {"story", "You tell long stories.", "Tell a long story about a lighthouse.{{gen story max_tokens=96}}"}, "story");
+  OneCall c = StartOneCall({"story", "You tell long stories.",
+                            "Tell a long story about a lighthouse.{{gen story max_tokens=96}}"},
+                           "story");
   if (!c.engine) {
     MESSAGE("skipped: no model at " BRAID_MODEL_PATH);
     return;

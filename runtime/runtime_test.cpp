@@ -812,7 +812,8 @@ TEST_CASE("run: a join or a prompt larger than max_value_bytes fails its node, n
   CHECK(run->error(*large).find("1202 bytes, more than the limit of 1000") != std::string::npos);
 
   auto fn = Fn("f", "{{a}} {{b}} {{c}} {{gen y max_tokens=2}}");
-  auto outs = run->Call(*fn, {{"a", Arg::Var(big)}, {"b", Arg::Var(big)}, {"c", Arg::Var(big)}}, {"main", 0});
+  auto outs = run->Call(*fn, {{"a", Arg::Var(big)}, {"b", Arg::Var(big)}, {"c", Arg::Var(big)}},
+                        {"main", 0});
   REQUIRE(outs.ok());
   VarId y = outs->at("y");
   REQUIRE(run->Want(y, {}).ok());

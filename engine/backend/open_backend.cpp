@@ -1,8 +1,8 @@
 // ParseDevice and OpenBackend: a device name to the backend that runs there.
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/backend.h"

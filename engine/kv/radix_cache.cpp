@@ -63,7 +63,7 @@ struct RadixCache::Impl {
   int max_held_blocks = std::numeric_limits<int>::max();
   std::unordered_map<HintId, Hint> hints;
   const EvictOrder order;
-  uint64_t clock = 0;                       // logical time: +1 per operation
+  uint64_t clock = 0;  // logical time: +1 per operation
   uint64_t next_serial = 1;
   LockId next_lock = 1;
   HintId next_hint = 1;

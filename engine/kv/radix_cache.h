@@ -53,8 +53,8 @@ struct RadixStats {
   // Of evictable_blocks, those on no path an expectation (Expect) covers:
   // what eviction can take without touching a prefix someone will read again.
   int unexpected_blocks = 0;
-  int hints = 0;  // live expectations
-  int holds = 0;  // of those, held (locking their path)
+  int hints = 0;        // live expectations
+  int holds = 0;        // of those, held (locking their path)
   int held_blocks = 0;  // the held expectations' paths' blocks (a shared prefix once per hold)
 };
 

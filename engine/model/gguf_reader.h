@@ -22,16 +22,28 @@ namespace braid {
 // A metadata value. Integers of every width are widened (signed ones to int64,
 // unsigned to uint64); arrays keep the element type they were stored with.
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 struct GgufValue {
   GgufType type = GgufType::kU8;
   GgufType elem_type = GgufType::kU8;  // for arrays
-  std::variant<uint64_t, int64_t, double, bool, std::string,
-               std::vector<uint64_t>, std::vector<int64_t>, std::vector<double>,
-               std::vector<bool>, std::vector<std::string>> value;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<uint64_t>,
+               std::vector<int64_t>, std::vector<double>, std::vector<bool>,
+               std::vector<std::string>>
+      value;
 };
 
 class GgufFile {
@@ -56,8 +68,8 @@ class GgufFile {
   Result<bool> GetBool(std::string_view key) const;
   Result<std::string> GetString(std::string_view key) const;
   Result<std::vector<std::string>> GetStringArray(std::string_view key) const;
-  Result<std::vector<int64_t>> GetIntArray(std::string_view key) const;    // any integer elements
-  Result<std::vector<double>> GetFloatArray(std::string_view key) const;   // any numeric elements
+  Result<std::vector<int64_t>> GetIntArray(std::string_view key) const;   // any integer elements
+  Result<std::vector<double>> GetFloatArray(std::string_view key) const;  // any numeric elements
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return kv_; }
 
   // ---- tensors ----------------------------------------------------------

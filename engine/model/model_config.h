@@ -24,12 +24,12 @@ struct ModelConfig {
   int n_layer = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;     // n_embd / n_head unless the file says otherwise
+  int head_dim = 0;  // n_embd / n_head unless the file says otherwise
   int n_ff = 0;
-  int n_ctx = 0;        // trained context length
+  int n_ctx = 0;  // trained context length
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int n_rot = 0;        // rotated dimensions per head (= head_dim)
+  int n_rot = 0;  // rotated dimensions per head (= head_dim)
   RopeScaling rope_scaling;
   // GGUF llama files store Q/K permuted for adjacent-pair rotation; HF
   // checkpoints and qwen2 rotate split halves ("neox").

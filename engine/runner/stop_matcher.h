@@ -73,5 +73,4 @@ class StopMatcher {
   std::string pending_;
 };
 
-
 }  // namespace braid

@@ -19,7 +19,8 @@ SamplingParams Plain(float temperature) {
   return p;
 }
 
-std::vector<double> Frequencies(const SamplingParams& params, std::vector<float> logits, int draws) {
+std::vector<double> Frequencies(const SamplingParams& params, std::vector<float> logits,
+                                int draws) {
   Sampler s(params);
   std::vector<double> f(logits.size());
   for (int i = 0; i < draws; ++i) {
@@ -40,7 +41,8 @@ TEST_CASE("temperature 1 draws from softmax") {
   double z = 0;
   for (float x : logits) z += std::exp(x);
   auto f = Frequencies(Plain(1.0f), logits, 40000);
-  for (size_t i = 0; i < logits.size(); ++i) CHECK(f[i] == doctest::Approx(std::exp(logits[i]) / z).epsilon(0.05));
+  for (size_t i = 0; i < logits.size(); ++i)
+    CHECK(f[i] == doctest::Approx(std::exp(logits[i]) / z).epsilon(0.05));
 }
 
 TEST_CASE("temperature sharpens the distribution") {

@@ -22,7 +22,8 @@ namespace braid {
 class LatencyBudget {
  public:
   explicit LatencyBudget(int max_tokens, double ratio = 1.3, int refresh_steps = 32)
-      : ratio_(ratio), refresh_steps_(refresh_steps),
+      : ratio_(ratio),
+        refresh_steps_(refresh_steps),
         mixed_(static_cast<size_t>(max_tokens) + 1, -1.0),
         alone_(static_cast<size_t>(max_tokens) + 1, -1.0) {}
 
@@ -42,9 +43,9 @@ class LatencyBudget {
 
   double ratio_;
   int refresh_steps_;
-  int since_alone_ = 0;          // steps since the last latency-only step
-  std::vector<double> mixed_;    // every step, by token count
-  std::vector<double> alone_;    // latency-only steps, by token count
+  int since_alone_ = 0;        // steps since the last latency-only step
+  std::vector<double> mixed_;  // every step, by token count
+  std::vector<double> alone_;  // latency-only steps, by token count
 };
 
 }  // namespace braid

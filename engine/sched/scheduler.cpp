@@ -200,7 +200,8 @@ StepPlan Scheduler::Schedule() {
   for (const SeqState* s : waiting_) latency |= s->goal == GoalClass::kLatency;
   latency_tokens = std::clamp(latency_tokens, 1, config_.max_batch_tokens);
   int cap = config_.latency_batch_tokens;
-  if (cap <= 0) cap = latency_budget_ != nullptr ? latency_budget_->Cap(latency_tokens) : latency_tokens;
+  if (cap <= 0)
+    cap = latency_budget_ != nullptr ? latency_budget_->Cap(latency_tokens) : latency_tokens;
   int budget = config_.max_batch_tokens;
   auto allowance = [&](const SeqState* s) {
     if (!latency || s->goal == GoalClass::kLatency) return budget;
@@ -303,7 +304,8 @@ void Scheduler::Commit(const StepPlan& plan) {
     it.seq->num_computed += it.n_tokens - it.guesses;
     // A completed prompt becomes shareable at once (siblings still waiting
     // for the same prefix hit the cache); later blocks are offered on Remove.
-    if (it.seq->num_computed >= it.seq->prompt_len && it.seq->inserted_blocks * block_size_ < it.seq->prompt_len)
+    if (it.seq->num_computed >= it.seq->prompt_len &&
+        it.seq->inserted_blocks * block_size_ < it.seq->prompt_len)
       OfferToCache(it.seq);
   }
 }

@@ -27,8 +27,8 @@
 namespace braid {
 
 struct SchedulerConfig {
-  int max_running = 64;         // sequences in the running set
-  int max_batch_tokens = 256;   // tokens per step
+  int max_running = 64;        // sequences in the running set
+  int max_batch_tokens = 256;  // tokens per step
   // While latency-class work is present, throughput-class tokens join a step
   // only while the step holds at most this many tokens (latency work itself
   // is not capped). 0: the cap comes from the LatencyBudget given with
@@ -60,7 +60,7 @@ struct SchedulerConfig {
 
 struct ScheduledItem {
   SeqState* seq = nullptr;
-  int start = 0;        // first position computed this step (= seq->num_computed)
+  int start = 0;  // first position computed this step (= seq->num_computed)
   int n_tokens = 0;
   bool sample = false;  // the step reaches the end of the sequence: sample a token
   int charged = 0;      // prompt positions this item charged to the policy

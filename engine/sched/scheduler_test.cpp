@@ -94,43 +94,44 @@ struct Sim {
 };
 
 TEST_CASE("random workload: invariants hold, everything finishes, no block leaks") {
- for (uint32_t seed = 1; seed <= 30; ++seed) {
-  CAPTURE(seed);
-  std::mt19937 rng(seed);
-  SchedulerConfig cfg;
-  cfg.max_running = 8;
-  cfg.max_batch_tokens = 48;
-  Sim sim(40, "priority", cfg);
-  int steps = 0;
-  for (int round = 0; round < 400; ++round) {
-    if (rng() % 3 == 0) {
-      // One draw per statement: argument evaluation order is unspecified.
-      const GoalClass g = rng() % 4 == 0 ? GoalClass::kLatency : GoalClass::kThroughput;
-      const int prompt = 1 + static_cast<int>(rng() % 120);
-      const int gen = 1 + static_cast<int>(rng() % 60);
-      const int shared = rng() % 2 ? 32 : 0;
-      sim.Submit(prompt, gen, g, shared);
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    SchedulerConfig cfg;
+    cfg.max_running = 8;
+    cfg.max_batch_tokens = 48;
+    Sim sim(40, "priority", cfg);
+    int steps = 0;
+    for (int round = 0; round < 400; ++round) {
+      if (rng() % 3 == 0) {
+        // One draw per statement: argument evaluation order is unspecified.
+        const GoalClass g = rng() % 4 == 0 ? GoalClass::kLatency : GoalClass::kThroughput;
+        const int prompt = 1 + static_cast<int>(rng() % 120);
+        const int gen = 1 + static_cast<int>(rng() % 60);
+        const int shared = rng() % 2 ? 32 : 0;
+        sim.Submit(prompt, gen, g, shared);
+      }
+      if (rng() % 17 == 0) {
+        // Cancel a random unfinished sequence.
+        std::vector<SeqState*> live;
+        for (auto& s : sim.seqs)
+          if (s->status != SeqStatus::kFinished) live.push_back(s.get());
+        if (!live.empty()) sim.sched.Remove(live[rng() % live.size()], false);
+      }
+      sim.Step();
+      ++steps;
     }
-    if (rng() % 17 == 0) {
-      // Cancel a random unfinished sequence.
-      std::vector<SeqState*> live;
-      for (auto& s : sim.seqs) if (s->status != SeqStatus::kFinished) live.push_back(s.get());
-      if (!live.empty()) sim.sched.Remove(live[rng() % live.size()], false);
+    while (!sim.Idle() && steps < 20000) {
+      sim.Step();
+      ++steps;
     }
-    sim.Step();
-    ++steps;
+    CHECK(sim.Idle());
+    for (auto& s : sim.seqs) CHECK(s->status == SeqStatus::kFinished);
+    // Everything not free is held by the prefix cache, and eviction frees it all.
+    CHECK(sim.pool.num_free() + sim.cache.stats().cached_blocks == sim.pool.num_blocks());
+    sim.cache.Evict(sim.pool.num_blocks());
+    CHECK(sim.pool.num_free() == sim.pool.num_blocks());
   }
-  while (!sim.Idle() && steps < 20000) {
-    sim.Step();
-    ++steps;
-  }
-  CHECK(sim.Idle());
-  for (auto& s : sim.seqs) CHECK(s->status == SeqStatus::kFinished);
-  // Everything not free is held by the prefix cache, and eviction frees it all.
-  CHECK(sim.pool.num_free() + sim.cache.stats().cached_blocks == sim.pool.num_blocks());
-  sim.cache.Evict(sim.pool.num_blocks());
-  CHECK(sim.pool.num_free() == sim.pool.num_blocks());
- }
 }
 
 TEST_CASE("a dry pool preempts the latest-ordered sequence, which later resumes") {

@@ -23,21 +23,21 @@ struct SeqState {
   RequestId id = 0;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int prompt_len = 0;
-  int max_tokens = 0;           // generation cap
-  int logprobs_from = -1;       // prompt tokens from here on get log-probabilities (-1: none)
-  int num_computed = 0;         // tokens whose KV is in `blocks`
+  int max_tokens = 0;               // generation cap
+  int logprobs_from = -1;           // prompt tokens from here on get log-probabilities (-1: none)
+  int num_computed = 0;             // tokens whose KV is in `blocks`
   std::vector<kv::BlockId> blocks;  // block table; this sequence holds one reference on each
-  kv::LockId lock = 0;          // lock on the cached prefix it started from
-  int cached_tokens = 0;        // prompt tokens that came from the cache at (last) admission
-  int inserted_blocks = 0;      // leading blocks already offered to the cache
-  int locked_blocks = 0;        // of those, the ones the cache lent it (locked) at admission
+  kv::LockId lock = 0;              // lock on the cached prefix it started from
+  int cached_tokens = 0;            // prompt tokens that came from the cache at (last) admission
+  int inserted_blocks = 0;          // leading blocks already offered to the cache
+  int locked_blocks = 0;            // of those, the ones the cache lent it (locked) at admission
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;
 
   GoalClass goal = GoalClass::kThroughput;
   int priority = 0;
-  double arrival = 0;           // seconds, engine clock
+  double arrival = 0;              // seconds, engine clock
   std::optional<double> deadline;  // absolute, engine clock
   uint64_t salt = 0;
   std::string client;

@@ -28,7 +28,8 @@ bool MergeTable::Add(int32_t left, int32_t right, MergeRule rule) {
     std::vector<Slot> old = std::move(slots_);
     Reserve(std::max<size_t>(old.size(), 16));
     for (const Slot& s : old) {
-      if (s.key != kEmpty) Add(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key), s.rule);
+      if (s.key != kEmpty)
+        Add(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key), s.rule);
     }
   }
   const uint64_t key = Key(left, right);
@@ -96,7 +97,8 @@ void MergeHeap(const MergeTable& table, std::vector<int32_t>& s) {
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   const auto push = [&](int32_t l) {
     if (l < 0 || next[l] < 0) return;
-    if (const MergeRule* r = table.Find(s[l], s[next[l]])) heap.push({r->rank, l, s[l], s[next[l]]});
+    if (const MergeRule* r = table.Find(s[l], s[next[l]]))
+      heap.push({r->rank, l, s[l], s[next[l]]});
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {

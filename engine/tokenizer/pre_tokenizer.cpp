@@ -44,9 +44,9 @@ size_t MatchContraction(const Char* c, size_t i, size_t e, bool ignore_case) {
 size_t MatchTrailingSpace(const Char* c, size_t i, size_t e) {
   size_t j = i;
   while (j < e && IsS(c[j])) ++j;
-  if (j == e) return j;          // the run ends the text: (?!\S) holds
-  if (j - 1 > i) return j - 1;   // leave the last space to the next word
-  return i + 1;                  // \s+
+  if (j == e) return j;         // the run ends the text: (?!\S) holds
+  if (j - 1 > i) return j - 1;  // leave the last space to the next word
+  return i + 1;                 // \s+
 }
 
 size_t MatchGpt2(const Char* c, size_t i, size_t e) {
@@ -113,9 +113,15 @@ void Split(Pattern pattern, const Char* c, size_t b, size_t e, size_t n_chars, u
   while (i < e) {
     size_t j;
     switch (pattern) {
-      case Pattern::kGpt2: j = MatchGpt2(c, i, e); break;
-      case Pattern::kLlama3: j = MatchLlama3(c, i, e, 3); break;
-      default: j = MatchLlama3(c, i, e, 1); break;
+      case Pattern::kGpt2:
+        j = MatchGpt2(c, i, e);
+        break;
+      case Pattern::kLlama3:
+        j = MatchLlama3(c, i, e, 3);
+        break;
+      default:
+        j = MatchLlama3(c, i, e, 1);
+        break;
     }
     pieces.push_back({offset(i), offset(j)});
     i = j;
@@ -137,9 +143,15 @@ void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<Char>& sc
   const Char* c = scratch.data();
   const size_t n = scratch.size();
   switch (kind) {
-    case PreTokenizer::kGpt2: Split(Pattern::kGpt2, c, 0, n, n, size, pieces); break;
-    case PreTokenizer::kLlama3: Split(Pattern::kLlama3, c, 0, n, n, size, pieces); break;
-    case PreTokenizer::kQwen2: Split(Pattern::kQwen2, c, 0, n, n, size, pieces); break;
+    case PreTokenizer::kGpt2:
+      Split(Pattern::kGpt2, c, 0, n, n, size, pieces);
+      break;
+    case PreTokenizer::kLlama3:
+      Split(Pattern::kLlama3, c, 0, n, n, size, pieces);
+      break;
+    case PreTokenizer::kQwen2:
+      Split(Pattern::kQwen2, c, 0, n, n, size, pieces);
+      break;
     case PreTokenizer::kSmollm: {
       size_t start = 0;
       for (size_t i = 0; i < n; ++i) {
@@ -151,7 +163,9 @@ void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<Char>& sc
       Split(Pattern::kGpt2, c, start, n, n, size, pieces);
       break;
     }
-    default: pieces.push_back({0, size}); break;
+    default:
+      pieces.push_back({0, size});
+      break;
   }
 }
 

@@ -14,7 +14,8 @@ void SpecialTokenMatcher::Add(std::string text, int32_t id) {
     ++pos;
   }
   tokens_.push_back({std::move(text), id});
-  bucket.insert(bucket.begin() + static_cast<ptrdiff_t>(pos), static_cast<uint32_t>(tokens_.size() - 1));
+  bucket.insert(bucket.begin() + static_cast<ptrdiff_t>(pos),
+                static_cast<uint32_t>(tokens_.size() - 1));
 }
 
 void SpecialTokenMatcher::Split(std::string_view text, std::vector<Segment>& out) const {

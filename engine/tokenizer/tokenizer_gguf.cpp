@@ -98,8 +98,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
     spec.kinds.resize(n);
     for (size_t i = 0; i < n; ++i) {
       if (types[i] < 0 || types[i] > 6) {
-        return Status::InvalidArgument(path + ": " + kTypes + "[" + std::to_string(i) + "] = " +
-                                       std::to_string(types[i]) + " is not a token type");
+        return Status::InvalidArgument(path + ": " + kTypes + "[" + std::to_string(i) +
+                                       "] = " + std::to_string(types[i]) + " is not a token type");
       }
       spec.kinds[i] = static_cast<TokenKind>(types[i]);
     }
@@ -109,12 +109,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   if (file.Find(kScores) != nullptr) {
     BRAID_ASSIGN_OR_RETURN(std::vector<double> scores, file.GetFloatArray(kScores));
     if (scores.size() != n) {
-      return Status::InvalidArgument(path + ": " + kScores + " has " + std::to_string(scores.size()) +
-                                     " entries for " + std::to_string(n) + " tokens");
+      return Status::InvalidArgument(path + ": " + kScores + " has " +
+                                     std::to_string(scores.size()) + " entries for " +
+                                     std::to_string(n) + " tokens");
     }
     spec.scores.assign(scores.begin(), scores.end());
   } else if (spec.merges_by_score) {
-    return Status::InvalidArgument(path + ": " + kScores + " is required for " + kModel + " 'llama'");
+    return Status::InvalidArgument(path + ": " + kScores + " is required for " + kModel +
+                                   " 'llama'");
   }
   if (spec.byte_level) {
     BRAID_ASSIGN_OR_RETURN(std::vector<std::string> merges, file.GetStringArray(kMerges));
@@ -122,8 +124,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
     for (size_t i = 0; i < merges.size(); ++i) {
       const size_t sp = merges[i].find(' ', 1);
       if (sp == std::string::npos) {
-        return Status::InvalidArgument(path + ": " + kMerges + "[" + std::to_string(i) + "] '" + merges[i] +
-                                       "' has no space");
+        return Status::InvalidArgument(path + ": " + kMerges + "[" + std::to_string(i) + "] '" +
+                                       merges[i] + "' has no space");
       }
       spec.merges.emplace_back(merges[i].substr(0, sp), merges[i].substr(sp + 1));
     }
@@ -142,7 +144,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   BRAID_ASSIGN_OR_RETURN(spec.add_bos, ReadBool(file, "tokenizer.ggml.add_bos_token", bos_default));
   BRAID_ASSIGN_OR_RETURN(bool space_prefix,
                          ReadBool(file, "tokenizer.ggml.add_space_prefix", !spec.byte_level));
-  if (!spec.byte_level) spec.space_prefix = space_prefix ? SpacePrefix::kAlways : SpacePrefix::kNone;
+  if (!spec.byte_level)
+    spec.space_prefix = space_prefix ? SpacePrefix::kAlways : SpacePrefix::kNone;
   if (file.Find("tokenizer.chat_template") != nullptr) {
     BRAID_ASSIGN_OR_RETURN(spec.chat_template, file.GetString("tokenizer.chat_template"));
   }

@@ -1,5 +1,7 @@
 // Unit tests: pre-tokenizer splits, the byte table, StreamDecoder, loader
 // errors and chat templates (against jinja2 renderings).
+#include "tokenizer/tokenizer.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
@@ -7,7 +9,6 @@
 
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pre_tokenizer.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_test_util.h"
 
 namespace braid {
@@ -25,14 +26,16 @@ std::vector<std::string> Split(PreTokenizer kind, std::string_view text) {
 using V = std::vector<std::string>;
 
 TEST_CASE("pre-tokenizer splits") {
-  CHECK(Split(PreTokenizer::kGpt2, "Hello world  it's 2024!!") == V{"Hello", " world", " ", " it", "'s", " 2024", "!!"});
+  CHECK(Split(PreTokenizer::kGpt2, "Hello world  it's 2024!!") ==
+        V{"Hello", " world", " ", " it", "'s", " 2024", "!!"});
   CHECK(Split(PreTokenizer::kSmollm, "abc 123") == V{"abc", " ", "1", "2", "3"});
   CHECK(Split(PreTokenizer::kLlama3, "HELLO'S 12345 (x)\n\n  y") ==
         V{"HELLO", "'S", " ", "123", "45", " (", "x", ")\n\n", " ", " y"});
   CHECK(Split(PreTokenizer::kQwen2, "a12") == V{"a", "1", "2"});
   CHECK(Split(PreTokenizer::kLlama3, "a \t\n b") == V{"a", " \t\n", " b"});
   CHECK(Split(PreTokenizer::kGpt2, "a   ") == V{"a", "   "});
-  CHECK(Split(PreTokenizer::kGpt2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC") == V{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"});
+  CHECK(Split(PreTokenizer::kGpt2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC") ==
+        V{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"});
   // Invalid UTF-8 bytes are "other" characters and are kept.
   CHECK(Split(PreTokenizer::kGpt2, "a\xFF\xFE b") == V{"a", "\xFF\xFE", " b"});
   CHECK(Split(PreTokenizer::kSentencePiece, "a b") == V{"a b"});
@@ -43,7 +46,8 @@ TEST_CASE("GPT-2 byte table") {
   CHECK(ByteToCodepoint(' ') == 0x120);   // 'Ġ'
   CHECK(ByteToCodepoint('\n') == 0x10A);  // 'Ċ'
   CHECK(ByteToCodepoint('a') == 'a');
-  for (int b = 0; b < 256; ++b) CHECK(CodepointToByte(ByteToCodepoint(static_cast<uint8_t>(b))) == b);
+  for (int b = 0; b < 256; ++b)
+    CHECK(CodepointToByte(ByteToCodepoint(static_cast<uint8_t>(b))) == b);
   CHECK(CodepointToByte(0x2581) == -1);
 }
 
@@ -118,7 +122,7 @@ TEST_CASE("chat templates match jinja2") {
   REQUIRE(cases.size() > 10);
   for (const auto& c : cases) {
     const std::string fam = c["format"];
-    const ChatFormat want = fam == "chatml" ? ChatFormat::kChatML
+    const ChatFormat want = fam == "chatml"   ? ChatFormat::kChatML
                             : fam == "llama3" ? ChatFormat::kLlama3
                             : fam == "llama2" ? ChatFormat::kLlama2
                                               : ChatFormat::kMistral;
@@ -126,9 +130,10 @@ TEST_CASE("chat templates match jinja2") {
     CHECK(got == want);
     std::vector<ChatMessage> msgs;
     for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
-    const std::string out =
-        ApplyChatTemplate(got, msgs, c["add_generation_prompt"].get<bool>(), c["default_system"].get<std::string>());
-    CHECK_MESSAGE(out == c["expected"].get<std::string>(), fam << ": " << nlohmann::json(out).dump());
+    const std::string out = ApplyChatTemplate(got, msgs, c["add_generation_prompt"].get<bool>(),
+                                              c["default_system"].get<std::string>());
+    CHECK_MESSAGE(out == c["expected"].get<std::string>(),
+                  fam << ": " << nlohmann::json(out).dump());
   }
   CHECK(DetectChatFormat("", ChatFormat::kMistral) == ChatFormat::kMistral);
 }

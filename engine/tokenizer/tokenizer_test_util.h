@@ -2,10 +2,9 @@
 #pragma once
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace braid::test {
 
@@ -24,7 +23,8 @@ inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
 
 inline std::vector<std::string> ReadCorpus() {
   std::vector<std::string> out;
-  for (const auto& j : ReadJsonLines(FixturePath("corpus.jsonl"))) out.push_back(j.get<std::string>());
+  for (const auto& j : ReadJsonLines(FixturePath("corpus.jsonl")))
+    out.push_back(j.get<std::string>());
   return out;
 }
 

@@ -210,9 +210,10 @@ int BenchMain(const std::vector<std::string>& argv) {
     // of weights read per token.
     bw = mem_bw = MeasureDeviceCopyBandwidth(info.device);
     roofline = bw / static_cast<double>(info.bytes_per_token);
-    std::printf("weights read per token: %.1f MB\n%s copy bandwidth: %.1f GB/s\n"
-                "decode roofline: %.1f tok/s\n",
-                info.bytes_per_token / 1e6, info.device.c_str(), bw / 1e9, roofline);
+    std::printf(
+        "weights read per token: %.1f MB\n%s copy bandwidth: %.1f GB/s\n"
+        "decode roofline: %.1f tok/s\n",
+        info.bytes_per_token / 1e6, info.device.c_str(), bw / 1e9, roofline);
     for (const Row& r : rows)
       if (r.test.rfind("tg", 0) == 0)
         std::printf("%s / roofline = %.1f%%\n", r.test.c_str(), 100.0 * r.s.mean / roofline);

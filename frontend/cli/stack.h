@@ -23,13 +23,13 @@ struct StackOptions {
   // An engines file (cli/engines_file.h): embedded and remote engines; the
   // model above then tokenizes (and runs nothing unless an entry names it).
   std::string engines_file;
-  int kv_tokens = 0;       // per engine; 0 = sized from memory (kv_memory)
+  int kv_tokens = 0;  // per engine; 0 = sized from memory (kv_memory)
   // With kv_tokens 0: this fraction of the memory available, in all (0 = the
   // backend's choice).
   double kv_memory = 0;
-  int max_running = 0;              // 0 = the backend's choice
-  int max_waiting = 4096;           // queued requests per engine beyond which it refuses
-  double kv_reserve = 0.5;          // EngineOptions::kv_growth_reserve
+  int max_running = 0;      // 0 = the backend's choice
+  int max_waiting = 4096;   // queued requests per engine beyond which it refuses
+  double kv_reserve = 0.5;  // EngineOptions::kv_growth_reserve
   // --policy: engine admission, "priority", "fcfs", "lpm", "plas" or "vtc".
   std::string policy = "priority";
   std::string evict = "lru";  // --evict: EngineOptions::evict
@@ -39,11 +39,11 @@ struct StackOptions {
   // these shares (--client-weights NAME=W,...).
   bool fair = false;
   std::map<std::string, double> client_weights;
-  double locality_bound = 0;        // --locality-bound: FairnessOptions::locality_bound
-  double cached_weight = 0;         // --cached-weight: FairnessOptions::cached_weight
-  double program_quantum = 256;     // --program-quantum: FairnessOptions::program_quantum
-  std::string db;                   // run store path; "" = runs are not persisted
-  SpecOptions spec;                 // speculative decoding in every embedded engine
+  double locality_bound = 0;     // --locality-bound: FairnessOptions::locality_bound
+  double cached_weight = 0;      // --cached-weight: FairnessOptions::cached_weight
+  double program_quantum = 256;  // --program-quantum: FairnessOptions::program_quantum
+  std::string db;                // run store path; "" = runs are not persisted
+  SpecOptions spec;              // speculative decoding in every embedded engine
   rt::Placement placement = rt::Placement::kAffinity;  // --placement: which engine takes a call
 };
 

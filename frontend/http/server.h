@@ -38,7 +38,7 @@ struct ServerOptions {
   // the accept, for a connection's first request); otherwise the connection
   // is closed without an answer (a slowloris client holds nothing for long).
   int read_timeout_ms = 30000;
-  int idle_timeout_ms = 60000;   // a keep-alive connection waiting for its next request
+  int idle_timeout_ms = 60000;  // a keep-alive connection waiting for its next request
   // Each piece of an answer must be written within this (what the socket
   // takes at a time of a whole answer, at most 1 MiB of a stream's chunks):
   // a client that stops reading is let go; a large answer is not cut.

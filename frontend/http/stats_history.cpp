@@ -58,8 +58,8 @@ void StatsHistory::Record(double t_unix, const std::vector<EngineStats>& engines
       // A client not in the sample before had nothing then.
       if (prev) {
         auto it = before.find({e, c.client});
-        cs.generated_per_s =
-            Rate(c.generated_tokens, it != before.end() ? it->second->stats.generated_tokens : 0, dt);
+        cs.generated_per_s = Rate(c.generated_tokens,
+                                  it != before.end() ? it->second->stats.generated_tokens : 0, dt);
       }
       s.clients.push_back(std::move(cs));
     }

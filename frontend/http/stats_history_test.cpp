@@ -51,7 +51,8 @@ TEST_CASE("stats history: rates over the interval per engine and client") {
   CHECK(s["clients"][0]["client"] == "alice");
   CHECK(s["clients"][0]["engine"] == "engine0");
   CHECK(s["clients"][0]["generated_tokens_per_s"].get<double>() == doctest::Approx(10.0));
-  CHECK(s["clients"][1]["generated_tokens_per_s"].get<double>() == doctest::Approx(10.0));  // new: from 0
+  CHECK(s["clients"][1]["generated_tokens_per_s"].get<double>() ==
+        doctest::Approx(10.0));  // new: from 0
   CHECK(s["clients"][1]["counter"] == 3.0);
 }
 

@@ -1,11 +1,11 @@
 // braid.chunks' splitter: sizes respected, boundaries preferred in order
 // (paragraph, sentence, word, bytes), nothing lost, UTF-8 kept whole.
+#include "lua/chunker.h"
+
 #include <doctest/doctest.h>
 
 #include <random>
 #include <string>
-
-#include "lua/chunker.h"
 
 namespace braid::lua {
 namespace {
@@ -72,7 +72,8 @@ TEST_CASE("never cuts inside a UTF-8 character") {
 
 TEST_CASE("random texts: sizes hold and no word is lost") {
   std::mt19937 rng(7);
-  const char* words[] = {"a", "bb", "ccc", "dddd.", "eeeee", "ffffff!", "\n\n", "g?", "hhhhhhhhhhhhhhhhhhhhhhhh"};
+  const char* words[] = {
+      "a", "bb", "ccc", "dddd.", "eeeee", "ffffff!", "\n\n", "g?", "hhhhhhhhhhhhhhhhhhhhhhhh"};
   for (int iter = 0; iter < 200; ++iter) {
     std::string text;
     int n = rng() % 200;

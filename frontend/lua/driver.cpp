@@ -10,9 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 extern "C" {
 #include <lauxlib.h>
@@ -116,7 +115,8 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
     case LUA_TTABLE:
       break;
     default:
-      *error = "the result" + path + " is a " + lua_typename(L, lua_type(L, idx)) + ", which has no JSON form";
+      *error = "the result" + path + " is a " + lua_typename(L, lua_type(L, idx)) +
+               ", which has no JSON form";
       return false;
   }
   if (depth > 64) {
@@ -161,7 +161,8 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
       key = lua_toboolean(L, -2) ? "true" : "false";
     } else {
       lua_pop(L, 2);
-      *error = "the result" + path + " has a " + lua_typename(L, kt) + " key, which has no JSON form";
+      *error =
+          "the result" + path + " has a " + lua_typename(L, kt) + " key, which has no JSON form";
       return false;
     }
     if (!spend(key.size())) {
@@ -182,8 +183,9 @@ bool ToJson(lua_State* L, int idx, int depth, const std::string& path, nlohmann:
 
 }  // namespace
 
-Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname, const std::string& source,
-                                 const std::vector<std::string>& args, const DriverOptions& options) {
+Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname,
+                                 const std::string& source, const std::vector<std::string>& args,
+                                 const DriverOptions& options) {
   std::unique_ptr<LuaState> state = LuaState::Create(options.limits);
   if (!state) return Status::ResourceExhausted("cannot create a Lua state");
   Driver driver(run, *state, options);
@@ -247,7 +249,8 @@ int Driver::AddFunction(std::shared_ptr<const rt::SemanticFunction> fn) {
 }
 
 const rt::SemanticFunction* Driver::function(int index) const {
-  return index >= 0 && index < static_cast<int>(functions_.size()) ? functions_[index].get() : nullptr;
+  return index >= 0 && index < static_cast<int>(functions_.size()) ? functions_[index].get()
+                                                                   : nullptr;
 }
 
 void Driver::NameVar(rt::VarId var, std::string name) { var_names_[var] = std::move(name); }
@@ -358,8 +361,8 @@ std::string OpenErrorText(const std::string& path, int err) {
 // symbolic link is named as such.
 std::string OpenAtErrorText(int dir, const std::string& name, const std::string& path, int err) {
   struct stat st {};
-  if ((err == ELOOP || err == ENOTDIR) && ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      S_ISLNK(st.st_mode))
+  if ((err == ELOOP || err == ENOTDIR) &&
+      ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
     return "braid.read: '" + path + "' is or passes through a symbolic link ('" + name +
            "'); only regular files beside the script can be read";
   return OpenErrorText(path, err);
@@ -391,28 +394,32 @@ Result<std::string> Driver::ReadFile(const std::string& path) const {
       if (!part.empty() && part != ".") parts.push_back(part.string());
     }
     if (bad || parts.empty())
-      return Status::InvalidArgument("braid.read: '" + path +
-                                     "' is neither a program argument nor a file beside the script");
+      return Status::InvalidArgument(
+          "braid.read: '" + path + "' is neither a program argument nor a file beside the script");
     Fd dir;
     dir.fd = ::open(options_.script_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir.fd < 0) return Status::NotFound(OpenErrorText(options_.script_dir, errno));
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      int next = ::openat(dir.fd, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      int next =
+          ::openat(dir.fd, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (next < 0) return Status::NotFound(OpenAtErrorText(dir.fd, parts[i], path, errno));
       ::close(dir.fd);
       dir.fd = next;
     }
-    file.fd = ::openat(dir.fd, parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    file.fd =
+        ::openat(dir.fd, parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (file.fd < 0) return Status::NotFound(OpenAtErrorText(dir.fd, parts.back(), path, errno));
   }
   // Regular files only (a FIFO or a device could block or never end), and
   // the size checked before reading.
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) return Status::IoError(OpenErrorText(path, errno));
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("braid.read: '" + path + "' is not a regular file");
+  if (!S_ISREG(st.st_mode))
+    return Status::InvalidArgument("braid.read: '" + path + "' is not a regular file");
   const std::string too_big = "braid.read: '" + path + "' is larger than " +
                               std::to_string(options_.max_read_bytes >> 20) + " MB";
-  if (static_cast<uint64_t>(st.st_size) > options_.max_read_bytes) return Status::OutOfRange(too_big);
+  if (static_cast<uint64_t>(st.st_size) > options_.max_read_bytes)
+    return Status::OutOfRange(too_big);
   std::string data;
   data.resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
@@ -425,7 +432,8 @@ Result<std::string> Driver::ReadFile(const std::string& path) const {
     }
     ssize_t n = ::read(file.fd, data.data() + got, data.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IoError("braid.read: error reading '" + path + "': " + std::strerror(errno));
+    if (n < 0)
+      return Status::IoError("braid.read: error reading '" + path + "': " + std::strerror(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
@@ -435,7 +443,9 @@ Result<std::string> Driver::ReadFile(const std::string& path) const {
 }
 
 void Driver::Wake(Coroutine& c) {
-  if (c.status == CoStatus::kDone || c.status == CoStatus::kFailed || c.status == CoStatus::kRunnable) return;
+  if (c.status == CoStatus::kDone || c.status == CoStatus::kFailed ||
+      c.status == CoStatus::kRunnable)
+    return;
   c.status = CoStatus::kRunnable;
   c.var = 0;
   c.join_target = -1;
@@ -549,8 +559,10 @@ Status Driver::WaitForProgress() {
         who += (who.empty() ? "" : ", ") + c->path +
                (c->status == CoStatus::kWaitJoin ? " joins " + coros_[c->join_target]->path
                                                  : " awaits " + VarName(c->var));
-    return Status::InvalidArgument("deadlock: every coroutine is waiting and none waits for a "
-                                   "variable the runtime will produce (" + who + ")");
+    return Status::InvalidArgument(
+        "deadlock: every coroutine is waiting and none waits for a "
+        "variable the runtime will produce (" +
+        who + ")");
   }
   return Status::Ok();
 }
@@ -636,7 +648,8 @@ Result<ProgramResult> Driver::Execute(const std::string& chunkname, const std::s
   lua_insert(L, -2);
   for (const std::string& a : args) lua_pushlstring(L, a.data(), a.size());
   std::string error;
-  if (Spawn(L, 1 + static_cast<int>(args.size()), false, &error) < 0) return Status::Internal(error);
+  if (Spawn(L, 1 + static_cast<int>(args.size()), false, &error) < 0)
+    return Status::Internal(error);
 
   Coroutine& main = *coros_[0];
   RunUntil([&] {
@@ -669,11 +682,12 @@ void Driver::RunUntil(const std::function<bool()>& done) {
 Result<ProgramResult> Driver::MainResult() {
   if (!fatal_.ok()) return fatal_;
   Coroutine& main = *coros_[0];
-  if (main.status == CoStatus::kFailed) return Status::InvalidArgument(main.error + "\n" + main.traceback);
+  if (main.status == CoStatus::kFailed)
+    return Status::InvalidArgument(main.error + "\n" + main.traceback);
   for (const auto& c : coros_) {
     if (c->status == CoStatus::kFailed && !c->background && !c->error_seen)
-      return Status::InvalidArgument("coroutine " + c->path + " failed and was never joined: " + c->error +
-                                     "\n" + c->traceback);
+      return Status::InvalidArgument("coroutine " + c->path + " failed and was never joined: " +
+                                     c->error + "\n" + c->traceback);
   }
   ProgramResult result;
   if (main.nresults == 0) return result;

@@ -86,8 +86,7 @@ struct ProgramResult {
 // "FILE:LINE: what" followed by "\nstack traceback:\n..." lines where Lua
 // code was running.
 Result<ProgramResult> RunProgram(rt::Run& run, const std::string& chunkname,
-                                 const std::string& source,
-                                 const std::vector<std::string>& args,
+                                 const std::string& source, const std::vector<std::string>& args,
                                  const DriverOptions& options);
 
 // Compiles `source` without running it: InvalidArgument with the message
@@ -106,23 +105,23 @@ class Driver {
     int id = 0;
     std::string path;
     lua_State* thread = nullptr;
-    int ref = 0;             // registry reference keeping the thread alive
-    int nargs = 0;           // values to pass on the next resume
-    int calls = 0;           // semantic-function calls made so far
-    int spawns = 0;          // coroutines spawned so far
+    int ref = 0;                         // registry reference keeping the thread alive
+    int nargs = 0;                       // values to pass on the next resume
+    int calls = 0;                       // semantic-function calls made so far
+    int spawns = 0;                      // coroutines spawned so far
     std::map<std::string, int> replays;  // Replayable calls per kind
     CoStatus status = CoStatus::kRunnable;
-    rt::VarId var = 0;       // kWaitVar
-    bool wanted = false;     // kWaitVar: did the waiter call Want?
-    int join_target = -1;    // kWaitJoin
+    rt::VarId var = 0;                              // kWaitVar
+    bool wanted = false;                            // kWaitVar: did the waiter call Want?
+    int join_target = -1;                           // kWaitJoin
     std::chrono::steady_clock::time_point wake_at;  // kSleep
     std::vector<int> joiners;
-    int nresults = 0;        // kDone: how many results
-    int results_ref = 0;     // kDone: registry reference of the results' list
-    std::string error;       // kFailed: "FILE:LINE: message"
-    std::string traceback;   // kFailed: "stack traceback:\n..."
-    bool error_seen = false; // a join raised the error
-    bool background = false; // braid.map bodies: errors are handled inside
+    int nresults = 0;         // kDone: how many results
+    int results_ref = 0;      // kDone: registry reference of the results' list
+    std::string error;        // kFailed: "FILE:LINE: message"
+    std::string traceback;    // kFailed: "stack traceback:\n..."
+    bool error_seen = false;  // a join raised the error
+    bool background = false;  // braid.map bodies: errors are handled inside
     // Values this coroutine (or its parent before spawning it, or a
     // coroutine it joined) read: its next calls depend on them (read-before
     // edges). Kept minimal with Run::LatestOf.
@@ -244,7 +243,7 @@ class Driver {
   std::vector<std::shared_ptr<const rt::SemanticFunction>> functions_;
   std::map<rt::VarId, std::string> var_names_;
   std::map<std::string, int> init_replays_;
-  Status fatal_;  // a limit or interrupt: the whole program stops
+  Status fatal_;                   // a limit or interrupt: the whole program stops
   bool opened_ = false;            // the braid module is open
   std::string top_path_ = "main";  // the path of a coroutine spawned from the host
   int inputs_ = 0;                 // REPL inputs evaluated

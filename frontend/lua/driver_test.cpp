@@ -28,8 +28,8 @@ using rt::VarState;
 
 using testing::FakeRun;
 
-Result<ProgramResult> RunLua(FakeRun& run, const std::string& code, std::vector<std::string> args = {},
-                             DriverOptions options = {}) {
+Result<ProgramResult> RunLua(FakeRun& run, const std::string& code,
+                             std::vector<std::string> args = {}, DriverOptions options = {}) {
   return RunProgram(run, "app.lua", code, args, options);
 }
 
@@ -113,19 +113,22 @@ return { up = up, g = g:get(), n = 3 }
 
 TEST_CASE("a failed variable raises where get is called; pcall can handle it") {
   FakeRun run;
-  auto r = RunLua(run, "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
-                       "local v = f{}.y\n"
-                       "local ok, err = pcall(function() return v:get() end)\n"
-                       "assert(not ok)\n"
-                       "return err");
+  auto r = RunLua(run,
+                  "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
+                  "local v = f{}.y\n"
+                  "local ok, err = pcall(function() return v:get() end)\n"
+                  "assert(not ok)\n"
+                  "return err");
   REQUIRE_MESSAGE(r.ok(), Text(r));
   CHECK(r->text == "app.lua:3: fail.y failed: boom from the engine");
 
   FakeRun run2;
-  auto e = RunLua(run2, "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
-                        "return f{}.y:get()\n");
+  auto e = RunLua(run2,
+                  "local f = braid.fn { name = 'fail', prompt = '{{gen y}}' }\n"
+                  "return f{}.y:get()\n");
   REQUIRE_FALSE(e.ok());
-  CHECK(e.status().message().rfind("app.lua:2: fail.y failed: boom from the engine\nstack traceback:", 0) == 0);
+  CHECK(e.status().message().rfind(
+            "app.lua:2: fail.y failed: boom from the engine\nstack traceback:", 0) == 0);
 }
 
 TEST_CASE("bad programs: clear errors naming file:line") {
@@ -189,7 +192,8 @@ TEST_CASE("bad programs: clear errors naming file:line") {
   }
 }
 
-TEST_CASE("get inside a script's own coroutine reaches the driver; inside table.sort it is refused") {
+TEST_CASE(
+    "get inside a script's own coroutine reaches the driver; inside table.sort it is refused") {
   FakeRun run;
   auto r = RunLua(run, R"lua(
 local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
@@ -213,8 +217,9 @@ table.sort(vs, function(a, b) return a:get() < b:get() end)
 
 TEST_CASE("args reach braid.args and the main function") {
   FakeRun run;
-  auto r = RunLua(run, "local first = ...\nreturn function(a, b) return first .. a .. b .. #braid.args end",
-                  {"x", "y"});
+  auto r = RunLua(
+      run, "local first = ...\nreturn function(a, b) return first .. a .. b .. #braid.args end",
+      {"x", "y"});
   CHECK(Text(r) == "xxy2");
 }
 
@@ -313,7 +318,8 @@ TEST_CASE("limits inside programs fail the run with a clear error") {
   DriverOptions o;
   o.limits.cpu_seconds = 0.2;
   FakeRun run;
-  auto r = RunLua(run, "local h = braid.spawn(function() while true do end end)\nreturn h:join()", {}, o);
+  auto r = RunLua(run, "local h = braid.spawn(function() while true do end end)\nreturn h:join()",
+                  {}, o);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kResourceExhausted);
   CHECK(r.status().message().find("app.lua:1: time limit") == 0);
@@ -339,7 +345,8 @@ local f = braid.fn { name = "f", prompt = "{{x}} {{gen y}}" }
 local v = "s"
 for i = 1, 6 do v = f{ x = v }.y:get() end
 return v
-)lua", {}, o);
+)lua",
+                  {}, o);
   REQUIRE_MESSAGE(r.ok(), Text(r));
   CHECK(run.wait_calls >= 6);
 }
@@ -390,11 +397,13 @@ return a:join()
   FakeRun run2;
   auto e = RunLua(run2, "braid.spawn(function() error('lost') end)\nreturn 'done'");
   REQUIRE_FALSE(e.ok());
-  CHECK(e.status().message().rfind("coroutine main/1 failed and was never joined: app.lua:1: lost", 0) == 0);
+  CHECK(e.status().message().rfind("coroutine main/1 failed and was never joined: app.lua:1: lost",
+                                   0) == 0);
 
   FakeRun run3;
-  auto j = RunLua(run3, "local h = braid.spawn(function() error('caught') end)\n"
-                        "local ok, err = pcall(function() return h:join() end)\nreturn err");
+  auto j = RunLua(run3,
+                  "local h = braid.spawn(function() error('caught') end)\n"
+                  "local ok, err = pcall(function() return h:join() end)\nreturn err");
   CHECK(Text(j) == "app.lua:2: coroutine main/1 failed: app.lua:1: caught");
 }
 
@@ -632,10 +641,11 @@ TEST_CASE("repl: inputs share one state; expressions print; errors leave it usab
 
   // A program file: its main function runs with the arguments, and the
   // variables in what it returns are resolved.
-  auto program = driver.EvaluateProgram(
-      "prog.lua", "local s = braid.fn { name = 'p', prompt = '{{a}} {{gen out}}' }\n"
-                  "return function(a) return { got = s{ a = a }.out, n = x } end",
-      {"zz"});
+  auto program =
+      driver.EvaluateProgram("prog.lua",
+                             "local s = braid.fn { name = 'p', prompt = '{{a}} {{gen out}}' }\n"
+                             "return function(a) return { got = s{ a = a }.out, n = x } end",
+                             {"zz"});
   REQUIRE_MESSAGE(program.ok(), program.status().message());
   CHECK(program->at(0).find("\"got\": \"out[zz]\"") != std::string::npos);
   CHECK(program->at(0).find("\"n\": 3") != std::string::npos);

@@ -100,7 +100,9 @@ void PushVar(lua_State* L, rt::VarId id) {
   luaL_setmetatable(L, kVarMeta);
 }
 
-VarUd* TestVar(lua_State* L, int idx) { return static_cast<VarUd*>(luaL_testudata(L, idx, kVarMeta)); }
+VarUd* TestVar(lua_State* L, int idx) {
+  return static_cast<VarUd*>(luaL_testudata(L, idx, kVarMeta));
+}
 
 VarUd* CheckVar(lua_State* L, int idx) {
   return static_cast<VarUd*>(luaL_checkudata(L, idx, kVarMeta));
@@ -237,7 +239,8 @@ int LuaFnNew(lua_State* L) {
             k ? k : luaL_typename(L, -1));
     }
     lua_getfield(L, 1, "prompt");
-    if (lua_type(L, 2) != LUA_TSTRING) return luaL_error(L, "braid.fn: the table needs a string field 'prompt'");
+    if (lua_type(L, 2) != LUA_TSTRING)
+      return luaL_error(L, "braid.fn: the table needs a string field 'prompt'");
     lua_getfield(L, 1, "system");
     if (lua_isnil(L, 3)) {
       lua_pop(L, 1);
@@ -368,8 +371,8 @@ int LuaFnCall(lua_State* L) {
         if (!known) {
           std::string list;
           for (const std::string& in : fn->inputs()) list += (list.empty() ? "" : ", ") + in;
-          return PushError(L, name + ": unknown input '" + key + "' (its inputs: " +
-                                  (list.empty() ? "none" : list) + ")");
+          return PushError(L, name + ": unknown input '" + key +
+                                  "' (its inputs: " + (list.empty() ? "none" : list) + ")");
         }
         rt::Arg arg;
         if (!ToArg(L, -1, &arg))
@@ -444,8 +447,10 @@ int VarGetK(lua_State* L, int status, lua_KContext ctx) {
 
 int CheckYieldable(lua_State* L, const char* what) {
   if (!lua_isyieldable(L))
-    return luaL_error(L, "%s: cannot wait here (inside a metamethod or a C function such as "
-                         "table.sort or string.gsub); wait outside it", what);
+    return luaL_error(L,
+                      "%s: cannot wait here (inside a metamethod or a C function such as "
+                      "table.sort or string.gsub); wait outside it",
+                      what);
   return 0;
 }
 
@@ -553,10 +558,14 @@ int LuaVarScores(lua_State* L) {
 
 const char* StateName(rt::VarState s) {
   switch (s) {
-    case rt::VarState::kPending: return "pending";
-    case rt::VarState::kReady: return "ready";
-    case rt::VarState::kFailed: return "failed";
-    case rt::VarState::kCancelled: return "cancelled";
+    case rt::VarState::kPending:
+      return "pending";
+    case rt::VarState::kReady:
+      return "ready";
+    case rt::VarState::kFailed:
+      return "failed";
+    case rt::VarState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -583,7 +592,8 @@ int LuaVarToString(lua_State* L) {
 }
 
 int LuaVarConcat(lua_State* L) {
-  return luaL_error(L, "cannot concatenate a braid variable: call :get() for its value, or use braid.join");
+  return luaL_error(
+      L, "cannot concatenate a braid variable: call :get() for its value, or use braid.join");
 }
 
 // __index of variables: the methods (upvalue 1), else an error naming the
@@ -815,7 +825,8 @@ int LuaChunks(lua_State* L) {
       int isint = 0;
       lua_Integer n = lua_tointegerx(L, which, &isint);
       if (!isint || n < 1 || n > (lua_Integer{1} << 40))
-        return luaL_error(L, "braid.chunks: %s must be a positive integer", which == -2 ? "tokens" : "chars");
+        return luaL_error(L, "braid.chunks: %s must be a positive integer",
+                          which == -2 ? "tokens" : "chars");
       max_chars = which == -2 ? n * static_cast<lua_Integer>(kCharsPerToken) : n;
     }
   }
@@ -823,7 +834,8 @@ int LuaChunks(lua_State* L) {
   return HostCall(L, [L, max_chars]() {
     size_t len = 0;
     const char* s = lua_tolstring(L, 1, &len);
-    std::vector<std::string> chunks = SplitChunks(std::string_view(s, len), static_cast<size_t>(max_chars));
+    std::vector<std::string> chunks =
+        SplitChunks(std::string_view(s, len), static_cast<size_t>(max_chars));
     lua_createtable(L, static_cast<int>(chunks.size()), 0);
     for (size_t i = 0; i < chunks.size(); ++i) {
       lua_pushlstring(L, chunks[i].data(), chunks[i].size());
@@ -873,7 +885,8 @@ int LuaSetValue(lua_State* L) {
     const char* s = lua_tolstring(L, 2, &len);
     rt::Run& run = Driver::From(L)->run();
     if (!Charge(L, len)) return kRaise;
-    Status st = fail ? run.SetFailed(id, std::string(s, len)) : run.SetValue(id, std::string(s, len));
+    Status st =
+        fail ? run.SetFailed(id, std::string(s, len)) : run.SetValue(id, std::string(s, len));
     if (!st.ok()) return PushError(L, st.message());
     return 0;
   });
@@ -1100,7 +1113,8 @@ const luaL_Reg kBraidFuncs[] = {{"fn", LuaFnNew}, {"spawn", LuaSpawn},   {"join"
 
 const luaL_Reg kVarMethods[] = {
     {"get", LuaVarGet}, {"state", LuaVarState}, {"scores", LuaVarScores}, {nullptr, nullptr}};
-const luaL_Reg kHandleMethods[] = {{"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
+const luaL_Reg kHandleMethods[] = {
+    {"join", LuaHandleJoin}, {"status", LuaHandleStatus}, {nullptr, nullptr}};
 
 // A host metatable, locked: getmetatable answers a string and setmetatable
 // refuses, so a script cannot add metamethods (say __gc) to the host's types.

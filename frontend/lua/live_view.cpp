@@ -12,23 +12,34 @@ namespace {
 
 const char* StateName(rt::NodeState s) {
   switch (s) {
-    case rt::NodeState::kWaiting: return "waiting";
-    case rt::NodeState::kReady: return "ready";
-    case rt::NodeState::kRunning: return "running";
-    case rt::NodeState::kDone: return "done";
-    case rt::NodeState::kFailed: return "failed";
-    case rt::NodeState::kCancelled: return "cancelled";
+    case rt::NodeState::kWaiting:
+      return "waiting";
+    case rt::NodeState::kReady:
+      return "ready";
+    case rt::NodeState::kRunning:
+      return "running";
+    case rt::NodeState::kDone:
+      return "done";
+    case rt::NodeState::kFailed:
+      return "failed";
+    case rt::NodeState::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 const char* StateColor(rt::NodeState s) {
   switch (s) {
-    case rt::NodeState::kRunning: return "\x1b[33m";
-    case rt::NodeState::kDone: return "\x1b[32m";
-    case rt::NodeState::kFailed: return "\x1b[31m";
-    case rt::NodeState::kCancelled: return "\x1b[90m";
-    default: return "\x1b[36m";
+    case rt::NodeState::kRunning:
+      return "\x1b[33m";
+    case rt::NodeState::kDone:
+      return "\x1b[32m";
+    case rt::NodeState::kFailed:
+      return "\x1b[31m";
+    case rt::NodeState::kCancelled:
+      return "\x1b[90m";
+    default:
+      return "\x1b[36m";
   }
 }
 
@@ -206,16 +217,18 @@ void LiveView::Render(bool final) {
   int filled = nodes.empty() ? 0 : static_cast<int>(width * done / nodes.size());
   std::string bar(filled, '#');
   bar += std::string(width - filled, '.');
-  std::snprintf(line, sizeof line, "\x1b[1m%s\x1b[0m %s [%s] %d/%zu nodes, %d running, %d tokens, %.1f s\n",
-                Truncate(options_.program, 40).c_str(), run_.id().c_str(), bar.c_str(), done, nodes.size(),
-                running, tokens, secs);
+  std::snprintf(line, sizeof line,
+                "\x1b[1m%s\x1b[0m %s [%s] %d/%zu nodes, %d running, %d tokens, %.1f s\n",
+                Truncate(options_.program, 40).c_str(), run_.id().c_str(), bar.c_str(), done,
+                nodes.size(), running, tokens, secs);
   out += line;
   // Rows: running and ready nodes first, then the most recent others.
   std::vector<const rt::NodeInfo*> rows;
   for (const auto& n : nodes)
     if (n.state == rt::NodeState::kRunning || n.state == rt::NodeState::kReady) rows.push_back(&n);
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
-    if (it->state != rt::NodeState::kRunning && it->state != rt::NodeState::kReady) rows.push_back(&*it);
+    if (it->state != rt::NodeState::kRunning && it->state != rt::NodeState::kReady)
+      rows.push_back(&*it);
   const size_t kMaxRows = final ? 0 : 12;
   size_t shown = std::min(rows.size(), kMaxRows);
   for (size_t i = 0; i < shown; ++i) {

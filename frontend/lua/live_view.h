@@ -9,8 +9,8 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,7 +55,7 @@ class LiveView {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  int block_lines_ = 0;          // lines of the block now on screen
+  int block_lines_ = 0;            // lines of the block now on screen
   std::set<rt::NodeId> reported_;  // plain mode: nodes already printed
   double last_heartbeat_ = 0;      // plain mode: seconds into the run
   std::thread thread_;

@@ -1,8 +1,8 @@
 // The live view's node names ("fn@FILE:LINE" keeps its line number) and its
 // lines cut to the terminal's width.
-#include <doctest/doctest.h>
-
 #include "lua/live_view.h"
+
+#include <doctest/doctest.h>
 
 namespace braid::lua {
 namespace {

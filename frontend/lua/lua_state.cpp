@@ -208,10 +208,10 @@ void* LuaState::Alloc(void* ud, void* ptr, size_t osize, size_t nsize) {
 void LuaState::OpenSandbox() {
   // Host section: nothing below can hit the cap.
   static const luaL_Reg kLibs[] = {
-      {LUA_GNAME, luaopen_base},          {LUA_COLIBNAME, luaopen_coroutine},
-      {LUA_TABLIBNAME, luaopen_table},    {LUA_STRLIBNAME, luaopen_string},
-      {LUA_MATHLIBNAME, luaopen_math},    {LUA_UTF8LIBNAME, luaopen_utf8},
-      {LUA_OSLIBNAME, luaopen_os},        {nullptr, nullptr}};
+      {LUA_GNAME, luaopen_base},       {LUA_COLIBNAME, luaopen_coroutine},
+      {LUA_TABLIBNAME, luaopen_table}, {LUA_STRLIBNAME, luaopen_string},
+      {LUA_MATHLIBNAME, luaopen_math}, {LUA_UTF8LIBNAME, luaopen_utf8},
+      {LUA_OSLIBNAME, luaopen_os},     {nullptr, nullptr}};
   for (const luaL_Reg* lib = kLibs; lib->func; ++lib) {
     luaL_requiref(L_, lib->name, lib->func, 1);
     lua_pop(L_, 1);
@@ -311,12 +311,15 @@ std::string LuaState::LimitMessage() const {
       return "";
     case LimitHit::kMemory:
       if (!account_refusal_.empty()) return "memory limit: " + account_refusal_;
-      std::snprintf(buf, sizeof buf, "memory limit: the script needed more than %zu MB (--lua-memory-mb)",
+      std::snprintf(buf, sizeof buf,
+                    "memory limit: the script needed more than %zu MB (--lua-memory-mb)",
                     limits_.memory_bytes >> 20);
       return buf;
     case LimitHit::kInstructions:
-      std::snprintf(buf, sizeof buf, "instruction limit: the script ran more than %llu Lua instructions (--lua-instructions)",
-                    static_cast<unsigned long long>(limits_.max_instructions));
+      std::snprintf(
+          buf, sizeof buf,
+          "instruction limit: the script ran more than %llu Lua instructions (--lua-instructions)",
+          static_cast<unsigned long long>(limits_.max_instructions));
       return buf;
     case LimitHit::kTime:
       std::snprintf(buf, sizeof buf,

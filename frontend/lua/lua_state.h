@@ -213,10 +213,10 @@ class LuaState {
   // Taken through limits_.take_memory so far, and why it refused more.
   size_t taken_ = 0;
   std::string account_refusal_;
-  bool fail_allocs_ = false;     // set by Hook to raise a memory error
-  int hook_every_ = kHookEvery;  // 1 once a limit is hit
-  lua_State* running_ = nullptr; // the coroutine the host is resuming
-  int host_depth_ = 1;  // the host starts outside Lua
+  bool fail_allocs_ = false;      // set by Hook to raise a memory error
+  int hook_every_ = kHookEvery;   // 1 once a limit is hit
+  lua_State* running_ = nullptr;  // the coroutine the host is resuming
+  int host_depth_ = 1;            // the host starts outside Lua
   uint64_t instructions_ = 0;
   LimitHit hit_ = LimitHit::kNone;
   int work_depth_ = 0;  // slices and BeginWork brackets open

@@ -85,7 +85,8 @@ void ExpectError(const std::string& code, const std::string& needle) {
 
 TEST_CASE("removed globals are refused by name") {
   for (const char* g : {"io", "debug", "package", "require", "dofile", "loadfile", "loadstring"}) {
-    ExpectError(std::string("return ") + g, std::string("'") + g + "' is not available in the Braid sandbox");
+    ExpectError(std::string("return ") + g,
+                std::string("'") + g + "' is not available in the Braid sandbox");
   }
   ExpectError("io.open('/etc/passwd')", "'io' is not available");
   ExpectError("require('os')", "'require' is not available");
@@ -123,7 +124,8 @@ TEST_CASE("collectgarbage answers count only; no __gc") {
   ExpectError("collectgarbage()", "only \"count\"");
   ExpectError("collectgarbage('stop')", "only \"count\"");
   ExpectError("setmetatable({}, { __gc = function() end })", "__gc metamethods are not allowed");
-  CHECK(Run("return tostring(getmetatable(setmetatable({}, { __index = {} })) ~= nil)").text == "true");
+  CHECK(Run("return tostring(getmetatable(setmetatable({}, { __index = {} })) ~= nil)").text ==
+        "true");
 }
 
 TEST_CASE("errors carry file:line") {
@@ -166,10 +168,10 @@ TEST_CASE("instruction limit stops while true do end") {
 TEST_CASE("time limit stops loops, and pcall cannot swallow it") {
   LuaLimits limits;
   limits.cpu_seconds = 0.2;
-  for (const char* code : {"while true do end",
-                           "while true do pcall(function() while true do end end) end",
-                           "coroutine.wrap(function() while true do end end)()",
-                           "local n = 0 while true do n = n + #tostring(n) end"}) {
+  for (const char* code :
+       {"while true do end", "while true do pcall(function() while true do end end) end",
+        "coroutine.wrap(function() while true do end end)()",
+        "local n = 0 while true do n = n + #tostring(n) end"}) {
     CAPTURE(code);
     auto s = LuaState::Create(limits);
     auto t0 = std::chrono::steady_clock::now();

@@ -14,7 +14,7 @@ namespace {
 struct Vec {
   using T = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kHeads = 3;   // 3 x 4 accumulators + 4 V vectors of 16 ymm
+  static constexpr int kHeads = 3;  // 3 x 4 accumulators + 4 V vectors of 16 ymm
   static constexpr int kChunks = 4;
   static T Zero() { return _mm256_setzero_ps(); }
   static T Set1(float f) { return _mm256_set1_ps(f); }

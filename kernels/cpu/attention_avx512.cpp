@@ -1,12 +1,11 @@
 // The fused paged attention kernel on 512-bit vectors (attention_simd.inc).
-#include "cpu/avx512.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 
+#include "cpu/avx512.h"
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
 
@@ -66,8 +65,10 @@ struct RowWalker {
   int64_t head_off;
   int block, slot;
   RowWalker(const PagedKv& kv_, int kv_head, int j0)
-      : kv(kv_), head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
-        block(j0 / kv_.block_size), slot(j0 % kv_.block_size) {}
+      : kv(kv_),
+        head_off(static_cast<int64_t>(kv_head) * kv_.head_stride),
+        block(j0 / kv_.block_size),
+        slot(j0 % kv_.block_size) {}
   __attribute__((always_inline)) int64_t Next() {
     const int64_t b = kv.block_table[block];
     const int64_t off = b * kv.block_stride + head_off + static_cast<int64_t>(slot) * kv.row_stride;
@@ -103,7 +104,9 @@ inline __m512 Exp(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-inline __mmask16 FirstLanes(int n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
+inline __mmask16 FirstLanes(int n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1);
+}
 
 // The first n (<= 16) lanes of v to p. Masked stores are slow on some cores
 // (AMD Zen 4), so whole vectors take the plain store.
@@ -122,10 +125,12 @@ inline __m512 Load16(const uint16_t* p) {
 }
 
 inline void Prefetch(const void* p, int lines) {
-  for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T0);
+  for (int i = 0; i < lines; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T0);
 }
 inline void PrefetchL2(const void* p, int lines) {
-  for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T1);
+  for (int i = 0; i < lines; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * i, _MM_HINT_T1);
 }
 
 // f(integral_constant<int, C>) for head_dim = 16 C, the sizes the kernels
@@ -133,11 +138,20 @@ inline void PrefetchL2(const void* p, int lines) {
 template <typename F>
 bool WithHeadDim(int hd, F&& f) {
   switch (hd) {
-    case 32: f(std::integral_constant<int, 2>{}); return true;
-    case 64: f(std::integral_constant<int, 4>{}); return true;
-    case 96: f(std::integral_constant<int, 6>{}); return true;
-    case 128: f(std::integral_constant<int, 8>{}); return true;
-    default: return false;
+    case 32:
+      f(std::integral_constant<int, 2>{});
+      return true;
+    case 64:
+      f(std::integral_constant<int, 4>{});
+      return true;
+    case 96:
+      f(std::integral_constant<int, 6>{});
+      return true;
+    case 128:
+      f(std::integral_constant<int, 8>{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -145,17 +159,26 @@ bool WithHeadDim(int hd, F&& f) {
 template <typename F>
 void WithHeads(int n, F&& f) {
   switch (std::min(n, 4)) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    default: f(std::integral_constant<int, 4>{}); break;
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    default:
+      f(std::integral_constant<int, 4>{});
+      break;
   }
 }
 
 // The largest of s[0..len).
 inline float Max(const float* s, int len) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < len; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), s + j));
+  for (int j = 0; j < len; j += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, FirstLanes(len - j), s + j));
   return _mm512_reduce_max_ps(mx);
 }
 
@@ -177,7 +200,8 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
   for (int i = 0; i < first; ++i) off[i] = walk.Next();
   for (int j0 = 0; j0 < len; j0 += 16) {
     const int n = std::min(16, len - j0);
-    for (int j = j0 + kAhead; j < std::min(len, j0 + kAhead + 16); ++j) Prefetch(kbase + ahead.Next(), lines);
+    for (int j = j0 + kAhead; j < std::min(len, j0 + kAhead + 16); ++j)
+      Prefetch(kbase + ahead.Next(), lines);
     // Row offsets of the next chunk.
     const int n_next = std::min(16, len - j0 - n);
     for (int i = 0; i < n_next; ++i) next[i] = walk.Next();
@@ -189,7 +213,8 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
       if constexpr (std::is_same_v<E, float>) {
         rows[i] = kbase + off[i];
       } else {
-        for (int c = 0; c < C; ++c) _mm512_store_ps(conv + i * hd + 16 * c, Load16(kbase + off[i] + 16 * c));
+        for (int c = 0; c < C; ++c)
+          _mm512_store_ps(conv + i * hd + 16 * c, Load16(kbase + off[i] + 16 * c));
         rows[i] = conv + i * hd;
       }
     }
@@ -201,10 +226,12 @@ void Scores(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, fl
       for (int i = 0; i < 16; ++i) {
         acc[i] = _mm512_setzero_ps();
         if (i < n) {
-          for (int c = 0; c < C; ++c) acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(rows[i] + 16 * c), acc[i]);
+          for (int c = 0; c < C; ++c)
+            acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(rows[i] + 16 * c), acc[i]);
         }
       }
-      StoreFirst(s + static_cast<int64_t>(h) * len + j0, n, _mm512_mul_ps(TransposeSum16(acc), vscale));
+      StoreFirst(s + static_cast<int64_t>(h) * len + j0, n,
+                 _mm512_mul_ps(TransposeSum16(acc), vscale));
     }
     for (int i = 0; i < n_next; ++i) off[i] = next[i];
   }
@@ -248,7 +275,8 @@ void ScoresTransposed(const float* q, int n_q, const PagedKv& kv, int kv_head, i
         });
       }
       Unroll<NH>([&](auto h) {
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
+        const __m512 sum =
+            _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
         StoreFirst(s + static_cast<int64_t>(h0 + h) * len + 16 * b, n, _mm512_mul_ps(sum, vscale));
       });
     };
@@ -293,7 +321,9 @@ void WeightedValues(const float* e, int len, const PagedKv& kv, int kv_head, con
     });
   }
   Unroll<NH>([&](auto h) {
-    Unroll<C>([&](auto c) { _mm512_storeu_ps(out + h * hd + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h]))); });
+    Unroll<C>([&](auto c) {
+      _mm512_storeu_ps(out + h * hd + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h])));
+    });
   });
 }
 
@@ -309,7 +339,8 @@ void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int 
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const int nh = std::min(4, n_q - h0);
     float inv[4];
-    for (int h = 0; h < nh; ++h) inv[h] = SoftmaxUnnormalized(scratch + static_cast<int64_t>(h0 + h) * len, len);
+    for (int h = 0; h < nh; ++h)
+      inv[h] = SoftmaxUnnormalized(scratch + static_cast<int64_t>(h0 + h) * len, len);
     const float* e = scratch + static_cast<int64_t>(h0) * len;
     float* o = out + static_cast<int64_t>(h0) * hd;
     WithHeads(nh, [&](auto heads) { WeightedValues<C, heads, E>(e, len, kv, kv_head, inv, o); });
@@ -321,7 +352,8 @@ void AttendChunked(const float* q, int n_q, const PagedKv& kv, int kv_head, int 
 template <int C>
 float QuantizeQuery(const float* q, int8_t* qi, int32_t* sum) {
   __m512 amax = _mm512_setzero_ps();
-  Unroll<C>([&](auto c) { amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(q + 16 * c)), amax); });
+  Unroll<C>(
+      [&](auto c) { amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(q + 16 * c)), amax); });
   const float qs = _mm512_reduce_max_ps(amax) / 127.0f;
   const __m512 inv = _mm512_set1_ps(qs > 0.0f ? 1.0f / qs : 0.0f);
   __m512i total = _mm512_setzero_si512();
@@ -384,10 +416,22 @@ class NextItemFetch {
     if (b >= blocks_) return;
     const int64_t t = table_[b];
     switch (seg_++ % 4) {
-      case 0: p_ = reinterpret_cast<const char*>(k_ + t * block_stride_); left_ = tile_lines_; break;
-      case 1: p_ = reinterpret_cast<const char*>(v_ + t * block_stride_); left_ = tile_lines_; break;
-      case 2: p_ = reinterpret_cast<const char*>(ks_ + t * scale_stride_); left_ = 1; break;
-      default: p_ = reinterpret_cast<const char*>(vs_ + t * scale_stride_); left_ = 1; break;
+      case 0:
+        p_ = reinterpret_cast<const char*>(k_ + t * block_stride_);
+        left_ = tile_lines_;
+        break;
+      case 1:
+        p_ = reinterpret_cast<const char*>(v_ + t * block_stride_);
+        left_ = tile_lines_;
+        break;
+      case 2:
+        p_ = reinterpret_cast<const char*>(ks_ + t * scale_stride_);
+        left_ = 1;
+        break;
+      default:
+        p_ = reinterpret_cast<const char*>(vs_ + t * scale_stride_);
+        left_ = 1;
+        break;
     }
   }
   // The item's KV head's rows and scales in block 0 of the layer.
@@ -481,9 +525,7 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       next.Issue<2>();
       Unroll<2>([&](auto i) {
         const __m512i k = _mm512_loadu_si512(t + 64 * (g + i));
-        Unroll<NH>([&](auto h) {
-          acc[h][i] = DotBcast(acc[h][i], k, &qd[h][g + i]);
-        });
+        Unroll<NH>([&](auto h) { acc[h][i] = DotBcast(acc[h][i], k, &qd[h][g + i]); });
       });
     }
     const __m512 ks = scales(kv.k_scale, b);
@@ -504,7 +546,8 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     for (int b = 0; b < nblocks; ++b) {
       next.Issue<4>();
       const __mmask16 live = FirstLanes(len - 16 * b);
-      const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
+      const __m512 e = _mm512_maskz_mov_ps(
+          live, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sh + 16 * b), m)));
       sum = _mm512_add_ps(sum, e);
       const __m512 w = _mm512_mul_ps(e, scales(kv.v_scale, b));
       wmax = _mm512_max_ps(wmax, w);
@@ -530,8 +573,9 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
       const __mmask16 live = FirstLanes(len - 16 * b);
       Unroll<NH>([&](auto h) {
         const __m512 w = _mm512_maskz_loadu_ps(live, s + h * len + 16 * b);
-        _mm_store_si128(reinterpret_cast<__m128i*>(u[h]),
-                        _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(r[h])))));
+        _mm_store_si128(
+            reinterpret_cast<__m128i*>(u[h]),
+            _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(r[h])))));
       });
       Unroll<4>([&](auto g) {
         next.Issue<(3 * C + 3) / 4>();
@@ -547,8 +591,9 @@ void AttendQ8Heads(const float* q, const PagedKv& kv, int kv_head, int len, floa
     Unroll<NH>([&](auto h) {
       Unroll<C>([&](auto i) {
         float* o = out + h * hd + 16 * i;
-        _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o),
-                                          _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h][i]), _mm512_set1_ps(back[h]))));
+        _mm512_storeu_ps(
+            o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h][i]),
+                                                               _mm512_set1_ps(back[h]))));
       });
     });
   }
@@ -566,7 +611,9 @@ void AttendQ8(const float* q, int n_q, const PagedKv& kv, int kv_head, int len, 
     const float* qh = q + static_cast<int64_t>(h0) * hd;
     float* s = scratch + static_cast<int64_t>(h0) * len;
     float* o = out + static_cast<int64_t>(h0) * hd;
-    WithHeads(n_q - h0, [&](auto heads) { AttendQ8Heads<C, heads>(qh, kv, kv_head, len, scale, s, o, fetch); });
+    WithHeads(n_q - h0, [&](auto heads) {
+      AttendQ8Heads<C, heads>(qh, kv, kv_head, len, scale, s, o, fetch);
+    });
   }
 }
 
@@ -577,9 +624,15 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
     return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
   const bool done = WithHeadDim(hd, [&](auto c) {
     switch (kv.type) {
-      case KvType::kF32: AttendChunked<c, float>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
-      case KvType::kF16: AttendChunked<c, uint16_t>(q, n_q, kv, kv_head, len, scale, scratch, out); break;
-      case KvType::kQ8: AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, nullptr); break;
+      case KvType::kF32:
+        AttendChunked<c, float>(q, n_q, kv, kv_head, len, scale, scratch, out);
+        break;
+      case KvType::kF16:
+        AttendChunked<c, uint16_t>(q, n_q, kv, kv_head, len, scale, scratch, out);
+        break;
+      case KvType::kQ8:
+        AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, nullptr);
+        break;
     }
   });
   if (!done && kv.type != KvType::kF32)
@@ -589,10 +642,11 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
 
 // KernelTable::attend_next: the q8 kernel, which spreads the next item's
 // fetch over its own work; false (nothing done) for the other caches.
-bool AttendNextAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len, float scale,
-                      float* scratch, float* out, const AttendNext& next) {
+bool AttendNextAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
+                      float scale, float* scratch, float* out, const AttendNext& next) {
   if (kv.type != KvType::kQ8 || kv.block_size != 16) return false;
-  return WithHeadDim(hd, [&](auto c) { AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, &next); });
+  return WithHeadDim(
+      hd, [&](auto c) { AttendQ8<c>(q, n_q, kv, kv_head, len, scale, scratch, out, &next); });
 }
 
 // ref::StoreRowQ8 on vectors (block_size 16, the head sizes of WithHeadDim;
@@ -600,37 +654,41 @@ bool AttendNextAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int kv
 // the same numbers), then laid out in the tile.
 float StoreRowQ8Avx512(const float* x, int hd, int bs, int slot, bool value, uint8_t* tile) {
   float scale = 0.0f;
-  const bool done = bs == 16 && WithHeadDim(hd, [&](auto c) {
-    constexpr int kHd = 16 * c;
-    alignas(16) int8_t q[kHd];
-    int32_t sum;
-    scale = QuantizeQuery<c>(x, q, &sum);
-    if (value) {
-      // Byte slot % 4 of every int32 of the slot group's rows: element i at
-      // 4 i + slot % 4. A masked store writes those bytes only: the other three
-      // slots' bytes may be written at the same time by other threads (tokens
-      // of one prefill chunk), so no read-modify-write of the whole line.
-      uint8_t* group = tile + (slot / 4) * 4 * kHd;
-      const __mmask64 lane = 0x1111111111111111ULL << (slot % 4);
-      Unroll<c>([&](auto i) {
-        const __m512i v = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * i)));
-        _mm512_mask_storeu_epi8(group + 64 * i, lane, _mm512_slli_epi32(v, 8 * (slot % 4)));
+  const bool done =
+      bs == 16 && WithHeadDim(hd, [&](auto c) {
+        constexpr int kHd = 16 * c;
+        alignas(16) int8_t q[kHd];
+        int32_t sum;
+        scale = QuantizeQuery<c>(x, q, &sum);
+        if (value) {
+          // Byte slot % 4 of every int32 of the slot group's rows: element i at
+          // 4 i + slot % 4. A masked store writes those bytes only: the other three
+          // slots' bytes may be written at the same time by other threads (tokens
+          // of one prefill chunk), so no read-modify-write of the whole line.
+          uint8_t* group = tile + (slot / 4) * 4 * kHd;
+          const __mmask64 lane = 0x1111111111111111ULL << (slot % 4);
+          Unroll<c>([&](auto i) {
+            const __m512i v =
+                _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * i)));
+            _mm512_mask_storeu_epi8(group + 64 * i, lane, _mm512_slli_epi32(v, 8 * (slot % 4)));
+          });
+        } else {
+          // K: the 4 elements of group d / 4 as one int32 at (d / 4) * 64 + 4 slot,
+          // each q + 128 (the sign bit flipped).
+          for (int g = 0; g < kHd / 4; ++g) {
+            uint32_t word;
+            std::memcpy(&word, q + 4 * g, 4);
+            word ^= 0x80808080u;
+            std::memcpy(tile + 64 * g + 4 * slot, &word, 4);
+          }
+        }
       });
-    } else {
-      // K: the 4 elements of group d / 4 as one int32 at (d / 4) * 64 + 4 slot,
-      // each q + 128 (the sign bit flipped).
-      for (int g = 0; g < kHd / 4; ++g) {
-        uint32_t word;
-        std::memcpy(&word, q + 4 * g, 4);
-        word ^= 0x80808080u;
-        std::memcpy(tile + 64 * g + 4 * slot, &word, 4);
-      }
-    }
-  });
   return done ? scale : ref::StoreRowQ8(x, hd, bs, slot, value, tile);
 }
 
-bool FastF16Avx512(int hd) { return WithHeadDim(hd, [](auto) {}); }
+bool FastF16Avx512(int hd) {
+  return WithHeadDim(hd, [](auto) {});
+}
 bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && block_size == 16; }
 
 }  // namespace

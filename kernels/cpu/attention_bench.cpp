@@ -80,11 +80,12 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> q(static_cast<size_t>(kSeqs) * kKv * kGroup * kHd);
   for (float& x : q) x = u(rng);
-  std::printf("context %d, %d sequences, %d layers (%d distinct), %d KV heads of %d, block %d\n", context,
-              kSeqs, kLayers, distinct, kKv, kHd, kBs);
+  std::printf("context %d, %d sequences, %d layers (%d distinct), %d KV heads of %d, block %d\n",
+              context, kSeqs, kLayers, distinct, kKv, kHd, kBs);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads, MeasureReadBandwidth(pool, size_t{256} << 20, 3) / 1e9);
+    std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads,
+                MeasureReadBandwidth(pool, size_t{256} << 20, 3) / 1e9);
     for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
       Cache c;
       c.type = type;
@@ -93,8 +94,10 @@ int main(int argc, char** argv) {
       c.k.assign(elems * c.elem, 0);
       c.v.assign(elems * c.elem, 0);
       std::uniform_int_distribution<int> byte(0, 255);
-      for (auto& x : c.k) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
-      for (auto& x : c.v) x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
+      for (auto& x : c.k)
+        x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
+      for (auto& x : c.v)
+        x = static_cast<uint8_t>(type == KvType::kF16 ? byte(rng) & 0x3B : byte(rng));
       if (type == KvType::kF32) {  // small finite values
         std::uniform_real_distribution<float> val(-1.0f, 1.0f);
         for (auto* buf : {&c.k, &c.v})
@@ -126,10 +129,12 @@ int main(int argc, char** argv) {
             for (int s = tid; s < kSeqs; s += threads) {
               for (int g = 0; g < kKv; ++g) {
                 const int ns = g + 1 < kKv ? s : s + threads;
-                const AttendNext next{ns < kSeqs ? tables[ns].data() : nullptr, (g + 1) % kKv, context};
+                const AttendNext next{ns < kSeqs ? tables[ns].data() : nullptr, (g + 1) % kKv,
+                                      context};
                 kv.block_table = tables[s].data();
-                AttendPaged(&q[(static_cast<size_t>(s) * kKv + g) * kGroup * kHd], kGroup, kHd, kv, g, context,
-                            0.125f, scratch.data(), out.data(), ns < kSeqs ? &next : nullptr);
+                AttendPaged(&q[(static_cast<size_t>(s) * kKv + g) * kGroup * kHd], kGroup, kHd, kv,
+                            g, context, 0.125f, scratch.data(), out.data(),
+                            ns < kSeqs ? &next : nullptr);
               }
             }
           }

@@ -7,10 +7,9 @@
 // weight quants as unsigned bytes and q16 = 128 hi + lo the activations,
 //   p = dpbusd(dpbusd(init, u, hi) << 7, u, lo) = sum u * q16 + 128 init
 // exactly in int32, then one vcvtdq2ps and one FMA with the blocks' scales.
-#include "cpu/avx512.h"
-
 #include <cstring>
 
+#include "cpu/avx512.h"
 #include "cpu/decode_avx512.h"
 #include "cpu/kernel_table.h"
 #include "ref/blocks.h"

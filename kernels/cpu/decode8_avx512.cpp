@@ -8,10 +8,9 @@
 //   p = dpbusd(init, u, x) = sum u * x + init
 // exactly in int32 (one vpdpbusd per 64 bytes of activations, half the work of
 // the split 16-bit planes), then one vcvtdq2ps and one FMA with the blocks' scales.
-#include "cpu/avx512.h"
-
 #include <cstring>
 
+#include "cpu/avx512.h"
 #include "cpu/decode_avx512.h"
 #include "cpu/kernel_table.h"
 #include "ref/blocks.h"

@@ -82,9 +82,9 @@ struct Q4_1Layout {
 
 // Word indices into the 80 bytes of four Q4_1 blocks (words 0..31: the first 64
 // bytes, 32..39: the next 16). Block k is words 10k (d), 10k+1 (m), 10k+2..10k+9 (qs).
-alignas(64) inline constexpr uint16_t kQ4_1Quants[32] = {
-    2,  3,  4,  5,  6,  7,  8,  9,  12, 13, 14, 15, 16, 17, 18, 19,
-    22, 23, 24, 25, 26, 27, 28, 29, 32, 33, 34, 35, 36, 37, 38, 39};
+alignas(64) inline constexpr uint16_t kQ4_1Quants[32] = {2,  3,  4,  5,  6,  7,  8,  9,  12, 13, 14,
+                                                         15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 27,
+                                                         28, 29, 32, 33, 34, 35, 36, 37, 38, 39};
 // d and m of the four blocks of group g (first 64 bytes, words 0..31) and of group
 // g+1 (its first 64 bytes as the second source, words 32..63).
 alignas(64) inline constexpr uint16_t kQ4_1Scales[32] = {0,  1,  10, 11, 20, 21, 30, 31,
@@ -149,10 +149,12 @@ inline void RowQ4_1(const Q4_1Layout& l, const uint8_t* w, const uint8_t* ws, si
       const __m512 prod = _mm512_mul_ps(dmf, _mm512_loadu_ps(x + soff + 32 * g));
       summ[t] = _mm512_mask_add_ps(summ[t], 0xAAAA, summ[t], prod);
       const __m512i p0 = A::Dot(q0, x + A::kGroupBytes * g);
-      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(pick0, prod), acc0[t]);
+      acc0[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(pick0, prod), acc0[t]);
       if (two) {
         const __m512i p1 = A::Dot(q1, x + A::kGroupBytes * (g + 1));
-        acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(pick1, prod), acc1[t]);
+        acc1[t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(pick1, prod), acc1[t]);
       }
     }
   };
@@ -184,7 +186,8 @@ inline void PairTailQ4_1(const Q4_1Layout& l, const uint8_t* w0, const uint8_t* 
   const __mmask64 k40 = (uint64_t{1} << 40) - 1;
   const __m512i a = _mm512_maskz_loadu_epi8(k40, w0 + 80 * l.nfull);
   const __m512i b = _mm512_maskz_loadu_epi8(k40, w1 + 80 * l.nfull);
-  const __m128i dm = _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, Load512(kQ4_1PairScales), b));
+  const __m128i dm =
+      _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, Load512(kQ4_1PairScales), b));
   const __m256 dmf = _mm256_cvtph_ps(dm);
   const NibblesQ4_1 q = UnpackQ4_1(a, b, Load512(kQ4_1PairQuants));
   const __m512i midx = _mm512_setr_epi32(1, 3, 0, 0, 0, 0, 0, 0, 5, 7, 0, 0, 0, 0, 0, 0);
@@ -218,7 +221,8 @@ inline void PairQ4_1(const Q4_1Layout& l, const uint8_t* w0, const uint8_t* w1, 
   PairTailQ4_1<A, T>(l, w0, w1 != nullptr ? w1 : w0, ws, wss, tail);
   // Row r: a + tail[0..8); row r+1: a + tail[8..16).
   RowQ4_1<A, T>(l, w0, ws, wss, true, a);
-  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_mask_add_ps(a[t], 0x00FF, a[t], tail[t]));
+  for (int t = 0; t < T; ++t)
+    y[t * ldy] = _mm512_reduce_add_ps(_mm512_mask_add_ps(a[t], 0x00FF, a[t], tail[t]));
   if (w1 != nullptr) {
     RowQ4_1<A, T>(l, w1, ws, wss, true, a);
     for (int t = 0; t < T; ++t)
@@ -252,7 +256,8 @@ void RowsMultiQ4_1(int64_t n, const uint8_t* w, size_t row_bytes, int64_t nrows,
     const uint8_t* w1 = r + 1 < nrows ? w0 + row_bytes : nullptr;
     PrefetchAhead(w0, (w1 != nullptr ? 2 : 1) * row_bytes);
     int t = 0;
-    for (; t + K <= ntok; t += K) PairQ4_1<A, K>(l, w0, w1, ws + t * wss, wss, y + t * ldy + r, ldy);
+    for (; t + K <= ntok; t += K)
+      PairQ4_1<A, K>(l, w0, w1, ws + t * wss, wss, y + t * ldy + r, ldy);
     WithTokens<K - 1>(ntok - t, [&]<int U>() {
       PairQ4_1<A, U>(l, w0, w1, ws + t * wss, wss, y + t * ldy + r, ldy);
     });
@@ -277,9 +282,9 @@ struct Q8_0Layout {
 
 // Word indices into the 68 bytes of two Q8_0 blocks (words 0..31: the first 64
 // bytes, 32..33: the next 4). Block k is words 17k (d) and 17k+1..17k+16 (qs).
-alignas(64) inline constexpr uint16_t kQ8_0Quants[32] = {
-    1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
-    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
+alignas(64) inline constexpr uint16_t kQ8_0Quants[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                                         12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23,
+                                                         24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
 // d of the two blocks of pair i (first source) and of pair i+2 (second source).
 alignas(64) inline constexpr uint16_t kQ8_0Scales[32] = {0, 17, 32, 49};
 
@@ -319,14 +324,17 @@ inline void RowQ8_0(const Q8_0Layout& l, const uint8_t* w, const uint8_t* ws, si
       const auto* xs = reinterpret_cast<const float*>(x + l.scales_off);
       const auto* sums = reinterpret_cast<const int32_t*>(x + l.sums_off);
       const __m512 prod = _mm512_zextps128_ps512(_mm_mul_ps(f, _mm_loadu_ps(xs + i)));
-      const __m512i s = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + i)));
+      const __m512i s =
+          _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + i)));
       const uint8_t* xq = x + A::kPairBytes / 2 * i;
       const __m512i p0 = A::Dot(u0, _mm512_maskz_permutexvar_epi32(0x0101, lanes0, s), xq);
-      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(lanes0, prod), acc0[t]);
+      acc0[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(lanes0, prod), acc0[t]);
       if (two) {
         const __m512i p1 =
             A::Dot(u1, _mm512_maskz_permutexvar_epi32(0x0101, lanes1, s), xq + A::kPairBytes);
-        acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(lanes1, prod), acc1[t]);
+        acc1[t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(lanes1, prod), acc1[t]);
       }
     }
   };
@@ -379,9 +387,8 @@ void RowsMultiQ8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t nrows,
     PrefetchAhead(wr, row_bytes);
     int t = 0;
     for (; t + K <= ntok; t += K) RowQ8_0<A, K>(l, wr, ws + t * wss, wss, y + t * ldy + r, ldy);
-    WithTokens<K - 1>(ntok - t, [&]<int U>() {
-      RowQ8_0<A, U>(l, wr, ws + t * wss, wss, y + t * ldy + r, ldy);
-    });
+    WithTokens<K - 1>(
+        ntok - t, [&]<int U>() { RowQ8_0<A, U>(l, wr, ws + t * wss, wss, y + t * ldy + r, ldy); });
   }
 }
 

@@ -24,7 +24,8 @@ void ScalarDot(int64_t n, const void* w, const void* x, size_t xs, int nx, float
 }
 
 template <DType T>
-void ScalarDot16(int64_t n, const void* w, const void* x, size_t xs, int nx, float* s, int64_t ldy) {
+void ScalarDot16(int64_t n, const void* w, const void* x, size_t xs, int nx, float* s,
+                 int64_t ldy) {
   for (int t = 0; t < nx; ++t) {
     s[t * ldy] = ref::VecDot(T, ActivationType(T, ActPrecision::kSplit16), n, w,
                              static_cast<const char*>(x) + t * xs);
@@ -152,11 +153,15 @@ DType ActivationType(DType weight_type, ActPrecision precision) {
   const bool split = precision == ActPrecision::kSplit16;
   switch (weight_type) {
     case DType::kQ4_0:
-    case DType::kQ8_0: return split ? DType::kQ16_0 : DType::kQ8_0;
-    case DType::kQ4_1: return split ? DType::kQ16_1 : DType::kQ8_1;
+    case DType::kQ8_0:
+      return split ? DType::kQ16_0 : DType::kQ8_0;
+    case DType::kQ4_1:
+      return split ? DType::kQ16_1 : DType::kQ8_1;
     case DType::kQ4_K:
-    case DType::kQ6_K: return split ? DType::kQ16_K : DType::kQ8_K;
-    default: return DType::kF32;
+    case DType::kQ6_K:
+      return split ? DType::kQ16_K : DType::kQ8_K;
+    default:
+      return DType::kF32;
   }
 }
 
@@ -165,18 +170,24 @@ DType ActivationType(DType weight_type) { return ActivationType(weight_type, Act
 void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n) {
   const cpu::KernelTable& k = cpu::Kernels();
   switch (act_type) {
-    case DType::kQ16_0: return k.quantize16[0](x, dst, n);
-    case DType::kQ16_1: return k.quantize16[1](x, dst, n);
-    case DType::kQ16_K: return k.quantize16[2](x, dst, n);
-    case DType::kQ8_0: return k.quantize8[0](x, dst, n);
-    case DType::kQ8_1: return k.quantize8[1](x, dst, n);
-    default: return ref::QuantizeActivations(act_type, x, dst, n);
+    case DType::kQ16_0:
+      return k.quantize16[0](x, dst, n);
+    case DType::kQ16_1:
+      return k.quantize16[1](x, dst, n);
+    case DType::kQ16_K:
+      return k.quantize16[2](x, dst, n);
+    case DType::kQ8_0:
+      return k.quantize8[0](x, dst, n);
+    case DType::kQ8_1:
+      return k.quantize8[1](x, dst, n);
+    default:
+      return ref::QuantizeActivations(act_type, x, dst, n);
   }
 }
 
 float VecDot(DType weight_type, DType act_type, int64_t n, const void* w_row, const void* x) {
   assert(act_type == ActivationType(weight_type, cpu::IsSplit16(act_type) ? ActPrecision::kSplit16
-                                                                           : ActPrecision::kInt8));
+                                                                          : ActPrecision::kInt8));
   const cpu::DotFn f = cpu::FindDot(cpu::Kernels(), weight_type, act_type);
   assert(f != nullptr);
   float s = 0.0f;

@@ -11,11 +11,10 @@
 // floats per token. Integer sums are exact, so they may be split into
 // independent chains freely; the fp32 operations per (row, token) are those of
 // the reference for any number of tokens (batch invariance).
-#include "cpu/avx512.h"
-
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/avx512.h"
 #include "cpu/kernel_table.h"
 #include "kernels/dtype.h"
 #include "ref/blocks.h"
@@ -79,11 +78,13 @@ void Group(int64_t nb, const uint8_t* g, const uint8_t* ws, int ntok, int t0, fl
     const uint8_t* s = q + kQuant;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
     __m512 mw = _mm512_setzero_ps();
-    if constexpr (kQ4) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+    if constexpr (kQ4)
+      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
     Unroll<T>([&](auto t) __attribute__((always_inline)) {
       __m512i total = isum[t][0];
       if constexpr (kSplit) total = _mm512_add_epi32(_mm512_slli_epi32(isum[t][0], 7), isum[t][1]);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])),
+                               acc[t]);
       if constexpr (kQ4) {
         float sx;
         std::memcpy(&sx, aux + 4 * t, 4);
@@ -121,14 +122,30 @@ void Run(int64_t n, const uint8_t* w, size_t gbytes, int64_t ngroups, int valid_
       float* yt = yg + t * ldy;
       const bool first = t == 0;
       switch (std::min(kMaxTokens, ntok - t)) {
-        case 1: Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 2: Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 3: Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 4: Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 5: Group<kQ4, kSplit, 5>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 6: Group<kQ4, kSplit, 6>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        case 7: Group<kQ4, kSplit, 7>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
-        default: Group<kQ4, kSplit, 8>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate); break;
+        case 1:
+          Group<kQ4, kSplit, 1>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 2:
+          Group<kQ4, kSplit, 2>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 3:
+          Group<kQ4, kSplit, 3>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 4:
+          Group<kQ4, kSplit, 4>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 5:
+          Group<kQ4, kSplit, 5>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 6:
+          Group<kQ4, kSplit, 6>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        case 7:
+          Group<kQ4, kSplit, 7>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
+        default:
+          Group<kQ4, kSplit, 8>(nb, grp, ws, ntok, t, yt, ldy, rows, first, once, accumulate);
+          break;
       }
     }
   }

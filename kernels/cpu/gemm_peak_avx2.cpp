@@ -9,7 +9,7 @@ int64_t Int8DotLoopAvx2(int64_t iters, int32_t* sink) {
   if (iters <= 0) return 0;
   int64_t n = iters;
   int32_t out = 0;
-#define BRAID_MADD_STEP(acc) \
+#define BRAID_MADD_STEP(acc)               \
   "vpmaddubsw %%ymm9, %%ymm8, %%ymm11\n\t" \
   "vpmaddwd %%ymm10, %%ymm11, %%ymm11\n\t" \
   "vpaddd %%ymm11, %%" acc ", %%" acc "\n\t"

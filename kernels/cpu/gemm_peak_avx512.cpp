@@ -17,7 +17,7 @@ int64_t Int8DotLoopAvx512(int64_t iters, int32_t* sink) {
   int32_t out = 0;
   __asm__ volatile(
       "vpternlogd $0xff, %%zmm16, %%zmm16, %%zmm16\n\t"  // all ones: bytes 0xff
-      "vpabsb %%zmm16, %%zmm17\n\t"                        // bytes 1
+      "vpabsb %%zmm16, %%zmm17\n\t"                      // bytes 1
       "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
       "vmovdqa64 %%zmm0, %%zmm1\n\t"
       "vmovdqa64 %%zmm0, %%zmm2\n\t"

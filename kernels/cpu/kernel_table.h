@@ -84,9 +84,11 @@ extern std::atomic<bool> g_stream_temporal;
 inline void PrefetchAhead(const void* p, size_t bytes, bool once = true) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kDecodePrefetchBytes;
   if (once && !g_stream_temporal.load(std::memory_order_relaxed)) {
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
+    for (size_t o = 0; o < bytes; o += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 0);
   } else {
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
+    for (size_t o = 0; o < bytes; o += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 3);
   }
 }
 
@@ -118,7 +120,7 @@ struct KernelTable {
   // [precision slot][GGUF type id of the weight]
   DotFn dot[kPrecisionSlots][kWeightTypeSlots] = {};
   DecodeKernel decode[kPrecisionSlots][kWeightTypeSlots] = {};  // empty where only `dot` exists
-  GroupKernel group[kPrecisionSlots][kWeightTypeSlots] = {};    // interleaved weights, where present
+  GroupKernel group[kPrecisionSlots][kWeightTypeSlots] = {};  // interleaved weights, where present
   // Split 16-bit quantizers: [0] Q16_0, [1] Q16_1, [2] Q16_K.
   QuantizeFn quantize16[3] = {};
   // 8-bit quantizers: [0] Q8_0, [1] Q8_1.
@@ -134,8 +136,9 @@ struct KernelTable {
   // attend, fetching the thread's next item spread over this one's work;
   // false (nothing done) where the kernels do not (AttendPaged then fetches
   // the next item's K rows first, as AttendPrefetch does, and calls attend).
-  bool (*attend_next)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
-                      float scale, float* scratch, float* out, const AttendNext& next) = nullptr;
+  bool (*attend_next)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                      int len, float scale, float* scratch, float* out,
+                      const AttendNext& next) = nullptr;
   float (*store_row_q8)(const float* x, int head_dim, int block_size, int slot, bool value,
                         uint8_t* tile) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference

@@ -35,7 +35,9 @@ const cpu::GroupKernel* FindGroup(const MatrixView& w, DType act_type) {
 
 }  // namespace
 
-bool HasPreparedPath(const MatrixView& w, DType act_type) { return FindGroup(w, act_type) != nullptr; }
+bool HasPreparedPath(const MatrixView& w, DType act_type) {
+  return FindGroup(w, act_type) != nullptr;
+}
 
 size_t PreparedBytes(int64_t cols, int n_tokens) {
   // Whole passes (fewer tokens than a pass: one pass of them all).
@@ -49,8 +51,8 @@ void PrepareRows(const MatrixView& w, DType act_type, const void* xq, size_t xq_
   const cpu::GroupKernel* gk = FindGroup(w, act_type);
   assert(gk != nullptr && 0 <= t0 && t1 <= n_tokens);
   for (int t = t0; t < t1; ++t)
-    gk->prepare(w.cols, static_cast<const char*>(xq) + static_cast<size_t>(t - t0) * xq_row_bytes, out, t,
-                n_tokens);
+    gk->prepare(w.cols, static_cast<const char*>(xq) + static_cast<size_t>(t - t0) * xq_row_bytes,
+                out, t, n_tokens);
 }
 
 void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared, int n_tokens,
@@ -61,26 +63,29 @@ void MatMulPrepared(const MatrixView& w, DType act_type, const uint8_t* prepared
   const size_t gbytes = 16 * w.row_bytes;
   const int64_t ngroups = (r1 - r0 + 15) / 16;
   const int valid_last = static_cast<int>(r1 - r0 - 16 * (ngroups - 1));
-  gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups, valid_last,
-          prepared, n_tokens, y + r0, ldy, accumulate);
+  gk->run(w.cols, static_cast<const uint8_t*>(w.data) + gbytes * (r0 / 16), gbytes, ngroups,
+          valid_last, prepared, n_tokens, y + r0, ldy, accumulate);
 }
 
 // Interleaved weights: tokens prepared a chunk at a time on the stack, then
 // each 16-row group meets them (cpu/gemm16_avx512.cpp), or the scalar
 // reference where the SIMD kernels are absent or one prepared row would not
 // fit the stack workspace (rows longer than kMaxDecodeCols).
-static void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x, size_t xq_row_bytes,
-                              int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+static void MatMulInterleaved(const MatrixView& w, DType act_type, const char* x,
+                              size_t xq_row_bytes, int n_tokens, int64_t r0, int64_t r1, float* y,
+                              int64_t ldy) {
   if (FindGroup(w, act_type) == nullptr || w.cols > kMaxDecodeCols) {
-    ref::MatMulInterleaved(w.type, w.data, w.cols, act_type, x, xq_row_bytes, n_tokens, r0, r1, y, ldy);
+    ref::MatMulInterleaved(w.type, w.data, w.cols, act_type, x, xq_row_bytes, n_tokens, r0, r1, y,
+                           ldy);
     return;
   }
   alignas(64) uint8_t ws[kWorkspaceBytes];
-  const int chunk = static_cast<int>(
-      std::min<size_t>(cpu::kGroupPassTokens, std::max<size_t>(1, sizeof(ws) / PreparedBytes(w.cols, 1))));
+  const int chunk = static_cast<int>(std::min<size_t>(
+      cpu::kGroupPassTokens, std::max<size_t>(1, sizeof(ws) / PreparedBytes(w.cols, 1))));
   for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
     const int nt = std::min(chunk, n_tokens - t0);
-    PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, 0, nt, nt, ws);
+    PrepareRows(w, act_type, x + static_cast<size_t>(t0) * xq_row_bytes, xq_row_bytes, 0, nt, nt,
+                ws);
     MatMulPrepared(w, act_type, ws, nt, r0, r1, y + static_cast<int64_t>(t0) * ldy, ldy);
   }
 }
@@ -110,9 +115,10 @@ MatrixView Interleave(const MatrixView& w, void* dst) {
 void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t xq_row_bytes,
                      int n_tokens, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   assert(act_type == ActivationType(w.type, cpu::IsSplit16(act_type) ? ActPrecision::kSplit16
-                                                                      : ActPrecision::kInt8));
+                                                                     : ActPrecision::kInt8));
   if (w.layout == WeightLayout::kInterleaved16) {
-    MatMulInterleaved(w, act_type, static_cast<const char*>(xq), xq_row_bytes, n_tokens, r0, r1, y, ldy);
+    MatMulInterleaved(w, act_type, static_cast<const char*>(xq), xq_row_bytes, n_tokens, r0, r1, y,
+                      ldy);
     return;
   }
   const cpu::KernelTable& table = cpu::Kernels();
@@ -140,8 +146,8 @@ void MatMulQuantized(const MatrixView& w, DType act_type, const void* xq, size_t
       if (nt == 1) {
         dk->rows(w.cols, wbase + r0 * w.row_bytes, w.row_bytes, r1 - r0, ws, yt + r0);
       } else if (dk->rows_multi != nullptr) {
-        dk->rows_multi(w.cols, wbase + r0 * w.row_bytes, w.row_bytes, r1 - r0, ws, wss, nt,
-                       yt + r0, ldy);
+        dk->rows_multi(w.cols, wbase + r0 * w.row_bytes, w.row_bytes, r1 - r0, ws, wss, nt, yt + r0,
+                       ldy);
       } else {
         for (int64_t rt = r0; rt < r1; rt += kTileRows) {
           const int64_t re = std::min(r1, rt + kTileRows);
@@ -188,8 +194,8 @@ void PrefetchRows(const MatrixView& w, int64_t r0, int64_t r1) {
 }
 
 // Dequantizes each weight row once into `scratch` and dots it with every token in fp32.
-void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
-               float* y, int64_t ldy, float* scratch) {
+void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1, float* y,
+               int64_t ldy, float* scratch) {
   assert(w.layout == WeightLayout::kRows);  // the exact path reads GGUF rows
   const auto dot = cpu::Kernels().dot_f32;
   const char* base = static_cast<const char*>(w.data);

@@ -53,8 +53,8 @@ struct Result {
 
 // teams: every thread multiplies the whole matrix by its own n_tokens tokens
 // (the serving engine's team per thread), else the threads split the rows.
-Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precision,
-             double seconds, bool interleaved, bool teams = false) {
+Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precision, double seconds,
+             bool interleaved, bool teams = false) {
   const size_t row_bytes = RowBytes(s.type, s.cols);
   const size_t mat_bytes = row_bytes * static_cast<size_t>(s.rows);
   const size_t copies = std::max<size_t>(2, g_working_set / mat_bytes);
@@ -74,9 +74,11 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
     Interleave(MatrixView{s.type, s.rows, s.cols, one.data(), row_bytes}, dst);
     std::memcpy(one.data(), dst, mat_bytes);  // same size: rows are a multiple of 16
   }
-  auto* w = static_cast<uint8_t*>(std::aligned_alloc(4096, (copies * mat_bytes + 4095) / 4096 * 4096));
+  auto* w =
+      static_cast<uint8_t*>(std::aligned_alloc(4096, (copies * mat_bytes + 4095) / 4096 * 4096));
   pool.Run([&](int i) {  // first touch in parallel
-    for (size_t c = i; c < copies; c += pool.size()) std::memcpy(w + c * mat_bytes, one.data(), mat_bytes);
+    for (size_t c = i; c < copies; c += pool.size())
+      std::memcpy(w + c * mat_bytes, one.data(), mat_bytes);
   });
   const DType at = ActivationType(s.type, precision);
   const size_t xb = RowBytes(at, s.cols);
@@ -91,11 +93,14 @@ Result Bench(ThreadPool& pool, const Shape& s, int n_tokens, ActPrecision precis
   const double t0 = Now();
   double t1 = t0;
   while (t1 - t0 < seconds || calls < copies) {
-    const MatrixView mv{s.type, s.rows, s.cols, w + (calls % copies) * mat_bytes, row_bytes,
-                        interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows};
+    const MatrixView mv{
+        s.type,    s.rows,
+        s.cols,    w + (calls % copies) * mat_bytes,
+        row_bytes, interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows};
     pool.Run([&](int i) {
       if (teams) {
-        MatMulQuantized(mv, at, xq.data(), xb, n_tokens, 0, s.rows, y.data() + i * s.rows * n_tokens, s.rows);
+        MatMulQuantized(mv, at, xq.data(), xb, n_tokens, 0, s.rows,
+                        y.data() + i * s.rows * n_tokens, s.rows);
         return;
       }
       int64_t r0, r1;
@@ -132,10 +137,12 @@ int main(int argc, char** argv) {
     ThreadPool pool(threads);
     const double bw = MeasureReadBandwidth(pool, size_t{512} << 20, 5) / 1e9;
     const double peak = MeasureInt8DotPeak(pool, 0.2, 3) / 1e9;
-    std::printf("\nthreads=%d  measured read bandwidth (512 MiB, best of 5): %.1f GB/s; int8 dot peak %.0f GOP/s\n",
-                threads, bw, peak);
-    std::printf("%-30s %6s %12s %8s %10s %10s %10s %10s\n", "shape (cols x rows)", "act", "layout", "n_tok",
-                "GB/s", "GFLOP/s", "GB/s / bw", "of peak");
+    std::printf(
+        "\nthreads=%d  measured read bandwidth (512 MiB, best of 5): %.1f GB/s; int8 dot peak %.0f "
+        "GOP/s\n",
+        threads, bw, peak);
+    std::printf("%-30s %6s %12s %8s %10s %10s %10s %10s\n", "shape (cols x rows)", "act", "layout",
+                "n_tok", "GB/s", "GFLOP/s", "GB/s / bw", "of peak");
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(filter) == std::string::npos) continue;
       for (int n_tokens : {1, 8, 16}) {
@@ -143,13 +150,15 @@ int main(int argc, char** argv) {
           for (ActPrecision p : {ActPrecision::kInt8, ActPrecision::kSplit16}) {
             const Result r = Bench(pool, s, n_tokens, p, seconds, inter);
             std::printf("%-30s %6s %12s %8d %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name,
-                        p == ActPrecision::kInt8 ? "int8" : "split16", inter ? "interleaved" : "rows",
-                        n_tokens, r.gbps, r.gflops, 100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
+                        p == ActPrecision::kInt8 ? "int8" : "split16",
+                        inter ? "interleaved" : "rows", n_tokens, r.gbps, r.gflops,
+                        100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
           }
           if (inter && n_tokens == 8 && threads > 1) {  // teams: weights read by every thread
             const Result r = Bench(pool, s, n_tokens, ActPrecision::kInt8, seconds, true, true);
-            std::printf("%-30s %6s %12s %8s %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name, "int8", "inter/teams",
-                        "8/thread", r.gbps, r.gflops, 100.0 * r.gbps / bw, 100.0 * r.gflops / peak);
+            std::printf("%-30s %6s %12s %8s %10.1f %10.1f %9.0f%% %9.0f%%\n", s.name, "int8",
+                        "inter/teams", "8/thread", r.gbps, r.gflops, 100.0 * r.gbps / bw,
+                        100.0 * r.gflops / peak);
           }
         }
       }

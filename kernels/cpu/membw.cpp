@@ -126,7 +126,9 @@ CrossCoreRead MeasureCrossCoreRead(ThreadPool& pool, size_t bytes, int repetitio
   bytes = std::max<size_t>(bytes / 4096, 1) * 4096;
   const bool avx2 = HasAvx2();
   uint64_t sink = 0;
-  auto read = [&](const char* p) { sink ^= avx2 ? cpu::ReadAllAvx2(p, bytes) : ReadAllScalar(p, bytes); };
+  auto read = [&](const char* p) {
+    sink ^= avx2 ? cpu::ReadAllAvx2(p, bytes) : ReadAllScalar(p, bytes);
+  };
   for (int r = 0; r < std::max(1, repetitions); ++r) {
     auto* buf = static_cast<char*>(std::aligned_alloc(4096, bytes));
     if (buf == nullptr) return best;

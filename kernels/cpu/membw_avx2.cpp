@@ -26,7 +26,8 @@ uint64_t XorAll(const void* p, size_t bytes) {
   }
   const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
   const __m128i b = _mm_xor_si128(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  return static_cast<uint64_t>(_mm_cvtsi128_si64(b)) ^ static_cast<uint64_t>(_mm_extract_epi64(b, 1));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(b)) ^
+         static_cast<uint64_t>(_mm_extract_epi64(b, 1));
 }
 
 }  // namespace

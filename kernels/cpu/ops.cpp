@@ -2,9 +2,8 @@
 // have AVX2 versions; Rope and Softmax are small per token and use the reference.
 #include "kernels/ops.h"
 
-#include "kernels/attention.h"
-
 #include "cpu/kernel_table.h"
+#include "kernels/attention.h"
 #include "ref/ref.h"
 
 namespace braid::kernels {
@@ -33,7 +32,8 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
                  float scale, float* scratch, float* out, const AttendNext* next) {
   const cpu::KernelTable& t = cpu::Kernels();
   if (next != nullptr) {
-    if (t.attend_next != nullptr && t.attend_next(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out, *next))
+    if (t.attend_next != nullptr &&
+        t.attend_next(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out, *next))
       return;
     PagedKv nk = kv;
     nk.block_table = next->block_table;
@@ -42,7 +42,8 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
   t.attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
 }
 
-float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile) {
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value,
+                 uint8_t* tile) {
   return cpu::Kernels().store_row_q8(x, head_dim, block_size, slot, value, tile);
 }
 
@@ -51,9 +52,11 @@ float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool va
 // bytes/s than the first tiles only, and more than fetching V as well.
 void AttendPrefetch(const PagedKv& kv, int head_dim, int kv_head, int len) {
   const size_t elem = KvElementBytes(kv.type);
-  const size_t tile = elem * static_cast<size_t>(kv.block_size) * head_dim;  // one head's rows of a block
+  const size_t tile =
+      elem * static_cast<size_t>(kv.block_size) * head_dim;  // one head's rows of a block
   for (int j = 0; j < len; j += kv.block_size) {
-    const char* p = static_cast<const char*>(kv.k) + elem * static_cast<size_t>(kv.TileOffset(kv_head, j));
+    const char* p =
+        static_cast<const char*>(kv.k) + elem * static_cast<size_t>(kv.TileOffset(kv_head, j));
     for (size_t o = 0; o < tile; o += 64) __builtin_prefetch(p + o, 0, 2);
   }
 }

@@ -28,8 +28,8 @@ __m256 Exp(__m256 x) {
   __m256 p = _mm256_set1_ps(kP5);
   for (float k : {kP4, kP3, kP2, kP1, kP0}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -47,8 +47,8 @@ void RmsNormAvx2(const float* x, const float* w, float eps, int64_t n, float* y)
   const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
   const __m256 vs = _mm256_set1_ps(scale);
   for (i = 0; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
-                                          _mm256_loadu_ps(w + i)));
+    _mm256_storeu_ps(
+        y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
   }
   for (; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
@@ -73,7 +73,8 @@ float DotF32Avx2(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     for (int k = 0; k < 4; ++k) {
-      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+      acc[k] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
     }
   }
   for (; i + 8 <= n; i += 8) {

@@ -1,11 +1,10 @@
 // 512-bit versions of elementwise ops of the decode step: RoPE (bit for bit
 // the reference: the same products and sums, no fused multiply-add) and SwiGLU
 // (the AVX2 version's exp on 16 lanes).
-#include "cpu/avx512.h"
-
 #include <cmath>
 #include <initializer_list>
 
+#include "cpu/avx512.h"
 #include "cpu/exp_cephes.h"
 #include "cpu/kernel_table.h"
 #include "ref/ref.h"
@@ -37,12 +36,13 @@ void RopeApplyAvx512(float* x, int n_rot, const float* cos, const float* sin, bo
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int i = 0; i < half; i += 16) {
     const __m512 v0 = _mm512_loadu_ps(x + 2 * i), v1 = _mm512_loadu_ps(x + 2 * i + 16);
     __m512 a, b;
-    rotate(_mm512_permutex2var_ps(v0, even, v1), _mm512_permutex2var_ps(v0, odd, v1), _mm512_loadu_ps(cos + i),
-           _mm512_loadu_ps(sin + i), &a, &b);
+    rotate(_mm512_permutex2var_ps(v0, even, v1), _mm512_permutex2var_ps(v0, odd, v1),
+           _mm512_loadu_ps(cos + i), _mm512_loadu_ps(sin + i), &a, &b);
     _mm512_storeu_ps(x + 2 * i, _mm512_permutex2var_ps(a, lo, b));
     _mm512_storeu_ps(x + 2 * i + 16, _mm512_permutex2var_ps(a, hi, b));
   }
@@ -69,7 +69,8 @@ void SwiGluAvx512(const float* gate, const float* up, int64_t n, float* out) {
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);
     const __m512 e = ExpClamped(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(
+        out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
   }
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

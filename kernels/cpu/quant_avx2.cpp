@@ -57,8 +57,10 @@ inline void Split32(const __m256i q[4], int8_t* hi, int8_t* lo) {
   // packs work within 128-bit lanes: the result holds 4-element runs in the order
   // [0 2 4 6 1 3 5 7] of the eight 4-element runs; the permute restores it.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256i hb = _mm256_packs_epi16(_mm256_packs_epi32(h[0], h[1]), _mm256_packs_epi32(h[2], h[3]));
-  const __m256i lb = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
+  const __m256i hb =
+      _mm256_packs_epi16(_mm256_packs_epi32(h[0], h[1]), _mm256_packs_epi32(h[2], h[3]));
+  const __m256i lb =
+      _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm256_permutevar8x32_epi32(hb, order));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm256_permutevar8x32_epi32(lb, order));
 }
@@ -118,7 +120,8 @@ inline __m256i Round8(const float* x, __m256 id) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), id);
   const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 away = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m256 away =
+      _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
   const __m256 unit = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));  // +-1, v's sign
   __m256 r = _mm256_add_ps(t, _mm256_and_ps(away, unit));
   r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
@@ -130,15 +133,18 @@ inline int32_t QuantizeSym8Block(const float* x, uint16_t* d_out, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
   // max(|x|, m): a NaN element leaves m as it is, as std::max in the reference.
-  for (int k = 0; k < 4; ++k) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), m);
+  for (int k = 0; k < 4; ++k)
+    m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), m);
   // F16C in registers: the same rounding (to nearest even) as Fp32ToFp16, without a call per block.
-  const uint16_t d16 = static_cast<uint16_t>(_cvtss_sh(Hmax(m) / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  const uint16_t d16 =
+      static_cast<uint16_t>(_cvtss_sh(Hmax(m) / 127.0f, _MM_FROUND_TO_NEAREST_INT));
   const float d = _cvtsh_ss(d16);
   const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
   __m256i r[4];
   for (int k = 0; k < 4; ++k) r[k] = Round8(x + 8 * k, vid);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // see Split32
-  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  const __m256i b =
+      _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(b, order));
   *d_out = d16;
   return HsumI32(_mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));

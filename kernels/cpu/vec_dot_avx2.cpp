@@ -38,8 +38,11 @@ inline __m256i DotSplitx2(__m256i u1, __m256i h1, __m256i l1, __m256i u2, __m256
                           _mm256_madd_epi16(pl, _mm256_set1_epi16(1)));
 }
 
+// vec_dot_simd.inc defines what decode_simd.inc uses.
+// clang-format off
 #include "cpu/vec_dot_simd.inc"
 #include "cpu/decode_simd.inc"
+// clang-format on
 
 }  // namespace
 

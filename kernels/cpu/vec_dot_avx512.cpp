@@ -31,12 +31,16 @@ inline __m256i DotSplit(__m256i u, __m256i hi, __m256i lo) {
 
 // 128 * (u1.h1 + u2.h2) + (u1.l1 + u2.l2).
 inline __m256i DotSplitx2(__m256i u1, __m256i h1, __m256i l1, __m256i u2, __m256i h2, __m256i l2) {
-  const __m256i h = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1, h1), u2, h2);
+  const __m256i h =
+      _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1, h1), u2, h2);
   return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_slli_epi32(h, 7), u1, l1), u2, l2);
 }
 
+// vec_dot_simd.inc defines what decode_simd.inc uses.
+// clang-format off
 #include "cpu/vec_dot_simd.inc"
 #include "cpu/decode_simd.inc"
+// clang-format on
 
 }  // namespace
 

@@ -72,13 +72,26 @@ int DequantizeRow(DType type, const void* src, float* dst, int64_t n, void* stre
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const auto* u8 = static_cast<const uint8_t*>(src);
   switch (type) {
-    case DType::kQ4_0: DequantQ4_0<<<blocks, threads, 0, s>>>(u8, dst, n); break;
-    case DType::kQ4_1: DequantQ4_1<<<blocks, threads, 0, s>>>(u8, dst, n); break;
-    case DType::kQ8_0: DequantQ8_0<<<blocks, threads, 0, s>>>(u8, dst, n); break;
-    case DType::kF16: DequantF16<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), dst, n); break;
-    case DType::kBF16: DequantBF16<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), dst, n); break;
-    case DType::kF32: CopyF32<<<blocks, threads, 0, s>>>(static_cast<const float*>(src), dst, n); break;
-    default: return -1;
+    case DType::kQ4_0:
+      DequantQ4_0<<<blocks, threads, 0, s>>>(u8, dst, n);
+      break;
+    case DType::kQ4_1:
+      DequantQ4_1<<<blocks, threads, 0, s>>>(u8, dst, n);
+      break;
+    case DType::kQ8_0:
+      DequantQ8_0<<<blocks, threads, 0, s>>>(u8, dst, n);
+      break;
+    case DType::kF16:
+      DequantF16<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), dst, n);
+      break;
+    case DType::kBF16:
+      DequantBF16<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), dst, n);
+      break;
+    case DType::kF32:
+      CopyF32<<<blocks, threads, 0, s>>>(static_cast<const float*>(src), dst, n);
+      break;
+    default:
+      return -1;
   }
   return static_cast<int>(cudaGetLastError());
 }

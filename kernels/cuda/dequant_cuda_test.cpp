@@ -22,7 +22,8 @@ int main() {
   std::mt19937 rng(7);
   const int64_t n = 32 * 1024;
   int failures = 0;
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
     const size_t bytes = RowBytes(t, n);
     std::vector<uint8_t> raw(bytes);
     for (auto& b : raw) b = static_cast<uint8_t>(rng());
@@ -34,15 +35,22 @@ int main() {
       auto put16 = [&](uint8_t* q, uint16_t v) { std::memcpy(q, &v, 2); };
       if (t == DType::kF16) put16(p, Fp32ToFp16(u(rng)));
       if (t == DType::kBF16) put16(p, Fp32ToBf16(u(rng)));
-      if (t == DType::kF32) { float f = u(rng); std::memcpy(p, &f, 4); }
+      if (t == DType::kF32) {
+        float f = u(rng);
+        std::memcpy(p, &f, 4);
+      }
       if (t == DType::kQ4_0 || t == DType::kQ8_0) put16(p, Fp32ToFp16(u(rng) * 0.1f));
-      if (t == DType::kQ4_1) { put16(p, Fp32ToFp16(u(rng) * 0.1f)); put16(p + 2, Fp32ToFp16(u(rng))); }
+      if (t == DType::kQ4_1) {
+        put16(p, Fp32ToFp16(u(rng) * 0.1f));
+        put16(p + 2, Fp32ToFp16(u(rng)));
+      }
     }
     std::vector<float> want(n), got(n);
     DequantizeRow(t, raw.data(), want.data(), n);
     void* dsrc = nullptr;
     float* ddst = nullptr;
-    if (cudaMalloc(&dsrc, bytes) != cudaSuccess || cudaMalloc(&ddst, n * sizeof(float)) != cudaSuccess) {
+    if (cudaMalloc(&dsrc, bytes) != cudaSuccess ||
+        cudaMalloc(&ddst, n * sizeof(float)) != cudaSuccess) {
       std::printf("cudaMalloc failed\n");
       return 1;
     }

@@ -525,7 +525,7 @@ int main() {
   TestAttention(64, 32, 8, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3);
   TestAttention(128, 32, 8, false, false, 3, 1);  // one key in flight
-  TestAttention(128, 12, 2, true, true, 1);  // qwen2: 6 query heads per KV head, biases
+  TestAttention(128, 12, 2, true, true, 1);       // qwen2: 6 query heads per KV head, biases
   TestAttention(16, 4, 2, true, false, 2);
   TestAttention(32, 8, 8, false, true, 1);
   const cudaError_t e = cudaDeviceSynchronize();

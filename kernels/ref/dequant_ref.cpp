@@ -107,7 +107,8 @@ void DequantQ8_K(const BlockQ8_K* x, float* y, int64_t n) {
 template <typename Block, int B>
 void DequantQ16(const Block* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / B; ++i) {
-    for (int j = 0; j < B; ++j) y[i * B + j] = x[i].d * static_cast<float>(Q16(x[i].hi, x[i].lo, j));
+    for (int j = 0; j < B; ++j)
+      y[i * B + j] = x[i].d * static_cast<float>(Q16(x[i].hi, x[i].lo, j));
   }
 }
 
@@ -128,16 +129,26 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(b[i]);
       return;
     }
-    case DType::kQ4_0: return DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-    case DType::kQ4_1: return DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, n);
-    case DType::kQ8_0: return DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-    case DType::kQ8_1: return DequantQ8_1(static_cast<const BlockQ8_1*>(src), dst, n);
-    case DType::kQ4_K: return DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
-    case DType::kQ6_K: return DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
-    case DType::kQ8_K: return DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
-    case DType::kQ16_0: return DequantQ16<BlockQ16_0, kQK>(static_cast<const BlockQ16_0*>(src), dst, n);
-    case DType::kQ16_1: return DequantQ16<BlockQ16_1, kQK>(static_cast<const BlockQ16_1*>(src), dst, n);
-    case DType::kQ16_K: return DequantQ16<BlockQ16_K, kQKK>(static_cast<const BlockQ16_K*>(src), dst, n);
+    case DType::kQ4_0:
+      return DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
+    case DType::kQ4_1:
+      return DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case DType::kQ8_0:
+      return DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case DType::kQ8_1:
+      return DequantQ8_1(static_cast<const BlockQ8_1*>(src), dst, n);
+    case DType::kQ4_K:
+      return DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
+    case DType::kQ6_K:
+      return DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
+    case DType::kQ8_K:
+      return DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
+    case DType::kQ16_0:
+      return DequantQ16<BlockQ16_0, kQK>(static_cast<const BlockQ16_0*>(src), dst, n);
+    case DType::kQ16_1:
+      return DequantQ16<BlockQ16_1, kQK>(static_cast<const BlockQ16_1*>(src), dst, n);
+    case DType::kQ16_K:
+      return DequantQ16<BlockQ16_K, kQKK>(static_cast<const BlockQ16_K*>(src), dst, n);
   }
   assert(false && "DequantizeRow: unsupported type");
 }

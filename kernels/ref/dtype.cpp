@@ -25,13 +25,21 @@ struct Entry {
 
 // Block sizes from ggml-common.h (QK4_0 = QK4_1 = QK8_0 = QK8_1 = 32, QK_K = 256).
 constexpr Entry kTypes[] = {
-    {0, {"f32", 1, 4}},       {1, {"f16", 1, 2}},         {2, {"q4_0", 32, 18}},
-    {3, {"q4_1", 32, 20}},    {8, {"q8_0", 32, 34}},      {9, {"q8_1", 32, 36}},
-    {12, {"q4_K", 256, 144}}, {14, {"q6_K", 256, 210}},   {15, {"q8_K", 256, 292}},
+    {0, {"f32", 1, 4}},
+    {1, {"f16", 1, 2}},
+    {2, {"q4_0", 32, 18}},
+    {3, {"q4_1", 32, 20}},
+    {8, {"q8_0", 32, 34}},
+    {9, {"q8_1", 32, 36}},
+    {12, {"q4_K", 256, 144}},
+    {14, {"q6_K", 256, 210}},
+    {15, {"q8_K", 256, 292}},
     {30, {"bf16", 1, 2}},
     // Braid-internal split 16-bit activations (blocks.h): fp32 d, int8 hi[], int8 lo[],
     // plus the int32 sum (Q16_1) or the 16 int32 group sums (Q16_K).
-    {1000, {"q16_0", 32, 68}}, {1001, {"q16_1", 32, 72}}, {1002, {"q16_K", 256, 580}},
+    {1000, {"q16_0", 32, 68}},
+    {1001, {"q16_1", 32, 72}},
+    {1002, {"q16_K", 256, 580}},
 };
 
 }  // namespace
@@ -57,8 +65,7 @@ float Fp16ToFp32(uint16_t h) {
   const uint32_t two_w = w + w;
   const float normalized = FromBits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   const float denormalized = FromBits((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t result =
-      sign | (two_w < (1u << 27) ? ToBits(denormalized) : ToBits(normalized));
+  const uint32_t result = sign | (two_w < (1u << 27) ? ToBits(denormalized) : ToBits(normalized));
   return FromBits(result);
 }
 

@@ -46,25 +46,37 @@ ActBlock Act(DType act, const void* xq, int64_t b, const int32_t* w) {
     case DType::kQ8_0: {
       const auto& x = static_cast<const BlockQ8_0*>(xq)[b];
       a.dx = Fp16ToFp32(x.d);
-      for (int i = 0; i < kQK; ++i) { sum += x.qs[i]; dot += int64_t{w[i]} * x.qs[i]; }
+      for (int i = 0; i < kQK; ++i) {
+        sum += x.qs[i];
+        dot += int64_t{w[i]} * x.qs[i];
+      }
       break;
     }
     case DType::kQ8_1: {
       const auto& x = static_cast<const BlockQ8_1*>(xq)[b];
       a.dx = Fp16ToFp32(x.d);
-      for (int i = 0; i < kQK; ++i) { sum += x.qs[i]; dot += int64_t{w[i]} * x.qs[i]; }
+      for (int i = 0; i < kQK; ++i) {
+        sum += x.qs[i];
+        dot += int64_t{w[i]} * x.qs[i];
+      }
       break;
     }
     case DType::kQ16_0: {
       const auto& x = static_cast<const BlockQ16_0*>(xq)[b];
       a.dx = x.d;
-      for (int i = 0; i < kQK; ++i) { sum += Q16(x.hi, x.lo, i); dot += int64_t{w[i]} * Q16(x.hi, x.lo, i); }
+      for (int i = 0; i < kQK; ++i) {
+        sum += Q16(x.hi, x.lo, i);
+        dot += int64_t{w[i]} * Q16(x.hi, x.lo, i);
+      }
       break;
     }
     case DType::kQ16_1: {
       const auto& x = static_cast<const BlockQ16_1*>(xq)[b];
       a.dx = x.d;
-      for (int i = 0; i < kQK; ++i) { sum += Q16(x.hi, x.lo, i); dot += int64_t{w[i]} * Q16(x.hi, x.lo, i); }
+      for (int i = 0; i < kQK; ++i) {
+        sum += Q16(x.hi, x.lo, i);
+        dot += int64_t{w[i]} * Q16(x.hi, x.lo, i);
+      }
       break;
     }
     default:

@@ -118,12 +118,14 @@ float QuantizeQuery(const float* q, int head_dim, int8_t* qi, int32_t* sum) {
   return row.scale;
 }
 
-float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value, uint8_t* tile) {
+float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value,
+                 uint8_t* tile) {
   const Sym8Row row(x, head_dim);
   for (int i = 0; i < head_dim; ++i) {
     const int q = row(x[i]);
     if (value) {
-      tile[(slot / 4) * 4 * head_dim + 4 * i + slot % 4] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      tile[(slot / 4) * 4 * head_dim + 4 * i + slot % 4] =
+          static_cast<uint8_t>(static_cast<int8_t>(q));
     } else {
       tile[(i / 4) * 4 * block_size + 4 * slot + i % 4] = static_cast<uint8_t>(q + 128);
     }
@@ -181,7 +183,8 @@ void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_he
 // s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
-  if (kv.type == KvType::kQ8) return AttendPagedQ8(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
+  if (kv.type == KvType::kQ8)
+    return AttendPagedQ8(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
   // Row j of K or V as fp32 (gathered into `buf` when the cache holds fp16 or
   // K tiles are dimension-major).
   std::vector<float> buf(static_cast<size_t>(head_dim));
@@ -191,8 +194,9 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
     const int64_t step = k ? kv.KDimStride() : 1;
     if (kv.type == KvType::kF32 && step == 1) return static_cast<const float*>(base) + off;
     for (int i = 0; i < head_dim; ++i) {
-      buf[i] = kv.type == KvType::kF32 ? static_cast<const float*>(base)[off + i * step]
-                                       : Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]);
+      buf[i] = kv.type == KvType::kF32
+                   ? static_cast<const float*>(base)[off + i * step]
+                   : Fp16ToFp32(static_cast<const uint16_t*>(base)[off + i * step]);
     }
     return buf.data();
   };

@@ -127,7 +127,8 @@ void QuantizeQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) {
       sc[j] = static_cast<uint8_t>(std::clamp(d > 0 ? (int)std::lround(scale[j] / d) : 0, 0, 63));
-      m[j] = static_cast<uint8_t>(std::clamp(dmin > 0 ? (int)std::lround(offset[j] / dmin) : 0, 0, 63));
+      m[j] = static_cast<uint8_t>(
+          std::clamp(dmin > 0 ? (int)std::lround(offset[j] / dmin) : 0, 0, 63));
     }
     std::memset(y[i].scales, 0, 12);
     for (int j = 0; j < 8; ++j) {
@@ -193,9 +194,11 @@ void QuantizeQ6_K(const float* x, BlockQ6_K* y, int64_t n) {
       const uint8_t* qq = q + 128 * h;
       for (int l = 0; l < 32; ++l) {
         y[i].ql[64 * h + l] = static_cast<uint8_t>((qq[l] & 15) | ((qq[l + 64] & 15) << 4));
-        y[i].ql[64 * h + l + 32] = static_cast<uint8_t>((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
-        y[i].qh[32 * h + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
-                                                   ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
+        y[i].ql[64 * h + l + 32] =
+            static_cast<uint8_t>((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
+        y[i].qh[32 * h + l] =
+            static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
+                                 ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
       }
     }
   }
@@ -234,7 +237,8 @@ void QuantizeRowQ8_K(const float* x, void* dst, int64_t n) {
 
 void QuantizeRowQ16_0(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ16_0*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) QuantizeSplit16(x + i * kQK, kQK, &y[i].d, y[i].hi, y[i].lo);
+  for (int64_t i = 0; i < n / kQK; ++i)
+    QuantizeSplit16(x + i * kQK, kQK, &y[i].d, y[i].hi, y[i].lo);
 }
 
 void QuantizeRowQ16_1(const float* x, void* dst, int64_t n) {
@@ -258,20 +262,31 @@ void QuantizeRowQ16_K(const float* x, void* dst, int64_t n) {
 
 void QuantizeActivations(DType act_type, const float* x, void* dst, int64_t n) {
   switch (act_type) {
-    case DType::kF32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
-    case DType::kQ8_0: return QuantizeRowQ8_0(x, dst, n);
-    case DType::kQ8_1: return QuantizeRowQ8_1(x, dst, n);
-    case DType::kQ8_K: return QuantizeRowQ8_K(x, dst, n);
-    case DType::kQ16_0: return QuantizeRowQ16_0(x, dst, n);
-    case DType::kQ16_1: return QuantizeRowQ16_1(x, dst, n);
-    case DType::kQ16_K: return QuantizeRowQ16_K(x, dst, n);
-    default: assert(false && "QuantizeActivations: not an activation type");
+    case DType::kF32:
+      std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kQ8_0:
+      return QuantizeRowQ8_0(x, dst, n);
+    case DType::kQ8_1:
+      return QuantizeRowQ8_1(x, dst, n);
+    case DType::kQ8_K:
+      return QuantizeRowQ8_K(x, dst, n);
+    case DType::kQ16_0:
+      return QuantizeRowQ16_0(x, dst, n);
+    case DType::kQ16_1:
+      return QuantizeRowQ16_1(x, dst, n);
+    case DType::kQ16_K:
+      return QuantizeRowQ16_K(x, dst, n);
+    default:
+      assert(false && "QuantizeActivations: not an activation type");
   }
 }
 
 void QuantizeWeights(DType type, const float* x, void* dst, int64_t n) {
   switch (type) {
-    case DType::kF32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::kF32:
+      std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+      return;
     case DType::kF16: {
       auto* h = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(x[i]);
@@ -282,12 +297,18 @@ void QuantizeWeights(DType type, const float* x, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) b[i] = Fp32ToBf16(x[i]);
       return;
     }
-    case DType::kQ4_0: return QuantizeQ4_0(x, static_cast<BlockQ4_0*>(dst), n);
-    case DType::kQ4_1: return QuantizeQ4_1(x, static_cast<BlockQ4_1*>(dst), n);
-    case DType::kQ8_0: return QuantizeRowQ8_0(x, dst, n);
-    case DType::kQ4_K: return QuantizeQ4_K(x, static_cast<BlockQ4_K*>(dst), n);
-    case DType::kQ6_K: return QuantizeQ6_K(x, static_cast<BlockQ6_K*>(dst), n);
-    default: assert(false && "QuantizeWeights: unsupported type");
+    case DType::kQ4_0:
+      return QuantizeQ4_0(x, static_cast<BlockQ4_0*>(dst), n);
+    case DType::kQ4_1:
+      return QuantizeQ4_1(x, static_cast<BlockQ4_1*>(dst), n);
+    case DType::kQ8_0:
+      return QuantizeRowQ8_0(x, dst, n);
+    case DType::kQ4_K:
+      return QuantizeQ4_K(x, static_cast<BlockQ4_K*>(dst), n);
+    case DType::kQ6_K:
+      return QuantizeQ6_K(x, static_cast<BlockQ6_K*>(dst), n);
+    default:
+      assert(false && "QuantizeWeights: unsupported type");
   }
 }
 

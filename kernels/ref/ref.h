@@ -40,7 +40,8 @@ float VecDot(DType weight_type, DType act_type, int64_t n, const void* w_row, co
 bool Interleavable(DType type);
 size_t InterleavedGroupBytes(DType type, int64_t cols);  // bytes per 16-row group
 // rows x cols of `type` (rows row_bytes apart) -> ceil(rows / 16) groups at dst.
-void Interleave(DType type, const void* src, size_t row_bytes, int64_t rows, int64_t cols, void* dst);
+void Interleave(DType type, const void* src, size_t row_bytes, int64_t rows, int64_t cols,
+                void* dst);
 // y[t * ldy + r] for r in [r0, r1), t < n_tokens, from an interleaved matrix and
 // quantized activation rows (ActivationType(type, p)) xq_row_bytes apart.
 void MatMulInterleaved(DType type, const void* w, int64_t cols, DType act, const void* xq,

@@ -82,8 +82,8 @@ Status Dag::AddInput(NodeId n, VarId v) {
       std::string names;
       for (NodeId x : path) names += node(x).Name() + " -> ";
       names += nd.Name();
-      return Status::InvalidArgument("dependency on '" + var(v).name + "' (variable " + std::to_string(v) +
-                                     ") would make a cycle: " + names);
+      return Status::InvalidArgument("dependency on '" + var(v).name + "' (variable " +
+                                     std::to_string(v) + ") would make a cycle: " + names);
     }
     boost::add_edge(p - 1, n - 1, graph_->g);
   }
@@ -155,9 +155,9 @@ std::optional<std::vector<NodeId>> Dag::FindCycle() const {
   vis.parent = &parent;
   vis.back = &back;
   std::vector<boost::default_color_type> colors(n);
-  boost::depth_first_search(
-      graph_->g, boost::visitor(vis).color_map(boost::make_iterator_property_map(
-                     colors.begin(), boost::get(boost::vertex_index, graph_->g))));
+  boost::depth_first_search(graph_->g,
+                            boost::visitor(vis).color_map(boost::make_iterator_property_map(
+                                colors.begin(), boost::get(boost::vertex_index, graph_->g))));
   if (!back) return std::nullopt;
   // back = (u, v): v is an ancestor of u in the DFS tree; the cycle is v .. u.
   std::vector<NodeId> cycle;

@@ -68,8 +68,10 @@ bool Pending(const DagNode& n) {
 
 }  // namespace
 
-Status DeduceGoals(Dag& dag, VarId target, const GetOptions& options, const DeductionParams& params) {
-  if (!dag.HasVar(target)) return Status::InvalidArgument("unknown variable " + std::to_string(target));
+Status DeduceGoals(Dag& dag, VarId target, const GetOptions& options,
+                   const DeductionParams& params) {
+  if (!dag.HasVar(target))
+    return Status::InvalidArgument("unknown variable " + std::to_string(target));
   const NodeId root = dag.var(target).producer;
   if (root == 0) return Status::Ok();  // a literal or host-set variable: nothing to run
   std::vector<NodeId> order;

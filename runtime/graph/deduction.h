@@ -40,15 +40,16 @@ struct CostModel {
 int PriorityForSlack(double slack_ms);
 
 struct DeductionParams {
-  double now_ms = 0;                                  // the run's clock
-  std::function<double(const DagNode&)> cost_ms;      // estimated cost of a node
-  bool groups = true;                                 // false in baseline mode
-  bool goals = true;                                  // false in baseline mode (all throughput)
-  int* next_group = nullptr;                          // group id counter (run-wide)
+  double now_ms = 0;                              // the run's clock
+  std::function<double(const DagNode&)> cost_ms;  // estimated cost of a node
+  bool groups = true;                             // false in baseline mode
+  bool goals = true;                              // false in baseline mode (all throughput)
+  int* next_group = nullptr;                      // group id counter (run-wide)
 };
 
 // Applies the rules above for Want(target, options). Errors: unknown target
 // (naming it), a cycle upstream (naming its nodes).
-Status DeduceGoals(Dag& dag, VarId target, const GetOptions& options, const DeductionParams& params);
+Status DeduceGoals(Dag& dag, VarId target, const GetOptions& options,
+                   const DeductionParams& params);
 
 }  // namespace braid::rt

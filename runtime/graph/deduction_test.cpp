@@ -1,10 +1,11 @@
 // Golden DAGs for goal deduction: labels, task groups and deadline numbers.
+#include "graph/deduction.h"
+
 #include <doctest/doctest.h>
 
 #include <map>
 
 #include "exec/prefix_groups.h"
-#include "graph/deduction.h"
 
 using namespace braid;
 using namespace braid::rt;
@@ -39,7 +40,8 @@ struct Golden {
     out[name] = v;
     return v;
   }
-  Status Want(const std::string& label, Criteria c, std::optional<double> deadline = {}, double now = 0) {
+  Status Want(const std::string& label, Criteria c, std::optional<double> deadline = {},
+              double now = 0) {
     DeductionParams p;
     p.now_ms = now;
     p.cost_ms = [this](const DagNode& n) { return cost.at(n.label); };
@@ -93,20 +95,20 @@ TEST_CASE("deduction: throughput never downgrades latency; latency upgrades thro
   g.Add("c", {"doc"}, 10);
   REQUIRE(g.Want("a", Criteria::kLatency).ok());
   REQUIRE(g.Want("b", Criteria::kThroughput).ok());
-  CHECK(g.N("a").goal == Criteria::kLatency);   // already deduced latency: kept
+  CHECK(g.N("a").goal == Criteria::kLatency);  // already deduced latency: kept
   CHECK(g.N("b").goal == Criteria::kThroughput);
   REQUIRE(g.Want("c", Criteria::kThroughput).ok());
   CHECK(g.N("c").goal == Criteria::kThroughput);
   REQUIRE(g.Want("c", Criteria::kLatency).ok());
-  CHECK(g.N("c").goal == Criteria::kLatency);   // a later latency want upgrades
-  CHECK(g.N("a").group == 0);                   // single producers form no group
+  CHECK(g.N("c").goal == Criteria::kLatency);  // a later latency want upgrades
+  CHECK(g.N("a").group == 0);                  // single producers form no group
 }
 
 TEST_CASE("deduction: groups only of independent siblings") {
   Golden g;
   g.Lit("doc");
   g.Add("a", {"doc"}, 10);
-  g.Add("b", {"a"}, 10);        // b depends on a
+  g.Add("b", {"a"}, 10);  // b depends on a
   g.Add("c", {"doc"}, 10);
   g.Add("z", {"a", "b", "c"}, 10);
   REQUIRE(g.Want("z", Criteria::kThroughput).ok());
@@ -143,7 +145,8 @@ TEST_CASE("deduction: deadline split along the critical path (map-reduce)") {
   CHECK(!g.N("title").latest_finish_ms.has_value());
 }
 
-TEST_CASE("deduction: deadline on a chain, tighter deadlines win, infeasible gives negative slack") {
+TEST_CASE(
+    "deduction: deadline on a chain, tighter deadlines win, infeasible gives negative slack") {
   Golden g;
   g.Lit("q");
   g.Add("a", {"q"}, 200);
@@ -188,7 +191,8 @@ TEST_CASE("dag: unknown target, cycles named, downstream order") {
   CHECK(g.dag.AddInput(g.node["h"], g.out["b"]).ok());
   Status s = g.dag.AddInput(g.node["a"], g.out["h"]);
   REQUIRE(!s.ok());
-  CHECK(s.message() == "dependency on 'h.out' (variable 4) would make a cycle: a#1 -> b#2 -> h#3 -> a#1");
+  CHECK(s.message() ==
+        "dependency on 'h.out' (variable 4) would make a cycle: a#1 -> b#2 -> h#3 -> a#1");
   CHECK(!g.dag.FindCycle().has_value());
   CHECK(g.dag.Downstream(g.node["a"]) == std::vector<NodeId>{g.node["b"], g.node["h"]});
   CHECK(g.dag.Producers(g.node["h"]) == std::vector<NodeId>{g.node["b"]});
@@ -230,6 +234,7 @@ TEST_CASE("dag: a 200,000-node chain: walks are iterative, groups see indirect d
   CHECK(g.dag.Downstream(g.node["n0"]).size() == static_cast<size_t>(n));  // the chain's rest + z
   Status s = g.dag.AddInput(g.node["n0"], g.out["n5"]);
   REQUIRE(!s.ok());
-  CHECK(s.message().find("would make a cycle: n0#1 -> n1#2 -> n2#3 -> n3#4 -> n4#5 -> n5#6 -> n0#1") !=
+  CHECK(s.message().find(
+            "would make a cycle: n0#1 -> n1#2 -> n2#3 -> n3#4 -> n4#5 -> n5#6 -> n0#1") !=
         std::string::npos);
 }

@@ -22,7 +22,7 @@ struct StoredRun {
   std::string id;
   std::string program;
   std::vector<std::string> args;
-  std::string status;        // "running", "done", "failed"
+  std::string status;  // "running", "done", "failed"
   std::string error;
   double created_unix = 0;
   // A digest of the program's source (rt::ProgramHash) when the run was
@@ -52,7 +52,7 @@ struct RunTotals {
 
 // A finished call, found again on resume by its key.
 struct StoredCall {
-  std::string key;           // "path#index#function#input-hash"
+  std::string key;  // "path#index#function#input-hash"
   std::string function;
   std::map<std::string, std::string> outputs;  // output name -> value
 };

@@ -80,7 +80,7 @@ struct EngineOptions {
   // admitted only while every running one keeps room for all of its output,
   // and one that does not continue an expected context may not evict one.
   bool anti_thrash = false;
-  int max_waiting = 4096;           // queued requests beyond which Submit refuses
+  int max_waiting = 4096;  // queued requests beyond which Submit refuses
   // Admission order: "fcfs", "priority", "vtc" (fair sharing between
   // clients, with `fairness`), "lpm" (longest cached prefix first, as
   // SGLang) or "plas" (program-level least attained service across all

@@ -10,10 +10,10 @@
 namespace braid {
 
 struct SamplingParams {
-  float temperature = 0.8f;    // 0 = greedy
-  int top_k = 40;              // 0 = off
-  float top_p = 0.95f;         // 1 = off
-  float min_p = 0.05f;         // 0 = off; relative to the most likely token
+  float temperature = 0.8f;         // 0 = greedy
+  int top_k = 40;                   // 0 = off
+  float top_p = 0.95f;              // 1 = off
+  float min_p = 0.05f;              // 0 = off; relative to the most likely token
   float repetition_penalty = 1.0f;  // 1 = off; CTRL-style divide/multiply of seen tokens' logits
   int penalty_last_n = 64;          // window for the three penalties (-1 = whole context)
   float frequency_penalty = 0.0f;   // OpenAI-style: logit -= count * f
@@ -25,8 +25,8 @@ struct SamplingParams {
   // a label's "Summary:" followed by a newline then does not end a gen
   // with stop="\n" at once. 0..max_tokens.
   int min_tokens = 0;
-  std::vector<std::string> stop;    // stop strings (not included in the output)
-  std::vector<int32_t> stop_tokens; // extra stop ids (besides the model's EOG ids)
+  std::vector<std::string> stop;     // stop strings (not included in the output)
+  std::vector<int32_t> stop_tokens;  // extra stop ids (besides the model's EOG ids)
   bool ignore_eos = false;
 
   static SamplingParams Greedy() {

@@ -33,7 +33,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
   static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
@@ -63,16 +65,25 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}            // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {     // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok() && "Result built from an ok Status needs a value");
   }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -89,10 +100,10 @@ class [[nodiscard]] Result {
 #define BRAID_CONCAT(a, b) BRAID_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not ok.
-#define BRAID_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::braid::Status _braid_s = (expr);         \
-    if (!_braid_s.ok()) return _braid_s;       \
+#define BRAID_RETURN_IF_ERROR(expr)      \
+  do {                                   \
+    ::braid::Status _braid_s = (expr);   \
+    if (!_braid_s.ok()) return _braid_s; \
   } while (0)
 
 // `BRAID_ASSIGN_OR_RETURN(auto x, MakeX());` unwraps a Result or returns its Status.

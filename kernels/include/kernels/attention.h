@@ -34,16 +34,18 @@ namespace braid::kernels {
 // both products are exact int32 dot products (AttendPaged below).
 enum class KvType { kF32, kF16, kQ8 };
 // Bytes of one cached element (kQ8: not counting the row scales).
-inline constexpr size_t KvElementBytes(KvType t) { return t == KvType::kF32 ? 4 : t == KvType::kF16 ? 2 : 1; }
+inline constexpr size_t KvElementBytes(KvType t) {
+  return t == KvType::kF32 ? 4 : t == KvType::kF16 ? 2 : 1;
+}
 
 struct PagedKv {
   const void* k = nullptr;  // float or uint16_t (fp16) elements, per `type`
   const void* v = nullptr;
   const int32_t* block_table = nullptr;
   int block_size = 0;
-  int64_t block_stride = 0;  // elements between consecutive blocks
-  int64_t head_stride = 0;   // elements between KV heads within a block
-  int64_t row_stride = 0;    // elements between consecutive slots of one head
+  int64_t block_stride = 0;   // elements between consecutive blocks
+  int64_t head_stride = 0;    // elements between KV heads within a block
+  int64_t row_stride = 0;     // elements between consecutive slots of one head
   bool k_transposed = false;  // K tiles dimension-major (above)
   KvType type = KvType::kF32;
   // kQ8 only: the rows' scales, position j of KV head g at

@@ -57,7 +57,7 @@ struct DecodeAttentionArgs {
   float* partial = nullptr;            // n_split > 1: [n, n_head, n_split, hd + 2] workspace
   int* counters = nullptr;             // n_split > 1: [n, n_kv] zeros, left zero
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
-  int n_split = 1;  // key ranges per (token, KV head) (<= 32), merged by the last to finish
+  int n_split = 1;         // key ranges per (token, KV head) (<= 32), merged by the last to finish
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
   float scale = 0;
   // Cascade (shared-prefix) attention: with key_start [tokens] set, token t

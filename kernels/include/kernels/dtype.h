@@ -15,7 +15,7 @@ enum class DType : uint32_t {
   kQ4_0 = 2,
   kQ4_1 = 3,
   kQ8_0 = 8,
-  kQ8_1 = 9,   // activation type only (the Q4_1 dot product partner)
+  kQ8_1 = 9,  // activation type only (the Q4_1 dot product partner)
   kQ4_K = 12,
   kQ6_K = 14,
   kQ8_K = 15,  // activation type only (the K-quant dot product partner)
@@ -32,9 +32,9 @@ enum class DType : uint32_t {
 inline constexpr uint32_t kFirstInternalTypeId = 1000;
 
 struct DTypeInfo {
-  const char* name;     // "q4_1"
-  int block_elems;      // elements per block (1 for plain floats)
-  int block_bytes;      // bytes per block
+  const char* name;  // "q4_1"
+  int block_elems;   // elements per block (1 for plain floats)
+  int block_bytes;   // bytes per block
 };
 
 // Info for a GGUF type id or a Braid-internal activation type id, or nullptr

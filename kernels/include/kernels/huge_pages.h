@@ -23,7 +23,9 @@ struct LargeAllocator {
   T* allocate(size_t n) { return static_cast<T*>(AllocateLarge(n * sizeof(T))); }
   void deallocate(T* p, size_t) { std::free(p); }
   template <typename U>
-  bool operator==(const LargeAllocator<U>&) const { return true; }
+  bool operator==(const LargeAllocator<U>&) const {
+    return true;
+  }
 };
 
 // `bytes` of zeroed memory, 2 MiB aligned and advised as huge pages, whose

@@ -77,7 +77,7 @@ void PrefetchRows(const MatrixView& w, int64_t r0, int64_t r1);
 
 // Exact path: fp32 activations [n_tokens, cols]; each weight row is
 // dequantized to fp32 into `scratch` (cols floats, per thread) and dotted in fp32.
-void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1,
-               float* y, int64_t ldy, float* scratch);
+void MatMulF32(const MatrixView& w, const float* x, int n_tokens, int64_t r0, int64_t r1, float* y,
+               int64_t ldy, float* scratch);
 
 }  // namespace braid::kernels

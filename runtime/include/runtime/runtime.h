@@ -29,7 +29,7 @@
 
 namespace braid::rt {
 
-using VarId = uint64_t;   // 0 = no variable
+using VarId = uint64_t;  // 0 = no variable
 using NodeId = uint64_t;
 
 enum class VarState { kPending, kReady, kFailed, kCancelled };
@@ -72,12 +72,12 @@ struct OutputSpec {
   //    choices the model finds likely anywhere do not win by that alone).
   enum class Scoring { kMean, kSum, kUnconditional };
   Scoring scoring = Scoring::kMean;
-  std::string pattern;               // regex
+  std::string pattern;  // regex
 };
 
 struct FunctionSpec {
-  std::string name;     // for errors, the live view and resume keys
-  std::string system;   // chat-style when non-empty (the model's chat template is used)
+  std::string name;    // for errors, the live view and resume keys
+  std::string system;  // chat-style when non-empty (the model's chat template is used)
   // The template text: literal text ("{{{{" for a literal "{{"), {{input}}
   // and output placeholders.
   std::string prompt;
@@ -100,8 +100,8 @@ class SemanticFunction {
   struct Piece {
     enum class Kind { kText, kInput, kOutput };
     Kind kind;
-    std::string text;   // kText: the literal; kInput: the input's name
-    int output = -1;    // kOutput: index into outputs()
+    std::string text;  // kText: the literal; kInput: the input's name
+    int output = -1;   // kOutput: index into outputs()
   };
   // Errors name the function, the line and column and what is wrong, e.g.
   // "summarize:3:12: unknown option 'max_token' in {{gen summary ...}}".
@@ -149,17 +149,17 @@ struct NodeInfo {
   bool call = false;  // a model call (not a join or a host value)
   NodeState state = NodeState::kWaiting;
   std::vector<VarId> inputs, outputs;
-  bool wanted = false;            // upstream of some Want
+  bool wanted = false;  // upstream of some Want
   Criteria goal = Criteria::kThroughput;
-  int group = 0;                  // task group (0 = none)
-  double slack_ms = 0;            // deadline runs: latest start minus now at deduction
+  int group = 0;        // task group (0 = none)
+  double slack_ms = 0;  // deadline runs: latest start minus now at deduction
   int priority = 0;
   // Deadline runs: when the node must finish (on the run's clock, ms since
   // it started) and whether it did (unset until it finished).
   std::optional<double> deadline_ms;
   std::optional<bool> deadline_met;
   std::vector<VarId> read_before;  // values the program read before making this call
-  std::string engine;             // where it ran
+  std::string engine;              // where it ran
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   double queued_ms = 0, run_ms = 0;
   double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
@@ -176,12 +176,12 @@ struct VarInfo {
   VarId id = 0;
   std::string name;
   VarState state = VarState::kPending;
-  NodeId producer = 0;            // 0 for literals and host-set variables
+  NodeId producer = 0;  // 0 for literals and host-set variables
   std::vector<NodeId> consumers;
-  std::vector<NodeId> readers;    // calls made after the program read this value
-  std::string value;              // when ready
-  std::string error;              // when failed
-  ChoiceScores scores;            // a ready select output: every choice's score
+  std::vector<NodeId> readers;  // calls made after the program read this value
+  std::string value;            // when ready
+  std::string error;            // when failed
+  ChoiceScores scores;          // a ready select output: every choice's score
 };
 
 // ---- runs -------------------------------------------------------------------
@@ -203,8 +203,8 @@ struct RunOptions {
   std::string program_hash;
   std::vector<std::string> args;
   Mode mode = Mode::kDag;
-  int rtt_ms = 0;                 // added client round trip per call (baseline comparisons)
-  std::string resume_id;          // resume this stored run instead of starting one
+  int rtt_ms = 0;         // added client round trip per call (baseline comparisons)
+  std::string resume_id;  // resume this stored run instead of starting one
   // Whose work this is, for fair sharing and accounting in the engines
   // (GenerationRequest::client); "" = the run id. A new run records it in
   // the store as its owner (RunRecord::owner); a resume leaves the stored
@@ -228,8 +228,8 @@ std::string ProgramHash(std::string_view source);
 
 // A call's identity for resume: stable across re-executions of the same program.
 struct CallKey {
-  std::string path;   // coroutine path, e.g. "main/3/1"
-  int index = 0;      // call index within that coroutine
+  std::string path;  // coroutine path, e.g. "main/3/1"
+  int index = 0;     // call index within that coroutine
 };
 
 // What a run reports as it goes (Run::Watch).
@@ -293,8 +293,8 @@ class Run {
   // Activates everything upstream of `var` with the deduced goals.
   virtual Status Want(VarId var, const GetOptions& options) = 0;
   virtual VarState state(VarId var) const = 0;
-  virtual std::string value(VarId var) const = 0;   // "" unless ready
-  virtual std::string error(VarId var) const = 0;   // "" unless failed
+  virtual std::string value(VarId var) const = 0;  // "" unless ready
+  virtual std::string error(VarId var) const = 0;  // "" unless failed
   // The scores of a ready select output (any thread). Errors:
   // InvalidArgument when `var` is unknown or not a select output; NotFound
   // while it is not ready, or when it was replayed on resume from a record
@@ -364,12 +364,12 @@ struct RetentionOptions {
 };
 
 struct RuntimeOptions {
-  std::vector<Engine*> engines;   // not owned; at least one
+  std::vector<Engine*> engines;  // not owned; at least one
   std::vector<std::string> engine_names;
   // Tokenization and chat templates for every call (engines run the same
   // model). Null: the first engine's model, which must then run here.
   const Model* tokenizer = nullptr;
-  std::string db_path;            // SQLite file for runs; "" = not persisted
+  std::string db_path;              // SQLite file for runs; "" = not persisted
   std::shared_ptr<RunStore> store;  // an already open store (tests, embedding); wins over db_path
   // Which engine takes each call when there are several (placement.h).
   Placement placement = Placement::kAffinity;
