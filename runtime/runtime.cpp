@@ -144,6 +144,8 @@ class RuntimeImpl final : public Runtime {
     return ctx_->store->FindValue(run_id, key);
   }
 
+  std::shared_ptr<const EnginePlacement> placement() const override { return ctx_->placement; }
+
  private:
   // The stored runs' summaries; one recorded as running reads "running"
   // while it is live here, else "interrupted".

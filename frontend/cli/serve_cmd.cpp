@@ -249,7 +249,7 @@ std::unique_ptr<Serving> OpenServing(ServeOptions& o, Stack& stack, http::Server
   oo.tokenizer = stack.tokenizer;
   oo.engines = s->engines;
   oo.metrics = &s->metrics;
-  oo.placement = stack.options.placement;
+  oo.placement = stack.runtime->placement();
   http::AddOpenAiRoutes(&s->router, std::make_shared<http::OpenAiService>(oo));
   o.runs.runtime = stack.runtime.get();
   s->service = std::make_unique<server::RunsService>(o.runs);

@@ -232,7 +232,7 @@ struct OpenAiService::Impl {
   OpenAiOptions options;
   int context = 0;
   int64_t created = 0;
-  std::unique_ptr<rt::EnginePlacement> placement;  // the runtime's placement service
+  std::shared_ptr<const rt::EnginePlacement> placement;  // the runtime's placement service
 
   // Compiled response_format constraints by regex (DFA construction can
   // take tens of milliseconds; clients repeat their schemas).
@@ -865,8 +865,9 @@ OpenAiService::OpenAiService(OpenAiOptions options) : impl_(std::make_unique<Imp
   const OpenAiOptions& o = impl_->options;
   impl_->context = o.context > 0 ? o.context : (o.tokenizer ? o.tokenizer->info().context : 0);
   impl_->created = UnixNow();
-  impl_->placement =
-      std::make_unique<rt::EnginePlacement>(rt::PlacementEngines(o.engines), o.placement);
+  impl_->placement = o.placement ? o.placement
+                                 : std::make_shared<rt::EnginePlacement>(
+                                       rt::PlacementEngines(o.engines), rt::Placement::kAffinity);
 }
 
 OpenAiService::~OpenAiService() = default;

@@ -60,7 +60,10 @@ struct OpenAiOptions {
   // each client (Request::client) only its own (a salt per client).
   bool cache_per_client = false;
   ServingMetrics* metrics = nullptr;  // where timings and tokens go (not owned); null: none
-  rt::Placement placement = rt::Placement::kAffinity;  // which engine takes a request
+  // Which engine takes a request: the runtime's service (Runtime::placement),
+  // so both place by the same rules and policy state. Null: a service of
+  // its own over `engines` by cached prefix and load.
+  std::shared_ptr<const rt::EnginePlacement> placement;
 };
 
 // The API's state (options, compiled response_format constraints). Methods

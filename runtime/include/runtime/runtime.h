@@ -393,6 +393,9 @@ class Runtime {
   // A value a run recorded with Run::Replayable (nullopt: none under `key`).
   virtual Result<std::optional<std::string>> StoredValue(const std::string& run_id,
                                                          const std::string& key) = 0;
+  // The placement service the runtime's calls go through, for others that
+  // send requests to the same engines (the OpenAI-compatible API).
+  virtual std::shared_ptr<const EnginePlacement> placement() const = 0;
 };
 
 // Runs recorded in a run store (`braid runs`). A live run holds its store
