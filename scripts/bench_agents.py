@@ -165,8 +165,7 @@ def calibrate(model):
         from tokenizers import Tokenizer
     except ImportError:
         return "token estimate: the bundled model's (Python's tokenizers package is missing)"
-    words = open(os.path.join(ROOT, "bench", "inputs", "tree_report.txt")).read().split()
-    sample = REACT_SYSTEM + "\n" + " ".join(words[:3000])
+    sample = REACT_SYSTEM + "\n" + " ".join(Words().words[:3000])
     estimate = est_tokens(sample)
     TOKEN_SCALE = len(Tokenizer.from_file(path).encode(sample, add_special_tokens=False).ids) / estimate
     return f"token estimate: x {TOKEN_SCALE:.2f}, from {path}"
