@@ -48,6 +48,35 @@ class KvMemory {
   virtual int n_blocks() const = 0;
   virtual int block_size() const = 0;
   virtual size_t bytes() const = 0;
+
+  // Moving whole blocks to and from host memory (the lower KV tier,
+  // engine/kv/kv_tier.h). A block's numbers travel as block_bytes() bytes in
+  // a layout of the backend's choosing that CopyIn reads back exactly.
+  virtual size_t block_bytes() const = 0;
+  // Readies host memory [p, p + bytes) for the copies below: a device backend
+  // page-locks it so that they run at full bandwidth and asynchronously.
+  // UnregisterHost(p) before the memory goes.
+  virtual Status RegisterHost(void* p, size_t bytes) { return Status::Ok(); }
+  virtual void UnregisterHost(void* p) {}
+  // Copies blocks[i] to dst[i], after every forward pass so far and before
+  // any later one writes those blocks. CopyIn copies src[i] into blocks[i].
+  // Copies run in the order they are asked for, each after the forward
+  // passes before it; a device backend runs them on a stream of their own,
+  // so that a forward pass overlaps the copies it does not wait for. Each
+  // returns a fence: WaitCopies(fence) makes every later forward pass wait
+  // for the copies up to it (a host backend copies at once: fences are
+  // always passed). The host memory must stay as it is until the copy
+  // passed (CopiesDone).
+  virtual Result<uint64_t> CopyOut(std::span<const int32_t> blocks,
+                                   std::span<uint8_t* const> dst) = 0;
+  virtual Result<uint64_t> CopyIn(std::span<const uint8_t* const> src,
+                                  std::span<const int32_t> blocks) = 0;
+  virtual Status WaitCopies(uint64_t fence) { return Status::Ok(); }
+  // Whether the copies up to `fence` are done (polls; never blocks).
+  virtual bool CopiesDone(uint64_t fence) { return true; }
+  // Seconds the copy that returned `fence` took once it is done (a device
+  // backend times it on its copy stream), and forgets it; -1 while it runs.
+  virtual double TakeCopySeconds(uint64_t fence) = 0;
 };
 
 // What suits this device when the serving engine's options leave a choice

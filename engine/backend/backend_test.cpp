@@ -200,6 +200,14 @@ TEST_CASE("OpenBackend: the CPU backend runs a batch") {
     int n_blocks() const override { return 4; }
     int block_size() const override { return 16; }
     size_t bytes() const override { return 0; }
+    size_t block_bytes() const override { return 0; }
+    Result<uint64_t> CopyOut(std::span<const int32_t>, std::span<uint8_t* const>) override {
+      return Status::Unsupported("no copies");
+    }
+    Result<uint64_t> CopyIn(std::span<const uint8_t* const>, std::span<const int32_t>) override {
+      return Status::Unsupported("no copies");
+    }
+    double TakeCopySeconds(uint64_t) override { return 0; }
   } other;
   Status s = backend.Forward(std::span<const BatchSegment>(&seg, 1), other, logits.data());
   CHECK(s.code() == StatusCode::kInvalidArgument);

@@ -18,10 +18,11 @@ namespace braid::kv {
 // salt) hold no blocks and are never locked or evicted.
 struct RadixCache::Node {
   Node* parent = nullptr;
-  uint64_t salt = 0;  // roots only: the key under which Impl::roots holds it
+  uint64_t salt = 0;  // the tenant's; at a root, the key under which Impl::roots holds it
   std::vector<int32_t> tokens;
   std::vector<BlockId> blocks;
-  uint64_t key = 0;  // HashBlock of the first block: this node's key in parent->children
+  std::vector<uint64_t> chain;  // per block, its chain key (RadixCache::ChainHash)
+  uint64_t key = 0;             // HashBlock of the first block: this node's key in parent->children
   // Keyed by the hash of the child's first block. Siblings always differ in
   // their first block (matches are whole blocks, so a shared first block
   // would have been one edge); the multimap only absorbs hash collisions.
@@ -63,6 +64,7 @@ struct RadixCache::Impl {
   int max_held_blocks = std::numeric_limits<int>::max();
   std::unordered_map<HintId, Hint> hints;
   const EvictOrder order;
+  EvictSink sink;
   uint64_t clock = 0;  // logical time: +1 per operation
   uint64_t next_serial = 1;
   LockId next_lock = 1;
@@ -100,6 +102,12 @@ struct RadixCache::Impl {
     h *= 0x94d049bb133111ebull;
     h ^= h >> 31;
     return h;
+  }
+
+  // The chain key before n's first block.
+  static uint64_t ChainBefore(const Node& n) {
+    const Node& p = *n.parent;
+    return p.parent == nullptr ? ChainSeed(p.salt) : p.chain.back();
   }
 
   std::span<const int32_t> FirstBlock(const Node& n) const {
@@ -161,6 +169,8 @@ struct RadixCache::Impl {
     up->parent = parent;
     up->tokens.assign(c->tokens.begin(), c->tokens.begin() + k * bs);
     up->blocks.assign(c->blocks.begin(), c->blocks.begin() + k);
+    up->chain.assign(c->chain.begin(), c->chain.begin() + k);
+    up->salt = c->salt;
     up->lock_count = c->lock_count;
     up->hint_count = c->hint_count;
     up->last_access = c->last_access;
@@ -177,6 +187,7 @@ struct RadixCache::Impl {
 
     lower->tokens.erase(lower->tokens.begin(), lower->tokens.begin() + k * bs);
     lower->blocks.erase(lower->blocks.begin(), lower->blocks.begin() + k);
+    lower->chain.erase(lower->chain.begin(), lower->chain.begin() + k);
     lower->parent = u;
     lower->key = HashBlock(FirstBlock(*lower));
     u->children.emplace(lower->key, std::move(lower));
@@ -190,6 +201,10 @@ struct RadixCache::Impl {
     leaf->parent = parent;
     leaf->tokens.assign(tokens.begin(), tokens.end());
     leaf->blocks.assign(blocks.begin(), blocks.end());
+    leaf->salt = parent->salt;
+    uint64_t chain = parent->parent == nullptr ? ChainSeed(parent->salt) : parent->chain.back();
+    for (size_t i = 0; i < blocks.size(); ++i)
+      leaf->chain.push_back(chain = ChainHash(chain, tokens.subspan(i * bs, bs)));
     leaf->last_access = clock;
     leaf->serial = next_serial++;
     for (BlockId b : blocks) pool.AddRef(b);
@@ -289,9 +304,15 @@ struct RadixCache::Impl {
   bool EvictTail(Node* leaf) {
     assert(leaf->evictable);
     BlockId b = leaf->blocks.back();
+    if (sink) {
+      const size_t n = leaf->blocks.size();
+      const uint64_t parent = n > 1 ? leaf->chain[n - 2] : ChainBefore(*leaf);
+      sink(leaf->salt, parent, std::span<const int32_t>(leaf->tokens).last(bs), b);
+    }
     bool frees = pool.refcount(b) == 1;
     pool.Release(b);
     leaf->blocks.pop_back();
+    leaf->chain.pop_back();
     leaf->tokens.resize(leaf->tokens.size() - bs);
     --cached_blocks;
     --unlocked_blocks;
@@ -351,6 +372,20 @@ RadixCache::RadixCache(BlockPool& pool, int block_size, EvictOrder order)
 
 EvictOrder RadixCache::order() const { return impl_->order; }
 
+uint64_t RadixCache::ChainSeed(uint64_t salt) {
+  // splitmix64 of the salt, so that salt 0 does not seed with 0.
+  uint64_t h = salt + 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+uint64_t RadixCache::ChainHash(uint64_t parent, std::span<const int32_t> block) {
+  return Impl::HashBlock(block) ^ (parent * 0x9e3779b97f4a7c15ull + (parent >> 29));
+}
+
+void RadixCache::set_evict_sink(EvictSink sink) { impl_->sink = std::move(sink); }
+
 RadixCache::~RadixCache() {
   // Give back the tree's references, and tear the tree down without recursion.
   std::vector<std::unique_ptr<Node>> doomed;
@@ -370,6 +405,7 @@ PrefixMatch RadixCache::MatchAndLock(uint64_t salt, std::span<const int32_t> tok
   PrefixMatch m;
   Node* end = impl_->MatchPath(salt, tokens, &m.blocks);
   m.tokens = static_cast<int>(m.blocks.size()) * block_size_;
+  m.chain = end != nullptr ? end->chain.back() : ChainSeed(salt);
   *lock = 0;
   if (end == nullptr) return m;
   m.expected = end->hint_count > 0;
@@ -578,6 +614,16 @@ Status RadixCache::CheckInvariants() const {
     }
     if (n.blocks.empty()) fail("non-root node without blocks");
     if (n.tokens.size() != n.blocks.size() * im.bs) fail("edge tokens do not fill its blocks");
+    if (n.chain.size() != n.blocks.size()) {
+      fail("a node's chain keys do not match its blocks");
+    } else {
+      uint64_t c = Impl::ChainBefore(n);
+      for (size_t i = 0; i < n.chain.size(); ++i)
+        if (n.chain[i] !=
+            (c = ChainHash(c, std::span<const int32_t>(n.tokens).subspan(i * im.bs, im.bs))))
+          fail("a chain key differs from its tokens' and parent's");
+      if (n.salt != n.parent->salt) fail("a node's salt differs from its parent's");
+    }
     auto w = want_locks.find(&n);
     if (n.lock_count != (w == want_locks.end() ? 0 : w->second)) {
       fail("lock count differs from the live locks through the node");

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -44,7 +45,14 @@ struct PrefixMatch {
   std::vector<BlockId> blocks;  // the cached blocks of the longest prefix, in order
   int tokens = 0;               // blocks.size() * block_size
   bool expected = false;        // MatchAndLock: an expectation (Expect) covers its end
+  uint64_t chain = 0;           // chain key of its last block (ChainSeed(salt) when empty)
 };
+
+// Called for each block eviction takes from the tree, before the tree lets
+// go of it: the block's salt, its parent's chain key, its tokens and where
+// it is (a lower tier copies it out: kv_tier.h).
+using EvictSink = std::function<void(uint64_t salt, uint64_t parent,
+                                     std::span<const int32_t> tokens, BlockId block)>;
 
 struct RadixStats {
   int cached_blocks = 0;     // blocks held by the tree
@@ -67,6 +75,14 @@ class RadixCache {
 
   int block_size() const { return block_size_; }
   EvictOrder order() const;
+
+  // Chain keys name a whole prefix by its last block: ChainHash of the
+  // block's tokens and its parent's key, the first block's parent being
+  // ChainSeed(salt).
+  static uint64_t ChainSeed(uint64_t salt);
+  static uint64_t ChainHash(uint64_t parent, std::span<const int32_t> block);
+  // Hears every evicted block (none: dropped).
+  void set_evict_sink(EvictSink sink);
 
   // The longest cached prefix of `tokens` under `salt`, in whole blocks, and
   // locks it (so it cannot be evicted) until Unlock(*lock). When nothing

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "engine/system_probe.h"
 #include "runner/score_request.h"
 #include "runner/stop_matcher.h"
 
@@ -153,7 +154,20 @@ uint64_t ServingEngine::ExpectUse(const std::vector<int32_t>& tokens, uint64_t s
                                   bool hold) {
   const double when = Ms(origin_, ServingClock::now()) + std::max(0.0, in_ms);
   std::lock_guard<std::mutex> lock(kv_mu_);
+  // What the lower tier holds of it comes back first, so that the
+  // expectation covers it too.
+  if (tier_io_) tier_io_->Prefetch(salt, tokens);
   return cache_.Expect(salt, tokens, when, hold);
+}
+
+Status ServingEngine::OpenTier(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  BRAID_ASSIGN_OR_RETURN(tier_io_, TierIo::Open(*kv_, bytes, options_.block_size, pool_, cache_));
+  scheduler_.set_tier(&tier_io_->tier());
+  cache_.set_evict_sink(
+      [io = tier_io_.get()](uint64_t salt, uint64_t parent, std::span<const int32_t> tokens,
+                            kv::BlockId block) { io->OnEvict(salt, parent, tokens, block); });
+  return Status::Ok();
 }
 
 void ServingEngine::ForgetUse(uint64_t id) {
@@ -174,6 +188,10 @@ EngineStats ServingEngine::stats() const {
     std::vector<EngineStats::ClientStats> clients = std::move(s.clients);
     s = stats_;
     s.clients = std::move(clients);
+  }
+  {
+    std::lock_guard<std::mutex> kv_lock(kv_mu_);
+    if (tier_io_) tier_io_->AddStats(&s);
   }
   if (options_.model.cpu.profile_stages)
     model_->backend().StageProfile(&s.profiled_passes, &s.forward_stages);
@@ -304,6 +322,8 @@ Status ValidateOptions(const EngineOptions& o) {
     if (!(w > 0) || !std::isfinite(w))
       return Status::InvalidArgument("the weight of client '" + client + "' must be > 0, got " +
                                      std::to_string(w));
+  if (o.kv_host_bytes < -1)
+    return Status::InvalidArgument("kv_host_bytes must be >= 0 (or -1: a quarter of free memory)");
   if (o.evict != "lru" && o.evict != "next-use")
     return Status::InvalidArgument("unknown eviction order '" + o.evict + "' (lru or next-use)");
   return Status::Ok();
@@ -350,9 +370,15 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   if (draft) {
     BRAID_ASSIGN_OR_RETURN(runner, DraftRunner::Open(*draft, blocks * r.block_size, r.block_size));
   }
-  return std::unique_ptr<Engine>(new ServingEngine(r, std::move(model), std::move(draft),
-                                                   std::move(runner), std::move(kv),
-                                                   std::move(policy), available));
+  auto engine =
+      std::make_unique<ServingEngine>(r, std::move(model), std::move(draft), std::move(runner),
+                                      std::move(kv), std::move(policy), available);
+  if (r.kv_host_bytes != 0) {
+    const uint64_t host =
+        r.kv_host_bytes > 0 ? static_cast<uint64_t>(r.kv_host_bytes) : AvailableMemoryBytes() / 4;
+    BRAID_RETURN_IF_ERROR(engine->OpenTier(host));
+  }
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace braid

@@ -31,6 +31,7 @@
 #include "runner/draft_runner.h"
 #include "runner/serving_request.h"
 #include "runner/step_batch.h"
+#include "runner/tier_io.h"
 #include "sched/latency_budget.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
@@ -48,6 +49,8 @@ class ServingEngine final : public Engine {
                 std::unique_ptr<KvMemory> kv, std::unique_ptr<AdmissionPolicy> policy,
                 uint64_t kv_memory_available);
   ~ServingEngine() override { Shutdown(); }
+  // Opens the lower KV tier of `bytes` (EngineOptions::kv_host_bytes, resolved).
+  Status OpenTier(uint64_t bytes);
 
   // ---- Engine (any thread) ----
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override;
@@ -68,7 +71,7 @@ class ServingEngine final : public Engine {
   struct StepTally {
     int prefill_tokens = 0, decode_tokens = 0;
     uint64_t finished = 0, cancelled = 0, preempted = 0, generated = 0;
-    uint64_t prompt_tokens = 0, cached_tokens = 0;
+    uint64_t prompt_tokens = 0, cached_tokens = 0, host_tokens = 0;
     uint64_t spec_proposed = 0, spec_accepted = 0, decode_passes = 0, decode_tokens_out = 0;
     bool decode_only = true;  // every item decodes (the steps speculation's cost model learns from)
   };
@@ -141,6 +144,7 @@ class ServingEngine final : public Engine {
   kv::BlockPool pool_;
   kv::RadixCache cache_;
   Scheduler scheduler_;
+  std::unique_ptr<TierIo> tier_io_;     // the lower KV tier (null: none), under kv_mu_
   LatencyBudget latency_budget_;        // step loop only
   spec::StepCost step_cost_;            // step loop only
   const std::vector<int32_t> eog_ids_;  // masked before a request's min_tokens

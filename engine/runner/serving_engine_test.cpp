@@ -641,3 +641,87 @@ TEST_CASE("min_tokens: stop strings and stop tokens end a request only after it"
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+// 64 requests in waves over 8 long shared prefixes, on a pool that holds
+// about two of them: each wave evicts the prefixes the next one reads.
+std::vector<std::vector<int32_t>> TieredWorkload(Model& m) {
+  std::vector<std::vector<int32_t>> prefixes;
+  const auto base = Prompts(m, 8);
+  for (int f = 0; f < 8; ++f) {
+    std::vector<int32_t> p;
+    while (p.size() < 96)
+      p.insert(p.end(), base[(f + p.size()) % 8].begin(), base[(f + p.size()) % 8].end());
+    p.resize(96);
+    p[0] = base[f][0];
+    prefixes.push_back(std::move(p));
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<int32_t> q = prefixes[(i * 3) % 8];
+    const auto tail = m.TokenizeRaw(" Question " + std::to_string(i) + ":");
+    q.insert(q.end(), tail.begin(), tail.end());
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> RunWaves(Engine& e,
+                                           const std::vector<std::vector<int32_t>>& all) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t at = 0; at < all.size(); at += 4) {
+    std::vector<std::vector<int32_t>> wave(all.begin() + static_cast<long>(at),
+                                           all.begin() + static_cast<long>(at + 4));
+    for (auto& h : SubmitGreedy(e, wave, 6)) out.push_back(h->Wait().tokens);
+  }
+  return out;
+}
+
+TEST_CASE("the host KV tier changes no greedy output and serves evicted prefixes") {
+  if (!HaveModel()) return;
+  std::vector<std::vector<int32_t>> reference;
+  uint64_t cached_without = 0;
+  for (const bool tier : {false, true}) {
+    CAPTURE(tier);
+    EngineOptions o = Options(16 * 16);  // 16 blocks: two prefixes and their questions
+    o.kv_growth_reserve = 0;
+    o.kv_host_bytes = tier ? int64_t{64} << 20 : 0;
+    auto engine = Engine::Open(o);
+    REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+    Engine& e = **engine;
+    const auto prompts = TieredWorkload(*e.model());
+    std::vector<std::vector<int32_t>> got = RunWaves(e, prompts);
+    const EngineStats s = e.stats();
+    MESSAGE(std::string(tier ? "tier on: " : "tier off: ")
+            << s.cached_prompt_tokens << " device-cached, " << s.host_prompt_tokens
+            << " host-cached prompt tokens; " << s.host_blocks_out << " blocks out, "
+            << s.host_blocks_in << " in");
+    if (!tier) {
+      reference = got;
+      cached_without = s.cached_prompt_tokens;
+      CHECK(s.kv_host_blocks_total == 0);
+      continue;
+    }
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i] == reference[i]);
+    }
+    CHECK(s.host_blocks_out > 0);
+    CHECK(s.host_blocks_in > 0);
+    CHECK(s.host_prompt_tokens > 0);
+    CHECK(s.cached_prompt_tokens + s.host_prompt_tokens > cached_without);
+    CHECK(s.host_bytes_in == s.host_blocks_in * (s.kv_host_bytes / s.kv_host_blocks_total));
+    CHECK(s.host_copy_failures == 0);
+    CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+  }
+  // The first request of each prefix alone, as the reference of both.
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  const auto prompts = TieredWorkload(*(*engine)->model());
+  for (size_t i = 0; i < 8; ++i) CHECK(reference[i] == Alone(*(*engine)->model(), prompts[i], 6));
+}
+
+}  // namespace
+}  // namespace braid

@@ -31,6 +31,13 @@ void ServingEngine::Step(Active& active) {
     AddGuesses(plan, by_seq);
     propose_seconds = std::chrono::duration<double>(ServingClock::now() - p0).count();
   }
+  if (tier_io_) {
+    // The tier's copies before the pass (a failed load sends its sequence
+    // back to waiting and out of the plan).
+    std::lock_guard<std::mutex> lock(kv_mu_);
+    tier_io_->Flush(plan, scheduler_);
+    if (plan.empty()) return;
+  }
   batch_.Assemble(plan, by_seq);
   const auto t0 = ServingClock::now();
   const Status forward = batch_.Forward(model_->backend(), *kv_);

@@ -66,6 +66,7 @@ void ServingEngine::RetireItem(const ScheduledItem& it, int row, ServingRequest&
   if (it.seq->generated() == 0) {
     tally.prompt_tokens += it.seq->prompt_len;
     tally.cached_tokens += it.seq->cached_tokens;
+    tally.host_tokens += it.seq->host_tokens;
   }
   // The sampling rows are the item's last 1 + guesses.
   const int end_row = row + std::max(0, it.start + it.n_tokens - StepBatch::LogitsFrom(it));
@@ -165,6 +166,7 @@ void ServingEngine::RecordStep(const StepTally& t, double forward_seconds, doubl
   stats_.preemptions += t.preempted;
   stats_.prompt_tokens += t.prompt_tokens;
   stats_.cached_prompt_tokens += t.cached_tokens;
+  stats_.host_prompt_tokens += t.host_tokens;
   stats_.generated_tokens += t.generated;
   stats_.steps++;
   stats_.spec_proposed += t.spec_proposed;

@@ -133,14 +133,27 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   kv::LockId lock = 0;
   kv::PrefixMatch match =
       cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), match_len), &lock);
-  const int n = std::min(total - match.tokens, budget);
+  // The lower tier may hold the blocks that continue the device's match.
+  std::vector<kv::SlotId> host;
+  if (tier_ != nullptr && match_len > match.tokens)
+    host = tier_->Match(
+        s->salt, match.chain,
+        std::span<const int32_t>(s->tokens).subspan(match.tokens, match_len - match.tokens));
+  const int loaded = static_cast<int>(host.size()) * block_size_;
+  auto refuse = [&] {
+    if (lock) cache_.Unlock(lock);
+    for (kv::SlotId slot : host) tier_->Unpin(slot);
+    return false;
+  };
+  const int known = match.tokens + loaded;  // positions whose KV exists somewhere
+  const int n = std::min(total - known, budget);
   // Enough free (or evictable) blocks for this chunk, and for what the
   // running sequences and this one will still take?
-  const int need = BlocksFor(match.tokens + n) - static_cast<int>(match.blocks.size());
+  const int need = BlocksFor(known + n) - static_cast<int>(match.blocks.size());
   const bool reserving = growth_ratio_ > 0 && !running_.empty();
   const int own =
       reserving ? std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
-                                  BlocksFor(match.tokens + n))
+                                  BlocksFor(known + n))
                 : 0;
   const int want = need + (reserving ? reserve + own : 0);
   auto available = [&] {
@@ -153,29 +166,29 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   // when nothing runs (else nothing ever would), and to a sequence whose
   // own program is back (a context in use now beats one expected later).
   if (available() < want && (running_.empty() || match.expected)) cache_.Unhold(want - available());
-  if (reserving && available() < want) {
-    if (lock) cache_.Unlock(lock);
-    return false;
-  }
+  if (reserving && available() < want) return refuse();
   if (pool_.num_free() < need) cache_.Evict(need - pool_.num_free());
-  if (pool_.num_free() < need) {
-    if (lock) cache_.Unlock(lock);
-    return false;
-  }
+  if (pool_.num_free() < need) return refuse();
   for (kv::BlockId b : match.blocks) pool_.AddRef(b);
   s->blocks = match.blocks;
   s->lock = lock;
-  s->num_computed = match.tokens;
+  s->num_computed = known;
   s->inserted_blocks = s->locked_blocks = static_cast<int>(match.blocks.size());
-  if (s->preemptions == 0) s->cached_tokens = std::min(match.tokens, s->prompt_len);
-  // Positions found in the cache and never charged are charged now, at
-  // their own price; recomputing charged positions is never charged.
-  ScheduledItem item{s, s->num_computed, n, match.tokens + n == total};
-  item.cached = std::max(0, std::min(match.tokens, s->prompt_len) - s->charged);
+  if (s->preemptions == 0) {
+    s->cached_tokens = std::min(match.tokens, s->prompt_len);
+    s->host_tokens = std::min(known, s->prompt_len) - s->cached_tokens;
+  }
+  // Positions found in the cache (either tier) and never charged are
+  // charged now, at their own price; recomputing charged positions is never
+  // charged.
+  ScheduledItem item{s, s->num_computed, n, known + n == total};
+  item.cached = std::max(0, std::min(known, s->prompt_len) - s->charged);
   s->charged += item.cached;
-  const bool ok = EnsureBlocks(s, match.tokens + n, plan, /*may_preempt=*/false);
+  const bool ok = EnsureBlocks(s, known + n, plan, /*may_preempt=*/false);
   assert(ok);
   (void)ok;
+  if (!host.empty())
+    plan->loads.push_back({s, static_cast<int>(match.blocks.size()), std::move(host)});
   s->status = SeqStatus::kRunning;
   running_.push_back(s);
   Plan(item, plan);

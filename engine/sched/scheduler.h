@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/kv_tier.h"
 #include "kv/radix_cache.h"
 #include "sched/latency_budget.h"
 #include "sched/policy.h"
@@ -71,8 +72,18 @@ struct ScheduledItem {
   int guesses = 0;
 };
 
+// Blocks of a sequence's prefix that come back from the lower KV tier: its
+// blocks [first_block, first_block + slots.size()) are to be copied in from
+// those tier slots (pinned) before the step's forward pass.
+struct TierLoad {
+  SeqState* seq = nullptr;
+  int first_block = 0;
+  std::vector<kv::SlotId> slots;
+};
+
 struct StepPlan {
   std::vector<ScheduledItem> items;
+  std::vector<TierLoad> loads;
   std::vector<SeqState*> preempted;  // sent back to waiting during this Schedule
   int n_tokens = 0;
   bool empty() const { return items.empty(); }
@@ -86,6 +97,17 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   // Blocks a sequence of `tokens` tokens needs.
   int BlocksFor(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // The lower KV tier admissions look in after the device cache (not owned;
+  // null: none). A sequence's prefix found there counts as computed once
+  // the plan's loads are copied in.
+  void set_tier(kv::KvTier* tier) { tier_ = tier; }
+  // A load of the plan failed: the sequence goes back to waiting (as a
+  // preemption) and computes those positions when admitted again.
+  void Unload(SeqState* s, StepPlan* plan) {
+    s->num_computed = s->inserted_blocks * block_size_;  // what the device cache lent it
+    Preempt(s, plan);
+  }
 
   // The learned step cap used when config().latency_batch_tokens is 0 (not owned).
   void set_latency_budget(const LatencyBudget* budget) { latency_budget_ = budget; }
@@ -148,6 +170,7 @@ class Scheduler {
   kv::BlockPool& pool_;
   kv::RadixCache& cache_;
   AdmissionPolicy& policy_;
+  kv::KvTier* tier_ = nullptr;
   int block_size_;
   double growth_ratio_;  // SchedulerConfig::growth_reserve, decayed
   std::vector<SeqState*> waiting_;

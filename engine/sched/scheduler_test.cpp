@@ -792,3 +792,64 @@ TEST_CASE("plas: a short program is not stuck behind long programs' backlog") {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST_CASE("a prefix evicted to the lower tier comes back as a load, not a recompute") {
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 256;
+  cfg.growth_reserve = 0;
+  Sim sim(8, "fcfs", cfg);  // 8 blocks of 16 tokens
+  auto tier = kv::KvTier::Create(16, 64, 16);
+  REQUIRE(tier.ok());
+  kv::KvTier& t = **tier;
+  sim.cache.set_evict_sink([&](uint64_t salt, uint64_t parent, std::span<const int32_t> tokens,
+                               kv::BlockId) { t.Store(salt, parent, tokens); });
+  sim.sched.set_tier(&t);
+  // A 64-token prompt runs to the end: its 4 blocks stay cached.
+  SeqState* a = sim.Submit(64, 2);
+  while (a->status != SeqStatus::kFinished) sim.Step();
+  const std::vector<int32_t> prompt(a->tokens.begin(), a->tokens.begin() + 64);
+  // Unrelated work takes the whole pool: a's blocks are evicted to the tier.
+  SeqState* b = sim.Submit(112, 1);
+  while (b->status != SeqStatus::kFinished) sim.Step();
+  CHECK(sim.cache.Probe(0, prompt) < 64);
+  CHECK(t.stats().used >= 3);
+
+  // The same prompt again: the device holds less of it than the tier adds.
+  auto again = std::make_unique<SeqState>();
+  again->id = 99;
+  again->tokens = prompt;
+  again->prompt_len = 64;
+  again->max_tokens = 1;
+  sim.sched.Add(again.get());
+  const int device = sim.cache.Probe(0, std::span<const int32_t>(prompt).first(63));
+  StepPlan plan = sim.sched.Schedule();
+  REQUIRE(plan.loads.size() == 1);
+  const TierLoad& load = plan.loads[0];
+  CHECK(load.seq == again.get());
+  CHECK(load.first_block * 16 == device);
+  CHECK(device + static_cast<int>(load.slots.size()) * 16 == 48);  // 63 positions: 3 whole blocks
+  REQUIRE(plan.items.size() == 1);
+  CHECK(plan.items[0].start == 48);
+  CHECK(plan.items[0].n_tokens == 16);
+  CHECK(again->num_computed == 48);
+  CHECK(again->host_tokens == 48 - device);
+
+  // A failed load sends it back to compute those positions.
+  sim.sched.Unload(again.get(), &plan);
+  for (kv::SlotId s : load.slots) t.Drop(s);
+  CHECK(plan.items.empty());
+  CHECK(again->status == SeqStatus::kWaiting);
+  CHECK(again->num_computed == 0);
+  StepPlan retry = sim.sched.Schedule();
+  CHECK(retry.loads.empty());
+  REQUIRE(retry.items.size() == 1);
+  CHECK(retry.items[0].start == device);
+  CHECK(t.CheckInvariants().ok());
+  CHECK(sim.cache.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace braid

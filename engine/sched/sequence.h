@@ -28,7 +28,8 @@ struct SeqState {
   int num_computed = 0;             // tokens whose KV is in `blocks`
   std::vector<kv::BlockId> blocks;  // block table; this sequence holds one reference on each
   kv::LockId lock = 0;              // lock on the cached prefix it started from
-  int cached_tokens = 0;            // prompt tokens that came from the cache at (last) admission
+  int cached_tokens = 0;            // prompt tokens that came from the cache at (first) admission
+  int host_tokens = 0;              // of the rest, those copied back from the lower KV tier
   int inserted_blocks = 0;          // leading blocks already offered to the cache
   int locked_blocks = 0;            // of those, the ones the cache lent it (locked) at admission
   // Prompt positions up to which its client has been charged

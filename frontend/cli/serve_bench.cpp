@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/json_text.h"
 #include "cli/model_options.h"
+#include "cli/stack.h"
 #include "engine/engine.h"
 #include "engine/system_probe.h"
 
@@ -288,6 +289,12 @@ struct RateResult {
   uint64_t steps = 0;
   double forward_share = 0;
   double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
+  // The KV tiers (EngineStats): prompt tokens found on the device, copied
+  // back from the host tier, and computed; the copies each way.
+  uint64_t device_hits = 0, host_hits = 0, computed = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  double in_exposed_s = 0, in_hidden_s = 0, out_s = 0;
+  bool tier = false;
   // With several clients (--clients): each one's service (w_p x prompt
   // tokens computed + w_q x tokens generated, 1 and 2) per window of the
   // run, windows where every client had a request pending, and over those
@@ -449,6 +456,15 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.preemptions = after.preemptions - before.preemptions;
   rr.steps = after.steps - before.steps;
   rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
+  rr.tier = after.kv_host_blocks_total > 0;
+  rr.device_hits = after.cached_prompt_tokens - before.cached_prompt_tokens;
+  rr.host_hits = after.host_prompt_tokens - before.host_prompt_tokens;
+  rr.computed = (after.prompt_tokens - before.prompt_tokens) - rr.device_hits - rr.host_hits;
+  rr.bytes_in = after.host_bytes_in - before.host_bytes_in;
+  rr.bytes_out = after.host_bytes_out - before.host_bytes_out;
+  rr.in_exposed_s = after.host_in_exposed_seconds - before.host_in_exposed_seconds;
+  rr.in_hidden_s = after.host_in_hidden_seconds - before.host_in_hidden_seconds;
+  rr.out_s = after.host_out_seconds - before.host_out_seconds;
   if (shares.size() > 1) ClientWindows(shares.size(), client_of, events, pending, &rr);
   return rr;
 }
@@ -466,6 +482,12 @@ void PrintRateRow(const RateResult& x, const std::string& policy,
       x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50 / 1000, x.e2e_p99 / 1000,
       static_cast<unsigned long long>(x.preemptions), static_cast<unsigned long long>(x.steps),
       100 * x.forward_share);
+  std::printf(
+      "  prompt tokens: %llu on the device, %llu from the host tier, %llu computed; copied "
+      "in %.1f MB (%.3f s waited for, %.3f s prefetched), out %.1f MB (%.3f s)\n",
+      static_cast<unsigned long long>(x.device_hits), static_cast<unsigned long long>(x.host_hits),
+      static_cast<unsigned long long>(x.computed), x.bytes_in / 1e6, x.in_exposed_s, x.in_hidden_s,
+      x.bytes_out / 1e6, x.out_s);
   if (x.clients.empty()) return;
   std::printf(
       "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
@@ -496,6 +518,14 @@ void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
                x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50, x.e2e_p99,
                static_cast<unsigned long long>(x.preemptions),
                static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share);
+  std::fprintf(
+      f,
+      ", \"device_hit_tokens\": %llu, \"host_hit_tokens\": %llu, \"computed_tokens\": "
+      "%llu, \"host_bytes_in\": %llu, \"host_bytes_out\": %llu, "
+      "\"host_in_exposed_s\": %.4f, \"host_in_hidden_s\": %.4f, \"host_out_s\": %.4f",
+      static_cast<unsigned long long>(x.device_hits), static_cast<unsigned long long>(x.host_hits),
+      static_cast<unsigned long long>(x.computed), static_cast<unsigned long long>(x.bytes_in),
+      static_cast<unsigned long long>(x.bytes_out), x.in_exposed_s, x.in_hidden_s, x.out_s);
   if (!x.clients.empty()) {
     std::fprintf(f,
                  ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",
@@ -591,6 +621,7 @@ struct ServeBenchOptions {
   int max_running = 0;
   double kv_reserve = 0.5;
   int rate_kv_tokens = 0;
+  int64_t kv_host_bytes = 0;   // --kv-host
   std::vector<double> shares;  // --clients
   std::string policy = "fcfs";
   double locality_bound = 0, cached_weight = 0;
@@ -620,6 +651,10 @@ int ReadServeBenchOptions(Args& args, ServeBenchOptions* o) {
   o->max_running = static_cast<int>(args.Int({"--max-running"}, 0, 0, kMaxConcurrency));
   o->kv_reserve = args.Num({"--kv-reserve"}, 0.5, 0, 1);
   o->rate_kv_tokens = static_cast<int>(args.Int({"--kv-tokens"}, 0, 0, kMaxKvTokens));
+  if (auto host = ParseKvHost(args.Str({"--kv-host"}, "off")); host.ok())
+    o->kv_host_bytes = *host;
+  else
+    args.Fail("option --kv-host: " + host.status().message());
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
     o->shares.push_back(share);
   o->policy = args.Str({"--policy"}, "fcfs");
@@ -661,6 +696,7 @@ int RateBench(const ServeBenchOptions& o) {
   eo.model = o.model;
   eo.model.context = static_cast<int>(context);
   eo.kv_tokens = o.rate_kv_tokens;
+  eo.kv_host_bytes = o.kv_host_bytes;
   eo.max_running = o.max_running;
   eo.max_batch_tokens = o.batch_tokens;
   eo.max_waiting = o.requests;

@@ -66,6 +66,10 @@ const char* const kStackHelp =
     "      --retain-kv R       off (default) or ttl: keep a call's context pinned until its\n"
     "                          program's next call extends it, for a time learned from the\n"
     "                          gaps between the program's calls (docs/runtime.md)\n"
+    "      --kv-host SIZE      a host-memory tier under each engine's KV cache: evicted\n"
+    "                          prefixes are copied there and copied back instead of\n"
+    "                          recomputed; SIZE in MiB or with a unit (512M, 16G), auto\n"
+    "                          (a quarter of the available memory) or off (default)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -110,6 +114,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--evict",
                                                      "--admit",
                                                      "--retain-kv",
+                                                     "--kv-host",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -117,6 +122,26 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--client-weights",
                                                      "--locality-bound",
                                                      "--cached-weight"};
+
+Result<int64_t> ParseKvHost(const std::string& text) {
+  if (text == "off" || text == "0") return int64_t{0};
+  if (text == "auto") return int64_t{-1};
+  size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  double scale = 0;
+  if (unit.empty() || unit == "M" || unit == "MiB") scale = 1 << 20;
+  if (unit == "G" || unit == "GiB") scale = 1 << 30;
+  if (used == 0 || scale == 0 || !(n > 0) || n * scale > 1e15)
+    return Status::InvalidArgument("'" + text +
+                                   "' is not a size (MiB, or with M or G: 512M, 16G), auto or off");
+  return static_cast<int64_t>(n * scale);
+}
 
 StackOptions ReadStackOptions(Args& args) {
   StackOptions o;
@@ -152,6 +177,11 @@ StackOptions ReadStackOptions(Args& args) {
   if (retain != "off" && retain != "ttl")
     args.Fail("option --retain-kv: '" + retain + "' is not off or ttl");
   o.retain_kv = retain == "ttl";
+  auto host = ParseKvHost(args.Str({"--kv-host"}, "off"));
+  if (host.ok())
+    o.kv_host_bytes = *host;
+  else
+    args.Fail("option --kv-host: " + host.status().message());
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -267,6 +297,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.kv_growth_reserve = options.kv_reserve;
   eo.evict = options.evict;
   eo.anti_thrash = options.anti_thrash;
+  eo.kv_host_bytes = options.kv_host_bytes;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;

@@ -35,6 +35,7 @@ struct StackOptions {
   std::string evict = "lru";  // --evict: EngineOptions::evict
   bool anti_thrash = false;   // --admit anti-thrash: EngineOptions::anti_thrash
   bool retain_kv = false;     // --retain-kv ttl: RetentionOptions::pin
+  int64_t kv_host_bytes = 0;  // --kv-host: EngineOptions::kv_host_bytes, per engine
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).
   bool fair = false;
@@ -57,6 +58,8 @@ extern const std::vector<std::string> kStackValueOptions;
 // --kv-tokens, --kv-memory, --max-running, --fair, --client-weights and --db (default DefaultDb();
 // "none" = no store). Problems go to args.Error().
 StackOptions ReadStackOptions(Args& args);
+// --kv-host: "off" or "0" (0), "auto" (-1), MiB, or a size with M or G.
+Result<int64_t> ParseKvHost(const std::string& text);
 
 // "NAME=W,NAME=W": each client's share of the engine under fair sharing
 // (W > 0, names non-empty and distinct).

@@ -35,8 +35,36 @@ class CpuKvMemory final : public KvMemory {
   size_t bytes() const override { return store_.bytes(); }
   KvStore& store() { return store_; }
 
+  // Host memory holds the pool: copies are memcpy, done when they return.
+  size_t block_bytes() const override { return store_.block_bytes(); }
+  Result<uint64_t> CopyOut(std::span<const int32_t> blocks,
+                           std::span<uint8_t* const> dst) override {
+    return Copy(blocks.size(), [&](size_t i) { store_.CopyBlockOut(blocks[i], dst[i]); });
+  }
+  Result<uint64_t> CopyIn(std::span<const uint8_t* const> src,
+                          std::span<const int32_t> blocks) override {
+    return Copy(blocks.size(), [&](size_t i) { store_.CopyBlockIn(blocks[i], src[i]); });
+  }
+  double TakeCopySeconds(uint64_t fence) override {
+    auto it = seconds_.find(fence);
+    if (it == seconds_.end()) return 0;
+    const double s = it->second;
+    seconds_.erase(it);
+    return s;
+  }
+
  private:
+  template <typename F>
+  uint64_t Copy(size_t n, F&& one) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < n; ++i) one(i);
+    seconds_[++fence_] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return fence_;
+  }
   KvStore store_;
+  uint64_t fence_ = 0;
+  std::map<uint64_t, double> seconds_;  // copies whose time nobody took yet
 };
 
 // Measured choices of this process by (weight bytes per token, threads):

@@ -73,6 +73,15 @@ class KvStore {
     }
   }
 
+  // bytes() / n_blocks(): what CopyBlockOut writes.
+  size_t block_bytes() const { return BlockBytes(n_layer_, block_size_, n_kv_, head_dim_, type_); }
+  // Copies every layer's K and V (and q8 scales) of `block` to `dst`
+  // (block_bytes()), or back from `src`.
+  void CopyBlockOut(int block, uint8_t* dst) const { CopyBlock(block, dst, /*out=*/true); }
+  void CopyBlockIn(int block, const uint8_t* src) {
+    CopyBlock(block, const_cast<uint8_t*>(src), /*out=*/false);
+  }
+
   // One layer's cache as the attention kernel reads it (block_table left unset).
   kernels::PagedKv Layer(int layer) const {
     kernels::PagedKv p;
@@ -100,6 +109,30 @@ class KvStore {
                                             (value ? v_ : k_).data() + tile);
     (value ? v_scale_ : k_scale_)[ScaleOffset(layer, block) +
                                   static_cast<size_t>(kv_head) * block_size_ + slot] = scale;
+  }
+
+  // One block's tiles in layer order: K, V, then (q8) K and V scales.
+  void CopyBlock(int block, uint8_t* host, bool out) const {
+    const size_t tile = static_cast<size_t>(block_size_) * n_kv_ * head_dim_ * elem_;
+    const size_t scales = type_ == kernels::KvType::kQ8
+                              ? static_cast<size_t>(block_size_) * n_kv_ * sizeof(float)
+                              : 0;
+    auto move = [&](const void* store, size_t bytes) {
+      void* at = const_cast<void*>(store);
+      if (out)
+        std::memcpy(host, at, bytes);
+      else
+        std::memcpy(at, host, bytes);
+      host += bytes;
+    };
+    for (int layer = 0; layer < n_layer_; ++layer) {
+      const size_t at = Offset(layer, block) * elem_;
+      move(k_.data() + at, tile);
+      move(v_.data() + at, tile);
+      if (scales == 0) continue;
+      move(k_scale_.data() + ScaleOffset(layer, block), scales);
+      move(v_scale_.data() + ScaleOffset(layer, block), scales);
+    }
   }
 
   // First element of (layer, block), and its first row scale (kQ8: one per slot and KV head).

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/collective.h"
@@ -205,18 +207,82 @@ class LtGemm {
   DeviceArray<uint8_t> workspace_;
 };
 
+// As CUDA_TRY, for calls whose failure the caller survives (the KV copies,
+// page-locking): the error is cleared from the thread's last error too, so
+// that the next kernel launch's check does not report it again.
+#define CUDA_TRY_CLEAR(expr)        \
+  do {                              \
+    const cudaError_t e_ = (expr);  \
+    if (e_ != cudaSuccess) {        \
+      cudaGetLastError();           \
+      return CudaStatus(e_, #expr); \
+    }                               \
+  } while (0)
+
+// Whether the work recorded in `e` is done. "Not ready" is cleared from the
+// thread's last error; another error counts as done (the next forward pass
+// reports it).
+bool Passed(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaSuccess) return true;
+  cudaGetLastError();
+  return r != cudaErrorNotReady;
+}
+
+// The KV pool of one GPU. K and V are [layer][block][kv_head][slot][head_dim]
+// bf16, so one block of one layer is one contiguous piece.
+//
+// Copies to and from host memory (the lower KV tier) run on a stream of
+// their own, in the order they are asked for, each after every forward pass
+// enqueued before it on the backend's stream (an event recorded there). A
+// forward pass waits for copies only where told to (WaitCopies: the next
+// forward pass waits for that fence) or where it writes a block that a copy
+// out still reads (OrderForward); other copies overlap it. Each copy has a
+// start and an end event on the copy stream, kept by fence until its time is
+// taken: a fence no longer kept is done.
 class CudaKv final : public KvMemory {
  public:
   // One extra block past n_blocks takes the writes of padding tokens.
-  static Result<std::unique_ptr<CudaKv>> Make(int n_layer, int n_blocks, int block_size, int n_kv,
-                                              int head_dim) {
+  // `compute` is the backend's stream, `compute_mu` the lock its forward
+  // passes hold while they enqueue work there (graph captures included).
+  static Result<std::unique_ptr<CudaKv>> Make(int device, cudaStream_t compute,
+                                              std::mutex* compute_mu, int n_layer, int n_blocks,
+                                              int block_size, int n_kv, int head_dim) {
     std::unique_ptr<CudaKv> kv(new CudaKv());
+    kv->device_ = device;
+    kv->compute_ = compute;
+    kv->compute_mu_ = compute_mu;
+    kv->n_layer_ = n_layer;
     kv->n_blocks_ = n_blocks;
     kv->block_size_ = block_size;
-    kv->layer_elems_ = static_cast<size_t>(n_blocks + 1) * block_size * n_kv * head_dim;
+    kv->block_elems_ = static_cast<size_t>(block_size) * n_kv * head_dim;
+    kv->layer_elems_ = static_cast<size_t>(n_blocks + 1) * kv->block_elems_;
     BRAID_RETURN_IF_ERROR(kv->k_.Allocate(kv->layer_elems_ * n_layer));
     BRAID_RETURN_IF_ERROR(kv->v_.Allocate(kv->layer_elems_ * n_layer));
+    CUDA_TRY(cudaStreamCreateWithFlags(&kv->copy_, cudaStreamNonBlocking));
+    CUDA_TRY(cudaEventCreateWithFlags(&kv->computed_, cudaEventDisableTiming));
+    kv->out_fence_.assign(static_cast<size_t>(n_blocks) + 1, 0);
+    // A strided copy's pitch (one layer's K or V) has a limit (2 GiB).
+    int max_pitch = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
+    kv->strided_ = kv->layer_elems_ * sizeof(uint16_t) <= static_cast<size_t>(max_pitch);
+    // BRAID_CUDA_KV_COPY=batch: one cudaMemcpyBatchAsync of every
+    // (block, layer, K/V) piece instead of two strided copies per block, to
+    // measure which is faster.
+    const char* mode = std::getenv("BRAID_CUDA_KV_COPY");
+    kv->batched_ = mode && std::string(mode) == "batch";
     return kv;
+  }
+  ~CudaKv() override {
+    cudaSetDevice(device_);
+    if (copy_) cudaStreamSynchronize(copy_);  // the host memory may go next
+    for (auto& [fence, c] : copies_) {
+      cudaEventDestroy(c.start);
+      cudaEventDestroy(c.end);
+    }
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (computed_) cudaEventDestroy(computed_);
+    if (copy_) cudaStreamDestroy(copy_);
   }
   int n_blocks() const override { return n_blocks_; }
   int block_size() const override { return block_size_; }
@@ -227,15 +293,232 @@ class CudaKv final : public KvMemory {
   // Unique per allocation: graphs bake in the device addresses of one.
   uint64_t id() const { return id_; }
 
+  // A block on the host: every layer's K piece, then every layer's V piece.
+  size_t block_bytes() const override { return 2 * n_layer_ * piece_bytes(); }
+  // Portable: one registration serves every GPU (tensor parallel ranks).
+  Status RegisterHost(void* p, size_t bytes) override {
+    CUDA_TRY_CLEAR(cudaSetDevice(device_));
+    CUDA_TRY_CLEAR(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return Status::Ok();
+  }
+  void UnregisterHost(void* p) override {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+  }
+  Result<uint64_t> CopyOut(std::span<const int32_t> blocks,
+                           std::span<uint8_t* const> dst) override {
+    return Copy(blocks, dst.data(), true);
+  }
+  Result<uint64_t> CopyIn(std::span<const uint8_t* const> src,
+                          std::span<const int32_t> blocks) override {
+    return Copy(blocks, const_cast<uint8_t* const*>(src.data()), false);
+  }
+  // Copies run in order: waiting for the latest fence asked for covers the others.
+  Status WaitCopies(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    wait_ = std::max(wait_, fence);
+    return Status::Ok();
+  }
+  bool CopiesDone(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !Running(fence);
+  }
+  double TakeCopySeconds(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = copies_.find(fence);
+    if (it == copies_.end()) return 0;
+    if (!Passed(it->second.end)) return -1;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, it->second.start, it->second.end) != cudaSuccess) {
+      cudaGetLastError();
+      ms = 0;
+    }
+    Release(it);
+    return ms * 1e-3;
+  }
+
+  // Before a forward pass enqueues anything on `stream`: it waits for the
+  // copies WaitCopies asked for, and for copies out of the blocks it writes
+  // (`slots`, n of them: block * block_size + offset) that are still running.
+  Status OrderForward(cudaStream_t stream, const int32_t* slots, int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t fence = std::exchange(wait_, 0);
+    for (int t = 0; t < n; ++t) {
+      if (slots[t] < 0) continue;
+      uint64_t& out = out_fence_[static_cast<size_t>(slots[t] / block_size_)];
+      if (out <= fence) continue;  // none, or waited for already
+      if (Running(out))
+        fence = out;
+      else
+        out = 0;
+    }
+    if (!Running(fence)) return Status::Ok();
+    CUDA_TRY(cudaStreamWaitEvent(stream, copies_.at(fence).end, 0));
+    return Status::Ok();
+  }
+
  private:
+  struct Timed {
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  // Fences kept before the oldest finished ones whose time nobody took are dropped.
+  static constexpr size_t kKeptFences = 4096;
+
   CudaKv() {
     static std::atomic<uint64_t> next{1};
     id_ = next++;
   }
+  size_t piece_bytes() const { return block_elems_ * sizeof(uint16_t); }
+  // One block of one layer's K (half 0) or V (half 1).
+  uint8_t* Piece(int half, int layer, int32_t block) const {
+    return reinterpret_cast<uint8_t*>((half ? v(layer) : k(layer)) +
+                                      static_cast<size_t>(block) * block_elems_);
+  }
+  // Whether `fence` is kept and its copy still runs (mu_ held).
+  bool Running(uint64_t fence) {
+    auto it = copies_.find(fence);
+    return it != copies_.end() && !Passed(it->second.end);
+  }
+  void Release(std::map<uint64_t, Timed>::iterator it) {
+    free_events_.push_back(it->second.start);
+    free_events_.push_back(it->second.end);
+    copies_.erase(it);
+  }
+  Result<cudaEvent_t> NewEvent() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_TRY_CLEAR(cudaEventCreate(&e));
+    return e;
+  }
+
+  // Enqueues the copies of `blocks` to (`out`) or from host[i], between a
+  // start and an end event, after the forward passes enqueued so far.
+  Result<uint64_t> Copy(std::span<const int32_t> blocks, uint8_t* const* host, bool out) {
+    for (int32_t b : blocks)
+      if (b < 0 || b >= n_blocks_)
+        return Status::InvalidArgument("KV copy of block " + std::to_string(b) + " of " +
+                                       std::to_string(n_blocks_));
+    // No forward pass is enqueueing meanwhile: the event marks the end of
+    // the last one, and none is capturing a graph on that stream.
+    std::lock_guard<std::mutex> compute_lock(*compute_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    CUDA_TRY_CLEAR(cudaSetDevice(device_));
+    Timed t;
+    BRAID_ASSIGN_OR_RETURN(t.start, NewEvent());
+    auto events = NewEvent();
+    if (!events.ok()) {
+      free_events_.push_back(t.start);
+      return events.status();
+    }
+    t.end = *events;
+    const Status st = Enqueue(blocks, host, out, t);
+    if (!st.ok()) {
+      // What was enqueued before the failure is done before the caller
+      // takes its host memory back.
+      if (cudaStreamSynchronize(copy_) != cudaSuccess) cudaGetLastError();
+      free_events_.push_back(t.start);
+      free_events_.push_back(t.end);
+      return st;
+    }
+    const uint64_t fence = ++fence_;
+    copies_.emplace(fence, t);
+    if (out)
+      for (int32_t b : blocks) out_fence_[static_cast<size_t>(b)] = fence;
+    // Bounds what fences nobody takes keep: the oldest, once done, go.
+    while (copies_.size() > kKeptFences && Passed(copies_.begin()->second.end))
+      Release(copies_.begin());
+    return fence;
+  }
+  Status Enqueue(std::span<const int32_t> blocks, uint8_t* const* host, bool out, Timed t) {
+    CUDA_TRY_CLEAR(cudaEventRecord(computed_, compute_));
+    CUDA_TRY_CLEAR(cudaStreamWaitEvent(copy_, computed_, 0));
+    CUDA_TRY_CLEAR(cudaEventRecord(t.start, copy_));
+    if (batched_) {
+      BRAID_RETURN_IF_ERROR(EnqueueBatch(blocks, host, out));
+    } else if (strided_) {
+      // Per block, K then V: n_layer rows of one piece, a layer apart on the
+      // device and packed on the host.
+      const size_t piece = piece_bytes(), layer_bytes = layer_elems_ * sizeof(uint16_t);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        for (int half = 0; half < 2; ++half) {
+          uint16_t* dev = (half ? v_ : k_).get() + static_cast<size_t>(blocks[i]) * block_elems_;
+          uint8_t* h = host[i] + static_cast<size_t>(half) * n_layer_ * piece;
+          if (out)
+            CUDA_TRY_CLEAR(cudaMemcpy2DAsync(h, piece, dev, layer_bytes, piece, n_layer_,
+                                             cudaMemcpyDeviceToHost, copy_));
+          else
+            CUDA_TRY_CLEAR(cudaMemcpy2DAsync(dev, layer_bytes, h, piece, piece, n_layer_,
+                                             cudaMemcpyHostToDevice, copy_));
+        }
+    } else {
+      // Layers too far apart for a strided copy: one copy per piece.
+      const size_t piece = piece_bytes();
+      for (size_t i = 0; i < blocks.size(); ++i)
+        for (int half = 0; half < 2; ++half)
+          for (int layer = 0; layer < n_layer_; ++layer) {
+            uint8_t* dev = Piece(half, layer, blocks[i]);
+            uint8_t* h = host[i] + (static_cast<size_t>(half) * n_layer_ + layer) * piece;
+            CUDA_TRY_CLEAR(cudaMemcpyAsync(out ? h : dev, out ? dev : h, piece,
+                                           out ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                           copy_));
+          }
+    }
+    CUDA_TRY_CLEAR(cudaEventRecord(t.end, copy_));
+    return Status::Ok();
+  }
+  // The same pieces in the same places as one cudaMemcpyBatchAsync.
+  Status EnqueueBatch(std::span<const int32_t> blocks, uint8_t* const* host, bool out) {
+#if CUDART_VERSION >= 13000
+    const size_t piece = piece_bytes();
+    const size_t n = blocks.size() * 2 * static_cast<size_t>(n_layer_);
+    if (n == 0) return Status::Ok();
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    dsts.reserve(n);
+    srcs.reserve(n);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      for (int half = 0; half < 2; ++half)
+        for (int layer = 0; layer < n_layer_; ++layer) {
+          uint8_t* dev = Piece(half, layer, blocks[i]);
+          uint8_t* h = host[i] + (static_cast<size_t>(half) * n_layer_ + layer) * piece;
+          dsts.push_back(out ? static_cast<void*>(h) : dev);
+          srcs.push_back(out ? dev : h);
+        }
+    std::vector<size_t> sizes(n, piece);
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t first = 0;  // attr applies to every copy
+    CUDA_TRY_CLEAR(
+        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr, &first, 1, copy_));
+    return Status::Ok();
+#else
+    return Status::Unsupported("BRAID_CUDA_KV_COPY=batch needs CUDA 13's cudaMemcpyBatchAsync");
+#endif
+  }
+
   uint64_t id_ = 0;
-  int n_blocks_ = 0, block_size_ = 0;
+  int device_ = 0;
+  int n_layer_ = 0, n_blocks_ = 0, block_size_ = 0;
+  size_t block_elems_ = 0;  // of one block of one layer
   size_t layer_elems_ = 0;
   DeviceArray<uint16_t> k_, v_;
+  bool batched_ = false;  // cudaMemcpyBatchAsync
+  bool strided_ = true;   // else one copy per piece
+
+  cudaStream_t compute_ = nullptr;  // the backend's
+  std::mutex* compute_mu_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t computed_ = nullptr;  // the forward passes before a copy
+  std::mutex mu_;                   // what follows
+  uint64_t fence_ = 0;              // the last one given
+  std::map<uint64_t, Timed> copies_;
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t wait_ = 0;                // the next forward pass waits for this fence
+  std::vector<uint64_t> out_fence_;  // per block: its last copy out's fence, or 0
 };
 
 struct GpuLayer {
@@ -309,9 +592,9 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
     std::lock_guard<std::mutex> lock(mu_);
     CUDA_TRY(cudaSetDevice(device_));
-    BRAID_ASSIGN_OR_RETURN(
-        std::unique_ptr<CudaKv> kv,
-        CudaKv::Make(c_.n_layer, n_blocks, block_size, c_.n_head_kv, c_.head_dim));
+    BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaKv> kv,
+                           CudaKv::Make(device_, stream_, &mu_, c_.n_layer, n_blocks, block_size,
+                                        c_.n_head_kv, c_.head_dim));
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
@@ -1164,6 +1447,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     n_split = SplitFor(B, 1 << 30);  // fixed per bucket: the graph serves every context
     // Graphs always end in the argmax: one graph per bucket serves both outputs.
   }
+  // The KV copies this pass must come after, before it touches the pool.
+  BRAID_RETURN_IF_ERROR(kv.OrderForward(stream_, slot, graph ? B : T));
   const size_t in_count = kRegions * kRegionCap + tab;
   CUDA_TRY(cudaMemcpyAsync(in_dev_.get(), in_host_.get(), in_count * sizeof(int32_t),
                            cudaMemcpyHostToDevice, stream_));

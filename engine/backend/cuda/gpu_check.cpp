@@ -50,6 +50,19 @@
 //       Exits 1 unless every cosine >= 0.999 and every continuation is the
 //       same, also those of eight sequences decoding over one shared
 //       prefix (cascade attention).
+//   copy --model DIR [--blocks N] [--device cuda:0+1] [--share R]
+//       the host KV tier's block copies (KvMemory::CopyOut/CopyIn): a pool
+//       of N blocks of 16 slots (default: at most 4 GiB and half the free
+//       memory) filled from random host bytes, then every block out to
+//       page-locked host memory in a random order (d2h_gb_per_s) and back in
+//       (h2d_gb_per_s), timed on the copy stream, against one large
+//       cudaMemcpyAsync each way (link_*_gb_per_s); the round trip must be
+//       byte-exact. Then forward passes against copies in flight: one that
+//       writes blocks a copy out reads waits for it, one after WaitCopies
+//       reads what was copied in. All of it for the strided copies and again
+//       for BRAID_CUDA_KV_COPY=batch (under "batched"). --share R: R
+//       tensor-parallel ranks on GPU 0 (TpKv on a one-GPU host). Exits 1
+//       unless every check holds.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -58,6 +71,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -65,6 +79,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,13 +117,14 @@ struct Args {
   std::string cmd, model, prompts, out_dir, device = "cuda", batches = "1,8,32,128";
   std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
   int prompt = 128, gen = 128, ctx = 0, prefix = 4096, ranks = 2;
+  int blocks = 0, share = 1;  // copy's pool (0: sized from memory) and ranks on one GPU
 };
 
 Args Parse(int argc, char** argv) {
   if (argc < 2)
     Fail(
         "usage: braid_gpu_check "
-        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade|tp "
+        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade|tp|copy "
         "--model DIR "
         "...");
   Args a;
@@ -139,6 +155,10 @@ Args Parse(int argc, char** argv) {
       a.prefix = std::stoi(v);
     else if (k == "--ranks")
       a.ranks = std::stoi(v);
+    else if (k == "--blocks")
+      a.blocks = std::stoi(v);
+    else if (k == "--share")
+      a.share = std::stoi(v);
     else
       Fail("unknown option " + k);
   }
@@ -1121,6 +1141,309 @@ int TensorParallel(const Args& a) {
   return pass ? 0 : 1;
 }
 
+// Page-aligned host memory, page-locked through `kv` (RegisterHost) while it lives.
+class HostBlocks {
+ public:
+  HostBlocks(KvMemory& kv, size_t bytes) : kv_(kv), bytes_((bytes + 4095) / 4096 * 4096) {
+    p_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes_));
+    if (!p_) Fail("cannot allocate " + std::to_string(bytes_ >> 20) + " MiB of host memory");
+    Check(kv.RegisterHost(p_, bytes_), "page-locking host memory");
+  }
+  HostBlocks(const HostBlocks&) = delete;
+  HostBlocks& operator=(const HostBlocks&) = delete;
+  ~HostBlocks() {
+    kv_.UnregisterHost(p_);
+    std::free(p_);
+  }
+  uint8_t* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  KvMemory& kv_;
+  size_t bytes_;
+  uint8_t* p_ = nullptr;
+};
+
+// Seeded random bytes (splitmix64) over p[0, bytes), bytes a multiple of 8.
+void FillRandom(uint8_t* p, size_t bytes, uint64_t seed) {
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(p + i, &z, 8);
+  }
+}
+
+// Copies every block of `order` out to (or in from) its own place in
+// `host` (block b at b * block_bytes()), without waiting.
+Result<uint64_t> StartCopy(KvMemory& kv, uint8_t* host, const std::vector<int32_t>& order,
+                           bool out) {
+  const size_t bb = kv.block_bytes();
+  if (out) {
+    std::vector<uint8_t*> dst(order.size());
+    for (size_t i = 0; i < order.size(); ++i) dst[i] = host + static_cast<size_t>(order[i]) * bb;
+    return kv.CopyOut(order, dst);
+  }
+  std::vector<const uint8_t*> src(order.size());
+  for (size_t i = 0; i < order.size(); ++i) src[i] = host + static_cast<size_t>(order[i]) * bb;
+  return kv.CopyIn(src, order);
+}
+
+// Polls until the copies up to `fence` are done; the seconds the copy took
+// on its stream.
+double FinishCopy(KvMemory& kv, uint64_t fence) {
+  while (!kv.CopiesDone(fence)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  return kv.TakeCopySeconds(fence);
+}
+
+// A copy of `order` in one direction, waited for: GB/s on the copy stream,
+// and microseconds per block of the call that enqueued it.
+struct CopyRate {
+  double gb_per_s = 0, enqueue_us_per_block = 0;
+};
+CopyRate TimeCopy(KvMemory& kv, uint8_t* host, const std::vector<int32_t>& order, bool out) {
+  const auto t0 = Clock::now();
+  const uint64_t fence = Check(StartCopy(kv, host, order, out), out ? "copy out" : "copy in");
+  const double enqueue = Since(t0);
+  const double s = FinishCopy(kv, fence);
+  CopyRate r;
+  r.gb_per_s = static_cast<double>(order.size()) * kv.block_bytes() / std::max(s, 1e-9) / 1e9;
+  r.enqueue_us_per_block = 1e6 * enqueue / std::max<size_t>(1, order.size());
+  return r;
+}
+
+// One large copy each way between pinned host memory and GPU `device` (the
+// median of 5 after a warm-up): the link's own rate, GB/s.
+std::pair<double, double> LinkRates(int device, uint8_t* pinned, size_t bytes) {
+  bytes = std::min(bytes, size_t{1} << 30);
+  void* dev = nullptr;
+  cudaStream_t s = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+    Fail("link bandwidth: cannot set up the copy");
+  auto rate = [&](bool d2h) {
+    std::vector<double> gbs;
+    for (int i = 0; i < 6; ++i) {
+      cudaEventRecord(e0, s);
+      if (d2h)
+        cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, s);
+      else
+        cudaMemcpyAsync(dev, pinned, bytes, cudaMemcpyHostToDevice, s);
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (i > 0) gbs.push_back(bytes / (std::max(ms, 1e-6f) * 1e-3) / 1e9);
+    }
+    std::sort(gbs.begin(), gbs.end());
+    return gbs[gbs.size() / 2];
+  };
+  const double d2h = rate(true), h2d = rate(false);
+  const cudaError_t e = cudaGetLastError();
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
+  cudaFree(dev);
+  if (e != cudaSuccess) Fail(std::string("link bandwidth: ") + cudaGetErrorString(e));
+  return {d2h, h2d};
+}
+
+double MaxAbsDiff(const std::vector<float>& x, const std::vector<float>& y) {
+  double d = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    d = std::max(d, static_cast<double>(std::fabs(x[i] - y[i])));
+  return d;
+}
+
+// Forward passes against the copies, over blocks X (the first seven) of the
+// pool: a 100-token sequence P is prefilled there and decoded one token
+// (logits R). (1) Every block copied out, X last, and at once another
+// sequence Q prefilled into X: that pass writes blocks the copy still
+// reads, so it must wait for the copy. (2) Every block copied back in, X
+// last, and WaitCopies: the next pass must wait for it, and the same decode
+// then gives R again (not Q's logits). (3) The other blocks copied in
+// without WaitCopies: a pass over X need not wait (whether it overlapped
+// the copy is reported, not checked: it needs the copy to outlast the pass).
+Json CheckOrdering(Backend& b, KvMemory& kv, uint8_t* host, std::mt19937& rng, bool* pass) {
+  const int bs = kv.block_size(), P = 100;
+  const int nx = (P + 1 + bs - 1) / bs;
+  if (kv.n_blocks() < 2 * nx) Fail("copy: the pool is too small for the ordering check");
+  std::vector<int32_t> table(nx), others, order;
+  for (int i = 0; i < nx; ++i) table[i] = i;
+  for (int i = nx; i < kv.n_blocks(); ++i) others.push_back(i);
+  auto others_then_x = [&] {
+    std::shuffle(others.begin(), others.end(), rng);
+    order = others;
+    order.insert(order.end(), table.begin(), table.end());
+    return order;
+  };
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (auto& id : t) id = static_cast<int32_t>(rng() % b.n_vocab());
+    return t;
+  };
+  auto prefill = [&](const std::vector<int32_t>& t) {
+    BatchSegment s;
+    s.tokens = t.data();
+    s.n_tokens = static_cast<int>(t.size());
+    s.block_table = table.data();
+    Check(b.Forward(std::span<const BatchSegment>(&s, 1), kv, nullptr), "prefill");
+  };
+  const int32_t next = static_cast<int32_t>(rng() % b.n_vocab());
+  auto decode = [&] {  // `next` at position P, its logits
+    BatchSegment d;
+    d.tokens = &next;
+    d.n_tokens = 1;
+    d.pos0 = P;
+    d.block_table = table.data();
+    d.logits_from = P;
+    std::vector<float> logits(static_cast<size_t>(b.n_vocab()));
+    Check(b.Forward(std::span<const BatchSegment>(&d, 1), kv, logits.data()), "decode");
+    return logits;
+  };
+  prefill(tokens(P));
+  const std::vector<float> r = decode();
+
+  const uint64_t out = Check(StartCopy(kv, host, others_then_x(), true), "copy out");
+  const bool out_running = !kv.CopiesDone(out);
+  prefill(tokens(P + 1));
+  const bool out_waited = kv.CopiesDone(out);
+  FinishCopy(kv, out);
+  const std::vector<float> rq = decode();
+
+  const uint64_t in = Check(StartCopy(kv, host, others_then_x(), false), "copy in");
+  const bool in_running = !kv.CopiesDone(in);
+  Check(kv.WaitCopies(in), "WaitCopies");
+  const std::vector<float> restored = decode();
+  const bool in_waited = kv.CopiesDone(in);
+  FinishCopy(kv, in);
+
+  std::shuffle(others.begin(), others.end(), rng);
+  const uint64_t other = Check(StartCopy(kv, host, others, false), "copy in");
+  const std::vector<float> beside = decode();
+  const bool overlapped = !kv.CopiesDone(other);
+  FinishCopy(kv, other);
+
+  const double restored_diff = MaxAbsDiff(restored, r), q_diff = MaxAbsDiff(rq, r),
+               beside_diff = MaxAbsDiff(beside, r);
+  const bool ok =
+      out_waited && in_waited && restored_diff <= 1e-2 && q_diff >= 0.1 && beside_diff <= 1e-2;
+  *pass &= ok;
+  return {{"write_waited_for_copy_out", out_waited},
+          {"copy_out_was_running", out_running},
+          {"forward_waited_for_copy_in", in_waited},
+          {"copy_in_was_running", in_running},
+          {"restored_max_abs_diff", restored_diff},
+          {"overwritten_max_abs_diff", q_diff},
+          {"unwaited_forward_max_abs_diff", beside_diff},
+          {"unwaited_forward_overlapped_copy", overlapped},
+          {"pass", ok}};
+}
+
+// The copies of one pool of n blocks (the strided copies, or with `batched`
+// BRAID_CUDA_KV_COPY=batch): 3 rounds each way in random orders, the round
+// trip, and the ordering check; the link's rate too with `link`.
+Json MeasureCopies(Backend& b, int n, int bs, bool batched, int link_device, std::mt19937& rng,
+                   bool* pass) {
+  if (batched)
+    setenv("BRAID_CUDA_KV_COPY", "batch", 1);
+  else
+    unsetenv("BRAID_CUDA_KV_COPY");
+  auto kv = Check(b.AllocateKv(n, bs), "allocating KV");
+  unsetenv("BRAID_CUDA_KV_COPY");
+  const size_t bb = kv->block_bytes(), total = static_cast<size_t>(n) * bb;
+  Json j = {{"mode", batched ? "batch" : "2d"}, {"blocks", n}, {"block_bytes", bb}};
+  HostBlocks ref(*kv, total), scratch(*kv, total);
+  FillRandom(ref.get(), ref.bytes(), 12345);
+  if (link_device >= 0) {
+    const auto [d2h, h2d] = LinkRates(link_device, scratch.get(), total);
+    j["link_d2h_gb_per_s"] = d2h;
+    j["link_h2d_gb_per_s"] = h2d;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[i] = i;
+  // The pool's pattern: every block in from the random bytes.
+  const Result<uint64_t> fill = StartCopy(*kv, ref.get(), order, false);
+  if (!fill.ok()) {  // the strided copies must work; the batched ones are an option
+    if (!batched) Fail("copy in: " + fill.status().ToString());
+    j["error"] = fill.status().ToString();
+    return j;
+  }
+  FinishCopy(*kv, *fill);
+  auto median = [](std::vector<CopyRate> v, double CopyRate::*field) {
+    std::sort(v.begin(), v.end(),
+              [&](const CopyRate& x, const CopyRate& y) { return x.*field < y.*field; });
+    return v[v.size() / 2].*field;
+  };
+  std::vector<CopyRate> outs, ins;
+  for (int round = 0; round < 3; ++round) {
+    std::shuffle(order.begin(), order.end(), rng);
+    outs.push_back(TimeCopy(*kv, scratch.get(), order, true));
+  }
+  bool exact = std::memcmp(ref.get(), scratch.get(), total) == 0;
+  for (int round = 0; round < 3; ++round) {
+    std::shuffle(order.begin(), order.end(), rng);
+    ins.push_back(TimeCopy(*kv, scratch.get(), order, false));
+  }
+  // Out again over zeros: what went in came back.
+  std::memset(scratch.get(), 0, total);
+  std::shuffle(order.begin(), order.end(), rng);
+  TimeCopy(*kv, scratch.get(), order, true);
+  exact &= std::memcmp(ref.get(), scratch.get(), total) == 0;
+  *pass &= exact;
+  j["d2h_gb_per_s"] = median(outs, &CopyRate::gb_per_s);
+  j["h2d_gb_per_s"] = median(ins, &CopyRate::gb_per_s);
+  j["d2h_enqueue_us_per_block"] = median(outs, &CopyRate::enqueue_us_per_block);
+  j["h2d_enqueue_us_per_block"] = median(ins, &CopyRate::enqueue_us_per_block);
+  j["round_trip_exact"] = exact;
+  j["ordering"] = CheckOrdering(b, *kv, scratch.get(), rng, pass);
+  return j;
+}
+
+int CopyBlocks(const Args& a) {
+  auto file = Check(LoadModelFile(a.model), "loading the model file");
+  ModelOptions mo;
+  mo.path = a.model;
+  mo.device = a.device;
+  const int context = 1024, bs = 16;
+  const DeviceSpec spec = Check(ParseDevice(a.device), "parsing --device");
+  if (spec.kind != DeviceSpec::Kind::kCuda) Fail("copy: --device must name a GPU");
+  std::unique_ptr<SharedGpuGroup> group;  // outlives the backend
+  std::unique_ptr<Backend> backend;
+  if (a.share > 1) {
+    group = std::make_unique<SharedGpuGroup>(a.share);
+    backend = Check(OpenTensorParallelBackend(*file, mo, std::vector<int>(a.share, spec.index),
+                                              context, group->ranks()),
+                    "opening ranks on one GPU");
+  } else {
+    backend = Check(OpenBackend(*file, mo, context), "opening the backend");
+  }
+  // Bytes of a block on one GPU (ranks sharing one hold a part each).
+  const uint64_t gpu_block = backend->KvBlockBytes(bs) * std::max(1, a.share);
+  const uint64_t pool = std::min<uint64_t>(uint64_t{4} << 30, backend->KvMemoryAvailable() / 2);
+  const int n = a.blocks > 0 ? a.blocks : static_cast<int>(pool / gpu_block);
+  std::mt19937 rng(29);
+  bool pass = true;
+  Json strided = MeasureCopies(*backend, n, bs, false, spec.index, rng, &pass);
+  Json batched = MeasureCopies(*backend, n, bs, true, -1, rng, &pass);
+  Json out = {{"device", backend->name()},
+              {"blocks", n},
+              {"block_bytes", strided["block_bytes"]},
+              {"d2h_gb_per_s", strided["d2h_gb_per_s"]},
+              {"h2d_gb_per_s", strided["h2d_gb_per_s"]},
+              {"link_d2h_gb_per_s", strided["link_d2h_gb_per_s"]},
+              {"link_h2d_gb_per_s", strided["link_h2d_gb_per_s"]},
+              {"round_trip_exact", strided["round_trip_exact"]},
+              {"strided", strided},
+              {"batched", batched},
+              {"pass", pass}};
+  std::printf("%s\n", out.dump().c_str());
+  return pass ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace braid
 
@@ -1141,5 +1464,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "serve-equal") return ServeEqual(a);
   if (a.cmd == "cascade") return Cascade(a);
   if (a.cmd == "tp") return TensorParallel(a);
+  if (a.cmd == "copy") return CopyBlocks(a);
   Fail("unknown command '" + a.cmd + "'");
 }

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/cuda/collective.h"
 #include "backend/cuda/cuda_backend.h"
@@ -76,6 +79,8 @@ class RankThreads {
 };
 
 // Each rank's KV memory: the same blocks, each holding its rank's KV heads.
+// On the host a block is every rank's part in rank order, and a fence is one
+// of each rank's.
 class TpKv final : public KvMemory {
  public:
   std::vector<std::unique_ptr<KvMemory>> parts;
@@ -86,6 +91,97 @@ class TpKv final : public KvMemory {
     for (const auto& p : parts) b += p->bytes();
     return b;
   }
+
+  size_t block_bytes() const override {
+    size_t b = 0;
+    for (const auto& p : parts) b += p->block_bytes();
+    return b;
+  }
+  // Rank 0 page-locks the memory for every GPU (CudaKv registers it portable).
+  Status RegisterHost(void* p, size_t bytes) override { return parts[0]->RegisterHost(p, bytes); }
+  void UnregisterHost(void* p) override { parts[0]->UnregisterHost(p); }
+  Result<uint64_t> CopyOut(std::span<const int32_t> blocks,
+                           std::span<uint8_t* const> dst) override {
+    std::vector<uint8_t*> at(dst.size());
+    return Copy([&](KvMemory& part, size_t offset) {
+      for (size_t i = 0; i < dst.size(); ++i) at[i] = dst[i] + offset;
+      return part.CopyOut(blocks, at);
+    });
+  }
+  Result<uint64_t> CopyIn(std::span<const uint8_t* const> src,
+                          std::span<const int32_t> blocks) override {
+    std::vector<const uint8_t*> at(src.size());
+    return Copy([&](KvMemory& part, size_t offset) {
+      for (size_t i = 0; i < src.size(); ++i) at[i] = src[i] + offset;
+      return part.CopyIn(at, blocks);
+    });
+  }
+  Status WaitCopies(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fences_.find(fence);
+    if (it == fences_.end()) return Status::Ok();  // taken: done
+    for (size_t r = 0; r < parts.size(); ++r)
+      BRAID_RETURN_IF_ERROR(parts[r]->WaitCopies(it->second[r]));
+    return Status::Ok();
+  }
+  bool CopiesDone(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fences_.find(fence);
+    return it == fences_.end() || Done(it->second);
+  }
+  // The slowest rank's seconds.
+  double TakeCopySeconds(uint64_t fence) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fences_.find(fence);
+    if (it == fences_.end()) return 0;
+    if (!Done(it->second)) return -1;
+    double s = 0;
+    for (size_t r = 0; r < parts.size(); ++r)
+      s = std::max(s, parts[r]->TakeCopySeconds(it->second[r]));
+    fences_.erase(it);
+    return s;
+  }
+
+ private:
+  static constexpr size_t kKeptFences = 4096;  // as CudaKv's
+  bool Done(const std::vector<uint64_t>& fences) {
+    for (size_t r = 0; r < parts.size(); ++r)
+      if (!parts[r]->CopiesDone(fences[r])) return false;
+    return true;
+  }
+  // one(part, offset of its section in a host block) for every rank.
+  template <typename F>
+  Result<uint64_t> Copy(F&& one) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<uint64_t> fences;
+    size_t offset = 0;
+    for (const auto& p : parts) {
+      Result<uint64_t> f = one(*p, offset);
+      if (!f.ok()) {
+        // The ranks that enqueued theirs finish before the caller takes its
+        // host memory back.
+        for (size_t r = 0; r < fences.size(); ++r) {
+          while (!parts[r]->CopiesDone(fences[r])) std::this_thread::yield();
+          parts[r]->TakeCopySeconds(fences[r]);
+        }
+        return f.status();
+      }
+      fences.push_back(*f);
+      offset += p->block_bytes();
+    }
+    fences_.emplace(++fence_, std::move(fences));
+    // Bounds what fences nobody takes keep: the oldest, once done, go.
+    while (fences_.size() > kKeptFences && Done(fences_.begin()->second)) {
+      for (size_t r = 0; r < parts.size(); ++r)
+        parts[r]->TakeCopySeconds(fences_.begin()->second[r]);
+      fences_.erase(fences_.begin());
+    }
+    return fence_;
+  }
+
+  std::mutex mu_;  // what follows
+  uint64_t fence_ = 0;
+  std::map<uint64_t, std::vector<uint64_t>> fences_;  // per fence: each rank's
 };
 
 class TpBackend final : public Backend {

@@ -80,6 +80,11 @@ struct EngineOptions {
   // admitted only while every running one keeps room for all of its output,
   // and one that does not continue an expected context may not evict one.
   bool anti_thrash = false;
+  // The lower KV tier in host memory (engine/kv/kv_tier.h): blocks evicted
+  // from the pool are copied there and copied back on a later hit instead of
+  // recomputed. Its size in bytes: 0 = none, -1 = a quarter of the host's
+  // available memory. Greedy outputs are the same with it or without.
+  int64_t kv_host_bytes = 0;
   int max_waiting = 4096;  // queued requests beyond which Submit refuses
   // Admission order: "fcfs", "priority", "vtc" (fair sharing between
   // clients, with `fairness`), "lpm" (longest cached prefix first, as
@@ -126,6 +131,18 @@ struct EngineStats {
   uint64_t kv_memory_available = 0;
   uint64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  // The lower KV tier (EngineOptions::kv_host_bytes): prompt tokens of
+  // finished prompts copied back from it (cached_prompt_tokens counts the
+  // device's hits), its slots and those in use (blocks), blocks and bytes
+  // copied each way, and seconds of copies: copied back for a step that
+  // waited for them (exposed) or ahead of the step that read them
+  // (prefetched: hidden behind other steps); copied out on eviction.
+  uint64_t host_prompt_tokens = 0;
+  int kv_host_blocks_total = 0, kv_host_blocks_used = 0;
+  uint64_t kv_host_bytes = 0;
+  uint64_t host_blocks_in = 0, host_blocks_out = 0, host_bytes_in = 0, host_bytes_out = 0;
+  uint64_t host_copy_failures = 0;
+  double host_in_exposed_seconds = 0, host_in_hidden_seconds = 0, host_out_seconds = 0;
   uint64_t steps = 0;
   // Speculative decoding: guesses checked and kept; decode passes (a
   // sequence's share of a step, from its last token on) and the tokens they
