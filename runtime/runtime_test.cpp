@@ -1038,6 +1038,31 @@ TEST_CASE("run: a call's context stays pinned until the program's next call exte
   }
 }
 
+TEST_CASE("run: a kept context is brought back from a lower tier before its call is due") {
+  RetentionOptions retention;
+  retention.pin = true;
+  retention.first_ttl_ms = 200;  // the first gap expected at 100 ms: prefetch at 50
+  Fixture fx(false, retention);
+  auto run = fx.Start();
+  auto fn = Fn("turn", "{{t}}\nAction: {{gen a max_tokens=4}}", std::string(100, 's'));
+  auto a = run->Call(*fn, {{"t", Arg::Text("Question: q")}}, {"main", 0});
+  REQUIRE(a.ok());
+  REQUIRE(WaitFor(*run, a->at("a")) == VarState::kReady);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (fx.engine.prefetched().empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto prefetched = fx.engine.prefetched();
+  REQUIRE(prefetched.size() == 1);
+  // The whole context: the call's prompt (and its output, which this fake leaves untokenized).
+  const auto subs = fx.engine.submitted();
+  REQUIRE(subs.size() == 1);
+  const std::vector<int32_t>& sent = subs[0].request.prompt;
+  CHECK(prefetched[0].size() >= sent.size());
+  CHECK(std::equal(sent.begin(), sent.end(), prefetched[0].begin()));
+  run->Finish(Status::Ok());
+  CHECK(fx.engine.prefetched().size() == 1);  // once
+}
+
 TEST_CASE("run: contexts are kept only in DAG mode") {
   RetentionOptions retention;
   retention.pin = true;

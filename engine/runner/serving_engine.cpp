@@ -140,6 +140,12 @@ int ServingEngine::ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt
   return cache_.Probe(salt, tokens);
 }
 
+int ServingEngine::Prefetch(const std::vector<int32_t>& tokens, uint64_t salt) {
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  if (!tier_io_ || !options_.kv_host_prefetch) return 0;
+  return tier_io_->Prefetch(salt, tokens) * options_.block_size;
+}
+
 uint64_t ServingEngine::Pin(const std::vector<int32_t>& tokens, uint64_t salt) {
   std::lock_guard<std::mutex> lock(kv_mu_);
   return cache_.Pin(salt, tokens);
@@ -156,7 +162,7 @@ uint64_t ServingEngine::ExpectUse(const std::vector<int32_t>& tokens, uint64_t s
   std::lock_guard<std::mutex> lock(kv_mu_);
   // What the lower tier holds of it comes back first, so that the
   // expectation covers it too.
-  if (tier_io_) tier_io_->Prefetch(salt, tokens);
+  if (tier_io_ && options_.kv_host_prefetch) tier_io_->Prefetch(salt, tokens);
   return cache_.Expect(salt, tokens, when, hold);
 }
 

@@ -55,6 +55,7 @@ class ServingEngine final : public Engine {
   // ---- Engine (any thread) ----
   Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest r, DeltaCallback cb) override;
   int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt) override;
+  int Prefetch(const std::vector<int32_t>& tokens, uint64_t salt) override;
   uint64_t Pin(const std::vector<int32_t>& tokens, uint64_t salt) override;
   void Unpin(uint64_t pin) override;
   uint64_t ExpectUse(const std::vector<int32_t>& tokens, uint64_t salt, double in_ms,

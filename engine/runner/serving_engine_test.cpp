@@ -715,6 +715,22 @@ TEST_CASE("the host KV tier changes no greedy output and serves evicted prefixes
     CHECK(s.host_bytes_in == s.host_blocks_in * (s.kv_host_bytes / s.kv_host_blocks_total));
     CHECK(s.host_copy_failures == 0);
     CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+
+    // A prefix the last waves evicted comes back ahead of its request
+    // (Engine::Prefetch), and the request then finds it on the device.
+    const std::vector<int32_t>& early = prompts[0];
+    const int device_before = e.ProbePrefix(early, 0);
+    const int brought = e.Prefetch(early, 0);
+    CHECK(brought > 0);
+    std::vector<std::shared_ptr<RequestHandle>> again = SubmitGreedy(e, {early}, 6);
+    CHECK(again[0]->Wait().tokens == reference[0]);
+    const EngineStats p = e.stats();
+    // What the prefetch brought (free blocks allow) is not copied again.
+    CHECK(static_cast<int>(p.host_prompt_tokens - s.host_prompt_tokens) + device_before + brought <=
+          static_cast<int>(early.size()));
+    CHECK(p.cached_prompt_tokens - s.cached_prompt_tokens >=
+          static_cast<uint64_t>(device_before + brought));
+    CHECK(p.host_in_hidden_seconds > 0);  // no step waited for it
   }
   // The first request of each prefix alone, as the reference of both.
   auto engine = Engine::Open(Options(4096));

@@ -109,6 +109,7 @@ void ServingRequest::Finish(const std::string& reason, ServingClock::time_point 
   result_.error = error;
   result_.usage.prompt_tokens = seq_.prompt_len;
   result_.usage.cached_tokens = seq_.cached_tokens;
+  result_.usage.host_tokens = seq_.host_tokens;
   result_.usage.generated_tokens = static_cast<int>(result_.tokens.size());
   result_.timings.total_ms = Ms(submitted_, now);
   result_.preemptions = seq_.preemptions;

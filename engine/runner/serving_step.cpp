@@ -15,6 +15,9 @@ void ServingEngine::Step(Active& active) {
   if (plan.empty()) {
     {
       std::lock_guard<std::mutex> lock(kv_mu_);
+      // Prefetches hold free blocks until their copy is asked for; with
+      // nothing to run, they join the cache now (where eviction can take them).
+      if (tier_io_) tier_io_->Flush(plan, scheduler_);
       std::lock_guard<std::mutex> slock(stats_mu_);
       stats_.requests_cancelled += tally.cancelled;
       RefreshGauges();
@@ -64,6 +67,7 @@ StepPlan ServingEngine::Plan(Active& active, ServingClock::time_point now, StepT
   std::erase_if(active, [](const auto& r) { return r->finished(); });
   // Goal changes reorder the queue at this step (Schedule sorts by policy).
   for (auto& r : active) r->ApplyGoalChange(Ms(origin_, now) / 1000.0);
+  if (tier_io_) tier_io_->AskPrefetches();
   StepPlan plan = scheduler_.Schedule();
   tally->preempted = plan.preempted.size();
   return plan;

@@ -110,11 +110,7 @@ uint64_t TierIo::CopyIn(std::span<const kv::SlotId> slots, std::span<const kv::B
   return *fence;
 }
 
-void TierIo::Flush(StepPlan& plan, Scheduler& scheduler) {
-  Collect();
-  // 1. Prefetches: their blocks join the cache once their copy is asked
-  // for (a pass that reads them waits for it: landing_); a failed one
-  // gives its blocks back.
+void TierIo::AskPrefetches() {
   for (Prefetched& p : prefetched_) {
     const auto fresh = std::span<const kv::BlockId>(p.blocks).subspan(p.first);
     const uint64_t fence = CopyIn(p.slots, fresh, Kind::kPrefetch);
@@ -126,6 +122,13 @@ void TierIo::Flush(StepPlan& plan, Scheduler& scheduler) {
     cache_->Unlock(p.lock);
   }
   prefetched_.clear();
+}
+
+void TierIo::Flush(StepPlan& plan, Scheduler& scheduler) {
+  Collect();
+  // 1. Prefetches since the plan: before any copy out, which may read
+  // their blocks.
+  AskPrefetches();
   uint64_t wait = 0;
   // 2. Evicted blocks out, before any pass may reuse them.
   if (!out_blocks_.empty()) {

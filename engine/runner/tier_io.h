@@ -52,6 +52,10 @@ class TierIo {
   // copied in before the next pass, which they join the cache at.
   // Returns the blocks it brings back.
   int Prefetch(uint64_t salt, std::span<const int32_t> tokens);
+  // Asks for the copies of the prefetches so far: their blocks join the
+  // cache (a pass that reads them waits for the copy); a failed one gives
+  // its blocks back. Before planning, so that admissions find them.
+  void AskPrefetches();
   // Before the plan's forward pass: asks for the copies queued (out, then
   // prefetches and the plan's loads in), sends back to waiting the
   // sequences whose load failed, and makes the pass wait for what it reads.

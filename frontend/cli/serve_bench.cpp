@@ -295,6 +295,10 @@ struct RateResult {
   uint64_t bytes_in = 0, bytes_out = 0;
   double in_exposed_s = 0, in_hidden_s = 0, out_s = 0;
   bool tier = false;
+  // TTFT p50 (ms) and count of the requests whose prompt came mostly from
+  // the device's cache, from the host tier, or was mostly computed.
+  double ttft_device = 0, ttft_host = 0, ttft_computed = 0;
+  int n_device = 0, n_host = 0, n_computed = 0;
   // With several clients (--clients): each one's service (w_p x prompt
   // tokens computed + w_q x tokens generated, 1 and 2) per window of the
   // run, windows where every client had a request pending, and over those
@@ -414,6 +418,7 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
     handles.push_back(h);
   }
   std::vector<double> ttft, itl, e2e;
+  std::vector<double> by_source[3];  // TTFT: mostly device-cached, host-cached, computed
   double generated = 0, prompt = 0, cached = 0, end_s = 0;
   // Service events and each request's pending span.
   std::vector<ServiceEvent> events;
@@ -429,6 +434,11 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
       events.push_back({t += gap_ms / 1000.0, client_of[i], 2});
     pending[i] = {submitted_s[i], submitted_s[i] + r.timings.total_ms / 1000.0};
     ttft.push_back(r.timings.ttft_ms);
+    const int half = r.usage.prompt_tokens / 2;
+    by_source[r.usage.cached_tokens > half ? 0
+              : r.usage.host_tokens > half ? 1
+                                           : 2]
+        .push_back(r.timings.ttft_ms);
     itl.insert(itl.end(), r.timings.inter_token_ms.begin(), r.timings.inter_token_ms.end());
     e2e.push_back(r.timings.total_ms);
     end_s = std::max(end_s, submitted_s[i] + r.timings.total_ms / 1000.0);
@@ -457,6 +467,12 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.steps = after.steps - before.steps;
   rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
   rr.tier = after.kv_host_blocks_total > 0;
+  rr.n_device = static_cast<int>(by_source[0].size());
+  rr.n_host = static_cast<int>(by_source[1].size());
+  rr.n_computed = static_cast<int>(by_source[2].size());
+  rr.ttft_device = Percentile(by_source[0], 50);
+  rr.ttft_host = Percentile(by_source[1], 50);
+  rr.ttft_computed = Percentile(by_source[2], 50);
   rr.device_hits = after.cached_prompt_tokens - before.cached_prompt_tokens;
   rr.host_hits = after.host_prompt_tokens - before.host_prompt_tokens;
   rr.computed = (after.prompt_tokens - before.prompt_tokens) - rr.device_hits - rr.host_hits;
@@ -488,6 +504,10 @@ void PrintRateRow(const RateResult& x, const std::string& policy,
       static_cast<unsigned long long>(x.device_hits), static_cast<unsigned long long>(x.host_hits),
       static_cast<unsigned long long>(x.computed), x.bytes_in / 1e6, x.in_exposed_s, x.in_hidden_s,
       x.bytes_out / 1e6, x.out_s);
+  std::printf(
+      "  TTFT p50 of requests whose prompt came mostly from the device cache %.1f ms (%d), "
+      "the host tier %.1f ms (%d), computed %.1f ms (%d)\n",
+      x.ttft_device, x.n_device, x.ttft_host, x.n_host, x.ttft_computed, x.n_computed);
   if (x.clients.empty()) return;
   std::printf(
       "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
@@ -522,10 +542,13 @@ void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
       f,
       ", \"device_hit_tokens\": %llu, \"host_hit_tokens\": %llu, \"computed_tokens\": "
       "%llu, \"host_bytes_in\": %llu, \"host_bytes_out\": %llu, "
-      "\"host_in_exposed_s\": %.4f, \"host_in_hidden_s\": %.4f, \"host_out_s\": %.4f",
+      "\"host_in_exposed_s\": %.4f, \"host_in_hidden_s\": %.4f, \"host_out_s\": %.4f, "
+      "\"ttft_p50_device_ms\": %.2f, \"n_device\": %d, \"ttft_p50_host_ms\": %.2f, "
+      "\"n_host\": %d, \"ttft_p50_computed_ms\": %.2f, \"n_computed\": %d",
       static_cast<unsigned long long>(x.device_hits), static_cast<unsigned long long>(x.host_hits),
       static_cast<unsigned long long>(x.computed), static_cast<unsigned long long>(x.bytes_in),
-      static_cast<unsigned long long>(x.bytes_out), x.in_exposed_s, x.in_hidden_s, x.out_s);
+      static_cast<unsigned long long>(x.bytes_out), x.in_exposed_s, x.in_hidden_s, x.out_s,
+      x.ttft_device, x.n_device, x.ttft_host, x.n_host, x.ttft_computed, x.n_computed);
   if (!x.clients.empty()) {
     std::fprintf(f,
                  ", \"window_s\": %.4f, \"diff_max\": %.1f, \"diff_mean\": %.1f, \"contended\": [",

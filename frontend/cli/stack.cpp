@@ -70,6 +70,9 @@ const char* const kStackHelp =
     "                          prefixes are copied there and copied back instead of\n"
     "                          recomputed; SIZE in MiB or with a unit (512M, 16G), auto\n"
     "                          (a quarter of the available memory) or off (default)\n"
+    "      --kv-prefetch P     with --kv-host: on (default) copies a context expected back\n"
+    "                          (a program's next call after a tool) from the tier ahead of\n"
+    "                          its call, into free blocks; off: only when the call comes\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -115,6 +118,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--admit",
                                                      "--retain-kv",
                                                      "--kv-host",
+                                                     "--kv-prefetch",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -182,6 +186,10 @@ StackOptions ReadStackOptions(Args& args) {
     o.kv_host_bytes = *host;
   else
     args.Fail("option --kv-host: " + host.status().message());
+  const std::string prefetch = args.Str({"--kv-prefetch"}, "on");
+  if (prefetch != "on" && prefetch != "off")
+    args.Fail("option --kv-prefetch: '" + prefetch + "' is not on or off");
+  o.kv_host_prefetch = prefetch == "on";
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -298,6 +306,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.evict = options.evict;
   eo.anti_thrash = options.anti_thrash;
   eo.kv_host_bytes = options.kv_host_bytes;
+  eo.kv_host_prefetch = options.kv_host_prefetch;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;

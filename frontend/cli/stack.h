@@ -32,10 +32,11 @@ struct StackOptions {
   double kv_reserve = 0.5;  // EngineOptions::kv_growth_reserve
   // --policy: engine admission, "priority", "fcfs", "lpm", "plas" or "vtc".
   std::string policy = "priority";
-  std::string evict = "lru";  // --evict: EngineOptions::evict
-  bool anti_thrash = false;   // --admit anti-thrash: EngineOptions::anti_thrash
-  bool retain_kv = false;     // --retain-kv ttl: RetentionOptions::pin
-  int64_t kv_host_bytes = 0;  // --kv-host: EngineOptions::kv_host_bytes, per engine
+  std::string evict = "lru";     // --evict: EngineOptions::evict
+  bool anti_thrash = false;      // --admit anti-thrash: EngineOptions::anti_thrash
+  bool retain_kv = false;        // --retain-kv ttl: RetentionOptions::pin
+  int64_t kv_host_bytes = 0;     // --kv-host: EngineOptions::kv_host_bytes, per engine
+  bool kv_host_prefetch = true;  // --kv-prefetch: EngineOptions::kv_host_prefetch
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).
   bool fair = false;

@@ -6,6 +6,10 @@ namespace braid::rt {
 namespace {
 
 constexpr size_t kMinExtendTokens = 16;  // one KV block
+// A kept context comes back from a lower KV tier at this share of the
+// expected gap: early enough for the copy, late enough to leave the room to
+// others meanwhile.
+constexpr double kPrefetchAt = 0.5;
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -26,6 +30,9 @@ void KeptContexts::Keep(const std::string& fn, int engine, std::vector<int32_t> 
   k.hold.engine = engine;
   if (advice.keep) {
     k.expires = k.finished + std::chrono::microseconds(static_cast<int64_t>(advice.ttl_ms * 1000));
+    k.prefetch_at = k.finished + std::chrono::microseconds(
+                                     static_cast<int64_t>(advice.expected_ms * kPrefetchAt * 1000));
+    k.prefetched = false;
     // One expectation, held when pinning: a pin the engine may break when
     // it needs the room (Engine::ExpectUse).
     k.hold.hint =
@@ -65,6 +72,14 @@ void KeptContexts::Release(const KeptHold& hold) const {
 
 void KeptContexts::Expire(Clock::time_point now, std::optional<Clock::time_point>* next) {
   for (Kept& k : kept_) {
+    if (!k.prefetched && !k.extended) {
+      if (k.prefetch_at <= now) {
+        ctx_->engine(k.engine).engine->Prefetch(k.tokens, 0);
+        k.prefetched = true;
+      } else if (!*next || k.prefetch_at < **next) {
+        *next = k.prefetch_at;
+      }
+    }
     if (!k.hold.hint) continue;
     if (k.expires <= now) {
       Release(k.hold);

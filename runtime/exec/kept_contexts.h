@@ -40,7 +40,10 @@ class KeptContexts {
   // caller's to Release.
   std::vector<KeptHold> Match(const std::vector<int32_t>& prompt);
   void Release(const KeptHold& hold) const;
-  // Releases the holds whose time-to-live passed; *next: the next expiry.
+  // Releases the holds whose time-to-live passed and asks the engines to
+  // bring back the contexts whose call is near (at half the expected gap:
+  // a lower KV tier's copy is cheap, and uses free blocks only); *next: the
+  // next such time.
   void Expire(Clock::time_point now, std::optional<Clock::time_point>* next);
   // The run is over: releases every hold, tells the GapModel which
   // contexts no call extended, and keeps nothing more.
@@ -52,6 +55,10 @@ class KeptContexts {
     std::vector<int32_t> tokens;  // its prompt and output
     std::string fn;               // its function, as the GapModel knows it
     Clock::time_point finished{}, expires{};
+    // When its prefix is brought back from a lower KV tier, ahead of the
+    // expected call (Engine::Prefetch), and whether it was.
+    Clock::time_point prefetch_at{};
+    bool prefetched = true;
     KeptHold hold;          // pin and expectation while kept (0: none)
     bool extended = false;  // a later call of the run extends it
   };

@@ -220,6 +220,15 @@ class FakeEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     if (pin) --pins_active_;
   }
+  int Prefetch(const std::vector<int32_t>& tokens, uint64_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefetched_.push_back(tokens);
+    return 0;
+  }
+  std::vector<std::vector<int32_t>> prefetched() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prefetched_;
+  }
   // A held expectation counts as a pin; plain ones are only counted.
   uint64_t ExpectUse(const std::vector<int32_t>&, uint64_t, double, bool hold) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -277,6 +286,7 @@ class FakeEngine final : public Engine {
   std::vector<std::function<void()>> held_;
   uint64_t next_id_ = 0, next_pin_ = 0;
   int pins_active_ = 0, pins_total_ = 0, expectations_ = 0;
+  std::vector<std::vector<int32_t>> prefetched_;
   std::set<uint64_t> held_ids_;
 };
 

@@ -266,11 +266,6 @@ class CudaKv final : public KvMemory {
     int max_pitch = 0;
     CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
     kv->strided_ = kv->layer_elems_ * sizeof(uint16_t) <= static_cast<size_t>(max_pitch);
-    // BRAID_CUDA_KV_COPY=batch: one cudaMemcpyBatchAsync of every
-    // (block, layer, K/V) piece instead of two strided copies per block, to
-    // measure which is faster.
-    const char* mode = std::getenv("BRAID_CUDA_KV_COPY");
-    kv->batched_ = mode && std::string(mode) == "batch";
     return kv;
   }
   ~CudaKv() override {
@@ -436,9 +431,7 @@ class CudaKv final : public KvMemory {
     CUDA_TRY_CLEAR(cudaEventRecord(computed_, compute_));
     CUDA_TRY_CLEAR(cudaStreamWaitEvent(copy_, computed_, 0));
     CUDA_TRY_CLEAR(cudaEventRecord(t.start, copy_));
-    if (batched_) {
-      BRAID_RETURN_IF_ERROR(EnqueueBatch(blocks, host, out));
-    } else if (strided_) {
+    if (strided_) {
       // Per block, K then V: n_layer rows of one piece, a layer apart on the
       // device and packed on the host.
       const size_t piece = piece_bytes(), layer_bytes = layer_elems_ * sizeof(uint16_t);
@@ -469,45 +462,13 @@ class CudaKv final : public KvMemory {
     CUDA_TRY_CLEAR(cudaEventRecord(t.end, copy_));
     return Status::Ok();
   }
-  // The same pieces in the same places as one cudaMemcpyBatchAsync.
-  Status EnqueueBatch(std::span<const int32_t> blocks, uint8_t* const* host, bool out) {
-#if CUDART_VERSION >= 13000
-    const size_t piece = piece_bytes();
-    const size_t n = blocks.size() * 2 * static_cast<size_t>(n_layer_);
-    if (n == 0) return Status::Ok();
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    dsts.reserve(n);
-    srcs.reserve(n);
-    for (size_t i = 0; i < blocks.size(); ++i)
-      for (int half = 0; half < 2; ++half)
-        for (int layer = 0; layer < n_layer_; ++layer) {
-          uint8_t* dev = Piece(half, layer, blocks[i]);
-          uint8_t* h = host[i] + (static_cast<size_t>(half) * n_layer_ + layer) * piece;
-          dsts.push_back(out ? static_cast<void*>(h) : dev);
-          srcs.push_back(out ? dev : h);
-        }
-    std::vector<size_t> sizes(n, piece);
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    size_t first = 0;  // attr applies to every copy
-    CUDA_TRY_CLEAR(
-        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr, &first, 1, copy_));
-    return Status::Ok();
-#else
-    return Status::Unsupported("BRAID_CUDA_KV_COPY=batch needs CUDA 13's cudaMemcpyBatchAsync");
-#endif
-  }
-
   uint64_t id_ = 0;
   int device_ = 0;
   int n_layer_ = 0, n_blocks_ = 0, block_size_ = 0;
   size_t block_elems_ = 0;  // of one block of one layer
   size_t layer_elems_ = 0;
   DeviceArray<uint16_t> k_, v_;
-  bool batched_ = false;  // cudaMemcpyBatchAsync
-  bool strided_ = true;   // else one copy per piece
+  bool strided_ = true;  // else one copy per piece
 
   cudaStream_t compute_ = nullptr;  // the backend's
   std::mutex* compute_mu_ = nullptr;

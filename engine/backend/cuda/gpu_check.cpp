@@ -59,8 +59,7 @@
 //       cudaMemcpyAsync each way (link_*_gb_per_s); the round trip must be
 //       byte-exact. Then forward passes against copies in flight: one that
 //       writes blocks a copy out reads waits for it, one after WaitCopies
-//       reads what was copied in. All of it for the strided copies and again
-//       for BRAID_CUDA_KV_COPY=batch (under "batched"). --share R: R
+//       reads what was copied in. --share R: R
 //       tensor-parallel ranks on GPU 0 (TpKv on a one-GPU host). Exits 1
 //       unless every check holds.
 #include <cublas_v2.h>
@@ -1343,35 +1342,22 @@ Json CheckOrdering(Backend& b, KvMemory& kv, uint8_t* host, std::mt19937& rng, b
           {"pass", ok}};
 }
 
-// The copies of one pool of n blocks (the strided copies, or with `batched`
-// BRAID_CUDA_KV_COPY=batch): 3 rounds each way in random orders, the round
-// trip, and the ordering check; the link's rate too with `link`.
-Json MeasureCopies(Backend& b, int n, int bs, bool batched, int link_device, std::mt19937& rng,
-                   bool* pass) {
-  if (batched)
-    setenv("BRAID_CUDA_KV_COPY", "batch", 1);
-  else
-    unsetenv("BRAID_CUDA_KV_COPY");
+// The copies of one pool of n blocks: 3 rounds each way in random orders,
+// the round trip, and the ordering check; the link's rate on `link_device`.
+Json MeasureCopies(Backend& b, int n, int bs, int link_device, std::mt19937& rng, bool* pass) {
   auto kv = Check(b.AllocateKv(n, bs), "allocating KV");
-  unsetenv("BRAID_CUDA_KV_COPY");
   const size_t bb = kv->block_bytes(), total = static_cast<size_t>(n) * bb;
-  Json j = {{"mode", batched ? "batch" : "2d"}, {"blocks", n}, {"block_bytes", bb}};
+  Json j = {{"blocks", n}, {"block_bytes", bb}};
   HostBlocks ref(*kv, total), scratch(*kv, total);
   FillRandom(ref.get(), ref.bytes(), 12345);
-  if (link_device >= 0) {
-    const auto [d2h, h2d] = LinkRates(link_device, scratch.get(), total);
-    j["link_d2h_gb_per_s"] = d2h;
-    j["link_h2d_gb_per_s"] = h2d;
-  }
+  const auto [d2h, h2d] = LinkRates(link_device, scratch.get(), total);
+  j["link_d2h_gb_per_s"] = d2h;
+  j["link_h2d_gb_per_s"] = h2d;
   std::vector<int32_t> order(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) order[i] = i;
   // The pool's pattern: every block in from the random bytes.
   const Result<uint64_t> fill = StartCopy(*kv, ref.get(), order, false);
-  if (!fill.ok()) {  // the strided copies must work; the batched ones are an option
-    if (!batched) Fail("copy in: " + fill.status().ToString());
-    j["error"] = fill.status().ToString();
-    return j;
-  }
+  if (!fill.ok()) Fail("copy in: " + fill.status().ToString());
   FinishCopy(*kv, *fill);
   auto median = [](std::vector<CopyRate> v, double CopyRate::*field) {
     std::sort(v.begin(), v.end(),
@@ -1427,19 +1413,9 @@ int CopyBlocks(const Args& a) {
   const int n = a.blocks > 0 ? a.blocks : static_cast<int>(pool / gpu_block);
   std::mt19937 rng(29);
   bool pass = true;
-  Json strided = MeasureCopies(*backend, n, bs, false, spec.index, rng, &pass);
-  Json batched = MeasureCopies(*backend, n, bs, true, -1, rng, &pass);
-  Json out = {{"device", backend->name()},
-              {"blocks", n},
-              {"block_bytes", strided["block_bytes"]},
-              {"d2h_gb_per_s", strided["d2h_gb_per_s"]},
-              {"h2d_gb_per_s", strided["h2d_gb_per_s"]},
-              {"link_d2h_gb_per_s", strided["link_d2h_gb_per_s"]},
-              {"link_h2d_gb_per_s", strided["link_h2d_gb_per_s"]},
-              {"round_trip_exact", strided["round_trip_exact"]},
-              {"strided", strided},
-              {"batched", batched},
-              {"pass", pass}};
+  Json out = MeasureCopies(*backend, n, bs, spec.index, rng, &pass);
+  out["device"] = backend->name();
+  out["pass"] = pass;
   std::printf("%s\n", out.dump().c_str());
   return pass ? 0 : 1;
 }

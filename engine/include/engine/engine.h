@@ -85,6 +85,9 @@ struct EngineOptions {
   // recomputed. Its size in bytes: 0 = none, -1 = a quarter of the host's
   // available memory. Greedy outputs are the same with it or without.
   int64_t kv_host_bytes = 0;
+  // With the tier: prefixes expected back (ExpectUse, Prefetch) are copied
+  // back ahead of their request, into free blocks.
+  bool kv_host_prefetch = true;
   int max_waiting = 4096;  // queued requests beyond which Submit refuses
   // Admission order: "fcfs", "priority", "vtc" (fair sharing between
   // clients, with `fairness`), "lpm" (longest cached prefix first, as
@@ -198,6 +201,11 @@ class Engine {
   virtual Result<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request,
                                                         DeltaCallback on_delta = {}) = 0;
 
+  // Brings back to the device what a lower KV tier (EngineOptions::
+  // kv_host_bytes) holds of the cached prefix of `tokens`, ahead of the
+  // request expected to read it, into free blocks only. Returns the tokens
+  // it brings back (0: none, or no tier).
+  virtual int Prefetch(const std::vector<int32_t>& tokens, uint64_t salt) { return 0; }
   // Leading tokens of `tokens` already cached under `salt`.
   virtual int ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt) = 0;
   // Keeps the cached prefix of `tokens` resident until Unpin (0 = nothing cached).

@@ -88,6 +88,7 @@ struct Delta {
 struct Usage {
   int prompt_tokens = 0;
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int host_tokens = 0;    // of the others, those copied back from the host KV tier
   int generated_tokens = 0;
 };
 
