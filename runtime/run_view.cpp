@@ -110,6 +110,7 @@ NodeInfo RunImpl::InfoLocked(const DagNode& n) const {
   info.engine = n.engine;
   info.prompt_tokens = n.prompt_tokens;
   info.cached_tokens = n.cached_tokens;
+  info.host_tokens = n.host_tokens;
   info.generated_tokens = n.generated_tokens;
   info.queued_ms = n.queued_ms;
   info.run_ms = n.run_ms;

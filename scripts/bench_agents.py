@@ -481,6 +481,7 @@ def metrics(results, stats):
             ttft.append((n["first_token_ms"] - ready) / 1000.0)
     prompt = sum(n.get("prompt_tokens", 0) for n in calls)
     cached = sum(n.get("cached_tokens", 0) for n in calls)
+    host = sum(n.get("host_tokens", 0) for n in calls)  # copied back from --kv-host
     first = min(r["submit_s"] for r in results)
     last = max(r["finish_s"] for r in done) if done else None
     contexts = [r["final_context"] for r in done if r["final_context"]]
@@ -502,8 +503,10 @@ def metrics(results, stats):
         "calls": len(calls),
         "prompt_tokens": prompt,
         "cached_prompt_tokens": cached,
+        "host_prompt_tokens": host,
         "kv_hit_rate": cached / prompt if prompt else None,
-        "prompt_tokens_computed": prompt - cached,
+        "host_hit_rate": host / prompt if prompt else None,
+        "prompt_tokens_computed": prompt - cached - host,
         "generated_tokens": sum(n.get("generated_tokens", 0) for n in calls),
         "final_context_mean": statistics.mean(contexts) if contexts else None,
         "final_context_max": max(contexts) if contexts else None,
@@ -562,16 +565,17 @@ def ratio(a, b):
 
 def print_load_table(load, rows):
     print(f"\n### offered load {load:g} programs/min\n")
-    print("| policy | prog/min | latency mean s | p50 s | p99 s | TTFT p99 s | KV hit | "
+    print("| policy | prog/min | latency mean s | p50 s | p99 s | TTFT p99 s | KV hit | host hit | "
           "prompt computed | preempt | failed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, m in rows.items():
         if "error" in m:
-            print(f"| {name} | error: {m['error'][:80]} |||||||||")
+            print(f"| {name} | error: {m['error'][:80]} ||||||||||")
             continue
         print(f"| {name} | {fmt(m['programs_per_min'], '.2f')} | {fmt(m['latency_mean_s'])} | "
               f"{fmt(m['latency_p50_s'])} | {fmt(m['latency_p99_s'])} | {fmt(m['ttft_p99_s'], '.2f')} | "
-              f"{fmt(m['kv_hit_rate'], '.3f')} | {m['prompt_tokens_computed']} | "
+              f"{fmt(m['kv_hit_rate'], '.3f')} | {fmt(m.get('host_hit_rate'), '.3f')} | "
+              f"{m['prompt_tokens_computed']} | "
               f"{fmt(m['preemptions'], 'd')} | {m['failed']} |")
     b = rows.get("braid")
     for base in ("vllm", "sglang"):

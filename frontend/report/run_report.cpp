@@ -64,6 +64,7 @@ nlohmann::json NodeJson(const rt::NodeInfo& n, const std::vector<rt::VarInfo>& v
   j["engine"] = n.engine;
   j["prompt_tokens"] = n.prompt_tokens;
   j["cached_tokens"] = n.cached_tokens;
+  j["host_tokens"] = n.host_tokens;
   j["generated_tokens"] = n.generated_tokens;
   j["queued_ms"] = n.queued_ms;
   j["run_ms"] = n.run_ms;

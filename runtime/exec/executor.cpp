@@ -153,6 +153,7 @@ bool Executor::MoveFromDeadEngine(NodeId n, int engine, const Completion& c) {
   ++it->second.moves;
   node.prompt_tokens += c.usage.prompt_tokens;
   node.cached_tokens += c.usage.cached_tokens;
+  node.host_tokens += c.usage.host_tokens;
   node.generated_tokens += c.usage.generated_tokens;
   const std::string why = slot.name + " is not alive after: " + c.error;
   events_->Node("node_moved", node, why);
@@ -211,6 +212,7 @@ void Executor::OnSegmentDone(NodeId n, const Completion& c) {
   if (node.Finished()) return;
   node.prompt_tokens += c.usage.prompt_tokens;
   node.cached_tokens += c.usage.cached_tokens;
+  node.host_tokens += c.usage.host_tokens;
   node.generated_tokens += c.usage.generated_tokens;
   if (c.finish_reason == "error") return Fail(n, c.error.empty() ? "engine error" : c.error);
   if (c.finish_reason == "cancelled") return Fail(n, "the engine cancelled the request");

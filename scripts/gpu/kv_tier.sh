@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The host KV tier on the GPU machine, from the repository root with the
 # binary packed by scripts/gpu/pack_braid.sh (carry build-gpu):
-#   OUT=DIR scripts/gpu/kv_tier.sh [PREFIX_TOKENS] [REQUESTS]
+#   OUT=DIR [STEPS=copy,equal,bench] scripts/gpu/kv_tier.sh [PREFIX_TOKENS] [REQUESTS]
 # 1. braid_gpu_check copy: block copies each way against the link's own
 #    bandwidth, measured in the same run, a byte-exact round trip and the
 #    ordering of copies against forward passes (OUT/copy.json).
-# 2. braid bench --serve --rate over four clients, each with its own
+# 2. braid_gpu_check tier-equal: greedy outputs with the tier off and on
+#    (64 requests over 8 prefixes, pool forced small; OUT/equal.json).
+# 3. braid bench --serve --rate over four clients, each with its own
 #    PREFIX_TOKENS-token system prompt (default 32768), on a KV pool that
 #    holds about one and a half of them: the tier off, then on
 #    (OUT/tier_{off,on}.{txt,json}); each row says the TTFT of requests
@@ -37,9 +39,18 @@ PY
   lscpu | grep 'Model name' | sed 's/  */ /g'
   free -g | sed -n 2p
 } | tee "$OUT_ROOT/machine.txt"
+STEPS=${STEPS:-copy,equal,bench}
+if [[ ,$STEPS, == *,copy,* ]]; then
 echo "=== copy"
 timeout 240 build-gpu/engine/braid_gpu_check copy --model "$M" > "$OUT_ROOT/copy.json" 2> "$OUT_ROOT/copy.log"
 echo "rc $?"; tail -c 1500 "$OUT_ROOT/copy.json"; tail -5 "$OUT_ROOT/copy.log"
+fi
+if [[ ,$STEPS, == *,equal,* ]]; then
+  echo "=== tier-equal"
+  timeout 240 build-gpu/engine/braid_gpu_check tier-equal --model "$M" > "$OUT_ROOT/equal.json" 2> "$OUT_ROOT/equal.log"
+  echo "rc $?"; cat "$OUT_ROOT/equal.json"; tail -3 "$OUT_ROOT/equal.log"
+fi
+[[ ,$STEPS, == *,bench,* ]] || exit 0
 POOL=$(( PREFIX * 3 / 2 ))
 for host in off 24G; do
   name=tier_$([ "$host" = off ] && echo off || echo on)

@@ -31,6 +31,10 @@
 //       off first, the reference), e.g. draft=8 or draft=FILE:4:fixed: generated
 //       tokens/s, guesses kept, tokens per decode pass, and how many outputs
 //       are the same as with speculation off
+//   tier-equal --model DIR
+//       the host KV tier changes no greedy output: 64 requests in waves over
+//       8 prefixes of 768 tokens on a pool of about two and a half, tier off
+//       then on; exits 1 unless all are the same and the tier was read
 //   cascade --model DIR --batches 64 --prefix 4096 --prompt 32 --gen 128
 //       B requests over one cached prefix of P tokens, each with its own
 //       `prompt` tokens after it, greedy, all at once: with cascade
@@ -123,7 +127,8 @@ Args Parse(int argc, char** argv) {
   if (argc < 2)
     Fail(
         "usage: braid_gpu_check "
-        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|cascade|tp|copy "
+        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|tier-equal|cascade|tp|"
+        "copy "
         "--model DIR "
         "...");
   Args a;
@@ -785,6 +790,79 @@ int ServeEqual(const Args& a) {
                                                                                              : 1;
 }
 
+// The host KV tier changes no greedy output: 64 requests in waves of 8 over
+// 8 prefixes of 768 tokens, on a pool that holds about two and a half of
+// them, with the tier off and on (the same requests, one engine each).
+int TierEqual(const Args& a) {
+  std::mt19937 rng(17);
+  const int n = 64, n_prefix = 8, prefix_len = 768;
+  auto open = [&](int64_t host) {
+    EngineOptions o;
+    o.model.path = a.model;
+    o.model.require_tokenizer = false;  // prompts are token ids
+    o.model.device = a.device;
+    o.model.context = 2048;
+    o.kv_tokens = prefix_len * 5 / 2;
+    o.kv_growth_reserve = 0;
+    o.kv_host_bytes = host;
+    return Check(Engine::Open(o), "opening the engine");
+  };
+  std::vector<GenerationRequest> reqs;
+  {
+    auto probe = open(0);
+    std::uniform_int_distribution<int32_t> pick(100, probe->model()->info().n_vocab - 1);
+    std::uniform_int_distribution<int> slen(5, 64), glen(16, 64);
+    std::vector<std::vector<int32_t>> prefixes(n_prefix);
+    for (auto& p : prefixes)
+      for (int k = 0; k < prefix_len; ++k) p.push_back(pick(rng));
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r;
+      r.prompt = prefixes[static_cast<size_t>((i * 3) % n_prefix)];
+      for (int k = slen(rng); k > 0; --k) r.prompt.push_back(pick(rng));
+      r.sampling = SamplingParams::Greedy();
+      r.sampling.max_tokens = glen(rng);
+      r.sampling.ignore_eos = true;
+      reqs.push_back(std::move(r));
+    }
+    probe->Shutdown();
+  }
+  auto run = [&](int64_t host, EngineStats* stats) {
+    auto engine = open(host);
+    std::vector<std::vector<int32_t>> out;
+    for (int at = 0; at < n; at += 8) {
+      std::vector<std::shared_ptr<RequestHandle>> wave;
+      for (int i = at; i < at + 8; ++i)
+        wave.push_back(Check(engine->Submit(reqs[static_cast<size_t>(i)]), "submitting"));
+      for (auto& h : wave) out.push_back(h->Wait().tokens);
+    }
+    *stats = engine->stats();
+    engine->Shutdown();
+    return out;
+  };
+  EngineStats off, on;
+  const auto t0 = Clock::now();
+  const auto without = run(0, &off);
+  const double off_s = Since(t0);
+  const auto t1 = Clock::now();
+  const auto with = run(int64_t{8} << 30, &on);
+  const double on_s = Since(t1);
+  int same = 0;
+  for (size_t i = 0; i < without.size(); ++i) same += without[i] == with[i];
+  Json out = {{"requests", n},
+              {"greedy_identical", same},
+              {"kv_pool_tokens", on.kv_blocks_total * 16},
+              {"off_s", off_s},
+              {"on_s", on_s},
+              {"off_cached_prompt_tokens", off.cached_prompt_tokens},
+              {"on_cached_prompt_tokens", on.cached_prompt_tokens},
+              {"on_host_prompt_tokens", on.host_prompt_tokens},
+              {"host_blocks_in", on.host_blocks_in},
+              {"host_blocks_out", on.host_blocks_out},
+              {"host_copy_failures", on.host_copy_failures}};
+  std::printf("%s\n", out.dump().c_str());
+  return same == n && on.host_prompt_tokens > 0 && on.host_copy_failures == 0 ? 0 : 1;
+}
+
 int Cascade(const Args& a) {
   const int B = std::stoi(a.batches), P = a.prefix;
   std::mt19937 rng(13);
@@ -1438,6 +1516,7 @@ int main(int argc, char** argv) {
   if (a.cmd == "spec") return Spec(a);
   if (a.cmd == "serve-spec") return ServeSpec(a);
   if (a.cmd == "serve-equal") return ServeEqual(a);
+  if (a.cmd == "tier-equal") return TierEqual(a);
   if (a.cmd == "cascade") return Cascade(a);
   if (a.cmd == "tp") return TensorParallel(a);
   if (a.cmd == "copy") return CopyBlocks(a);

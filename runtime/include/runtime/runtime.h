@@ -161,6 +161,7 @@ struct NodeInfo {
   std::vector<VarId> read_before;  // values the program read before making this call
   std::string engine;              // where it ran
   int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  int host_tokens = 0;  // of the prompt, copied back from the host KV tier
   double queued_ms = 0, run_ms = 0;
   double start_ms = -1, end_ms = -1;  // run clock; -1 = not yet
   double first_token_ms = -1;         // run clock: its first generated token
