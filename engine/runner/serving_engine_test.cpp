@@ -686,6 +686,8 @@ TEST_CASE("the host KV tier changes no greedy output and serves evicted prefixes
   for (const bool tier : {false, true}) {
     CAPTURE(tier);
     EngineOptions o = Options(16 * 16);  // 16 blocks: two prefixes and their questions
+    // The q8 cache's row scales travel with their blocks.
+    if (!o.model.cpu.exact) o.model.cpu.kv_cache = CpuOptions::KvCache::kQ8;
     o.kv_growth_reserve = 0;
     o.kv_host_bytes = tier ? int64_t{64} << 20 : 0;
     auto engine = Engine::Open(o);
@@ -733,7 +735,9 @@ TEST_CASE("the host KV tier changes no greedy output and serves evicted prefixes
     CHECK(p.host_in_hidden_seconds > 0);  // no step waited for it
   }
   // The first request of each prefix alone, as the reference of both.
-  auto engine = Engine::Open(Options(4096));
+  EngineOptions alone = Options(4096);
+  if (!alone.model.cpu.exact) alone.model.cpu.kv_cache = CpuOptions::KvCache::kQ8;
+  auto engine = Engine::Open(alone);
   REQUIRE(engine.ok());
   const auto prompts = TieredWorkload(*(*engine)->model());
   for (size_t i = 0; i < 8; ++i) CHECK(reference[i] == Alone(*(*engine)->model(), prompts[i], 6));
