@@ -5,6 +5,8 @@
 //               the scheduler's StepPlan (sched/scheduler.h), plain data;
 //   2. guess    (serving_step.cpp: AddGuesses) speculation adds guesses to
 //               the plan's decodes where they pay (spec/goodput.h);
+//      (tier_io.h: with a host KV tier, the copies out of evicted blocks
+//      and back into the plan's loads are asked for here)
 //   3. assemble (step_batch.h: StepBatch::Assemble) the plan as segments of
 //               one ragged batch, and what its rows bring back;
 //   4. forward  (step_batch.h: StepBatch::Forward) the backend's pass;
