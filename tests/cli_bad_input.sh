@@ -131,6 +131,10 @@ expect run_weights_zero "option --client-weights: the weight of 'a' must be a nu
 expect run_weights_twice "option --client-weights: client 'a' is given twice" run --db none --fair --client-weights a=1,a=2 apps/chain/app.lua
 expect run_weights_form "option --client-weights: 'a' is not NAME=WEIGHT" run --db none --fair --client-weights a apps/chain/app.lua
 range serve_clients --clients 0 1 1000 bench --serve --rate 4
+expect kv_host_unit "option --kv-host: '12X' is not a size \\(MiB, or with M or G: 512M, 16G\\), auto or off" run --db none --kv-host 12X apps/chain/app.lua
+expect kv_host_negative "option --kv-host: '-1' is not a size" bench --serve --rate 4 --kv-host -1
+expect kv_host_small "the host KV tier of 1 bytes holds no block of [0-9]+ bytes" bench --serve --rate 4 --requests 1 --kv-host 0.000001
+expect kv_prefetch "option --kv-prefetch: 'maybe' is not on or off" run --db none --kv-prefetch maybe apps/chain/app.lua
 expect serve_policy "unknown admission policy 'lifo' \\(fcfs, priority, vtc, lpm or plas\\)" bench --serve --rate 4 --policy lifo
 expect serve_batch_cpu "max_batch_tokens must be in \[1, 256\], got 257" bench --serve --batch-tokens 257
 expect serve_rate "option --rate: 0 is out of range \[0.01, 100000\] \(or 'inf'\)" bench --serve --rate 0

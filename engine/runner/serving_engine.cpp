@@ -142,8 +142,7 @@ int ServingEngine::ProbePrefix(const std::vector<int32_t>& tokens, uint64_t salt
 
 int ServingEngine::Prefetch(const std::vector<int32_t>& tokens, uint64_t salt) {
   std::lock_guard<std::mutex> lock(kv_mu_);
-  if (!tier_io_ || !options_.kv_host_prefetch) return 0;
-  return tier_io_->Prefetch(salt, tokens) * options_.block_size;
+  return tier_io_ ? tier_io_->Prefetch(salt, tokens) * options_.block_size : 0;
 }
 
 uint64_t ServingEngine::Pin(const std::vector<int32_t>& tokens, uint64_t salt) {
@@ -162,13 +161,14 @@ uint64_t ServingEngine::ExpectUse(const std::vector<int32_t>& tokens, uint64_t s
   std::lock_guard<std::mutex> lock(kv_mu_);
   // What the lower tier holds of it comes back first, so that the
   // expectation covers it too.
-  if (tier_io_ && options_.kv_host_prefetch) tier_io_->Prefetch(salt, tokens);
+  if (tier_io_) tier_io_->Prefetch(salt, tokens);
   return cache_.Expect(salt, tokens, when, hold);
 }
 
 Status ServingEngine::OpenTier(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(kv_mu_);
-  BRAID_ASSIGN_OR_RETURN(tier_io_, TierIo::Open(*kv_, bytes, options_.block_size, pool_, cache_));
+  BRAID_ASSIGN_OR_RETURN(tier_io_, TierIo::Open(*kv_, bytes, options_.block_size, pool_, cache_,
+                                                options_.kv_host_prefetch));
   scheduler_.set_tier(&tier_io_->tier());
   cache_.set_evict_sink(
       [io = tier_io_.get()](uint64_t salt, uint64_t parent, std::span<const int32_t> tokens,

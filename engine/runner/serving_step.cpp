@@ -12,34 +12,32 @@ void ServingEngine::Step(Active& active) {
   const auto now = ServingClock::now();
   StepTally tally;
   StepPlan plan = Plan(active, now, &tally);
-  if (plan.empty()) {
-    {
-      std::lock_guard<std::mutex> lock(kv_mu_);
-      // Prefetches hold free blocks until their copy is asked for; with
-      // nothing to run, they join the cache now (where eviction can take them).
-      if (tier_io_) tier_io_->Flush(plan, scheduler_);
-      std::lock_guard<std::mutex> slock(stats_mu_);
-      stats_.requests_cancelled += tally.cancelled;
-      RefreshGauges();
-    }
-    if (!active.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return;
-  }
   RequestsBySeq by_seq;
   for (auto& r : active) by_seq[&r->seq()] = r.get();
   double propose_seconds = 0;
-  if (options_.spec.on()) {
+  if (!plan.empty() && options_.spec.on()) {
     const auto p0 = ServingClock::now();
     std::lock_guard<std::mutex> lock(kv_mu_);
     AddGuesses(plan, by_seq);
     propose_seconds = std::chrono::duration<double>(ServingClock::now() - p0).count();
   }
   if (tier_io_) {
-    // The tier's copies before the pass (a failed load sends its sequence
-    // back to waiting and out of the plan).
+    // The tier's copies before the pass; a failed load sends its sequence
+    // back to waiting and out of the plan. With nothing to run, prefetches
+    // still join the cache (they hold free blocks until then).
     std::lock_guard<std::mutex> lock(kv_mu_);
     tier_io_->Flush(plan, scheduler_);
-    if (plan.empty()) return;
+    tally.preempted = plan.preempted.size();
+  }
+  if (plan.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(kv_mu_);
+      std::lock_guard<std::mutex> slock(stats_mu_);
+      stats_.requests_cancelled += tally.cancelled;
+      RefreshGauges();
+    }
+    if (!active.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
   }
   batch_.Assemble(plan, by_seq);
   const auto t0 = ServingClock::now();

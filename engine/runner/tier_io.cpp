@@ -7,7 +7,8 @@
 namespace braid {
 
 Result<std::unique_ptr<TierIo>> TierIo::Open(KvMemory& kv, uint64_t bytes, int block_size,
-                                             kv::BlockPool& pool, kv::RadixCache& cache) {
+                                             kv::BlockPool& pool, kv::RadixCache& cache,
+                                             bool prefetch) {
   const size_t block_bytes = kv.block_bytes();
   const uint64_t slots = bytes / block_bytes;
   if (slots < 1)
@@ -19,6 +20,7 @@ Result<std::unique_ptr<TierIo>> TierIo::Open(KvMemory& kv, uint64_t bytes, int b
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvTier> tier,
                          kv::KvTier::Create(static_cast<int>(slots), block_bytes, block_size));
   std::unique_ptr<TierIo> io(new TierIo(kv, std::move(tier), pool, cache));
+  io->prefetch_ = prefetch;
   BRAID_RETURN_IF_ERROR(kv.RegisterHost(io->tier_->memory(), io->tier_->bytes()));
   io->registered_ = true;
   return io;
@@ -51,7 +53,7 @@ int TierIo::Prefetch(uint64_t salt, std::span<const int32_t> tokens) {
   // Free blocks only: nothing is evicted for a read that has not come yet.
   // Blocks freed by evictions whose copy out is not yet asked for are not
   // taken either (the copy in would have to wait for it).
-  if (!out_blocks_.empty()) return 0;
+  if (!prefetch_ || !out_blocks_.empty()) return 0;
   const int bs = tier_->block_size();
   Prefetched p;
   p.salt = salt;
@@ -87,7 +89,7 @@ uint64_t TierIo::CopyOut(std::span<const kv::BlockId> blocks, std::span<const kv
     ++failures_;
     return 0;
   }
-  copies_[*fence] = {Kind::kOut, blocks.size()};
+  copies_[*fence] = {Kind::kOut};
   blocks_out_ += blocks.size();
   return *fence;
 }
@@ -105,7 +107,7 @@ uint64_t TierIo::CopyIn(std::span<const kv::SlotId> slots, std::span<const kv::B
     return 0;
   }
   for (kv::SlotId s : slots) tier_->Unpin(s);
-  copies_[*fence] = {kind, blocks.size()};
+  copies_[*fence] = {kind};
   blocks_in_ += blocks.size();
   return *fence;
 }

@@ -37,9 +37,10 @@ class TierIo {
  public:
   // A tier of `bytes` over `kv`'s blocks (its memory registered with `kv`).
   // The tier's blocks go to and come from `pool` and `cache` (all three
-  // outlive it).
+  // outlive it). Without `prefetch`, Prefetch brings nothing back.
   static Result<std::unique_ptr<TierIo>> Open(KvMemory& kv, uint64_t bytes, int block_size,
-                                              kv::BlockPool& pool, kv::RadixCache& cache);
+                                              kv::BlockPool& pool, kv::RadixCache& cache,
+                                              bool prefetch = true);
   ~TierIo();
 
   kv::KvTier& tier() { return *tier_; }
@@ -69,7 +70,6 @@ class TierIo {
   enum class Kind { kOut, kIn, kPrefetch };
   struct Copy {
     Kind kind;
-    uint64_t blocks;
     bool waited = false;  // a pass waited for it before it was done
   };
   // Asks for one copy; returns its fence, or 0 when it failed (counted).
@@ -81,6 +81,7 @@ class TierIo {
 
   KvMemory& kv_;
   std::unique_ptr<kv::KvTier> tier_;
+  bool prefetch_ = true;
   bool registered_ = false;
   // Evicted blocks waiting for their copy out, and their slots.
   std::vector<kv::BlockId> out_blocks_;

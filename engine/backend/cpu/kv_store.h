@@ -77,9 +77,17 @@ class KvStore {
   size_t block_bytes() const { return BlockBytes(n_layer_, block_size_, n_kv_, head_dim_, type_); }
   // Copies every layer's K and V (and q8 scales) of `block` to `dst`
   // (block_bytes()), or back from `src`.
-  void CopyBlockOut(int block, uint8_t* dst) const { CopyBlock(block, dst, /*out=*/true); }
+  void CopyBlockOut(int block, uint8_t* dst) const {
+    Tiles(*this, block, [&](const void* tile, size_t bytes) {
+      std::memcpy(dst, tile, bytes);
+      dst += bytes;
+    });
+  }
   void CopyBlockIn(int block, const uint8_t* src) {
-    CopyBlock(block, const_cast<uint8_t*>(src), /*out=*/false);
+    Tiles(*this, block, [&](void* tile, size_t bytes) {
+      std::memcpy(tile, src, bytes);
+      src += bytes;
+    });
   }
 
   // One layer's cache as the attention kernel reads it (block_table left unset).
@@ -111,27 +119,21 @@ class KvStore {
                                   static_cast<size_t>(kv_head) * block_size_ + slot] = scale;
   }
 
-  // One block's tiles in layer order: K, V, then (q8) K and V scales.
-  void CopyBlock(int block, uint8_t* host, bool out) const {
-    const size_t tile = static_cast<size_t>(block_size_) * n_kv_ * head_dim_ * elem_;
-    const size_t scales = type_ == kernels::KvType::kQ8
-                              ? static_cast<size_t>(block_size_) * n_kv_ * sizeof(float)
+  // Calls f(tile, bytes) for one block's tiles in layer order: K, V, then
+  // (q8) K and V scales; a const store gives const tiles.
+  template <typename Store, typename F>
+  static void Tiles(Store& s, int block, F&& f) {
+    const size_t tile = static_cast<size_t>(s.block_size_) * s.n_kv_ * s.head_dim_ * s.elem_;
+    const size_t scales = s.type_ == kernels::KvType::kQ8
+                              ? static_cast<size_t>(s.block_size_) * s.n_kv_ * sizeof(float)
                               : 0;
-    auto move = [&](const void* store, size_t bytes) {
-      void* at = const_cast<void*>(store);
-      if (out)
-        std::memcpy(host, at, bytes);
-      else
-        std::memcpy(at, host, bytes);
-      host += bytes;
-    };
-    for (int layer = 0; layer < n_layer_; ++layer) {
-      const size_t at = Offset(layer, block) * elem_;
-      move(k_.data() + at, tile);
-      move(v_.data() + at, tile);
+    for (int layer = 0; layer < s.n_layer_; ++layer) {
+      const size_t at = s.Offset(layer, block) * s.elem_;
+      f(s.k_.data() + at, tile);
+      f(s.v_.data() + at, tile);
       if (scales == 0) continue;
-      move(k_scale_.data() + ScaleOffset(layer, block), scales);
-      move(v_scale_.data() + ScaleOffset(layer, block), scales);
+      f(s.k_scale_.data() + s.ScaleOffset(layer, block), scales);
+      f(s.v_scale_.data() + s.ScaleOffset(layer, block), scales);
     }
   }
 
