@@ -428,7 +428,8 @@ TEST_CASE(
 TEST_CASE("run: deadline wants reach the engine as priority and deadline") {
   Fixture fx;
   auto run = fx.Start();
-  auto fn = Fn("step", "{{x}}{{gen y max_tokens=10}}");
+  // Lazy, so that a is not submitted before the deadline is wanted.
+  auto fn = Fn("step", "{{x}}{{gen y max_tokens=10}}", "", /*lazy=*/true);
   auto a = run->Call(*fn, {{"x", Arg::Text("aaaa")}}, {"main", 0});
   auto b = run->Call(*fn, {{"x", Arg::Var(a->at("y"))}}, {"main", 1});
   GetOptions get;
