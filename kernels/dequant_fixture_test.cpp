@@ -23,7 +23,7 @@ TEST_CASE("DequantizeRow matches gguf.quants.dequantize bit for bit") {
   const std::pair<const char*, DType> cases[] = {
       {"f32", DType::kF32},   {"f16", DType::kF16},   {"bf16", DType::kBF16},
       {"q8_0", DType::kQ8_0}, {"q4_0", DType::kQ4_0}, {"q4_1", DType::kQ4_1},
-      {"q4_K", DType::kQ4_K}, {"q6_K", DType::kQ6_K},
+      {"q4_K", DType::kQ4_K}, {"q6_K", DType::kQ6_K}, {"q5_0", DType::kQ5_0},
   };
   for (const auto& [name, type] : cases) {
     INFO("fixture " << name);

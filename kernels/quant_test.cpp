@@ -37,7 +37,10 @@ TEST_CASE("GetDTypeInfo has ggml's block sizes") {
   CHECK(Info(DType::kQ8_K).block_bytes == 292);
   CHECK(Info(DType::kQ4_K).block_elems == 256);
   CHECK(Info(DType::kBF16).block_bytes == 2);
-  CHECK(GetDTypeInfo(6) == nullptr);  // Q5_0: not supported
+  CHECK(Info(DType::kQ5_0).block_bytes == 22);
+  CHECK(Info(DType::kQ5_0).block_elems == 32);
+  CHECK(std::string(Info(DType::kQ5_0).name) == "q5_0");
+  CHECK(GetDTypeInfo(7) == nullptr);  // Q5_1: not supported
   CHECK(GetDTypeInfo(4) == nullptr);  // removed id
   CHECK(GetDTypeInfo(999) == nullptr);
   CHECK(RowBytes(DType::kQ4_1, 576) == 18 * 20);
@@ -54,6 +57,7 @@ TEST_CASE("activation-only types are flagged for weight-file readers") {
     CHECK(IsActivationOnly(t));
   }
   for (DType t : kWeightTypes) CHECK_FALSE(IsActivationOnly(t));
+  CHECK_FALSE(IsActivationOnly(DType::kQ5_0));  // a weight type, repacked as Q8_0 for matmuls
   CHECK(IsActivationOnly(5000u));
 }
 

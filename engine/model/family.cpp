@@ -1,9 +1,12 @@
 #include "model/family.h"
 
+#include <algorithm>
+
 namespace braid {
 
 std::span<const Family* const> Families() {
-  static const Family* const kAll[] = {&LlamaFamily(), &MistralFamily(), &Qwen2Family()};
+  static const Family* const kAll[] = {&LlamaFamily(), &MistralFamily(), &Qwen2Family(),
+                                       &Qwen3Family(), &Gemma3Family()};
   return kAll;
 }
 
@@ -68,6 +71,9 @@ std::vector<int64_t> TensorShape(const TensorSpec& spec, const ModelConfig& c) {
       case Dim::kHalfRot:
         shape.push_back(c.n_rot / 2);
         break;
+      case Dim::kHead:
+        shape.push_back(c.head_dim);
+        break;
     }
   }
   return shape;
@@ -81,10 +87,37 @@ bool TensorRequired(const TensorSpec& spec, const ModelConfig& c) {
       return false;
     case Presence::kQkvBias:
       return c.qkv_bias;
+    case Presence::kQkNorm:
+      return c.qk_norm;
+    case Presence::kPostNorms:
+      return c.post_norms;
     case Presence::kUnlessTied:
       return !c.tied_embeddings;
   }
   return true;
+}
+
+std::vector<std::string> RequiredOps(const ModelConfig& c) {
+  std::vector<std::string> ops;
+  if (c.qkv_bias) ops.push_back("qkv_bias");
+  if (c.qk_norm) ops.push_back("qk_norm");
+  if (c.post_norms) ops.push_back("post_norms");
+  if (c.activation == Activation::kGeluTanh) ops.push_back("gelu_tanh");
+  if (c.embed_scale != 1.0f) ops.push_back("embed_scale");
+  if (c.attn_scale > 0.0f) ops.push_back("attn_scale");
+  if (c.sliding_window > 0) ops.push_back("sliding_window");
+  if (c.rope_scaling.factor > 0.0f) ops.push_back("rope_llama3");
+  return ops;
+}
+
+Status CheckOps(const ModelConfig& c, std::span<const std::string_view> supported,
+                const std::string& backend) {
+  for (const std::string& op : RequiredOps(c)) {
+    if (std::find(supported.begin(), supported.end(), op) == supported.end())
+      return Status::Unsupported(backend + " cannot run this " + ArchName(c.arch) +
+                                 " model: it lacks the op '" + op + "'");
+  }
+  return Status::Ok();
 }
 
 }  // namespace braid

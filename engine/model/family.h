@@ -2,7 +2,14 @@
 // weights and its block, written once and read by the file loader
 // (validation, Hugging Face -> GGUF names), the model's description and the
 // backends' weight builders. One file per family (family_llama.cpp,
-// family_mistral.cpp, family_qwen2.cpp), as llama.cpp's src/models/.
+// family_mistral.cpp, family_qwen2.cpp, family_qwen3.cpp, family_gemma3.cpp),
+// as llama.cpp's src/models/.
+//
+// The block a family describes is the Llama block plus traits (q/k norms,
+// post norms, GeGLU, scaled embeddings, sliding-window layers), which the
+// file loaders turn into the model's ModelConfig. Each trait is an op that a
+// backend implements or lacks; RequiredOps lists a model's, and a backend
+// refuses a model whose ops it lacks (CheckOps), naming the op.
 //
 // A family is plain constant data: its names, the traits of its block, and
 // two tensor lists (the model's global tensors, then each layer's). Lists
@@ -16,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/status.h"
 #include "model/model_config.h"
 
 namespace braid {
@@ -28,23 +36,27 @@ enum class TensorRole {
   kOutput,      // [n_vocab, n_embd]; absent when the head reuses kTokenEmbd
   kRopeFreqs,   // [n_rot / 2] per-frequency divisors (Llama 3.1 GGUFs)
   // Per layer.
-  kAttnNorm,  // [n_embd]
-  kWq,        // [n_head * head_dim, n_embd] (rows = outputs)
-  kWk,        // [n_head_kv * head_dim, n_embd]
-  kWv,        // [n_head_kv * head_dim, n_embd]
-  kWo,        // [n_embd, n_head * head_dim]
-  kBq,        // [n_head * head_dim]
-  kBk,        // [n_head_kv * head_dim]
-  kBv,        // [n_head_kv * head_dim]
-  kBo,        // [n_embd]
-  kFfnNorm,   // [n_embd]
-  kWGate,     // [n_ff, n_embd]
-  kWUp,       // [n_ff, n_embd]
-  kWDown,     // [n_embd, n_ff]
+  kAttnNorm,      // [n_embd]
+  kWq,            // [n_head * head_dim, n_embd] (rows = outputs)
+  kWk,            // [n_head_kv * head_dim, n_embd]
+  kWv,            // [n_head_kv * head_dim, n_embd]
+  kWo,            // [n_embd, n_head * head_dim]
+  kBq,            // [n_head * head_dim]
+  kBk,            // [n_head_kv * head_dim]
+  kBv,            // [n_head_kv * head_dim]
+  kBo,            // [n_embd]
+  kFfnNorm,       // [n_embd]
+  kWGate,         // [n_ff, n_embd]
+  kWUp,           // [n_ff, n_embd]
+  kWDown,         // [n_embd, n_ff]
+  kAttnQNorm,     // [head_dim], shared by every query head (qk_norm)
+  kAttnKNorm,     // [head_dim], shared by every KV head (qk_norm)
+  kPostAttnNorm,  // [n_embd] (post_norms)
+  kPostFfnNorm,   // [n_embd] (post_norms)
 };
 
 // One dimension of a tensor's shape, as a function of the config.
-enum class Dim { kNone, kEmbd, kVocab, kQ, kKv, kFf, kHalfRot };
+enum class Dim { kNone, kEmbd, kVocab, kQ, kKv, kFf, kHalfRot, kHead };
 
 // When a tensor must be present.
 enum class Presence {
@@ -52,6 +64,8 @@ enum class Presence {
   kOptional,    // validated when present
   kQkvBias,     // required when ModelConfig::qkv_bias, else optional
   kUnlessTied,  // required unless ModelConfig::tied_embeddings
+  kQkNorm,      // required when ModelConfig::qk_norm
+  kPostNorms,   // required when ModelConfig::post_norms
 };
 
 struct TensorSpec {
@@ -83,7 +97,27 @@ struct Family {
   bool gguf_rope_neox;
   std::span<const TensorSpec> globals;
   std::span<const TensorSpec> layer;
+  // The block's traits beyond the Llama block (ModelConfig says what each means).
+  Activation activation = Activation::kSilu;
+  const char* hf_activation_key = "hidden_act";  // config.json key naming it
+  bool post_norms = false;
+  bool embed_scaled = false;  // embeddings times sqrt(n_embd)
+  float hf_norm_offset = 0.0f;
+  // GGUF files do not say which layers slide: every swa_period-th layer is
+  // global, the others slide with base rope_local_base (0: none slide).
+  int gguf_swa_period = 0;
+  float gguf_rope_local_base = 0.0f;
 };
+
+// The ops a model needs beyond the Llama block's (RMS norms, GQA attention
+// with RoPE, SwiGLU), by name: "qkv_bias", "qk_norm", "post_norms",
+// "gelu_tanh", "embed_scale", "attn_scale", "sliding_window", "rope_llama3".
+std::vector<std::string> RequiredOps(const ModelConfig& config);
+// Unsupported, naming the first op `config` needs that is not in
+// `supported`, the model's family and `backend` ("the CUDA backend"); Ok
+// when it has every op.
+Status CheckOps(const ModelConfig& config, std::span<const std::string_view> supported,
+                const std::string& backend);
 
 // Every family, in the order error messages list them.
 std::span<const Family* const> Families();
@@ -106,6 +140,8 @@ bool TensorRequired(const TensorSpec& spec, const ModelConfig& config);
 const Family& LlamaFamily();
 const Family& MistralFamily();
 const Family& Qwen2Family();
+const Family& Qwen3Family();
+const Family& Gemma3Family();
 // The Llama block's tensors, which mistral and qwen2 share (family_llama.cpp).
 std::span<const TensorSpec> LlamaGlobalTensors();
 std::span<const TensorSpec> LlamaLayerTensors();

@@ -10,7 +10,7 @@ namespace braid {
 namespace {
 
 TEST_CASE("families: found by arch, GGUF architecture and model_type") {
-  CHECK(FamilyNames() == "llama, mistral, qwen2");
+  CHECK(FamilyNames() == "llama, mistral, qwen2, qwen3, gemma3");
   for (Arch a : {Arch::kLlama, Arch::kMistral, Arch::kQwen2}) {
     const Family* f = FindFamily(a);
     REQUIRE(f != nullptr);
@@ -51,6 +51,47 @@ TEST_CASE("families: each role once, shapes and presence from the config") {
   CHECK_FALSE(TensorRequired(*bq, c));
   c.qkv_bias = true;
   CHECK(TensorRequired(*bq, c));
+}
+
+TEST_CASE("families: a model's ops, and a backend that lacks one refuses it by name") {
+  ModelConfig c;
+  c.arch = Arch::kQwen2;
+  c.qkv_bias = true;
+  CHECK(RequiredOps(c) == std::vector<std::string>{"qkv_bias"});
+  c.arch = Arch::kGemma3;
+  c.qkv_bias = false;
+  c.qk_norm = c.post_norms = true;
+  c.activation = Activation::kGeluTanh;
+  c.embed_scale = 8.0f;
+  c.sliding_window = 512;
+  CHECK(RequiredOps(c) == std::vector<std::string>{"qk_norm", "post_norms", "gelu_tanh",
+                                                   "embed_scale", "sliding_window"});
+  static constexpr std::string_view kSome[] = {"qkv_bias", "qk_norm", "post_norms"};
+  const Status s = CheckOps(c, kSome, "the test backend");
+  CHECK(s.code() == StatusCode::kUnsupported);
+  CHECK(s.message() ==
+        "the test backend cannot run this gemma3 model: it lacks the op 'gelu_tanh'");
+  c.activation = Activation::kSilu;
+  c.embed_scale = 1.0f;
+  c.sliding_window = 0;
+  CHECK(CheckOps(c, kSome, "the test backend").ok());
+}
+
+TEST_CASE("families: Qwen3 and Gemma 3 name their q/k norms; Gemma 3 its post norms") {
+  const Family& qwen3 = *FindFamilyByGgufArch("qwen3");
+  const Family& gemma3 = *FindFamilyByHfModelType("gemma3_text");
+  CHECK(qwen3.qk_norm);
+  CHECK(std::string(TensorName(*FindTensorSpec(qwen3, TensorRole::kAttnQNorm), 0)) ==
+        "blk.0.attn_q_norm.weight");
+  CHECK(FindTensorSpec(qwen3, TensorRole::kPostAttnNorm) == nullptr);
+  CHECK(std::string(FindTensorSpec(gemma3, TensorRole::kFfnNorm)->hf) ==
+        "pre_feedforward_layernorm.weight");
+  CHECK(std::string(FindTensorSpec(gemma3, TensorRole::kPostFfnNorm)->gguf) ==
+        "post_ffw_norm.weight");
+  ModelConfig c;
+  c.head_dim = 256;
+  CHECK(TensorShape(*FindTensorSpec(gemma3, TensorRole::kAttnKNorm), c) ==
+        std::vector<int64_t>{256});
 }
 
 }  // namespace

@@ -11,12 +11,17 @@ const char* ArchName(Arch a) {
   return f != nullptr ? f->gguf_arch : "unknown";
 }
 
-std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+float ModelConfig::AttnScale() const {
+  return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c, bool local) {
+  const double base = local && c.rope_local_base > 0.0f ? c.rope_local_base : c.rope_base;
   std::vector<float> f(c.n_rot / 2);
   for (int i = 0; i < c.n_rot / 2; ++i)
-    f[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.n_rot));
+    f[i] = static_cast<float>(std::pow(base, -2.0 * i / c.n_rot));
   const RopeScaling& s = c.rope_scaling;
-  if (s.factor > 0.0f) {
+  if (s.factor > 0.0f && !local) {
     const double pi = 3.14159265358979323846;
     const double low_wavelen = s.original_context / s.low_freq_factor;
     const double high_wavelen = s.original_context / s.high_freq_factor;

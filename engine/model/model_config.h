@@ -1,4 +1,5 @@
-// The hyper-parameters of a Llama-family model, whatever file it came from.
+// The hyper-parameters of a model, whatever file it came from: the Llama
+// block's numbers, and the traits its family adds to that block (family.h).
 #pragma once
 
 #include <string>
@@ -6,8 +7,14 @@
 
 namespace braid {
 
-enum class Arch { kLlama, kMistral, kQwen2 };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kGemma3 };
 const char* ArchName(Arch a);
+
+// The feed-forward block's gate activation: out = act(gate) * up.
+enum class Activation {
+  kSilu,      // SwiGLU (Llama, Qwen)
+  kGeluTanh,  // GeGLU with tanh-approximated GELU (Gemma)
+};
 
 struct RopeScaling {
   // Llama 3 frequency scaling ("rope_type": "llama3"); factor 0 means none.
@@ -36,12 +43,35 @@ struct ModelConfig {
   bool rope_neox = false;
   bool qkv_bias = false;         // qwen2
   bool tied_embeddings = false;  // output head reuses token_embd
+
+  // Traits beyond the Llama block (each an op a backend must implement:
+  // RequiredOps in family.h).
+  Activation activation = Activation::kSilu;
+  bool qk_norm = false;      // per-head RMS norm of q and k before RoPE (Qwen3, Gemma 3)
+  bool post_norms = false;   // RMS norm of the attention and FFN outputs before each residual add
+  float embed_scale = 1.0f;  // embeddings multiplied by this (Gemma: sqrt(n_embd))
+  float attn_scale = 0.0f;   // scores' scale; 0: 1 / sqrt(head_dim)
+  // Added to every norm weight as it is read (Gemma checkpoints store w - 1;
+  // its GGUF files store w).
+  float norm_offset = 0.0f;
+  // Sliding-window attention: layer i attends to the last `sliding_window`
+  // positions (its own included) where sliding[i], and rotates with
+  // rope_local_base instead of rope_base, unscaled. Empty: every layer global.
+  int sliding_window = 0;
+  std::vector<bool> sliding;
+  float rope_local_base = 0.0f;
+
+  bool Sliding(int layer) const {
+    return layer < static_cast<int>(sliding.size()) && sliding[layer];
+  }
+  float AttnScale() const;
 };
 
 // RoPE's inverse frequencies, base^(-2i/n_rot) for i < n_rot/2, with Llama 3
 // frequency scaling when set: long wavelengths are divided by `factor`,
 // short ones kept, the band between interpolated smoothly (Meta's reference
 // implementation). Both backends rotate with these.
-std::vector<float> RopeInverseFrequencies(const ModelConfig& c);
+// `local`: the frequencies of sliding layers (rope_local_base, no scaling).
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c, bool local = false);
 
 }  // namespace braid

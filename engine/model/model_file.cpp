@@ -93,6 +93,14 @@ Status GgufRopeScaling(const GgufFile& g, const std::string& p, ModelConfig* c) 
   return Status::Ok();
 }
 
+// The block's traits that the family fixes, whatever the file.
+void FamilyTraits(const Family& family, ModelConfig* c) {
+  c->qk_norm = family.qk_norm;
+  c->activation = family.activation;
+  c->post_norms = family.post_norms;
+  if (family.embed_scaled) c->embed_scale = std::sqrt(static_cast<float>(c->n_embd));
+}
+
 Result<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ModelConfig c;
   if (g.Find("general.architecture") == nullptr) {
@@ -165,6 +173,17 @@ Result<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   c.rope_neox = family->gguf_rope_neox;
   c.qkv_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.tied_embeddings = g.FindTensor("output.weight") == nullptr;
+  FamilyTraits(*family, &c);
+  if (family->gguf_swa_period > 0) {
+    BRAID_ASSIGN_OR_RETURN(int64_t window,
+                           GgufInt(g, p + "attention.sliding_window", 0, 0, kMaxContext));
+    if (window > 0) {
+      c.sliding_window = static_cast<int>(window);
+      c.rope_local_base = family->gguf_rope_local_base;
+      c.sliding.resize(c.n_layer);
+      for (int i = 0; i < c.n_layer; ++i) c.sliding[i] = (i + 1) % family->gguf_swa_period != 0;
+    }
+  }
   return c;
 }
 
@@ -227,11 +246,45 @@ Result<double> JsonPositive(const Json& j, const std::string& path, const char* 
   return v;
 }
 
-Status HfRopeScaling(const Json& j, const std::string& path, ModelConfig* c) {
-  auto it = j.find("rope_scaling");
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_object()) return Status::Corruption(path + ": 'rope_scaling' is not an object");
-  const Json& rs = *it;
+Status HfRopeScaling(const Json& rs, const std::string& path, ModelConfig* c);
+
+// RoPE's base and scaling: "rope_theta" and "rope_scaling" as published
+// checkpoints write them, or "rope_parameters" as transformers 5 saves them
+// (one object, or for Gemma 3 one per layer type: "full_attention" and
+// "sliding_attention", the latter giving the local base).
+Status HfRope(const Json& j, const std::string& path, ModelConfig* c) {
+  auto rp = j.find("rope_parameters");
+  if (rp == j.end() || rp->is_null()) {
+    BRAID_ASSIGN_OR_RETURN(double base, JsonPositive(j, path, "rope_theta", 10000.0));
+    c->rope_base = static_cast<float>(base);
+    auto it = j.find("rope_scaling");
+    if (it == j.end() || it->is_null()) return Status::Ok();
+    return HfRopeScaling(*it, path, c);
+  }
+  if (!rp->is_object()) return Status::Corruption(path + ": 'rope_parameters' is not an object");
+  const Json* global = &*rp;
+  if (rp->contains("full_attention")) {
+    global = &(*rp)["full_attention"];
+    auto local = rp->find("sliding_attention");
+    if (local != rp->end()) {
+      if (!local->is_object())
+        return Status::Corruption(path + ": 'rope_parameters.sliding_attention' is not an object");
+      auto type = local->find("rope_type");
+      if (type != local->end() && !(type->is_string() && type->get<std::string>() == "default"))
+        return Status::Unsupported(path + ": sliding layers' rope_type " + type->dump() +
+                                   " is not supported");
+      BRAID_ASSIGN_OR_RETURN(double local_base, JsonPositive(*local, path, "rope_theta", 10000.0));
+      c->rope_local_base = static_cast<float>(local_base);
+    }
+  }
+  if (!global->is_object()) return Status::Corruption(path + ": 'rope_parameters' is malformed");
+  BRAID_ASSIGN_OR_RETURN(double base, JsonPositive(*global, path, "rope_theta", 10000.0));
+  c->rope_base = static_cast<float>(base);
+  return HfRopeScaling(*global, path, c);
+}
+
+Status HfRopeScaling(const Json& rs, const std::string& path, ModelConfig* c) {
+  if (!rs.is_object()) return Status::Corruption(path + ": 'rope_scaling' is not an object");
   std::string type;
   for (const char* k : {"rope_type", "type"}) {
     auto t = rs.find(k);
@@ -240,7 +293,7 @@ Status HfRopeScaling(const Json& j, const std::string& path, ModelConfig* c) {
       break;
     }
   }
-  if (type == "default") return Status::Ok();
+  if (type.empty() || type == "default") return Status::Ok();
   if (type != "llama3") {
     return Status::Unsupported(path + ": rope_scaling type '" + type + "' is not supported");
   }
@@ -257,6 +310,42 @@ Status HfRopeScaling(const Json& j, const std::string& path, ModelConfig* c) {
   return Status::Ok();
 }
 
+// Gemma 3's layer pattern: "layer_types" (one "sliding_attention" or
+// "full_attention" per layer), else every "sliding_window_pattern"-th layer
+// global, else the family's period; the local RoPE base and the query scale.
+Status HfSlidingWindow(const Json& j, const std::string& path, const Family& family,
+                       ModelConfig* c) {
+  BRAID_ASSIGN_OR_RETURN(int64_t window, JsonInt(j, path, "sliding_window", 0, 0, kMaxContext));
+  BRAID_ASSIGN_OR_RETURN(double local_base, JsonPositive(j, path, "rope_local_base_freq",
+                                                         family.gguf_rope_local_base));
+  BRAID_ASSIGN_OR_RETURN(double q_scalar,
+                         JsonPositive(j, path, "query_pre_attn_scalar", c->head_dim));
+  if (q_scalar != c->head_dim) c->attn_scale = static_cast<float>(1.0 / std::sqrt(q_scalar));
+  if (window == 0) return Status::Ok();
+  c->sliding_window = static_cast<int>(window);
+  if (c->rope_local_base == 0.0f) c->rope_local_base = static_cast<float>(local_base);
+  c->sliding.assign(c->n_layer, false);
+  auto types = j.find("layer_types");
+  if (types != j.end() && !types->is_null()) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(c->n_layer))
+      return Status::Corruption(path + ": 'layer_types' is not a list of " +
+                                std::to_string(c->n_layer) + " layer types");
+    for (int i = 0; i < c->n_layer; ++i) {
+      const Json& t = (*types)[i];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name != "sliding_attention" && name != "full_attention")
+        return Status::Unsupported(path + ": layer_types[" + std::to_string(i) + "] is '" + name +
+                                   "' (sliding_attention or full_attention)");
+      c->sliding[i] = name == "sliding_attention";
+    }
+    return Status::Ok();
+  }
+  BRAID_ASSIGN_OR_RETURN(int64_t period, JsonInt(j, path, "sliding_window_pattern",
+                                                 family.gguf_swa_period, 1, kMaxLayers));
+  for (int i = 0; i < c->n_layer; ++i) c->sliding[i] = (i + 1) % period != 0;
+  return Status::Ok();
+}
+
 Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   ModelConfig c;
   if (!j.is_object()) return Status::Corruption(path + ": config is not a JSON object");
@@ -267,10 +356,21 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   const Family* family = FindFamilyByHfModelType(mt->get<std::string>());
   if (family == nullptr) return UnsupportedFamily(path, "model_type", mt->get<std::string>());
   c.arch = family->arch;
-  auto act = j.find("hidden_act");
-  if (act != j.end() && !(act->is_string() && act->get<std::string>() == "silu")) {
-    return Status::Unsupported(path + ": hidden_act " + act->dump() + " is not supported (silu)");
+  const char* act_name = family->activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh";
+  auto act = j.find(family->hf_activation_key);
+  if (act != j.end() && !(act->is_string() && act->get<std::string>() == act_name)) {
+    return Status::Unsupported(path + ": " + family->hf_activation_key + " " + act->dump() +
+                               " is not supported (" + act_name + ")");
   }
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    auto it = j.find(cap);
+    if (it != j.end() && !it->is_null())
+      return Status::Unsupported(path + ": '" + cap + "' is not supported");
+  }
+  auto swa = j.find("use_sliding_window");
+  if (family->gguf_swa_period == 0 && swa != j.end() && swa->is_boolean() && swa->get<bool>())
+    return Status::Unsupported(path + ": use_sliding_window is not supported for " +
+                               mt->get<std::string>());
   BRAID_ASSIGN_OR_RETURN(int64_t n_embd,
                          JsonInt(j, path, "hidden_size", std::nullopt, 1, kMaxEmbd));
   BRAID_ASSIGN_OR_RETURN(int64_t n_ff,
@@ -294,7 +394,6 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   BRAID_ASSIGN_OR_RETURN(int64_t n_ctx,
                          JsonInt(j, path, "max_position_embeddings", 2048, 1, kMaxContext));
   BRAID_ASSIGN_OR_RETURN(double eps, JsonPositive(j, path, "rms_norm_eps", 1e-6));
-  BRAID_ASSIGN_OR_RETURN(double base, JsonPositive(j, path, "rope_theta", 10000.0));
   bool tie = false;
   auto tw = j.find("tie_word_embeddings");
   if (tw != j.end() && !tw->is_null()) {
@@ -312,11 +411,15 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   c.n_ff = static_cast<int>(n_ff);
   c.n_ctx = static_cast<int>(n_ctx);
   c.rms_eps = static_cast<float>(eps);
-  c.rope_base = static_cast<float>(base);
-  BRAID_RETURN_IF_ERROR(HfRopeScaling(j, path, &c));
+  BRAID_RETURN_IF_ERROR(HfRope(j, path, &c));
   c.rope_neox = true;  // HF checkpoints rotate split halves
   c.qkv_bias = family->qkv_bias;
+  auto bias = j.find("attention_bias");
+  if (bias != j.end() && bias->is_boolean()) c.qkv_bias = bias->get<bool>();
   c.tied_embeddings = tie;
+  FamilyTraits(*family, &c);
+  c.norm_offset = family->hf_norm_offset;
+  if (family->gguf_swa_period > 0) BRAID_RETURN_IF_ERROR(HfSlidingWindow(j, path, *family, &c));
   return c;
 }
 

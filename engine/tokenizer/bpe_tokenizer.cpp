@@ -134,6 +134,7 @@ Status BpeTokenizer::Init(VocabSpec spec) {
   byte_level_ = spec.byte_level;
   merges_by_score_ = spec.merges_by_score;
   ignore_merges_ = spec.ignore_merges;
+  longer_left_first_ = spec.longer_left_first;
   byte_fallback_ = spec.byte_fallback;
   space_prefix_ = spec.space_prefix;
   metaspace_split_ = spec.metaspace_split;
@@ -193,19 +194,22 @@ Status BpeTokenizer::Init(VocabSpec spec) {
     merges_.Add(ia, ib, {static_cast<int32_t>(r), im});
   }
 
-  // Special tokens, matched in the text before anything else.
+  // Special and user-defined tokens, matched in the text before anything else.
   for (size_t i = 0; i < n; ++i) {
     const TokenKind k = kinds_[i];
-    if (k == TokenKind::kControl || k == TokenKind::kUserDefined || k == TokenKind::kUnknown) {
-      specials_.Add(spec.tokens[i], static_cast<int32_t>(i));
+    if (k == TokenKind::kControl || k == TokenKind::kUnknown) {
+      control_.Add(spec.tokens[i], static_cast<int32_t>(i));
+    } else if (k == TokenKind::kUserDefined) {
+      user_.Add(spec.tokens[i], static_cast<int32_t>(i));
     }
   }
 
-  // End-of-generation ids: eos and the usual end-of-turn tokens.
+  // End-of-generation ids: eos and the usual end-of-turn tokens. A
+  // user-defined token is text (Gemma's "</s>" closes HTML strikethrough).
   if (eos_id_ >= 0) eog_ids_.push_back(eos_id_);
   for (const char* name : kEogNames) {
     const int32_t id = Lookup(name);
-    if (id >= 0 && kinds_[id] != TokenKind::kNormal &&
+    if (id >= 0 && kinds_[id] != TokenKind::kNormal && kinds_[id] != TokenKind::kUserDefined &&
         std::find(eog_ids_.begin(), eog_ids_.end(), id) == eog_ids_.end()) {
       eog_ids_.push_back(id);
     }
@@ -229,12 +233,30 @@ int32_t BpeTokenizer::UnknownFor(bool byte_level) const {
 std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool parse_special,
                                           bool add_bos) const {
   std::vector<SpecialTokenMatcher::Segment> segments;
-  if (parse_special && !specials_.empty()) {
-    specials_.Split(text, segments);
+  if (parse_special && !control_.empty()) {
+    control_.Split(text, segments);
   } else if (!text.empty()) {
     segments.push_back({0, static_cast<uint32_t>(text.size()), -1});
   }
+  SplitUserDefined(text, segments);
   return EncodeSegments(text, segments, add_bos);
+}
+
+void BpeTokenizer::SplitUserDefined(std::string_view text,
+                                    std::vector<SpecialTokenMatcher::Segment>& segments) const {
+  if (user_.empty()) return;
+  std::vector<SpecialTokenMatcher::Segment> out, found;
+  out.reserve(segments.size());
+  for (const auto& seg : segments) {
+    if (seg.id >= 0) {
+      out.push_back(seg);
+      continue;
+    }
+    found.clear();
+    user_.Split(text.substr(seg.begin, seg.end - seg.begin), found);
+    for (const auto& f : found) out.push_back({f.begin + seg.begin, f.end + seg.begin, f.id});
+  }
+  segments = std::move(out);
 }
 
 std::vector<int32_t> BpeTokenizer::Encode(std::span<const PromptPiece> pieces, bool add_bos) const {
@@ -256,30 +278,34 @@ std::vector<int32_t> BpeTokenizer::Encode(std::span<const PromptPiece> pieces, b
     // A run of pieces that allow special tokens or not: special-token text
     // may span pieces of one run (as it would in the joined text), never a
     // boundary between runs.
-    const bool special = pieces[i].allow_special && !specials_.empty();
+    const bool special = pieces[i].allow_special && !control_.empty();
     uint32_t end = pos;
-    for (; i < pieces.size() && (pieces[i].allow_special && !specials_.empty()) == special; ++i) {
+    for (; i < pieces.size() && (pieces[i].allow_special && !control_.empty()) == special; ++i) {
       end += static_cast<uint32_t>(pieces[i].text.size());
     }
     if (end == pos) continue;
     if (special) {
       found.clear();
-      specials_.Split(std::string_view(text).substr(pos, end - pos), found);
+      control_.Split(std::string_view(text).substr(pos, end - pos), found);
       for (const auto& seg : found) push({seg.begin + pos, seg.end + pos, seg.id});
     } else {
       push({pos, end, -1});
     }
     pos = end;
   }
-  return EncodeSegments(text, segments, add_bos);
+  // User-defined tokens are text: matched in the joined plain text, across
+  // piece boundaries, as in the whole string.
+  SplitUserDefined(text, segments);
+  return EncodeSegments(text, segments, add_bos, /*bos_if_missing=*/true);
 }
 
 std::vector<int32_t> BpeTokenizer::EncodeSegments(
-    std::string_view text, std::span<const SpecialTokenMatcher::Segment> segments,
-    bool add_bos) const {
+    std::string_view text, std::span<const SpecialTokenMatcher::Segment> segments, bool add_bos,
+    bool bos_if_missing) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
-  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  const bool has_bos = bos_id_ >= 0 && !segments.empty() && segments.front().id == bos_id_;
+  if (add_bos && bos_id_ >= 0 && !(bos_if_missing && has_bos)) out.push_back(bos_id_);
   for (const auto& seg : segments) {
     if (seg.id >= 0) {
       out.push_back(seg.id);

@@ -49,7 +49,10 @@ struct VocabSpec {
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::string merges_field = "merges";                      // how errors name the merges
   bool merges_by_score = false;  // SentencePiece BPE by token score (GGUF "llama")
-  bool ignore_merges = false;    // a piece that is a whole token is not merged (llama3)
+  // merges_by_score: of two pairs spelling the same token, the one with the
+  // longer left part merges first (HF's ranks; Gemma), not the leftmost.
+  bool longer_left_first = false;
+  bool ignore_merges = false;  // a piece that is a whole token is not merged (llama3)
   bool byte_fallback = false;
   SpacePrefix space_prefix = SpacePrefix::kNone;
   bool metaspace_split = false;  // split pieces before each '▁'
@@ -81,9 +84,14 @@ class BpeTokenizer final : public Tokenizer {
   BpeTokenizer() = default;
   Status Init(VocabSpec spec);
   // Encodes `text` split into plain and special-token segments.
+  // bos_if_missing: add_bos adds nothing when the first segment is bos
+  // already (a chat template's own {{ bos_token }}).
   std::vector<int32_t> EncodeSegments(std::string_view text,
                                       std::span<const SpecialTokenMatcher::Segment> segments,
-                                      bool add_bos) const;
+                                      bool add_bos, bool bos_if_missing = false) const;
+  // Splits the plain segments of `segments` further at user-defined tokens.
+  void SplitUserDefined(std::string_view text,
+                        std::vector<SpecialTokenMatcher::Segment>& segments) const;
   // The id standing in for a byte or text with no token, or -1 to drop it.
   int32_t UnknownFor(bool byte_level) const;
   void EncodeByteLevel(std::string_view text, std::vector<int32_t>& out) const;
@@ -103,6 +111,7 @@ class BpeTokenizer final : public Tokenizer {
   bool byte_level_ = true;
   bool merges_by_score_ = false;
   bool ignore_merges_ = false;
+  bool longer_left_first_ = false;
   bool byte_fallback_ = false;
   SpacePrefix space_prefix_ = SpacePrefix::kNone;
   bool metaspace_split_ = false;
@@ -115,7 +124,13 @@ class BpeTokenizer final : public Tokenizer {
   TextMap bytes_to_id_;                    // byte-level: decoded bytes of normal tokens -> id
   std::array<int32_t, 256> byte_token_{};  // byte -> its single-byte token, or -1
   MergeTable merges_;
-  SpecialTokenMatcher specials_;
+  // Control and unknown tokens: their text becomes their id only where
+  // special tokens are parsed (parse_special, allow_special pieces).
+  SpecialTokenMatcher control_;
+  // User-defined tokens (HF's non-special added tokens: Gemma's newline, tab
+  // and space runs, HTML tags): ordinary text, matched whole everywhere,
+  // before BPE, as HF tokenizers and llama.cpp do.
+  SpecialTokenMatcher user_;
 };
 
 // GPT-2's bytes_to_unicode: the code point that stands for byte b in

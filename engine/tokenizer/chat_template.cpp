@@ -1,18 +1,42 @@
-// Chat templates of the four families, written out by hand to match the Jinja
+// Chat templates of the five families, written out by hand to match the Jinja
 // templates the models ship (checked against jinja2 renderings in
-// tests/fixtures/tokenizer/chat_templates.json). Each renders pieces: the
-// template's markup may hold special tokens, roles and message contents may
-// not, so that a message cannot open or close a turn.
+// tests/fixtures/tokenizer/chat_templates.json and gemma3_chat_templates.json).
+// Each renders pieces: the template's markup may hold special tokens, roles
+// and message contents may not, so that a message cannot open or close a turn.
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace braid {
 namespace {
 
-bool IsSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// Python's str.isspace, which Jinja's trim and str.strip() use: Unicode
+// White_Space, and U+001C..U+001F.
+bool IsPySpace(uint32_t cp) {
+  return (unicode::Flags(cp) & unicode::kSpace) != 0 || (cp >= 0x1C && cp <= 0x1F);
+}
+
+// The byte length of the white space that `s` starts with.
+size_t LeadingSpace(std::string_view s) {
+  std::vector<unicode::Char> chars;
+  unicode::Decode(s, chars);
+  for (const unicode::Char& c : chars)
+    if (!IsPySpace(c.cp)) return c.offset;
+  return s.size();
+}
+
+// The byte length of `s` without the white space it ends with.
+size_t WithoutTrailingSpace(std::string_view s) {
+  std::vector<unicode::Char> chars;
+  unicode::Decode(s, chars);
+  for (size_t i = chars.size(); i > 0; --i) {
+    if (!IsPySpace(chars[i - 1].cp)) return i < chars.size() ? chars[i].offset : s.size();
+  }
+  return 0;
 }
 
 // Builds the pieces of a rendering: markup may hold special tokens, message
@@ -41,15 +65,11 @@ class Pieces {
 // leading and trailing white space, whichever pieces it lies in.
 std::vector<PromptPiece> Strip(std::vector<PromptPiece> pieces) {
   for (auto it = pieces.begin(); it != pieces.end(); ++it) {
-    size_t b = 0;
-    while (b < it->text.size() && IsSpace(it->text[b])) ++b;
-    it->text.erase(0, b);
+    it->text.erase(0, LeadingSpace(it->text));
     if (!it->text.empty()) break;
   }
   for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
-    size_t e = it->text.size();
-    while (e > 0 && IsSpace(it->text[e - 1])) --e;
-    it->text.resize(e);
+    it->text.resize(WithoutTrailingSpace(it->text));
     if (!it->text.empty()) break;
   }
   std::erase_if(pieces, [](const PromptPiece& p) { return p.text.empty(); });
@@ -136,10 +156,79 @@ std::vector<PromptPiece> RenderMistral(std::span<const ChatMessage> msgs) {
   return out.Take();
 }
 
+// Gemma 3: <bos> then <start_of_turn>{role}\n{content|trim}<end_of_turn>\n
+// with "assistant" written "model"; a system message has no turn of its own:
+// its text and a blank line open the first turn's content (untrimmed).
+std::vector<PromptPiece> RenderGemma(std::span<const ChatMessage> msgs, bool gen) {
+  Pieces out;
+  out.Markup("<bos>");
+  std::string_view system;
+  bool has_system = false;
+  if (!msgs.empty() && msgs[0].role == "system") {
+    system = msgs[0].content;
+    has_system = true;
+    msgs = msgs.subspan(1);
+  }
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    out.Markup("<start_of_turn>").Text(m.role == "assistant" ? "model" : m.role).Markup("\n");
+    if (i == 0 && has_system) out.Text(system).Markup("\n\n");
+    out.Add(Strip(Plain(m.content))).Markup("<end_of_turn>\n");
+  }
+  if (gen) out.Markup("<start_of_turn>model\n");
+  return out.Take();
+}
+
+// google/gemma-3-*-it tokenizer_config.json's chat_template.
+constexpr std::string_view kGemmaTemplate = R"jinja({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)jinja";
+
 }  // namespace
+
+std::string_view GemmaChatTemplate() { return kGemmaTemplate; }
 
 ChatFormat DetectChatFormat(std::string_view t, ChatFormat fallback) {
   if (t.find("<|im_start|>") != std::string_view::npos) return ChatFormat::kChatML;
+  if (t.find("<start_of_turn>") != std::string_view::npos) return ChatFormat::kGemma;
   if (t.find("<|start_header_id|>") != std::string_view::npos) return ChatFormat::kLlama3;
   if (t.find("[INST]") != std::string_view::npos) {
     return t.find("<<SYS>>") != std::string_view::npos ? ChatFormat::kLlama2 : ChatFormat::kMistral;
@@ -160,6 +249,8 @@ std::vector<PromptPiece> ApplyChatTemplatePieces(ChatFormat format,
       return RenderLlama2(messages);
     case ChatFormat::kMistral:
       return RenderMistral(messages);
+    case ChatFormat::kGemma:
+      return RenderGemma(messages, add_generation_prompt);
   }
   return {};
 }

@@ -81,6 +81,12 @@ void BpeTokenizer::EncodeSpmByMerges(std::string_view normalized, std::vector<in
 // llama.cpp's llm_tokenizer_spm: repeatedly merge the adjacent pair whose
 // concatenation is the token with the highest score (leftmost on ties); the
 // remaining symbols that are not tokens become byte tokens.
+//
+// With longer_left_first_ (Gemma, whose scores are -id: HF's merge ranks), two
+// pairs spelling the same token rank as transformers' generate_merges orders
+// that token's merges: the longer left part first, then leftmost. (Both
+// splits are prefixes of one text, so longer in bytes is longer in
+// characters, the order generate_merges uses.)
 void BpeTokenizer::EncodeSpmByScore(std::string_view text, std::vector<int32_t>& out) const {
   struct Symbol {
     int32_t prev, next;
@@ -90,9 +96,13 @@ void BpeTokenizer::EncodeSpmByScore(std::string_view text, std::vector<int32_t>&
     int32_t left, right;
     float score;
     uint32_t len;
+    uint32_t left_len;
   };
-  const auto worse = [](const Bigram& a, const Bigram& b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  const bool longer_left_first = longer_left_first_;
+  const auto worse = [longer_left_first](const Bigram& a, const Bigram& b) {
+    if (a.score != b.score) return a.score < b.score;
+    if (longer_left_first && a.left_len != b.left_len) return a.left_len < b.left_len;
+    return a.left > b.left;
   };
   std::vector<unicode::Char> chars;
   unicode::Decode(text, chars);
@@ -111,7 +121,7 @@ void BpeTokenizer::EncodeSpmByScore(std::string_view text, std::vector<int32_t>&
     const int32_t id = Lookup(text.substr(sym[l].start, len));
     if (id < 0 || kinds_[id] == TokenKind::kControl)
       return;  // plain text never spells a control token
-    queue.push({l, r, scores_[id], len});
+    queue.push({l, r, scores_[id], len, sym[l].len});
   };
   for (size_t i = 1; i < sym.size(); ++i)
     try_add(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));

@@ -1,7 +1,7 @@
 // Tokenizers of the Llama family: byte-level BPE with the gpt2, llama3, smollm
-// and qwen2 pre-tokenizers, and SentencePiece-style BPE (Llama 2), loaded from
-// GGUF metadata or a Hugging Face tokenizer.json. Thread-safe after loading
-// (all methods are const).
+// and qwen2 pre-tokenizers, and SentencePiece-style BPE (Llama 2, Gemma),
+// loaded from GGUF metadata or a Hugging Face tokenizer.json. Thread-safe after
+// loading (all methods are const).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +34,10 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> FromJsonText(std::string_view json,
                                                          const std::string& name);
 
-  // Text -> ids. With parse_special, the text of control/user-defined tokens
-  // (e.g. "<|im_start|>") becomes their ids; otherwise it is ordinary text.
+  // Text -> ids. With parse_special, the text of control tokens (e.g.
+  // "<|im_start|>") becomes their ids; otherwise it is ordinary text.
+  // User-defined tokens (HF's non-special added tokens, such as Gemma's "\n\n"
+  // or "<b>") are text and matched whole either way.
   // add_bos prepends bos_id() when the model has one.
   virtual std::vector<int32_t> Encode(std::string_view text, bool parse_special = true,
                                       bool add_bos = false) const = 0;
@@ -43,7 +45,8 @@ class Tokenizer {
   // across piece boundaries, except that the text of special tokens becomes
   // their ids only where it lies wholly inside a run of allow_special pieces
   // (engine/prompt.h). All pieces allow_special: Encode(joined, true); none:
-  // Encode(joined, false).
+  // Encode(joined, false). add_bos adds no second bos when the pieces begin
+  // with it (a chat template's own {{ bos_token }}, as Gemma's and Llama 3's).
   virtual std::vector<int32_t> Encode(std::span<const PromptPiece> pieces,
                                       bool add_bos = false) const = 0;
   // Ids -> bytes (may end inside a UTF-8 sequence; see StreamDecoder).
@@ -63,7 +66,8 @@ class Tokenizer {
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   bool IsEog(int32_t id) const;
   PreTokenizer pre_tokenizer() const { return pre_; }
-  // The Jinja chat template stored with the model ("" when none).
+  // The Jinja chat template stored with the model ("" when none; Gemma 3's,
+  // GemmaChatTemplate(), for a Gemma GGUF that stores none).
   const std::string& chat_template() const { return chat_template_; }
 
  protected:
@@ -95,7 +99,7 @@ class StreamDecoder {
 
 // ---- chat templates ------------------------------------------------------
 
-enum class ChatFormat { kChatML, kLlama3, kLlama2, kMistral };
+enum class ChatFormat { kChatML, kLlama3, kLlama2, kMistral, kGemma };
 
 // Recognises the family of a Jinja chat template by its markers; `fallback`
 // when the template is empty or unknown.
@@ -113,5 +117,9 @@ std::vector<PromptPiece> ApplyChatTemplatePieces(ChatFormat format,
 // The same, as one string (for display and tests).
 std::string ApplyChatTemplate(ChatFormat format, std::span<const ChatMessage> messages,
                               bool add_generation_prompt, std::string_view default_system = "");
+// Gemma 3's Jinja chat template as google/gemma-3-*-it ship it: <bos>, turns
+// <start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n, the system
+// message put in front of the first user turn. Gemma GGUFs often carry none.
+std::string_view GemmaChatTemplate();
 
 }  // namespace braid

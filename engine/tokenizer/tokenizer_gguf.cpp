@@ -1,5 +1,6 @@
 // Tokenizer::FromGguf: the tokenizer.ggml.* keys (llama.cpp's convention).
 #include <string>
+#include <string_view>
 
 #include "model/gguf_reader.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -52,6 +53,35 @@ Status ReadId(const GgufFile& f, const std::string& key, size_t n_vocab, int32_t
 Result<bool> ReadBool(const GgufFile& f, const std::string& key, bool fallback) {
   if (f.Find(key) == nullptr) return fallback;
   return f.GetBool(key);
+}
+
+// Gemma's SentencePiece vocabulary as HF tokenizers reads it (transformers'
+// GGUF loader, gguf_tokenizer_mapping.py gemma_tokenizer, picked by
+// architecture as there):
+//  * a token of two or more spaces ("  ", user-defined) is the run of '▁' that
+//    the text becomes after the ' ' -> '▁' normalizer, and an ordinary token
+//    that BPE merges into (not matched whole in the raw text);
+//  * merges rank by position in the file, not by score: the scores fall with
+//    the id for ordinary tokens, but are -1000 for the user-defined ones,
+//    which rank by their low ids (the space runs merge before anything else).
+void AdaptGemmaVocab(VocabSpec& spec) {
+  for (size_t i = 0; i < spec.tokens.size(); ++i) {
+    std::string& t = spec.tokens[i];
+    if (t.size() >= 2 && t.find_first_not_of(' ') == std::string::npos) {
+      const size_t n = t.size();
+      t.clear();
+      for (size_t k = 0; k < n; ++k) t += kSpaceMark;
+      if (spec.kinds[i] == TokenKind::kUserDefined) spec.kinds[i] = TokenKind::kNormal;
+    }
+    spec.scores[i] = -static_cast<float>(i);  // exact: n < 2^24
+  }
+  spec.longer_left_first = true;
+}
+
+bool HasControlToken(const VocabSpec& spec, std::string_view text) {
+  for (size_t i = 0; i < spec.tokens.size(); ++i)
+    if (spec.tokens[i] == text) return spec.kinds[i] == TokenKind::kControl;
+  return false;
 }
 
 }  // namespace
@@ -146,8 +176,17 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
                          ReadBool(file, "tokenizer.ggml.add_space_prefix", !spec.byte_level));
   if (!spec.byte_level)
     spec.space_prefix = space_prefix ? SpacePrefix::kAlways : SpacePrefix::kNone;
+  std::string arch;
+  if (file.Find("general.architecture") != nullptr) {
+    BRAID_ASSIGN_OR_RETURN(arch, file.GetString("general.architecture"));
+  }
+  if (spec.merges_by_score && (arch == "gemma" || arch == "gemma2" || arch == "gemma3"))
+    AdaptGemmaVocab(spec);
   if (file.Find("tokenizer.chat_template") != nullptr) {
     BRAID_ASSIGN_OR_RETURN(spec.chat_template, file.GetString("tokenizer.chat_template"));
+  } else if (HasControlToken(spec, "<start_of_turn>") && HasControlToken(spec, "<end_of_turn>")) {
+    // Gemma GGUFs often carry no template; their turns are Gemma's.
+    spec.chat_template = GemmaChatTemplate();
   }
 
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, BpeTokenizer::Build(std::move(spec)));

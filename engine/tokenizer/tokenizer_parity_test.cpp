@@ -274,6 +274,26 @@ TEST_CASE("bos and eos of the small tokenizers") {
   // Decode drops the space SentencePiece added, and maps byte tokens back.
   CHECK((*spm)->Decode((*spm)->Encode("Hello world")) == "Hello world");
   CHECK((*spm)->Decode((*spm)->Encode("\xF0\x9F\xA6\x80 crab")) == "\xF0\x9F\xA6\x80 crab");
+
+  // A chat template that writes bos itself gets no second one from add_bos
+  // (apply_chat_template(tokenize=True) has one); text that only spells it
+  // in a plain piece does.
+  for (const Tokenizer* tp : {(*spm).get(), (*llama3).get()}) {
+    const Tokenizer& tok = *tp;
+    const std::vector<ChatMessage> msgs = {{"user", "hi"}};
+    const ChatFormat f = DetectChatFormat(tok.chat_template(), ChatFormat::kChatML);
+    const auto pieces = ApplyChatTemplatePieces(f, msgs, false);
+    const std::vector<int32_t> ids = tok.Encode(pieces, true);
+    REQUIRE(ids.size() > 2);
+    CHECK(ids[0] == tok.bos_id());
+    CHECK(ids[1] != tok.bos_id());
+    CHECK(ids == tok.Encode(pieces, false));
+    const std::string bos_text = tok.Decode(std::vector<int32_t>{tok.bos_id()});
+    const std::vector<PromptPiece> plain = {PlainPiece(bos_text + "hi")};
+    CHECK(tok.Encode(plain, true).front() == tok.bos_id());
+    CHECK(tok.Encode(plain, true) != tok.Encode(plain, false));
+    CHECK(tok.Encode(bos_text + "hi", true, true)[1] == tok.bos_id());  // text: as HF, two
+  }
 }
 
 }  // namespace

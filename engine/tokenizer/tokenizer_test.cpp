@@ -73,6 +73,29 @@ TEST_CASE("tiny tokenizer from JSON text") {
   CHECK_FALSE(t.IsSpecial(4));
 }
 
+TEST_CASE("user-defined tokens are text, matched whole with or without parse_special") {
+  // "ab" is a non-special added token (HF's user-defined), "<|end|>" a special one.
+  const char* json = R"({
+    "added_tokens": [{"id": 7, "content": "<|end|>", "special": true},
+                     {"id": 4, "content": "ab", "special": false}],
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "abc": 5, "Ġa": 6, "<|end|>": 7},
+              "merges": ["a b", ["ab", "c"], "Ġ a"]}})";
+  auto tok = Tokenizer::FromJsonText(json, "user.json");
+  REQUIRE_MESSAGE(tok.ok(), tok.status().ToString());
+  const Tokenizer& t = **tok;
+  // Matched before BPE: "abc" is not formed across it.
+  CHECK(t.Encode("abc", true) == std::vector<int32_t>{4, 2});
+  CHECK(t.Encode("abc", false) == std::vector<int32_t>{4, 2});
+  CHECK(t.Encode("ab<|end|>", true) == std::vector<int32_t>{4, 7});
+  // "<|end|>" as text: its bytes have no token here and are dropped.
+  CHECK(t.Encode("ab<|end|>", false) == std::vector<int32_t>{4});
+  CHECK_FALSE(t.IsSpecial(4));
+  // In pieces, across piece boundaries and in plain pieces too.
+  const std::vector<PromptPiece> pieces = {MarkupPiece("a"), PlainPiece("bc")};
+  CHECK(t.Encode(pieces) == std::vector<int32_t>{4, 2});
+}
+
 TEST_CASE("JSON errors name the file and the field") {
   const auto err = [](const std::string& text) {
     auto r = Tokenizer::FromJsonText(text, "t.json");
@@ -117,14 +140,21 @@ TEST_CASE("StreamDecoder holds back incomplete UTF-8") {
 }
 
 TEST_CASE("chat templates match jinja2") {
+  // chat_templates.json (tokenizer_fixtures.py) and gemma3_chat_templates.json
+  // (tokenizer_gemma3.py: transformers' apply_chat_template, equal to jinja2's).
   std::ifstream in(test::FixturePath("chat_templates.json"));
-  const auto cases = nlohmann::json::parse(in);
+  auto cases = nlohmann::json::parse(in);
   REQUIRE(cases.size() > 10);
+  std::ifstream gemma_in(test::FixturePath("gemma3_chat_templates.json"));
+  const auto gemma = nlohmann::json::parse(gemma_in);
+  REQUIRE(gemma.size() >= 10);
+  for (const auto& c : gemma) cases.push_back(c);
   for (const auto& c : cases) {
     const std::string fam = c["format"];
     const ChatFormat want = fam == "chatml"   ? ChatFormat::kChatML
                             : fam == "llama3" ? ChatFormat::kLlama3
                             : fam == "llama2" ? ChatFormat::kLlama2
+                            : fam == "gemma"  ? ChatFormat::kGemma
                                               : ChatFormat::kMistral;
     const ChatFormat got = DetectChatFormat(c["template"].get<std::string>(), ChatFormat::kChatML);
     CHECK(got == want);

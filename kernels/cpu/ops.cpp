@@ -24,6 +24,9 @@ void Softmax(float* x, int64_t n) { ref::Softmax(x, n); }
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   cpu::Kernels().swiglu(gate, up, n, out);
 }
+void GeGluTanh(const float* gate, const float* up, int64_t n, float* out) {
+  ref::GeGluTanh(gate, up, n, out);
+}
 float DotF32(const float* a, const float* b, int64_t n) { return cpu::Kernels().dot_f32(a, b, n); }
 void Axpy(float a, const float* x, int64_t n, float* y) { cpu::Kernels().axpy(a, x, n, y); }
 int64_t Argmax(const float* x, int64_t n) { return cpu::Kernels().argmax(x, n); }
@@ -40,6 +43,15 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
     AttendPrefetch(nk, head_dim, next->kv_head, next->len);
   }
   t.attend(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
+}
+
+void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                     int first, int len, float scale, float* scratch, float* out) {
+  if (first % kv.block_size != 0)
+    return ref::AttendPagedFrom(q, n_q, head_dim, kv, kv_head, first, len, scale, scratch, out);
+  PagedKv from = kv;
+  from.block_table = kv.block_table + first / kv.block_size;
+  AttendPaged(q, n_q, head_dim, from, kv_head, len - first, scale, scratch, out);
 }
 
 float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value,

@@ -6,7 +6,7 @@
 
 namespace braid::kernels {
 
-inline constexpr int kQK = 32;    // elements per Q4_0 / Q4_1 / Q8_0 / Q8_1 block
+inline constexpr int kQK = 32;    // elements per Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q8_1 block
 inline constexpr int kQKK = 256;  // elements per K-quant super-block
 
 // x = d * (q - 8), q in 0..15; element j in the low nibble of qs[j], j+16 in the high one.
@@ -18,6 +18,14 @@ struct BlockQ4_0 {
 struct BlockQ4_1 {
   uint16_t d;
   uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+// x = d * (q - 16), q in 0..31: the low 4 bits as in Q4_0 (element j in the low
+// nibble of qs[j], j+16 in the high one), the 5th bit of element j is bit j of
+// qh read as a little-endian uint32.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
   uint8_t qs[kQK / 2];
 };
 // x = d * q.
@@ -86,6 +94,7 @@ struct BlockQ16_K {
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ4_K) == 144);

@@ -34,6 +34,24 @@ void DequantQ4_1(const BlockQ4_1* x, float* y, int64_t n) {
   }
 }
 
+// The 5th bit of element j is bit j of qh (a little-endian uint32): moved to
+// bit 4 as ggml does, (qh >> j) << 4 for the low half and qh >> (j + 12) for j+16.
+void DequantQ5_0(const BlockQ5_0* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, sizeof(qh));
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+      const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+      const int x0 = ((x[i].qs[j] & 0x0F) | xh0) - 16;
+      const int x1 = ((x[i].qs[j] >> 4) | xh1) - 16;
+      y[i * kQK + j] = static_cast<float>(x0) * d;
+      y[i * kQK + j + kQK / 2] = static_cast<float>(x1) * d;
+    }
+  }
+}
+
 void DequantQ8_0(const BlockQ8_0* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const float d = Fp16ToFp32(x[i].d);
@@ -133,6 +151,8 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
       return DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
     case DType::kQ4_1:
       return DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case DType::kQ5_0:
+      return DequantQ5_0(static_cast<const BlockQ5_0*>(src), dst, n);
     case DType::kQ8_0:
       return DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
     case DType::kQ8_1:

@@ -23,12 +23,13 @@ struct Entry {
   DTypeInfo info;
 };
 
-// Block sizes from ggml-common.h (QK4_0 = QK4_1 = QK8_0 = QK8_1 = 32, QK_K = 256).
+// Block sizes from ggml-common.h (QK4_0 = QK4_1 = QK5_0 = QK8_0 = QK8_1 = 32, QK_K = 256).
 constexpr Entry kTypes[] = {
     {0, {"f32", 1, 4}},
     {1, {"f16", 1, 2}},
     {2, {"q4_0", 32, 18}},
     {3, {"q4_1", 32, 20}},
+    {6, {"q5_0", 32, 22}},
     {8, {"q8_0", 32, 34}},
     {9, {"q8_1", 32, 36}},
     {12, {"q4_K", 256, 144}},

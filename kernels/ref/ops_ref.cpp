@@ -70,6 +70,15 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+// out = gelu(gate) * up, gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void GeGluTanh(const float* gate, const float* up, int64_t n, float* out) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
 float DotF32(const float* a, const float* b, int64_t n) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
@@ -136,8 +145,8 @@ float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool va
 namespace {
 
 // kernels/attention.h's integer attention over a kQ8 cache.
-void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int len,
-                   float scale, float* scratch, float* out) {
+void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_head, int first,
+                   int len, float scale, float* scratch, float* out) {
   const auto* k8 = static_cast<const uint8_t*>(kv.k);
   const auto* v8 = static_cast<const int8_t*>(kv.v);
   const int bs = kv.block_size;
@@ -146,30 +155,32 @@ void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_he
   for (int h = 0; h < n_q; ++h) {
     int32_t qsum = 0;
     const float c = QuantizeQuery(q + static_cast<int64_t>(h) * hd, hd, qi.data(), &qsum) * scale;
-    float* s = scratch + static_cast<int64_t>(h) * len;
-    for (int j = 0; j < len; ++j) {
+    float* s = scratch + static_cast<int64_t>(h) * (len - first);  // position j at s[j - first]
+    for (int j = first; j < len; ++j) {
       const uint8_t* k = k8 + kv.TileOffset(kv_head, j) + 4 * (j % bs);
       int32_t dot = 0;
       for (int d = 0; d < hd; ++d) dot += static_cast<int32_t>(k[(d / 4) * 4 * bs + d % 4]) * qi[d];
-      s[j] = static_cast<float>(dot - 128 * qsum) * (kv.k_scale[kv.ScaleOffset(kv_head, j)] * c);
+      s[j - first] =
+          static_cast<float>(dot - 128 * qsum) * (kv.k_scale[kv.ScaleOffset(kv_head, j)] * c);
     }
-    const float mx = *std::max_element(s, s + len);
+    const float mx = *std::max_element(s, s + (len - first));
     double sum = 0.0;
     float wmax = 0.0f;
-    for (int j = 0; j < len; ++j) {
-      const float e = std::exp(s[j] - mx);
+    for (int j = first; j < len; ++j) {
+      const float e = std::exp(s[j - first] - mx);
       sum += e;
-      s[j] = e * kv.v_scale[kv.ScaleOffset(kv_head, j)];
-      wmax = std::max(wmax, s[j]);
+      s[j - first] = e * kv.v_scale[kv.ScaleOffset(kv_head, j)];
+      wmax = std::max(wmax, s[j - first]);
     }
     const float r = wmax > 0.0f ? 255.0f / wmax : 0.0f;
     const float back = wmax / 255.0f * static_cast<float>(1.0 / sum);
     float* o = out + static_cast<int64_t>(h) * hd;
     std::fill(o, o + hd, 0.0f);
-    for (int j0 = 0; j0 < len; j0 += kQ8AttentionRun) {
+    for (int j0 = first; j0 < len; j0 += kQ8AttentionRun) {
       std::fill(acc.begin(), acc.end(), 0);
       for (int j = j0; j < std::min(len, j0 + kQ8AttentionRun); ++j) {
-        const int32_t u = static_cast<int32_t>(std::clamp(std::nearbyint(s[j] * r), 0.0f, 255.0f));
+        const int32_t u =
+            static_cast<int32_t>(std::clamp(std::nearbyint(s[j - first] * r), 0.0f, 255.0f));
         const int8_t* v = v8 + kv.TileOffset(kv_head, j) + ((j % bs) / 4) * 4 * hd + j % 4;
         for (int d = 0; d < hd; ++d) acc[d] += u * v[4 * d];
       }
@@ -180,11 +191,17 @@ void AttendPagedQ8(const float* q, int n_q, int hd, const PagedKv& kv, int kv_he
 
 }  // namespace
 
-// s_hj = scale q_h . k_j (fp64 dot), softmax over j, out_h = sum_j p_hj v_j.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out) {
+  ref::AttendPagedFrom(q, n_q, head_dim, kv, kv_head, 0, len, scale, scratch, out);
+}
+
+// s_hj = scale q_h . k_j (fp64 dot), softmax over j in [first, len),
+// out_h = sum_j p_hj v_j.
+void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                     int first, int len, float scale, float* scratch, float* out) {
   if (kv.type == KvType::kQ8)
-    return AttendPagedQ8(q, n_q, head_dim, kv, kv_head, len, scale, scratch, out);
+    return AttendPagedQ8(q, n_q, head_dim, kv, kv_head, first, len, scale, scratch, out);
   // Row j of K or V as fp32 (gathered into `buf` when the cache holds fp16 or
   // K tiles are dimension-major).
   std::vector<float> buf(static_cast<size_t>(head_dim));
@@ -201,13 +218,14 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
     return buf.data();
   };
   for (int h = 0; h < n_q; ++h) {
-    float* p = scratch + static_cast<int64_t>(h) * len;
+    const int n = len - first;
+    float* p = scratch + static_cast<int64_t>(h) * n;
     const float* qh = q + static_cast<int64_t>(h) * head_dim;
-    for (int j = 0; j < len; ++j) p[j] = DotF32(qh, row(true, j), head_dim) * scale;
-    Softmax(p, len);
+    for (int j = 0; j < n; ++j) p[j] = DotF32(qh, row(true, first + j), head_dim) * scale;
+    Softmax(p, n);
     float* o = out + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
-    for (int j = 0; j < len; ++j) Axpy(p[j], row(false, j), head_dim, o);
+    for (int j = 0; j < n; ++j) Axpy(p[j], row(false, first + j), head_dim, o);
   }
 }
 

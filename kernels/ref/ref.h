@@ -55,6 +55,7 @@ void RopeCosSin(int n_rot, int64_t pos, const float* inv_freq, float* cos, float
 void RopeApply(float* x, int n_rot, const float* cos, const float* sin, bool neox);
 void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+void GeGluTanh(const float* gate, const float* up, int64_t n, float* out);
 float DotF32(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, int64_t n, float* y);
 int64_t Argmax(const float* x, int64_t n);
@@ -63,6 +64,9 @@ int64_t Argmax(const float* x, int64_t n);
 // Over a kQ8 cache, the integer form that attention.h defines.
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out);
+// The same over positions [first, len).
+void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                     int first, int len, float scale, float* scratch, float* out);
 // A query head for kQ8 attention: qi = round(q / qs) with qs = amax / 127
 // (returned; clamped to [-127, 127], NaN as -127, as StoreRowQ8 stores K and
 // V), and *sum = sum of qi.

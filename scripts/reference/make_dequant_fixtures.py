@@ -70,6 +70,8 @@ def main():
         ("q8_0", T.Q8_0, 16, [0]),
         ("q4_K", T.Q4_K, 6, [0, 2]),
         ("q6_K", T.Q6_K, 6, [208]),
+        # Last, so that the random stream of the types above (and their files) is unchanged.
+        ("q5_0", T.Q5_0, 16, [0]),
     ]:
         raw, _ = quant_blocks(qtype, n_blocks, halfs)
         total += write(name, qtype, raw)

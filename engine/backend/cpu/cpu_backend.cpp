@@ -15,6 +15,7 @@
 #include "kernels/quant.h"
 #include "kernels/stream.h"
 #include "kernels/thread_pool.h"
+#include "model/family.h"
 
 namespace braid {
 namespace {
@@ -289,6 +290,11 @@ Result<std::string> CpuBackend::ChooseStream(CpuOptions::Stream option) {
 
 Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const ModelOptions& options,
                                                 int context) {
+  // The ops beyond the Llama block that this backend implements (family.h).
+  static constexpr std::string_view kOps[] = {"qkv_bias",       "qk_norm",     "post_norms",
+                                              "gelu_tanh",      "embed_scale", "attn_scale",
+                                              "sliding_window", "rope_llama3"};
+  BRAID_RETURN_IF_ERROR(CheckOps(file.config(), kOps, "the CPU backend"));
   BRAID_ASSIGN_OR_RETURN(LlamaWeights weights, BuildLlamaWeights(file));
   if (!options.cpu.exact) InterleaveForFastPath(&weights);
   const int threads = options.threads > 0 ? options.threads : DefaultCpuThreads();

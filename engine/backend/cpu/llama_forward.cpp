@@ -43,6 +43,7 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   inv_freq_ = RopeInverseFrequencies(c_);
+  if (c_.sliding_window > 0) inv_freq_local_ = RopeInverseFrequencies(c_, /*local=*/true);
   const size_t m = static_cast<size_t>(max_chunk_);
   x_.resize(m * c_.n_embd);
   xn_.resize(m * c_.n_embd);
@@ -102,9 +103,13 @@ void LlamaForward::Embed(const Team& tm) {
   Range(tm.n, tm.size, tm.index, 1, &b, &e);
   const TensorInfo& t = *w_.token_embd;
   const size_t row = kernels::RowBytes(t.type, c_.n_embd);
-  for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i)
-    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * ids_[i],
-                           &x_[i * c_.n_embd], c_.n_embd);
+  for (int64_t i = tm.t0 + b; i < tm.t0 + e; ++i) {
+    float* x = &x_[i * c_.n_embd];
+    kernels::DequantizeRow(t.type, static_cast<const uint8_t*>(t.data) + row * ids_[i], x,
+                           c_.n_embd);
+    if (c_.embed_scale != 1.0f)
+      for (int j = 0; j < c_.n_embd; ++j) x[j] *= c_.embed_scale;
+  }
 }
 
 // Rows [0, n) of in (the team's, E wide) -> out, RMS-normalized.
@@ -192,6 +197,29 @@ void LlamaForward::AddProjection(const Team& tm, const kernels::MatrixView& w, c
   Sync(tm);
 }
 
+void LlamaForward::AddNormedProjection(const Team& tm, const kernels::MatrixView& w,
+                                       const float* in, std::vector<uint8_t>& q_buf, uint8_t* prep,
+                                       const std::vector<float>& norm) {
+  const int64_t E = c_.n_embd;
+  uint8_t* xq = QuantizedRows(tm, q_buf, w);
+  Quantize(tm, tm.n, w, in, xq);
+  const bool prepared = Prepare(tm, tm.n, w, xq, prep);
+  Sync(tm);
+  float* yt = xn_.data() + tm.t0 * E;
+  ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
+    MatMulRows(tm, w, tm.n, in, xq, prepared ? prep : nullptr, yt, E, r0, r1);
+  });
+  Sync(tm);
+  float* xt = x_.data() + tm.t0 * E;
+  int64_t b, e;
+  Range(tm.n, tm.size, tm.index, 1, &b, &e);
+  for (int64_t t = b; t < e; ++t) {
+    kernels::RmsNorm(yt + t * E, norm.data(), c_.rms_eps, E, yt + t * E);
+    for (int64_t r = 0; r < E; ++r) xt[t * E + r] += yt[t * E + r];
+  }
+  Sync(tm);
+}
+
 uint8_t* LlamaForward::PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const {
   if (exact_) return nullptr;  // the exact path prepares nothing
   // One region of max_chunk tokens per thread; a team of all threads uses the first.
@@ -223,27 +251,38 @@ bool LlamaForward::SharesPrepared(const kernels::MatrixView& w,
          w.layout == prepared_for.layout;
 }
 
-// Adds query head h's bias and rotates it (token t of the batch).
-void LlamaForward::RopeQuery(const LayerWeights& l, int t, int h) {
+const float* LlamaForward::RopeCos(int layer, int t) const {
+  const size_t at = static_cast<size_t>(t) * (c_.n_rot / 2);
+  return c_.Sliding(layer) ? &rope_cos_local_[at] : &rope_cos_[at];
+}
+const float* LlamaForward::RopeSin(int layer, int t) const {
+  const size_t at = static_cast<size_t>(t) * (c_.n_rot / 2);
+  return c_.Sliding(layer) ? &rope_sin_local_[at] : &rope_sin_[at];
+}
+
+// Adds query head h's bias, normalizes it (qk_norm) and rotates it (token t
+// of the batch).
+void LlamaForward::RopeQuery(const LayerWeights& l, int layer, int t, int h) {
   const int hd = c_.head_dim;
-  const size_t half = static_cast<size_t>(c_.n_rot / 2);
   float* q = &q_[static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd];
   if (!l.bq.empty())
     for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
-  kernels::RopeApply(q, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
+  if (!l.q_norm.empty()) kernels::RmsNorm(q, l.q_norm.data(), c_.rms_eps, hd, q);
+  kernels::RopeApply(q, c_.n_rot, RopeCos(layer, t), RopeSin(layer, t), c_.rope_neox);
 }
 
-// Adds KV head g's biases, rotates k, and stores k and v at token t's position.
+// Adds KV head g's biases, normalizes k (qk_norm), rotates it, and stores k
+// and v at token t's position.
 void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv) {
   const int hd = c_.head_dim;
-  const size_t half = static_cast<size_t>(c_.n_rot / 2);
   float* k = &k_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
   float* v = &v_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
   if (!l.bk.empty())
     for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
   if (!l.bv.empty())
     for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
-  kernels::RopeApply(k, c_.n_rot, &rope_cos_[t * half], &rope_sin_[t * half], c_.rope_neox);
+  if (!l.k_norm.empty()) kernels::RmsNorm(k, l.k_norm.data(), c_.rms_eps, hd, k);
+  kernels::RopeApply(k, c_.n_rot, RopeCos(layer, t), RopeSin(layer, t), c_.rope_neox);
   const int bs = kv.block_size(), pos = pos_[t];
   kv.Put(false, layer, table_[t][pos / bs], pos % bs, g, k);
   kv.Put(true, layer, table_[t][pos / bs], pos % bs, g, v);
@@ -257,7 +296,7 @@ void LlamaForward::RopeAndStore(const Team& tm, const LayerWeights& l, int layer
   for (int64_t it = b; it < e; ++it) {
     const int t = tm.t0 + static_cast<int>(it / heads), h = static_cast<int>(it % heads);
     if (h < c_.n_head) {
-      RopeQuery(l, t, h);
+      RopeQuery(l, layer, t, h);
     } else {
       RopeStoreKv(l, layer, t, h - c_.n_head, kv);
     }
@@ -284,7 +323,9 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
                              KvStore& kv) {
   const int hd = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c_.AttnScale();
+  // Sliding layers attend to the last `window` positions only.
+  const int window = c_.Sliding(layer) ? c_.sliding_window : 0;
   float* scratch = scratch_[tm.tid].data();
   const int64_t grouped = static_cast<int64_t>(tm.n) * c_.n_head_kv;
   const int per_item = grouped >= 4 * tm.size ? group : 1;
@@ -299,14 +340,20 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
     const int t = token(it), h = head(it);
     if (fused) {
       RopeStoreKv(l, layer, t, h / group, kv);
-      for (int i = 0; i < per_item; ++i) RopeQuery(l, t, h + i);
+      for (int i = 0; i < per_item; ++i) RopeQuery(l, layer, t, h + i);
     }
     pk.block_table = table_[t];
     const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
+    const int len = pos_[t] + 1;
+    if (window > 0 && len > window) {
+      kernels::AttendPagedFrom(&q_[off], per_item, hd, pk, h / group, len - window, len, scale,
+                               scratch, &att_[off]);
+      return;
+    }
     kernels::AttendNext nx{};
     if (next >= 0) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
-    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, pos_[t] + 1, scale, scratch,
-                         &att_[off], next >= 0 ? &nx : nullptr);
+    kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, len, scale, scratch, &att_[off],
+                         next >= 0 ? &nx : nullptr);
   };
   // Each item's call fetches the next one's rows while it computes (the
   // first item of a run: its K rows before it).
@@ -431,7 +478,11 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
       ForRows(tm, l.wo.rows, [&](int64_t r0, int64_t r1) { kernels::PrefetchRows(l.wo, r0, r1); });
     Sync(tm);
     EndStage(tm.tid, kStageAttention);
-    AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att
+    if (l.post_attn_norm.empty()) {
+      AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att
+    } else {
+      AddNormedProjection(tm, l.wo, att, attq_, prep_att, l.post_attn_norm);
+    }
     EndStage(tm.tid, kStageWo);
     // Feed-forward block.
     Normalize(tm, n, l.ffn_norm, x, xn);
@@ -449,13 +500,22 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
       const uint8_t* prep = g_prep ? prep_in : nullptr;
       MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
       MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
-      for (int t = 0; t < n; ++t)
-        kernels::SwiGlu(&hh[t * c_.n_ff + r0], &up[t * c_.n_ff + r0], r1 - r0,
-                        &hh[t * c_.n_ff + r0]);
+      for (int t = 0; t < n; ++t) {
+        float* g = &hh[t * c_.n_ff + r0];
+        if (c_.activation == Activation::kGeluTanh) {
+          kernels::GeGluTanh(g, &up[t * c_.n_ff + r0], r1 - r0, g);
+        } else {
+          kernels::SwiGlu(g, &up[t * c_.n_ff + r0], r1 - r0, g);
+        }
+      }
     });
     Sync(tm);
     EndStage(tm.tid, kStageGateUp);
-    AddProjection(tm, l.w_down, hh, hq_, prep_h);  // x += Wdown h
+    if (l.post_ffn_norm.empty()) {
+      AddProjection(tm, l.w_down, hh, hq_, prep_h);  // x += Wdown h
+    } else {
+      AddNormedProjection(tm, l.w_down, hh, hq_, prep_h, l.post_ffn_norm);
+    }
     EndStage(tm.tid, kStageDown);
   }
 }
@@ -506,6 +566,13 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   for (int t = 0; t < n; ++t)
     kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_.data(), &rope_cos_[t * half],
                         &rope_sin_[t * half]);
+  if (!inv_freq_local_.empty()) {
+    rope_cos_local_.resize(n * half);
+    rope_sin_local_.resize(n * half);
+    for (int t = 0; t < n; ++t)
+      kernels::RopeCosSin(c_.n_rot, pos_[t], inv_freq_local_.data(), &rope_cos_local_[t * half],
+                          &rope_sin_local_[t * half]);
+  }
   for (int i = 0; i < c_.n_layer; ++i) claims_[i].next.store(0, std::memory_order_relaxed);
   const bool decode_only = std::all_of(batch.begin(), batch.end(),
                                        [](const BatchSegment& s) { return s.n_tokens == 1; });

@@ -1,6 +1,10 @@
-// The forward pass of the Llama family (llama, mistral, qwen2):
-//   h = x + Wo * attn(rope(Wq*rms(x)+bq), rope(Wk*rms(x)+bk), Wv*rms(x)+bv)
-//   x = h + Wdown * (silu(Wgate*rms(h)) * Wup*rms(h))
+// The forward pass of the Llama block and the traits families add to it
+// (ModelConfig; family.h):
+//   h = x + post(Wo * attn(rope(qn(Wq*rms(x)+bq)), rope(kn(Wk*rms(x)+bk)), Wv*rms(x)+bv))
+//   x = h + post(Wdown * (act(Wgate*rms(h)) * Wup*rms(h)))
+// where qn, kn are per-head RMS norms (qk_norm), post an RMS norm
+// (post_norms), act SiLU or tanh-GELU, and attention over a sliding window
+// on the layers that slide, each kind of layer with its own RoPE frequencies.
 // over a ragged batch of sequences (each a chunk of new tokens after its
 // cached positions, its KV in a paged KvStore), as one parallel region on a
 // thread pool: every stage splits its work between the threads and ends in a
@@ -119,6 +123,11 @@ class LlamaForward {
                      const uint8_t* xq, const uint8_t* prep, int64_t r0, int64_t r1);
   void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
                      std::vector<uint8_t>& q_buf, uint8_t* prep);
+  // x += rms(W in) * norm (post_norms): the projection into xn_, then each
+  // token's row normalized and added.
+  void AddNormedProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
+                           std::vector<uint8_t>& q_buf, uint8_t* prep,
+                           const std::vector<float>& norm);
   // The team's region of a prepared buffer for rows of `cols` (nullptr on the exact path).
   uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
   bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq,
@@ -137,7 +146,10 @@ class LlamaForward {
     kernels::ThreadPool::Split(rows, tm.size, tm.index, 16, &r0, &r1);
     if (r0 < r1) work(r0, r1);
   }
-  void RopeQuery(const LayerWeights& l, int t, int h);
+  // The RoPE angles of token t for layer `layer` (sliding layers have their own).
+  const float* RopeCos(int layer, int t) const;
+  const float* RopeSin(int layer, int t) const;
+  void RopeQuery(const LayerWeights& l, int layer, int t, int h);
   void RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv);
   void RopeAndStore(const Team& tm, const LayerWeights& l, int layer, KvStore& kv);
   bool AttentionFuses(const Team& tm, bool decode_only) const;
@@ -151,8 +163,9 @@ class LlamaForward {
   CpuOptions::KvCache kv_cache_;
   int max_chunk_;
   int q_dim_, kv_dim_;
-  std::vector<float> inv_freq_;
-  std::vector<float> rope_cos_, rope_sin_;  // [tokens of the batch, n_rot / 2]
+  std::vector<float> inv_freq_, inv_freq_local_;  // local: sliding layers' (empty if none)
+  std::vector<float> rope_cos_, rope_sin_;        // [tokens of the batch, n_rot / 2]
+  std::vector<float> rope_cos_local_, rope_sin_local_;
 
   // Run state, [max_chunk, dim] each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, h_, up_;

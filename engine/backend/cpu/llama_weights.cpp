@@ -36,10 +36,26 @@ bool Multipliable(DType t) {
   }
 }
 
-Result<kernels::MatrixView> Matrix(const ModelFile& f, const std::string& name) {
+// A view of matrix `name`; Q5_0 matrices are repacked losslessly as Q8_0
+// into a buffer kept in `owned` (the Q8_0 kernels then multiply them).
+Result<kernels::MatrixView> Matrix(const ModelFile& f, const std::string& name,
+                                   std::vector<std::shared_ptr<uint8_t[]>>* owned) {
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, Need(f, name));
   if (t->shape.size() != 2)
     return Status::Corruption(f.path() + ": tensor '" + name + "' is not a matrix");
+  if (t->type == DType::kQ5_0) {
+    const size_t bytes = kernels::RowBytes(DType::kQ8_0, t->shape[0]) * t->shape[1];
+    std::shared_ptr<uint8_t[]> buf(new uint8_t[bytes]);
+    kernels::RepackQ5_0AsQ8_0(t->data, buf.get(), t->elements());
+    kernels::MatrixView m;
+    m.type = DType::kQ8_0;
+    m.cols = t->shape[0];
+    m.rows = t->shape[1];
+    m.data = buf.get();
+    m.row_bytes = kernels::RowBytes(DType::kQ8_0, m.cols);
+    owned->push_back(std::move(buf));
+    return m;
+  }
   if (!Multipliable(t->type))
     return Status::Unsupported(f.path() + ": tensor '" + name + "' has type " +
                                kernels::Info(t->type).name + ", which has no matmul kernel");
@@ -52,8 +68,9 @@ Result<kernels::MatrixView> Matrix(const ModelFile& f, const std::string& name) 
   return m;
 }
 
-// A small tensor converted to fp32 (norm weights and biases).
-Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
+// A small tensor converted to fp32 (norm weights and biases), plus `offset`.
+Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name,
+                                  float offset = 0.0f) {
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, Need(f, name));
   const kernels::DTypeInfo& info = kernels::Info(t->type);
   if (t->elements() % info.block_elems != 0)
@@ -61,6 +78,8 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name) {
                               "' size is not a whole number of blocks");
   std::vector<float> v(static_cast<size_t>(t->elements()));
   kernels::DequantizeRow(t->type, t->data, v.data(), t->elements());
+  if (offset != 0.0f)
+    for (float& x : v) x += offset;
   return v;
 }
 
@@ -128,6 +147,14 @@ std::vector<float>* VectorFor(LayerWeights& l, TensorRole role) {
       return &l.attn_norm;
     case TensorRole::kFfnNorm:
       return &l.ffn_norm;
+    case TensorRole::kAttnQNorm:
+      return &l.q_norm;
+    case TensorRole::kAttnKNorm:
+      return &l.k_norm;
+    case TensorRole::kPostAttnNorm:
+      return &l.post_attn_norm;
+    case TensorRole::kPostFfnNorm:
+      return &l.post_ffn_norm;
     case TensorRole::kBq:
       return &l.bq;
     case TensorRole::kBk:
@@ -157,20 +184,22 @@ Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {
       if (!t.read || !TensorRequired(t, c)) continue;
       const std::string name = TensorName(t, i);
       if (kernels::MatrixView* m = MatrixFor(l, t.role)) {
-        BRAID_ASSIGN_OR_RETURN(*m, Matrix(f, name));
+        BRAID_ASSIGN_OR_RETURN(*m, Matrix(f, name, &w.repacked));
       } else if (std::vector<float>* v = VectorFor(l, t.role)) {
-        BRAID_ASSIGN_OR_RETURN(*v, Vector(f, name));
+        const bool bias =
+            t.role == TensorRole::kBq || t.role == TensorRole::kBk || t.role == TensorRole::kBv;
+        BRAID_ASSIGN_OR_RETURN(*v, Vector(f, name, bias ? 0.0f : c.norm_offset));
       } else {
         return Status::Unsupported(f.path() + ": the CPU backend cannot use tensor '" + name + "'");
       }
     }
   }
-  BRAID_ASSIGN_OR_RETURN(w.output_norm, Vector(f, global(TensorRole::kOutputNorm)));
+  BRAID_ASSIGN_OR_RETURN(w.output_norm, Vector(f, global(TensorRole::kOutputNorm), c.norm_offset));
   const std::string output = global(TensorRole::kOutput);
   if (c.tied_embeddings || !f.Find(output)) {
-    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, global(TensorRole::kTokenEmbd)));
+    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, global(TensorRole::kTokenEmbd), &w.repacked));
   } else {
-    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, output));
+    BRAID_ASSIGN_OR_RETURN(w.output, Matrix(f, output, &w.repacked));
   }
   return w;
 }

@@ -1,5 +1,5 @@
-// The weights of a Llama-family model (llama, mistral, qwen2) as views into
-// the mapped file, plus fp32 copies of the small vectors (norms, biases).
+// The weights of a model as views into the mapped file, plus fp32 copies of
+// the small vectors (norms, with ModelConfig::norm_offset added, and biases).
 #pragma once
 
 #include <memory>
@@ -15,7 +15,10 @@ struct LayerWeights {
   std::vector<float> attn_norm;        // [n_embd]
   kernels::MatrixView wq, wk, wv, wo;  // [n_head*hd, n_embd] ... (rows = outputs)
   std::vector<float> bq, bk, bv;       // qwen2 only; empty otherwise
+  std::vector<float> q_norm, k_norm;   // [head_dim] (qk_norm); empty otherwise
+  std::vector<float> post_attn_norm;   // [n_embd] (post_norms); empty otherwise
   std::vector<float> ffn_norm;         // [n_embd]
+  std::vector<float> post_ffn_norm;    // [n_embd] (post_norms); empty otherwise
   kernels::MatrixView w_gate, w_up;    // [n_ff, n_embd]
   kernels::MatrixView w_down;          // [n_embd, n_ff]
 };
@@ -27,6 +30,8 @@ struct LlamaWeights {
   kernels::MatrixView output;      // [n_vocab, n_embd]; token_embd when tied
   // Interleaved copies that views point into (InterleaveForFastPath).
   std::shared_ptr<uint8_t> packed;
+  // Q8_0 copies of the file's Q5_0 matrices (views point into them).
+  std::vector<std::shared_ptr<uint8_t[]>> repacked;
 };
 
 // Builds views over `file` (which must outlive the result). Errors name the

@@ -23,6 +23,7 @@
 #include "kernels/cuda_dequant.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/quant.h"
+#include "model/family.h"
 
 namespace braid {
 namespace {
@@ -521,6 +522,9 @@ class CudaBackend final : public Backend {
   static Result<std::unique_ptr<Backend>> Open(const ModelFile& file, const ModelOptions& options,
                                                int device, int context, Collective* group) {
     const ModelConfig& c = file.config();
+    // The ops beyond the Llama block that this backend implements (family.h).
+    static constexpr std::string_view kOps[] = {"qkv_bias", "rope_llama3"};
+    BRAID_RETURN_IF_ERROR(CheckOps(c, kOps, "the CUDA backend"));
     const int world = group ? group->size() : 1;
     if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
       return Status::Unsupported(

@@ -119,6 +119,13 @@ struct AttendNext {
 void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head, int len,
                  float scale, float* scratch, float* out, const AttendNext* next = nullptr);
 
+// AttendPaged over positions [first, len) only (a sliding window; scratch:
+// n_q * (len - first) floats), 0 <= first < len. With `first` a multiple of
+// the block size, the dispatched kernels run on the blocks from there on;
+// otherwise the reference does.
+void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                     int first, int len, float scale, float* scratch, float* out);
+
 // Stores one row (head_dim values) of K (`value` false) or V at `slot` of a
 // kQ8 (block, KV head) tile (the layout above; block_size and head_dim
 // multiples of 4) and returns the row's scale s = amax / 127: element x is

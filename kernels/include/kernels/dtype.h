@@ -14,6 +14,7 @@ enum class DType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,  // no dot kernels of its own: RepackQ5_0AsQ8_0 (quant.h) makes it Q8_0, exactly
   kQ8_0 = 8,
   kQ8_1 = 9,  // activation type only (the Q4_1 dot product partner)
   kQ4_K = 12,

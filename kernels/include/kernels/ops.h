@@ -26,6 +26,10 @@ void Softmax(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i]                     all: [n]
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = gelu(gate[i]) * up[i], with GELU's tanh approximation
+//   gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))        all: [n]
+void GeGluTanh(const float* gate, const float* up, int64_t n, float* out);
+
 // dot of two fp32 vectors.
 float DotF32(const float* a, const float* b, int64_t n);
 // y += a * x

@@ -23,6 +23,13 @@ enum class ActPrecision { kInt8, kSplit16 };
 // dst[0..n) = the values stored in `src` (n a multiple of the block size).
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
+// Rewrites n_elements of Q5_0 at `src` as Q8_0 at `dst` (n_elements / 32 blocks
+// of 34 bytes; n_elements a multiple of 32; the buffers must not overlap): each
+// block keeps its fp16 d and its values q - 16 (q in 0..31) become the int8
+// quants. Lossless: DequantizeRow(kQ8_0, dst) equals DequantizeRow(kQ5_0, src)
+// bit for bit, so Q5_0 weights run on the Q8_0 kernels (at 34/22 the bytes).
+void RepackQ5_0AsQ8_0(const void* src, void* dst, int64_t n_elements);
+
 // The activation type whose dot product with `weight_type` is implemented:
 //   kInt8:    Q4_0, Q8_0 -> Q8_0;  Q4_1 -> Q8_1;  Q4_K, Q6_K -> Q8_K;
 //   kSplit16: Q4_0, Q8_0 -> Q16_0; Q4_1 -> Q16_1; Q4_K, Q6_K -> Q16_K;
