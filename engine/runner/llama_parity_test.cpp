@@ -157,9 +157,13 @@ TEST_CASE("tiny safetensors checkpoints match transformers") {
       if (!std::filesystem::exists(Fixture(name))) continue;
       ++seen;
       CAPTURE(name);
-      // fp32/fp16/bf16 weights multiply fp32 activations on both paths.
+      // fp32/fp16/bf16 weights multiply fp32 activations on both paths: the
+      // exact bars hold with an fp32 KV cache. The default fp16 cache rounds
+      // K and V (gemma3_tiny's logits move by up to 0.3%): the fast bars.
       CheckParity(e.path().string(), Fixture(name), true, kExact);
-      CheckParity(e.path().string(), Fixture(name), false, kExact);
+      CheckParity(e.path().string(), Fixture(name), false, kExact, CpuOptions::Precision::kSplit16,
+                  CpuOptions::KvCache::kF32);
+      CheckParity(e.path().string(), Fixture(name), false, kFast);
     }
   }
   CHECK(seen >= 3);

@@ -58,6 +58,26 @@ MODELS = [
     dict(name="mistral_tiny_fp16", arch="mistral", seed=4, dtype="float16", shard=None,
          cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None,
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Per-head q/k norms, no biases.
+    dict(name="qwen3_tiny", arch="qwen3", seed=5, dtype="float32", shard=None,
+         embed_std=0.3, final_norm_scale=3.0,
+         cfg=dict(num_hidden_layers=2, tie_word_embeddings=True, use_sliding_window=False,
+                  head_dim=16, attention_bias=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Gemma 3's block: q/k norms, post norms, GeGLU, scaled embeddings, a query
+    # scale other than head_dim, head_dim * heads != hidden, and two sliding
+    # layers (window 8, so most prompts and every continuation slide) around a
+    # global one, each kind with its own RoPE base.
+    dict(name="gemma3_tiny", arch="gemma3_text", seed=6, dtype="bfloat16", shard=None,
+         embed_std=0.3, final_norm_scale=3.0,
+         cfg=dict(num_hidden_layers=3, tie_word_embeddings=True, head_dim=32,
+                  query_pre_attn_scalar=24, sliding_window=8,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                  hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                  attn_logit_softcapping=None,
+                  rope_parameters={
+                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                      "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})),
 ]
 
 PROMPT_LENGTHS = [1, 4, 11, 19, 28, 40]
@@ -103,7 +123,13 @@ def classic_config(path, dtype):
     checkpoints use (rope_theta / rope_scaling / torch_dtype)."""
     c = json.load(open(path))
     rp = c.pop("rope_parameters", None)
-    if rp is not None:
+    if rp is not None and "full_attention" in rp:
+        # Gemma 3: rope_theta for the global layers, rope_local_base_freq for the sliding ones.
+        assert rp["full_attention"].get("rope_type", "default") == "default"
+        c["rope_theta"] = rp["full_attention"]["rope_theta"]
+        c["rope_local_base_freq"] = rp["sliding_attention"]["rope_theta"]
+        c["rope_scaling"] = None
+    elif rp is not None:
         rp = dict(rp)
         c["rope_theta"] = rp.pop("rope_theta")
         rp.pop("partial_rotary_factor", None)
@@ -178,6 +204,8 @@ def main(argv=None):
         check_weights_on_disk(path, spec, model)
         want = spec["cfg"]["rope_parameters"]
         got = {k: model.config.rope_parameters.get(k) for k in want}
+        got = {k: ({kk: v.get(kk) for kk in want[k]} if isinstance(v, dict) else v)
+               for k, v in got.items()}
         assert got == want, (got, want)   # classic config.json re-read as intended
         rng = np.random.default_rng(1000 + spec["seed"])
         vocab = model.config.vocab_size
