@@ -107,6 +107,9 @@ struct Family {
   // global, the others slide with base rope_local_base (0: none slide).
   int gguf_swa_period = 0;
   float gguf_rope_local_base = 0.0f;
+  // config.json's "sliding_window" (when not null) makes every layer slide,
+  // with the global RoPE base (Mistral 7B v0.1).
+  bool hf_window_all_layers = false;
 };
 
 // The ops a model needs beyond the Llama block's (RMS norms, GQA attention

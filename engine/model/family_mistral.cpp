@@ -1,5 +1,6 @@
 // Mistral: the Llama block unchanged (grouped-query attention, no biases).
-// config.json's sliding_window is not read.
+// config.json's sliding_window, where set (7B v0.1: 4096), makes every layer
+// attend to that many positions; GGUF files do not carry it.
 #include "model/family.h"
 
 namespace braid {
@@ -17,6 +18,7 @@ const Family& MistralFamily() {
       .gguf_rope_neox = false,
       .globals = LlamaGlobalTensors(),
       .layer = LlamaLayerTensors(),
+      .hf_window_all_layers = true,
   };
   return f;
 }

@@ -420,6 +420,14 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   FamilyTraits(*family, &c);
   c.norm_offset = family->hf_norm_offset;
   if (family->gguf_swa_period > 0) BRAID_RETURN_IF_ERROR(HfSlidingWindow(j, path, *family, &c));
+  if (family->hf_window_all_layers) {
+    BRAID_ASSIGN_OR_RETURN(int64_t window, JsonInt(j, path, "sliding_window", 0, 0, kMaxContext));
+    if (window > 0 && window < c.n_ctx) {
+      c.sliding_window = static_cast<int>(window);
+      c.sliding.assign(c.n_layer, true);
+      c.rope_local_base = c.rope_base;
+    }
+  }
   return c;
 }
 

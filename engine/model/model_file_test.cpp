@@ -445,6 +445,35 @@ TEST_CASE("model file: Hugging Face tied embeddings, qwen2 biases and rope scali
   CHECK(rm.value()->config().rope_scaling.original_context == 8192);
 }
 
+TEST_CASE("model file: Mistral's sliding_window, transformers 5's rope_parameters") {
+  TinyModel mistral;
+  mistral.arch = "mistral";
+  auto d = MakeHf(mistral, ",\"sliding_window\":16");
+  auto m = d->Load();
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  const ModelConfig& c = m.value()->config();
+  CHECK(c.sliding_window == 16);
+  CHECK(c.Sliding(0));
+  CHECK(c.Sliding(1));
+  CHECK(c.rope_local_base == c.rope_base);
+  // A window as long as the context changes nothing.
+  auto whole = MakeHf(mistral, ",\"sliding_window\":64")->Load();
+  REQUIRE(whole.ok());
+  CHECK(whole.value()->config().sliding_window == 0);
+
+  TinyModel llama;
+  auto r =
+      MakeHf(llama, ",\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000.0}");
+  auto rm = r->Load();
+  REQUIRE_MESSAGE(rm.ok(), rm.status().message());
+  CHECK(rm.value()->config().rope_base == 500000.0f);
+  auto bad = MakeHf(llama, ",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0}");
+  auto bm = bad->Load();
+  REQUIRE_FALSE(bm.ok());
+  CHECK(bm.status().message().find("rope_scaling type 'yarn' is not supported") !=
+        std::string::npos);
+}
+
 TEST_CASE("model file: bad Hugging Face configs and weights are named") {
   TinyModel tm;
   auto expect = [](HfDir* d, StatusCode code, const std::string& needle) {
