@@ -2,6 +2,8 @@
 // have AVX2 versions; Rope and Softmax are small per token and use the reference.
 #include "kernels/ops.h"
 
+#include <vector>
+
 #include "cpu/kernel_table.h"
 #include "kernels/attention.h"
 #include "ref/ref.h"
@@ -47,11 +49,47 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
 
 void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
                      int first, int len, float scale, float* scratch, float* out) {
-  if (first % kv.block_size != 0)
+  if (first % kv.block_size == 0) {
+    PagedKv from = kv;
+    from.block_table = kv.block_table + first / kv.block_size;
+    return AttendPaged(q, n_q, head_dim, from, kv_head, len - first, scale, scratch, out);
+  }
+  if (kv.type == KvType::kQ8)
     return ref::AttendPagedFrom(q, n_q, head_dim, kv, kv_head, first, len, scale, scratch, out);
-  PagedKv from = kv;
-  from.block_table = kv.block_table + first / kv.block_size;
-  AttendPaged(q, n_q, head_dim, from, kv_head, len - first, scale, scratch, out);
+  // Off a block boundary: the window's rows gathered as fp32 (exact from
+  // fp16) into blocks of this thread's own, which the dispatched kernels read.
+  thread_local std::vector<float> k, v;
+  thread_local std::vector<int32_t> table;
+  const int n = len - first, bs = kv.block_size;
+  const int blocks = (n + bs - 1) / bs;
+  const size_t rows = static_cast<size_t>(blocks) * bs;
+  k.resize(rows * head_dim);
+  v.resize(rows * head_dim);
+  table.resize(blocks);
+  for (int b = 0; b < blocks; ++b) table[b] = b;
+  auto gather = [&](const void* base, int64_t off, int64_t step, float* to) {
+    if (kv.type == KvType::kF32) {
+      const float* from = static_cast<const float*>(base) + off;
+      for (int i = 0; i < head_dim; ++i) to[i] = from[i * step];
+    } else {
+      const uint16_t* from = static_cast<const uint16_t*>(base) + off;
+      for (int i = 0; i < head_dim; ++i) to[i] = Fp16ToFp32(from[i * step]);
+    }
+  };
+  for (int j = 0; j < n; ++j) {
+    gather(kv.k, kv.KOffset(kv_head, first + j), kv.KDimStride(), &k[size_t(j) * head_dim]);
+    gather(kv.v, kv.Offset(kv_head, first + j), 1, &v[size_t(j) * head_dim]);
+  }
+  PagedKv g;
+  g.k = k.data();
+  g.v = v.data();
+  g.block_table = table.data();
+  g.block_size = bs;
+  g.block_stride = static_cast<int64_t>(bs) * head_dim;
+  g.head_stride = 0;
+  g.row_stride = head_dim;
+  g.type = KvType::kF32;
+  AttendPaged(q, n_q, head_dim, g, 0, n, scale, scratch, out);
 }
 
 float StoreRowQ8(const float* x, int head_dim, int block_size, int slot, bool value,

@@ -122,7 +122,8 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
 // AttendPaged over positions [first, len) only (a sliding window; scratch:
 // n_q * (len - first) floats), 0 <= first < len. With `first` a multiple of
 // the block size, the dispatched kernels run on the blocks from there on;
-// otherwise the reference does.
+// otherwise on a copy of the window's rows in fp32 (exact from fp16), or, for
+// a kQ8 cache, the reference runs.
 void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
                      int first, int len, float scale, float* scratch, float* out);
 
