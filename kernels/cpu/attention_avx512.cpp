@@ -150,9 +150,6 @@ bool WithHeadDim(int hd, F&& f) {
     case 128:
       f(std::integral_constant<int, 8>{});
       return true;
-    case 256:  // Gemma 3
-      f(std::integral_constant<int, 16>{});
-      return true;
     default:
       return false;
   }
