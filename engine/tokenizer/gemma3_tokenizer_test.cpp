@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -146,6 +147,32 @@ TEST_CASE("Gemma 3 GGUF tokenizer matches HF tokenizers") {
 
 // <0xXX> tokens (ids 238 + XX) are single bytes: the stream holds them back
 // until the character is complete.
+TEST_CASE("Gemma 3 tokenizer.json (Hugging Face checkpoints) matches HF tokenizers") {
+  // The tokenizer.json of a Gemma 3 checkpoint, named by
+  // BRAID_GEMMA3_TOKENIZER_JSON (transformers writes one with
+  // save_pretrained from the GGUF's tokenizer); skipped without it.
+  const char* path = std::getenv("BRAID_GEMMA3_TOKENIZER_JSON");
+  if (path == nullptr) {
+    MESSAGE("skipped: set BRAID_GEMMA3_TOKENIZER_JSON to a Gemma 3 tokenizer.json");
+    return;
+  }
+  auto t = Tokenizer::FromJsonFile(path);
+  REQUIRE_MESSAGE(t.ok(), t.status().ToString());
+  size_t same = 0;
+  for (const auto& row : Rows().rows) {
+    const std::string text = row["text"];
+    const auto want = row["ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> got = (*t)->Encode(text, row["special"].get<bool>());
+    if (got == want) {
+      ++same;
+    } else {
+      FAIL_CHECK(nlohmann::json(text).dump()
+                 << "\n  got:  " << Show(got) << "\n  want: " << Show(want));
+    }
+  }
+  MESSAGE("tokenizer.json: " << same << "/" << Rows().rows.size() << " strings identical");
+}
+
 TEST_CASE("Gemma 3: the streaming decoder joins byte-fallback tokens") {
   const Tokenizer* t = Gemma();
   if (t == nullptr) return;

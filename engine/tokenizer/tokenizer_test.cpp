@@ -118,6 +118,30 @@ TEST_CASE("JSON errors name the file and the field") {
   CHECK(missing.status().code() == StatusCode::kNotFound);
 }
 
+TEST_CASE("tokenizer.json: Gemma's split at spaces after replacing them is accepted") {
+  // Gemma 3's layout: spaces replaced by U+2581, then a Split on " " (which
+  // finds nothing), a byte-fallback BPE.
+  const std::string body = R"("model": {"type": "BPE", "byte_fallback": true,
+      "vocab": {"<unk>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "ab": 5},
+      "merges": [["▁", "a"], ["a", "b"]]}})";
+  const std::string split =
+      R"({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+          "invert": false})";
+  auto tok = Tokenizer::FromJsonText(
+      R"({"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+          "pre_tokenizer": )" +
+          split + "," + body,
+      "gemma.json");
+  REQUIRE_MESSAGE(tok.ok(), tok.status().ToString());
+  CHECK((*tok)->Encode("ab a") == std::vector<int32_t>{5, 4});
+  const std::vector<int32_t> ids = {5, 4};
+  CHECK((*tok)->Decode(ids) == "ab a");
+  // Without the normalizer, a split at spaces would matter: still refused.
+  auto alone = Tokenizer::FromJsonText(R"({"pre_tokenizer": )" + split + "," + body, "s.json");
+  REQUIRE_FALSE(alone.ok());
+  CHECK(alone.status().message() == "s.json: pre_tokenizer.pattern is not a Regex");
+}
+
 TEST_CASE("StreamDecoder holds back incomplete UTF-8") {
   // Tokens whose bytes split a 4-byte emoji (U+1F600 = F0 9F 98 80).
   const char* json = R"({"pre_tokenizer": {"type": "ByteLevel", "use_regex": true},
