@@ -312,15 +312,12 @@ Status HfRopeScaling(const Json& rs, const std::string& path, ModelConfig* c) {
 
 // Gemma 3's layer pattern: "layer_types" (one "sliding_attention" or
 // "full_attention" per layer), else every "sliding_window_pattern"-th layer
-// global, else the family's period; the local RoPE base and the query scale.
+// global, else the family's period; and the local RoPE base.
 Status HfSlidingWindow(const Json& j, const std::string& path, const Family& family,
                        ModelConfig* c) {
   BRAID_ASSIGN_OR_RETURN(int64_t window, JsonInt(j, path, "sliding_window", 0, 0, kMaxContext));
   BRAID_ASSIGN_OR_RETURN(double local_base, JsonPositive(j, path, "rope_local_base_freq",
                                                          family.gguf_rope_local_base));
-  BRAID_ASSIGN_OR_RETURN(double q_scalar,
-                         JsonPositive(j, path, "query_pre_attn_scalar", c->head_dim));
-  if (q_scalar != c->head_dim) c->attn_scale = static_cast<float>(1.0 / std::sqrt(q_scalar));
   if (window == 0) return Status::Ok();
   c->sliding_window = static_cast<int>(window);
   if (c->rope_local_base == 0.0f) c->rope_local_base = static_cast<float>(local_base);
@@ -419,6 +416,10 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   c.tied_embeddings = tie;
   FamilyTraits(*family, &c);
   c.norm_offset = family->hf_norm_offset;
+  // Gemma: scores scaled by query_pre_attn_scalar^-1/2 rather than head_dim's.
+  BRAID_ASSIGN_OR_RETURN(double q_scalar,
+                         JsonPositive(j, path, "query_pre_attn_scalar", c.head_dim));
+  if (q_scalar != c.head_dim) c.attn_scale = static_cast<float>(1.0 / std::sqrt(q_scalar));
   if (family->gguf_swa_period > 0) BRAID_RETURN_IF_ERROR(HfSlidingWindow(j, path, *family, &c));
   if (family->hf_window_all_layers) {
     BRAID_ASSIGN_OR_RETURN(int64_t window, JsonInt(j, path, "sliding_window", 0, 0, kMaxContext));

@@ -474,6 +474,23 @@ TEST_CASE("model file: Mistral's sliding_window, transformers 5's rope_parameter
         std::string::npos);
 }
 
+TEST_CASE("model file: bad Gemma 3 configs are named") {
+  TinyModel gemma;
+  gemma.arch = "gemma3_text";
+  const auto err = [&](const std::string& extra) {
+    auto m = MakeHf(gemma, extra)->Load();
+    REQUIRE_FALSE(m.ok());
+    return m.status().message();
+  };
+  CHECK(err(",\"sliding_window\":4,\"layer_types\":[\"sliding_attention\"]")
+            .find("'layer_types' is not a list of 2 layer types") != std::string::npos);
+  CHECK(err(",\"sliding_window\":4,\"layer_types\":[\"sliding_attention\",\"chunked\"]")
+            .find("layer_types[1] is 'chunked'") != std::string::npos);
+  CHECK(
+      err(",\"final_logit_softcapping\":30.0").find("'final_logit_softcapping' is not supported") !=
+      std::string::npos);
+}
+
 TEST_CASE("model file: bad Hugging Face configs and weights are named") {
   TinyModel tm;
   auto expect = [](HfDir* d, StatusCode code, const std::string& needle) {

@@ -4,6 +4,7 @@
 // Each renders pieces: the template's markup may hold special tokens, roles
 // and message contents may not, so that a message cannot open or close a turn.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,19 +110,22 @@ std::vector<PromptPiece> RenderLlama3(std::span<const ChatMessage> msgs, bool ge
   return out.Take();
 }
 
+// A leading system message, taken off `msgs` (templates that fold it into
+// the first turn); nullopt when there is none.
+std::optional<std::string_view> TakeSystem(std::span<const ChatMessage>& msgs) {
+  if (msgs.empty() || msgs[0].role != "system") return std::nullopt;
+  const std::string_view system = msgs[0].content;
+  msgs = msgs.subspan(1);
+  return system;
+}
+
 // Llama 2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
 std::vector<PromptPiece> RenderLlama2(std::span<const ChatMessage> msgs) {
   Pieces out;
-  std::string_view system;
-  bool has_system = false;
-  if (!msgs.empty() && msgs[0].role == "system") {
-    system = msgs[0].content;
-    has_system = true;
-    msgs = msgs.subspan(1);
-  }
+  const std::optional<std::string_view> system = TakeSystem(msgs);
   for (size_t i = 0; i < msgs.size(); ++i) {
     Pieces content;
-    if (i == 0 && has_system) content.Markup("<<SYS>>\n").Text(system).Markup("\n<</SYS>>\n\n");
+    if (i == 0 && system) content.Markup("<<SYS>>\n").Text(*system).Markup("\n<</SYS>>\n\n");
     content.Text(msgs[i].content);
     if (msgs[i].role == "user") {
       out.Markup("<s>[INST] ").Add(Strip(content.Take())).Markup(" [/INST]");
@@ -162,17 +166,11 @@ std::vector<PromptPiece> RenderMistral(std::span<const ChatMessage> msgs) {
 std::vector<PromptPiece> RenderGemma(std::span<const ChatMessage> msgs, bool gen) {
   Pieces out;
   out.Markup("<bos>");
-  std::string_view system;
-  bool has_system = false;
-  if (!msgs.empty() && msgs[0].role == "system") {
-    system = msgs[0].content;
-    has_system = true;
-    msgs = msgs.subspan(1);
-  }
+  const std::optional<std::string_view> system = TakeSystem(msgs);
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
     out.Markup("<start_of_turn>").Text(m.role == "assistant" ? "model" : m.role).Markup("\n");
-    if (i == 0 && has_system) out.Text(system).Markup("\n\n");
+    if (i == 0 && system) out.Text(*system).Markup("\n\n");
     out.Add(Strip(Plain(m.content))).Markup("<end_of_turn>\n");
   }
   if (gen) out.Markup("<start_of_turn>model\n");

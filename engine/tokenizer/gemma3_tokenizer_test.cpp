@@ -8,7 +8,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -126,27 +125,8 @@ TEST_CASE("Gemma 3 GGUF tokenizer matches HF tokenizers") {
   CHECK(plain_rows > fx.rows.size() / 2);
   MESSAGE("Gemma 3 (GGUF): " << same << " of " << fx.rows.size() << " rows identical to "
                              << fx.header["reference"].get<std::string>());
-
-  // Encoding speed over the fixture (reported, not asserted): no
-  // pre-tokenizer, so BPE runs over each whole string between added tokens.
-  size_t bytes = 0;
-  for (const auto& row : fx.rows) bytes += row["text"].get<std::string>().size();
-  std::vector<std::string> texts;
-  for (const auto& row : fx.rows) texts.push_back(row["text"]);
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t n_tokens = 0;
-  int reps = 0;
-  do {
-    for (const auto& s : texts) n_tokens += t->Encode(s).size();
-    ++reps;
-  } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("Gemma 3 encode: " << (bytes * reps / secs / 1e6) << " MB/s, " << (n_tokens / secs / 1e6)
-                             << " Mtokens/s");
 }
 
-// <0xXX> tokens (ids 238 + XX) are single bytes: the stream holds them back
-// until the character is complete.
 TEST_CASE("Gemma 3 tokenizer.json (Hugging Face checkpoints) matches HF tokenizers") {
   // The tokenizer.json of a Gemma 3 checkpoint, named by
   // BRAID_GEMMA3_TOKENIZER_JSON (transformers writes one with
@@ -173,6 +153,8 @@ TEST_CASE("Gemma 3 tokenizer.json (Hugging Face checkpoints) matches HF tokenize
   MESSAGE("tokenizer.json: " << same << "/" << Rows().rows.size() << " strings identical");
 }
 
+// <0xXX> tokens (ids 238 + XX) are single bytes: the stream holds them back
+// until the character is complete.
 TEST_CASE("Gemma 3: the streaming decoder joins byte-fallback tokens") {
   const Tokenizer* t = Gemma();
   if (t == nullptr) return;

@@ -184,27 +184,23 @@ void LlamaForward::AddMatMulRows(const Team& tm, const kernels::MatrixView& w, c
 
 // x += W in for the team's tokens: `in` quantized into the team's rows of
 // q_buf and prepared into `prep`, then each thread's share of W's rows
-// (ForRows) adding its own output rows.
+// (ForRows) adding its own output rows. With `post_norm` (post_norms), W in
+// goes to xn_ first, and each token's row is RMS-normalized, then added.
 void LlamaForward::AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
-                                 std::vector<uint8_t>& q_buf, uint8_t* prep) {
+                                 std::vector<uint8_t>& q_buf, uint8_t* prep,
+                                 const std::vector<float>& post_norm) {
   uint8_t* xq = QuantizedRows(tm, q_buf, w);
   Quantize(tm, tm.n, w, in, xq);
   const bool prepared = Prepare(tm, tm.n, w, xq, prep);
   Sync(tm);
-  ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
-    AddMatMulRows(tm, w, in, xq, prepared ? prep : nullptr, r0, r1);
-  });
-  Sync(tm);
-}
-
-void LlamaForward::AddNormedProjection(const Team& tm, const kernels::MatrixView& w,
-                                       const float* in, std::vector<uint8_t>& q_buf, uint8_t* prep,
-                                       const std::vector<float>& norm) {
+  if (post_norm.empty()) {
+    ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
+      AddMatMulRows(tm, w, in, xq, prepared ? prep : nullptr, r0, r1);
+    });
+    Sync(tm);
+    return;
+  }
   const int64_t E = c_.n_embd;
-  uint8_t* xq = QuantizedRows(tm, q_buf, w);
-  Quantize(tm, tm.n, w, in, xq);
-  const bool prepared = Prepare(tm, tm.n, w, xq, prep);
-  Sync(tm);
   float* yt = xn_.data() + tm.t0 * E;
   ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
     MatMulRows(tm, w, tm.n, in, xq, prepared ? prep : nullptr, yt, E, r0, r1);
@@ -214,7 +210,7 @@ void LlamaForward::AddNormedProjection(const Team& tm, const kernels::MatrixView
   int64_t b, e;
   Range(tm.n, tm.size, tm.index, 1, &b, &e);
   for (int64_t t = b; t < e; ++t) {
-    kernels::RmsNorm(yt + t * E, norm.data(), c_.rms_eps, E, yt + t * E);
+    kernels::RmsNorm(yt + t * E, post_norm.data(), c_.rms_eps, E, yt + t * E);
     for (int64_t r = 0; r < E; ++r) xt[t * E + r] += yt[t * E + r];
   }
   Sync(tm);
@@ -478,11 +474,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
       ForRows(tm, l.wo.rows, [&](int64_t r0, int64_t r1) { kernels::PrefetchRows(l.wo, r0, r1); });
     Sync(tm);
     EndStage(tm.tid, kStageAttention);
-    if (l.post_attn_norm.empty()) {
-      AddProjection(tm, l.wo, att, attq_, prep_att);  // x += Wo att
-    } else {
-      AddNormedProjection(tm, l.wo, att, attq_, prep_att, l.post_attn_norm);
-    }
+    AddProjection(tm, l.wo, att, attq_, prep_att, l.post_attn_norm);  // x += Wo att
     EndStage(tm.tid, kStageWo);
     // Feed-forward block.
     Normalize(tm, n, l.ffn_norm, x, xn);
@@ -511,11 +503,7 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
     });
     Sync(tm);
     EndStage(tm.tid, kStageGateUp);
-    if (l.post_ffn_norm.empty()) {
-      AddProjection(tm, l.w_down, hh, hq_, prep_h);  // x += Wdown h
-    } else {
-      AddNormedProjection(tm, l.w_down, hh, hq_, prep_h, l.post_ffn_norm);
-    }
+    AddProjection(tm, l.w_down, hh, hq_, prep_h, l.post_ffn_norm);  // x += Wdown h
     EndStage(tm.tid, kStageDown);
   }
 }

@@ -121,13 +121,10 @@ class LlamaForward {
                   int64_t r1);
   void AddMatMulRows(const Team& tm, const kernels::MatrixView& w, const float* x,
                      const uint8_t* xq, const uint8_t* prep, int64_t r0, int64_t r1);
+  // x += W in, or x += rms(W in) * post_norm where post_norm is not empty.
   void AddProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
-                     std::vector<uint8_t>& q_buf, uint8_t* prep);
-  // x += rms(W in) * norm (post_norms): the projection into xn_, then each
-  // token's row normalized and added.
-  void AddNormedProjection(const Team& tm, const kernels::MatrixView& w, const float* in,
-                           std::vector<uint8_t>& q_buf, uint8_t* prep,
-                           const std::vector<float>& norm);
+                     std::vector<uint8_t>& q_buf, uint8_t* prep,
+                     const std::vector<float>& post_norm);
   // The team's region of a prepared buffer for rows of `cols` (nullptr on the exact path).
   uint8_t* PreparedFor(const Team& tm, std::vector<uint8_t>& prep, int64_t cols) const;
   bool Prepare(const Team& tm, int n, const kernels::MatrixView& w, const uint8_t* xq,
