@@ -276,14 +276,25 @@ void RunImpl::WaitAny(const std::vector<VarId>& vars, int timeout_ms) {
     changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), any);
 }
 
-std::string RunImpl::Replayable(const std::string& key, const std::string& value) {
+std::string RunImpl::Replayable(const std::string& key, const std::string& value,
+                                Durability durability) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (durability == Durability::kBatched && host_values_++ >= kMaxHostValues) {
+    if (host_values_ == kMaxHostValues + 1 && ctx_->store) {
+      (void)ctx_->store->AppendEvent(id_, "host_values_capped",
+                                     "{\"recorded\": " + std::to_string(kMaxHostValues) + "}");
+    }
+    return value;
+  }
   if (ctx_->store) {
     if (resumed_) {
       auto found = ctx_->store->FindValue(id_, key);
       if (found.ok() && found.value()) return *found.value();
     }
-    (void)ctx_->store->RecordValue(id_, key, value);
+    if (durability == Durability::kNow)
+      (void)ctx_->store->RecordValue(id_, key, value);
+    else
+      (void)ctx_->store->BufferValue(id_, key, value);
     return value;
   }
   auto [it, fresh] = replay_.emplace(key, value);

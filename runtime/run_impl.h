@@ -51,7 +51,8 @@ class RunImpl final : public Run, public Pumpable {
   void WaitAny(const std::vector<VarId>& vars, int timeout_ms) override;
   bool AnySettles(const std::vector<VarId>& vars) const override;
   std::vector<NodeInfo> Outstanding() const override;
-  std::string Replayable(const std::string& key, const std::string& value) override;
+  std::string Replayable(const std::string& key, const std::string& value,
+                         Durability durability) override;
   std::vector<NodeInfo> Nodes() const override;
   std::vector<VarInfo> Vars() const override;
   std::string ToDot() const override;
@@ -102,6 +103,7 @@ class RunImpl final : public Run, public Pumpable {
   int next_group_ = 0;
   std::map<const SemanticFunction*, double> literal_tokens_;
   std::map<std::string, std::string> replay_;  // Replayable without a store
+  size_t host_values_ = 0;                     // Replayable's values read or recorded
   bool cancelled_ = false, finished_ = false, shutdown_ = false;
 };
 

@@ -485,6 +485,32 @@ TEST_CASE("run: async baseline mode: FCFS requests sent when ready, a round trip
   CheckBaseline(Mode::kBaselineAsync, 2 * 30);  // a and b together, then c
 }
 
+TEST_CASE("run: host values are recorded up to kMaxHostValues, then returned unrecorded") {
+  Fixture fx(/*with_store=*/true);
+  auto run = fx.Start();
+  const size_t cap = Run::kMaxHostValues;
+  for (size_t i = 0; i < cap + 3; ++i) {
+    const std::string v = std::to_string(i);
+    CHECK(run->Replayable("now#" + v, v, Run::Durability::kBatched) == v);
+  }
+  // The server's own records are not held to the cap.
+  CHECK(run->Replayable("#result", "r", Run::Durability::kNow) == "r");
+  auto stored = [&](size_t i) {
+    auto found = fx.store->FindValue(run->id(), "now#" + std::to_string(i));
+    return found.ok() && found->has_value();
+  };
+  CHECK(stored(0));
+  CHECK(stored(cap - 1));
+  CHECK_FALSE(stored(cap));
+  CHECK_FALSE(stored(cap + 2));
+  auto result = fx.store->FindValue(run->id(), "#result");
+  CHECK((result.ok() && *result == std::optional<std::string>("r")));
+  int capped = 0;
+  for (const auto& e : fx.store->events(run->id())) capped += e.rfind("host_values_capped", 0) == 0;
+  CHECK(capped == 1);
+  run->Finish(Status::Ok());
+}
+
 TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
   Fixture fx(/*with_store=*/true);
   auto fn = Fn("step", "{{x}}{{gen y}}", "", /*lazy=*/true);  // unreplayed calls wait
@@ -496,7 +522,7 @@ TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
     REQUIRE(run->Want(a->at("y"), {}).ok());
     REQUIRE(WaitFor(*run, a->at("y")) == VarState::kReady);
     first_value = run->value(a->at("y"));
-    CHECK(run->Replayable("time", "100") == "100");
+    CHECK(run->Replayable("time", "100", rt::Run::Durability::kBatched) == "100");
     run->Finish(Status::Internal("crash"));
   }
   auto calls = fx.store->Calls(run_id);
@@ -520,7 +546,7 @@ TEST_CASE("run: persisted calls are recorded and a resumed run replays them") {
   auto a = run->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
   CHECK(run->state(a->at("y")) == VarState::kReady);  // ready at once, nothing ran
   CHECK(run->value(a->at("y")) == first_value);
-  CHECK(run->Replayable("time", "200") == "100");
+  CHECK(run->Replayable("time", "200", rt::Run::Durability::kBatched) == "100");
   // Different inputs: a different key, so it runs.
   auto b = run->Call(*fn, {{"x", Arg::Text("other")}}, {"main", 0});
   CHECK(run->state(b->at("y")) == VarState::kPending);
@@ -627,7 +653,7 @@ TEST_CASE("run: resume through the SQLite store (db_path)") {
     REQUIRE((*run)->Want(a->at("y"), {}).ok());
     REQUIRE(WaitFor(**run, a->at("y")) == VarState::kReady);
     value = (*run)->value(a->at("y"));
-    CHECK((*run)->Replayable("clock", "1.5") == "1.5");
+    CHECK((*run)->Replayable("clock", "1.5", rt::Run::Durability::kNow) == "1.5");
   }
   RunOptions o;
   o.resume_id = id;
@@ -636,7 +662,7 @@ TEST_CASE("run: resume through the SQLite store (db_path)") {
   auto a = (*run)->Call(*fn, {{"x", Arg::Text("hello")}}, {"main", 0});
   CHECK((*run)->state(a->at("y")) == VarState::kReady);
   CHECK((*run)->value(a->at("y")) == value);
-  CHECK((*run)->Replayable("clock", "9") == "1.5");
+  CHECK((*run)->Replayable("clock", "9", rt::Run::Durability::kNow) == "1.5");
   CHECK(engine.submitted().size() == 1);
   (*run)->Finish(Status::Ok());
 }

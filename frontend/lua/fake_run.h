@@ -137,7 +137,7 @@ class FakeRun final : public rt::Run {
     }
     for (size_t i : ready) Execute(nodes_[i]);
   }
-  std::string Replayable(const std::string& key, const std::string& value) override {
+  std::string Replayable(const std::string& key, const std::string& value, Durability) override {
     auto it = replay_->find(key);
     if (it != replay_->end()) return it->second;
     (*replay_)[key] = value;

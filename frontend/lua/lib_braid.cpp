@@ -908,13 +908,19 @@ int LuaWant(lua_State* L) {
   });
 }
 
+// A host value read under the next key of its kind: recorded on a first
+// run, the recorded one on a resume (Run::Replayable, written in batches).
+std::string Replay(Driver* d, const char* what, const std::string& value) {
+  return d->run().Replayable(d->NextReplayKey(what), value, rt::Run::Durability::kBatched);
+}
+
 // A replayed seed for math.randomseed.
 int LuaReplaySeed(lua_State* L) {
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
     std::random_device rd;
     uint64_t fresh = (uint64_t{rd()} << 32) ^ rd();
-    std::string v = d->run().Replayable(d->NextReplayKey("math.randomseed"), std::to_string(fresh));
+    std::string v = Replay(d, "math.randomseed", std::to_string(fresh));
     lua_pushinteger(L, static_cast<lua_Integer>(std::strtoull(v.c_str(), nullptr, 10)));
     return 1;
   });
@@ -930,8 +936,8 @@ int LuaOsTime(lua_State* L) {
   }
   return HostCall(L, [L]() {
     Driver* d = Driver::From(L);
-    std::string v = d->run().Replayable(d->NextReplayKey("os.time"),
-                                        std::to_string(static_cast<long long>(std::time(nullptr))));
+    std::string v =
+        Replay(d, "os.time", std::to_string(static_cast<long long>(std::time(nullptr))));
     lua_pushinteger(L, static_cast<lua_Integer>(std::strtoll(v.c_str(), nullptr, 10)));
     return 1;
   });
@@ -946,7 +952,7 @@ int LuaNow(lua_State* L) {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", now);
-    std::string v = d->run().Replayable(d->NextReplayKey("braid.now"), buf);
+    std::string v = Replay(d, "braid.now", buf);
     lua_pushnumber(L, std::strtod(v.c_str(), nullptr));
     return 1;
   });
@@ -983,7 +989,7 @@ int LuaSleep(lua_State* L) {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", now + seconds);
-    const std::string until = d->run().Replayable(d->NextReplayKey("braid.sleep"), buf);
+    const std::string until = Replay(d, "braid.sleep", buf);
     const double left = std::min(seconds, std::strtod(until.c_str(), nullptr) - now);
     if (!(left > 0)) return 0;
     d->BlockOnSleep(left);
@@ -999,7 +1005,7 @@ int LuaOsClock(lua_State* L) {
     Driver* d = Driver::From(L);
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(std::clock()) / CLOCKS_PER_SEC);
-    std::string v = d->run().Replayable(d->NextReplayKey("os.clock"), buf);
+    std::string v = Replay(d, "os.clock", buf);
     lua_pushnumber(L, std::strtod(v.c_str(), nullptr));
     return 1;
   });

@@ -128,7 +128,8 @@ Result<std::shared_ptr<Entry>> RunsService::Impl::Start(
   BRAID_ASSIGN_OR_RETURN(std::shared_ptr<rt::Run> run, options.runtime->StartRun(ro));
   // The request is recorded before the id goes back: a restarted server
   // finds what to resume in the store.
-  if (resume_id.empty()) run->Replayable("#server:request", Dump(request));
+  if (resume_id.empty())
+    run->Replayable("#server:request", Dump(request), rt::Run::Durability::kNow);
   auto e = std::make_shared<Entry>();
   e->id = run->id();
   e->kind = kind;
@@ -334,7 +335,7 @@ bool RunsService::Impl::Enqueue(const std::shared_ptr<Entry>& e, std::function<v
 void RunsService::Impl::RecordResult(Entry& e, const std::string& result_text) {
   // Before the run is finished in the store: a run the store holds as done
   // has its result there, whenever the server is killed.
-  (void)e.run->Replayable(std::string(kResultKey), result_text);
+  (void)e.run->Replayable(std::string(kResultKey), result_text, rt::Run::Durability::kNow);
 }
 
 json RunsService::Impl::ResultOf(Entry& e) {

@@ -4,11 +4,14 @@
 // from different threads never interleave on the connection. Writes run in a
 // BEGIN IMMEDIATE transaction that is committed before the method returns;
 // with journal_mode=WAL and synchronous=FULL the commit fsyncs the WAL, so a
-// returned Ok means the data is on disk. Reads that issue several SELECTs run
-// in one deferred transaction so they see one snapshot even while another
-// process writes.
+// returned Ok means the data is on disk; BufferValue alone keeps its values
+// in memory, to be written in the transaction of the run's next write.
+// Reads that issue several SELECTs run in one deferred transaction so they
+// see one snapshot even while another process writes.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -32,6 +35,7 @@ class SqliteRunStore final : public RunStore {
  public:
   SqliteRunStore(std::unique_ptr<SqliteDb> db, std::function<double()> clock)
       : db_(std::move(db)), clock_(std::move(clock)) {}
+  ~SqliteRunStore() override;
 
   Status CreateRun(const StoredRun& run) override;
   Result<StoredRun> GetRun(const std::string& id) override;
@@ -48,6 +52,8 @@ class SqliteRunStore final : public RunStore {
   Result<std::vector<StoredCall>> Calls(const std::string& run_id) override;
   Status RecordValue(const std::string& run_id, const std::string& key,
                      const std::string& value) override;
+  Status BufferValue(const std::string& run_id, const std::string& key,
+                     const std::string& value) override;
   Result<std::optional<std::string>> FindValue(const std::string& run_id,
                                                const std::string& key) override;
   Status AppendEvent(const std::string& run_id, const std::string& kind,
@@ -59,6 +65,14 @@ class SqliteRunStore final : public RunStore {
   Result<std::vector<std::string>> LoadArgs(const std::string& run_id);
   Result<std::optional<StoredCall>> LoadCall(const std::string& run_id, const std::string& key);
   Result<std::optional<std::string>> LoadValue(const std::string& run_id, const std::string& key);
+  // The value under `key`, buffered or written (nullopt: none); refuses a
+  // different value than `value` (the rule of RecordValue).
+  Result<std::optional<std::string>> CheckValue(const std::string& run_id, const std::string& key,
+                                                const std::string& value);
+  // Writes the run's buffered values in the open write transaction; they
+  // leave the buffer once it commits (Written).
+  Status WriteBuffered(const std::string& run_id);
+  void Written(const std::string& run_id) { buffered_.erase(run_id); }
   // ListRuns and ListRunsOf: every run, or those of one owner.
   Result<std::vector<StoredRun>> List(const std::string* owner, int limit);
   Status InvalidArgument(const std::string& message) const {
@@ -68,7 +82,28 @@ class SqliteRunStore final : public RunStore {
   std::mutex mutex_;
   std::unique_ptr<SqliteDb> db_;  // guarded by mutex_
   std::function<double()> clock_;
+  // BufferValue's values not written yet, by run and key (guarded by mutex_).
+  struct Buffered {
+    std::string value;
+    double recorded_unix = 0;
+  };
+  std::map<std::string, std::map<std::string, Buffered>> buffered_;
 };
+
+SqliteRunStore::~SqliteRunStore() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!buffered_.empty()) {
+    const std::string run_id = buffered_.begin()->first;
+    SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+    Status s = txn.Begin();
+    if (s.ok()) s = WriteBuffered(run_id);
+    if (s.ok()) s = txn.Commit();
+    if (!s.ok())
+      std::fprintf(stderr, "braid: run store: the values of run %s were not written: %s\n",
+                   run_id.c_str(), s.message().c_str());
+    Written(run_id);
+  }
+}
 
 Status SqliteRunStore::RequireRun(const std::string& run_id) {
   BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt, db_->Prepare("SELECT 1 FROM runs WHERE id = ?1"));
@@ -306,7 +341,9 @@ Status SqliteRunStore::DeleteRun(const std::string& id) {
   BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt, db_->Prepare("DELETE FROM runs WHERE id = ?1"));
   BRAID_RETURN_IF_ERROR(stmt.BindText(1, id));
   BRAID_RETURN_IF_ERROR(stmt.Run());
-  return txn.Commit();
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  Written(id);
+  return Status::Ok();
 }
 
 Status SqliteRunStore::FinishRun(const std::string& id, const std::string& status,
@@ -330,7 +367,10 @@ Status SqliteRunStore::FinishRun(const std::string& id, const std::string& statu
   if (sqlite3_changes(db_->handle()) == 0) {
     return Status::NotFound(db_->path() + ": run '" + id + "' not found");
   }
-  return txn.Commit();
+  BRAID_RETURN_IF_ERROR(WriteBuffered(id));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  Written(id);
+  return Status::Ok();
 }
 
 Result<int> SqliteRunStore::AddAttempt(const std::string& id) {
@@ -409,7 +449,11 @@ Status SqliteRunStore::RecordCall(const std::string& run_id, const StoredCall& c
     BRAID_RETURN_IF_ERROR(output.BindText(4, value));
     BRAID_RETURN_IF_ERROR(output.Run());
   }
-  return txn.Commit();
+  // The values the program read before this call are written with it.
+  BRAID_RETURN_IF_ERROR(WriteBuffered(run_id));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  Written(run_id);
+  return Status::Ok();
 }
 
 Result<std::optional<StoredCall>> SqliteRunStore::FindCall(const std::string& run_id,
@@ -458,6 +502,40 @@ Result<std::vector<StoredCall>> SqliteRunStore::Calls(const std::string& run_id)
 
 // ---- host values and events ----
 
+Result<std::optional<std::string>> SqliteRunStore::CheckValue(const std::string& run_id,
+                                                              const std::string& key,
+                                                              const std::string& value) {
+  std::optional<std::string> existing;
+  if (auto run = buffered_.find(run_id); run != buffered_.end()) {
+    if (auto it = run->second.find(key); it != run->second.end()) existing = it->second.value;
+  }
+  if (!existing) {
+    BRAID_ASSIGN_OR_RETURN(existing, LoadValue(run_id, key));
+  }
+  // Same rule as RecordCall: the same value again is fine, a different one is not.
+  if (existing && *existing != value) {
+    return InvalidArgument("run '" + run_id + "': host value '" + key +
+                           "' is already recorded with a different value");
+  }
+  return existing;
+}
+
+Status SqliteRunStore::WriteBuffered(const std::string& run_id) {
+  auto run = buffered_.find(run_id);
+  if (run == buffered_.end()) return Status::Ok();
+  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
+                         db_->Prepare("INSERT INTO host_values (run_id, key, value, recorded_unix) "
+                                      "VALUES (?1, ?2, ?3, ?4)"));
+  for (const auto& [key, v] : run->second) {
+    BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
+    BRAID_RETURN_IF_ERROR(stmt.BindText(3, v.value));
+    BRAID_RETURN_IF_ERROR(stmt.BindDouble(4, v.recorded_unix));
+    BRAID_RETURN_IF_ERROR(stmt.Run());
+  }
+  return Status::Ok();
+}
+
 Status SqliteRunStore::RecordValue(const std::string& run_id, const std::string& key,
                                    const std::string& value) {
   if (key.empty()) return InvalidArgument("run '" + run_id + "': host value key is empty");
@@ -465,27 +543,41 @@ Status SqliteRunStore::RecordValue(const std::string& run_id, const std::string&
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
   BRAID_RETURN_IF_ERROR(txn.Begin());
   BRAID_RETURN_IF_ERROR(RequireRun(run_id));
-  // Same rule as RecordCall: the same value again is fine, a different one is not.
-  BRAID_ASSIGN_OR_RETURN(std::optional<std::string> existing, LoadValue(run_id, key));
-  if (existing) {
-    if (*existing == value) return Status::Ok();
-    return InvalidArgument("run '" + run_id + "': host value '" + key +
-                           "' is already recorded with a different value");
-  }
-  BRAID_ASSIGN_OR_RETURN(SqliteStmt stmt,
-                         db_->Prepare("INSERT INTO host_values (run_id, key, value, recorded_unix) "
-                                      "VALUES (?1, ?2, ?3, ?4)"));
-  BRAID_RETURN_IF_ERROR(stmt.BindText(1, run_id));
-  BRAID_RETURN_IF_ERROR(stmt.BindText(2, key));
-  BRAID_RETURN_IF_ERROR(stmt.BindText(3, value));
-  BRAID_RETURN_IF_ERROR(stmt.BindDouble(4, clock_()));
-  BRAID_RETURN_IF_ERROR(stmt.Run());
-  return txn.Commit();
+  BRAID_ASSIGN_OR_RETURN(std::optional<std::string> existing, CheckValue(run_id, key, value));
+  if (!existing) buffered_[run_id][key] = {value, clock_()};
+  BRAID_RETURN_IF_ERROR(WriteBuffered(run_id));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  Written(run_id);
+  return Status::Ok();
+}
+
+Status SqliteRunStore::BufferValue(const std::string& run_id, const std::string& key,
+                                   const std::string& value) {
+  if (key.empty()) return InvalidArgument("run '" + run_id + "': host value key is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A run with values waiting was there when the first one came (DeleteRun
+  // drops them).
+  if (!buffered_.count(run_id)) BRAID_RETURN_IF_ERROR(RequireRun(run_id));
+  BRAID_ASSIGN_OR_RETURN(std::optional<std::string> existing, CheckValue(run_id, key, value));
+  if (existing) return Status::Ok();
+  auto& run = buffered_[run_id];
+  run[key] = {value, clock_()};
+  if (run.size() < kValueBatch) return Status::Ok();
+  SqliteTxn txn(db_.get(), SqliteTxn::Mode::kWrite);
+  BRAID_RETURN_IF_ERROR(txn.Begin());
+  BRAID_RETURN_IF_ERROR(WriteBuffered(run_id));
+  BRAID_RETURN_IF_ERROR(txn.Commit());
+  Written(run_id);
+  return Status::Ok();
 }
 
 Result<std::optional<std::string>> SqliteRunStore::FindValue(const std::string& run_id,
                                                              const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (auto run = buffered_.find(run_id); run != buffered_.end()) {
+    if (auto it = run->second.find(key); it != run->second.end())
+      return std::optional<std::string>(it->second.value);
+  }
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
   BRAID_RETURN_IF_ERROR(txn.Begin());
   BRAID_RETURN_IF_ERROR(RequireRun(run_id));

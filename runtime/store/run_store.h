@@ -101,9 +101,20 @@ class RunStore {
                                                      const std::string& key) = 0;
   virtual Result<std::vector<StoredCall>> Calls(const std::string& run_id) = 0;
 
-  // Host values (os.time, random numbers) recorded for replay.
+  // Host values (os.time, random numbers) recorded for replay. The same
+  // value again under a key is fine, a different one is InvalidArgument.
+  // RecordValue is durable on return. BufferValue is cheaper: the value is
+  // written at the latest with the run's next call, end or RecordValue,
+  // when the run has kValueBatch values waiting, or when the store closes;
+  // so whatever the store holds of a run, it holds the values the run read
+  // before it. A store that does not batch records at once.
+  static constexpr size_t kValueBatch = 512;
   virtual Status RecordValue(const std::string& run_id, const std::string& key,
                              const std::string& value) = 0;
+  virtual Status BufferValue(const std::string& run_id, const std::string& key,
+                             const std::string& value) {
+    return RecordValue(run_id, key, value);
+  }
   virtual Result<std::optional<std::string>> FindValue(const std::string& run_id,
                                                        const std::string& key) = 0;
 

@@ -395,6 +395,70 @@ TEST_CASE("RunStore rejects bad arguments and conflicting records") {
   CHECK(run->status == "done");
 }
 
+TEST_CASE("RunStore: buffered values are written with the run's next call or end") {
+  TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("runs.db");
+  auto value_of = [&](const std::string& run, const std::string& key) {
+    return RawQuery(path,
+                    "SELECT COUNT(*) || ':' || COALESCE(MAX(value), '') FROM host_values "
+                    "WHERE run_id = '" +
+                        run + "' AND key = '" + key + "'");
+  };
+  // A process killed without closing the store (as _exit does) keeps the
+  // values written with a call, a finish or a full batch, and only those.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Result<std::unique_ptr<RunStore>> store = RunStore::Open(path);
+    if (!store.ok()) _exit(10);
+    RunStore& s = **store;
+    bool ok = s.CreateRun(MakeRun("call")).ok() && s.CreateRun(MakeRun("end")).ok() &&
+              s.CreateRun(MakeRun("batch")).ok() && s.CreateRun(MakeRun("none")).ok();
+    ok = ok && s.BufferValue("call", "now#0", "1").ok() && s.BufferValue("call", "now#1", "2").ok();
+    ok = ok && s.RecordCall("call", MakeCall("k", "v")).ok();
+    ok = ok && s.BufferValue("call", "now#2", "3").ok();  // after the call: lost
+    ok = ok && s.BufferValue("end", "now#0", "1").ok() && s.FinishRun("end", "done", "").ok();
+    for (size_t i = 0; ok && i < RunStore::kValueBatch; ++i)
+      ok = s.BufferValue("batch", "now#" + std::to_string(i), std::to_string(i)).ok();
+    ok = ok && s.BufferValue("none", "now#0", "1").ok();
+    // Seen by the process that buffered them.
+    auto found = s.FindValue("call", "now#2");
+    ok = ok && found.ok() && *found == std::optional<std::string>("3");
+    _exit(ok ? 0 : 11);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(value_of("call", "now#0") == "1:1");
+  CHECK(value_of("call", "now#1") == "1:2");
+  CHECK(value_of("call", "now#2") == "0:");
+  CHECK(value_of("end", "now#0") == "1:1");
+  CHECK(RawQuery(path, "SELECT COUNT(*) FROM host_values WHERE run_id = 'batch'") ==
+        std::to_string(RunStore::kValueBatch));
+  CHECK(value_of("none", "now#0") == "0:");
+
+  // Closing the store writes what is buffered; the rule of RecordValue
+  // holds across the buffer and the file, and DeleteRun drops both.
+  {
+    std::unique_ptr<RunStore> store = MustOpen(path);
+    REQUIRE(store->BufferValue("none", "now#0", "7").ok());  // the lost one: a fresh value
+    CHECK(store->BufferValue("none", "now#0", "7").ok());
+    CHECK(store->BufferValue("none", "now#0", "8").code() == StatusCode::kInvalidArgument);
+    CHECK(store->RecordValue("none", "now#0", "8").code() == StatusCode::kInvalidArgument);
+    CHECK(store->BufferValue("call", "now#0", "9").code() == StatusCode::kInvalidArgument);
+    CHECK(store->BufferValue("call", "now#0", "1").ok());
+    CHECK(store->BufferValue("ghost", "now#0", "1").code() == StatusCode::kNotFound);
+    CHECK(store->BufferValue("none", "", "1").code() == StatusCode::kInvalidArgument);
+    REQUIRE(store->BufferValue("end", "now#1", "2").ok());
+    REQUIRE(store->DeleteRun("end").ok());
+    CHECK(store->FindValue("end", "now#1").status().code() == StatusCode::kNotFound);
+  }
+  CHECK(value_of("none", "now#0") == "1:7");
+  CHECK(RawQuery(path, "SELECT COUNT(*) FROM host_values WHERE run_id = 'end'") == "0");
+}
+
 TEST_CASE("RunStore keeps values byte for byte: NULs, invalid UTF-8, empty and large") {
   std::unique_ptr<RunStore> store = MustOpen(":memory:");
   const std::string nul("a\0b\0", 4);

@@ -82,7 +82,9 @@ def wait_state(srv, rid, key, done=lambda st: st["state"] not in ("queued", "run
     t0 = time.time()
     while True:
         st = state(srv, rid, key)
-        if done(st) or time.time() - t0 > timeout:
+        # A request that got no answer (a loaded machine) is asked again.
+        answered = not st["state"].startswith("http ")
+        if (answered and done(st)) or time.time() - t0 > timeout:
             return st, time.time() - t0
         time.sleep(0.05)
 

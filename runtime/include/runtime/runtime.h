@@ -321,8 +321,17 @@ class Run {
 
   // -- resume of non-deterministic host values (os.time, random numbers) --
   // Returns the recorded value for `key` if this run is a resumption and has
-  // one; otherwise records `value` and returns it.
-  virtual std::string Replayable(const std::string& key, const std::string& value) = 0;
+  // one; otherwise records `value` and returns it. A kBatched value reaches
+  // the store with the run's next call or end (RunStore::BufferValue), so a
+  // program polling the clock costs no write per read; a crash before then
+  // loses only values that nothing recorded depends on. kNow is durable on
+  // return. A run records at most kMaxHostValues kBatched values: past them a value
+  // is returned unrecorded (a resume reads fresh ones from there on), and
+  // the run's events say so once ("host_values_capped").
+  enum class Durability { kBatched, kNow };
+  static constexpr size_t kMaxHostValues = 100000;
+  virtual std::string Replayable(const std::string& key, const std::string& value,
+                                 Durability durability) = 0;
 
   // -- introspection (any thread) --
   virtual std::vector<NodeInfo> Nodes() const = 0;
