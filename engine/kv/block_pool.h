@@ -14,6 +14,8 @@
 namespace braid::kv {
 
 using BlockId = int32_t;
+// A block-table entry whose block was let go (SeqState::dropped_blocks).
+inline constexpr BlockId kNoBlock = -1;
 
 class BlockPool {
  public:

@@ -97,7 +97,7 @@ bool TensorRequired(const TensorSpec& spec, const ModelConfig& c) {
   return true;
 }
 
-std::vector<std::string> RequiredOps(const ModelConfig& c) {
+std::vector<std::string> RequiredOps(const ModelConfig& c, int context) {
   std::vector<std::string> ops;
   if (c.qkv_bias) ops.push_back("qkv_bias");
   if (c.qk_norm) ops.push_back("qk_norm");
@@ -105,14 +105,15 @@ std::vector<std::string> RequiredOps(const ModelConfig& c) {
   if (c.activation == Activation::kGeluTanh) ops.push_back("gelu_tanh");
   if (c.embed_scale != 1.0f) ops.push_back("embed_scale");
   if (c.attn_scale > 0.0f) ops.push_back("attn_scale");
-  if (c.sliding_window > 0) ops.push_back("sliding_window");
+  if (c.sliding_window > 0 && (context <= 0 || c.sliding_window < context))
+    ops.push_back("sliding_window");
   if (c.rope_scaling.factor > 0.0f) ops.push_back("rope_llama3");
   return ops;
 }
 
-Status CheckOps(const ModelConfig& c, std::span<const std::string_view> supported,
+Status CheckOps(const ModelConfig& c, int context, std::span<const std::string_view> supported,
                 const std::string& backend) {
-  for (const std::string& op : RequiredOps(c)) {
+  for (const std::string& op : RequiredOps(c, context)) {
     if (std::find(supported.begin(), supported.end(), op) == supported.end())
       return Status::Unsupported(backend + " cannot run this " + ArchName(c.arch) +
                                  " model: it lacks the op '" + op + "'");

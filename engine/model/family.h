@@ -115,11 +115,13 @@ struct Family {
 // The ops a model needs beyond the Llama block's (RMS norms, GQA attention
 // with RoPE, SwiGLU), by name: "qkv_bias", "qk_norm", "post_norms",
 // "gelu_tanh", "embed_scale", "attn_scale", "sliding_window", "rope_llama3".
-std::vector<std::string> RequiredOps(const ModelConfig& config);
-// Unsupported, naming the first op `config` needs that is not in
-// `supported`, the model's family and `backend` ("the CUDA backend"); Ok
+// A window no shorter than `context` (the positions a sequence may hold;
+// 0: unknown) never limits attention, so it needs no op.
+std::vector<std::string> RequiredOps(const ModelConfig& config, int context = 0);
+// Unsupported, naming the first op `config` needs at `context` that is not
+// in `supported`, the model's family and `backend` ("the CUDA backend"); Ok
 // when it has every op.
-Status CheckOps(const ModelConfig& config, std::span<const std::string_view> supported,
+Status CheckOps(const ModelConfig& config, int context, std::span<const std::string_view> supported,
                 const std::string& backend);
 
 // Every family, in the order error messages list them.

@@ -67,14 +67,19 @@ TEST_CASE("families: a model's ops, and a backend that lacks one refuses it by n
   CHECK(RequiredOps(c) == std::vector<std::string>{"qk_norm", "post_norms", "gelu_tanh",
                                                    "embed_scale", "sliding_window"});
   static constexpr std::string_view kSome[] = {"qkv_bias", "qk_norm", "post_norms"};
-  const Status s = CheckOps(c, kSome, "the test backend");
+  const Status s = CheckOps(c, 4096, kSome, "the test backend");
   CHECK(s.code() == StatusCode::kUnsupported);
   CHECK(s.message() ==
         "the test backend cannot run this gemma3 model: it lacks the op 'gelu_tanh'");
   c.activation = Activation::kSilu;
   c.embed_scale = 1.0f;
-  c.sliding_window = 0;
-  CHECK(CheckOps(c, kSome, "the test backend").ok());
+  // A window as long as the context never slides (Mistral 7B v0.1 at 4096).
+  c.sliding_window = 4096;
+  CHECK(RequiredOps(c, 4096) == std::vector<std::string>{"qk_norm", "post_norms"});
+  CHECK(RequiredOps(c, 8192) ==
+        std::vector<std::string>{"qk_norm", "post_norms", "sliding_window"});
+  CHECK(CheckOps(c, 4096, kSome, "the test backend").ok());
+  CHECK(CheckOps(c, 8192, kSome, "the test backend").code() == StatusCode::kUnsupported);
 }
 
 TEST_CASE("families: Qwen3 and Gemma 3 name their q/k norms; Gemma 3 its post norms") {

@@ -64,6 +64,13 @@ struct ModelConfig {
   bool Sliding(int layer) const {
     return layer < static_cast<int>(sliding.size()) && sliding[layer];
   }
+  // The positions any layer's attention looks back: sliding_window when
+  // every layer slides, else 0 (no limit).
+  int AttentionWindow() const {
+    for (int i = 0; i < n_layer; ++i)
+      if (!Sliding(i)) return 0;
+    return n_layer > 0 ? sliding_window : 0;
+  }
   float AttnScale() const;
 };
 

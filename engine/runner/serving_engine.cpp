@@ -23,8 +23,9 @@ namespace {
 constexpr int kMaxPoolTokens = 4 << 20;
 
 // The scheduler's settings from the engine's.
-SchedulerConfig SchedulerConfigOf(const EngineOptions& o) {
+SchedulerConfig SchedulerConfigOf(const EngineOptions& o, const ModelConfig& model) {
   SchedulerConfig c;
+  c.window = model.AttentionWindow();
   c.max_running = o.max_running;
   c.max_batch_tokens = o.max_batch_tokens;
   c.latency_batch_tokens = o.latency_batch_tokens;
@@ -49,7 +50,7 @@ ServingEngine::ServingEngine(const EngineOptions& o, std::unique_ptr<BackendMode
       pool_(kv_->n_blocks()),
       cache_(pool_, o.block_size,
              o.evict == "next-use" ? kv::EvictOrder::kNextUse : kv::EvictOrder::kLru),
-      scheduler_(SchedulerConfigOf(o), pool_, cache_, *policy_),
+      scheduler_(SchedulerConfigOf(o, model_->config()), pool_, cache_, *policy_),
       latency_budget_(o.max_batch_tokens),
       step_cost_(model_->backend().max_chunk()),
       eog_ids_(EndOfGenerationIds(*model_)),
@@ -97,10 +98,15 @@ Status ServingEngine::ValidateRequest(const GenerationRequest& r) const {
     return Status::OutOfRange("the prompt has " + std::to_string(r.prompt.size()) +
                               " tokens and max_tokens is " + std::to_string(r.sampling.max_tokens) +
                               ": together more than the context of " + std::to_string(context));
-  if (scheduler_.BlocksFor(static_cast<int>(total)) > pool_.num_blocks())
-    return Status::OutOfRange("the request needs " + std::to_string(total) +
-                              " tokens of KV cache but the pool holds " +
-                              std::to_string(pool_.num_blocks() * options_.block_size));
+  // A model whose layers all slide holds its window, not the whole sequence.
+  const int peak =
+      scheduler_.PeakBlocks(static_cast<int>(r.prompt.size()), static_cast<int>(total));
+  if (peak > pool_.num_blocks())
+    return Status::OutOfRange(
+        "the request needs " +
+        std::to_string(scheduler_.config().window > 0 ? peak * options_.block_size : total) +
+        " tokens of KV cache at once but the pool holds " +
+        std::to_string(pool_.num_blocks() * options_.block_size));
   if (r.top_logprobs > 20)
     return Status::InvalidArgument("top_logprobs must be at most 20, got " +
                                    std::to_string(r.top_logprobs));

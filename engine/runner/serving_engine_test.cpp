@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "runner/logits_fixture.h"
 
 namespace braid {
 namespace {
@@ -112,6 +113,48 @@ TEST_CASE("Engine::Open: a step takes at most the backend's chunk of tokens") {
   o.max_batch_tokens = 256;
   auto good = Engine::Open(o);
   CHECK_MESSAGE(good.ok(), good.status().ToString());
+}
+
+TEST_CASE("a model whose layers all slide runs in a pool shorter than its sequences") {
+  // mistral_sliding_tiny: window 8 in both layers. Its six prompts (1 to 40
+  // tokens) continue 64 tokens each, up to 104 positions, all at once in a
+  // pool of 4 blocks (64 positions): it works only because blocks that fall
+  // out of the window are let go (a sequence holds at most its prompt's 3
+  // blocks, or the window and a step's 16 tokens). Admission keeping KV for
+  // growth, and none (preemptions and recomputes): the continuations are
+  // transformers'.
+  const std::string name = "mistral_sliding_tiny";
+  auto records =
+      ReadLogitsFixture(std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/logits/" + name + ".bin");
+  REQUIRE_MESSAGE(records.ok(), records.status().ToString());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const LogitsRecord& r : *records) prompts.push_back(r.ids);
+  for (double reserve : {0.5, 0.0}) {
+    CAPTURE(reserve);
+    EngineOptions o = Options(4 * 16);
+    o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+    o.model.require_tokenizer = false;  // the fixture has none: ids only
+    o.model.context = 128;
+    o.model.cpu.exact = true;
+    o.max_batch_tokens = 16;
+    o.kv_growth_reserve = reserve;
+    auto engine = Engine::Open(o);
+    REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+    auto handles = SubmitGreedy(**engine, prompts, 64);
+    int preemptions = 0;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      CAPTURE(i);
+      Completion c = handles[i]->Wait();
+      CHECK(c.finish_reason == "length");
+      CHECK(c.tokens == (*records)[i].gen);
+      preemptions += c.preemptions;
+    }
+    MESSAGE("KV growth reserve " << reserve << ": " << preemptions << " preemptions");
+    if (reserve == 0) CHECK(preemptions > 0);
+    EngineStats s = (*engine)->stats();
+    CHECK(s.kv_blocks_total == 4);
+    CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+  }
 }
 
 TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {

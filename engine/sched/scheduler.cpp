@@ -44,8 +44,10 @@ bool Scheduler::AllocateBlock(kv::BlockId* id) {
 }
 
 void Scheduler::ReleaseBlocks(SeqState* s) {
-  for (kv::BlockId b : s->blocks) pool_.Release(b);
+  for (kv::BlockId b : s->blocks)
+    if (b != kv::kNoBlock) pool_.Release(b);
   s->blocks.clear();
+  s->dropped_blocks = 0;
   if (s->lock) cache_.Unlock(s->lock);
   s->lock = 0;
   s->num_computed = 0;
@@ -107,9 +109,11 @@ bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_p
 
 int Scheduler::Evictable() const {
   // The tree counts as evictable the blocks running sequences gave it and
-  // still hold themselves; evicting those frees nothing.
+  // still hold themselves (not those they let go); evicting those frees
+  // nothing.
   int held = 0;
-  for (const SeqState* r : running_) held += r->inserted_blocks - r->locked_blocks;
+  for (const SeqState* r : running_)
+    held += std::max(0, r->inserted_blocks - std::max(r->locked_blocks, r->dropped_blocks));
   return std::max(0, cache_.stats().evictable_blocks - held);
 }
 
@@ -121,7 +125,16 @@ int Scheduler::ExpectedBlocks() const {
 int Scheduler::FutureBlocks(const SeqState& s) const {
   const int left = std::max(0, s.max_tokens - s.generated());
   const int tokens = static_cast<int>(s.tokens.size()) + static_cast<int>(growth_ratio_ * left);
-  return std::max(0, BlocksFor(tokens) - static_cast<int>(s.blocks.size()));
+  const int held = static_cast<int>(s.blocks.size()) - s.dropped_blocks;
+  return std::max(0, PeakBlocks(s.prompt_len, tokens) - held);
+}
+
+int Scheduler::PeakBlocks(int prompt, int tokens) const {
+  if (config_.window <= 0) return BlocksFor(tokens);
+  // Past its prompt a sequence holds its window and a step's chunk, plus a
+  // block each end may share with positions outside them.
+  const int window = BlocksFor(config_.window + config_.max_batch_tokens) + 1;
+  return std::min(BlocksFor(tokens), std::max(BlocksFor(prompt), window));
 }
 
 bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
@@ -152,7 +165,8 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   const int need = BlocksFor(known + n) - static_cast<int>(match.blocks.size());
   const bool reserving = growth_ratio_ > 0 && !running_.empty();
   const int own =
-      reserving ? std::max(0, BlocksFor(total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
+      reserving ? std::max(0, PeakBlocks(s->prompt_len,
+                                         total + static_cast<int>(growth_ratio_ * s->max_tokens)) -
                                   BlocksFor(known + n))
                 : 0;
   const int want = need + (reserving ? reserve + own : 0);
@@ -287,7 +301,10 @@ std::map<std::string, Scheduler::ClientService> Scheduler::ClientServices() cons
 }
 
 // Offers the full blocks of the computed prefix that the cache has not seen.
+// A sequence that let blocks go has a hole in its table where the cache's
+// path may since have been evicted: it offers nothing more.
 void Scheduler::OfferToCache(SeqState* s) {
+  if (s->dropped_blocks > 0) return;
   const int full = s->num_computed / block_size_;
   if (full <= s->inserted_blocks) return;
   cache_.Insert(s->salt, std::span<const int32_t>(s->tokens.data(), full * block_size_),
@@ -320,7 +337,25 @@ void Scheduler::Commit(const StepPlan& plan) {
     if (it.seq->num_computed >= it.seq->prompt_len &&
         it.seq->inserted_blocks * block_size_ < it.seq->prompt_len)
       OfferToCache(it.seq);
+    DropOutOfWindow(it.seq);
   }
+}
+
+void Scheduler::DropOutOfWindow(SeqState* s) {
+  if (config_.window <= 0 || s->num_computed < s->prompt_len) return;
+  // The next query is at num_computed; every later one reads positions
+  // from its own minus window - 1 on. Block b ends before that when
+  // (b + 1) * block_size <= num_computed - window + 1.
+  const int drop = std::min(static_cast<int>(s->blocks.size()),
+                            (s->num_computed - config_.window + 1) / block_size_);
+  if (drop <= s->dropped_blocks) return;
+  // What it computed goes to the cache first, which keeps those blocks.
+  OfferToCache(s);
+  for (int b = s->dropped_blocks; b < drop; ++b) {
+    pool_.Release(s->blocks[b]);
+    s->blocks[b] = kv::kNoBlock;
+  }
+  s->dropped_blocks = drop;
 }
 
 void Scheduler::Remove(SeqState* s, bool insert) {

@@ -57,6 +57,13 @@ struct SchedulerConfig {
   // programs about to come back. With nothing running a sequence is always
   // admitted.
   bool anti_thrash = false;
+  // Positions a query attends back to (its own included) in every layer:
+  // a model whose layers all slide (ModelConfig::AttentionWindow). Once a
+  // sequence's prompt is computed and offered to the cache, the blocks
+  // that fall out of its window are let go: the cache keeps what it was
+  // offered (evictable), the rest goes back to the pool, and the sequence
+  // offers nothing more. 0: no limit.
+  int window = 0;
 };
 
 struct ScheduledItem {
@@ -97,6 +104,9 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   // Blocks a sequence of `tokens` tokens needs.
   int BlocksFor(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  // The most blocks a sequence with a `prompt`-token prompt holds at once
+  // by the time it reaches `tokens` positions (SchedulerConfig::window).
+  int PeakBlocks(int prompt, int tokens) const;
 
   // The lower KV tier admissions look in after the device cache (not owned;
   // null: none). A sequence's prefix found there counts as computed once
@@ -162,6 +172,8 @@ class Scheduler {
   // `reserve` more (FutureBlocks of the running set) are free or evictable.
   bool Admit(SeqState* s, int budget, int reserve, StepPlan* plan);
   void OfferToCache(SeqState* s);
+  // Lets go of the blocks no later query of `s` reads (SchedulerConfig::window).
+  void DropOutOfWindow(SeqState* s);
   // Adds an item to the plan and tells the policy the service it gives.
   void Plan(const ScheduledItem& item, StepPlan* plan);
 

@@ -32,6 +32,9 @@ struct SeqState {
   int host_tokens = 0;              // of the rest, those copied back from the lower KV tier
   int inserted_blocks = 0;          // leading blocks already offered to the cache
   int locked_blocks = 0;            // of those, the ones the cache lent it (locked) at admission
+  // Leading blocks it let go because no later query reads them
+  // (SchedulerConfig::window); their entries are kv::kNoBlock.
+  int dropped_blocks = 0;
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;

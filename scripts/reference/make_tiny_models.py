@@ -58,6 +58,11 @@ MODELS = [
     dict(name="mistral_tiny_fp16", arch="mistral", seed=4, dtype="float16", shard=None,
          cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None,
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Every layer slides (window 8): blocks that fall out of the window are
+    # let go while a sequence runs.
+    dict(name="mistral_sliding_tiny", arch="mistral", seed=7, dtype="float32", shard=None,
+         cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=8,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     # Per-head q/k norms, no biases.
     dict(name="qwen3_tiny", arch="qwen3", seed=5, dtype="float32", shard=None,
          embed_std=0.3, final_norm_scale=3.0,

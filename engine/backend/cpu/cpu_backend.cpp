@@ -294,7 +294,7 @@ Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const Mod
   static constexpr std::string_view kOps[] = {"qkv_bias",       "qk_norm",     "post_norms",
                                               "gelu_tanh",      "embed_scale", "attn_scale",
                                               "sliding_window", "rope_llama3"};
-  BRAID_RETURN_IF_ERROR(CheckOps(file.config(), kOps, "the CPU backend"));
+  BRAID_RETURN_IF_ERROR(CheckOps(file.config(), context, kOps, "the CPU backend"));
   BRAID_ASSIGN_OR_RETURN(LlamaWeights weights, BuildLlamaWeights(file));
   if (!options.cpu.exact) InterleaveForFastPath(&weights);
   const int threads = options.threads > 0 ? options.threads : DefaultCpuThreads();

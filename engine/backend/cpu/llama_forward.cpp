@@ -331,6 +331,9 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
   // Item `it`: token t, query heads [h, h + per_item), KV head h / group.
   auto token = [&](int64_t it) { return tm.t0 + static_cast<int>(it / items_per_token); };
   auto head = [&](int64_t it) { return static_cast<int>(it % items_per_token) * per_item; };
+  // An item over its window only: the table's entries before it may have
+  // been let go (kv::kNoBlock), so nothing fetches its rows from position 0.
+  auto windowed = [&](int64_t it) { return window > 0 && pos_[token(it)] + 1 > window; };
   // Item `it`, the thread's next being `next` (or none: -1).
   auto item = [&](int64_t it, int64_t next) {
     const int t = token(it), h = head(it);
@@ -346,17 +349,19 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
                                scratch, &att_[off]);
       return;
     }
+    const bool ahead = next >= 0 && !windowed(next);
     kernels::AttendNext nx{};
-    if (next >= 0) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
+    if (ahead) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
     kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, len, scale, scratch, &att_[off],
-                         next >= 0 ? &nx : nullptr);
+                         ahead ? &nx : nullptr);
   };
   // Each item's call fetches the next one's rows while it computes (the
   // first item of a run: its K rows before it).
   auto items_from = [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
     pk.block_table = table_[token(begin)];
-    kernels::AttendPrefetch(pk, hd, head(begin) / group, pos_[token(begin)] + 1);
+    if (!windowed(begin))
+      kernels::AttendPrefetch(pk, hd, head(begin) / group, pos_[token(begin)] + 1);
     for (int64_t it = begin; it < end; ++it) item(it, it + 1 < end ? it + 1 : -1);
   };
   if (tm.size == 1) {

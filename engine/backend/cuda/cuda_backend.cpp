@@ -524,7 +524,7 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = file.config();
     // The ops beyond the Llama block that this backend implements (family.h).
     static constexpr std::string_view kOps[] = {"qkv_bias", "rope_llama3"};
-    BRAID_RETURN_IF_ERROR(CheckOps(c, kOps, "the CUDA backend"));
+    BRAID_RETURN_IF_ERROR(CheckOps(c, context, kOps, "the CUDA backend"));
     const int world = group ? group->size() : 1;
     if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
       return Status::Unsupported(
