@@ -937,21 +937,49 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
   return st;
 }
 
+// The tensors of a layer this backend uploads, by role (the family table
+// names them).
+constexpr TensorRole kUploadedRoles[] = {
+    TensorRole::kAttnNorm, TensorRole::kWq,    TensorRole::kWk,  TensorRole::kWv,
+    TensorRole::kBq,       TensorRole::kBk,    TensorRole::kBv,  TensorRole::kWo,
+    TensorRole::kFfnNorm,  TensorRole::kWGate, TensorRole::kWUp, TensorRole::kWDown};
+
 Status CudaBackend::LoadWeights(const ModelFile& file) {
   const ModelConfig& c = c_;
-  BRAID_RETURN_IF_ERROR(staging_.Allocate(kStagingBytes));
-  auto find = [&](const std::string& name) -> Result<const TensorInfo*> {
-    const TensorInfo* t = file.Find(name);
-    if (!t) return Status::NotFound(file.path() + ": missing tensor '" + name + "'");
+  const Family* family = FindFamily(c.arch);
+  if (family == nullptr) return Status::Unsupported(file.path() + ": no such model family");
+  // Every tensor the family's block reads is one this backend uploads: a
+  // family with more (a new op's weights) is refused, never run without them.
+  for (const TensorSpec& t : family->layer) {
+    if (!t.read || !TensorRequired(t, c)) continue;
+    if (std::find(std::begin(kUploadedRoles), std::end(kUploadedRoles), t.role) ==
+        std::end(kUploadedRoles))
+      return Status::Unsupported(file.path() + ": the CUDA backend cannot use tensor '" +
+                                 TensorName(t, 0) + "'");
+  }
+  // A role's tensor of layer `layer` (-1: a global one), by the family's name.
+  auto name = [&](TensorRole role, int layer) -> Result<std::string> {
+    const TensorSpec* spec = FindTensorSpec(*family, role);
+    if (spec == nullptr)
+      return Status::Unsupported(file.path() + ": the " + std::string(family->gguf_arch) +
+                                 " family has no tensor of a role this backend reads");
+    return TensorName(*spec, layer);
+  };
+  auto find = [&](TensorRole role, int layer) -> Result<const TensorInfo*> {
+    BRAID_ASSIGN_OR_RETURN(std::string n, name(role, layer));
+    const TensorInfo* t = file.Find(n);
+    if (!t) return Status::NotFound(file.path() + ": missing tensor '" + n + "'");
     return t;
   };
+  BRAID_RETURN_IF_ERROR(staging_.Allocate(kStagingBytes));
   auto matrix_bytes = [&](int64_t rows, int64_t cols) {
     return static_cast<uint64_t>(rows) * cols * sizeof(uint16_t);
   };
-  BRAID_ASSIGN_OR_RETURN(const TensorInfo* embd, find("token_embd.weight"));
+  BRAID_ASSIGN_OR_RETURN(const TensorInfo* embd, find(TensorRole::kTokenEmbd, -1));
   BRAID_RETURN_IF_ERROR(embed_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
   BRAID_RETURN_IF_ERROR(Upload(*embd, embed_.get(), nullptr));
-  const TensorInfo* out = file.Find("output.weight");
+  BRAID_ASSIGN_OR_RETURN(std::string output, name(TensorRole::kOutput, -1));
+  const TensorInfo* out = c.tied_embeddings ? nullptr : file.Find(output);
   if (out) {
     BRAID_RETURN_IF_ERROR(lm_head_own_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
     BRAID_RETURN_IF_ERROR(Upload(*out, lm_head_own_.get(), nullptr));
@@ -960,7 +988,7 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
     lm_head_ = embed_.get();
   }
   bytes_per_token_ = matrix_bytes(c.n_vocab, c.n_embd);
-  BRAID_ASSIGN_OR_RETURN(const TensorInfo* on, find("output_norm.weight"));
+  BRAID_ASSIGN_OR_RETURN(const TensorInfo* on, find(TensorRole::kOutputNorm, -1));
   BRAID_RETURN_IF_ERROR(out_norm_.Allocate(c.n_embd));
   BRAID_RETURN_IF_ERROR(Upload(*on, nullptr, out_norm_.get()));
 
@@ -968,13 +996,12 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
   const int64_t D = c.n_embd;
   for (int i = 0; i < c.n_layer; ++i) {
     GpuLayer& l = layers_[i];
-    const std::string b = "blk." + std::to_string(i) + ".";
-    auto tensor = [&](const char* s) { return find(b + s); };
+    auto tensor = [&](TensorRole role) { return find(role, i); };
     BRAID_RETURN_IF_ERROR(l.attn_norm.Allocate(D));
     BRAID_RETURN_IF_ERROR(l.ffn_norm.Allocate(D));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* an, tensor("attn_norm.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* an, tensor(TensorRole::kAttnNorm));
     BRAID_RETURN_IF_ERROR(Upload(*an, nullptr, l.attn_norm.get()));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* fn, tensor("ffn_norm.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* fn, tensor(TensorRole::kFfnNorm));
     BRAID_RETURN_IF_ERROR(Upload(*fn, nullptr, l.ffn_norm.get()));
 
     // Tensor parallelism: this rank's heads of Q, K and V (rows), its MLP
@@ -984,8 +1011,8 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
         {rank_ * q_rows, q_rows}, {rank_ * kv_rows, kv_rows}, {rank_ * kv_rows, kv_rows}};
     BRAID_RETURN_IF_ERROR(l.wqkv.Allocate(static_cast<size_t>(qkv_dim_) * D));
     int64_t row = 0, p = 0;
-    for (const char* s : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
-      BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
+    for (TensorRole role : {TensorRole::kWq, TensorRole::kWk, TensorRole::kWv}) {
+      BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(role));
       const Slice rows{parts[p][0], parts[p][1], 0, -1};
       BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.get() + row * D, nullptr, 0, rows));
       row += parts[p++][1];
@@ -994,25 +1021,25 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
       BRAID_RETURN_IF_ERROR(l.bqkv.Allocate(qkv_dim_));
       int64_t at = 0;
       p = 0;
-      for (const char* s : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(s));
+      for (TensorRole role : {TensorRole::kBq, TensorRole::kBk, TensorRole::kBv}) {
+        BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(role));
         const Slice elems{0, -1, parts[p][0], parts[p][1]};
         BRAID_RETURN_IF_ERROR(Upload(*t, nullptr, l.bqkv.get() + at, 0, elems));
         at += parts[p++][1];
       }
     }
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor("attn_output.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor(TensorRole::kWo));
     BRAID_RETURN_IF_ERROR(l.wo.Allocate(static_cast<size_t>(D) * q_dim_));
     BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr, 0, {0, -1, rank_ * q_rows, q_rows}));
     // Gate and up rows interleaved (gate j at row 2j, up j at 2j + 1), so
     // that one output pair of the product meets in one place for SwiGLU.
     const Slice ff_rows{rank_ * ff, ff, 0, -1};
     BRAID_RETURN_IF_ERROR(l.wgu.Allocate(static_cast<size_t>(2) * c.n_ff * D));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor("ffn_gate.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor(TensorRole::kWGate));
     BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr, 2 * D, ff_rows));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor("ffn_up.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor(TensorRole::kWUp));
     BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + D, nullptr, 2 * D, ff_rows));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor("ffn_down.weight"));
+    BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor(TensorRole::kWDown));
     BRAID_RETURN_IF_ERROR(l.wdown.Allocate(static_cast<size_t>(D) * c.n_ff));
     BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr, 0, {0, -1, rank_ * ff, ff}));
     bytes_per_token_ += matrix_bytes(qkv_dim_, D) + matrix_bytes(D, q_dim_) +
