@@ -226,47 +226,56 @@ TEST_CASE("AttendPaged: the next-item hint changes no bit") {
 
 TEST_CASE("AttendPagedFrom: a window of the positions, from a block boundary or not") {
   std::mt19937 rng(41);
-  const int bs = 16, n_blocks = 12, n_kv = 2, n_q = 2;
-  for (int hd : {64, 256}) {
-    for (Layout layout : {Layout::kHeadMajor, Layout::kTransposedK}) {
-      const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, layout);
-      const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
-      const float scale = 0.1f;
-      for (auto [first, len] : {std::pair{0, 40}, {16, 40}, {5, 40}, {37, 38}, {32, 192}}) {
-        std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
-        INFO("hd " << hd << " layout " << static_cast<int>(layout) << " first " << first << " len "
-                   << len);
-        for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
-          AttendPagedFrom(q.data(), n_q, hd, c.Of(type), 1, first, len, scale, scratch.data(),
-                          got.data());
-          ref::AttendPagedFrom(q.data(), n_q, hd, c.Of(type), 1, first, len, scale, scratch.data(),
-                               want.data());
-          for (int i = 0; i < n_q * hd; ++i)
-            CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
-        }
-        if (layout != Layout::kHeadMajor) continue;
-        // The reference against the definition: softmax over [first, len) only.
-        for (int h = 0; h < n_q; ++h) {
-          std::vector<double> s(len - first);
-          double mx = -1e300, sum = 0;
-          for (int j = first; j < len; ++j) {
-            double d = 0;
-            for (int i = 0; i < hd; ++i) d += double(q[h * hd + i]) * c.k[c.kv.Offset(1, j) + i];
-            s[j - first] = d * scale;
-            mx = std::max(mx, s[j - first]);
+  testing::ForEachSimdTable([&] {
+    const int bs = 16, n_blocks = 12, n_kv = 2, n_q = 2;
+    for (int hd : {64, 256, 72}) {
+      for (Layout layout : {Layout::kHeadMajor, Layout::kTransposedK}) {
+        const Cache c = MakeCache(rng, n_blocks, bs, n_kv, hd, layout);
+        const std::vector<float> q = testing::RandomFloats(rng, n_q * hd);
+        const float scale = 0.1f;
+        for (auto [first, len] : {std::pair{0, 40}, {16, 40}, {5, 40}, {37, 38}, {32, 192}}) {
+          std::vector<float> scratch(static_cast<size_t>(n_q) * len), got(n_q * hd), want(n_q * hd);
+          INFO("hd " << hd << " layout " << static_cast<int>(layout) << " first " << first
+                     << " len " << len);
+          for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+            // Blocks before the window's are never read: their table entries
+            // point far outside the cache (kv::kNoBlock in the engine).
+            std::vector<int32_t> table(c.table);
+            for (int b = 0; b < first / bs; ++b) table[b] = -(1 << 20);
+            PagedKv kv = c.Of(type);
+            kv.block_table = table.data();
+            AttendPagedFrom(q.data(), n_q, hd, kv, 1, first, len, scale, scratch.data(),
+                            got.data());
+            ref::AttendPagedFrom(q.data(), n_q, hd, c.Of(type), 1, first, len, scale,
+                                 scratch.data(), want.data());
+            for (int i = 0; i < n_q * hd; ++i)
+              CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
           }
-          for (double& x : s) sum += (x = std::exp(x - mx));
-          ref::AttendPagedFrom(q.data(), n_q, hd, c.kv, 1, first, len, scale, scratch.data(),
-                               want.data());
-          for (int i = 0; i < hd; ++i) {
-            double o = 0;
-            for (int j = first; j < len; ++j) o += s[j - first] / sum * c.v[c.kv.Offset(1, j) + i];
-            CHECK(want[h * hd + i] == doctest::Approx(o).epsilon(1e-4).scale(1.0));
+          if (layout != Layout::kHeadMajor) continue;
+          // The reference against the definition: softmax over [first, len) only.
+          for (int h = 0; h < n_q; ++h) {
+            std::vector<double> s(len - first);
+            double mx = -1e300, sum = 0;
+            for (int j = first; j < len; ++j) {
+              double d = 0;
+              for (int i = 0; i < hd; ++i) d += double(q[h * hd + i]) * c.k[c.kv.Offset(1, j) + i];
+              s[j - first] = d * scale;
+              mx = std::max(mx, s[j - first]);
+            }
+            for (double& x : s) sum += (x = std::exp(x - mx));
+            ref::AttendPagedFrom(q.data(), n_q, hd, c.kv, 1, first, len, scale, scratch.data(),
+                                 want.data());
+            for (int i = 0; i < hd; ++i) {
+              double o = 0;
+              for (int j = first; j < len; ++j)
+                o += s[j - first] / sum * c.v[c.kv.Offset(1, j) + i];
+              CHECK(want[h * hd + i] == doctest::Approx(o).epsilon(1e-4).scale(1.0));
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 TEST_CASE("StoreRowQ8: the dispatched kernel stores the reference's bytes and scale") {

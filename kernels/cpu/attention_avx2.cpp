@@ -49,6 +49,7 @@ struct Vec {
 
 void FillAvx2Attention(KernelTable* t) {
   t->attend = AttendPagedSimd;
+  t->attend_from = AttendPagedSimdFrom;
   t->attend_fast_f16 = FastF16Simd;
 }
 

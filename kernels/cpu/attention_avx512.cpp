@@ -635,8 +635,8 @@ void AttendPagedAvx512(const float* q, int n_q, int hd, const PagedKv& kv, int k
         break;
     }
   });
-  if (!done && kv.type != KvType::kF32)
-    return ref::AttendPaged(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
+  // Other head sizes: the generic kernel reads fp32 and fp16 rows (of whole
+  // vectors); the rest goes to the reference.
   if (!done) AttendPagedSimd(q, n_q, hd, kv, kv_head, len, scale, scratch, out);
 }
 
@@ -686,10 +686,14 @@ float StoreRowQ8Avx512(const float* x, int hd, int bs, int slot, bool value, uin
   return done ? scale : ref::StoreRowQ8(x, hd, bs, slot, value, tile);
 }
 
+// fp16 caches: the specialized head sizes, and the generic kernel's.
 bool FastF16Avx512(int hd) {
-  return WithHeadDim(hd, [](auto) {});
+  return WithHeadDim(hd, [](auto) {}) || FastF16Simd(hd);
 }
-bool FastTransposedAvx512(int hd, int block_size) { return FastF16Avx512(hd) && block_size == 16; }
+// Dimension-major K tiles (and q8): the specialized head sizes only.
+bool FastTransposedAvx512(int hd, int block_size) {
+  return WithHeadDim(hd, [](auto) {}) && block_size == 16;
+}
 
 }  // namespace
 
@@ -697,6 +701,7 @@ void FillAvx512Attention(KernelTable* t) {
   t->attend = AttendPagedAvx512;
   t->attend_next = AttendNextAvx512;
   t->store_row_q8 = StoreRowQ8Avx512;
+  t->attend_from = AttendPagedSimdFrom;
   t->attend_fast_f16 = FastF16Avx512;
   t->attend_fast_transposed = FastTransposedAvx512;
 }

@@ -141,6 +141,10 @@ struct KernelTable {
                       const AttendNext& next) = nullptr;
   float (*store_row_q8)(const float* x, int head_dim, int block_size, int slot, bool value,
                         uint8_t* tile) = nullptr;
+  // AttendPagedFrom off a block boundary, reading the rows where they lie;
+  // false when it does not take this cache (null: none does).
+  bool (*attend_from)(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
+                      int first, int len, float scale, float* scratch, float* out) = nullptr;
   bool (*attend_fast_f16)(int head_dim) = nullptr;  // null: fp16 caches take the reference
   bool (*attend_fast_transposed)(int head_dim, int block_size) = nullptr;  // dimension-major K
 };

@@ -56,8 +56,12 @@ void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, i
   }
   if (kv.type == KvType::kQ8)
     return ref::AttendPagedFrom(q, n_q, head_dim, kv, kv_head, first, len, scale, scratch, out);
-  // Off a block boundary: the window's rows gathered as fp32 (exact from
+  // Off a block boundary: position-major rows read where they lie; else
+  // (dimension-major K) the window's rows gathered as fp32 (exact from
   // fp16) into blocks of this thread's own, which the dispatched kernels read.
+  const auto from = cpu::Kernels().attend_from;
+  if (from != nullptr && from(q, n_q, head_dim, kv, kv_head, first, len, scale, scratch, out))
+    return;
   thread_local std::vector<float> k, v;
   thread_local std::vector<int32_t> table;
   const int n = len - first, bs = kv.block_size;
