@@ -10,6 +10,9 @@
 // Usage: attention_bench [seconds_per_case (default 1)] [context (default 320)]
 //                        [distinct layers (default 30; 1: every layer reads the
 //                        same cache, which then stays in cache: compute alone)]
+//                        [window (default 0; > 0: after the above, a sliding
+//                        window of that many positions that starts inside a
+//                        block, AttendPagedFrom against the reference, per type)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +27,7 @@
 #include "kernels/huge_pages.h"
 #include "kernels/membw.h"
 #include "kernels/thread_pool.h"
+#include "ref/ref.h"
 
 using namespace braid::kernels;
 
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   for (float& x : q) x = u(rng);
   std::printf("context %d, %d sequences, %d layers (%d distinct), %d KV heads of %d, block %d\n",
               context, kSeqs, kLayers, distinct, kKv, kHd, kBs);
+  const int window = argc > 4 ? std::clamp(std::atoi(argv[4]), 0, context - 1) : 0;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::printf("threads=%d  read bandwidth %.1f GB/s\n", threads,
@@ -143,11 +148,36 @@ int main(int argc, char** argv) {
         t = Now();
       }
       const double per_step = (t - t0) / steps;
-      std::printf("  %-4s %7.2f ms per step (%d sequences)  %6.1f GB/s\n",
-                  type == KvType::kF32   ? "f32"
-                  : type == KvType::kF16 ? "f16"
-                                         : "q8",
-                  per_step * 1e3, kSeqs, bytes_per_step / per_step / 1e9);
+      const char* name = type == KvType::kF32 ? "f32" : type == KvType::kF16 ? "f16" : "q8";
+      std::printf("  %-4s %7.2f ms per step (%d sequences)  %6.1f GB/s\n", name, per_step * 1e3,
+                  kSeqs, bytes_per_step / per_step / 1e9);
+      if (window == 0 || threads != 1) continue;
+      // One (sequence, KV head) over the last `window` positions, the window
+      // starting inside a block: the dispatched kernels against the reference.
+      int first = context - window;
+      if (first % kBs == 0) first = std::max(1, first - 1);
+      PagedKv kv = c.Layer(0, n_blocks);
+      kv.block_table = tables[0].data();
+      std::vector<float> scratch(kGroup * context + 64), out(kGroup * kHd);
+      double us[2];
+      for (int r = 0; r < 2; ++r) {
+        int calls = 0;
+        const double w0 = Now();
+        while (Now() - w0 < seconds / 4) {
+          for (int i = 0; i < 16; ++i) {
+            if (r == 0)
+              AttendPagedFrom(q.data(), kGroup, kHd, kv, 0, first, context, 0.125f, scratch.data(),
+                              out.data());
+            else
+              ref::AttendPagedFrom(q.data(), kGroup, kHd, kv, 0, first, context, 0.125f,
+                                   scratch.data(), out.data());
+          }
+          calls += 16;
+        }
+        us[r] = (Now() - w0) / calls * 1e6;
+      }
+      std::printf("       window [%d, %d): %.1f us per call, reference %.1f us (%.2fx)\n", first,
+                  context, us[0], us[1], us[1] / us[0]);
     }
   }
   return 0;

@@ -123,9 +123,10 @@ void AttendPaged(const float* q, int n_q, int head_dim, const PagedKv& kv, int k
 // n_q * (len - first) floats), 0 <= first < len. With `first` a multiple of
 // the block size, the dispatched kernels run on the blocks from there on.
 // Otherwise the vector kernel reads position-major fp32 rows, and fp16 rows
-// of whole-vector head sizes, where they lie; dimension-major K tiles are
-// copied to fp32 rows first (exact from fp16); for a kQ8 cache the
-// reference runs. Blocks before `first` are never read.
+// of whole-vector head sizes, where they lie; the rows of other caches
+// (dimension-major K, kQ8) are moved as they are (elements and scales) to
+// tiles that start at `first`, for the dispatched kernels. Blocks before
+// `first` are never read.
 void AttendPagedFrom(const float* q, int n_q, int head_dim, const PagedKv& kv, int kv_head,
                      int first, int len, float scale, float* scratch, float* out);
 
