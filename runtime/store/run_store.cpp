@@ -72,6 +72,8 @@ class SqliteRunStore final : public RunStore {
   // Writes the run's buffered values in the open write transaction; they
   // leave the buffer once it commits (Written).
   Status WriteBuffered(const std::string& run_id);
+  // The value buffered under `key` (nullopt: none).
+  std::optional<std::string> BufferedValue(const std::string& run_id, const std::string& key) const;
   void Written(const std::string& run_id) { buffered_.erase(run_id); }
   // ListRuns and ListRunsOf: every run, or those of one owner.
   Result<std::vector<StoredRun>> List(const std::string* owner, int limit);
@@ -502,13 +504,19 @@ Result<std::vector<StoredCall>> SqliteRunStore::Calls(const std::string& run_id)
 
 // ---- host values and events ----
 
+std::optional<std::string> SqliteRunStore::BufferedValue(const std::string& run_id,
+                                                         const std::string& key) const {
+  auto run = buffered_.find(run_id);
+  if (run == buffered_.end()) return std::nullopt;
+  auto it = run->second.find(key);
+  if (it == run->second.end()) return std::nullopt;
+  return it->second.value;
+}
+
 Result<std::optional<std::string>> SqliteRunStore::CheckValue(const std::string& run_id,
                                                               const std::string& key,
                                                               const std::string& value) {
-  std::optional<std::string> existing;
-  if (auto run = buffered_.find(run_id); run != buffered_.end()) {
-    if (auto it = run->second.find(key); it != run->second.end()) existing = it->second.value;
-  }
+  std::optional<std::string> existing = BufferedValue(run_id, key);
   if (!existing) {
     BRAID_ASSIGN_OR_RETURN(existing, LoadValue(run_id, key));
   }
@@ -574,10 +582,7 @@ Status SqliteRunStore::BufferValue(const std::string& run_id, const std::string&
 Result<std::optional<std::string>> SqliteRunStore::FindValue(const std::string& run_id,
                                                              const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto run = buffered_.find(run_id); run != buffered_.end()) {
-    if (auto it = run->second.find(key); it != run->second.end())
-      return std::optional<std::string>(it->second.value);
-  }
+  if (std::optional<std::string> buffered = BufferedValue(run_id, key)) return buffered;
   SqliteTxn txn(db_.get(), SqliteTxn::Mode::kRead);
   BRAID_RETURN_IF_ERROR(txn.Begin());
   BRAID_RETURN_IF_ERROR(RequireRun(run_id));
