@@ -436,6 +436,9 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
       std::lock_guard<std::mutex> lock(e->mu);
       e->eval_stream.reset();
     }
+    // The session takes its next input before the answer goes out: a
+    // client sends the next one as soon as it has read this one.
+    e->evaluating = false;
     // The answer whole, whatever its size (Finish, not Send).
     if (in->sse) {
       answer["type"] = "result";
@@ -443,7 +446,6 @@ http::Response RunsService::Impl::Evaluate(const std::shared_ptr<Entry>& e, cons
     } else {
       stream->Finish(Dump(answer));
     }
-    e->evaluating = false;
   };
   if (!pool.TrySubmit(e->client, std::move(job))) {
     {
