@@ -74,13 +74,14 @@ __device__ float BlockSum(float v) {
   return total;
 }
 
-__global__ void EmbedKernel(const uint16_t* table, const int32_t* ids, int dim, float* x) {
+__global__ void EmbedKernel(const uint16_t* table, const int32_t* ids, int dim, float scale,
+                            float* x) {
   Release();
   Acquire();
   const int t = blockIdx.x;
   const uint16_t* row = table + static_cast<int64_t>(ids[t]) * dim;
   float* out = x + static_cast<int64_t>(t) * dim;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) out[i] = Bf(row[i]);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) out[i] = Bf(row[i]) * scale;
 }
 
 __global__ void RmsNormKernel(const float* x, const float* w, const int32_t* rows, int dim,
@@ -96,6 +97,47 @@ __global__ void RmsNormKernel(const float* x, const float* w, const int32_t* row
   const float inv = rsqrtf(ss / dim + eps);
   uint16_t* o = out + static_cast<int64_t>(r) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = ToBf(in[i] * inv * w[i]);
+}
+
+// x[r, :] += y[r, :] / rms(y[r, :]) * w.
+__global__ void RmsNormAddKernel(const float* y, const float* w, int dim, float eps, float* x) {
+  Release();
+  Acquire();
+  const int64_t r = blockIdx.x;
+  const float* in = y + r * dim;
+  float ss = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += in[i] * in[i];
+  ss = BlockSum(ss);
+  const float inv = rsqrtf(ss / dim + eps);
+  float* o = x + r * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] += in[i] * inv * w[i];
+}
+
+// One warp per head of a token's Q, K and V (blockIdx.x the token): the
+// bias added, then Q's and K's heads normalized.
+__global__ void QkNormKernel(float* qkv, const float* bias, const float* q_norm,
+                             const float* k_norm, int n_head, int n_kv, int hd, float eps) {
+  Release();
+  Acquire();
+  const int heads = n_head + 2 * n_kv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int width = heads * hd;
+  float* row = qkv + static_cast<int64_t>(blockIdx.x) * width;
+  for (int h = blockIdx.y * (blockDim.x / 32) + warp; h < heads;
+       h += gridDim.y * (blockDim.x / 32)) {
+    float* x = row + h * hd;
+    const float* b = bias ? bias + h * hd : nullptr;
+    const float* w = h < n_head ? q_norm : h < n_head + n_kv ? k_norm : nullptr;
+    float ss = 0;
+    for (int d = lane; d < hd; d += 32) {
+      const float v = x[d] + (b ? b[d] : 0.0f);
+      ss += v * v;
+      if (!w) x[d] = v;
+    }
+    if (!w) continue;
+    const float inv = rsqrtf(WarpSum(ss) / hd + eps);
+    for (int d = lane; d < hd; d += 32) x[d] = (x[d] + (b ? b[d] : 0.0f)) * inv * w[d];
+  }
 }
 
 // One element of a rotated head: dimension d of `x` (bias added) at `pos`.
@@ -156,8 +198,15 @@ __global__ void RopeKvKernel(RopeKvArgs a) {
 }
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+// GELU, tanh approximation: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+__device__ __forceinline__ float GeluTanh(float g) {
+  return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+}
+__device__ __forceinline__ float GateOf(Gate gate, float g) {
+  return gate == Gate::kGeluTanh ? GeluTanh(g) : Silu(g);
+}
 
-__global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
+__global__ void GatedActivationKernel(const float* gu, int n_ff, Gate gate, uint16_t* out) {
   Release();
   Acquire();
   const int t = blockIdx.y;
@@ -165,7 +214,7 @@ __global__ void SwiGluKernel(const float* gu, int n_ff, uint16_t* out) {
   if (j >= n_ff) return;
   const float2 gate_up =
       reinterpret_cast<const float2*>(gu + static_cast<int64_t>(t) * 2 * n_ff)[j];
-  out[static_cast<int64_t>(t) * n_ff + j] = ToBf(Silu(gate_up.x) * gate_up.y);
+  out[static_cast<int64_t>(t) * n_ff + j] = ToBf(GateOf(gate, gate_up.x) * gate_up.y);
 }
 
 // Decode attention. Each thread block: one (token, KV head, key range); its
@@ -191,8 +240,10 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   const int n_keys = a.pos[t] + 1;
   // A cascade member attends its keys from key_start on; the keys before
   // were attended for its group, as one more range (a.prefix) to merge.
-  const int ks = a.key_start ? a.key_start[t] : 0;
-  const bool has_prefix = ks > 0;
+  // A sliding window starts the keys later still.
+  const int ks0 = a.key_start ? a.key_start[t] : 0;
+  const bool has_prefix = ks0 > 0;
+  const int ks = a.window > 0 ? max(ks0, n_keys - a.window) : ks0;
   const int chunk = (n_keys - ks + a.n_split - 1) / a.n_split;
   const int k0 = ks + split * chunk, k1 = min(n_keys, k0 + chunk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -370,12 +421,12 @@ int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
 }
 
 __global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
-                               const int32_t* table, int n_keys, int n_kv, int hd, int bs,
+                               const int32_t* table, int key0, int n_keys, int n_kv, int hd, int bs,
                                uint16_t* kc, uint16_t* vc) {
-  const int key = blockIdx.x, kvh = blockIdx.y;
+  const int i = blockIdx.x, kvh = blockIdx.y, key = key0 + i;
   const int64_t blk = table[key / bs];
   const int64_t src = ((blk * n_kv + kvh) * bs + key % bs) * hd;
-  const int64_t dst = (static_cast<int64_t>(kvh) * n_keys + key) * hd;
+  const int64_t dst = (static_cast<int64_t>(kvh) * n_keys + i) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     kc[dst + d] = k_cache[src + d];
     vc[dst + d] = v_cache[src + d];
@@ -390,15 +441,16 @@ __global__ void GatherHeadsKernel(const float* q, int row0, int n, int n_head, i
   for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = ToBf(src[d]);
 }
 
-__global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, uint16_t* p,
-                                    float* lse) {
+__global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, int window,
+                                    uint16_t* p, float* lse) {
   const int64_t r = blockIdx.x;
-  const int last = key0 + static_cast<int>(r % n);  // keys <= last are visible
+  const int last = key0 + static_cast<int>(r % n);  // keys in [first, last] are visible
+  const int first = window > 0 ? max(0, last - window + 1) : 0;
   const float* in = s + r * n_keys;
   uint16_t* out = p + r * n_keys;
   __shared__ float red[32];
   float mx = -FLT_MAX;
-  for (int k = threadIdx.x; k <= last; k += blockDim.x) mx = fmaxf(mx, in[k]);
+  for (int k = first + threadIdx.x; k <= last; k += blockDim.x) mx = fmaxf(mx, in[k]);
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
   __syncthreads();
@@ -406,11 +458,11 @@ __global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0,
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) mx = fmaxf(mx, red[w]);
   __syncthreads();
   float sum = 0;
-  for (int k = threadIdx.x; k <= last; k += blockDim.x) sum += __expf(in[k] - mx);
+  for (int k = first + threadIdx.x; k <= last; k += blockDim.x) sum += __expf(in[k] - mx);
   sum = BlockSum(sum);
   const float inv = 1.0f / sum;
   for (int k = threadIdx.x; k < n_keys; k += blockDim.x)
-    out[k] = ToBf(k <= last ? __expf(in[k] - mx) * inv : 0.0f);
+    out[k] = ToBf(k >= first && k <= last ? __expf(in[k] - mx) * inv : 0.0f);
   if (lse && threadIdx.x == 0) lse[r] = mx + __logf(sum);
 }
 
@@ -560,7 +612,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
       __syncthreads();
       if (warp % 2 == 0 && lane < M)
         a.act[static_cast<int64_t>(lane) * (a.n / 2) + row / 2] =
-            ToBf(Silu(pair[warp][lane]) * pair[warp + 1][lane]);
+            ToBf(GateOf(a.gate, pair[warp][lane]) * pair[warp + 1][lane]);
       __syncthreads();
     }
   }
@@ -727,8 +779,23 @@ int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, 
   return Err();
 }
 
-int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream) {
-  return n > 0 ? Launch(EmbedKernel, dim3(n), dim3(256), 0, S(stream), table, ids, dim, x) : 0;
+int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float scale, float* x,
+          void* stream) {
+  return n > 0 ? Launch(EmbedKernel, dim3(n), dim3(256), 0, S(stream), table, ids, dim, scale, x)
+               : 0;
+}
+
+int RmsNormAdd(const float* y, const float* w, int n, int dim, float eps, float* x, void* stream) {
+  return n > 0 ? Launch(RmsNormAddKernel, dim3(n), dim3(256), 0, S(stream), y, w, dim, eps, x) : 0;
+}
+
+int QkNorm(float* qkv, const float* bias, const float* q_norm, const float* k_norm, int n,
+           int n_head, int n_kv, int head_dim, float eps, void* stream) {
+  if (n == 0) return 0;
+  // 8 warps per block, blocks along y so that every head has its warp.
+  const int heads = n_head + 2 * n_kv;
+  return Launch(QkNormKernel, dim3(n, (heads + 7) / 8), dim3(256), 0, S(stream), qkv, bias, q_norm,
+                k_norm, n_head, n_kv, head_dim, eps);
 }
 
 int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim, float eps,
@@ -743,15 +810,16 @@ int RopeStoreKv(const RopeKvArgs& a, void* stream) {
                  : 0;
 }
 
-int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream) {
-  return n > 0 ? Launch(SwiGluKernel, dim3((n_ff + 255) / 256, n), dim3(256), 0, S(stream), gu,
-                        n_ff, out)
+int GatedActivation(const float* gu, int n, int n_ff, Gate gate, uint16_t* out, void* stream) {
+  return n > 0 ? Launch(GatedActivationKernel, dim3((n_ff + 255) / 256, n), dim3(256), 0, S(stream),
+                        gu, n_ff, gate, out)
                : 0;
 }
 
 bool DecodeAttentionSupports(int head_dim, int group) {
-  return (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= 8;
+  return (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 ||
+          head_dim == 256) &&
+         group >= 1 && group <= 8;
 }
 
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
@@ -767,15 +835,18 @@ int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
       return g <= 4 ? LaunchDecode<32, 4>(a, s) : LaunchDecode<32, 8>(a, s);
     case 64:
       return g <= 4 ? LaunchDecode<64, 4>(a, s) : LaunchDecode<64, 8>(a, s);
-    default:
+    case 128:
       return g <= 4 ? LaunchDecode<128, 4>(a, s) : LaunchDecode<128, 8>(a, s);
+    default:
+      return g <= 4 ? LaunchDecode<256, 4>(a, s) : LaunchDecode<256, 8>(a, s);
   }
 }
 
-int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int n_keys,
-             int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc, void* stream) {
+int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,
+             int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc,
+             void* stream) {
   GatherKvKernel<<<dim3(n_keys, n_kv), head_dim, 0, S(stream)>>>(
-      k_cache, v_cache, table, n_keys, n_kv, head_dim, block_size, kc, vc);
+      k_cache, v_cache, table, key0, n_keys, n_kv, head_dim, block_size, kc, vc);
   return Err();
 }
 
@@ -785,14 +856,14 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
   return Err();
 }
 
-int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p,
+int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, int window, uint16_t* p,
                   void* stream) {
-  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, p, nullptr);
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, window, p, nullptr);
   return Err();
 }
 
 int SoftmaxLse(const float* s, int rows, int n_keys, uint16_t* p, float* lse, void* stream) {
-  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, 1, n_keys, n_keys - 1, p, lse);
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, 1, n_keys, n_keys - 1, 0, p, lse);
   return Err();
 }
 

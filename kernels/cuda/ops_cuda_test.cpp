@@ -88,27 +88,112 @@ void TestRmsNorm() {
   cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(out);
 }
 
-void TestSwiGlu() {
+float Silu(float g) { return g / (1 + std::exp(-g)); }
+float GeluTanh(float g) {
+  const double x = g;
+  return static_cast<float>(0.5 * x *
+                            (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))));
+}
+
+void TestGatedActivation() {
   const int n = 3, ff = 700;
-  auto gu = Random(n * 2 * ff);
+  auto gu = Random(n * 2 * ff, 2.0f);
   float* d = ToDevice(gu);
   uint16_t* out = nullptr;
   cudaMalloc(&out, n * ff * sizeof(uint16_t));
-  cuda::SwiGlu(d, n, ff, out, nullptr);
-  std::vector<float> want;
-  for (int t = 0; t < n; ++t)
-    for (int j = 0; j < ff; ++j) {
-      const float g = gu[t * 2 * ff + 2 * j], u = gu[t * 2 * ff + 2 * j + 1];
-      want.push_back(g / (1 + std::exp(-g)) * u);
-    }
-  Expect("swiglu", Bf16ToHost(out, want.size()), want, 1e-3f, 8e-3f);
+  for (cuda::Gate gate : {cuda::Gate::kSilu, cuda::Gate::kGeluTanh}) {
+    const int e = cuda::GatedActivation(d, n, ff, gate, out, nullptr);
+    failures += e != 0;
+    std::vector<float> want;
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < ff; ++j) {
+        const float g = gu[t * 2 * ff + 2 * j], u = gu[t * 2 * ff + 2 * j + 1];
+        want.push_back((gate == cuda::Gate::kSilu ? Silu(g) : GeluTanh(g)) * u);
+      }
+    Expect(gate == cuda::Gate::kSilu ? "swiglu" : "geglu (tanh)", Bf16ToHost(out, want.size()),
+           want, 1e-3f, 8e-3f);
+  }
   cudaFree(d), cudaFree(out);
+}
+
+void TestRmsNormAdd() {
+  const int n = 4, dim = 640;
+  auto y = Random(n * dim, 3.0f), w = Random(dim), x = Random(n * dim);
+  float *dy = ToDevice(y), *dw = ToDevice(w), *dx = ToDevice(x);
+  const int e = cuda::RmsNormAdd(dy, dw, n, dim, 1e-6f, dx, nullptr);
+  failures += e != 0;
+  std::vector<float> want = x;
+  for (int r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(y[r * dim + i]) * y[r * dim + i];
+    const double inv = 1 / std::sqrt(ss / dim + 1e-6);
+    for (int i = 0; i < dim; ++i)
+      want[r * dim + i] += static_cast<float>(y[r * dim + i] * inv * w[i]);
+  }
+  Expect("rms norm added to the residual", ToHost(dx, want.size()), want, 1e-5f, 1e-5f);
+  cudaFree(dy), cudaFree(dw), cudaFree(dx);
+}
+
+// The prefill path's causal softmax with a sliding window, and the gather
+// of a key range that starts past the first block.
+void TestWindowedPrefill() {
+  const int rows = 2 * 3, n = 3, K = 40, key0 = 30, window = 7;  // 2 heads of 3 rows
+  std::vector<float> sc = Random(static_cast<size_t>(rows) * K, 2.0f);
+  float* ds = ToDevice(sc);
+  uint16_t* dp = nullptr;
+  cudaMalloc(&dp, static_cast<size_t>(rows) * K * sizeof(uint16_t));
+  const int e = cuda::CausalSoftmax(ds, rows, n, K, key0, window, dp, nullptr);
+  failures += e != 0;
+  std::vector<float> want(static_cast<size_t>(rows) * K, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int last = key0 + r % n, first = std::max(0, last - window + 1);
+    double mx = -1e300, sum = 0;
+    for (int k = first; k <= last; ++k) mx = std::max(mx, static_cast<double>(sc[r * K + k]));
+    for (int k = first; k <= last; ++k) sum += std::exp(sc[r * K + k] - mx);
+    for (int k = first; k <= last; ++k)
+      want[r * K + k] = static_cast<float>(std::exp(sc[r * K + k] - mx) / sum);
+  }
+  Expect("causal softmax in a window", Bf16ToHost(dp, want.size()), want, 1e-4f, 8e-3f);
+
+  // Keys [21, 50) of a sequence in blocks {5, 2, 7, 0} of 16 (n_kv 2, hd 32);
+  // its first block is not readable (-1), as a block dropped out of every window.
+  const int bs = 16, n_kv = 2, hd = 32, from = 21, count = 29;
+  const std::vector<int32_t> table = {-1, 2, 7, 0};
+  const size_t cache = static_cast<size_t>(8) * n_kv * bs * hd;
+  std::vector<uint16_t> kh(cache), vh(cache);
+  for (size_t i = 0; i < cache; ++i)
+    kh[i] = Fp32ToBf16(static_cast<float>(i % 977)),
+    vh[i] = Fp32ToBf16(-static_cast<float>(i % 991));
+  uint16_t *dk = ToDevice(kh), *dv = ToDevice(vh), *kc = nullptr, *vc = nullptr;
+  int32_t* dt = ToDevice(table);
+  cudaMalloc(&kc, static_cast<size_t>(n_kv) * count * hd * sizeof(uint16_t));
+  cudaMalloc(&vc, static_cast<size_t>(n_kv) * count * hd * sizeof(uint16_t));
+  const int e2 = cuda::GatherKv(dk, dv, dt, from, count, n_kv, hd, bs, kc, vc, nullptr);
+  failures += e2 != 0;
+  std::vector<float> kw, vw;
+  for (int g = 0; g < n_kv; ++g)
+    for (int i = 0; i < count; ++i)
+      for (int d = 0; d < hd; ++d) {
+        const int key = from + i;
+        const size_t at =
+            ((static_cast<size_t>(table[key / bs]) * n_kv + g) * bs + key % bs) * hd + d;
+        kw.push_back(Bf16ToFp32(kh[at]));
+        vw.push_back(Bf16ToFp32(vh[at]));
+      }
+  Expect("gather of keys from a later block (K)", Bf16ToHost(kc, kw.size()), kw, 0, 0);
+  Expect("gather of keys from a later block (V)", Bf16ToHost(vc, vw.size()), vw, 0, 0);
+  for (void* p : {static_cast<void*>(ds), static_cast<void*>(dp), static_cast<void*>(dk),
+                  static_cast<void*>(dv), static_cast<void*>(dt), static_cast<void*>(kc),
+                  static_cast<void*>(vc)})
+    cudaFree(p);
 }
 
 // RoPE + KV store, then decode attention over the stored cache, for one
 // shape; the reference rotates and attends in fp32 over bf16-rounded K/V.
+// With qk_norm, QkNorm normalizes Q's and K's heads (adding the bias) first;
+// with a window, each token attends its last `window` positions only.
 void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_split,
-                   int keys_in_flight = 4) {
+                   int keys_in_flight = 4, bool qk_norm = false, int window = 0) {
   const int bs = 16, n_rot = hd;
   const std::vector<int> lens = {1, 37, 300};  // sequence lengths
   const int S = static_cast<int>(lens.size());
@@ -139,8 +224,16 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   std::vector<float> inv_freq(n_rot / 2);
   for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / n_rot);
 
+  const std::vector<float> q_norm = Random(hd, 1.0f), k_norm = Random(hd, 1.0f);
   float* d_qkv = ToDevice(qkv);
   float* d_b = bias ? ToDevice(b) : nullptr;
+  if (qk_norm) {
+    float *dqn = ToDevice(q_norm), *dkn = ToDevice(k_norm);
+    const int e = cuda::QkNorm(d_qkv, d_b, dqn, dkn, T, n_head, n_kv, hd, 1e-6f, nullptr);
+    failures += e != 0;
+    cudaDeviceSynchronize();
+    cudaFree(dqn), cudaFree(dkn);
+  }
   int32_t *d_pos = ToDevice(pos), *d_slot = ToDevice(slot), *d_seq = ToDevice(tok_seq);
   int32_t *d_tables = ToDevice(tables), *d_seq_table = ToDevice(seq_table);
   float* d_inv = ToDevice(inv_freq);
@@ -158,7 +251,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   cudaMemset(d_counters, 0, static_cast<size_t>(T) * n_kv * sizeof(int32_t));
 
   cuda::RopeKvArgs r;
-  r.qkv = d_qkv, r.bias = d_b, r.pos = d_pos, r.slot = d_slot, r.inv_freq = d_inv, r.q = d_q;
+  r.qkv = d_qkv, r.bias = qk_norm ? nullptr : d_b, r.pos = d_pos, r.slot = d_slot,
+  r.inv_freq = d_inv, r.q = d_q;
   r.k_cache = d_k, r.v_cache = d_v, r.n = T, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd;
   r.n_rot = n_rot, r.block_size = bs, r.neox = neox;
   cuda::RopeStoreKv(r, nullptr);
@@ -178,6 +272,16 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     std::vector<float> h(hd);
     for (int d = 0; d < hd; ++d)
       h[d] = qkv[static_cast<size_t>(t) * width + off + d] + (bias ? b[off + d] : 0);
+    const std::vector<float>* w = !qk_norm               ? nullptr
+                                  : off < q_dim          ? &q_norm
+                                  : off < q_dim + kv_dim ? &k_norm
+                                                         : nullptr;
+    if (w) {
+      double ss = 0;
+      for (float x : h) ss += static_cast<double>(x) * x;
+      const double inv = 1 / std::sqrt(ss / hd + 1e-6);
+      for (int d = 0; d < hd; ++d) h[d] = static_cast<float>(h[d] * inv * (*w)[d]);
+    }
     return h;
   };
   std::vector<float> q_ref(static_cast<size_t>(T) * q_dim), k_ref(cache), v_ref(cache);
@@ -199,9 +303,10 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   }
   const std::string shape = "hd " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
                             std::to_string(n_kv) + (neox ? ", neox" : ", pairs") +
-                            (bias ? ", bias" : "") + ", split " + std::to_string(n_split) +
-                            ", keys " + std::to_string(keys_in_flight);
-  Expect("rope q (" + shape + ")", ToHost(d_q, q_ref.size()), q_ref, 1e-4f, 1e-4f);
+                            (bias ? ", bias" : "") + (qk_norm ? ", qk norm" : "") +
+                            (window ? ", window " + std::to_string(window) : "") + ", split " +
+                            std::to_string(n_split) + ", keys " + std::to_string(keys_in_flight);
+  Expect("rope q (" + shape + ")", ToHost(d_q, q_ref.size()), q_ref, 2e-4f, 2e-4f);
   Expect("rope k store (" + shape + ")", Bf16ToHost(d_k, cache), k_ref, 1e-3f, 8e-3f);
   Expect("v store (" + shape + ")", Bf16ToHost(d_v, cache), v_ref, 1e-3f, 8e-3f);
 
@@ -216,6 +321,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
   a.keys_in_flight = keys_in_flight;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.window = window;
   const int e = cuda::DecodeAttention(a, nullptr);
   if (e != 0) {
     ++failures;
@@ -252,14 +358,16 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   std::vector<float> want(static_cast<size_t>(T) * q_dim);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < n_head; ++h)
-      reference(t, h, 0, pos[t] + 1, &want[static_cast<size_t>(t) * q_dim + h * hd]);
+      reference(t, h, window > 0 ? std::max(0, pos[t] + 1 - window) : 0, pos[t] + 1,
+                &want[static_cast<size_t>(t) * q_dim + h * hd]);
   Expect("decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
 
   // Cascade: each token's keys before key_start attended elsewhere (here in
   // double on the host), handed over as (normalized output, log-sum-exp)
   // through CascadeRanges, merged by the kernel with its own keys after;
   // the result is the same attention. Token 0 attends none of its own keys.
-  {
+  // (The backend runs no cascade with a sliding window.)
+  if (window == 0) {
     std::vector<int32_t> start(T);
     for (int t = 0; t < T; ++t) start[t] = t == 0 ? pos[t] + 1 : (pos[t] + 1) / 2;
     std::vector<float> oh(static_cast<size_t>(n_head) * T * hd),
@@ -358,7 +466,9 @@ void TestGemv() {
   uint16_t* dw2 = ToDevice(w2);
   float* dnorm = ToDevice(norm);
   for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
-    for (bool swiglu : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, SwiGLU, GeGLU behind
+      const bool swiglu = variant > 0;
+      const cuda::Gate gate = variant == 2 ? cuda::Gate::kGeluTanh : cuda::Gate::kSilu;
       std::vector<float> x = Random(static_cast<size_t>(rows) * k, 3.0f);
       std::vector<float> xn(x.size());
       for (int m = 0; m < rows; ++m) {
@@ -382,7 +492,7 @@ void TestGemv() {
         for (int m = 0; m < rows; ++m)
           for (int j = 0; j < n2 / 2; ++j) {
             const float g = y[m * n2 + 2 * j], u = y[m * n2 + 2 * j + 1];
-            want[m * n2 / 2 + j] = g / (1 + std::exp(-g)) * u;
+            want[m * n2 / 2 + j] = (gate == cuda::Gate::kSilu ? Silu(g) : GeluTanh(g)) * u;
           }
       }
       float* dx = ToDevice(x);
@@ -394,8 +504,12 @@ void TestGemv() {
       a.w = dw2, a.xf = dx, a.norm = dnorm, a.eps = 1e-5f, a.y = dy, a.rows = rows, a.n = n2;
       a.k = k, a.depth = swiglu ? 8 : 4;
       if (swiglu) a.act = dact;
+      a.gate = gate;
       const int e = cuda::Gemv(a, nullptr);
-      const std::string what = "gemv with rms norm" + std::string(swiglu ? " and swiglu" : "") +
+      const std::string what = "gemv with rms norm" +
+                               std::string(variant == 1   ? " and swiglu"
+                                           : variant == 2 ? " and geglu"
+                                                          : "") +
                                " (rows " + std::to_string(rows) + ")";
       if (e != 0) {
         ++failures;
@@ -516,7 +630,9 @@ int main() {
     return 77;
   }
   TestRmsNorm();
-  TestSwiGlu();
+  TestRmsNormAdd();
+  TestGatedActivation();
+  TestWindowedPrefill();
   TestGemv();
   TestArgmax();
   TestTopK();
@@ -528,6 +644,10 @@ int main() {
   TestAttention(128, 12, 2, true, true, 1);       // qwen2: 6 query heads per KV head, biases
   TestAttention(16, 4, 2, true, false, 2);
   TestAttention(32, 8, 8, false, true, 1);
+  TestAttention(128, 16, 8, true, false, 2, 4, true);      // qwen3: q/k norms
+  TestAttention(256, 4, 1, true, false, 1, 4, true, 100);  // gemma 3: hd 256, window
+  TestAttention(256, 8, 1, true, true, 3, 4, true, 45);    // a window across split ranges
+  TestAttention(256, 4, 1, true, false, 4);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

@@ -42,6 +42,27 @@ SHAPES = {
         rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False,
         bos_token_id=151643, eos_token_id=151645,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Qwen3-1.7B: per-head q/k norms
+    "qwen3": ("qwen3", dict(
+        hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+        head_dim=128, intermediate_size=6144, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, attention_bias=False,
+        bos_token_id=151643, eos_token_id=151645,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Gemma 3 1B (q/k norms, post norms, GeGLU, scaled embeddings, head_dim 256,
+    # every sixth layer global), except the sliding window: 64 positions
+    # instead of 512, so that the check's longer prompts and their
+    # continuations slide.
+    "gemma3": ("gemma3_text", dict(
+        hidden_size=1152, num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=256, intermediate_size=6912, vocab_size=262144, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, query_pre_attn_scalar=256, sliding_window=64,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                     for i in range(26)],
+        hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+        attn_logit_softcapping=None, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})),
     # CPU test shapes: same code paths (GQA, llama3 rope, tied and untied, QKV bias).
     "tiny": ("llama", dict(
         hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -77,7 +98,7 @@ def make_config(shape):
 def init_weights(model, seed, device):
     """Overwrites every parameter of `model` (on `device`) with the seeded init.
 
-    - RMSNorm weights 1.
+    - RMSNorm weights 1 (Gemma stores w - 1: 0).
     - q/k/v/gate/up projections: N(0, 1/fan_in) (unit gain, activations O(1)).
     - o/down projections: N(0, 1/fan_in) / sqrt(2 * n_layers), so the sum of the
       2L residual branches stays O(1) at any depth.
@@ -89,10 +110,11 @@ def init_weights(model, seed, device):
     import torch
     g = torch.Generator(device=device).manual_seed(seed)
     n_layers = model.config.num_hidden_layers
+    norm_fill = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.fill_(1.0)
+                p.fill_(norm_fill)
             elif name.endswith(".bias"):
                 p.normal_(0.0, BIAS_STD, generator=g)
             elif name.endswith("embed_tokens.weight"):
@@ -118,7 +140,13 @@ def classic_config(path):
     with open(path) as f:
         c = json.load(f)
     rp = c.pop("rope_parameters", None)
-    if rp is not None:
+    if rp is not None and "full_attention" in rp:
+        # Gemma 3: rope_theta for the global layers, rope_local_base_freq for the sliding ones.
+        assert rp["full_attention"].get("rope_type", "default") == "default"
+        c["rope_theta"] = rp["full_attention"]["rope_theta"]
+        c["rope_local_base_freq"] = rp["sliding_attention"]["rope_theta"]
+        c["rope_scaling"] = None
+    elif rp is not None:
         rp = dict(rp)
         c["rope_theta"] = rp.pop("rope_theta")
         rp.pop("partial_rotary_factor", None)

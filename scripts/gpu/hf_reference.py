@@ -83,7 +83,10 @@ def check_rope(model_path, cfg):
     if not rp:  # a transformers that still keeps rope_theta / rope_scaling apart
         rp = dict(getattr(cfg, "rope_scaling", None) or {"rope_type": "default"})
         rp["rope_theta"] = cfg.rope_theta
-    got = {k: rp.get(k) for k in want}
+    def part(got, want):  # the keys the shape names, per layer kind for Gemma 3
+        return {k: part(got.get(k) or {}, v) if isinstance(v, dict) else got.get(k)
+                for k, v in want.items()}
+    got = part(rp, want)
     if got != want:
         raise RuntimeError(f"rope parameters read back as {got}, expected {want}")
 

@@ -15,9 +15,12 @@ renames it when complete. No tokenizer: the engine is given token ids.
 
 Shapes (gpu_common.SHAPES): llama1b = Llama-3.2-1B (tied, llama3 rope
 scaling), llama8b = Llama-3-8B (untied), qwen2 = Qwen2.5-1.5B (QKV bias,
-tied); llama70b = Llama-3-70B (untied; ~141 GB, so made with --device cpu,
-for tensor parallelism over 4 GPUs; never a default); tiny, tiny_untied,
-tiny_qwen2 for the CPU.
+tied); qwen3 = Qwen3-1.7B (per-head q/k norms, tied); gemma3 = Gemma 3 1B
+(q/k and post norms, GeGLU, scaled embeddings, head_dim 256, five sliding
+layers to a global one, with a 64-position window instead of 512 so that the
+check's prompts slide); llama70b = Llama-3-70B (untied; ~141 GB, so made with
+--device cpu, for tensor parallelism over 4 GPUs; never a default); tiny,
+tiny_untied, tiny_qwen2 for the CPU.
 
 Why not transformers' own init
 ------------------------------
@@ -99,6 +102,9 @@ def check_config(path, shape):
         c = json.load(f)
     want = dict(gc.SHAPES[shape][1])
     rope = dict(want.pop("rope_parameters"))
+    if "full_attention" in rope:  # Gemma 3: one base per kind of layer
+        want["rope_local_base_freq"] = rope.pop("sliding_attention")["rope_theta"]
+        rope = dict(rope.pop("full_attention"))
     want["rope_theta"] = rope.pop("rope_theta")
     bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
     scaling = c.get("rope_scaling") or {"rope_type": "default"}

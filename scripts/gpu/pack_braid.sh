@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the braid binary built here (build/, with the CUDA backend) for the
 # GPU machine: build-gpu/frontend/braid, build-gpu/engine/braid_gpu_check
-# (what scripts/gpu/run_all.sh runs) and, in build-gpu/lib, the shared
+# (what scripts/gpu/run_all.sh runs), build-gpu/kernels/*_cuda_tests and,
+# in build-gpu/lib, the shared
 # libraries that machine lacks (libedit, Lua, SQLite and their own
 # dependencies). cuBLAS is found there under /usr/local/cuda. Pass
 # build-gpu to `run` as a carried path, and on the machine run with
@@ -12,12 +13,17 @@ build=${1:-build}
 bin=$build/frontend/braid
 [ -x "$bin" ] || { echo "no $bin: build first (scripts/build.sh)" >&2; exit 1; }
 [ "$(nm -C "$bin" | grep -c "braid::kernels::cuda")" -gt 0 ] || { echo "$bin has no CUDA backend" >&2; exit 1; }
-rm -rf build-gpu/frontend build-gpu/engine build-gpu/lib
+rm -rf build-gpu/frontend build-gpu/engine build-gpu/kernels build-gpu/lib
 mkdir -p build-gpu/frontend build-gpu/engine build-gpu/lib
 cp "$bin" build-gpu/frontend/braid
 strip build-gpu/frontend/braid
 cp "$build/engine/braid_gpu_check" build-gpu/engine/
 strip build-gpu/engine/braid_gpu_check
+# The CUDA kernel tests (against fp32 loops), when built.
+mkdir -p build-gpu/kernels
+for t in kernels_ops_cuda_tests kernels_dequant_cuda_tests; do
+  [ -x "$build/kernels/$t" ] && cp "$build/kernels/$t" build-gpu/kernels/ && strip build-gpu/kernels/$t
+done
 for lib in libedit.so.2 liblua5.4.so.0 libsqlite3.so.0 libtinfo.so.6 libbsd.so.0 libmd.so.0; do
   path=$(ldd "$bin" | awk -v l="$lib" '$1 == l {print $3}')
   [ -n "$path" ] || { echo "braid does not link $lib" >&2; continue; }

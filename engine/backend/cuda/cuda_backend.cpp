@@ -485,6 +485,8 @@ class CudaKv final : public KvMemory {
 
 struct GpuLayer {
   DeviceArray<float> attn_norm, ffn_norm, bqkv;
+  DeviceArray<float> q_norm, k_norm;                 // qk_norm
+  DeviceArray<float> post_attn_norm, post_ffn_norm;  // post_norms
   DeviceArray<uint16_t> wqkv, wo, wgu, wdown;
 };
 
@@ -523,7 +525,9 @@ class CudaBackend final : public Backend {
                                                int device, int context, Collective* group) {
     const ModelConfig& c = file.config();
     // The ops beyond the Llama block that this backend implements (family.h).
-    static constexpr std::string_view kOps[] = {"qkv_bias", "rope_llama3"};
+    static constexpr std::string_view kOps[] = {"qkv_bias",       "qk_norm",     "post_norms",
+                                                "gelu_tanh",      "embed_scale", "attn_scale",
+                                                "sliding_window", "rope_llama3"};
     BRAID_RETURN_IF_ERROR(CheckOps(c, context, kOps, "the CUDA backend"));
     const int world = group ? group->size() : 1;
     if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
@@ -633,9 +637,16 @@ class CudaBackend final : public Backend {
   // dst_f32 is set (norms, biases).
   Status Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, int64_t stride = 0,
                 Slice s = {});
+  // A norm's weight vector into `dst` (allocated here), with the model's
+  // norm_offset added to every element.
+  Status UploadNorm(const TensorInfo& t, DeviceArray<float>* dst);
   // After a product whose rows were split over the ranks (Wo, down): the
-  // residual x_[0, n) gains the sum of the ranks' partial products.
-  Status ReduceResidual(size_t n);
+  // ranks' partial products at p[0, n) (the residual x_, or a branch's
+  // output before its post norm) become their sum on every rank.
+  Status ReduceSum(float* p, size_t n);
+  // x_ += the product of a layer's branch, Wo or down (x: its input, k wide),
+  // normalized first with post_norm when the model has post norms.
+  Status AddBranch(const uint16_t* x, const uint16_t* w, int m, int k, const float* post_norm);
   Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k,
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
@@ -645,10 +656,10 @@ class CudaBackend final : public Backend {
              TopK topk = {});
   // y (+)= x w^T for m rows, x bf16 or, with `norm`, fp32 rows put through
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
-  // in), else cuBLASLt. With `swiglu`, w holds gate and up rows interleaved
-  // and the result is act_ = bf16(silu(gate) * up) [m, n / 2] (y: scratch).
+  // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
+  // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
   Status Project(const void* x, const float* norm, const uint16_t* w, float* y, int m, int n, int k,
-                 bool accumulate, bool swiglu = false);
+                 bool accumulate, bool gated = false);
   // The matrix-vector kernel's depth for this shape (4 or 8), or 0 for cuBLASLt.
   int GemvDepth(int n, int k, int m);
   Status EnsureInputs(size_t table_entries);
@@ -656,6 +667,8 @@ class CudaBackend final : public Backend {
   // With `argmax`, the ids of the logits rows' largest values into argmax_ too.
   Status Enqueue(CudaKv& kv, int n_tokens, int n_decode, int n_rows, int n_split, bool argmax);
   Status PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq);
+  // The positions layer `layer` attends back (its sliding window), or 0.
+  int Window(int layer) const { return c_.Sliding(layer) ? c_.sliding_window : 0; }
   int SplitFor(int n_decode, int max_keys) const;
 
   struct Segment {  // a prefill segment (GEMM attention)
@@ -690,11 +703,12 @@ class CudaBackend final : public Backend {
   // Weights.
   DeviceArray<uint16_t> embed_, lm_head_own_;
   const uint16_t* lm_head_ = nullptr;
-  DeviceArray<float> out_norm_, inv_freq_;
+  DeviceArray<float> out_norm_, inv_freq_, inv_freq_local_;  // local: sliding layers' RoPE
   std::vector<GpuLayer> layers_;
 
   // Activations, [kMaxChunk rows] each.
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
+  DeviceArray<float> branch_;  // post norms: a branch's output before its norm
   DeviceArray<int32_t> argmax_, counters_;
   PinnedArray<int32_t> argmax_host_;
   DeviceArray<int32_t> topk_ids_;
@@ -737,6 +751,7 @@ class CudaBackend final : public Backend {
   // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
   // turns them off one by one, to measure what each is worth.
   bool fuse_norm_ = true, fuse_swiglu_ = true;
+  kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
   int attention_keys_ = 4;
@@ -761,7 +776,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   if (!kc::DecodeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv)) ||
       c.n_head % c.n_head_kv != 0)
     return Status::Unsupported(
-        "the CUDA backend supports head_dim 16, 32, 64 or 128 with at most 8 "
+        "the CUDA backend supports head_dim 16, 32, 64, 128 or 256 with at most 8 "
         "query heads per KV head; this model has head_dim " +
         std::to_string(c.head_dim) + ", " + std::to_string(full_.n_head) + " heads and " +
         std::to_string(full_.n_head_kv) + " KV heads");
@@ -792,6 +807,10 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   }
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
+  // A shared prefix is attended once per group for every layer alike; with
+  // sliding layers it would be attended outside their windows.
+  for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
+  gate_ = c.activation == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
   BLAS_TRY(cublasSetStream(blas_, stream_));
@@ -804,6 +823,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
 
   const size_t T = kMaxChunk + kMaxGraphBatch;
   BRAID_RETURN_IF_ERROR(x_.Allocate(T * c.n_embd));
+  if (c.post_norms) BRAID_RETURN_IF_ERROR(branch_.Allocate(T * c.n_embd));
   BRAID_RETURN_IF_ERROR(xn_.Allocate(T * std::max(c.n_embd, q_dim_)));
   BRAID_RETURN_IF_ERROR(qkv_.Allocate(T * qkv_dim_));
   BRAID_RETURN_IF_ERROR(q_.Allocate(T * q_dim_));
@@ -832,10 +852,12 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(cascade_lse_.Allocate(static_cast<size_t>(kMaxChunk) * c.n_head));
   BRAID_RETURN_IF_ERROR(cascade_ranges_.Allocate(T * c.n_head * (c.head_dim + 2)));
   BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
-  const std::vector<float> inv = RopeInverseFrequencies(c);
-  BRAID_RETURN_IF_ERROR(inv_freq_.Allocate(inv.size()));
-  CUDA_TRY(
-      cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  for (bool local : {false, true}) {
+    const std::vector<float> inv = RopeInverseFrequencies(c, local);
+    DeviceArray<float>& d = local ? inv_freq_local_ : inv_freq_;
+    BRAID_RETURN_IF_ERROR(d.Allocate(inv.size()));
+    CUDA_TRY(cudaMemcpy(d.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
   return Status::Ok();
 }
 
@@ -937,12 +959,24 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
   return st;
 }
 
+Status CudaBackend::UploadNorm(const TensorInfo& t, DeviceArray<float>* dst) {
+  std::vector<float> f(t.elements());
+  kernels::DequantizeRow(t.type, t.data, f.data(), static_cast<int64_t>(f.size()));
+  for (float& v : f) v += c_.norm_offset;
+  BRAID_RETURN_IF_ERROR(dst->Allocate(f.size()));
+  CUDA_TRY(cudaMemcpy(dst->get(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
 // The tensors of a layer this backend uploads, by role (the family table
 // names them).
 constexpr TensorRole kUploadedRoles[] = {
-    TensorRole::kAttnNorm, TensorRole::kWq,    TensorRole::kWk,  TensorRole::kWv,
-    TensorRole::kBq,       TensorRole::kBk,    TensorRole::kBv,  TensorRole::kWo,
-    TensorRole::kFfnNorm,  TensorRole::kWGate, TensorRole::kWUp, TensorRole::kWDown};
+    TensorRole::kAttnNorm,   TensorRole::kWq,        TensorRole::kWk,
+    TensorRole::kWv,         TensorRole::kBq,        TensorRole::kBk,
+    TensorRole::kBv,         TensorRole::kWo,        TensorRole::kFfnNorm,
+    TensorRole::kWGate,      TensorRole::kWUp,       TensorRole::kWDown,
+    TensorRole::kAttnQNorm,  TensorRole::kAttnKNorm, TensorRole::kPostAttnNorm,
+    TensorRole::kPostFfnNorm};
 
 Status CudaBackend::LoadWeights(const ModelFile& file) {
   const ModelConfig& c = c_;
@@ -989,20 +1023,28 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
   }
   bytes_per_token_ = matrix_bytes(c.n_vocab, c.n_embd);
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* on, find(TensorRole::kOutputNorm, -1));
-  BRAID_RETURN_IF_ERROR(out_norm_.Allocate(c.n_embd));
-  BRAID_RETURN_IF_ERROR(Upload(*on, nullptr, out_norm_.get()));
+  BRAID_RETURN_IF_ERROR(UploadNorm(*on, &out_norm_));
 
   layers_ = std::vector<GpuLayer>(c.n_layer);
   const int64_t D = c.n_embd;
   for (int i = 0; i < c.n_layer; ++i) {
     GpuLayer& l = layers_[i];
     auto tensor = [&](TensorRole role) { return find(role, i); };
-    BRAID_RETURN_IF_ERROR(l.attn_norm.Allocate(D));
-    BRAID_RETURN_IF_ERROR(l.ffn_norm.Allocate(D));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* an, tensor(TensorRole::kAttnNorm));
-    BRAID_RETURN_IF_ERROR(Upload(*an, nullptr, l.attn_norm.get()));
-    BRAID_ASSIGN_OR_RETURN(const TensorInfo* fn, tensor(TensorRole::kFfnNorm));
-    BRAID_RETURN_IF_ERROR(Upload(*fn, nullptr, l.ffn_norm.get()));
+    // The norms (whole on every rank: q/k norms are per head dimension).
+    std::vector<std::pair<TensorRole, DeviceArray<float>*>> norms = {
+        {TensorRole::kAttnNorm, &l.attn_norm}, {TensorRole::kFfnNorm, &l.ffn_norm}};
+    if (c.qk_norm) {
+      norms.push_back({TensorRole::kAttnQNorm, &l.q_norm});
+      norms.push_back({TensorRole::kAttnKNorm, &l.k_norm});
+    }
+    if (c.post_norms) {
+      norms.push_back({TensorRole::kPostAttnNorm, &l.post_attn_norm});
+      norms.push_back({TensorRole::kPostFfnNorm, &l.post_ffn_norm});
+    }
+    for (auto [role, dst] : norms) {
+      BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(role));
+      BRAID_RETURN_IF_ERROR(UploadNorm(*t, dst));
+    }
 
     // Tensor parallelism: this rank's heads of Q, K and V (rows), its MLP
     // columns of gate and up (rows), and the matching columns of Wo and down.
@@ -1059,17 +1101,21 @@ int CudaBackend::SplitFor(int n_decode, int max_keys) const {
 
 Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq) {
   const int hd = c_.head_dim, H = c_.n_head, G = c_.n_head / c_.n_head_kv;
-  const int n_keys = pos0 + n;
-  if (n_keys > context_)
-    return Status::OutOfRange(std::to_string(n_keys) + " positions exceed the context of " +
+  if (pos0 + n > context_)
+    return Status::OutOfRange(std::to_string(pos0 + n) + " positions exceed the context of " +
                               std::to_string(context_));
+  // The keys from the first any row of the chunk sees: with a sliding
+  // window, blocks before it may already be gone.
+  const int window = Window(layer);
+  const int key0 = window > 0 ? std::max(0, pos0 - window + 1) : 0;
+  const int n_keys = pos0 + n - key0;
   const int32_t* table = DevTables() + HostRegion(kSeqTable)[seq];
-  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, n_keys, c_.n_head_kv, hd,
+  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, key0, n_keys, c_.n_head_kv, hd,
                           kv.block_size(), kc_.get(), vc_.get(), stream_));
   // Query rows per pass so that the scores fit the workspace.
   const size_t per_row = static_cast<size_t>(H) * n_keys;
   const int rows = static_cast<int>(std::max<size_t>(1, std::min<size_t>(n, s_.size() / per_row)));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd)), one = 1.0f, zero = 0.0f;
+  const float scale = c_.AttnScale(), one = 1.0f, zero = 0.0f;
   for (int t0 = 0; t0 < n; t0 += rows) {
     const int m = std::min(rows, n - t0);
     KERNEL_TRY(kc::GatherHeads(q_.get(), row0 + t0, m, H, hd, qh_.get(), stream_));
@@ -1080,7 +1126,8 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
                                         hd, static_cast<int64_t>(G) * m * hd, &zero, s_.get(),
                                         CUDA_R_32F, n_keys, static_cast<int64_t>(G) * m * n_keys,
                                         c_.n_head_kv, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    KERNEL_TRY(kc::CausalSoftmax(s_.get(), H * m, m, n_keys, pos0 + t0, p_.get(), stream_));
+    KERNEL_TRY(
+        kc::CausalSoftmax(s_.get(), H * m, m, n_keys, pos0 + t0 - key0, window, p_.get(), stream_));
     // O[kvh] (G*m x hd) = P[kvh] V[kvh]
     BLAS_TRY(cublasGemmStridedBatchedEx(
         blas_, CUBLAS_OP_N, CUBLAS_OP_N, hd, G * m, n_keys, &one, vc_.get(), CUDA_R_16BF, hd,
@@ -1138,14 +1185,14 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs)
 Status CudaBackend::CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g) {
   const int hd = c_.head_dim, H = c_.n_head, G = c_.n_head / c_.n_head_kv, P = g.keys;
   const int32_t* table = DevTables() + HostRegion(kSeqTable)[g.seq];
-  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, P, c_.n_head_kv, hd, kv.block_size(),
+  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, 0, P, c_.n_head_kv, hd, kv.block_size(),
                           kc_.get(), vc_.get(), stream_));
   // Members per pass so that the scores fit the workspace.
   const size_t per_row = static_cast<size_t>(H) * P;
   const int rows = static_cast<int>(
       std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(g.m), s_.size() / per_row,
                                             static_cast<size_t>(kMaxChunk)})));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd)), one = 1.0f, zero = 0.0f;
+  const float scale = c_.AttnScale(), one = 1.0f, zero = 0.0f;
   for (int i0 = 0; i0 < g.m; i0 += rows) {
     const int m = std::min(rows, g.m - i0);
     KERNEL_TRY(kc::GatherRows(q_.get(), DevRegion(kCascadeRows) + g.off + i0, m, H, hd, qh_.get(),
@@ -1174,17 +1221,21 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   const ModelConfig& c = c_;
   const int D = c.n_embd;
   int32_t* ids = DevRegion(kIds);
-  KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, x_.get(), stream_));
+  KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
     BRAID_RETURN_IF_ERROR(
         Project(x_.get(), l.attn_norm.get(), l.wqkv.get(), qkv_.get(), T, qkv_dim_, D, false));
+    // q/k norms take the bias in with them.
+    if (c.qk_norm)
+      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
+                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
     kc::RopeKvArgs r;
     r.qkv = qkv_.get();
-    r.bias = l.bqkv.get();
+    r.bias = c.qk_norm ? nullptr : l.bqkv.get();
     r.pos = DevRegion(kPos);
     r.slot = DevRegion(kSlot);
-    r.inv_freq = inv_freq_.get();
+    r.inv_freq = c.Sliding(i) ? inv_freq_local_.get() : inv_freq_.get();
     r.q = q_.get();
     r.k_cache = kv.k(i);
     r.v_cache = kv.v(i);
@@ -1217,7 +1268,8 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.block_size = kv.block_size();
       a.n_split = n_split;
       a.keys_in_flight = attention_keys_;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      a.scale = c.AttnScale();
+      a.window = Window(i);
       if (!groups_.empty()) {
         a.key_start = DevRegion(kKeyStart);
         a.prefix = cascade_ranges_.get();
@@ -1226,16 +1278,10 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     }
     for (const Segment& s : prefill_)
       BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
-    // Under tensor parallelism rank 0 adds its part to the residual, the
-    // others write theirs in its place, and the sum over the ranks is then
-    // the residual plus the whole product on every rank.
-    const bool add = rank_ == 0;
-    BRAID_RETURN_IF_ERROR(Project(att_.get(), nullptr, l.wo.get(), x_.get(), T, D, q_dim_, add));
-    BRAID_RETURN_IF_ERROR(ReduceResidual(static_cast<size_t>(T) * D));
+    BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.get(), T, q_dim_, l.post_attn_norm.get()));
     BRAID_RETURN_IF_ERROR(
         Project(x_.get(), l.ffn_norm.get(), l.wgu.get(), gu_.get(), T, 2 * c.n_ff, D, false, true));
-    BRAID_RETURN_IF_ERROR(Project(act_.get(), nullptr, l.wdown.get(), x_.get(), T, D, c.n_ff, add));
-    BRAID_RETURN_IF_ERROR(ReduceResidual(static_cast<size_t>(T) * D));
+    BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.get(), T, c.n_ff, l.post_ffn_norm.get()));
   }
   if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
@@ -1247,13 +1293,31 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   return Status::Ok();
 }
 
-Status CudaBackend::ReduceResidual(size_t n) {
+Status CudaBackend::ReduceSum(float* p, size_t n) {
   if (!group_) return Status::Ok();
-  return group_->AllReduceSum(x_.get(), n, stream_);
+  return group_->AllReduceSum(p, n, stream_);
+}
+
+Status CudaBackend::AddBranch(const uint16_t* x, const uint16_t* w, int m, int k,
+                              const float* post_norm) {
+  const int D = c_.n_embd;
+  const size_t n = static_cast<size_t>(m) * D;
+  if (c_.post_norms) {
+    // The branch whole (summed over the ranks), normalized, then added.
+    BRAID_RETURN_IF_ERROR(Project(x, nullptr, w, branch_.get(), m, D, k, false));
+    BRAID_RETURN_IF_ERROR(ReduceSum(branch_.get(), n));
+    KERNEL_TRY(kc::RmsNormAdd(branch_.get(), post_norm, m, D, c_.rms_eps, x_.get(), stream_));
+    return Status::Ok();
+  }
+  // Under tensor parallelism rank 0 adds its part to the residual, the
+  // others write theirs in its place, and the sum over the ranks is then
+  // the residual plus the whole product on every rank.
+  BRAID_RETURN_IF_ERROR(Project(x, nullptr, w, x_.get(), m, D, k, rank_ == 0));
+  return ReduceSum(x_.get(), n);
 }
 
 Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w, float* y, int m,
-                            int n, int k, bool accumulate, bool swiglu) {
+                            int n, int k, bool accumulate, bool gated) {
   const int depth = m <= kc::kGemvMaxRows ? GemvDepth(n, k, m) : 0;
   // What the product does not fuse runs as kernels of its own around it.
   if (norm && !(depth > 0 && fuse_norm_)) {
@@ -1262,7 +1326,7 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
     x = xn_.get();
     norm = nullptr;
   }
-  const bool epilogue = depth > 0 && swiglu && fuse_swiglu_ && n % 8 == 0;
+  const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
     kc::GemvArgs g;
     g.depth = depth;
@@ -1279,12 +1343,15 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
     } else {
       g.x = static_cast<const uint16_t*>(x);
     }
-    if (epilogue) g.act = act_.get();
+    if (epilogue) {
+      g.act = act_.get();
+      g.gate = gate_;
+    }
     KERNEL_TRY(kc::Gemv(g, stream_));
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w, y, m, n, k, accumulate));
   }
-  if (swiglu && !epilogue) KERNEL_TRY(kc::SwiGlu(y, m, n / 2, act_.get(), stream_));
+  if (gated && !epilogue) KERNEL_TRY(kc::GatedActivation(y, m, n / 2, gate_, act_.get(), stream_));
   return Status::Ok();
 }
 

@@ -18,8 +18,9 @@
 
 namespace braid::kernels::cuda {
 
-// x[t, :] = table[ids[t], :] as fp32, for t < n.
-int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float* x, void* stream);
+// x[t, :] = table[ids[t], :] * scale as fp32, for t < n.
+int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float scale, float* x,
+          void* stream);
 
 // out[r, :] = bf16(x[src, :] / rms(x[src, :]) * w) with src = rows ? rows[r] : r, r < n.
 int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim, float eps,
@@ -40,9 +41,26 @@ struct RopeKvArgs {
 // Adds the bias, rotates Q and K by position, writes Q and stores K and V.
 int RopeStoreKv(const RopeKvArgs& a, void* stream);
 
-// out[t, j] = bf16(silu(gu[t, 2j]) * gu[t, 2j + 1]) for t < n, j < n_ff: the
+// Per-head RMS norms of Q and K (Qwen3, Gemma 3), in place in qkv [n,
+// n_head*hd + 2*n_kv*hd], before RopeStoreKv: the bias (when set, the
+// whole row's) is added first, then every query head is normalized with
+// q_norm [hd] and every KV head's K with k_norm [hd]. RopeStoreKv then
+// runs without a bias.
+int QkNorm(float* qkv, const float* bias, const float* q_norm, const float* k_norm, int n,
+           int n_head, int n_kv, int head_dim, float eps, void* stream);
+
+// The feed-forward block's gate: out = act(gate) * up.
+enum class Gate {
+  kSilu,      // SwiGLU
+  kGeluTanh,  // GeGLU, GELU with the tanh approximation
+};
+// out[t, j] = bf16(act(gu[t, 2j]) * gu[t, 2j + 1]) for t < n, j < n_ff: the
 // gate and up projections interleaved row by row.
-int SwiGlu(const float* gu, int n, int n_ff, uint16_t* out, void* stream);
+int GatedActivation(const float* gu, int n, int n_ff, Gate gate, uint16_t* out, void* stream);
+
+// x[r, :] += y[r, :] / rms(y[r, :]) * w for r < n (post norms: a branch's
+// output normalized before the residual add).
+int RmsNormAdd(const float* y, const float* w, int n, int dim, float eps, float* x, void* stream);
 
 struct DecodeAttentionArgs {
   const float* q = nullptr;           // [tokens, n_head*hd] rotated queries
@@ -60,6 +78,7 @@ struct DecodeAttentionArgs {
   int n_split = 1;         // key ranges per (token, KV head) (<= 32), merged by the last to finish
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
   float scale = 0;
+  int window = 0;  // > 0: token t sees only keys (pos[t] - window, pos[t]] (sliding window)
   // Cascade (shared-prefix) attention: with key_start [tokens] set, token t
   // attends keys [key_start[t], pos[t]] here, and when key_start[t] > 0 the
   // keys before were attended elsewhere (CascadeRanges): their normalized
@@ -72,22 +91,25 @@ struct DecodeAttentionArgs {
 // position), all query heads of a KV head in one thread block, the keys split
 // into n_split ranges when there are too few (token, KV head) pairs to fill
 // the device; the block that finishes a (token, KV head) last merges its
-// ranges. head_dim 16, 32, 64 or 128; n_head / n_kv <= 8.
+// ranges. head_dim 16, 32, 64, 128 or 256; n_head / n_kv <= 8.
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream);
 // Whether DecodeAttention supports the shape.
 bool DecodeAttentionSupports(int head_dim, int group);
 
 // Prefill attention of one sequence's chunk through GEMMs: these gather the
 // operands and apply the causal softmax around two batched GEMMs.
-//   kc, vc [n_kv][n_keys][hd] <- the sequence's first n_keys positions
-int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int n_keys,
-             int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc, void* stream);
+//   kc, vc [n_kv][n_keys][hd] <- the sequence's positions [key0, key0 + n_keys)
+int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,
+             int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc,
+             void* stream);
 //   qh [n_head][n][hd] (bf16) <- q [n rows from row0, n_head*hd] (fp32)
 int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint16_t* qh,
                 void* stream);
 //   p[r, :] = bf16(softmax(s[r, :] over keys <= key0 + (r % n))), r < rows;
-//   keys after that get probability 0.
-int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, uint16_t* p, void* stream);
+//   keys after that get probability 0, and with window > 0 so do keys
+//   window or more before it (sliding window).
+int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, int window, uint16_t* p,
+                  void* stream);
 // Cascade attention of a group's queries over their shared prefix, through
 // the same GEMMs (docs/cuda.md):
 //   qh [n_head][n][hd] (bf16) <- q [rows[t], n_head*hd] (fp32), t < n
@@ -119,10 +141,11 @@ struct GemvArgs {
   const float* xf = nullptr;
   const float* norm = nullptr;
   float eps = 0;
-  // SwiGLU fused behind: with act set, rows 2j and 2j + 1 of w are a gate
-  // and an up projection and act[m, j] = bf16(silu(y[m, 2j]) * y[m, 2j + 1])
+  // The gate fused behind: with act set, rows 2j and 2j + 1 of w are a gate
+  // and an up projection and act[m, j] = bf16(gate(y[m, 2j]) * y[m, 2j + 1])
   // is written instead of y (n a multiple of 8, act [rows, n / 2]).
   uint16_t* act = nullptr;
+  Gate gate = Gate::kSilu;
   int depth = 4;  // 16-byte pieces of w in flight per lane: 4 or 8
 };
 int Gemv(const GemvArgs& a, void* stream);
