@@ -35,6 +35,8 @@ const char* kBenchHelp =
     "              integer dot products) or f32\n"
     "  --stream S  weight prefetch: auto (default: both timed at load, the faster\n"
     "              kept), nt (non-temporal) or t0 (ordinary); also BRAID_STREAM\n"
+    "  --weights W CUDA layer weights: bf16 (default) or fp8 (e4m3, a scale per row,\n"
+    "              quantized at load)\n"
     "  --no-bw     skip the bandwidth probe\n"
     "  --json FILE also write the results as JSON\n"
     "\n"

@@ -54,6 +54,8 @@ const char* kGenerateHelp =
     "      --precision P       activations: split16 (default) or int8 (llama.cpp's)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
+    "      --weights W         CUDA layer weights: bf16 (default) or fp8 (e4m3, quantized at "
+    "load)\n"
     "  -v, --verbose           print model info and timings to stderr\n";
 
 // Streams generated text to stdout as it arrives.

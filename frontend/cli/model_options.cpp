@@ -46,6 +46,12 @@ ModelOptions ReadModelOptions(Args& args) {
   } else if (kv != "f16") {
     args.Fail("--kv must be f16, f32 or q8, not '" + kv + "'");
   }
+  const std::string w = args.Str({"--weights"}, "bf16");
+  if (w == "fp8") {
+    o.weights = ModelOptions::Weights::kFp8;
+  } else if (w != "bf16") {
+    args.Fail("--weights must be bf16 or fp8, not '" + w + "'");
+  }
   const std::string st = args.Str({"--stream"}, "auto");
   if (st == "nt") {
     o.cpu.stream = CpuOptions::Stream::kNonTemporal;

@@ -36,6 +36,8 @@ const char* const kStackHelp =
     "batches)\n"
     "      --kv TYPE           KV cache: f16 (default), q8 (int8 + a scale per row) or f32\n"
     "      --stream S          weight prefetch: auto (default: timed at load), nt or t0\n"
+    "      --weights W         CUDA layer weights: bf16 (default) or fp8 (e4m3, quantized at "
+    "load)\n"
     "      --engines N|FILE    embedded engines on the same model, 1..64 (default 1); or a\n"
     "                          JSON file listing embedded and remote (OpenAI-compatible)\n"
     "                          engines (docs/http-api.md); -m then gives the tokenizer\n"
@@ -107,6 +109,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--precision",
                                                      "--kv",
                                                      "--stream",
+                                                     "--weights",
                                                      "--engines",
                                                      "--placement",
                                                      "--max-running",

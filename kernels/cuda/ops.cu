@@ -2,6 +2,8 @@
 // arithmetic throughout; bf16 only where values are stored for a GEMM or in
 // the KV cache.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -499,6 +501,56 @@ __global__ void F32ToBf16Kernel(const float* src, int64_t n, uint16_t* dst) {
   if (i < n) dst[i] = ToBf(src[i]);
 }
 
+// The largest of the block's values (every thread gets it).
+__device__ float BlockMax(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < static_cast<int>(blockDim.x / 32) ? part[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
+    if (lane == 0) total = w;
+  }
+  __syncthreads();
+  return total;
+}
+
+// The largest finite e4m3 value.
+constexpr float kFp8Max = 448.0f;
+
+__global__ void QuantizeRowsFp8Kernel(const uint16_t* w, int k, uint8_t* q, float* scale) {
+  Release();
+  Acquire();
+  const int64_t r = blockIdx.x;
+  const uint16_t* row = w + r * k;
+  float mx = 0;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) mx = fmaxf(mx, fabsf(Bf(row[i])));
+  mx = BlockMax(mx);
+  const float s = mx > 0 ? mx / kFp8Max : 1.0f, inv = 1.0f / s;
+  uint8_t* out = q + r * k;
+  for (int i = threadIdx.x; i < k; i += blockDim.x)
+    out[i] = __nv_cvt_float_to_fp8(Bf(row[i]) * inv, __NV_SATFINITE, __NV_E4M3);
+  if (threadIdx.x == 0) scale[r] = s;
+}
+
+__device__ __forceinline__ float2 Fp8x2ToFloat2(uint16_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+__global__ void DequantizeRowsFp8Kernel(const uint8_t* q, const float* scale, int64_t n, int k,
+                                        uint16_t* w) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * k / 2) return;
+  const float s = scale[(2 * i) / k];
+  const float2 f = Fp8x2ToFloat2(reinterpret_cast<const uint16_t*>(q)[i]);
+  w[2 * i] = ToBf(f.x * s);
+  w[2 * i + 1] = ToBf(f.y * s);
+}
+
 // Gemv: 8 warps per block, each warp one output row at a time (rows strided
 // over the grid); every lane streams 16-byte pieces of the row, U (4 or 8)
 // of them in flight, against the block's bf16 copy of x in shared memory. The
@@ -547,20 +599,35 @@ __device__ void NormRows(const GemvArgs& a, uint16_t* xs) {
   }
 }
 
-template <int M, int U>
+// 16 e4m3 values of a 16-byte piece, as floats.
+__device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 lo = Fp8x2ToFloat2(static_cast<uint16_t>(w[i] & 0xffffu));
+    const float2 hi = Fp8x2ToFloat2(static_cast<uint16_t>(w[i] >> 16));
+    f[4 * i] = lo.x, f[4 * i + 1] = lo.y, f[4 * i + 2] = hi.x, f[4 * i + 3] = hi.y;
+  }
+}
+
+// F8: w8 holds e4m3 weights (16 per 16-byte piece), each row's products
+// multiplied by its scale at the end.
+template <int M, int U, bool F8>
 __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   extern __shared__ __align__(16) uint16_t xs[];
   __shared__ float pair[kGemvWarps][M];  // SwiGLU: the block's outputs of one round
   Release();
-  const int K8 = a.k / 8;
+  constexpr int kPer = F8 ? 16 : 8;  // weights per 16-byte piece
+  const int K8 = a.k / 8, KP = a.k / kPer;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int row = blockIdx.x * kGemvWarps + warp;
   auto load = [&](int r, int base, uint4* wv) {
-    const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
+    const uint4* wr = F8 ? reinterpret_cast<const uint4*>(a.w8 + static_cast<int64_t>(r) * a.k)
+                         : reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = base + u * 32;
-      wv[u] = i < K8 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
+      wv[u] = i < KP ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
     }
   };
   uint4 wv[U];
@@ -579,28 +646,36 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0;
-    for (int base = lane; base < K8; base += 32 * U) {
+    for (int base = lane; base < KP; base += 32 * U) {
       if (base != lane) load(row, base, wv);  // the first pieces are already in wv
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int i = base + u * 32;
-        if (i >= K8) break;
-        float wf[8];
-        Unpack(wv[u], wf);
+        if (i >= KP) break;
+        float wf[kPer];
+        if constexpr (F8) {
+          UnpackFp8(wv[u], wf);
+        } else {
+          Unpack(wv[u], wf);
+        }
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          float xf[8];
-          Unpack(xv[m * K8 + i], xf);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
+          for (int h = 0; h < kPer / 8; ++h) {
+            float xf[8];
+            Unpack(xv[m * K8 + i * (kPer / 8) + h], xf);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[m] += wf[8 * h + j] * xf[j];
+          }
         }
       }
     }
+    const float row_scale = F8 ? a.w_scale[row] : 1.0f;
     const int next = row + gridDim.x * kGemvWarps;
     if (next < a.n) load(next, lane, wv);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float v = WarpSum(acc[m]);
+      const float v = WarpSum(acc[m]) * row_scale;
       if (a.act) {
         if (lane == 0) pair[warp][m] = v;
       } else if (lane == 0) {
@@ -618,7 +693,111 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   }
 }
 
-template <int M, int U>
+// y[m, :] = (x[m, :] . w[r, :]) * x_scale[m] * w_scale[r] on e4m3 tensor
+// cores (mma m16n8k32): the tokens are the 16 rows of A (those past
+// a.rows zero), 8 weight rows the 8 columns of B. The order of the k terms
+// does not matter to a dot product, so each lane loads 16 contiguous bytes
+// of its weight row (and of its tokens' x) and hands them to two mmas as
+// the k positions those fragments hold: every load is a coalesced 16-byte
+// one, and no fragment is shuffled. A block's 8 warps take a row group of 8
+// each a slice of k, summed in shared memory.
+__device__ __forceinline__ void MmaFp8(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int U>
+__global__ void __launch_bounds__(kGemvWarps * 32) GemvFp8Kernel(GemvFp8Args a) {
+  __shared__ float red[kGemvWarps][16][8];
+  Release();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, tig = lane % 4;
+  const int steps = a.k / 64;  // of 64 columns
+  const int s0 = warp * steps / kGemvWarps, s1 = (warp + 1) * steps / kGemvWarps;
+  const int groups = a.n / 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load = [&](int g, int s, uint4* wv) {
+    const uint8_t* w = a.w + static_cast<int64_t>(g * 8 + gid) * a.k + tig * 16;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      wv[u] = s + u < s1 ? __ldg(reinterpret_cast<const uint4*>(w + (s + u) * 64)) : zero;
+  };
+  uint4 wv[U];
+  int g = blockIdx.x;
+  if (g < groups) load(g, s0, wv);  // before waiting for the kernel that wrote x
+  Acquire();
+  const uint8_t* x0 = a.x + static_cast<int64_t>(gid) * a.k + tig * 16;
+  const uint8_t* x1 = x0 + static_cast<int64_t>(8) * a.k;
+  const bool has0 = gid < a.rows, has1 = gid + 8 < a.rows;
+  for (; g < groups; g += gridDim.x) {
+    float c[4] = {0, 0, 0, 0};
+    for (int s = s0; s < s1; s += U) {
+      if (s != s0) load(g, s, wv);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (s + u >= s1) break;
+        const int col = (s + u) * 64;
+        const uint4 xa = has0 ? __ldg(reinterpret_cast<const uint4*>(x0 + col)) : zero;
+        const uint4 xb = has1 ? __ldg(reinterpret_cast<const uint4*>(x1 + col)) : zero;
+        MmaFp8(c, xa.x, xb.x, xa.y, xb.y, wv[u].x, wv[u].y);
+        MmaFp8(c, xa.z, xb.z, xa.w, xb.w, wv[u].z, wv[u].w);
+      }
+    }
+    if (g + gridDim.x < groups) load(g + gridDim.x, s0, wv);
+    red[warp][gid][2 * tig] = c[0];
+    red[warp][gid][2 * tig + 1] = c[1];
+    red[warp][gid + 8][2 * tig] = c[2];
+    red[warp][gid + 8][2 * tig + 1] = c[3];
+    __syncthreads();
+    auto total = [&](int m, int r) {
+      float v = 0;
+#pragma unroll
+      for (int w = 0; w < kGemvWarps; ++w) v += red[w][m][r];
+      return v * a.x_scale[m] * a.w_scale[g * 8 + r];
+    };
+    if (a.act) {  // rows 2j, 2j + 1: a gate and an up projection
+      for (int e = threadIdx.x; e < a.rows * 4; e += blockDim.x) {
+        const int m = e / 4, j = e % 4;
+        a.act[static_cast<int64_t>(m) * (a.n / 2) + g * 4 + j] =
+            ToBf(GateOf(a.gate, total(m, 2 * j)) * total(m, 2 * j + 1));
+      }
+    } else {
+      for (int e = threadIdx.x; e < a.rows * 8; e += blockDim.x) {
+        const int m = e / 8, r = e % 8;
+        float* y = a.y + static_cast<int64_t>(m) * a.n + g * 8 + r;
+        const float v = total(m, r);
+        *y = a.accumulate ? *y + v : v;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// As QuantizeRowsFp8Kernel, of the rows of x RMS-normalized with `norm`.
+__global__ void QuantizeNormRowsFp8Kernel(const float* x, const float* norm, float eps, int k,
+                                          uint8_t* q, float* scale) {
+  Release();
+  Acquire();
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * k;
+  float ss = 0;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) ss += row[i] * row[i];
+  const float inv = rsqrtf(BlockSum(ss) / k + eps);
+  float mx = 0;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i] * inv * norm[i]));
+  mx = BlockMax(mx);
+  const float s = mx > 0 ? mx / kFp8Max : 1.0f, to = inv / s;
+  uint8_t* out = q + r * k;
+  for (int i = threadIdx.x; i < k; i += blockDim.x)
+    out[i] = __nv_cvt_float_to_fp8(row[i] * to * norm[i], __NV_SATFINITE, __NV_E4M3);
+  if (threadIdx.x == 0) scale[r] = s;
+}
+
+template <int M, int U, bool F8>
 int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
   // Beyond 48 KB of shared memory in all (the kernel's static part
@@ -626,8 +805,8 @@ int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   constexpr int kStatic = kGemvWarps * M * static_cast<int>(sizeof(float));
   static int configured = 0;  // the largest dynamic shared memory allowed so far
   if (smem + kStatic > 48 * 1024 && smem > configured) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(GemvKernel<M, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = cudaFuncSetAttribute(GemvKernel<M, U, F8>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return static_cast<int>(e);
     configured = smem;
   }
@@ -635,7 +814,7 @@ int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
-  return Launch(GemvKernel<M, U>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
+  return Launch(GemvKernel<M, U, F8>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
 }
 
 __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
@@ -751,22 +930,62 @@ __global__ void __launch_bounds__(1024)
 
 }  // namespace
 
-int Gemv(const GemvArgs& a, void* stream) {
-  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % 8 != 0 || (a.act && a.n % 8 != 0) ||
-      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8))
-    return -1;
-  cudaStream_t s = S(stream);
+template <bool F8>
+int GemvOf(const GemvArgs& a, cudaStream_t s) {
   const bool deep = a.depth == 8;
   switch (a.rows) {
     case 1:
-      return deep ? LaunchGemv<1, 8>(a, s) : LaunchGemv<1, 4>(a, s);
+      return deep ? LaunchGemv<1, 8, F8>(a, s) : LaunchGemv<1, 4, F8>(a, s);
     case 2:
-      return deep ? LaunchGemv<2, 8>(a, s) : LaunchGemv<2, 4>(a, s);
+      return deep ? LaunchGemv<2, 8, F8>(a, s) : LaunchGemv<2, 4, F8>(a, s);
     case 3:
-      return deep ? LaunchGemv<3, 8>(a, s) : LaunchGemv<3, 4>(a, s);
+      return deep ? LaunchGemv<3, 8, F8>(a, s) : LaunchGemv<3, 4, F8>(a, s);
     default:
-      return deep ? LaunchGemv<4, 8>(a, s) : LaunchGemv<4, 4>(a, s);
+      return deep ? LaunchGemv<4, 8, F8>(a, s) : LaunchGemv<4, 4, F8>(a, s);
   }
+}
+
+int Gemv(const GemvArgs& a, void* stream) {
+  const bool f8 = a.w8 != nullptr;
+  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % (f8 ? 16 : 8) != 0 || (a.act && a.n % 8 != 0) ||
+      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale))
+    return -1;
+  return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
+}
+
+int GemvFp8(const GemvFp8Args& a, void* stream) {
+  if (a.rows < 1 || a.rows > kGemvFp8MaxRows || a.n % 8 != 0 || a.k % 64 != 0 || !a.w ||
+      !a.w_scale || !a.x || !a.x_scale || (!a.y && !a.act))
+    return -1;
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int blocks = std::min(a.n / 8, 16 * sms);
+  return Launch(GemvFp8Kernel<4>, dim3(blocks), dim3(kGemvWarps * 32), 0, S(stream), a);
+}
+
+int QuantizeNormRowsFp8(const float* x, const float* norm, float eps, int n, int k, uint8_t* q,
+                        float* scale, void* stream) {
+  return n > 0 ? Launch(QuantizeNormRowsFp8Kernel, dim3(n), dim3(256), 0, S(stream), x, norm, eps,
+                        k, q, scale)
+               : 0;
+}
+
+int QuantizeRowsFp8(const uint16_t* w, int64_t n, int k, uint8_t* q, float* scale, void* stream) {
+  if (n <= 0) return 0;
+  if (n > 0x7fffffff) return -1;
+  return Launch(QuantizeRowsFp8Kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, S(stream), w,
+                k, q, scale);
+}
+
+int DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t n, int k, uint16_t* w,
+                      void* stream) {
+  if (k % 2 != 0) return -1;
+  const int64_t pairs = n * k / 2;
+  if (pairs > 0)
+    DequantizeRowsFp8Kernel<<<static_cast<unsigned>((pairs + 255) / 256), 256, 0, S(stream)>>>(
+        q, scale, n, k, w);
+  return Err();
 }
 
 int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream) {

@@ -524,6 +524,190 @@ void TestGemv() {
   cudaFree(dw2), cudaFree(dnorm);
 }
 
+// e4m3 -> float on the host, from the format (sign, 4 exponent bits with
+// bias 7, 3 mantissa bits; subnormals at exponent 0; 0x7f / 0xff NaN).
+float Fp8ToFloat(uint8_t b) {
+  const int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
+  if (exp == 15 && man == 7) return NAN;
+  const float v = exp == 0 ? std::ldexp(man / 8.0f, -6) : std::ldexp(1 + man / 8.0f, exp - 7);
+  return sign ? -v : v;
+}
+
+// Rows quantized to e4m3 with a scale each: every element within half a
+// step of e4m3 of its value (relative 1/16), the largest at 448; then the
+// FP8 matrix-vector kernel against fp32 loops over the dequantized operands.
+void TestFp8() {
+  const int n = 1000, k = 832;  // k a multiple of 64, n of 8 (not of the rows per block)
+  std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
+  for (int j = 0; j < k; ++j) wf[static_cast<size_t>(7) * k + j] = 0.0f;  // a zero row
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]), wf[i] = Bf16ToFp32(w[i]);
+  uint16_t* dw = ToDevice(w);
+  uint8_t* dq = nullptr;
+  float* ds = nullptr;
+  cudaMalloc(&dq, wf.size());
+  cudaMalloc(&ds, n * sizeof(float));
+  failures += cuda::QuantizeRowsFp8(dw, n, k, dq, ds, nullptr) != 0;
+  const std::vector<uint8_t> q = ToHost(dq, wf.size());
+  const std::vector<float> scale = ToHost(ds, n);
+  std::vector<float> deq(wf.size()), want_deq(wf.size());
+  bool scales_ok = true;
+  for (int r = 0; r < n; ++r) {
+    float mx = 0;
+    for (int j = 0; j < k; ++j) mx = std::max(mx, std::fabs(wf[static_cast<size_t>(r) * k + j]));
+    scales_ok &= std::fabs(scale[r] - (mx > 0 ? mx / 448.0f : 1.0f)) <= 1e-6f * scale[r];
+    for (int j = 0; j < k; ++j) {
+      const size_t i = static_cast<size_t>(r) * k + j;
+      deq[i] = Fp8ToFloat(q[i]) * scale[r];
+      want_deq[i] = wf[i];
+    }
+  }
+  failures += !scales_ok;
+  std::printf("%s fp8 row scales = max|row| / 448 (1 for a zero row)\n",
+              scales_ok ? "ok  " : "FAIL");
+  // e4m3 keeps 3 mantissa bits: a relative error of at most 1/16, and
+  // values below the smallest normal (2^-6 of the scale) within 2^-10 of
+  // the scale (under 1e-6 here).
+  Expect("fp8 quantized rows", deq, want_deq, 1e-6f, 1.0f / 16);
+  uint16_t* dback = nullptr;
+  cudaMalloc(&dback, wf.size() * sizeof(uint16_t));
+  failures += cuda::DequantizeRowsFp8(dq, ds, n, k, dback, nullptr) != 0;
+  Expect("fp8 rows dequantized to bf16", Bf16ToHost(dback, deq.size()), deq, 1e-6f, 8e-3f);
+  // y[m, r] = sum_j deq[r, j] * xin[m, j] (+ y0), in double.
+  auto product = [&](const std::vector<float>& xin, int rows, const std::vector<float>* y0) {
+    std::vector<float> want(static_cast<size_t>(rows) * n);
+    for (int m = 0; m < rows; ++m)
+      for (int r = 0; r < n; ++r) {
+        double d = 0;
+        for (int j = 0; j < k; ++j)
+          d += static_cast<double>(deq[static_cast<size_t>(r) * k + j]) * xin[m * k + j];
+        want[m * n + r] = static_cast<float>(d) + (y0 ? (*y0)[m * n + r] : 0.0f);
+      }
+    return want;
+  };
+  auto gate_of = [&](const std::vector<float>& y, int rows) {
+    std::vector<float> g(static_cast<size_t>(rows) * n / 2);
+    for (int m = 0; m < rows; ++m)
+      for (int j = 0; j < n / 2; ++j)
+        g[m * n / 2 + j] = Silu(y[m * n + 2 * j]) * y[m * n + 2 * j + 1];
+    return g;
+  };
+  std::vector<float> norm = Random(k);
+  float* dnorm = ToDevice(norm);
+  // The CUDA-core kernel on e4m3 weights (Gemv with w8): x bf16 as it is.
+  for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
+    for (int depth : {4, 8})
+      for (bool acc : {false, true}) {
+        std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
+        std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+        const std::vector<float> want = product(x, rows, acc ? &y0 : nullptr);
+        uint16_t* dx = ToDevice(xb);
+        float* dy = ToDevice(y0);
+        cuda::GemvArgs a;
+        a.w8 = dq, a.w_scale = ds, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k;
+        a.accumulate = acc, a.depth = depth;
+        const int e = cuda::Gemv(a, nullptr);
+        const std::string what = "fp8 gemv, CUDA cores (rows " + std::to_string(rows) + ", depth " +
+                                 std::to_string(depth) + (acc ? ", accumulate)" : ")");
+        if (e != 0) {
+          ++failures;
+          std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+        }
+        Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+        cudaFree(dx), cudaFree(dy);
+      }
+  // The tensor-core kernel (GemvFp8): x's rows quantized (bf16, or fp32
+  // normalized first), against the dequantized operands; the gate behind too.
+  for (int rows : {1, 3, 8, 9, 16})
+    for (int variant = 0; variant < 4; ++variant) {  // plain, accumulate, normalized, gated
+      const bool acc = variant == 1, normed = variant == 2, gated = variant == 3;
+      std::vector<float> x = Random(static_cast<size_t>(rows) * k, 2.0f);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]);
+      uint16_t* dxb = ToDevice(xb);
+      float* dxf = ToDevice(x);
+      uint8_t* dx8 = nullptr;
+      float* dxs = nullptr;
+      cudaMalloc(&dx8, x.size());
+      cudaMalloc(&dxs, rows * sizeof(float));
+      const int eq = normed
+                         ? cuda::QuantizeNormRowsFp8(dxf, dnorm, 1e-5f, rows, k, dx8, dxs, nullptr)
+                         : cuda::QuantizeRowsFp8(dxb, rows, k, dx8, dxs, nullptr);
+      failures += eq != 0;
+      const std::vector<uint8_t> x8 = ToHost(dx8, x.size());
+      const std::vector<float> xs = ToHost(dxs, rows);
+      std::vector<float> xdeq(x.size());
+      for (int m = 0; m < rows; ++m)
+        for (int j = 0; j < k; ++j) {
+          const size_t i = static_cast<size_t>(m) * k + j;
+          xdeq[i] = Fp8ToFloat(x8[i]) * xs[m];
+        }
+      const std::string what = "fp8 gemv, tensor cores (rows " + std::to_string(rows) +
+                               (acc      ? ", accumulate"
+                                : normed ? ", normalized"
+                                : gated  ? ", gated"
+                                         : "") +
+                               ")";
+      std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+      const std::vector<float> want = product(xdeq, rows, acc ? &y0 : nullptr);
+      float* dy = ToDevice(y0);
+      uint16_t* dact = nullptr;
+      cudaMalloc(&dact, static_cast<size_t>(rows) * n / 2 * sizeof(uint16_t));
+      cuda::GemvFp8Args a;
+      a.w = dq, a.w_scale = ds, a.x = dx8, a.x_scale = dxs, a.rows = rows, a.n = n, a.k = k;
+      a.accumulate = acc;
+      if (gated) {
+        a.act = dact, a.gate = cuda::Gate::kSilu;
+      } else {
+        a.y = dy;
+      }
+      const int e = cuda::GemvFp8(a, nullptr);
+      if (e != 0) {
+        ++failures;
+        std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+      }
+      if (gated) {
+        const std::vector<float> g = gate_of(want, rows);
+        Expect(what, Bf16ToHost(dact, g.size()), g, 3e-3f, 1e-2f);
+      } else {
+        Expect(what, ToHost(dy, want.size()), want, 4e-3f, 4e-3f);
+      }
+      for (void* p : {static_cast<void*>(dxb), static_cast<void*>(dxf), static_cast<void*>(dx8),
+                      static_cast<void*>(dxs), static_cast<void*>(dy), static_cast<void*>(dact)})
+        cudaFree(p);
+    }
+  // Activations for the FP8 GEMM: normalized rows to e4m3 with a scale each.
+  {
+    const int rows = 5;
+    std::vector<float> x = Random(static_cast<size_t>(rows) * k, 3.0f);
+    float* dxf = ToDevice(x);
+    uint8_t* dx8 = nullptr;
+    float* dxs = nullptr;
+    cudaMalloc(&dx8, x.size());
+    cudaMalloc(&dxs, rows * sizeof(float));
+    failures += cuda::QuantizeNormRowsFp8(dxf, dnorm, 1e-5f, rows, k, dx8, dxs, nullptr) != 0;
+    const std::vector<uint8_t> x8 = ToHost(dx8, x.size());
+    const std::vector<float> xs = ToHost(dxs, rows);
+    std::vector<float> got(x.size()), want(x.size());
+    for (int m = 0; m < rows; ++m) {
+      double ss = 0;
+      for (int j = 0; j < k; ++j) ss += static_cast<double>(x[m * k + j]) * x[m * k + j];
+      const double inv = 1 / std::sqrt(ss / k + 1e-5);
+      for (int j = 0; j < k; ++j) {
+        const size_t i = static_cast<size_t>(m) * k + j;
+        want[i] = static_cast<float>(x[i] * inv * norm[j]);
+        got[i] = Fp8ToFloat(x8[i]) * xs[m];
+      }
+    }
+    Expect("fp8 normalized activation rows", got, want, 5e-5f, 1.0f / 16);
+    cudaFree(dxf), cudaFree(dx8), cudaFree(dxs);
+  }
+  cudaFree(dnorm);
+  cudaFree(dw), cudaFree(dq), cudaFree(ds), cudaFree(dback);
+}
+
 void TestArgmax() {
   const int rows = 4, n = 70000;
   std::vector<float> x = Random(static_cast<size_t>(rows) * n);
@@ -634,6 +818,7 @@ int main() {
   TestGatedActivation();
   TestWindowedPrefill();
   TestGemv();
+  TestFp8();
   TestArgmax();
   TestTopK();
   TestCascadeHelpers();

@@ -295,6 +295,10 @@ Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const Mod
                                               "gelu_tanh",      "embed_scale", "attn_scale",
                                               "sliding_window", "rope_llama3"};
   BRAID_RETURN_IF_ERROR(CheckOps(file.config(), context, kOps, "the CPU backend"));
+  if (options.weights == ModelOptions::Weights::kFp8)
+    return Status::Unsupported(
+        "FP8 weights (--weights fp8) run on the CUDA backend only; the CPU reads the file's "
+        "own types (--device cuda, or leave --weights out)");
   BRAID_ASSIGN_OR_RETURN(LlamaWeights weights, BuildLlamaWeights(file));
   if (!options.cpu.exact) InterleaveForFastPath(&weights);
   const int threads = options.threads > 0 ? options.threads : DefaultCpuThreads();

@@ -145,12 +145,14 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
   ~LtGemm() {
-    for (auto& [k, p] : plans_) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
-    }
+    for (auto* plans : {&plans_, &plans8_})
+      for (auto& [k, p] : *plans) {
+        cublasLtMatrixLayoutDestroy(p.a);
+        cublasLtMatrixLayoutDestroy(p.b);
+        cublasLtMatrixLayoutDestroy(p.c);
+      }
     if (desc_) cublasLtMatmulDescDestroy(desc_);
+    if (desc8_) cublasLtMatmulDescDestroy(desc8_);
     if (lt_) cublasLtDestroy(lt_);
   }
   Status Init(cudaStream_t stream) {
@@ -162,6 +164,43 @@ class LtGemm {
     BLAS_TRY(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     return workspace_.Allocate(size_t{64} << 20);
   }
+  // FP8: y[m, n] (+)= (xs[m] * x8[m, :]) . (ws[n] * w8[n, :]), e4m3
+  // operands with a scale per row of each (cuBLASLt's outer-vector scaling).
+  // Unsupported when this cuBLASLt has no such GEMM for the shape.
+  Status RunFp8(const uint8_t* x8, const float* xs, const uint8_t* w8, const float* ws, float* y,
+                int m, int n, int k, bool accumulate) {
+    if (!desc8_) {
+      BLAS_TRY(cublasLtMatmulDescCreate(&desc8_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                              sizeof mode));
+      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                              sizeof mode));
+    }
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
+                                            sizeof ws));
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
+                                            sizeof xs));
+    const auto key = std::make_tuple(m, n, k);
+    auto it = plans8_.find(key);
+    if (it == plans8_.end()) {
+      Plan p;
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+      it = plans8_.emplace(key, p).first;
+      BRAID_RETURN_IF_ERROR(Choose(desc8_, &it->second));
+    }
+    const Plan& p = it->second;
+    if (!p.ready) return Status::Unsupported("cuBLASLt has no FP8 GEMM for this shape");
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    BLAS_TRY(cublasLtMatmul(lt_, desc8_, &alpha, w8, p.a, x8, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                            workspace_.get(), workspace_.size(), stream_));
+    return Status::Ok();
+  }
   Status Run(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
     auto key = std::make_tuple(m, n, k);
     auto it = plans_.find(key);
@@ -171,21 +210,10 @@ class LtGemm {
       BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
       BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
       it = plans_.emplace(key, p).first;  // destroyed with the others, found or not
-      cublasLtMatmulPreference_t pref;
-      BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
-      const size_t ws = workspace_.size();
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                           sizeof ws);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t s =
-          cublasLtMatmulAlgoGetHeuristic(lt_, desc_, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
-      if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+      BRAID_RETURN_IF_ERROR(Choose(desc_, &it->second));
+      if (!it->second.ready)
         return Status::Unsupported("cuBLASLt has no bf16 GEMM for " + std::to_string(m) + "x" +
                                    std::to_string(n) + "x" + std::to_string(k));
-      it->second.algo = result.algo;
-      it->second.ready = true;
     }
     const Plan& p = it->second;
     if (!p.ready) return Status::Unsupported("cuBLASLt has no bf16 GEMM for this shape");
@@ -199,12 +227,28 @@ class LtGemm {
   struct Plan {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    bool ready = false;
+    bool ready = false;  // false: cuBLASLt has no algorithm for it
   };
+  // The heuristic's first algorithm for the plan's layouts under `desc`.
+  Status Choose(cublasLtMatmulDesc_t desc, Plan* p) {
+    cublasLtMatmulPreference_t pref;
+    BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = workspace_.size();
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(lt_, desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->ready = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->ready) p->algo = result.algo;
+    return Status::Ok();
+  }
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  std::map<std::tuple<int, int, int>, Plan> plans_;
+  cublasLtMatmulDesc_t desc_ = nullptr, desc8_ = nullptr;
+  std::map<std::tuple<int, int, int>, Plan> plans_, plans8_;
   DeviceArray<uint8_t> workspace_;
 };
 
@@ -483,11 +527,28 @@ class CudaKv final : public KvMemory {
   std::vector<uint64_t> out_fence_;  // per block: its last copy out's fence, or 0
 };
 
+// A weight matrix [rows, cols] as the kernels read it: bf16, or e4m3 with a
+// scale per row.
+struct Weight {
+  const uint16_t* bf16 = nullptr;
+  const uint8_t* fp8 = nullptr;
+  const float* scale = nullptr;
+};
+
+// A layer matrix in device memory: bf16, or (FP8 weights) uploaded as bf16,
+// then quantized per row and the bf16 copy let go.
+struct GpuMatrix {
+  DeviceArray<uint16_t> bf16;
+  DeviceArray<uint8_t> fp8;
+  DeviceArray<float> scale;
+  Weight view() const { return {bf16.get(), fp8.get(), scale.get()}; }
+};
+
 struct GpuLayer {
   DeviceArray<float> attn_norm, ffn_norm, bqkv;
   DeviceArray<float> q_norm, k_norm;                 // qk_norm
   DeviceArray<float> post_attn_norm, post_ffn_norm;  // post_norms
-  DeviceArray<uint16_t> wqkv, wo, wgu, wdown;
+  GpuMatrix wqkv, wo, wgu, wdown;
 };
 
 // Batch sizes that decode graphs are captured for.
@@ -607,8 +668,11 @@ class CudaBackend final : public Backend {
   }
   void Describe(ModelInfo* info) const override {
     info->isa = "cuda " + device_name_ +
-                ", bf16 weights, cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, "
-                "CUDA graphs for decode";
+                (fp8_ ? ", fp8 (e4m3) layer weights with a scale per row (an f16 "
+                        "tensor-core matrix-vector kernel up to 16 rows), bf16 output head"
+                      : ", bf16 weights") +
+                ", cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, CUDA graphs for decode";
+    if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
     info->threads = 1;
     info->bytes_per_token = bytes_per_token_;
@@ -646,7 +710,9 @@ class CudaBackend final : public Backend {
   Status ReduceSum(float* p, size_t n);
   // x_ += the product of a layer's branch, Wo or down (x: its input, k wide),
   // normalized first with post_norm when the model has post norms.
-  Status AddBranch(const uint16_t* x, const uint16_t* w, int m, int k, const float* post_norm);
+  Status AddBranch(const uint16_t* x, const Weight& w, int m, int k, const float* post_norm);
+  // With FP8 weights: m's e4m3 rows and scales, then its bf16 copy let go.
+  Status Quantize(GpuMatrix* m, int64_t rows, int64_t cols);
   Status Gemm(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k,
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
@@ -658,10 +724,23 @@ class CudaBackend final : public Backend {
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
   // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
-  Status Project(const void* x, const float* norm, const uint16_t* w, float* y, int m, int n, int k,
+  Status Project(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
                  bool accumulate, bool gated = false);
   // The matrix-vector kernel's depth for this shape (4 or 8), or 0 for cuBLASLt.
-  int GemvDepth(int n, int k, int m);
+  int GemvDepth(int n, int k, int m, bool fp8 = false);
+  // Project with FP8 weights: for one or two rows the matrix-vector kernel
+  // on e4m3 weights (CUDA cores, x as it is); else x's rows quantized to
+  // e4m3, then the FP8 tensor-core matrix-vector kernel up to
+  // kGemvFp8MaxRows rows, or cuBLASLt's FP8 GEMM; where it has none, the
+  // weight dequantized to bf16 for the bf16 GEMM.
+  Status ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m, int n,
+                    int k, bool accumulate, bool gated);
+  // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
+  // into y, or with `gated` the gate into act_.
+  Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
+  // FP8 steps of at most this many rows take the CUDA-core kernel: it reads
+  // x as it is (no quantizing kernel before it) and is faster there.
+  static constexpr int kFp8CudaCoreRows = 2;
   Status EnsureInputs(size_t table_entries);
   // Enqueues the forward pass over the inputs in device memory.
   // With `argmax`, the ids of the logits rows' largest values into argmax_ too.
@@ -703,6 +782,13 @@ class CudaBackend final : public Backend {
   // Weights.
   DeviceArray<uint16_t> embed_, lm_head_own_;
   const uint16_t* lm_head_ = nullptr;
+  bool fp8_ = false;  // the layers' matrices are e4m3 (ModelOptions::Weights::kFp8)
+  // FP8 GEMMs: quantized activation rows and their scales; the bf16 copy of
+  // a weight where cuBLASLt has no FP8 GEMM for its shape.
+  DeviceArray<uint8_t> x8_;
+  DeviceArray<float> x8_scale_;
+  DeviceArray<uint16_t> dequant_;
+  std::string fp8_gemm_note_;
   DeviceArray<float> out_norm_, inv_freq_, inv_freq_local_;  // local: sliding layers' RoPE
   std::vector<GpuLayer> layers_;
 
@@ -771,8 +857,8 @@ class CudaBackend final : public Backend {
 
 Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int device,
                          int context) {
-  (void)options;
   const ModelConfig& c = c_;
+  fp8_ = options.weights == ModelOptions::Weights::kFp8;
   if (!kc::DecodeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv)) ||
       c.n_head % c.n_head_kv != 0)
     return Status::Unsupported(
@@ -824,6 +910,10 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   const size_t T = kMaxChunk + kMaxGraphBatch;
   BRAID_RETURN_IF_ERROR(x_.Allocate(T * c.n_embd));
   if (c.post_norms) BRAID_RETURN_IF_ERROR(branch_.Allocate(T * c.n_embd));
+  if (fp8_) {
+    BRAID_RETURN_IF_ERROR(x8_.Allocate(T * std::max({c.n_embd, q_dim_, c.n_ff})));
+    BRAID_RETURN_IF_ERROR(x8_scale_.Allocate(T));
+  }
   BRAID_RETURN_IF_ERROR(xn_.Allocate(T * std::max(c.n_embd, q_dim_)));
   BRAID_RETURN_IF_ERROR(qkv_.Allocate(T * qkv_dim_));
   BRAID_RETURN_IF_ERROR(q_.Allocate(T * q_dim_));
@@ -1009,6 +1099,15 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
   auto matrix_bytes = [&](int64_t rows, int64_t cols) {
     return static_cast<uint64_t>(rows) * cols * sizeof(uint16_t);
   };
+  // A layer matrix: bf16, or e4m3 and a float scale per row.
+  auto layer_bytes = [&](int64_t rows, int64_t cols) {
+    return fp8_ ? static_cast<uint64_t>(rows) * (cols + sizeof(float)) : matrix_bytes(rows, cols);
+  };
+  if (fp8_ && (c.n_embd % 64 != 0 || q_dim_ % 64 != 0 || c.n_ff % 64 != 0 || qkv_dim_ % 8 != 0))
+    return Status::Unsupported(
+        "FP8 weights need the layers' inner dimensions to be multiples of 64 (n_embd " +
+        std::to_string(c.n_embd) + ", heads x head_dim " + std::to_string(q_dim_) + ", MLP " +
+        std::to_string(c.n_ff) + ") and Q, K and V's rows of 8 (" + std::to_string(qkv_dim_) + ")");
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* embd, find(TensorRole::kTokenEmbd, -1));
   BRAID_RETURN_IF_ERROR(embed_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
   BRAID_RETURN_IF_ERROR(Upload(*embd, embed_.get(), nullptr));
@@ -1051,14 +1150,15 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
     const int64_t q_rows = q_dim_, kv_rows = kv_dim_, ff = c.n_ff;
     const int64_t parts[3][2] = {
         {rank_ * q_rows, q_rows}, {rank_ * kv_rows, kv_rows}, {rank_ * kv_rows, kv_rows}};
-    BRAID_RETURN_IF_ERROR(l.wqkv.Allocate(static_cast<size_t>(qkv_dim_) * D));
+    BRAID_RETURN_IF_ERROR(l.wqkv.bf16.Allocate(static_cast<size_t>(qkv_dim_) * D));
     int64_t row = 0, p = 0;
     for (TensorRole role : {TensorRole::kWq, TensorRole::kWk, TensorRole::kWv}) {
       BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(role));
       const Slice rows{parts[p][0], parts[p][1], 0, -1};
-      BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.get() + row * D, nullptr, 0, rows));
+      BRAID_RETURN_IF_ERROR(Upload(*t, l.wqkv.bf16.get() + row * D, nullptr, 0, rows));
       row += parts[p++][1];
     }
+    BRAID_RETURN_IF_ERROR(Quantize(&l.wqkv, qkv_dim_, D));
     if (c.qkv_bias) {
       BRAID_RETURN_IF_ERROR(l.bqkv.Allocate(qkv_dim_));
       int64_t at = 0;
@@ -1071,22 +1171,37 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
       }
     }
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wo, tensor(TensorRole::kWo));
-    BRAID_RETURN_IF_ERROR(l.wo.Allocate(static_cast<size_t>(D) * q_dim_));
-    BRAID_RETURN_IF_ERROR(Upload(*wo, l.wo.get(), nullptr, 0, {0, -1, rank_ * q_rows, q_rows}));
+    BRAID_RETURN_IF_ERROR(l.wo.bf16.Allocate(static_cast<size_t>(D) * q_dim_));
+    BRAID_RETURN_IF_ERROR(
+        Upload(*wo, l.wo.bf16.get(), nullptr, 0, {0, -1, rank_ * q_rows, q_rows}));
+    BRAID_RETURN_IF_ERROR(Quantize(&l.wo, D, q_dim_));
     // Gate and up rows interleaved (gate j at row 2j, up j at 2j + 1), so
     // that one output pair of the product meets in one place for SwiGLU.
     const Slice ff_rows{rank_ * ff, ff, 0, -1};
-    BRAID_RETURN_IF_ERROR(l.wgu.Allocate(static_cast<size_t>(2) * c.n_ff * D));
+    BRAID_RETURN_IF_ERROR(l.wgu.bf16.Allocate(static_cast<size_t>(2) * c.n_ff * D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wg, tensor(TensorRole::kWGate));
-    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.get(), nullptr, 2 * D, ff_rows));
+    BRAID_RETURN_IF_ERROR(Upload(*wg, l.wgu.bf16.get(), nullptr, 2 * D, ff_rows));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wu, tensor(TensorRole::kWUp));
-    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.get() + D, nullptr, 2 * D, ff_rows));
+    BRAID_RETURN_IF_ERROR(Upload(*wu, l.wgu.bf16.get() + D, nullptr, 2 * D, ff_rows));
+    BRAID_RETURN_IF_ERROR(Quantize(&l.wgu, 2 * c.n_ff, D));
     BRAID_ASSIGN_OR_RETURN(const TensorInfo* wd, tensor(TensorRole::kWDown));
-    BRAID_RETURN_IF_ERROR(l.wdown.Allocate(static_cast<size_t>(D) * c.n_ff));
-    BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.get(), nullptr, 0, {0, -1, rank_ * ff, ff}));
-    bytes_per_token_ += matrix_bytes(qkv_dim_, D) + matrix_bytes(D, q_dim_) +
-                        matrix_bytes(2 * c.n_ff, D) + matrix_bytes(D, c.n_ff);
+    BRAID_RETURN_IF_ERROR(l.wdown.bf16.Allocate(static_cast<size_t>(D) * c.n_ff));
+    BRAID_RETURN_IF_ERROR(Upload(*wd, l.wdown.bf16.get(), nullptr, 0, {0, -1, rank_ * ff, ff}));
+    BRAID_RETURN_IF_ERROR(Quantize(&l.wdown, D, c.n_ff));
+    bytes_per_token_ += layer_bytes(qkv_dim_, D) + layer_bytes(D, q_dim_) +
+                        layer_bytes(2 * c.n_ff, D) + layer_bytes(D, c.n_ff);
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::Quantize(GpuMatrix* m, int64_t rows, int64_t cols) {
+  if (!fp8_) return Status::Ok();
+  BRAID_RETURN_IF_ERROR(m->fp8.Allocate(static_cast<size_t>(rows) * cols));
+  BRAID_RETURN_IF_ERROR(m->scale.Allocate(rows));
+  KERNEL_TRY(kc::QuantizeRowsFp8(m->bf16.get(), rows, static_cast<int>(cols), m->fp8.get(),
+                                 m->scale.get(), stream_));
+  CUDA_TRY(cudaStreamSynchronize(stream_));
+  m->bf16.Free();
   return Status::Ok();
 }
 
@@ -1225,7 +1340,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
     BRAID_RETURN_IF_ERROR(
-        Project(x_.get(), l.attn_norm.get(), l.wqkv.get(), qkv_.get(), T, qkv_dim_, D, false));
+        Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
     // q/k norms take the bias in with them.
     if (c.qk_norm)
       KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
@@ -1278,16 +1393,16 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     }
     for (const Segment& s : prefill_)
       BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
-    BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.get(), T, q_dim_, l.post_attn_norm.get()));
-    BRAID_RETURN_IF_ERROR(
-        Project(x_.get(), l.ffn_norm.get(), l.wgu.get(), gu_.get(), T, 2 * c.n_ff, D, false, true));
-    BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.get(), T, c.n_ff, l.post_ffn_norm.get()));
+    BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.view(), T, q_dim_, l.post_attn_norm.get()));
+    BRAID_RETURN_IF_ERROR(Project(x_.get(), l.ffn_norm.get(), l.wgu.view(), gu_.get(), T,
+                                  2 * c.n_ff, D, false, true));
+    BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.view(), T, c.n_ff, l.post_ffn_norm.get()));
   }
   if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
                            stream_));
     BRAID_RETURN_IF_ERROR(
-        Project(xn_.get(), nullptr, lm_head_, logits_.get(), R, c.n_vocab, D, false));
+        Project(xn_.get(), nullptr, Weight{lm_head_}, logits_.get(), R, c.n_vocab, D, false));
     if (argmax) KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   }
   return Status::Ok();
@@ -1298,7 +1413,7 @@ Status CudaBackend::ReduceSum(float* p, size_t n) {
   return group_->AllReduceSum(p, n, stream_);
 }
 
-Status CudaBackend::AddBranch(const uint16_t* x, const uint16_t* w, int m, int k,
+Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
                               const float* post_norm) {
   const int D = c_.n_embd;
   const size_t n = static_cast<size_t>(m) * D;
@@ -1316,8 +1431,9 @@ Status CudaBackend::AddBranch(const uint16_t* x, const uint16_t* w, int m, int k
   return ReduceSum(x_.get(), n);
 }
 
-Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w, float* y, int m,
+Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, float* y, int m,
                             int n, int k, bool accumulate, bool gated) {
+  if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated);
   const int depth = m <= kc::kGemvMaxRows ? GemvDepth(n, k, m) : 0;
   // What the product does not fuse runs as kernels of its own around it.
   if (norm && !(depth > 0 && fuse_norm_)) {
@@ -1330,7 +1446,7 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
   if (depth > 0) {
     kc::GemvArgs g;
     g.depth = depth;
-    g.w = w;
+    g.w = w.bf16;
     g.y = y;
     g.rows = m;
     g.n = n;
@@ -1349,7 +1465,101 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
     }
     KERNEL_TRY(kc::Gemv(g, stream_));
   } else {
-    BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w, y, m, n, k, accumulate));
+    BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
+  }
+  if (gated && !epilogue) KERNEL_TRY(kc::GatedActivation(y, m, n / 2, gate_, act_.get(), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate,
+                            bool gated) {
+  kc::GemvFp8Args g;
+  g.w = w.fp8;
+  g.w_scale = w.scale;
+  g.x = x8_.get();
+  g.x_scale = x8_scale_.get();
+  g.rows = m;
+  g.n = n;
+  g.k = k;
+  g.accumulate = accumulate;
+  if (gated) {
+    g.act = act_.get();
+    g.gate = gate_;
+  } else {
+    g.y = y;
+  }
+  KERNEL_TRY(kc::GemvFp8(g, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m,
+                               int n, int k, bool accumulate, bool gated) {
+  bool epilogue = false;
+  if (m <= kFp8CudaCoreRows) {
+    // The norm and the gate fused, as for bf16 weights.
+    kc::GemvArgs g;
+    g.depth = GemvDepth(n, k, m, true);
+    g.w8 = w.fp8;
+    g.w_scale = w.scale;
+    g.y = y;
+    g.rows = m;
+    g.n = n;
+    g.k = k;
+    g.accumulate = accumulate;
+    if (norm) {
+      g.xf = static_cast<const float*>(x);
+      g.norm = norm;
+      g.eps = c_.rms_eps;
+    } else {
+      g.x = static_cast<const uint16_t*>(x);
+    }
+    epilogue = gated && fuse_swiglu_;
+    if (epilogue) {
+      g.act = act_.get();
+      g.gate = gate_;
+    }
+    KERNEL_TRY(kc::Gemv(g, stream_));
+  } else {
+    // x's rows to e4m3 with a scale each (normalized on the way), for the
+    // tensor-core kernel or cuBLASLt's FP8 GEMM.
+    if (norm)
+      KERNEL_TRY(kc::QuantizeNormRowsFp8(static_cast<const float*>(x), norm, c_.rms_eps, m, k,
+                                         x8_.get(), x8_scale_.get(), stream_));
+    else
+      KERNEL_TRY(kc::QuantizeRowsFp8(static_cast<const uint16_t*>(x), m, k, x8_.get(),
+                                     x8_scale_.get(), stream_));
+    const Status st =
+        m <= kc::kGemvFp8MaxRows
+            ? GemvFp8(w, y, m, n, k, accumulate, gated && fuse_swiglu_)
+            : gemm_.RunFp8(x8_.get(), x8_scale_.get(), w.fp8, w.scale, y, m, n, k, accumulate);
+    if (st.ok()) {
+      epilogue = m <= kc::kGemvFp8MaxRows && gated && fuse_swiglu_;
+      if (fp8_gemm_note_.empty() && m > kc::kGemvFp8MaxRows)
+        fp8_gemm_note_ = "cuBLASLt FP8 GEMMs (a scale per row of each side)";
+    } else if (st.code() == StatusCode::kUnsupported) {
+      // No FP8 GEMM for this shape: the weight back to bf16, in a buffer
+      // that grows to the largest such matrix, for the bf16 GEMM.
+      const size_t need = static_cast<size_t>(n) * k;
+      if (dequant_.size() < need) {
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(stream_, &capturing);
+        if (capturing != cudaStreamCaptureStatusNone)
+          return Status::Internal("FP8 fallback buffer grown during a graph capture");
+        CUDA_TRY(cudaStreamSynchronize(stream_));
+        BRAID_RETURN_IF_ERROR(dequant_.Allocate(need));
+      }
+      fp8_gemm_note_ = "bf16 GEMMs over weights dequantized per product (cuBLASLt has no FP8 GEMM)";
+      if (norm) {
+        KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps,
+                               xn_.get(), stream_));
+        x = xn_.get();
+      }
+      KERNEL_TRY(kc::DequantizeRowsFp8(w.fp8, w.scale, n, k, dequant_.get(), stream_));
+      BRAID_RETURN_IF_ERROR(
+          Gemm(static_cast<const uint16_t*>(x), dequant_.get(), y, m, n, k, accumulate));
+    } else {
+      return st;
+    }
   }
   if (gated && !epilogue) KERNEL_TRY(kc::GatedActivation(y, m, n / 2, gate_, act_.get(), stream_));
   return Status::Ok();
@@ -1360,19 +1570,24 @@ Status CudaBackend::Project(const void* x, const float* norm, const uint16_t* w,
 // 10 replays of each after a warm-up) the first time the shape is used with
 // 1 or kGemvMaxRows rows, and keeps the fastest; rows between take the
 // choice for the nearer of the two.
-int CudaBackend::GemvDepth(int n, int k, int m) {
+int CudaBackend::GemvDepth(int n, int k, int m, bool fp8) {
   const int probe = m <= (1 + kc::kGemvMaxRows) / 2 ? 1 : kc::kGemvMaxRows;
-  const auto key = std::make_tuple(n, k, probe);
+  // FP8 shapes are keyed apart (negative n): their choice is timed on e4m3.
+  const auto key = std::make_tuple(fp8 ? -n : n, k, probe);
   auto it = gemv_choice_.find(key);
   if (it != gemv_choice_.end()) return it->second;
   int depth = 4;
+  // The matrix: bf16 noise, or for FP8 the same bytes read as e4m3 (two per
+  // bf16 element) with unit scales.
   DeviceArray<uint16_t> w, x;
-  DeviceArray<float> y;
+  DeviceArray<float> y, scale;
+  const size_t w_elems = fp8 ? (static_cast<size_t>(n) * k + 1) / 2 : static_cast<size_t>(n) * k;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream_, &capturing);
-  if (capturing == cudaStreamCaptureStatusNone && w.Allocate(static_cast<size_t>(n) * k).ok() &&
+  if (capturing == cudaStreamCaptureStatusNone && w.Allocate(w_elems).ok() &&
       x.Allocate(static_cast<size_t>(probe) * k).ok() &&
-      y.Allocate(static_cast<size_t>(probe) * n).ok() &&
+      y.Allocate(static_cast<size_t>(probe) * n).ok() && scale.Allocate(n).ok() &&
+      cudaMemset(scale.get(), 0, n * sizeof(float)) == cudaSuccess &&
       FillNoise(w.get(), w.size(), 987654321u, stream_).ok() &&
       FillNoise(x.get(), x.size(), 123456789u, stream_).ok()) {
     cudaEvent_t e0, e1;
@@ -1386,6 +1601,10 @@ int CudaBackend::GemvDepth(int n, int k, int m) {
           kc::GemvArgs g;
           g.w = w.get(), g.x = x.get(), g.y = y.get(), g.rows = probe, g.n = n, g.k = k;
           g.depth = d;
+          if (fp8) {
+            g.w8 = reinterpret_cast<const uint8_t*>(w.get());
+            g.w_scale = scale.get();
+          }
           kc::Gemv(g, stream_);
         } else {
           (void)Gemm(x.get(), w.get(), y.get(), probe, n, k, false);
@@ -1398,15 +1617,17 @@ int CudaBackend::GemvDepth(int n, int k, int m) {
       }
       return best;
     };
-    const float t4 = time(4), t8 = time(8), t_blas = time(0);
+    // FP8 rows: the kernel reads half the bytes of a bf16 GEMM, which is
+    // not timed against it.
+    const float t4 = time(4), t8 = time(8), t_blas = fp8 ? 1e30f : time(0);
     depth = t8 < t4 ? 8 : 4;
     const float t_gemv = std::min(t4, t8);
     if (t_blas < t_gemv) depth = 0;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     char note[160];
-    std::snprintf(note, sizeof note, "%s%dx%d rows %d: %s (gemv %.1f/%.1f, cuBLASLt %.1f us)",
-                  gemv_note_.empty() ? "" : "; ", n, k, probe,
+    std::snprintf(note, sizeof note, "%s%s%dx%d rows %d: %s (gemv %.1f/%.1f, cuBLASLt %.1f us)",
+                  gemv_note_.empty() ? "" : "; ", fp8 ? "fp8 " : "", n, k, probe,
                   depth == 0   ? "cuBLASLt"
                   : depth == 8 ? "gemv 8"
                                : "gemv 4",

@@ -9,7 +9,8 @@
 //       the CUDA backend against the CPU backend's exact path: per-position
 //       logits cosine and greedy continuations; exits 1 unless every
 //       cosine >= 0.999 and every continuation is the same
-// Without a GPU every command exits 77 (skipped).
+// Without a GPU every command exits 77 (skipped). Every command takes
+// --weights fp8: the CUDA layer weights quantized at load (ModelOptions).
 //   batch --model DIR --prompts P.json --gen N
 //       the serving engine on the GPU: every prompt alone, then all at once;
 //       greedy tokens must be the same
@@ -121,6 +122,7 @@ struct Args {
   std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
   int prompt = 128, gen = 128, ctx = 0, prefix = 4096, ranks = 2;
   int blocks = 0, share = 1;  // copy's pool (0: sized from memory) and ranks on one GPU
+  ModelOptions::Weights weights = ModelOptions::Weights::kBf16;  // --weights bf16|fp8
 };
 
 Args Parse(int argc, char** argv) {
@@ -163,6 +165,8 @@ Args Parse(int argc, char** argv) {
       a.blocks = std::stoi(v);
     else if (k == "--share")
       a.share = std::stoi(v);
+    else if (k == "--weights" && (v == "bf16" || v == "fp8"))
+      a.weights = v == "fp8" ? ModelOptions::Weights::kFp8 : ModelOptions::Weights::kBf16;
     else
       Fail("unknown option " + k);
   }
@@ -176,6 +180,7 @@ std::unique_ptr<Model> OpenModel(const Args& a, const std::string& device, bool 
   o.path = a.model;
   o.require_tokenizer = false;  // prompts are token ids
   o.device = device;
+  if (device != "cpu") o.weights = a.weights;
   o.context = a.ctx;
   o.cpu.exact = exact;
   const auto t0 = Clock::now();
@@ -333,6 +338,7 @@ int Batch(const Args& a) {
   o.model.path = a.model;
   o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
+  o.model.weights = a.weights;
   o.model.context = a.ctx;
   o.max_batch_tokens = 2048;
   o.max_running = 64;
@@ -440,6 +446,7 @@ int Decode(const Args& a) {
   ModelOptions mo;
   mo.path = a.model;
   mo.device = a.device;
+  mo.weights = a.weights;
   auto backend = Check(OpenBackend(*file, mo, a.prompt + a.gen + 16), "opening the backend");
   const int n_vocab = backend->n_vocab();
   std::mt19937 rng(11);
@@ -493,6 +500,7 @@ int Sweep(const Args& a) {
   ModelOptions mo;
   mo.path = a.model;
   mo.device = a.device;
+  mo.weights = a.weights;
   const int context = a.prompt + a.gen + 16;
   auto backend = Check(OpenBackend(*file, mo, context), "opening the backend");
   ModelInfo info;
@@ -620,6 +628,7 @@ int ServeSpec(const Args& a) {
     o.model.path = a.model;
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
+    o.model.weights = a.weights;
     o.model.context = a.ctx;
     o.max_batch_tokens = a.device == "cpu" ? 256 : 2048;
     o.max_running = most;
@@ -718,6 +727,7 @@ int ServeEqual(const Args& a) {
   o.model.path = a.model;
   o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
+  o.model.weights = a.weights;
   o.model.context = 2048;
   o.kv_tokens = static_cast<int>(need / 3);
   o.kv_growth_reserve = 0;  // admit what fits the step, so that decoding preempts
@@ -801,6 +811,7 @@ int TierEqual(const Args& a) {
     o.model.path = a.model;
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
+    o.model.weights = a.weights;
     o.model.context = 2048;
     o.kv_tokens = prefix_len * 5 / 2;
     o.kv_growth_reserve = 0;
@@ -881,6 +892,7 @@ int Cascade(const Args& a) {
     o.model.path = a.model;
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
+    o.model.weights = a.weights;
     o.model.context = a.ctx;
     o.max_batch_tokens = 2048;
     o.max_running = B + 1;
@@ -1472,6 +1484,7 @@ int CopyBlocks(const Args& a) {
   ModelOptions mo;
   mo.path = a.model;
   mo.device = a.device;
+  mo.weights = a.weights;
   const int context = 1024, bs = 16;
   const DeviceSpec spec = Check(ParseDevice(a.device), "parsing --device");
   if (spec.kind != DeviceSpec::Kind::kCuda) Fail("copy: --device must name a GPU");

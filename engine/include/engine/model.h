@@ -77,6 +77,11 @@ struct ModelOptions {
   // 0: every layer. N: only the first N layers, then the final norm and the
   // output head (a draft model made of the model's own first layers).
   int layers = 0;
+  // The CUDA backend's layer weights: as the file has them (converted to
+  // bf16), or FP8: each matrix of the layers quantized at load to e4m3 with
+  // a scale per output row (the embedding and output head stay bf16).
+  enum class Weights { kBf16, kFp8 };
+  Weights weights = Weights::kBf16;
   CpuOptions cpu;
 };
 

@@ -147,6 +147,11 @@ struct GemvArgs {
   uint16_t* act = nullptr;
   Gate gate = Gate::kSilu;
   int depth = 4;  // 16-byte pieces of w in flight per lane: 4 or 8
+  // FP8 weights: with w8 set, the matrix is e4m3 [n, k] (k a multiple of
+  // 16) whose row r stands for w8[r, :] * w_scale[r]; w is then unused.
+  // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
+  const uint8_t* w8 = nullptr;
+  const float* w_scale = nullptr;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
@@ -158,6 +163,37 @@ int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream);
 // a NaN or an infinity gets ids[r, 0] = -1. k in [1, min(kTopKMax, n)].
 inline constexpr int kTopKMax = 64;
 int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, void* stream);
+
+// FP8 (e4m3) rows with a scale each: scale[r] = max|w[r, :]| / 448 (1 for
+// a zero row), q[r, j] = e4m3(w[r, j] / scale[r]) (saturating), for r < n.
+// Layer weights at load, and activations before an FP8 product.
+int QuantizeRowsFp8(const uint16_t* w, int64_t n, int k, uint8_t* q, float* scale, void* stream);
+// The same of x's fp32 rows RMS-normalized with `norm` (x / rms(x) * norm).
+int QuantizeNormRowsFp8(const float* x, const float* norm, float eps, int n, int k, uint8_t* q,
+                        float* scale, void* stream);
+
+// y[m, :] (+)= (x[m, :] * x_scale[m]) (w * w_scale)^T for m < rows, on FP8
+// tensor cores: e4m3 weights w [n, k] with a scale per row, e4m3
+// activations x [rows, k] with a scale per row (QuantizeRowsFp8), fp32 y
+// [rows, n]. With act set, the gate of GemvArgs::act is written instead of
+// y. n a multiple of 8, k of 64. For decode steps of 3 to 16 tokens (one
+// or two run faster through Gemv with w8, whose x needs no quantizing).
+constexpr int kGemvFp8MaxRows = 16;
+struct GemvFp8Args {
+  const uint8_t* w = nullptr;
+  const float* w_scale = nullptr;
+  const uint8_t* x = nullptr;
+  const float* x_scale = nullptr;
+  float* y = nullptr;
+  int rows = 1, n = 0, k = 0;
+  bool accumulate = false;
+  uint16_t* act = nullptr;
+  Gate gate = Gate::kSilu;
+};
+int GemvFp8(const GemvFp8Args& a, void* stream);
+// w[r, j] = bf16(q[r, j] * scale[r]) (k even).
+int DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t n, int k, uint16_t* w,
+                      void* stream);
 
 // dst[i] = bf16(src[i]).
 int F32ToBf16(const float* src, int64_t n, uint16_t* dst, void* stream);
