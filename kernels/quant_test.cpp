@@ -61,6 +61,31 @@ TEST_CASE("activation-only types are flagged for weight-file readers") {
   CHECK(IsActivationOnly(5000u));
 }
 
+TEST_CASE("e4m3 values: every byte against the format's definition and fp16") {
+  // Every e4m3 value is an fp16 value: its bits shifted into an fp16's
+  // (exponent bias 15 against 7) give the value times 2^-8 as a half.
+  for (int b = 0; b < 256; ++b) {
+    const float f = Fp8E4M3ToFp32(static_cast<uint8_t>(b));
+    if ((b & 0x7f) == 0x7f) {
+      CHECK(std::isnan(f));
+      continue;
+    }
+    const uint16_t h = static_cast<uint16_t>(((b & 0x80) << 8) | ((b & 0x7f) << 7));
+    CHECK(f == std::ldexp(Fp16ToFp32(h), 8));
+  }
+  CHECK(Fp8E4M3ToFp32(0x38) == 1.0f);
+  CHECK(Fp8E4M3ToFp32(0x7e) == 448.0f);
+  CHECK(Fp8E4M3ToFp32(0x01) == std::ldexp(1.0f, -9));
+  CHECK(Fp8E4M3ToFp32(0xb8) == -1.0f);
+  const uint8_t row[3] = {0x38, 0x40, 0xc4};
+  float out[3];
+  ref::DequantizeRow(DType::kF8_E4M3, row, out, 3);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == 2.0f);
+  CHECK(out[2] == -3.0f);
+  CHECK(IsActivationOnly(DType::kF8_E4M3));  // never a GGUF weight type
+}
+
 TEST_CASE("fp16 round trip is exact for every half and rounds to nearest even") {
   int mismatches = 0;
   for (uint32_t h = 0; h < 65536; ++h) {

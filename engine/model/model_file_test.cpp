@@ -576,6 +576,122 @@ TEST_CASE("model file: bad Hugging Face configs and weights are named") {
   }
 }
 
+// FP8 checkpoints: every projection F8_E4M3 holding 1.0 (0x38) with scales
+// beside it: q by blocks of 3 x 4 (partial at the edge), k per row, v one
+// for the matrix; the rest by blocks of 1.0.
+struct Fp8Checkpoint {
+  test::SafetensorsBuilder st;
+  std::map<std::string, std::vector<float>> scales;  // HF name -> values
+  std::string Build() const {
+    std::string b = st.Build();
+    const size_t data = 8 + st.Header().size();
+    for (const auto& t : const_cast<test::SafetensorsBuilder&>(st).tensors()) {
+      auto it = scales.find(t.name);
+      if (it != scales.end())
+        std::memcpy(&b[data + t.begin], it->second.data(), it->second.size() * sizeof(float));
+    }
+    return b;
+  }
+};
+
+Fp8Checkpoint MakeFp8(const TinyModel& tm) {
+  Fp8Checkpoint c;
+  for (const auto& t : test::TinyTensors(tm)) {
+    std::vector<uint64_t> shape(t.ne.rbegin(), t.ne.rend());
+    const bool proj = t.hf_name.find("proj.weight") != std::string::npos;
+    c.st.AddTensor(t.hf_name, proj ? "F8_E4M3" : "BF16", shape, proj ? 0x38 : 1);
+    if (!proj) continue;
+    const uint64_t n = shape[0], k = shape[1];
+    if (t.hf_name.find("k_proj") != std::string::npos) {
+      c.st.AddTensor(t.hf_name + "_scale", "F32", {n});
+      std::vector<float>& v = c.scales[t.hf_name + "_scale"];
+      for (uint64_t r = 0; r < n; ++r) v.push_back(static_cast<float>(r + 1));
+    } else if (t.hf_name.find("v_proj") != std::string::npos) {
+      c.st.AddTensor(t.hf_name + "_scale", "F32", {});
+      c.scales[t.hf_name + "_scale"] = {0.25f};
+    } else {
+      const uint64_t nb = (n + 2) / 3, kb = (k + 3) / 4;
+      c.st.AddTensor(t.hf_name + "_scale_inv", "F32", {nb, kb});
+      std::vector<float>& v = c.scales[t.hf_name + "_scale_inv"];
+      const bool q = t.hf_name.find("q_proj") != std::string::npos;
+      for (uint64_t i = 0; i < nb * kb; ++i)
+        v.push_back(q ? 0.5f * static_cast<float>(i + 1) : 1.0f);
+    }
+  }
+  return c;
+}
+
+TEST_CASE("model file: FP8 checkpoints are dequantized with their scales") {
+  TinyModel tm;
+  const std::string quant =
+      ",\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[3,4]}";
+  Fp8Checkpoint c = MakeFp8(tm);
+  auto d = std::make_unique<HfDir>();
+  d->dir.Write("config.json", test::TinyHfConfig(tm, quant));
+  d->dir.Write("model.safetensors", c.Build());
+  auto m = d->Load();
+  REQUIRE_MESSAGE(m.ok(), m.status().message());
+  auto values = [&](const std::string& name) {
+    const TensorInfo* t = m.value()->Find(name);
+    REQUIRE(t != nullptr);
+    CHECK(t->type == kernels::DType::kF32);
+    const auto* f = static_cast<const float*>(t->data);
+    return std::vector<float>(f, f + t->elements());
+  };
+  const std::vector<float> q = values("blk.0.attn_q.weight");  // [8, 8], blocks [3, 2]
+  REQUIRE(q.size() == 64);
+  for (int r = 0; r < 8; ++r)
+    for (int col = 0; col < 8; ++col)
+      CHECK(q[r * 8 + col] == 0.5f * static_cast<float>((r / 3) * 2 + col / 4 + 1));
+  const std::vector<float> k = values("blk.1.attn_k.weight");  // [4, 8], per row
+  for (int r = 0; r < 4; ++r)
+    for (int col = 0; col < 8; ++col) CHECK(k[r * 8 + col] == static_cast<float>(r + 1));
+  for (float v : values("blk.0.attn_v.weight")) CHECK(v == 0.25f);  // one scale
+  for (float v : values("blk.1.ffn_down.weight")) CHECK(v == 1.0f);
+  CHECK(m.value()->Find("blk.0.attn_norm.weight")->type == kernels::DType::kBF16);
+
+  auto expect = [&](const std::string& config, Fp8Checkpoint ck, StatusCode code,
+                    const std::string& needle) {
+    HfDir bad;
+    bad.dir.Write("config.json", test::TinyHfConfig(tm, config));
+    bad.dir.Write("model.safetensors", ck.Build());
+    auto r = bad.Load();
+    INFO("message: ", r.status().message());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == code);
+    CHECK(r.status().message().find(needle) != std::string::npos);
+  };
+  {
+    Fp8Checkpoint ck = MakeFp8(tm);  // down's scales left out
+    auto& ts = ck.st.tensors();
+    for (auto& t : ts)
+      if (t.name == "model.layers.1.mlp.down_proj.weight_scale_inv")
+        t.name = "model.layers.1.mlp.down_proj.other";
+    expect(quant, ck, StatusCode::kCorruption,
+           "tensor 'model.layers.1.mlp.down_proj.weight' is F8_E4M3 with no "
+           "'model.layers.1.mlp.down_proj.weight_scale_inv' or "
+           "'model.layers.1.mlp.down_proj.weight_scale' beside it");
+  }
+  expect(
+      ",\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[4,4]}",
+      MakeFp8(tm), StatusCode::kCorruption,
+      "is F8_E4M3 [8, 16] in blocks of 4 x 4, so 'model.layers.0.mlp.down_proj.weight_scale_inv' "
+      "should be [2, 4]");
+  expect(",\"quantization_config\":{\"weight_block_size\":[0,4]}", MakeFp8(tm),
+         StatusCode::kCorruption,
+         "quantization_config.weight_block_size is not two positive sizes");
+  {
+    Fp8Checkpoint ck = MakeFp8(tm);  // k's per-row scales: 3 for 4 rows
+    for (auto& t : ck.st.tensors())
+      if (t.name == "model.layers.0.self_attn.k_proj.weight_scale") {
+        t.shape = {3};
+        t.end = t.begin + 12;
+      }
+    expect(quant, ck, StatusCode::kCorruption,
+           "with 4 rows, but 'model.layers.0.self_attn.k_proj.weight_scale' holds 3 scales");
+  }
+}
+
 TEST_CASE("model file: a sharded Hugging Face checkpoint loads from its directory") {
   TinyModel tm;
   test::TempDir dir;

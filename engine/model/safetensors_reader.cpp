@@ -95,6 +95,8 @@ const DTypeFacts* FindDType(const std::string& name) {
       {"F32", kernels::DType::kF32, 4},
       {"F16", kernels::DType::kF16, 2},
       {"BF16", kernels::DType::kBF16, 2},
+      // FP8 checkpoints: the loader dequantizes these with their scales.
+      {"F8_E4M3", kernels::DType::kF8_E4M3, 1},
   };
   for (const DTypeFacts& d : kSupported) {
     if (name == d.name) return &d;
@@ -244,7 +246,7 @@ class SafetensorsParser {
     const DTypeFacts* dtype = FindDType(dtype_name);
     if (dtype == nullptr) {
       return Status::Unsupported(out_->path() + ": " + tn + " has dtype " + Clip(dtype_name) +
-                                 ", which is not supported (F32, F16, BF16 only)");
+                                 ", which is not supported (F32, F16, BF16 and F8_E4M3 only)");
     }
     if (shape_it->size() > kMaxRank) {
       return Status::Unsupported(out_->path() + ": " + tn + " has " +

@@ -7,11 +7,12 @@
 // whose message starts with the file name, e.g.
 //   "model.safetensors: tensor 'lm_head.weight' data_offsets [0, 10) hold 10 bytes, but F32 [3, 4]
 //   needs 48".
-// Only F32, F16 and BF16 tensors are accepted (others: kUnsupported naming the
-// tensor and dtype). Shapes are stored in GGUF order (innermost first), the
-// reverse of the JSON. Tensor data is aligned only as the file aligns it: a
-// consumer must not assume more than byte alignment. Facts: docs/formats.md.
-// Thread safety: immutable after Open/Parse; any thread may read.
+// Only F32, F16, BF16 and F8_E4M3 tensors are accepted (others: kUnsupported
+// naming the tensor and dtype); F8_E4M3 ones are left for the model loader to
+// dequantize with the scales stored beside them. Shapes are stored in GGUF order (innermost first),
+// the reverse of the JSON. Tensor data is aligned only as the file aligns it: a consumer must not
+// assume more than byte alignment. Facts: docs/formats.md. Thread safety: immutable after
+// Open/Parse; any thread may read.
 #pragma once
 
 #include <map>

@@ -182,7 +182,10 @@ class SafetensorsBuilder {
   // Appends a tensor packed after the previous one.
   Tensor& AddTensor(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape,
                     uint8_t fill = 0) {
-    uint64_t n = dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 8;
+    uint64_t n = dtype == "F32"                      ? 4
+                 : dtype == "F16" || dtype == "BF16" ? 2
+                 : dtype == "F8_E4M3"                ? 1
+                                                     : 8;
     for (uint64_t d : shape) n *= d;
     Tensor t{name, dtype, std::move(shape), next_, next_ + n, fill};
     next_ += n;

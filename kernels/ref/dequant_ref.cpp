@@ -147,6 +147,11 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(b[i]);
       return;
     }
+    case DType::kF8_E4M3: {
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToFp32(b[i]);
+      return;
+    }
     case DType::kQ4_0:
       return DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
     case DType::kQ4_1:

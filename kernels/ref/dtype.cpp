@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace braid::kernels {
 namespace {
@@ -41,6 +42,7 @@ constexpr Entry kTypes[] = {
     {1000, {"q16_0", 32, 68}},
     {1001, {"q16_1", 32, 72}},
     {1002, {"q16_K", 256, 580}},
+    {1010, {"f8_e4m3", 1, 1}},
 };
 
 }  // namespace
@@ -93,6 +95,15 @@ uint16_t Fp32ToBf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
   u = (u + (0x7fffu + ((u >> 16) & 1u))) >> 16;
   return static_cast<uint16_t>(u);
+}
+
+float Fp8E4M3ToFp32(uint8_t b) {
+  const int exp = (b >> 3) & 15, man = b & 7;
+  if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
+  // Subnormals (exp 0): man / 8 * 2^-6; normals: (1 + man / 8) * 2^(exp - 7).
+  const float v = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
+                           : std::ldexp(static_cast<float>(8 + man), exp - 10);
+  return (b & 0x80) ? -v : v;
 }
 
 }  // namespace braid::kernels

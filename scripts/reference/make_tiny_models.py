@@ -55,6 +55,14 @@ MODELS = [
          embed_std=0.3, final_norm_scale=3.0,
          cfg=dict(num_hidden_layers=2, tie_word_embeddings=True, use_sliding_window=False,
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # An FP8 checkpoint in the fine-grained layout (transformers' FP8 quantizer,
+    # DeepSeek-V3, Qwen3-FP8): every projection F8_E4M3 with a weight_scale_inv
+    # per 32 x 16 block (non-square, so rows and columns cannot be swapped);
+    # transformers dequantizes it when it loads on a CPU.
+    dict(name="llama_tiny_fp8", arch="llama", seed=8, dtype="float32", shard=None,
+         fp8_block=[32, 16],
+         cfg=dict(num_hidden_layers=2, tie_word_embeddings=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     dict(name="mistral_tiny_fp16", arch="mistral", seed=4, dtype="float16", shard=None,
          cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None,
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
@@ -146,6 +154,36 @@ def classic_config(path, dtype):
         f.write("\n")
 
 
+def to_fp8_blocks(path, block):
+    """Rewrites the checkpoint at `path` with every *_proj.weight as
+    float8_e4m3fn plus a float32 weight_scale_inv per block (max |w| / 448 of
+    the block), and quantization_config in config.json, as transformers'
+    fine-grained FP8 checkpoints are laid out."""
+    from safetensors.torch import load_file, save_file
+    br, bc = block
+    f = os.path.join(path, "model.safetensors")
+    sd = load_file(f)
+    out = {}
+    for k, v in sd.items():
+        if not k.endswith("proj.weight"):
+            out[k] = v
+            continue
+        n, kk = v.shape
+        assert n % br == 0 and kk % bc == 0, (k, v.shape)  # transformers needs whole blocks
+        blocks = v.reshape(n // br, br, kk // bc, bc)
+        scale = blocks.abs().amax(dim=(1, 3)) / 448.0
+        q = (blocks / scale[:, None, :, None]).reshape(n, kk).to(torch.float8_e4m3fn)
+        out[k] = q
+        out[k + "_scale_inv"] = scale.float().contiguous()
+    save_file(out, f, metadata={"format": "pt"})
+    c = json.load(open(os.path.join(path, "config.json")))
+    c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                "weight_block_size": [br, bc]}
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(c, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
 def build(spec, models_dir):
     from transformers import AutoModelForCausalLM
     torch.manual_seed(spec["seed"])
@@ -161,6 +199,8 @@ def build(spec, models_dir):
     kw = {"max_shard_size": spec["shard"]} if spec["shard"] else {"max_shard_size": "100MB"}
     to_save.save_pretrained(out, safe_serialization=True, **kw)
     classic_config(os.path.join(out, "config.json"), spec["dtype"])
+    if spec.get("fp8_block"):
+        to_fp8_blocks(out, spec["fp8_block"])
     files = sorted(glob.glob(os.path.join(out, "*.safetensors")))
     if spec["shard"]:
         assert len(files) > 1 and os.path.exists(os.path.join(out, "model.safetensors.index.json"))
@@ -178,15 +218,23 @@ def load_reference(path):
 
 
 def check_weights_on_disk(path, spec, model):
-    """The reloaded fp32 weights equal the stored tensors (upcast) exactly."""
+    """The reloaded fp32 weights equal the stored tensors (upcast) exactly;
+    FP8 ones equal their values times their block's scale."""
     from safetensors import safe_open
     sd = model.state_dict()
     seen = set()
     for f in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
         with safe_open(f, "pt") as st:
             for k in st.keys():
+                if k.endswith("_scale_inv"):
+                    continue
                 t = st.get_tensor(k)
-                assert str(t.dtype) == "torch." + spec["dtype"], (k, t.dtype)
+                if t.dtype == torch.float8_e4m3fn:
+                    br, bc = spec["fp8_block"]
+                    s = st.get_tensor(k + "_scale_inv")
+                    t = t.float() * s.repeat_interleave(br, 0).repeat_interleave(bc, 1)
+                else:
+                    assert str(t.dtype) == "torch." + spec["dtype"], (k, t.dtype)
                 assert torch.equal(t.float(), sd[k]), k
                 seen.add(k)
     expect = set(sd) - ({"lm_head.weight"} if model.config.tie_word_embeddings else set())

@@ -1,7 +1,8 @@
 // Element types of weight tensors, with GGUF's numeric ids, and the block
 // layout of each (elements per block, bytes per block). Facts follow ggml's
 // ggml-common.h; see docs/formats.md. Ids from kFirstInternalTypeId on are
-// Braid's own activation formats: they never appear in a file.
+// Braid's own (activation formats, and FP8 as checkpoints store it): they
+// never appear in a GGUF file.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,10 @@ enum class DType : uint32_t {
   kQ16_0 = 1000,  // activation type only (partner of Q4_0 and Q8_0)
   kQ16_1 = 1001,  // activation type only (partner of Q4_1)
   kQ16_K = 1002,  // activation type only (partner of Q4_K and Q6_K)
+  // FP8 e4m3 (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no
+  // infinities, 0x7f and 0xff NaN), as a safetensors checkpoint stores it
+  // (F8_E4M3) before the loader dequantizes it with its scales.
+  kF8_E4M3 = 1010,
 };
 
 // Type ids from here on are Braid-internal (no file format may use them).
@@ -65,5 +70,7 @@ inline float Bf16ToFp32(uint16_t b) {
   return f;
 }
 uint16_t Fp32ToBf16(float f);
+// e4m3 -> float, exact (subnormals included; NaN for 0x7f and 0xff).
+float Fp8E4M3ToFp32(uint8_t b);
 
 }  // namespace braid::kernels
