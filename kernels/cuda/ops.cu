@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
 #include <utility>
@@ -801,17 +802,21 @@ template <int M, int U, bool F8>
 int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
   // Beyond 48 KB of shared memory in all (the kernel's static part
-  // included), a launch needs the larger size allowed first.
+  // included), a launch needs the larger size allowed first. The allowance
+  // belongs to the device: each device a process runs on needs its own.
   constexpr int kStatic = kGemvWarps * M * static_cast<int>(sizeof(float));
-  static int configured = 0;  // the largest dynamic shared memory allowed so far
-  if (smem + kStatic > 48 * 1024 && smem > configured) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> configured[kDevices] = {};  // the largest allowed so far, per device
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= kDevices) return static_cast<int>(cudaErrorInvalidDevice);
+  if (smem + kStatic > 48 * 1024 && smem > configured[device].load()) {
     const cudaError_t e = cudaFuncSetAttribute(GemvKernel<M, U, F8>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return static_cast<int>(e);
-    configured = smem;
+    configured[device].store(smem);
   }
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
+  int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
   return Launch(GemvKernel<M, U, F8>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
