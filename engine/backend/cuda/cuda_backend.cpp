@@ -577,6 +577,7 @@ struct TopK {
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
+    cudaSetDevice(device_);  // the members' device memory and handles are this device's
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
     if (blas_) cublasDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
