@@ -736,6 +736,11 @@ class CudaBackend final : public Backend {
   // weight dequantized to bf16 for the bf16 GEMM.
   Status ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m, int n,
                     int k, bool accumulate, bool gated);
+  // The matrix-vector kernel (bf16 weights, or e4m3 on CUDA cores): x bf16,
+  // or fp32 rows normalized with `norm` first; with `gated`, the gate into
+  // act_ instead of y.
+  Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
+                 int depth, bool accumulate, bool gated);
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -1445,30 +1450,38 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
   }
   const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    kc::GemvArgs g;
-    g.depth = depth;
-    g.w = w.bf16;
-    g.y = y;
-    g.rows = m;
-    g.n = n;
-    g.k = k;
-    g.accumulate = accumulate;
-    if (norm) {
-      g.xf = static_cast<const float*>(x);
-      g.norm = norm;
-      g.eps = c_.rms_eps;
-    } else {
-      g.x = static_cast<const uint16_t*>(x);
-    }
-    if (epilogue) {
-      g.act = act_.get();
-      g.gate = gate_;
-    }
-    KERNEL_TRY(kc::Gemv(g, stream_));
+    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, depth, accumulate, epilogue));
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
   }
   if (gated && !epilogue) KERNEL_TRY(kc::GatedActivation(y, m, n / 2, gate_, act_.get(), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
+                            int n, int k, int depth, bool accumulate, bool gated) {
+  kc::GemvArgs g;
+  g.depth = depth;
+  g.w = w.bf16;
+  g.w8 = w.fp8;  // null for bf16 weights
+  g.w_scale = w.scale;
+  g.y = y;
+  g.rows = m;
+  g.n = n;
+  g.k = k;
+  g.accumulate = accumulate;
+  if (norm) {
+    g.xf = static_cast<const float*>(x);
+    g.norm = norm;
+    g.eps = c_.rms_eps;
+  } else {
+    g.x = static_cast<const uint16_t*>(x);
+  }
+  if (gated) {
+    g.act = act_.get();
+    g.gate = gate_;
+  }
+  KERNEL_TRY(kc::Gemv(g, stream_));
   return Status::Ok();
 }
 
@@ -1498,28 +1511,9 @@ Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w
   bool epilogue = false;
   if (m <= kFp8CudaCoreRows) {
     // The norm and the gate fused, as for bf16 weights.
-    kc::GemvArgs g;
-    g.depth = GemvDepth(n, k, m, true);
-    g.w8 = w.fp8;
-    g.w_scale = w.scale;
-    g.y = y;
-    g.rows = m;
-    g.n = n;
-    g.k = k;
-    g.accumulate = accumulate;
-    if (norm) {
-      g.xf = static_cast<const float*>(x);
-      g.norm = norm;
-      g.eps = c_.rms_eps;
-    } else {
-      g.x = static_cast<const uint16_t*>(x);
-    }
     epilogue = gated && fuse_swiglu_;
-    if (epilogue) {
-      g.act = act_.get();
-      g.gate = gate_;
-    }
-    KERNEL_TRY(kc::Gemv(g, stream_));
+    BRAID_RETURN_IF_ERROR(
+        RunGemv(x, norm, w, y, m, n, k, GemvDepth(n, k, m, true), accumulate, epilogue));
   } else {
     // x's rows to e4m3 with a scale each (normalized on the way), for the
     // tensor-core kernel or cuBLASLt's FP8 GEMM.
