@@ -452,77 +452,24 @@ std::optional<std::string> HfToGgufName(const Family& family, std::string_view h
   return std::nullopt;
 }
 
-// FP8 checkpoints in the Hugging Face layout: an F8_E4M3 matrix `NAME`
-// [n, k] stands for its values times the scales stored beside it, either
-// NAME_scale_inv [ceil(n / Br), ceil(k / Bc)] with one scale per Br x Bc
-// block (quantization_config.weight_block_size, default 128 x 128:
-// transformers' fine-grained FP8, DeepSeek-V3 and Qwen3 FP8 checkpoints) or
-// NAME_scale with one scale for the matrix or one per row (per-tensor and
-// per-channel FP8 checkpoints). The values times their scales, in fp32 as
-// transformers dequantizes them, into `out`.
-Status DequantizeFp8(const Json& config, const std::string& config_path,
-                     const SafetensorsCheckpoint& ck, const std::string& name, const TensorInfo& t,
-                     std::vector<float>* out) {
-  const std::string where = config_path + ": tensor '" + name + "' is F8_E4M3";
-  if (t.shape.size() != 2) return Status::Unsupported(where + " but not a matrix");
-  const int64_t k = t.shape[0], n = t.shape[1];
-  auto scale_of = [&](const std::string& suffix) -> const TensorInfo* {
-    auto it = ck.tensors().find(name + suffix);
-    return it == ck.tensors().end() ? nullptr : &it->second;
+// The block size of fine-grained FP8 scales: quantization_config's
+// weight_block_size, or 128 x 128 (transformers' default) without one.
+Status Fp8BlockSize(const Json& config, const std::string& config_path, int64_t* rows,
+                    int64_t* cols) {
+  *rows = *cols = 128;
+  auto qc = config.find("quantization_config");
+  if (qc == config.end() || !qc->is_object()) return Status::Ok();
+  auto b = qc->find("weight_block_size");
+  if (b == qc->end()) return Status::Ok();
+  auto size = [](const Json& v) {
+    return v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() <= (1u << 20);
   };
-  auto floats = [&](const TensorInfo& s) -> Result<std::vector<float>> {
-    using kernels::DType;
-    if (s.type != DType::kF32 && s.type != DType::kBF16 && s.type != DType::kF16)
-      return Status::Unsupported(where + ", and its scales '" + s.name +
-                                 "' are not F32, BF16 or F16");
-    std::vector<float> v(static_cast<size_t>(s.elements()));
-    kernels::DequantizeRow(s.type, s.data, v.data(), s.elements());
-    return v;
-  };
-  out->assign(static_cast<size_t>(n) * k, 0.0f);
-  const auto* q = static_cast<const uint8_t*>(t.data);
-  if (const TensorInfo* s = scale_of("_scale_inv")) {
-    int64_t br = 128, bc = 128;
-    auto qc = config.find("quantization_config");
-    if (qc != config.end() && qc->is_object()) {
-      auto b = qc->find("weight_block_size");
-      if (b != qc->end()) {
-        if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_unsigned() ||
-            !(*b)[1].is_number_unsigned() || (*b)[0].get<uint64_t>() == 0 ||
-            (*b)[1].get<uint64_t>() == 0 || (*b)[0].get<uint64_t>() > (1u << 20) ||
-            (*b)[1].get<uint64_t>() > (1u << 20))
-          return Status::Corruption(
-              config_path + ": quantization_config.weight_block_size is not two positive sizes");
-        br = (*b)[0].get<int64_t>();
-        bc = (*b)[1].get<int64_t>();
-      }
-    }
-    const int64_t nb = (n + br - 1) / br, kb = (k + bc - 1) / bc;
-    if (s->shape.size() != 2 || s->shape[0] != kb || s->shape[1] != nb)
-      return Status::Corruption(where + " [" + std::to_string(n) + ", " + std::to_string(k) +
-                                "] in blocks of " + std::to_string(br) + " x " +
-                                std::to_string(bc) + ", so '" + s->name + "' should be [" +
-                                std::to_string(nb) + ", " + std::to_string(kb) + "]");
-    BRAID_ASSIGN_OR_RETURN(std::vector<float> sv, floats(*s));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < k; ++c)
-        (*out)[r * k + c] = kernels::Fp8E4M3ToFp32(q[r * k + c]) * sv[(r / br) * kb + c / bc];
-    return Status::Ok();
-  }
-  if (const TensorInfo* s = scale_of("_scale")) {
-    const int64_t count = s->elements();
-    if (count != 1 && count != n)
-      return Status::Corruption(where + " with " + std::to_string(n) + " rows, but '" + s->name +
-                                "' holds " + std::to_string(count) +
-                                " scales (1 for the matrix, or 1 per row)");
-    BRAID_ASSIGN_OR_RETURN(std::vector<float> sv, floats(*s));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < k; ++c)
-        (*out)[r * k + c] = kernels::Fp8E4M3ToFp32(q[r * k + c]) * sv[count == 1 ? 0 : r];
-    return Status::Ok();
-  }
-  return Status::Corruption(where + " with no '" + name + "_scale_inv' or '" + name +
-                            "_scale' beside it");
+  if (!b->is_array() || b->size() != 2 || !size((*b)[0]) || !size((*b)[1]))
+    return Status::Corruption(config_path +
+                              ": quantization_config.weight_block_size is not two positive sizes");
+  *rows = (*b)[0].get<int64_t>();
+  *cols = (*b)[1].get<int64_t>();
+  return Status::Ok();
 }
 
 class SafetensorsModelFile final : public ModelFile {
@@ -577,6 +524,11 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
                          SafetensorsCheckpoint::Open(weights.string()));
   std::map<std::string, TensorInfo, std::less<>> tensors;
   std::vector<std::vector<float>> dequantized;
+  int64_t block_rows = 0, block_cols = 0;  // FP8 block scales: read at the first FP8 tensor
+  auto find_stored = [&](const std::string& name) -> const TensorInfo* {
+    auto it = ck->tensors().find(name);
+    return it == ck->tensors().end() ? nullptr : &it->second;
+  };
   const Family& family = *FindFamily(config.arch);
   for (const auto& [hf_name, info] : ck->tensors()) {
     std::optional<std::string> name = HfToGgufName(family, hf_name);
@@ -584,8 +536,12 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
     TensorInfo t = info;
     t.name = *name;
     if (t.type == kernels::DType::kF8_E4M3) {
+      if (block_rows == 0)
+        BRAID_RETURN_IF_ERROR(Fp8BlockSize(j, config_path, &block_rows, &block_cols));
       std::vector<float> values;
-      BRAID_RETURN_IF_ERROR(DequantizeFp8(j, config_path, *ck, hf_name, info, &values));
+      BRAID_RETURN_IF_ERROR(DequantizeFp8(info, hf_name, block_rows, block_cols, find_stored,
+                                          config_path + ": tensor '" + hf_name + "' is F8_E4M3",
+                                          &values));
       t.type = kernels::DType::kF32;
       t.data = values.data();
       t.nbytes = values.size() * sizeof(float);
@@ -736,6 +692,56 @@ Result<std::unique_ptr<ModelFile>> LoadModelFile(const std::string& path) {
     return LoadHf(path, dir, p);
   }
   return LoadGguf(path);
+}
+
+Status DequantizeFp8(const TensorInfo& t, const std::string& name, int64_t block_rows,
+                     int64_t block_cols,
+                     const std::function<const TensorInfo*(const std::string&)>& find,
+                     const std::string& where, std::vector<float>* out) {
+  if (t.shape.size() != 2) return Status::Unsupported(where + " but not a matrix");
+  if (block_rows <= 0 || block_cols <= 0)
+    return Status::InvalidArgument(where + ": FP8 blocks need positive sizes");
+  const int64_t k = t.shape[0], n = t.shape[1];
+  auto floats = [&](const TensorInfo& s) -> Result<std::vector<float>> {
+    using kernels::DType;
+    if (s.type != DType::kF32 && s.type != DType::kBF16 && s.type != DType::kF16)
+      return Status::Unsupported(where + ", and its scales '" + s.name +
+                                 "' are not F32, BF16 or F16");
+    std::vector<float> v(static_cast<size_t>(s.elements()));
+    kernels::DequantizeRow(s.type, s.data, v.data(), s.elements());
+    return v;
+  };
+  const auto* q = static_cast<const uint8_t*>(t.data);
+  if (const TensorInfo* s = find(name + "_scale_inv")) {
+    const int64_t br = block_rows, bc = block_cols;
+    const int64_t nb = (n + br - 1) / br, kb = (k + bc - 1) / bc;
+    if (s->shape.size() != 2 || s->shape[0] != kb || s->shape[1] != nb)
+      return Status::Corruption(where + " [" + std::to_string(n) + ", " + std::to_string(k) +
+                                "] in blocks of " + std::to_string(br) + " x " +
+                                std::to_string(bc) + ", so '" + s->name + "' should be [" +
+                                std::to_string(nb) + ", " + std::to_string(kb) + "]");
+    BRAID_ASSIGN_OR_RETURN(std::vector<float> sv, floats(*s));
+    out->assign(static_cast<size_t>(n) * k, 0.0f);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        (*out)[r * k + c] = kernels::Fp8E4M3ToFp32(q[r * k + c]) * sv[(r / br) * kb + c / bc];
+    return Status::Ok();
+  }
+  if (const TensorInfo* s = find(name + "_scale")) {
+    const int64_t count = s->elements();
+    if (count != 1 && count != n)
+      return Status::Corruption(where + " with " + std::to_string(n) + " rows, but '" + s->name +
+                                "' holds " + std::to_string(count) +
+                                " scales (1 for the matrix, or 1 per row)");
+    BRAID_ASSIGN_OR_RETURN(std::vector<float> sv, floats(*s));
+    out->assign(static_cast<size_t>(n) * k, 0.0f);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        (*out)[r * k + c] = kernels::Fp8E4M3ToFp32(q[r * k + c]) * sv[count == 1 ? 0 : r];
+    return Status::Ok();
+  }
+  return Status::Corruption(where + " with no '" + name + "_scale_inv' or '" + name +
+                            "_scale' beside it");
 }
 
 }  // namespace braid

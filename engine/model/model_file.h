@@ -5,6 +5,7 @@
 // with the shape the config implies, and names the first that is not.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,5 +65,15 @@ struct HfTensorSources {
 Status ValidateTensors(const ModelConfig& config,
                        const std::map<std::string, TensorInfo, std::less<>>& tensors,
                        const std::string& path, const HfTensorSources* hf = nullptr);
+
+// FP8 checkpoints (docs/formats.md): into `out`, the fp32 values of the
+// F8_E4M3 matrix `t` (stored as `name`) times the scales `find` gives for
+// `name` + "_scale_inv" (one per block of block_rows x block_cols) or else
+// `name` + "_scale" (one for the matrix or one per row). Errors start with
+// `where`. Used by LoadModelFile and exposed for tests and fuzzing.
+Status DequantizeFp8(const TensorInfo& t, const std::string& name, int64_t block_rows,
+                     int64_t block_cols,
+                     const std::function<const TensorInfo*(const std::string&)>& find,
+                     const std::string& where, std::vector<float>* out);
 
 }  // namespace braid

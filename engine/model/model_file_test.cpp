@@ -692,6 +692,22 @@ TEST_CASE("model file: FP8 checkpoints are dequantized with their scales") {
   }
 }
 
+TEST_CASE("DequantizeFp8 refuses what is not a matrix and empty blocks") {
+  const uint8_t bytes[6] = {0x38, 0x40, 0xc4, 0x01, 0x7e, 0x00};
+  const float one = 1.0f;
+  TensorInfo q{"w", kernels::DType::kF8_E4M3, {6}, bytes, 6};
+  TensorInfo s{"w_scale", kernels::DType::kF32, {}, &one, 4};
+  auto find = [&](const std::string& n) { return n == "w_scale" ? &s : nullptr; };
+  std::vector<float> out;
+  Status st = DequantizeFp8(q, "w", 1, 1, find, "w", &out);
+  CHECK(st.code() == StatusCode::kUnsupported);
+  CHECK(st.message() == "w but not a matrix");
+  q.shape = {3, 2};
+  CHECK(DequantizeFp8(q, "w", 0, 4, find, "w", &out).code() == StatusCode::kInvalidArgument);
+  REQUIRE(DequantizeFp8(q, "w", 1, 1, find, "w", &out).ok());  // one scale for the matrix
+  CHECK(out == std::vector<float>{1.0f, 2.0f, -3.0f, 0x1p-9f, 448.0f, 0.0f});
+}
+
 TEST_CASE("model file: a sharded Hugging Face checkpoint loads from its directory") {
   TinyModel tm;
   test::TempDir dir;
