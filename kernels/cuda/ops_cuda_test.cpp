@@ -524,15 +524,6 @@ void TestGemv() {
   cudaFree(dw2), cudaFree(dnorm);
 }
 
-// e4m3 -> float on the host, from the format (sign, 4 exponent bits with
-// bias 7, 3 mantissa bits; subnormals at exponent 0; 0x7f / 0xff NaN).
-float Fp8ToFloat(uint8_t b) {
-  const int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
-  if (exp == 15 && man == 7) return NAN;
-  const float v = exp == 0 ? std::ldexp(man / 8.0f, -6) : std::ldexp(1 + man / 8.0f, exp - 7);
-  return sign ? -v : v;
-}
-
 // Rows quantized to e4m3 with a scale each: every element within half a
 // step of e4m3 of its value (relative 1/16), the largest at 448; then the
 // FP8 matrix-vector kernel against fp32 loops over the dequantized operands.
@@ -558,7 +549,7 @@ void TestFp8() {
     scales_ok &= std::fabs(scale[r] - (mx > 0 ? mx / 448.0f : 1.0f)) <= 1e-6f * scale[r];
     for (int j = 0; j < k; ++j) {
       const size_t i = static_cast<size_t>(r) * k + j;
-      deq[i] = Fp8ToFloat(q[i]) * scale[r];
+      deq[i] = Fp8E4M3ToFp32(q[i]) * scale[r];
       want_deq[i] = wf[i];
     }
   }
@@ -642,7 +633,7 @@ void TestFp8() {
       for (int m = 0; m < rows; ++m)
         for (int j = 0; j < k; ++j) {
           const size_t i = static_cast<size_t>(m) * k + j;
-          xdeq[i] = Fp8ToFloat(x8[i]) * xs[m];
+          xdeq[i] = Fp8E4M3ToFp32(x8[i]) * xs[m];
         }
       const std::string what = "fp8 gemv, tensor cores (rows " + std::to_string(rows) +
                                (acc      ? ", accumulate"
@@ -698,7 +689,7 @@ void TestFp8() {
       for (int j = 0; j < k; ++j) {
         const size_t i = static_cast<size_t>(m) * k + j;
         want[i] = static_cast<float>(x[i] * inv * norm[j]);
-        got[i] = Fp8ToFloat(x8[i]) * xs[m];
+        got[i] = Fp8E4M3ToFp32(x8[i]) * xs[m];
       }
     }
     Expect("fp8 normalized activation rows", got, want, 5e-5f, 1.0f / 16);

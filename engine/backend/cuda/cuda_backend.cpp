@@ -158,10 +158,7 @@ class LtGemm {
   Status Init(cudaStream_t stream) {
     stream_ = stream;
     BLAS_TRY(cublasLtCreate(&lt_));
-    BLAS_TRY(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    BLAS_TRY(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    BRAID_RETURN_IF_ERROR(NewDesc(&desc_));
     return workspace_.Allocate(size_t{64} << 20);
   }
   // FP8: y[m, n] (+)= (xs[m] * x8[m, :]) . (ws[n] * w8[n, :]), e4m3
@@ -170,10 +167,7 @@ class LtGemm {
   Status RunFp8(const uint8_t* x8, const float* xs, const uint8_t* w8, const float* ws, float* y,
                 int m, int n, int k, bool accumulate) {
     if (!desc8_) {
-      BLAS_TRY(cublasLtMatmulDescCreate(&desc8_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-      BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      BRAID_RETURN_IF_ERROR(NewDesc(&desc8_));
       const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
       BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
                                               sizeof mode));
@@ -184,39 +178,16 @@ class LtGemm {
                                             sizeof ws));
     BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
                                             sizeof xs));
-    const auto key = std::make_tuple(m, n, k);
-    auto it = plans8_.find(key);
-    if (it == plans8_.end()) {
-      Plan p;
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
-      it = plans8_.emplace(key, p).first;
-      BRAID_RETURN_IF_ERROR(Choose(desc8_, &it->second));
-    }
-    const Plan& p = it->second;
-    if (!p.ready) return Status::Unsupported("cuBLASLt has no FP8 GEMM for this shape");
+    BRAID_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(&plans8_, desc8_, CUDA_R_8F_E4M3, m, n, k));
+    const Plan& p = *plan;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     BLAS_TRY(cublasLtMatmul(lt_, desc8_, &alpha, w8, p.a, x8, p.b, &beta, y, p.c, y, p.c, &p.algo,
                             workspace_.get(), workspace_.size(), stream_));
     return Status::Ok();
   }
   Status Run(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
-    auto key = std::make_tuple(m, n, k);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      Plan p;
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
-      it = plans_.emplace(key, p).first;  // destroyed with the others, found or not
-      BRAID_RETURN_IF_ERROR(Choose(desc_, &it->second));
-      if (!it->second.ready)
-        return Status::Unsupported("cuBLASLt has no bf16 GEMM for " + std::to_string(m) + "x" +
-                                   std::to_string(n) + "x" + std::to_string(k));
-    }
-    const Plan& p = it->second;
-    if (!p.ready) return Status::Unsupported("cuBLASLt has no bf16 GEMM for this shape");
+    BRAID_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(&plans_, desc_, CUDA_R_16BF, m, n, k));
+    const Plan& p = *plan;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     BLAS_TRY(cublasLtMatmul(lt_, desc_, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                             workspace_.get(), workspace_.size(), stream_));
@@ -229,6 +200,36 @@ class LtGemm {
     cublasLtMatmulAlgo_t algo{};
     bool ready = false;  // false: cuBLASLt has no algorithm for it
   };
+  using Plans = std::map<std::tuple<int, int, int>, Plan>;
+  // A matmul description for y = x w^T: fp32 compute and scale, W transposed.
+  Status NewDesc(cublasLtMatmulDesc_t* desc) {
+    BLAS_TRY(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    return Status::Ok();
+  }
+  // The plan for m x n x k with operands of `type` (made and its algorithm
+  // chosen on first use, kept found or not); Unsupported when cuBLASLt has
+  // no algorithm for it.
+  Result<const Plan*> PlanFor(Plans* plans, cublasLtMatmulDesc_t desc, cudaDataType type, int m,
+                              int n, int k) {
+    const auto key = std::make_tuple(m, n, k);
+    auto it = plans->find(key);
+    if (it == plans->end()) {
+      Plan p;
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+      it = plans->emplace(key, p).first;  // destroyed with the others, found or not
+      BRAID_RETURN_IF_ERROR(Choose(desc, &it->second));
+    }
+    if (!it->second.ready)
+      return Status::Unsupported(
+          std::string("cuBLASLt has no ") + (type == CUDA_R_8F_E4M3 ? "FP8" : "bf16") +
+          " GEMM for " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+    return &it->second;
+  }
   // The heuristic's first algorithm for the plan's layouts under `desc`.
   Status Choose(cublasLtMatmulDesc_t desc, Plan* p) {
     cublasLtMatmulPreference_t pref;
@@ -248,7 +249,7 @@ class LtGemm {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr, desc8_ = nullptr;
-  std::map<std::tuple<int, int, int>, Plan> plans_, plans8_;
+  Plans plans_, plans8_;
   DeviceArray<uint8_t> workspace_;
 };
 
