@@ -24,6 +24,11 @@ __device__ __forceinline__ uint16_t ToBf(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+// Two floats as a bf16 pair, lo in the low half.
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  return static_cast<uint32_t>(ToBf(lo)) | (static_cast<uint32_t>(ToBf(hi)) << 16);
+}
+
 int Err() { return static_cast<int>(cudaGetLastError()); }
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -220,13 +225,116 @@ __global__ void GatedActivationKernel(const float* gu, int n_ff, Gate gate, uint
   out[static_cast<int64_t>(t) * n_ff + j] = ToBf(GateOf(gate, gate_up.x) * gate_up.y);
 }
 
+constexpr int kWarps = 4;
+
+// The end of a decode attention block of (token a.tokens[blockIdx.x], KV
+// head blockIdx.y, range blockIdx.z): NSUB partial results in shared memory
+// (unnormalized outputs, maxima, sums per query head; a sum of 0 for none)
+// merged into the range's result; with several ranges the last block of the
+// (token, KV head) to finish merges them all, and the group's prefix range
+// where there is one.
+template <int HD, int GMAX, int NSUB>
+__device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
+                             const float (*sm_acc)[GMAX][HD], const float (*sm_m)[GMAX],
+                             const float (*sm_l)[GMAX]) {
+  const int t = a.tokens[blockIdx.x];
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int G = a.n_head / a.n_kv;
+  const int q_dim = a.n_head * HD;
+  __syncthreads();
+  const int64_t out_row = static_cast<int64_t>(t) * q_dim;
+  // This block's range of head (kvh, g), as (unnormalized output, max, sum)
+  // with a range index; ranges of a head are laid out side by side.
+  auto prefix_of = [&](int g) {
+    return a.prefix + (static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * (HD + 2);
+  };
+  auto partial_at = [&](int g, int s) {
+    return a.partial +
+           ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
+  };
+  // Range n_split, when there is a prefix, is the group's.
+  auto part = [&](int g, int s) -> const float* {
+    return s == a.n_split ? prefix_of(g) : partial_at(g, s);
+  };
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    const int g = e / HD, d = e % HD;
+    float mx = -FLT_MAX;
+    for (int s = 0; s < NSUB; ++s) mx = fmaxf(mx, sm_m[s][g]);
+    float sum = 0, o = 0;
+    for (int s = 0; s < NSUB; ++s) {
+      const float w = sm_l[s][g] > 0 ? __expf(sm_m[s][g] - mx) : 0.0f;
+      sum += sm_l[s][g] * w;
+      o += sm_acc[s][g][d] * w;
+    }
+    if (a.n_split == 1) {
+      if (has_prefix) {  // merged with the group's range: (o, max lse, sum 1)
+        const float* pp = prefix_of(g);
+        const float mp = pp[HD], mx2 = fmaxf(mx, mp);
+        const float w = sum > 0 ? __expf(mx - mx2) : 0.0f, wp = __expf(mp - mx2);
+        o = o * w + pp[d] * wp;
+        sum = sum * w + wp;
+      }
+      a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
+    } else {
+      float* p = partial_at(g, split);
+      p[d] = o;
+      if (d == 0) {
+        p[HD] = mx;
+        p[HD + 1] = sum;
+      }
+    }
+  }
+  if (a.n_split == 1) return;
+  // The last range of this (token, KV head) to finish merges them all.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* counter = a.counters + blockIdx.x * a.n_kv + kvh;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == a.n_split - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Weights of the ranges per head first (all loads in one round), then the
+  // outputs, each a sum over ranges of independent loads.
+  constexpr int kMaxSplit = 32;
+  const int ranges = a.n_split + (has_prefix ? 1 : 0);
+  __shared__ float sm_w[GMAX][kMaxSplit + 1], sm_rl[GMAX][kMaxSplit + 1], sm_sum[GMAX];
+  for (int e = threadIdx.x; e < G * ranges; e += blockDim.x) {
+    const float* p = part(e / ranges, e % ranges);
+    const float l = __ldcg(p + HD + 1);
+    sm_w[e / ranges][e % ranges] = l > 0 ? __ldcg(p + HD) : -FLT_MAX;
+    sm_rl[e / ranges][e % ranges] = l;
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mx = -FLT_MAX, sum = 0;
+    for (int s = 0; s < ranges; ++s) mx = fmaxf(mx, sm_w[g][s]);
+    for (int s = 0; s < ranges; ++s) {
+      const float l = sm_rl[g][s];
+      const float w = l > 0 ? __expf(sm_w[g][s] - mx) : 0.0f;
+      sm_w[g][s] = w;
+      sum += l * w;
+    }
+    sm_sum[g] = sum;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    const int g = e / HD, d = e % HD;
+    float o = 0;
+#pragma unroll 8
+    for (int s = 0; s < ranges; ++s) o += sm_w[g][s] * __ldcg(part(g, s) + d);
+    a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sm_sum[g] > 0 ? o / sm_sum[g] : 0.0f);
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
 // Decode attention. Each thread block: one (token, KV head, key range); its
 // 4 warps split into subgroups of kLanes = HD / 8 lanes, each lane holding 8
 // dimensions, each subgroup one key at a time (keys interleaved between
 // subgroups), with an online softmax per query head; the subgroups merge in
 // shared memory, and with several ranges the last block of a (token, KV head)
 // to finish merges the ranges.
-constexpr int kWarps = 4;
 
 template <int HD, int GMAX, int U>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
@@ -328,92 +436,259 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       sm_l[sub][g] = l[g];
     }
   }
-  __syncthreads();
-  const int64_t out_row = static_cast<int64_t>(t) * q_dim;
-  // This block's range of head (kvh, g), as (unnormalized output, max, sum)
-  // with a range index; ranges of a head are laid out side by side.
-  auto prefix_of = [&](int g) {
-    return a.prefix + (static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * (HD + 2);
-  };
-  auto partial_at = [&](int g, int s) {
-    return a.partial +
-           ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
-  };
-  // Range n_split, when there is a prefix, is the group's.
-  auto part = [&](int g, int s) -> const float* {
-    return s == a.n_split ? prefix_of(g) : partial_at(g, s);
-  };
-  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
-    const int g = e / HD, d = e % HD;
-    float mx = -FLT_MAX;
-    for (int s = 0; s < kSub; ++s) mx = fmaxf(mx, sm_m[s][g]);
-    float sum = 0, o = 0;
-    for (int s = 0; s < kSub; ++s) {
-      const float w = sm_l[s][g] > 0 ? __expf(sm_m[s][g] - mx) : 0.0f;
-      sum += sm_l[s][g] * w;
-      o += sm_acc[s][g][d] * w;
-    }
-    if (a.n_split == 1) {
-      if (has_prefix) {  // merged with the group's range: (o, max lse, sum 1)
-        const float* pp = prefix_of(g);
-        const float mp = pp[HD], mx2 = fmaxf(mx, mp);
-        const float w = sum > 0 ? __expf(mx - mx2) : 0.0f, wp = __expf(mp - mx2);
-        o = o * w + pp[d] * wp;
-        sum = sum * w + wp;
+  FinishDecode<HD, GMAX, kSub>(a, has_prefix, sm_acc, sm_m, sm_l);
+}
+
+// D = A B + C on tensor cores (mma m16n8k16, bf16 in, fp32 out) for the
+// top 8 rows of A only: a0/a2 are this lane's pairs of row lane / 4 (k
+// pairs 2 (lane % 4) and + 8), the bottom rows zero; c the lane's two
+// outputs of row lane / 4 (columns 2 (lane % 4), + 1).
+__device__ __forceinline__ void MmaTop(float (&c)[2], uint32_t a0, uint32_t a2, uint32_t b0,
+                                       uint32_t b1) {
+  [[maybe_unused]] float d2, d3;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%10,%10};"
+      : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// Four 8x8 bf16 matrices from shared memory, lanes 8i..8i+7 giving the rows
+// of matrix i; trans: each lane gets a column pair instead of a row pair.
+template <bool kTrans>
+__device__ __forceinline__ void LdMatrix4(uint32_t (&r)[4], const void* row) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  }
+}
+
+// 16 bytes from global to shared memory without registers; zeros when !in.
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, bool in) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(at), "l"(src),
+               "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void CopyCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void CopyWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Decode attention on tensor cores. Each thread block: one (token, KV head,
+// key range), the range a run of 16-key tiles (a tile lies in one KV block:
+// block_size a multiple of 16), dealt to the 4 warps in turn. Each warp
+// streams its tiles through kAttnStages buffers of its own in shared memory
+// (cp.async, keys and values outside the token's range zero-filled), so
+// that its next tiles are in flight while it computes one, and keeps its own
+// online softmax. Per tile: S = Q K^T (the KV head's query heads as A's
+// rows, at most 8; the 16 keys two n-tiles; K's fragments by ldmatrix), then
+// O += P V (V's by ldmatrix.trans). Q (fp32 in memory) and P enter as a bf16
+// high part and a bf16 remainder, two products each, so that scores and
+// weights keep about fp32's precision against the bf16 cache. Rows of 16-byte
+// chunks are stored with chunk c of row r at c ^ (r % 8): the 8 rows an
+// ldmatrix reads fall in distinct banks.
+constexpr int kAttnStages = 3;
+
+template <int HD>
+constexpr int AttnSmem() {
+  return kWarps * kAttnStages * 2 * 16 * HD * static_cast<int>(sizeof(uint16_t));
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAttentionArgs a) {
+  extern __shared__ __align__(16) uint16_t attn_smem[];
+  Release();
+  Acquire();
+  constexpr int GMAX = 8, kTile = 16;
+  constexpr int CH = HD / 8;              // 16-byte chunks per key row
+  constexpr int KS = HD / 16;             // k-steps of Q K^T
+  constexpr int NT = HD / 8;              // n-tiles of P V
+  constexpr int kTileElems = kTile * HD;  // one tile's keys (or values)
+  __shared__ float sm_m[kWarps][GMAX], sm_l[kWarps][GMAX];
+
+  const int t = a.tokens[blockIdx.x];
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int G = a.n_head / a.n_kv;
+  const int n_keys = a.pos[t] + 1;
+  const int ks0 = a.key_start ? a.key_start[t] : 0;
+  const bool has_prefix = ks0 > 0;
+  const int ks = a.window > 0 ? max(ks0, n_keys - a.window) : ks0;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gr = lane / 4, tq = lane % 4;
+  const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
+  const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
+  uint16_t* stage_k = attn_smem + warp * kAttnStages * 2 * kTileElems;  // [stage][K, V][tile]
+
+  // This warp's tiles: first + split * per + warp, every kWarps-th after.
+  const int first = ks / kTile, end = (n_keys + kTile - 1) / kTile;
+  const int per = (end - first + a.n_split - 1) / a.n_split;
+  const int t0 = first + split * per + warp, t1 = min(end, first + (split + 1) * per);
+  const int mine = t0 < t1 ? (t1 - t0 + kWarps - 1) / kWarps : 0;
+  auto issue = [&](int i) {  // the warp's i-th tile into stage i % kAttnStages
+    if (i < mine) {
+      const int key0 = (t0 + i * kWarps) * kTile;
+      const int64_t base =
+          (static_cast<int64_t>(table[key0 / a.block_size]) * a.n_kv + kvh) * head_stride +
+          (key0 % a.block_size) * HD;
+      uint16_t* dk = stage_k + (i % kAttnStages) * 2 * kTileElems;
+#pragma unroll
+      for (int u = 0; u < kTile * CH / 32; ++u) {
+        const int c = lane + 32 * u, r = c / CH, ch = c % CH;
+        const int key = key0 + r;
+        const bool in = key >= ks && key < n_keys;
+        const int at = r * HD + ((ch ^ (r % 8)) * 8);
+        CopyAsync16(dk + at, a.k_cache + base + r * HD + ch * 8, in);
+        CopyAsync16(dk + kTileElems + at, a.v_cache + base + r * HD + ch * 8, in);
       }
-      a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
-    } else {
-      float* p = partial_at(g, split);
-      p[d] = o;
-      if (d == 0) {
-        p[HD] = mx;
-        p[HD + 1] = sum;
+    }
+    CopyCommit();  // an empty group past the last tile keeps the counts uniform
+  };
+#pragma unroll
+  for (int i = 0; i < kAttnStages - 1; ++i) issue(i);
+
+  // Q's A fragments in log2 units (row gr: query head kvh * G + gr; zero
+  // rows past G), high parts and remainders.
+  uint32_t qh[KS][2], ql[KS][2];
+  {
+    const float* q = a.q + static_cast<int64_t>(t) * a.n_head * HD + (kvh * G + gr) * HD;
+    const float sc = a.scale * 1.4426950408889634f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int d = 16 * kk + 8 * h + 2 * tq;
+        const float x0 = gr < G ? q[d] * sc : 0.0f, x1 = gr < G ? q[d + 1] * sc : 0.0f;
+        const uint32_t hi = Pack2(x0, x1);
+        qh[kk][h] = hi;
+        ql[kk][h] = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+      }
+  }
+  float o[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0;
+  float m = -INFINITY, l = 0;  // l: this lane's share of its row's sum
+
+  // ldmatrix rows this lane gives: matrix mi = lane / 8, row lane % 8.
+  const int mi = lane / 8, mr = lane % 8;
+  for (int i = 0; i < mine; ++i) {
+    issue(i + kAttnStages - 1);
+    CopyWait<kAttnStages - 1>();
+    __syncwarp();
+    const uint16_t* sk = stage_k + (i % kAttnStages) * 2 * kTileElems;
+    const uint16_t* sv = sk + kTileElems;
+    const int key0 = (t0 + i * kWarps) * kTile;
+    // S: keys 8n + 2tq + {0, 1} of row gr. K's matrices for k-step kk:
+    // keys 0-7 and 8-15 (mi / 2), dims 16kk and 16kk + 8 (mi % 2).
+    float sc[2][2] = {{0, 0}, {0, 0}};
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      const int r = mr + 8 * (mi / 2), ch = 2 * kk + mi % 2;
+      uint32_t b[4];
+      LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        MmaTop(sc[n], qh[kk][0], qh[kk][1], b[2 * n], b[2 * n + 1]);
+        MmaTop(sc[n], ql[kk][0], ql[kk][1], b[2 * n], b[2 * n + 1]);
       }
     }
-  }
-  if (a.n_split == 1) return;
-  // The last range of this (token, KV head) to finish merges them all.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* counter = a.counters + blockIdx.x * a.n_kv + kvh;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == a.n_split - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // Weights of the ranges per head first (all loads in one round), then the
-  // outputs, each a sum over ranges of independent loads.
-  constexpr int kMaxSplit = 32;
-  const int ranges = a.n_split + (has_prefix ? 1 : 0);
-  __shared__ float sm_w[GMAX][kMaxSplit + 1], sm_rl[GMAX][kMaxSplit + 1], sm_sum[GMAX];
-  for (int e = threadIdx.x; e < G * ranges; e += blockDim.x) {
-    const float* p = part(e / ranges, e % ranges);
-    const float l = __ldcg(p + HD + 1);
-    sm_w[e / ranges][e % ranges] = l > 0 ? __ldcg(p + HD) : -FLT_MAX;
-    sm_rl[e / ranges][e % ranges] = l;
-  }
-  __syncthreads();
-  if (threadIdx.x < G) {
-    const int g = threadIdx.x;
-    float mx = -FLT_MAX, sum = 0;
-    for (int s = 0; s < ranges; ++s) mx = fmaxf(mx, sm_w[g][s]);
-    for (int s = 0; s < ranges; ++s) {
-      const float l = sm_rl[g][s];
-      const float w = l > 0 ? __expf(sm_w[g][s] - mx) : 0.0f;
-      sm_w[g][s] = w;
-      sum += l * w;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int key = key0 + 8 * n + 2 * tq + c;
+        if (key < ks || key >= n_keys) sc[n][c] = -INFINITY;
+        mx = fmaxf(mx, sc[n][c]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);
+    const float mu = mn == -INFINITY ? 0.0f : mn;  // no key yet: nothing to rescale
+    const float alpha = exp2f(m - mu);
+    float p[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) p[n][c] = exp2f(sc[n][c] - mu);
+    l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+    m = mn;
+    uint32_t ph[2], pl[2];  // A fragments: keys 2tq + {0, 1} and 8 + 2tq + {0, 1}
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      ph[n] = Pack2(p[n][0], p[n][1]);
+      pl[n] = Pack2(p[n][0] - __uint_as_float(ph[n] << 16),
+                    p[n][1] - __uint_as_float(ph[n] & 0xffff0000u));
     }
-    sm_sum[g] = sum;
+    // V's matrices for n-tiles 2jj and 2jj + 1: keys 0-7 and 8-15 (mi % 2),
+    // dims 16jj and 16jj + 8 (mi / 2).
+#pragma unroll
+    for (int jj = 0; jj < NT / 2; ++jj) {
+      const int r = mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
+      uint32_t b[4];
+      LdMatrix4<true>(b, sv + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float(&on)[2] = o[2 * jj + h];
+        on[0] *= alpha;
+        on[1] *= alpha;
+        MmaTop(on, ph[0], ph[1], b[2 * h], b[2 * h + 1]);
+        MmaTop(on, pl[0], pl[1], b[2 * h], b[2 * h + 1]);
+      }
+    }
+    __syncwarp();  // the stage is refilled by the next iteration's issue
   }
+  CopyWait<0>();
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  // The stages are free now: the warps' results go where they were.
   __syncthreads();
-  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
-    const int g = e / HD, d = e % HD;
-    float o = 0;
-#pragma unroll 8
-    for (int s = 0; s < ranges; ++s) o += sm_w[g][s] * __ldcg(part(g, s) + d);
-    a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sm_sum[g] > 0 ? o / sm_sum[g] : 0.0f);
+  auto sm_acc = reinterpret_cast<float(*)[GMAX][HD]>(attn_smem);
+  if (gr < G) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      sm_acc[warp][gr][8 * n + 2 * tq] = o[n][0];
+      sm_acc[warp][gr][8 * n + 2 * tq + 1] = o[n][1];
+    }
+    if (tq == 0) {
+      sm_m[warp][gr] = l > 0 ? m * 0.6931471805599453f : -FLT_MAX;
+      sm_l[warp][gr] = l;
+    }
   }
-  if (threadIdx.x == 0) *counter = 0;
+  FinishDecode<HD, GMAX, kWarps>(a, has_prefix, sm_acc, sm_m, sm_l);
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device
+// (beyond 48 KB in all, the kernel's static part included, a launch needs
+// the larger size allowed first; the allowance belongs to the device).
+template <typename Kernel>
+int AllowSmem(Kernel kernel, int bytes, int static_bytes, std::atomic<int> (&configured)[64]) {
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return static_cast<int>(cudaErrorInvalidDevice);
+  if (bytes + static_bytes > 48 * 1024 && bytes > configured[device].load()) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    configured[device].store(bytes);
+  }
+  return 0;
+}
+
+template <int HD>
+int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
+  static std::atomic<int> configured[64] = {};
+  constexpr int smem = AttnSmem<HD>();
+  static_assert(smem >= kWarps * 8 * HD * static_cast<int>(sizeof(float)), "sm_acc fits");
+  if (const int e = AllowSmem(DecodeAttentionMmaKernel<HD>, smem, 2 * kWarps * 8 * 4, configured))
+    return e;
+  const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
+  return Launch(DecodeAttentionMmaKernel<HD>, grid, block, smem, s, a);
 }
 
 template <int HD, int GMAX>
@@ -567,10 +842,6 @@ __device__ __forceinline__ void Unpack(uint4 v, float* f) {
     f[2 * i] = __uint_as_float(w[i] << 16);
     f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-}
-
-__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
-  return static_cast<uint32_t>(ToBf(lo)) | (static_cast<uint32_t>(ToBf(hi)) << 16);
 }
 
 // xs[m, :] = bf16(xf[m, :] / rms(xf[m, :]) * norm), m < M, by the whole block.
@@ -801,21 +1072,11 @@ __global__ void QuantizeNormRowsFp8Kernel(const float* x, const float* norm, flo
 template <int M, int U, bool F8>
 int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   const int smem = M * a.k * static_cast<int>(sizeof(uint16_t));
-  // Beyond 48 KB of shared memory in all (the kernel's static part
-  // included), a launch needs the larger size allowed first. The allowance
-  // belongs to the device: each device a process runs on needs its own.
   constexpr int kStatic = kGemvWarps * M * static_cast<int>(sizeof(float));
-  constexpr int kDevices = 64;
-  static std::atomic<int> configured[kDevices] = {};  // the largest allowed so far, per device
+  static std::atomic<int> configured[64] = {};  // the largest allowed so far, per device
+  if (const int e = AllowSmem(GemvKernel<M, U, F8>, smem, kStatic, configured)) return e;
   int device = 0;
   cudaGetDevice(&device);
-  if (device < 0 || device >= kDevices) return static_cast<int>(cudaErrorInvalidDevice);
-  if (smem + kStatic > 48 * 1024 && smem > configured[device].load()) {
-    const cudaError_t e = cudaFuncSetAttribute(GemvKernel<M, U, F8>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return static_cast<int>(e);
-    configured[device].store(smem);
-  }
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
@@ -1052,6 +1313,10 @@ int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
   if (!DecodeAttentionSupports(a.head_dim, g) || a.n_split > 32 || (a.n_split > 1 && !a.counters))
     return -1;
   cudaStream_t s = S(stream);
+  if (a.tensor_cores && a.block_size % 16 == 0) {
+    if (a.head_dim == 64) return LaunchDecodeMma<64>(a, s);
+    if (a.head_dim == 128) return LaunchDecodeMma<128>(a, s);
+  }
   switch (a.head_dim) {
     case 16:
       return g <= 4 ? LaunchDecode<16, 4>(a, s) : LaunchDecode<16, 8>(a, s);

@@ -314,94 +314,101 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   std::vector<int32_t> list(T);
   for (int t = 0; t < T; ++t) list[t] = t;
   int32_t* d_list = ToDevice(list);
-  cuda::DecodeAttentionArgs a;
-  a.q = d_q, a.k_cache = d_k, a.v_cache = d_v, a.tokens = d_list, a.pos = d_pos, a.tok_seq = d_seq;
-  a.seq_table = d_seq_table, a.tables = d_tables, a.out = d_out, a.partial = d_part, a.n = T;
-  a.counters = d_counters;
-  a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
-  a.keys_in_flight = keys_in_flight;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  a.window = window;
-  const int e = cuda::DecodeAttention(a, nullptr);
-  if (e != 0) {
-    ++failures;
-    std::printf("FAIL decode attention (%s): launch error %d\n", shape.c_str(), e);
-  }
-  const std::vector<float> k_stored = Bf16ToHost(d_k, cache), v_stored = Bf16ToHost(d_v, cache);
-  const int G = n_head / n_kv;
-  // Token t, head h over its keys [k0, k1), in double: the output into
-  // out[0, hd), the log-sum-exp of the scaled scores returned.
-  auto reference = [&](int t, int h, int k0, int k1, float* out) {
-    const int g = h / G;
-    const int* table = &tables[seq_table[tok_seq[t]]];
-    auto at = [&](int k) {
-      return ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
-    };
-    std::vector<double> sc(k1 - k0);
-    double mx = -1e300;
-    for (int k = k0; k < k1; ++k) {
-      double dot = 0;
-      for (int d = 0; d < hd; ++d)
-        dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at(k) + d];
-      sc[k - k0] = dot * a.scale;
-      mx = std::max(mx, sc[k - k0]);
-    }
-    double sum = 0;
-    for (double& x : sc) sum += (x = std::exp(x - mx));
-    for (int d = 0; d < hd; ++d) {
-      double o = 0;
-      for (int k = k0; k < k1; ++k) o += sc[k - k0] * v_stored[at(k) + d];
-      out[d] = static_cast<float>(o / sum);
-    }
-    return static_cast<float>(mx + std::log(sum));
-  };
-  std::vector<float> want(static_cast<size_t>(T) * q_dim);
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n_head; ++h)
-      reference(t, h, window > 0 ? std::max(0, pos[t] + 1 - window) : 0, pos[t] + 1,
-                &want[static_cast<size_t>(t) * q_dim + h * hd]);
-  Expect("decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
-
-  // Cascade: each token's keys before key_start attended elsewhere (here in
-  // double on the host), handed over as (normalized output, log-sum-exp)
-  // through CascadeRanges, merged by the kernel with its own keys after;
-  // the result is the same attention. Token 0 attends none of its own keys.
-  // (The backend runs no cascade with a sliding window.)
-  if (window == 0) {
-    std::vector<int32_t> start(T);
-    for (int t = 0; t < T; ++t) start[t] = t == 0 ? pos[t] + 1 : (pos[t] + 1) / 2;
-    std::vector<float> oh(static_cast<size_t>(n_head) * T * hd),
-        lse(static_cast<size_t>(n_head) * T);
-    for (int t = 0; t < T; ++t)
-      for (int h = 0; h < n_head; ++h) {
-        const size_t r = static_cast<size_t>(h) * T + t;
-        lse[r] = reference(t, h, 0, start[t], &oh[r * hd]);
-      }
-    float* d_oh = ToDevice(oh);
-    float* d_lse = ToDevice(lse);
-    int32_t* d_start = ToDevice(start);
-    float* d_ranges = nullptr;
-    cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * (hd + 2) * sizeof(float));
-    int e2 = cuda::CascadeRanges(d_oh, d_lse, d_list, T, n_head, hd, d_ranges, nullptr);
-    cuda::DecodeAttentionArgs c = a;
-    c.key_start = d_start;
-    c.prefix = d_ranges;
-    e2 = e2 ? e2 : cuda::DecodeAttention(c, nullptr);
-    if (e2 != 0) {
+  // The tensor-core kernel (where the shape allows it) and the CUDA-core one.
+  for (bool tc : {true, false}) {
+    const std::string name = shape + (tc ? ", tensor cores" : ", CUDA cores");
+    cuda::DecodeAttentionArgs a;
+    a.q = d_q, a.k_cache = d_k, a.v_cache = d_v, a.tokens = d_list, a.pos = d_pos,
+    a.tok_seq = d_seq;
+    a.seq_table = d_seq_table, a.tables = d_tables, a.out = d_out, a.partial = d_part, a.n = T;
+    a.counters = d_counters;
+    a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
+    a.keys_in_flight = keys_in_flight;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.window = window;
+    a.tensor_cores = tc;
+    const int e = cuda::DecodeAttention(a, nullptr);
+    if (e != 0) {
       ++failures;
-      std::printf("FAIL cascade decode attention (%s): launch error %d\n", shape.c_str(), e2);
+      std::printf("FAIL decode attention (%s): launch error %d\n", name.c_str(), e);
     }
-    Expect("cascade decode attention (" + shape + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f,
-           1e-2f);
-    for (void* p : {static_cast<void*>(d_oh), static_cast<void*>(d_lse),
-                    static_cast<void*>(d_start), static_cast<void*>(d_ranges)})
-      cudaFree(p);
-  }
+    const std::vector<float> k_stored = Bf16ToHost(d_k, cache), v_stored = Bf16ToHost(d_v, cache);
+    const int G = n_head / n_kv;
+    // Token t, head h over its keys [k0, k1), in double: the output into
+    // out[0, hd), the log-sum-exp of the scaled scores returned.
+    auto reference = [&](int t, int h, int k0, int k1, float* out) {
+      const int g = h / G;
+      const int* table = &tables[seq_table[tok_seq[t]]];
+      auto at = [&](int k) {
+        return ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
+      };
+      std::vector<double> sc(k1 - k0);
+      double mx = -1e300;
+      for (int k = k0; k < k1; ++k) {
+        double dot = 0;
+        for (int d = 0; d < hd; ++d)
+          dot += q_ref[static_cast<size_t>(t) * q_dim + h * hd + d] * k_stored[at(k) + d];
+        sc[k - k0] = dot * a.scale;
+        mx = std::max(mx, sc[k - k0]);
+      }
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < hd; ++d) {
+        double o = 0;
+        for (int k = k0; k < k1; ++k) o += sc[k - k0] * v_stored[at(k) + d];
+        out[d] = static_cast<float>(o / sum);
+      }
+      return static_cast<float>(mx + std::log(sum));
+    };
+    std::vector<float> want(static_cast<size_t>(T) * q_dim);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < n_head; ++h)
+        reference(t, h, window > 0 ? std::max(0, pos[t] + 1 - window) : 0, pos[t] + 1,
+                  &want[static_cast<size_t>(t) * q_dim + h * hd]);
+    Expect("decode attention (" + name + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
 
-  const std::vector<int32_t> counters = ToHost(d_counters, static_cast<size_t>(T) * n_kv);
-  const bool zero = std::all_of(counters.begin(), counters.end(), [](int32_t c) { return c == 0; });
-  failures += !zero;
-  std::printf("%s split counters left at zero (%s)\n", zero ? "ok  " : "FAIL", shape.c_str());
+    // Cascade: each token's keys before key_start attended elsewhere (here in
+    // double on the host), handed over as (normalized output, log-sum-exp)
+    // through CascadeRanges, merged by the kernel with its own keys after;
+    // the result is the same attention. Token 0 attends none of its own keys.
+    // (The backend runs no cascade with a sliding window.)
+    if (window == 0) {
+      std::vector<int32_t> start(T);
+      for (int t = 0; t < T; ++t) start[t] = t == 0 ? pos[t] + 1 : (pos[t] + 1) / 2;
+      std::vector<float> oh(static_cast<size_t>(n_head) * T * hd),
+          lse(static_cast<size_t>(n_head) * T);
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < n_head; ++h) {
+          const size_t r = static_cast<size_t>(h) * T + t;
+          lse[r] = reference(t, h, 0, start[t], &oh[r * hd]);
+        }
+      float* d_oh = ToDevice(oh);
+      float* d_lse = ToDevice(lse);
+      int32_t* d_start = ToDevice(start);
+      float* d_ranges = nullptr;
+      cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * (hd + 2) * sizeof(float));
+      int e2 = cuda::CascadeRanges(d_oh, d_lse, d_list, T, n_head, hd, d_ranges, nullptr);
+      cuda::DecodeAttentionArgs c = a;
+      c.key_start = d_start;
+      c.prefix = d_ranges;
+      e2 = e2 ? e2 : cuda::DecodeAttention(c, nullptr);
+      if (e2 != 0) {
+        ++failures;
+        std::printf("FAIL cascade decode attention (%s): launch error %d\n", name.c_str(), e2);
+      }
+      Expect("cascade decode attention (" + name + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f,
+             1e-2f);
+      for (void* p : {static_cast<void*>(d_oh), static_cast<void*>(d_lse),
+                      static_cast<void*>(d_start), static_cast<void*>(d_ranges)})
+        cudaFree(p);
+    }
+
+    const std::vector<int32_t> counters = ToHost(d_counters, static_cast<size_t>(T) * n_kv);
+    const bool zero =
+        std::all_of(counters.begin(), counters.end(), [](int32_t c) { return c == 0; });
+    failures += !zero;
+    std::printf("%s split counters left at zero (%s)\n", zero ? "ok  " : "FAIL", name.c_str());
+  }
   for (void* p :
        {static_cast<void*>(d_qkv), static_cast<void*>(d_b), static_cast<void*>(d_pos),
         static_cast<void*>(d_slot), static_cast<void*>(d_seq), static_cast<void*>(d_tables),
@@ -531,6 +538,9 @@ void TestFp8() {
   const int n = 1000, k = 832;  // k a multiple of 64, n of 8 (not of the rows per block)
   std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
   for (int j = 0; j < k; ++j) wf[static_cast<size_t>(7) * k + j] = 0.0f;  // a zero row
+  // A row down to e4m3's subnormals (below 2^-6 of 448, its largest).
+  for (int j = 0; j < k; ++j)
+    wf[static_cast<size_t>(9) * k + j] = (j % 2 ? -0.05f : 0.05f) * std::ldexp(1.0f, -(j % 18));
   std::vector<uint16_t> w(wf.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]), wf[i] = Bf16ToFp32(w[i]);
   uint16_t* dw = ToDevice(w);
@@ -824,6 +834,8 @@ int main() {
   TestAttention(256, 4, 1, true, false, 1, 4, true, 100);  // gemma 3: hd 256, window
   TestAttention(256, 8, 1, true, true, 3, 4, true, 45);    // a window across split ranges
   TestAttention(256, 4, 1, true, false, 4);
+  TestAttention(128, 32, 8, false, false, 3, 4, false, 45);  // hd 128: a window across ranges
+  TestAttention(64, 16, 8, true, false, 32);                 // ranges shorter than a tile
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

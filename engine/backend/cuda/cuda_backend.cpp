@@ -848,6 +848,10 @@ class CudaBackend final : public Backend {
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
   int attention_keys_ = 4;
+  // Decode attention on tensor cores where the shape allows
+  // (kc::DecodeAttentionArgs::tensor_cores), or with BRAID_CUDA_ATTN=simt
+  // on CUDA cores, to measure the other.
+  bool attention_tc_ = true;
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
   static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
@@ -898,6 +902,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     const std::string k = keys;
     attention_keys_ = k == "1" ? 1 : 4;
   }
+  if (const char* attn = std::getenv("BRAID_CUDA_ATTN"))
+    attention_tc_ = std::string(attn) != "simt";
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
   // A shared prefix is attended once per group for every layer alike; with
@@ -1390,6 +1396,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.block_size = kv.block_size();
       a.n_split = n_split;
       a.keys_in_flight = attention_keys_;
+      a.tensor_cores = attention_tc_;
       a.scale = c.AttnScale();
       a.window = Window(i);
       if (!groups_.empty()) {

@@ -402,22 +402,27 @@ DecodeTiming TimeDecode(Backend& backend, int n_vocab, int B, int prompt_len, in
   std::vector<std::vector<int32_t>> prompts(B, std::vector<int32_t>(prompt_len));
   for (auto& p : prompts)
     for (auto& id : p) id = static_cast<int32_t>(rng() % n_vocab);
-  // Prefill, several sequences per forward pass; the last token's argmax
-  // is each sequence's first generated token.
+  // Prefill, several sequences per forward pass (a prompt longer than the
+  // backend's chunk in chunks of its own); the last token's argmax is each
+  // sequence's first generated token.
   std::vector<int32_t> next(B);
+  const int chunk = std::min(prompt_len, backend.max_chunk());
   const int per_pass = std::max(1, backend.max_chunk() / prompt_len);
   const auto tp = Clock::now();
   for (int s0 = 0; s0 < B; s0 += per_pass) {
-    std::vector<BatchSegment> segs;
-    for (int s = s0; s < std::min(B, s0 + per_pass); ++s) {
-      BatchSegment g;
-      g.tokens = prompts[s].data();
-      g.n_tokens = prompt_len;
-      g.block_table = tables[s].data();
-      g.logits_from = prompt_len - 1;
-      segs.push_back(g);
+    for (int pos0 = 0; pos0 < prompt_len; pos0 += chunk) {
+      std::vector<BatchSegment> segs;
+      for (int s = s0; s < std::min(B, s0 + per_pass); ++s) {
+        BatchSegment g;
+        g.tokens = prompts[s].data() + pos0;
+        g.n_tokens = std::min(chunk, prompt_len - pos0);
+        g.pos0 = pos0;
+        g.block_table = tables[s].data();
+        g.logits_from = prompt_len - 1;
+        segs.push_back(g);
+      }
+      Check(backend.ForwardArgmax(segs, *kv, next.data() + s0), "prefill");
     }
-    Check(backend.ForwardArgmax(segs, *kv, next.data() + s0), "prefill");
   }
   DecodeTiming t;
   t.prefill_tokens_per_s = static_cast<double>(B) * prompt_len / Since(tp);

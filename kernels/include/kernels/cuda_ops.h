@@ -77,6 +77,9 @@ struct DecodeAttentionArgs {
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_split = 1;         // key ranges per (token, KV head) (<= 32), merged by the last to finish
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
+  // Tensor cores (mma) where the shape allows: head_dim 64 or 128 and
+  // block_size a multiple of 16; else, or when false, CUDA cores.
+  bool tensor_cores = true;
   float scale = 0;
   int window = 0;  // > 0: token t sees only keys (pos[t] - window, pos[t]] (sliding window)
   // Cascade (shared-prefix) attention: with key_start [tokens] set, token t

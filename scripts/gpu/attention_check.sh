@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Decode attention on tensor cores, on the GPU machine, from the repository
+# root with the binaries packed by scripts/gpu/pack_braid.sh (carry build-gpu):
+#   OUT=DIR [STAGES=kernels,cpu,sweep,compare,equal,serve] scripts/gpu/attention_check.sh
+# Stages, in this order:
+#   kernels  kernels_ops_cuda_tests: both decode attention kernels (tensor
+#            cores, CUDA cores) against fp32 loops; a failure stops the run
+#            unless KEEP_GOING=1
+#   cpu      braid_gpu_check compare-cpu on every tiny fixture
+#   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
+#            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
+#            alternating, each beside its roofline
+#   fp8      llama8b batch-1 decode, bf16 then fp8: tokens/s and the
+#            backend's own timing of each matrix product (ModelInfo::isa)
+#   compare  run_all.sh make,ref,braid,compare for llama8b and llama1b
+#            (logits cosine, greedy, 32 ragged batched = alone)
+#   equal    braid_gpu_check serve-equal on llama1b (64 mixed requests,
+#            preemption and cascade), and cascade on llama8b (64 requests
+#            over a 4,096-token prefix) with either decode kernel
+#   serve    braid bench --serve --rate inf, 200 x 1,024/1,024 on llama8b,
+#            CUDA cores then tensor cores, and at 16 req/s with tensor cores
+# The models are made by run_all.sh when missing. Few files land in OUT.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+OUT_ROOT=${OUT:?set OUT}
+STAGES=${STAGES:-kernels,cpu,sweep,fp8,compare,equal,serve}
+BIN=build-gpu/engine/braid_gpu_check
+CACHE=/tmp/braid-gpu
+M=$CACHE/models
+START=$(date +%s)
+LOG=$OUT_ROOT/attention.log
+left() { echo $((${DEADLINE_S:-570} - ($(date +%s) - START))); }
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  lscpu | grep 'Model name' | sed 's/  */ /g'
+} | tee "$LOG"
+
+make_models() {  # SHAPES STAGES
+  local missing=0
+  for shape in ${1//,/ }; do [ -f "$M/$shape/config.json" ] || missing=1; done
+  [ $missing = 0 ] && [[ "$2" == make ]] && return
+  OUT=$OUT_ROOT/run_all DEADLINE_S=$(($(left) - 60)) scripts/gpu/run_all.sh --stages "$2" \
+    --shapes "$1" >> "$OUT_ROOT/run_all.out" 2>&1
+  tail -6 "$OUT_ROOT/run_all.out" | tee -a "$LOG"
+}
+
+if has kernels; then
+  echo "=== kernels" | tee -a "$LOG"
+  timeout 150 build-gpu/kernels/kernels_ops_cuda_tests > "$OUT_ROOT/kernels.txt" 2>&1
+  rc=$?
+  echo "rc $rc" | tee -a "$LOG"
+  grep -E "^FAIL|passed|FAILED" "$OUT_ROOT/kernels.txt" | head -20 | tee -a "$LOG"
+  [ $rc = 0 ] || [ "${KEEP_GOING:-0}" = 1 ] || { echo "kernel tests failed: stopping (KEEP_GOING=1 goes on)" | tee -a "$LOG"; exit 1; }
+fi
+
+if has cpu; then
+  echo "=== CUDA against the CPU on the tiny fixtures" | tee -a "$LOG"
+  for m in $(ls tests/fixtures/models); do
+    [ -f tests/fixtures/models/$m/config.json ] || [ -n "$(ls tests/fixtures/models/$m/*.gguf 2>/dev/null)" ] || continue
+    timeout 60 $BIN compare-cpu --model tests/fixtures/models/$m > "$OUT_ROOT/cpu.json.tmp" 2>> "$OUT_ROOT/cpu.log"
+    echo "$m rc $? $(tail -1 "$OUT_ROOT/cpu.json.tmp" | head -c 300)" | tee -a "$LOG"
+  done
+  rm -f "$OUT_ROOT/cpu.json.tmp"
+fi
+
+if has sweep || has fp8 || has serve; then make_models llama8b make; fi
+
+if has sweep; then
+  echo "=== llama8b decode sweeps, CUDA cores (simt) and tensor cores (tc) alternating" | tee -a "$LOG"
+  for ctx in "512 1,8,32,128,256" "4096 1,8,32,64"; do
+    set -- $ctx
+    for attn in simt tc; do
+      [ "$(left)" -gt 120 ] || break 2
+      echo "--- context $1, $attn" | tee -a "$LOG"
+      BRAID_CUDA_ATTN=$attn timeout 150 $BIN sweep --model $M/llama8b --batches $2 --prompt $1 --gen 64 \
+        > "$OUT_ROOT/sweep_$1_$attn.json" 2> "$OUT_ROOT/sweep.err"
+      grep '^batch' "$OUT_ROOT/sweep.err" | tee -a "$LOG"
+    done
+  done
+fi
+
+if has fp8; then
+  echo "=== llama8b batch-1 decode, bf16 and fp8, with the timed products" | tee -a "$LOG"
+  for w in bf16 fp8; do
+    [ "$(left)" -gt 60 ] || break
+    timeout 90 $BIN decode --weights $w --model $M/llama8b --prompt 128 --gen 128 2> /dev/null | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read().strip().splitlines()[-1])
+print("%.1f tok/s, roofline share %.3f; %s" % (j["tokens_per_s"], j["roofline_share"], j.get("kernels", "")))' |
+      sed "s/^/$w: /" | tee -a "$LOG"
+  done
+fi
+
+if has compare; then
+  echo "=== llama8b, llama1b against transformers (run_all.sh)" | tee -a "$LOG"
+  make_models llama8b,llama1b make,ref,braid,compare
+fi
+
+if has equal; then
+  echo "=== serve-equal (llama1b); cascade (llama8b), CUDA cores then tensor cores" | tee -a "$LOG"
+  make_models llama1b,llama8b make
+  timeout 200 $BIN serve-equal --model $M/llama1b > "$OUT_ROOT/equal.json" 2> "$OUT_ROOT/equal.err"
+  echo "serve-equal rc $? $(tail -1 "$OUT_ROOT/equal.json" | head -c 400)" | tee -a "$LOG"
+  for attn in simt tc; do
+    [ "$(left)" -gt 90 ] || break
+    BRAID_CUDA_ATTN=$attn timeout 150 $BIN cascade --model $M/llama8b --ctx 8192 --batches 64 --prefix 4096 \
+      --prompt 32 --gen 128 > "$OUT_ROOT/cascade_$attn.json" 2> "$OUT_ROOT/cascade.err"
+    echo "cascade ($attn) rc $?" | tee -a "$LOG"
+    grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
+  done
+fi
+
+if has serve; then
+  echo "=== offline serving, llama8b, 200 x 1024/1024 (braid bench --serve)" | tee -a "$LOG"
+  cp tests/fixtures/tokenizer/llama3/tokenizer*.json $M/llama8b/ 2> /dev/null
+  for run in "simt inf" "tc inf" "tc 16"; do
+    set -- $run
+    [ "$(left)" -gt 90 ] || break
+    echo "--- $1, rate $2" | tee -a "$LOG"
+    BRAID_CUDA_ATTN=$1 timeout $(($(left) - 15)) build-gpu/frontend/braid bench --serve --device cuda \
+      -m $M/llama8b --rate $2 --requests 200 --prompt-len 1024 --gen-len 1024 > "$OUT_ROOT/serve_$1_$2.txt" 2>&1
+    echo "rc $?" | tee -a "$LOG"
+    grep -iE "tok/s|itl|error" "$OUT_ROOT/serve_$1_$2.txt" | head -6 | tee -a "$LOG"
+  done
+fi
+echo "done in $(($(date +%s) - START)) s" | tee -a "$LOG"
