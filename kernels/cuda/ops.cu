@@ -231,8 +231,8 @@ constexpr int kWarps = 4;
 // head blockIdx.y, range blockIdx.z): NSUB partial results in shared memory
 // (unnormalized outputs, maxima, sums per query head; a sum of 0 for none)
 // merged into the range's result; with several ranges the last block of the
-// (token, KV head) to finish merges them all, and the group's prefix range
-// where there is one.
+// (token, KV head) to finish merges them all, and the group's prefix ranges
+// where there are some.
 template <int HD, int GMAX, int NSUB>
 __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
                              const float (*sm_acc)[GMAX][HD], const float (*sm_m)[GMAX],
@@ -245,16 +245,18 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
   const int64_t out_row = static_cast<int64_t>(t) * q_dim;
   // This block's range of head (kvh, g), as (unnormalized output, max, sum)
   // with a range index; ranges of a head are laid out side by side.
-  auto prefix_of = [&](int g) {
-    return a.prefix + (static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * (HD + 2);
+  auto prefix_of = [&](int g, int p) {
+    return a.prefix +
+           ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.prefix_ranges + p) *
+               (HD + 2);
   };
   auto partial_at = [&](int g, int s) {
     return a.partial +
            ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
   };
-  // Range n_split, when there is a prefix, is the group's.
+  // Ranges n_split on, when there is a prefix, are the group's.
   auto part = [&](int g, int s) -> const float* {
-    return s == a.n_split ? prefix_of(g) : partial_at(g, s);
+    return s >= a.n_split ? prefix_of(g, s - a.n_split) : partial_at(g, s);
   };
   for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
     const int g = e / HD, d = e % HD;
@@ -267,12 +269,15 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
       o += sm_acc[s][g][d] * w;
     }
     if (a.n_split == 1) {
-      if (has_prefix) {  // merged with the group's range: (o, max lse, sum 1)
-        const float* pp = prefix_of(g);
+      for (int r = 0; has_prefix && r < a.prefix_ranges; ++r) {  // the group's ranges
+        const float* pp = prefix_of(g, r);
+        const float lp = pp[HD + 1];
+        if (!(lp > 0)) continue;
         const float mp = pp[HD], mx2 = fmaxf(mx, mp);
         const float w = sum > 0 ? __expf(mx - mx2) : 0.0f, wp = __expf(mp - mx2);
         o = o * w + pp[d] * wp;
-        sum = sum * w + wp;
+        sum = sum * w + lp * wp;
+        mx = mx2;
       }
       a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
     } else {
@@ -296,9 +301,9 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
   __threadfence();
   // Weights of the ranges per head first (all loads in one round), then the
   // outputs, each a sum over ranges of independent loads.
-  constexpr int kMaxSplit = 32;
-  const int ranges = a.n_split + (has_prefix ? 1 : 0);
-  __shared__ float sm_w[GMAX][kMaxSplit + 1], sm_rl[GMAX][kMaxSplit + 1], sm_sum[GMAX];
+  constexpr int kMaxRanges = 32 + kMaxPrefixRanges;
+  const int ranges = a.n_split + (has_prefix ? a.prefix_ranges : 0);
+  __shared__ float sm_w[GMAX][kMaxRanges], sm_rl[GMAX][kMaxRanges], sm_sum[GMAX];
   for (int e = threadIdx.x; e < G * ranges; e += blockDim.x) {
     const float* p = part(e / ranges, e % ranges);
     const float l = __ldcg(p + HD + 1);
@@ -495,9 +500,14 @@ __device__ __forceinline__ void CopyWait() {
 // ldmatrix reads fall in distinct banks.
 constexpr int kAttnStages = 3;
 
+// Shared memory of one set of stages (keys and values of kAttnStages tiles).
+template <int HD>
+constexpr int AttnStageBytes() {
+  return kAttnStages * 2 * 16 * HD * static_cast<int>(sizeof(uint16_t));
+}
 template <int HD>
 constexpr int AttnSmem() {
-  return kWarps * kAttnStages * 2 * 16 * HD * static_cast<int>(sizeof(uint16_t));
+  return kWarps * AttnStageBytes<HD>();
 }
 
 template <int HD>
@@ -663,6 +673,195 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   FinishDecode<HD, GMAX, kWarps>(a, has_prefix, sm_acc, sm_m, sm_l);
 }
 
+// All 16 rows of A: a[0..3] are this lane's pairs of rows lane / 4 and + 8
+// (k pairs 2 (lane % 4) and + 8, in mma's order); c its outputs of rows
+// lane / 4 (c[0], c[1]) and + 8 (c[2], c[3]).
+__device__ __forceinline__ void Mma16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                      uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// bf16 high part and remainder of (x0, x1).
+__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = Pack2(x0, x1);
+  lo = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+
+// Cascade attention on tensor cores: each thread block is one work unit
+// (group, block of 64 query rows, key range) of one KV head. A group's query
+// rows for the KV head are its members' query heads of that KV head (member
+// i, head g at row i * G + g); each warp takes 16 of the block's rows as one
+// full m16 tile. The block streams the range's 16-key tiles of the group's
+// prefix through kAttnStages shared buffers (cp.async, chunks swizzled by
+// row as in the decode kernel; keys past the prefix zero-filled and masked),
+// each tile read once for all 64 rows, and every warp runs S = Q K^T and
+// O += P V on it with its own online softmax, Q and P as bf16 high part plus
+// remainder. Each row's range goes out unnormalized with its max and sum.
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32) CascadeAttentionKernel(CascadeAttentionArgs a) {
+  extern __shared__ __align__(16) uint16_t cascade_smem[];
+  Release();
+  Acquire();
+  constexpr int kTile = 16, CH = HD / 8, KS = HD / 16, NT = HD / 8, kTileElems = kTile * HD;
+  constexpr int kRows = kWarps * 16;  // query rows per block
+  const int unit = a.work[blockIdx.x];
+  const int gi = unit >> 16, rb = (unit >> 4) & 0xfff, range = unit & 0xf;
+  const int kvh = blockIdx.y;
+  const int off = a.groups[4 * gi], m = a.groups[4 * gi + 1], keys = a.groups[4 * gi + 2];
+  const int32_t* table = a.tables + a.seq_table[a.groups[4 * gi + 3]];
+  const int G = a.n_head / a.n_kv, n_rows = m * G;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gr = lane / 4, tq = lane % 4;
+  const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
+  const int r0 = rb * kRows + 16 * warp;  // this warp's first row
+  const bool active = r0 < n_rows;
+
+  const int n_tiles = (keys + kTile - 1) / kTile;
+  const int per = (n_tiles + a.n_ranges - 1) / a.n_ranges;
+  const int t0 = range * per, mine = max(0, min(n_tiles, t0 + per) - t0);
+  auto issue = [&](int i) {  // tile t0 + i into stage i % kAttnStages
+    if (i < mine) {
+      const int key0 = (t0 + i) * kTile;
+      const int64_t base =
+          (static_cast<int64_t>(table[key0 / a.block_size]) * a.n_kv + kvh) * head_stride +
+          (key0 % a.block_size) * HD;
+      uint16_t* dk = cascade_smem + (i % kAttnStages) * 2 * kTileElems;
+#pragma unroll
+      for (int u = 0; u < kTile * CH / (kWarps * 32); ++u) {
+        const int c = threadIdx.x + kWarps * 32 * u, r = c / CH, ch = c % CH;
+        const bool in = key0 + r < keys;
+        const int at = r * HD + ((ch ^ (r % 8)) * 8);
+        CopyAsync16(dk + at, a.k_cache + base + r * HD + ch * 8, in);
+        CopyAsync16(dk + kTileElems + at, a.v_cache + base + r * HD + ch * 8, in);
+      }
+    }
+    CopyCommit();
+  };
+#pragma unroll
+  for (int i = 0; i < kAttnStages - 1; ++i) issue(i);
+
+  // Q's A fragments in log2 units: rows r0 + gr (a[0], a[2]) and + 8 (a[1], a[3]).
+  uint32_t qh[KS][4], ql[KS][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = r0 + gr + 8 * h;
+    const float* q = row < n_rows
+                         ? a.q + static_cast<int64_t>(a.rows[off + row / G]) * a.n_head * HD +
+                               (kvh * G + row % G) * HD
+                         : nullptr;
+    const float sc = a.scale * 1.4426950408889634f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int d = 16 * kk + 8 * half + 2 * tq;
+        SplitPair(q ? q[d] * sc : 0.0f, q ? q[d + 1] * sc : 0.0f, qh[kk][h + 2 * half],
+                  ql[kk][h + 2 * half]);
+      }
+  }
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};  // rows gr, gr + 8
+
+  const int mi = lane / 8, mr = lane % 8;
+  for (int i = 0; i < mine; ++i) {
+    issue(i + kAttnStages - 1);
+    CopyWait<kAttnStages - 1>();
+    __syncthreads();
+    if (active) {
+      const uint16_t* sk = cascade_smem + (i % kAttnStages) * 2 * kTileElems;
+      const uint16_t* sv = sk + kTileElems;
+      const int key0 = (t0 + i) * kTile;
+      float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};  // n-tile (keys 8n + 2tq + {0, 1}), rows
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        const int r = mr + 8 * (mi / 2), ch = 2 * kk + mi % 2;
+        uint32_t b[4];
+        LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          Mma16(sc[n], qh[kk], b[2 * n], b[2 * n + 1]);
+          Mma16(sc[n], ql[kk], b[2 * n], b[2 * n + 1]);
+        }
+      }
+      float alpha[2], p[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (key0 + 8 * n + 2 * tq + c >= keys) sc[n][2 * h + c] = -INFINITY;
+            mx = fmaxf(mx, sc[n][2 * h + c]);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(mrow[h], mx);  // finite: a tile holds at least one key
+        alpha[h] = exp2f(mrow[h] - mn);
+        float sum = 0;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) sum += p[n][2 * h + c] = exp2f(sc[n][2 * h + c] - mn);
+        lrow[h] = lrow[h] * alpha[h] + sum;
+        mrow[h] = mn;
+      }
+      // P's A fragments: rows gr / gr + 8, keys 2tq + {0, 1} / 8 + 2tq + {0, 1}.
+      uint32_t ph[4], pl[4];
+      SplitPair(p[0][0], p[0][1], ph[0], pl[0]);
+      SplitPair(p[0][2], p[0][3], ph[1], pl[1]);
+      SplitPair(p[1][0], p[1][1], ph[2], pl[2]);
+      SplitPair(p[1][2], p[1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int jj = 0; jj < NT / 2; ++jj) {
+        const int r = mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
+        uint32_t b[4];
+        LdMatrix4<true>(b, sv + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float(&on)[4] = o[2 * jj + h];
+          on[0] *= alpha[0];
+          on[1] *= alpha[0];
+          on[2] *= alpha[1];
+          on[3] *= alpha[1];
+          Mma16(on, ph, b[2 * h], b[2 * h + 1]);
+          Mma16(on, pl, b[2 * h], b[2 * h + 1]);
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's issue
+  }
+  CopyWait<0>();
+  if (!active) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = lrow[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = r0 + gr + 8 * h;
+    if (row >= n_rows) continue;
+    float* dst =
+        a.prefix + ((static_cast<int64_t>(a.index[off + row / G]) * a.n_head + kvh * G + row % G) *
+                        a.n_ranges +
+                    range) *
+                       (HD + 2);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      dst[8 * n + 2 * tq] = o[n][2 * h];
+      dst[8 * n + 2 * tq + 1] = o[n][2 * h + 1];
+    }
+    if (tq == 0) {
+      dst[HD] = l > 0 ? mrow[h] * 0.6931471805599453f : -FLT_MAX;
+      dst[HD + 1] = l;
+    }
+  }
+}
+
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device
 // (beyond 48 KB in all, the kernel's static part included, a launch needs
 // the larger size allowed first; the allowance belongs to the device).
@@ -720,7 +919,7 @@ __global__ void GatherHeadsKernel(const float* q, int row0, int n, int n_head, i
 }
 
 __global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0, int window,
-                                    uint16_t* p, float* lse) {
+                                    uint16_t* p) {
   const int64_t r = blockIdx.x;
   const int last = key0 + static_cast<int>(r % n);  // keys in [first, last] are visible
   const int first = window > 0 ? max(0, last - window + 1) : 0;
@@ -741,27 +940,6 @@ __global__ void CausalSoftmaxKernel(const float* s, int n, int n_keys, int key0,
   const float inv = 1.0f / sum;
   for (int k = threadIdx.x; k < n_keys; k += blockDim.x)
     out[k] = ToBf(k >= first && k <= last ? __expf(in[k] - mx) * inv : 0.0f);
-  if (lse && threadIdx.x == 0) lse[r] = mx + __logf(sum);
-}
-
-__global__ void GatherRowsKernel(const float* q, const int32_t* rows, int n, int n_head, int hd,
-                                 uint16_t* qh) {
-  const int t = blockIdx.x, h = blockIdx.y;
-  const float* src = q + (static_cast<int64_t>(rows[t]) * n_head + h) * hd;
-  uint16_t* dst = qh + (static_cast<int64_t>(h) * n + t) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = ToBf(src[d]);
-}
-
-__global__ void CascadeRangesKernel(const float* oh, const float* lse, const int32_t* index, int n,
-                                    int n_head, int hd, float* prefix) {
-  const int t = blockIdx.x, h = blockIdx.y;
-  const int64_t r = static_cast<int64_t>(h) * n + t;
-  float* dst = prefix + (static_cast<int64_t>(index[t]) * n_head + h) * (hd + 2);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = oh[r * hd + d];
-  if (threadIdx.x == 0) {
-    dst[hd] = lse[r];
-    dst[hd + 1] = 1.0f;
-  }
 }
 
 __global__ void ScatterHeadsKernel(const uint16_t* oh, int row0, int n, int n_head, int hd,
@@ -1310,7 +1488,8 @@ bool DecodeAttentionSupports(int head_dim, int group) {
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
   if (a.n == 0) return 0;
   const int g = a.n_head / a.n_kv;
-  if (!DecodeAttentionSupports(a.head_dim, g) || a.n_split > 32 || (a.n_split > 1 && !a.counters))
+  if (!DecodeAttentionSupports(a.head_dim, g) || a.n_split > 32 || (a.n_split > 1 && !a.counters) ||
+      a.prefix_ranges < 1 || a.prefix_ranges > kMaxPrefixRanges)
     return -1;
   cudaStream_t s = S(stream);
   if (a.tensor_cores && a.block_size % 16 == 0) {
@@ -1331,6 +1510,21 @@ int DecodeAttention(const DecodeAttentionArgs& a, void* stream) {
   }
 }
 
+bool CascadeAttentionSupports(int head_dim, int group, int block_size) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && block_size % 16 == 0;
+}
+
+int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
+  if (a.n_work == 0) return 0;
+  if (!CascadeAttentionSupports(a.head_dim, a.n_head / a.n_kv, a.block_size) || a.n_ranges < 1 ||
+      a.n_ranges > kMaxPrefixRanges)
+    return -1;
+  const dim3 grid(a.n_work, a.n_kv), block(kWarps * 32);
+  if (a.head_dim == 64)
+    return Launch(CascadeAttentionKernel<64>, grid, block, AttnStageBytes<64>(), S(stream), a);
+  return Launch(CascadeAttentionKernel<128>, grid, block, AttnStageBytes<128>(), S(stream), a);
+}
+
 int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,
              int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc,
              void* stream) {
@@ -1347,27 +1541,7 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
 
 int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, int window, uint16_t* p,
                   void* stream) {
-  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, window, p, nullptr);
-  return Err();
-}
-
-int SoftmaxLse(const float* s, int rows, int n_keys, uint16_t* p, float* lse, void* stream) {
-  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, 1, n_keys, n_keys - 1, 0, p, lse);
-  return Err();
-}
-
-int GatherRows(const float* q, const int32_t* rows, int n, int n_head, int head_dim, uint16_t* qh,
-               void* stream) {
-  if (n > 0)
-    GatherRowsKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(q, rows, n, n_head, head_dim, qh);
-  return Err();
-}
-
-int CascadeRanges(const float* oh, const float* lse, const int32_t* index, int n, int n_head,
-                  int head_dim, float* prefix, void* stream) {
-  if (n > 0)
-    CascadeRangesKernel<<<dim3(n, n_head), head_dim, 0, S(stream)>>>(oh, lse, index, n, n_head,
-                                                                     head_dim, prefix);
+  CausalSoftmaxKernel<<<rows, 256, 0, S(stream)>>>(s, n, n_keys, key0, window, p);
   return Err();
 }
 

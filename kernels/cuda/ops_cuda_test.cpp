@@ -368,38 +368,74 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     Expect("decode attention (" + name + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
 
     // Cascade: each token's keys before key_start attended elsewhere (here in
-    // double on the host), handed over as (normalized output, log-sum-exp)
-    // through CascadeRanges, merged by the kernel with its own keys after;
-    // the result is the same attention. Token 0 attends none of its own keys.
-    // (The backend runs no cascade with a sliding window.)
+    // double on the host), handed over as one range per head (normalized
+    // output, log-sum-exp, sum 1), merged by the kernel with its own keys
+    // after; the result is the same attention. Token 0 attends none of its
+    // own keys. (The backend runs no cascade with a sliding window.)
     if (window == 0) {
       std::vector<int32_t> start(T);
       for (int t = 0; t < T; ++t) start[t] = t == 0 ? pos[t] + 1 : (pos[t] + 1) / 2;
-      std::vector<float> oh(static_cast<size_t>(n_head) * T * hd),
-          lse(static_cast<size_t>(n_head) * T);
+      std::vector<float> ranges(static_cast<size_t>(T) * n_head * (hd + 2));
       for (int t = 0; t < T; ++t)
         for (int h = 0; h < n_head; ++h) {
-          const size_t r = static_cast<size_t>(h) * T + t;
-          lse[r] = reference(t, h, 0, start[t], &oh[r * hd]);
+          float* r = &ranges[(static_cast<size_t>(t) * n_head + h) * (hd + 2)];
+          r[hd] = reference(t, h, 0, start[t], r);
+          r[hd + 1] = 1.0f;
         }
-      float* d_oh = ToDevice(oh);
-      float* d_lse = ToDevice(lse);
       int32_t* d_start = ToDevice(start);
-      float* d_ranges = nullptr;
-      cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * (hd + 2) * sizeof(float));
-      int e2 = cuda::CascadeRanges(d_oh, d_lse, d_list, T, n_head, hd, d_ranges, nullptr);
+      float* d_ranges = ToDevice(ranges);
       cuda::DecodeAttentionArgs c = a;
       c.key_start = d_start;
       c.prefix = d_ranges;
-      e2 = e2 ? e2 : cuda::DecodeAttention(c, nullptr);
+      const int e2 = cuda::DecodeAttention(c, nullptr);
       if (e2 != 0) {
         ++failures;
         std::printf("FAIL cascade decode attention (%s): launch error %d\n", name.c_str(), e2);
       }
       Expect("cascade decode attention (" + name + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f,
              1e-2f);
-      for (void* p : {static_cast<void*>(d_oh), static_cast<void*>(d_lse),
-                      static_cast<void*>(d_start), static_cast<void*>(d_ranges)})
+      cudaFree(d_start), cudaFree(d_ranges);
+    }
+    // Grouped cascade on tensor cores (CascadeAttention): every token of the
+    // longest sequence past its first 40 positions is a member of one group
+    // whose prefix is those positions (not a whole number of tiles), split
+    // into 3 key ranges; the other tokens attend alone. Same attention.
+    if (tc && window == 0 && cuda::CascadeAttentionSupports(hd, n_head / n_kv, bs)) {
+      const int prefix = 40, ranges = 3, seq = S - 1;
+      std::vector<int32_t> start(T, 0), members;
+      for (int t = 0; t < T; ++t)
+        if (tok_seq[t] == seq && pos[t] >= prefix) {
+          start[t] = prefix;
+          members.push_back(t);  // its query row and its index in the list: t
+        }
+      const int m = static_cast<int>(members.size());
+      const std::vector<int32_t> groups = {0, m, prefix, seq};
+      std::vector<int32_t> work;
+      for (int rb = 0; rb * 64 < m * (n_head / n_kv); ++rb)
+        for (int r = 0; r < ranges; ++r) work.push_back(rb << 4 | r);
+      int32_t *d_start = ToDevice(start), *d_members = ToDevice(members);
+      int32_t *d_groups = ToDevice(groups), *d_work = ToDevice(work);
+      float* d_ranges = nullptr;
+      cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * ranges * (hd + 2) * sizeof(float));
+      cuda::CascadeAttentionArgs ca;
+      ca.q = d_q, ca.k_cache = d_k, ca.v_cache = d_v, ca.tables = d_tables;
+      ca.seq_table = d_seq_table, ca.groups = d_groups, ca.work = d_work, ca.rows = d_members;
+      ca.index = d_members, ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size());
+      ca.n_head = n_head, ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs;
+      ca.n_ranges = ranges, ca.scale = a.scale;
+      int e3 = cuda::CascadeAttention(ca, nullptr);
+      cuda::DecodeAttentionArgs c = a;
+      c.key_start = d_start, c.prefix = d_ranges, c.prefix_ranges = ranges;
+      e3 = e3 ? e3 : cuda::DecodeAttention(c, nullptr);
+      if (e3 != 0) {
+        ++failures;
+        std::printf("FAIL grouped cascade (%s): launch error %d\n", name.c_str(), e3);
+      }
+      Expect("grouped cascade decode attention (" + name + ", " + std::to_string(m) + " members)",
+             Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
+      for (void* p :
+           {static_cast<void*>(d_start), static_cast<void*>(d_members),
+            static_cast<void*>(d_groups), static_cast<void*>(d_work), static_cast<void*>(d_ranges)})
         cudaFree(p);
     }
 
@@ -763,51 +799,6 @@ void TestTopK() {
 
 }  // namespace
 
-// The cascade path's own pieces: query rows gathered by index into heads,
-// and a softmax over every key with its log-sum-exp.
-void TestCascadeHelpers() {
-  const int n_rows = 9, n_head = 4, hd = 32, m = 5;
-  std::vector<float> q = Random(static_cast<size_t>(n_rows) * n_head * hd);
-  const std::vector<int32_t> rows = {7, 2, 2, 8, 0};
-  float* dq = ToDevice(q);
-  int32_t* dr = ToDevice(rows);
-  uint16_t* dqh = nullptr;
-  cudaMalloc(&dqh, static_cast<size_t>(n_head) * m * hd * sizeof(uint16_t));
-  const int e1 = cuda::GatherRows(dq, dr, m, n_head, hd, dqh, nullptr);
-  std::vector<float> want(static_cast<size_t>(n_head) * m * hd);
-  for (int h = 0; h < n_head; ++h)
-    for (int t = 0; t < m; ++t)
-      for (int d = 0; d < hd; ++d)
-        want[(static_cast<size_t>(h) * m + t) * hd + d] =
-            Bf16ToFp32(Fp32ToBf16(q[(static_cast<size_t>(rows[t]) * n_head + h) * hd + d]));
-  failures += e1 != 0;
-  Expect("gather rows", Bf16ToHost(dqh, want.size()), want, 0, 0);
-
-  const int R = 6, K = 1000;
-  std::vector<float> sc = Random(static_cast<size_t>(R) * K, 3.0f);
-  float* ds = ToDevice(sc);
-  uint16_t* dp = nullptr;
-  float* dl = nullptr;
-  cudaMalloc(&dp, static_cast<size_t>(R) * K * sizeof(uint16_t));
-  cudaMalloc(&dl, R * sizeof(float));
-  const int e2 = cuda::SoftmaxLse(ds, R, K, dp, dl, nullptr);
-  std::vector<float> p_want(static_cast<size_t>(R) * K), l_want(R);
-  for (int r = 0; r < R; ++r) {
-    double mx = -1e300, sum = 0;
-    for (int k = 0; k < K; ++k) mx = std::max(mx, static_cast<double>(sc[r * K + k]));
-    for (int k = 0; k < K; ++k) sum += std::exp(sc[r * K + k] - mx);
-    for (int k = 0; k < K; ++k)
-      p_want[r * K + k] = static_cast<float>(std::exp(sc[r * K + k] - mx) / sum);
-    l_want[r] = static_cast<float>(mx + std::log(sum));
-  }
-  failures += e2 != 0;
-  Expect("softmax over all keys", Bf16ToHost(dp, p_want.size()), p_want, 1e-4f, 8e-3f);
-  Expect("its log-sum-exp", ToHost(dl, R), l_want, 1e-4f, 1e-5f);
-  for (void* p : {static_cast<void*>(dq), static_cast<void*>(dr), static_cast<void*>(dqh),
-                  static_cast<void*>(ds), static_cast<void*>(dp), static_cast<void*>(dl)})
-    cudaFree(p);
-}
-
 int main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -822,7 +813,6 @@ int main() {
   TestFp8();
   TestArgmax();
   TestTopK();
-  TestCascadeHelpers();
   TestAttention(64, 32, 8, true, false, 1);
   TestAttention(64, 32, 8, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3);

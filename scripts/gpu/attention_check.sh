@@ -16,7 +16,8 @@
 #            (logits cosine, greedy, 32 ragged batched = alone)
 #   equal    braid_gpu_check serve-equal on llama1b (64 mixed requests,
 #            preemption and cascade), and cascade on llama8b (64 requests
-#            over a 4,096-token prefix) with either decode kernel
+#            over a 4,096-token prefix) with either decode kernel (the
+#            prefix itself always runs on tensor cores, CascadeAttention)
 #   serve    braid bench --serve --rate inf, 200 x 1,024/1,024 on llama8b,
 #            CUDA cores then tensor cores, and at 16 req/s with tensor cores
 # The models are made by run_all.sh when missing. Few files land in OUT.

@@ -762,15 +762,15 @@ class CudaBackend final : public Backend {
   };
   // Cascade attention: decode tokens whose sequences share their first
   // `keys` positions (the same KV blocks, as the radix cache gives them)
-  // attend those once for the group, through GEMMs, and their own keys after
-  // with the decode kernel; the two ranges merge by log-sum-exp.
+  // attend those once for the group (on tensor cores, or through GEMMs),
+  // and their own keys after with the decode kernel; the ranges merge by
+  // log-sum-exp.
   struct CascadeGroup {
     int off, m, keys, seq;  // members' entries [off, off + m) of kCascade*; seq: a member's table
   };
   // Finds the groups of this batch (decode tokens only) into groups_ and the
   // kKeyStart / kCascadeRows / kCascadeIndex regions.
   void FindCascadeGroups(std::span<const BatchSegment> batch, int bs);
-  Status CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g);
 
   const ModelConfig& full_;  // the whole model
   const ModelConfig c_;      // this rank's share (full_ when alone)
@@ -824,9 +824,11 @@ class CudaBackend final : public Backend {
     kDecode,
     kRows,
     kSeqTable,
-    kKeyStart,      // per token: where its decode attention starts (cascade members)
-    kCascadeRows,   // per group member: its query row
-    kCascadeIndex,  // per group member: its index in the decode list
+    kKeyStart,       // per token: where its decode attention starts (cascade members)
+    kCascadeRows,    // per group member: its query row
+    kCascadeIndex,   // per group member: its index in the decode list
+    kCascadeGroups,  // per group: members' offset, count, prefix keys, a member's segment
+    kCascadeWork,    // per CascadeAttention thread block: group, row block, key range
     kRegions
   };
   static constexpr size_t kRegionCap = kMaxChunk + kMaxGraphBatch;
@@ -857,7 +859,11 @@ class CudaBackend final : public Backend {
   static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
   std::vector<CascadeGroup> groups_;  // of the batch being enqueued
   std::atomic<uint64_t> cascade_passes_{0}, cascade_tokens_{0};
-  DeviceArray<float> cascade_out_, cascade_lse_, cascade_ranges_;
+  // The groups' prefix ranges (kc::CascadeAttention): this step's work
+  // units and key ranges per prefix.
+  DeviceArray<float> cascade_ranges_;
+  int cascade_work_ = 0, cascade_ranges_n_ = 1;
+  static constexpr size_t kCascadeRangePairs = 4096;  // (decode token, key range) pairs
   // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
   std::map<std::tuple<int, int, int>, int> gemv_choice_;
   std::string gemv_note_;
@@ -909,6 +915,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
+  cascade_ &= kc::CascadeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv), 16);
   gate_ = c.activation == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
@@ -951,9 +958,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(oh_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
   BRAID_RETURN_IF_ERROR(s_.Allocate(kScoreBytes / 6 + context));
   BRAID_RETURN_IF_ERROR(p_.Allocate(kScoreBytes / 6 + context));
-  BRAID_RETURN_IF_ERROR(cascade_out_.Allocate(static_cast<size_t>(kMaxChunk) * q_dim_));
-  BRAID_RETURN_IF_ERROR(cascade_lse_.Allocate(static_cast<size_t>(kMaxChunk) * c.n_head));
-  BRAID_RETURN_IF_ERROR(cascade_ranges_.Allocate(T * c.n_head * (c.head_dim + 2)));
+  BRAID_RETURN_IF_ERROR(
+      cascade_ranges_.Allocate(std::max(T, kCascadeRangePairs) * c.n_head * (c.head_dim + 2)));
   BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
   for (bool local : {false, true}) {
     const std::vector<float> inv = RopeInverseFrequencies(c, local);
@@ -1269,7 +1275,8 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
 
 void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs) {
   groups_.clear();
-  if (!cascade_) return;
+  cascade_work_ = 0;
+  if (!cascade_ || bs % 16 != 0) return;
   // Single-token segments by their first block, with their decode index and
   // query row (the order Run gives them).
   struct Member {
@@ -1308,41 +1315,32 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs)
       index[n++] = m.dec;
     }
   }
-}
-
-Status CudaBackend::CascadePrefix(CudaKv& kv, int layer, const CascadeGroup& g) {
-  const int hd = c_.head_dim, H = c_.n_head, G = c_.n_head / c_.n_head_kv, P = g.keys;
-  const int32_t* table = DevTables() + HostRegion(kSeqTable)[g.seq];
-  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, 0, P, c_.n_head_kv, hd, kv.block_size(),
-                          kc_.get(), vc_.get(), stream_));
-  // Members per pass so that the scores fit the workspace.
-  const size_t per_row = static_cast<size_t>(H) * P;
-  const int rows = static_cast<int>(
-      std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(g.m), s_.size() / per_row,
-                                            static_cast<size_t>(kMaxChunk)})));
-  const float scale = c_.AttnScale(), one = 1.0f, zero = 0.0f;
-  for (int i0 = 0; i0 < g.m; i0 += rows) {
-    const int m = std::min(rows, g.m - i0);
-    KERNEL_TRY(kc::GatherRows(q_.get(), DevRegion(kCascadeRows) + g.off + i0, m, H, hd, qh_.get(),
-                              stream_));
-    // S[kvh] (G*m x P) = Q[kvh] K[kvh]^T * scale
-    BLAS_TRY(cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, P, G * m, hd, &scale, kc_.get(), CUDA_R_16BF, hd,
-        static_cast<int64_t>(P) * hd, qh_.get(), CUDA_R_16BF, hd, static_cast<int64_t>(G) * m * hd,
-        &zero, s_.get(), CUDA_R_32F, P, static_cast<int64_t>(G) * m * P, c_.n_head_kv,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    KERNEL_TRY(kc::SoftmaxLse(s_.get(), H * m, P, p_.get(), cascade_lse_.get(), stream_));
-    // O[kvh] (G*m x hd) = P[kvh] V[kvh], in fp32
-    BLAS_TRY(cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_N, CUBLAS_OP_N, hd, G * m, P, &one, vc_.get(), CUDA_R_16BF, hd,
-        static_cast<int64_t>(P) * hd, p_.get(), CUDA_R_16BF, P, static_cast<int64_t>(G) * m * P,
-        &zero, cascade_out_.get(), CUDA_R_32F, hd, static_cast<int64_t>(G) * m * hd, c_.n_head_kv,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    KERNEL_TRY(kc::CascadeRanges(cascade_out_.get(), cascade_lse_.get(),
-                                 DevRegion(kCascadeIndex) + g.off + i0, m, H, hd,
-                                 cascade_ranges_.get(), stream_));
+  if (groups_.empty()) return;
+  // Work units for CascadeAttention: each group's query rows per KV head in
+  // blocks of 64, each block over one of P key ranges. P fills the device
+  // twice over, keeps at least 4 tiles per range, and fits the range buffer
+  // and the work region.
+  const int G = c_.n_head / c_.n_head_kv;
+  int row_blocks = 0, min_keys = INT32_MAX;
+  for (const CascadeGroup& g : groups_) {
+    row_blocks += (g.m * G + 63) / 64;
+    min_keys = std::min(min_keys, g.keys);
   }
-  return Status::Ok();
+  int P = (2 * sms_ + row_blocks * c_.n_head_kv - 1) / (row_blocks * c_.n_head_kv);
+  P = std::min({P, kc::kMaxPrefixRanges, std::max(1, min_keys / 64),
+                static_cast<int>(kCascadeRangePairs) / std::max(1, dec),
+                static_cast<int>(kRegionCap) / row_blocks});
+  P = std::max(1, P);
+  int32_t* gd = HostRegion(kCascadeGroups);
+  int32_t* work = HostRegion(kCascadeWork);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const CascadeGroup& g = groups_[gi];
+    gd[4 * gi] = g.off, gd[4 * gi + 1] = g.m, gd[4 * gi + 2] = g.keys, gd[4 * gi + 3] = g.seq;
+    for (int rb = 0; rb < (g.m * G + 63) / 64; ++rb)
+      for (int r = 0; r < P; ++r)
+        work[cascade_work_++] = static_cast<int32_t>(gi) << 16 | rb << 4 | r;
+  }
+  cascade_ranges_n_ = P;
 }
 
 Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split, bool argmax) {
@@ -1375,7 +1373,27 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     r.block_size = kv.block_size();
     r.neox = c.rope_neox;
     KERNEL_TRY(kc::RopeStoreKv(r, stream_));
-    for (const CascadeGroup& g : groups_) BRAID_RETURN_IF_ERROR(CascadePrefix(kv, i, g));
+    if (!groups_.empty()) {
+      kc::CascadeAttentionArgs ca;
+      ca.q = q_.get();
+      ca.k_cache = kv.k(i);
+      ca.v_cache = kv.v(i);
+      ca.tables = DevTables();
+      ca.seq_table = DevRegion(kSeqTable);
+      ca.groups = DevRegion(kCascadeGroups);
+      ca.work = DevRegion(kCascadeWork);
+      ca.rows = DevRegion(kCascadeRows);
+      ca.index = DevRegion(kCascadeIndex);
+      ca.prefix = cascade_ranges_.get();
+      ca.n_work = cascade_work_;
+      ca.n_head = c.n_head;
+      ca.n_kv = c.n_head_kv;
+      ca.head_dim = c.head_dim;
+      ca.block_size = kv.block_size();
+      ca.n_ranges = cascade_ranges_n_;
+      ca.scale = c.AttnScale();
+      KERNEL_TRY(kc::CascadeAttention(ca, stream_));
+    }
     if (n_decode > 0) {
       kc::DecodeAttentionArgs a;
       a.q = q_.get();
@@ -1402,6 +1420,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       if (!groups_.empty()) {
         a.key_start = DevRegion(kKeyStart);
         a.prefix = cascade_ranges_.get();
+        a.prefix_ranges = cascade_ranges_n_;
       }
       KERNEL_TRY(kc::DecodeAttention(a, stream_));
     }

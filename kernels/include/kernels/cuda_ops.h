@@ -84,12 +84,16 @@ struct DecodeAttentionArgs {
   int window = 0;  // > 0: token t sees only keys (pos[t] - window, pos[t]] (sliding window)
   // Cascade (shared-prefix) attention: with key_start [tokens] set, token t
   // attends keys [key_start[t], pos[t]] here, and when key_start[t] > 0 the
-  // keys before were attended elsewhere (CascadeRanges): their normalized
-  // output and log-sum-exp per head are one more range, in prefix [n (the
-  // index into `tokens`), n_head, hd + 2], merged with this kernel's.
+  // keys before were attended elsewhere (CascadeAttention):
+  // prefix_ranges more ranges per head, in prefix [n (the index into
+  // `tokens`), n_head, prefix_ranges, hd + 2] as (output, max, sum) (a
+  // normalized output has max = its log-sum-exp and sum 1; a sum of 0 is an
+  // empty range), merged with this kernel's.
   const int32_t* key_start = nullptr;
   const float* prefix = nullptr;
+  int prefix_ranges = 1;  // <= kMaxPrefixRanges
 };
+inline constexpr int kMaxPrefixRanges = 16;
 // Attention of single query tokens over their sequence's paged KV (causal by
 // position), all query heads of a KV head in one thread block, the keys split
 // into n_split ranges when there are too few (token, KV head) pairs to fill
@@ -98,6 +102,35 @@ struct DecodeAttentionArgs {
 int DecodeAttention(const DecodeAttentionArgs& a, void* stream);
 // Whether DecodeAttention supports the shape.
 bool DecodeAttentionSupports(int head_dim, int group);
+
+// Cascade attention on tensor cores: the shared prefix of each group of
+// decode tokens attended once per KV head for all its members' query heads,
+// into the ranges DecodeAttentionArgs::prefix merges. Group gi is
+// groups[4 gi ..]: its members' offset into rows/index, their count m, the
+// prefix's keys (positions [0, keys) of every member, the same blocks) and a
+// member's sequence (its block table: tables + seq_table[seq]). Each entry
+// of work is one thread block per KV head: group << 16 | block of 64 query
+// rows << 4 | key range (of n_ranges splitting the prefix's 16-key tiles).
+// Writes prefix[index[off + i], h, range] = (unnormalized output, max, sum)
+// for every member i and query head h. head_dim 64 or 128, at most 8 query
+// heads per KV head, block_size a multiple of 16.
+struct CascadeAttentionArgs {
+  const float* q = nullptr;  // [tokens, n_head*hd] rotated queries
+  const uint16_t* k_cache = nullptr;
+  const uint16_t* v_cache = nullptr;
+  const int32_t* tables = nullptr;
+  const int32_t* seq_table = nullptr;
+  const int32_t* groups = nullptr;
+  const int32_t* work = nullptr;
+  const int32_t* rows = nullptr;   // per member: its query row
+  const int32_t* index = nullptr;  // per member: its index into DecodeAttentionArgs::tokens
+  float* prefix = nullptr;
+  int n_work = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
+  int n_ranges = 1;  // <= kMaxPrefixRanges
+  float scale = 0;
+};
+int CascadeAttention(const CascadeAttentionArgs& a, void* stream);
+bool CascadeAttentionSupports(int head_dim, int group, int block_size);
 
 // Prefill attention of one sequence's chunk through GEMMs: these gather the
 // operands and apply the causal softmax around two batched GEMMs.
@@ -113,17 +146,6 @@ int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint1
 //   window or more before it (sliding window).
 int CausalSoftmax(const float* s, int rows, int n, int n_keys, int key0, int window, uint16_t* p,
                   void* stream);
-// Cascade attention of a group's queries over their shared prefix, through
-// the same GEMMs (docs/cuda.md):
-//   qh [n_head][n][hd] (bf16) <- q [rows[t], n_head*hd] (fp32), t < n
-int GatherRows(const float* q, const int32_t* rows, int n, int n_head, int head_dim, uint16_t* qh,
-               void* stream);
-//   p[r, :] = bf16(softmax(s[r, :])) over all n_keys, lse[r] its log-sum-exp
-int SoftmaxLse(const float* s, int rows, int n_keys, uint16_t* p, float* lse, void* stream);
-//   prefix[index[t], h] <- (oh [h][t][:] (fp32, normalized), lse [h*n + t], 1): the
-//   range DecodeAttentionArgs::prefix merges
-int CascadeRanges(const float* oh, const float* lse, const int32_t* index, int n, int n_head,
-                  int head_dim, float* prefix, void* stream);
 //   out [row0 + t, h*hd + d] <- oh [h][t][d], t < n
 int ScatterHeads(const uint16_t* oh, int row0, int n, int n_head, int head_dim, uint16_t* out,
                  void* stream);
