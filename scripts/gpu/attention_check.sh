@@ -114,7 +114,6 @@ fi
 
 if has serve; then
   echo "=== offline serving, llama8b, 200 x 1024/1024 (braid bench --serve)" | tee -a "$LOG"
-  cp tests/fixtures/tokenizer/llama3/tokenizer*.json $M/llama8b/ 2> /dev/null
   for run in "simt inf" "tc inf" "tc 16"; do
     set -- $run
     [ "$(left)" -gt 90 ] || break

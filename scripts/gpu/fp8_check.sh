@@ -87,7 +87,6 @@ done
 
 [ "${SERVE:-1}" = 1 ] || { echo "done in $(( $(date +%s) - START )) s" | tee -a "$LOG"; exit 0; }
 echo "=== offline serving (braid bench --serve --rate inf, llama8b)" | tee -a "$LOG"
-cp tests/fixtures/tokenizer/llama3/tokenizer*.json $M/llama8b/ 2>/dev/null
 for size in "200 1024 1024"; do
   set -- $size
   for w in bf16 fp8; do

@@ -27,7 +27,7 @@ fi
 L=/tmp/braid-gpu/models/llama8b-long
 mkdir -p "$L"
 for f in "$M"/*.safetensors "$M"/*.safetensors.index.json; do [ -e "$f" ] && ln -sf "$f" "$L/"; done
-cp tests/fixtures/tokenizer/llama3/tokenizer*.json "$L/"
+cp "$M"/tokenizer*.json "$L/"
 python3 - "$M/config.json" "$L/config.json" "$PREFIX" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))

@@ -11,7 +11,10 @@ when larger: llama8b is sharded) and braid_init.json (seed, init, versions,
 seconds). The model is built by transformers in bfloat16 directly on the
 device and initialised there. A shape whose directory already has
 config.json and every shard is skipped; a run writes into OUT/<shape>.tmp and
-renames it when complete. No tokenizer: the engine is given token ids.
+renames it when complete. Each shape also gets a small tokenizer of its
+family from the test fixtures (tokenizer.json and tokenizer_config.json, at
+most 2,048 ids; added to a complete shape too), so that `braid run -m DIR`
+and `braid bench --serve` can render text; the checks give token ids.
 
 Shapes (gpu_common.SHAPES): llama1b = Llama-3.2-1B (tied, llama3 rope
 scaling), llama8b = Llama-3-8B (untied), qwen2 = Qwen2.5-1.5B (QKV bias,
@@ -119,6 +122,7 @@ def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
     from transformers import AutoModelForCausalLM
     final = os.path.join(out_dir, shape)
     if gc.checkpoint_complete(final):
+        add_tokenizer(final, shape)
         print(f"[make] {shape}: complete in {final}, skipped", flush=True)
         return {"shape": shape, "path": final, "skipped": True}
     tmp = final + ".tmp"
@@ -151,6 +155,7 @@ def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
             "transformers": transformers.__version__}
     with open(os.path.join(tmp, "braid_init.json"), "w") as f:
         json.dump(info, f, indent=1)
+    add_tokenizer(tmp, shape)
     os.replace(tmp, final)
     if not gc.checkpoint_complete(final):
         raise RuntimeError(f"{final}: incomplete after save")
@@ -163,6 +168,26 @@ def make_one(shape, out_dir, device, seed, dtype, max_shard_size):
         torch.cuda.empty_cache()
     info.update(path=final, files=files, bytes=size, skipped=False)
     return info
+
+
+# The test fixtures' tokenizer of each model type (tests/fixtures/tokenizer/).
+FAMILY_TOKENIZER = {"llama": "llama3", "qwen2": "qwen2", "qwen3": "qwen2", "gemma3_text": "spm"}
+
+
+def add_tokenizer(folder, shape):
+    """Copies the family's fixture tokenizer into `folder` when its ids fit the vocabulary."""
+    model_type, kw = gc.SHAPES[shape]
+    name = FAMILY_TOKENIZER.get(model_type)
+    if name is None:
+        return
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "tokenizer", name)
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        tok = json.load(f)
+    ids = [len(tok["model"]["vocab"])] + [a["id"] + 1 for a in tok.get("added_tokens", [])]
+    if max(ids) > kw["vocab_size"]:
+        return
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(src, file), os.path.join(folder, file))
 
 
 def main():

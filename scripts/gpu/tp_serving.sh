@@ -12,7 +12,6 @@ export BRAID_NCCL_LIBRARY=$(python3 -c "import nvidia.nccl as n, os; print(os.pa
 OUT_ROOT=$OUT
 OUT=/tmp DEADLINE_S=150 scripts/gpu/run_all.sh --stages make --shapes llama8b > "$OUT_ROOT/make.log" 2>&1
 M=/tmp/braid-gpu/models/llama8b
-cp tests/fixtures/tokenizer/llama3/tokenizer*.json $M/
 echo "== serve-equal, group of one"
 BRAID_CUDA_TP_ONE=1 timeout 150 build-gpu/engine/braid_gpu_check serve-equal --model $M > $OUT_ROOT/equal_tp1.json 2> $OUT_ROOT/equal_tp1.err; echo "exit $?"; head -c 600 $OUT_ROOT/equal_tp1.json
 for v in 0 1; do
