@@ -67,6 +67,13 @@
 //       reads what was copied in. --share R: R
 //       tensor-parallel ranks on GPU 0 (TpKv on a one-GPU host). Exits 1
 //       unless every check holds.
+//   engines --model DIR [--device cuda:all|cuda:0,1|cuda:N] [--share K]
+//       one serving engine per GPU of the list (ExpandDevices, as braid run
+//       and serve open them for --device cuda:all; cuda, the default, is
+//       cuda:all), K per GPU with --share (several engines' state on one
+//       device), opened one after another; then 32 ragged greedy requests
+//       through every engine at once. Exits 1 unless each engine's outputs
+//       equal those of the first engine running each request alone.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -92,6 +99,7 @@
 #include "backend/cuda/tp_backend.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/open.h"
 
 namespace braid {
 namespace {
@@ -130,7 +138,7 @@ Args Parse(int argc, char** argv) {
     Fail(
         "usage: braid_gpu_check "
         "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|tier-equal|cascade|tp|"
-        "copy "
+        "copy|engines "
         "--model DIR "
         "...");
   Args a;
@@ -1516,6 +1524,63 @@ int CopyBlocks(const Args& a) {
   return pass ? 0 : 1;
 }
 
+int Engines(const Args& a) {
+  const std::string list = a.device == "cuda" ? "cuda:all" : a.device;
+  std::vector<std::string> devices;
+  for (const std::string& d : Check(ExpandDevices(list, 1), "the device list"))
+    for (int k = 0; k < std::max(1, a.share); ++k) devices.push_back(d);
+  std::vector<std::unique_ptr<Engine>> engines;
+  Json opened = Json::array();
+  for (const std::string& d : devices) {
+    EngineOptions o;
+    o.model.path = a.model;
+    o.model.require_tokenizer = false;  // prompts are token ids
+    o.model.device = d;
+    o.model.weights = a.weights;
+    o.model.context = 1024;
+    o.kv_tokens = 32 * 1024;
+    const auto t0 = Clock::now();
+    engines.push_back(Check(Engine::Open(o), ("opening an engine on " + d).c_str()));
+    opened.push_back({{"device", d}, {"open_seconds", Since(t0)}});
+  }
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> plen(5, 300);
+  std::uniform_int_distribution<int32_t> pick(100, engines[0]->model()->info().n_vocab - 1);
+  std::vector<GenerationRequest> reqs(32);
+  for (GenerationRequest& r : reqs) {
+    r.prompt.resize(static_cast<size_t>(plen(rng)));
+    for (int32_t& t : r.prompt) t = pick(rng);
+    r.sampling = SamplingParams::Greedy();
+    r.sampling.max_tokens = 32;
+    r.sampling.ignore_eos = true;
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (GenerationRequest r : reqs)
+    alone.push_back(Check(engines[0]->Submit(std::move(r)), "submitting")->Wait().tokens);
+  // Every engine at once: the requests interleaved over the engines.
+  std::vector<std::vector<std::shared_ptr<RequestHandle>>> handles(engines.size());
+  const auto t0 = Clock::now();
+  for (const GenerationRequest& r : reqs)
+    for (size_t e = 0; e < engines.size(); ++e)
+      handles[e].push_back(Check(engines[e]->Submit(GenerationRequest(r)), "submitting"));
+  Json per = Json::array();
+  bool pass = true;
+  for (size_t e = 0; e < engines.size(); ++e) {
+    int same = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) same += handles[e][i]->Wait().tokens == alone[i];
+    pass &= same == static_cast<int>(reqs.size());
+    per.push_back({{"device", devices[e]}, {"identical", same}});
+  }
+  const double together_s = Since(t0);
+  Json out = {{"engines", opened},
+              {"requests", reqs.size()},
+              {"together_seconds", together_s},
+              {"outputs", per},
+              {"pass", pass}};
+  std::printf("%s\n", out.dump().c_str());
+  return pass ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace braid
 
@@ -1538,5 +1603,6 @@ int main(int argc, char** argv) {
   if (a.cmd == "cascade") return Cascade(a);
   if (a.cmd == "tp") return TensorParallel(a);
   if (a.cmd == "copy") return CopyBlocks(a);
+  if (a.cmd == "engines") return Engines(a);
   Fail("unknown command '" + a.cmd + "'");
 }
