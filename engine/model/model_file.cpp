@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -472,11 +473,42 @@ Status Fp8BlockSize(const Json& config, const std::string& config_path, int64_t*
   return Status::Ok();
 }
 
+// What FP8 matrices are dequantized into: the checkpoint's own dtype
+// (config.json's dtype, or torch_dtype before transformers 5), as
+// transformers loads them with dtype "auto": bf16 for a bf16 checkpoint,
+// f16 for f16, fp32 otherwise.
+kernels::DType Fp8LoadType(const Json& config) {
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = config.find(key);
+    if (it == config.end() || !it->is_string()) continue;
+    const std::string d = it->get<std::string>();
+    if (d == "bfloat16") return kernels::DType::kBF16;
+    if (d == "float16") return kernels::DType::kF16;
+    return kernels::DType::kF32;
+  }
+  return kernels::DType::kF32;
+}
+
+// values in `type` (F32, F16 or BF16) as bytes.
+std::vector<uint8_t> StoreAs(kernels::DType type, const std::vector<float>& values) {
+  using kernels::DType;
+  const size_t width = type == DType::kF32 ? 4 : 2;
+  std::vector<uint8_t> out(values.size() * width);
+  if (type == DType::kF32) {
+    std::memcpy(out.data(), values.data(), out.size());
+  } else {
+    auto* h = reinterpret_cast<uint16_t*>(out.data());
+    for (size_t i = 0; i < values.size(); ++i)
+      h[i] = type == DType::kBF16 ? kernels::Fp32ToBf16(values[i]) : kernels::Fp32ToFp16(values[i]);
+  }
+  return out;
+}
+
 class SafetensorsModelFile final : public ModelFile {
  public:
   SafetensorsModelFile(std::unique_ptr<SafetensorsCheckpoint> ck, const ModelConfig& config,
                        std::map<std::string, TensorInfo, std::less<>> tensors, std::string path,
-                       std::string tokenizer_json, std::vector<std::vector<float>> dequantized)
+                       std::string tokenizer_json, std::vector<std::vector<uint8_t>> dequantized)
       : checkpoint_(std::move(ck)),
         tokenizer_json_(std::move(tokenizer_json)),
         dequantized_(std::move(dequantized)) {
@@ -489,7 +521,7 @@ class SafetensorsModelFile final : public ModelFile {
  private:
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   std::string tokenizer_json_;
-  std::vector<std::vector<float>> dequantized_;  // FP8 matrices, in fp32
+  std::vector<std::vector<uint8_t>> dequantized_;  // FP8 matrices, in Fp8LoadType's type
 };
 
 Result<Json> ReadConfigJson(const std::string& path) {
@@ -523,8 +555,9 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ck,
                          SafetensorsCheckpoint::Open(weights.string()));
   std::map<std::string, TensorInfo, std::less<>> tensors;
-  std::vector<std::vector<float>> dequantized;
+  std::vector<std::vector<uint8_t>> dequantized;
   int64_t block_rows = 0, block_cols = 0;  // FP8 block scales: read at the first FP8 tensor
+  const kernels::DType fp8_to = Fp8LoadType(j);
   auto find_stored = [&](const std::string& name) -> const TensorInfo* {
     auto it = ck->tensors().find(name);
     return it == ck->tensors().end() ? nullptr : &it->second;
@@ -542,10 +575,11 @@ Result<std::unique_ptr<ModelFile>> LoadHf(const std::string& path, const fs::pat
       BRAID_RETURN_IF_ERROR(DequantizeFp8(info, hf_name, block_rows, block_cols, find_stored,
                                           config_path + ": tensor '" + hf_name + "' is F8_E4M3",
                                           &values));
-      t.type = kernels::DType::kF32;
-      t.data = values.data();
-      t.nbytes = values.size() * sizeof(float);
-      dequantized.push_back(std::move(values));  // the buffer moves, its data stays
+      std::vector<uint8_t> stored = StoreAs(fp8_to, values);
+      t.type = fp8_to;
+      t.data = stored.data();
+      t.nbytes = stored.size();
+      dequantized.push_back(std::move(stored));  // the buffer moves, its data stays
     }
     tensors.emplace(*name, std::move(t));
   }

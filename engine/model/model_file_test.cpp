@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kernels/quant.h"
 #include "model/gguf_reader.h"
 #include "model/test_files.h"
 
@@ -619,6 +620,50 @@ Fp8Checkpoint MakeFp8(const TinyModel& tm) {
     }
   }
   return c;
+}
+
+TEST_CASE("model file: FP8 matrices are dequantized into the checkpoint's dtype") {
+  // As transformers loads them with dtype "auto": a bf16 checkpoint's in
+  // bf16 (half of fp32's memory), an f16 one's in f16, others in fp32.
+  TinyModel tm;
+  const std::string quant =
+      ",\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[3,4]}";
+  Fp8Checkpoint c = MakeFp8(tm);
+  for (auto& [name, v] : c.scales)
+    if (name.find("v_proj") != std::string::npos) v = {0.1f};  // rounds in bf16 and f16
+  const float bf = kernels::Bf16ToFp32(kernels::Fp32ToBf16(0.1f));
+  const float hf = kernels::Fp16ToFp32(kernels::Fp32ToFp16(0.1f));
+  struct Case {
+    std::string config;
+    kernels::DType type;
+    float v;
+  };
+  for (const Case& k : {Case{",\"torch_dtype\":\"bfloat16\"", kernels::DType::kBF16, bf},
+                        Case{",\"dtype\":\"bfloat16\"", kernels::DType::kBF16, bf},
+                        Case{",\"torch_dtype\":\"float16\"", kernels::DType::kF16, hf},
+                        Case{",\"torch_dtype\":\"float32\"", kernels::DType::kF32, 0.1f},
+                        Case{"", kernels::DType::kF32, 0.1f}}) {
+    INFO("config: ", k.config);
+    auto d = std::make_unique<HfDir>();
+    d->dir.Write("config.json", test::TinyHfConfig(tm, quant + k.config));
+    d->dir.Write("model.safetensors", c.Build());
+    auto m = d->Load();
+    REQUIRE_MESSAGE(m.ok(), m.status().message());
+    const TensorInfo* v = m.value()->Find("blk.0.attn_v.weight");
+    REQUIRE(v != nullptr);
+    CHECK(v->type == k.type);
+    std::vector<float> got(static_cast<size_t>(v->elements()));
+    kernels::DequantizeRow(v->type, v->data, got.data(), v->elements());
+    for (float x : got) CHECK(x == k.v);
+    const TensorInfo* q = m.value()->Find("blk.0.attn_q.weight");  // exact in every type
+    REQUIRE(q != nullptr);
+    CHECK(q->type == k.type);
+    std::vector<float> qv(static_cast<size_t>(q->elements()));
+    kernels::DequantizeRow(q->type, q->data, qv.data(), q->elements());
+    for (int r = 0; r < 8; ++r)
+      for (int col = 0; col < 8; ++col)
+        CHECK(qv[r * 8 + col] == 0.5f * static_cast<float>((r / 3) * 2 + col / 4 + 1));
+  }
 }
 
 TEST_CASE("model file: FP8 checkpoints are dequantized with their scales") {
