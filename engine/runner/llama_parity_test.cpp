@@ -169,5 +169,41 @@ TEST_CASE("tiny safetensors checkpoints match transformers") {
   CHECK(seen >= 3);
 }
 
+TEST_CASE("a GGUF of q4_K, q6_K and q5_0 matrices runs on both CPU paths") {
+  // llama_tiny_kquant (scripts/reference/make_kquant_model.py) is random
+  // blocks: there is no reference to match, only the paths to agree. Its
+  // dequantization is checked against gguf.quants (tests/fixtures/dequant);
+  // CUDA runs it against the CPU (cuda_vs_cpu_llama_tiny_kquant).
+  const std::string path =
+      std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/llama_tiny_kquant/model.gguf";
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % 512);
+  std::vector<std::vector<float>> logits;
+  for (bool exact : {true, false}) {
+    ModelOptions mo;
+    mo.path = path;
+    mo.require_tokenizer = false;
+    mo.threads = 2;
+    mo.context = 512;
+    mo.cpu.exact = exact;
+    auto model = Model::Open(mo);
+    REQUIRE_MESSAGE(model.ok(), model.status().ToString());
+    CHECK((*model)->info().n_vocab == 512);
+    std::vector<float> out;
+    REQUIRE((*model)->NewSequence()->Eval(ids, &out, /*all_logits=*/true).ok());
+    REQUIRE(out.size() == ids.size() * 512);
+    for (float x : out) REQUIRE(std::isfinite(x));
+    logits.push_back(std::move(out));
+  }
+  // The same argmax at almost every position (the fast path rounds its
+  // activations to 16 bits: near-ties may differ).
+  int same = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::span<const float> a(&logits[0][i * 512], 512), b(&logits[1][i * 512], 512);
+    same += Sampler::Argmax(a) == Sampler::Argmax(b);
+  }
+  CHECK(same >= 36);
+}
+
 }  // namespace
 }  // namespace braid

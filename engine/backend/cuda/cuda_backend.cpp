@@ -999,16 +999,23 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
     return Status::Ok();
   }
   using kernels::DType;
-  if (t.type != DType::kBF16 && t.type != DType::kF16 && t.type != DType::kF32 &&
-      t.type != DType::kQ4_0 && t.type != DType::kQ4_1 && t.type != DType::kQ8_0)
-    return Status::Unsupported(t.name + " has type " + kernels::Info(t.type).name +
+  // The device converts these; the other GGUF types the CPU reads (q5_0 and
+  // the K-quants q4_K and q6_K, as in Q4_K_M files) become fp32 rows on the
+  // host first and go the fp32 way.
+  const DType type = t.type;
+  const bool on_host = type == DType::kQ5_0 || type == DType::kQ4_K || type == DType::kQ6_K;
+  if (!on_host && type != DType::kBF16 && type != DType::kF16 && type != DType::kF32 &&
+      type != DType::kQ4_0 && type != DType::kQ4_1 && type != DType::kQ8_0)
+    return Status::Unsupported(t.name + " has type " + kernels::Info(type).name +
                                ", which the CUDA backend does not load (bf16, fp16, fp32, q4_0, "
-                               "q4_1 and q8_0 are converted to bf16)");
-  const size_t row_bytes = kernels::RowBytes(t.type, cols);
+                               "q4_1, q5_0, q8_0, q4_K and q6_K are converted to bf16)");
+  const DType staged = on_host ? DType::kF32 : type;
+  const size_t row_bytes = kernels::RowBytes(type, cols);       // in the file
+  const size_t staged_bytes = kernels::RowBytes(staged, cols);  // in the staging buffer
   // Pieces of whole rows through two pinned halves of the staging buffer.
   const size_t half = kStagingBytes / 2;
-  const int64_t rows_per = std::max<int64_t>(1, static_cast<int64_t>(half / row_bytes));
-  if (row_bytes > half) return Status::Unsupported(t.name + ": rows too long to stage");
+  const int64_t rows_per = std::max<int64_t>(1, static_cast<int64_t>(half / staged_bytes));
+  if (staged_bytes > half) return Status::Unsupported(t.name + ": rows too long to stage");
   const bool raw_bf16 = t.type == kernels::DType::kBF16;
   if (stride == 0) stride = s.cols;
   const size_t pitch = static_cast<size_t>(stride) * sizeof(uint16_t);
@@ -1030,10 +1037,14 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
   int which = 0;
   for (int64_t r = 0; r < s.rows && st.ok(); r += rows_per, which ^= 1) {
     const int64_t m = std::min(rows_per, s.rows - r);
-    const size_t bytes = static_cast<size_t>(m) * row_bytes;
+    const size_t bytes = static_cast<size_t>(m) * staged_bytes;
     uint8_t* stage = staging_.get() + which * half;
     if (cudaEventSynchronize(done[which]) != cudaSuccess) break;
-    std::memcpy(stage, static_cast<const uint8_t*>(t.data) + (s.row0 + r) * row_bytes, bytes);
+    const uint8_t* src = static_cast<const uint8_t*>(t.data) + (s.row0 + r) * row_bytes;
+    if (on_host)
+      kernels::DequantizeRow(type, src, reinterpret_cast<float*>(stage), m * cols);
+    else
+      std::memcpy(stage, src, bytes);
     uint16_t* to = dst + r * stride;
     if (raw_bf16) {
       const cudaError_t e = cudaMemcpy2DAsync(to, pitch, stage + s.col0 * sizeof(uint16_t),
@@ -1044,7 +1055,7 @@ Status CudaBackend::Upload(const TensorInfo& t, uint16_t* dst, float* dst_f32, i
       const cudaError_t e =
           cudaMemcpyAsync(raw.get(), stage, bytes, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) st = CudaStatus(e, "weight upload");
-      int k = kc::DequantizeRow(t.type, raw.get(), f32.get(), m * cols, stream_);
+      int k = kc::DequantizeRow(staged, raw.get(), f32.get(), m * cols, stream_);
       uint16_t* out = direct ? to : bf16.get();
       if (k == 0) k = kc::F32ToBf16(f32.get(), m * cols, out, stream_);
       if (k != 0) st = KernelStatus(k, ("converting " + t.name).c_str());
