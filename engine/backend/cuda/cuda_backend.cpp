@@ -669,11 +669,13 @@ class CudaBackend final : public Backend {
     *tokens = cascade_tokens_;
   }
   void Describe(ModelInfo* info) const override {
-    info->isa = "cuda " + device_name_ +
-                (fp8_ ? ", fp8 (e4m3) layer weights with a scale per row (an f16 "
-                        "tensor-core matrix-vector kernel up to 16 rows), bf16 output head"
-                      : ", bf16 weights") +
-                ", cuBLASLt GEMMs, bf16 KV, paged split-K decode attention, CUDA graphs for decode";
+    info->isa =
+        "cuda " + device_name_ +
+        (fp8_ ? ", fp8 (e4m3) layer weights with a scale per row (an f16 "
+                "tensor-core matrix-vector kernel up to 16 rows), bf16 output head"
+              : ", bf16 weights") +
+        ", cuBLASLt GEMMs, bf16 KV, paged split-K decode attention" +
+        (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)");
     if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
     info->threads = 1;
@@ -854,6 +856,9 @@ class CudaBackend final : public Backend {
   // (kc::DecodeAttentionArgs::tensor_cores), or with BRAID_CUDA_ATTN=simt
   // on CUDA cores, to measure the other.
   bool attention_tc_ = true;
+  // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
+  // eagerly, to measure what the graphs are worth.
+  bool use_graphs_ = true;
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
   static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
@@ -910,6 +915,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   }
   if (const char* attn = std::getenv("BRAID_CUDA_ATTN"))
     attention_tc_ = std::string(attn) != "simt";
+  if (const char* graphs = std::getenv("BRAID_CUDA_GRAPHS"))
+    use_graphs_ = std::string(graphs) != "0";
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
   // A shared prefix is attended once per group for every layer alike; with
@@ -1699,8 +1706,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   std::fill_n(HostRegion(kKeyStart), kRegionCap, 0);
   FindCascadeGroups(batch, bs);
   int B = T;
-  const bool graph =
-      decode_only && S <= kMaxGraphBatch && groups_.empty() && (!group_ || group_->graph_safe());
+  const bool graph = use_graphs_ && decode_only && S <= kMaxGraphBatch && groups_.empty() &&
+                     (!group_ || group_->graph_safe());
   if (!groups_.empty()) {
     ++cascade_passes_;
     for (const CascadeGroup& g : groups_) cascade_tokens_ += g.m;

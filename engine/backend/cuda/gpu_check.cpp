@@ -40,9 +40,11 @@
 //       B requests over one cached prefix of P tokens, each with its own
 //       `prompt` tokens after it, greedy, all at once: with cascade
 //       attention off and on (BRAID_CUDA_CASCADE), and the same batch
-//       without the prefix (a step without the long attention): decode
-//       tokens/s and ms per decode step, so attention's share; the outputs
-//       with cascade on against off and against each request alone
+//       without the prefix (a step without the long attention), with CUDA
+//       graphs and eagerly (BRAID_CUDA_GRAPHS=0, as cascade steps run):
+//       decode tokens/s and ms per decode step, so attention's share and
+//       the eager step's; the outputs with cascade on against off and
+//       against each request alone, and eager against graphs
 //   tp --model DIR [--ranks 2] [--prompt 128 --gen 128]
 //       tensor parallelism against the one-GPU backend: per-position logits
 //       cosine and greedy continuations of three prompts, for the
@@ -967,6 +969,11 @@ int Cascade(const Args& a) {
   const Phase off = phase("cascade off", false, true, false);
   const Phase on = phase("cascade on", true, true, false);
   const Phase bare = phase("no prefix", true, false, false);
+  // The same step without CUDA graphs: what running a step eagerly (as a
+  // step with cascade groups runs) costs by itself.
+  setenv("BRAID_CUDA_GRAPHS", "0", 1);
+  const Phase eager = phase("no prefix, eager", true, false, false);
+  unsetenv("BRAID_CUDA_GRAPHS");
   const Phase alone = phase("each alone", true, true, true);
   auto same = [&](const Phase& x, const Phase& y) {
     int n = 0;
@@ -974,7 +981,7 @@ int Cascade(const Args& a) {
     return n;
   };
   Json rows = Json::array();
-  for (const Phase* ph : {&off, &on, &bare})
+  for (const Phase* ph : {&off, &on, &bare, &eager})
     rows.push_back({{"phase", ph->name},
                     {"decode_s", ph->decode_s},
                     {"step_ms", ph->step_ms},
@@ -990,6 +997,8 @@ int Cascade(const Args& a) {
               {"attention_ms_per_step_off", att_off},
               {"attention_ms_per_step_on", att_on},
               {"attention_speedup", att_on > 0 ? att_off / att_on : 0.0},
+              {"eager_ms_per_step", eager.step_ms - bare.step_ms},
+              {"eager_same_as_graphs", same(eager, bare)},
               {"decode_speedup", off.tokens_per_s > 0 ? on.tokens_per_s / off.tokens_per_s : 0.0},
               {"on_same_as_off", same(on, off)},
               {"on_same_as_alone", same(on, alone)},
