@@ -227,6 +227,24 @@ __global__ void GatedActivationKernel(const float* gu, int n_ff, Gate gate, uint
 
 constexpr int kWarps = 4;
 
+// The keys the token of decode attention block (blockIdx.x, ...) attends:
+// [start, n_keys). A cascade member attends its keys from key_start on; the
+// keys before were attended for its group, as ranges (a.prefix) to merge. A
+// sliding window starts the keys later still.
+struct DecodeKeys {
+  int t, n_keys, start;
+  bool has_prefix;
+};
+__device__ __forceinline__ DecodeKeys KeysOf(const DecodeAttentionArgs& a) {
+  DecodeKeys k;
+  k.t = a.tokens[blockIdx.x];
+  k.n_keys = a.pos[k.t] + 1;
+  const int ks0 = a.key_start ? a.key_start[k.t] : 0;
+  k.has_prefix = ks0 > 0;
+  k.start = a.window > 0 ? max(ks0, k.n_keys - a.window) : ks0;
+  return k;
+}
+
 // The end of a decode attention block of (token a.tokens[blockIdx.x], KV
 // head blockIdx.y, range blockIdx.z): NSUB partial results in shared memory
 // (unnormalized outputs, maxima, sums per query head; a sum of 0 for none)
@@ -350,16 +368,11 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   __shared__ float sm_acc[kSub][GMAX][HD];
   __shared__ float sm_m[kSub][GMAX], sm_l[kSub][GMAX];
 
-  const int t = a.tokens[blockIdx.x];
+  const DecodeKeys keys = KeysOf(a);
+  const int t = keys.t, n_keys = keys.n_keys, ks = keys.start;
+  const bool has_prefix = keys.has_prefix;
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int G = a.n_head / a.n_kv;
-  const int n_keys = a.pos[t] + 1;
-  // A cascade member attends its keys from key_start on; the keys before
-  // were attended for its group, as one more range (a.prefix) to merge.
-  // A sliding window starts the keys later still.
-  const int ks0 = a.key_start ? a.key_start[t] : 0;
-  const bool has_prefix = ks0 > 0;
-  const int ks = a.window > 0 ? max(ks0, n_keys - a.window) : ks0;
   const int chunk = (n_keys - ks + a.n_split - 1) / a.n_split;
   const int k0 = ks + split * chunk, k1 = min(n_keys, k0 + chunk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -522,13 +535,11 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   constexpr int kTileElems = kTile * HD;  // one tile's keys (or values)
   __shared__ float sm_m[kWarps][GMAX], sm_l[kWarps][GMAX];
 
-  const int t = a.tokens[blockIdx.x];
+  const DecodeKeys keys = KeysOf(a);
+  const int t = keys.t, n_keys = keys.n_keys, ks = keys.start;
+  const bool has_prefix = keys.has_prefix;
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int G = a.n_head / a.n_kv;
-  const int n_keys = a.pos[t] + 1;
-  const int ks0 = a.key_start ? a.key_start[t] : 0;
-  const bool has_prefix = ks0 > 0;
-  const int ks = a.window > 0 ? max(ks0, n_keys - a.window) : ks0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int gr = lane / 4, tq = lane % 4;
   const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
