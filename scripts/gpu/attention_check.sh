@@ -7,6 +7,10 @@
 #            cores, CUDA cores) against fp32 loops; a failure stops the run
 #            unless KEEP_GOING=1
 #   cpu      braid_gpu_check compare-cpu on every tiny fixture
+#   engines  braid_gpu_check engines: two serving engines on every GPU
+#   bench    cuda_cascade_bench: one layer's shared-prefix attention (64 x
+#            4,096 keys, 8B shape) by kernel, against the same step with
+#            no prefix
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -15,16 +19,19 @@
 #   compare  run_all.sh make,ref,braid,compare for llama8b and llama1b
 #            (logits cosine, greedy, 32 ragged batched = alone)
 #   equal    braid_gpu_check serve-equal on llama1b (64 mixed requests,
-#            preemption and cascade), and cascade on llama8b (64 requests
-#            over a 4,096-token prefix) with either decode kernel (the
-#            prefix itself always runs on tensor cores, CascadeAttention)
+#            preemption and cascade)
+#   cascade  braid_gpu_check cascade on llama8b (64 requests over a
+#            4,096-token prefix: cascade on, off, no prefix, and eager)
+#            with either decode kernel (the prefix itself always runs on
+#            tensor cores, CascadeAttention); CASCADE_ATTN="tc" runs the
+#            tensor-core one only
 #   serve    braid bench --serve --rate inf, 200 x 1,024/1,024 on llama8b,
 #            CUDA cores then tensor cores, and at 16 req/s with tensor cores
 # The models are made by run_all.sh when missing. Few files land in OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 OUT_ROOT=${OUT:?set OUT}
-STAGES=${STAGES:-kernels,cpu,sweep,fp8,compare,equal,serve}
+STAGES=${STAGES:-kernels,cpu,engines,bench,sweep,fp8,compare,equal,cascade,serve}
 BIN=build-gpu/engine/braid_gpu_check
 CACHE=/tmp/braid-gpu
 M=$CACHE/models
@@ -67,6 +74,17 @@ if has cpu; then
   rm -f "$OUT_ROOT/cpu.json.tmp"
 fi
 
+if has engines; then
+  echo "=== two engines on every GPU" | tee -a "$LOG"
+  timeout 120 $BIN engines --share 2 --model tests/fixtures/models/llama_tiny > "$OUT_ROOT/engines.json" 2>> "$OUT_ROOT/cpu.log"
+  echo "engines rc $? $(tail -1 "$OUT_ROOT/engines.json" | head -c 300)" | tee -a "$LOG"
+fi
+
+if has bench; then
+  echo "=== one layer's shared-prefix attention (cuda_cascade_bench)" | tee -a "$LOG"
+  timeout 120 build-gpu/kernels/cuda_cascade_bench --ranges ${BENCH_RANGES:-1,4,9,16} 2>&1 | tee -a "$LOG"
+fi
+
 if has sweep || has fp8 || has serve; then make_models llama8b make; fi
 
 if has sweep; then
@@ -101,16 +119,22 @@ if has compare; then
 fi
 
 if has equal; then
-  echo "=== serve-equal (llama1b); cascade (llama8b), CUDA cores then tensor cores" | tee -a "$LOG"
-  make_models llama1b,llama8b make
+  echo "=== serve-equal (llama1b)" | tee -a "$LOG"
+  make_models llama1b make
   timeout 200 $BIN serve-equal --model $M/llama1b > "$OUT_ROOT/equal.json" 2> "$OUT_ROOT/equal.err"
   echo "serve-equal rc $? $(tail -1 "$OUT_ROOT/equal.json" | head -c 400)" | tee -a "$LOG"
-  for attn in simt tc; do
+fi
+
+if has cascade; then
+  echo "=== cascade (llama8b), CUDA cores then tensor cores" | tee -a "$LOG"
+  make_models llama8b make
+  for attn in ${CASCADE_ATTN:-simt tc}; do
     [ "$(left)" -gt 90 ] || break
     BRAID_CUDA_ATTN=$attn timeout 150 $BIN cascade --model $M/llama8b --ctx 8192 --batches 64 --prefix 4096 \
       --prompt 32 --gen 128 > "$OUT_ROOT/cascade_$attn.json" 2> "$OUT_ROOT/cascade.err"
     echo "cascade ($attn) rc $?" | tee -a "$LOG"
     grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
+    tail -1 "$OUT_ROOT/cascade_$attn.json" | head -c 600 | tee -a "$LOG"; echo | tee -a "$LOG"
   done
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the braid binary built here (build/, with the CUDA backend) for the
 # GPU machine: build-gpu/frontend/braid, build-gpu/engine/braid_gpu_check
-# (what scripts/gpu/run_all.sh runs), build-gpu/kernels/*_cuda_tests and,
+# (what scripts/gpu/run_all.sh runs), the CUDA kernel tests and benchmarks in build-gpu/kernels/ and,
 # in build-gpu/lib, the shared
 # libraries that machine lacks (libedit, Lua, SQLite and their own
 # dependencies). cuBLAS is found there under /usr/local/cuda. Pass
@@ -19,9 +19,9 @@ cp "$bin" build-gpu/frontend/braid
 strip build-gpu/frontend/braid
 cp "$build/engine/braid_gpu_check" build-gpu/engine/
 strip build-gpu/engine/braid_gpu_check
-# The CUDA kernel tests (against fp32 loops), when built.
+# The CUDA kernel tests (against fp32 loops) and benchmarks, when built.
 mkdir -p build-gpu/kernels
-for t in kernels_ops_cuda_tests kernels_dequant_cuda_tests; do
+for t in kernels_ops_cuda_tests kernels_dequant_cuda_tests cuda_cascade_bench; do
   [ -x "$build/kernels/$t" ] && cp "$build/kernels/$t" build-gpu/kernels/ && strip build-gpu/kernels/$t
 done
 for lib in libedit.so.2 liblua5.4.so.0 libsqlite3.so.0 libtinfo.so.6 libbsd.so.0 libmd.so.0; do
