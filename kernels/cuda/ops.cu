@@ -276,6 +276,19 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
   auto part = [&](int g, int s) -> const float* {
     return s >= a.n_split ? prefix_of(g, s - a.n_split) : partial_at(g, s);
   };
+  // One range: the group's prefix ranges merge here. Their maxima and sums
+  // first, all loaded in one round; then each output a sum of independent loads.
+  const bool merge_prefix = a.n_split == 1 && has_prefix;
+  __shared__ float sm_pm[GMAX][kMaxPrefixRanges], sm_pl[GMAX][kMaxPrefixRanges];
+  if (merge_prefix) {
+    for (int e = threadIdx.x; e < G * a.prefix_ranges; e += blockDim.x) {
+      const float* pp = prefix_of(e / a.prefix_ranges, e % a.prefix_ranges);
+      const float l = pp[HD + 1];
+      sm_pm[e / a.prefix_ranges][e % a.prefix_ranges] = l > 0 ? pp[HD] : -FLT_MAX;
+      sm_pl[e / a.prefix_ranges][e % a.prefix_ranges] = l;
+    }
+    __syncthreads();
+  }
   for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
     const int g = e / HD, d = e % HD;
     float mx = -FLT_MAX;
@@ -287,15 +300,18 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
       o += sm_acc[s][g][d] * w;
     }
     if (a.n_split == 1) {
-      for (int r = 0; has_prefix && r < a.prefix_ranges; ++r) {  // the group's ranges
-        const float* pp = prefix_of(g, r);
-        const float lp = pp[HD + 1];
-        if (!(lp > 0)) continue;
-        const float mp = pp[HD], mx2 = fmaxf(mx, mp);
-        const float w = sum > 0 ? __expf(mx - mx2) : 0.0f, wp = __expf(mp - mx2);
-        o = o * w + pp[d] * wp;
-        sum = sum * w + lp * wp;
-        mx = mx2;
+      if (merge_prefix) {  // the group's ranges
+        float mall = sum > 0 ? mx : -FLT_MAX;
+        for (int r = 0; r < a.prefix_ranges; ++r) mall = fmaxf(mall, sm_pm[g][r]);
+        const float w = sum > 0 ? __expf(mx - mall) : 0.0f;
+        o *= w;
+        sum *= w;
+#pragma unroll 4
+        for (int r = 0; r < a.prefix_ranges; ++r) {
+          const float wp = sm_pl[g][r] > 0 ? __expf(sm_pm[g][r] - mall) : 0.0f;
+          o += prefix_of(g, r)[d] * wp;
+          sum += sm_pl[g][r] * wp;
+        }
       }
       a.out[out_row + (kvh * G + g) * HD + d] = ToBf(sum > 0 ? o / sum : 0.0f);
     } else {
@@ -705,20 +721,33 @@ __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint
 // (group, block of 64 query rows, key range) of one KV head. A group's query
 // rows for the KV head are its members' query heads of that KV head (member
 // i, head g at row i * G + g); each warp takes 16 of the block's rows as one
-// full m16 tile. The block streams the range's 16-key tiles of the group's
-// prefix through kAttnStages shared buffers (cp.async, chunks swizzled by
+// full m16 tile. The block streams the range's keys of the group's prefix in
+// tiles of KT keys through ST shared buffers (cp.async, chunks swizzled by
 // row as in the decode kernel; keys past the prefix zero-filled and masked),
-// each tile read once for all 64 rows, and every warp runs S = Q K^T and
-// O += P V on it with its own online softmax, Q and P as bf16 high part plus
-// remainder. Each row's range goes out unnormalized with its max and sum.
-template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) CascadeAttentionKernel(CascadeAttentionArgs a) {
+// each tile read once for all 64 rows, and every warp runs S = Q K^T over
+// the tile's KT keys, one online-softmax update, then O += P V, Q and P as
+// bf16 high part plus remainder. Each row's range goes out unnormalized with
+// its max and sum.
+template <int KT>
+__host__ __device__ constexpr int CascadeStages() {
+  return KT == 16 ? 3 : 2;
+}
+template <int HD, int KT>
+constexpr int CascadeSmem() {
+  return CascadeStages<KT>() * 2 * KT * HD * static_cast<int>(sizeof(uint16_t));
+}
+
+template <int HD, int KT, int W, bool SPLIT>
+__global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentionArgs a) {
   extern __shared__ __align__(16) uint16_t cascade_smem[];
   Release();
   Acquire();
-  constexpr int kTile = 16, CH = HD / 8, KS = HD / 16, NT = HD / 8, kTileElems = kTile * HD;
-  constexpr int kRows = kWarps * 16;  // query rows per block
+  constexpr int ST = CascadeStages<KT>();
+  constexpr int CH = HD / 8, KS = HD / 16, NT = HD / 8, kTileElems = KT * HD;
+  constexpr int SUB = KT / 16;   // 16-key steps of P V per tile
+  constexpr int kRows = W * 16;  // query rows per block
   const int unit = a.work[blockIdx.x];
+  if (unit < 0) return;  // idle: a graphed step's grid is fixed per batch size
   const int gi = unit >> 16, rb = (unit >> 4) & 0xfff, range = unit & 0xf;
   const int kvh = blockIdx.y;
   const int off = a.groups[4 * gi], m = a.groups[4 * gi + 1], keys = a.groups[4 * gi + 2];
@@ -730,29 +759,34 @@ __global__ void __launch_bounds__(kWarps * 32) CascadeAttentionKernel(CascadeAtt
   const int r0 = rb * kRows + 16 * warp;  // this warp's first row
   const bool active = r0 < n_rows;
 
-  const int n_tiles = (keys + kTile - 1) / kTile;
-  const int per = (n_tiles + a.n_ranges - 1) / a.n_ranges;
-  const int t0 = range * per, mine = max(0, min(n_tiles, t0 + per) - t0);
-  auto issue = [&](int i) {  // tile t0 + i into stage i % kAttnStages
+  // The range's tiles: ranges split the prefix's 16-key tiles, and a range
+  // is walked KT keys at a time.
+  const int n16 = (keys + 15) / 16;
+  const int per16 = (n16 + a.n_ranges - 1) / a.n_ranges;
+  const int k_begin = min(keys, range * per16 * 16), k_end = min(keys, (range + 1) * per16 * 16);
+  const int mine = (k_end - k_begin + KT - 1) / KT;
+  auto issue = [&](int i) {  // keys k_begin + i * KT .. into stage i % ST
     if (i < mine) {
-      const int key0 = (t0 + i) * kTile;
-      const int64_t base =
-          (static_cast<int64_t>(table[key0 / a.block_size]) * a.n_kv + kvh) * head_stride +
-          (key0 % a.block_size) * HD;
-      uint16_t* dk = cascade_smem + (i % kAttnStages) * 2 * kTileElems;
+      const int key0 = k_begin + i * KT;
+      uint16_t* dk = cascade_smem + (i % ST) * 2 * kTileElems;
 #pragma unroll
-      for (int u = 0; u < kTile * CH / (kWarps * 32); ++u) {
-        const int c = threadIdx.x + kWarps * 32 * u, r = c / CH, ch = c % CH;
-        const bool in = key0 + r < keys;
+      for (int u = 0; u < KT * CH / (W * 32); ++u) {
+        const int c = threadIdx.x + W * 32 * u, r = c / CH, ch = c % CH;
+        const int key = key0 + r;
+        const bool in = key < k_end;
+        const int kk = in ? key : k_begin;  // an address inside the prefix either way
+        const int64_t src =
+            (static_cast<int64_t>(table[kk / a.block_size]) * a.n_kv + kvh) * head_stride +
+            (kk % a.block_size) * HD + ch * 8;
         const int at = r * HD + ((ch ^ (r % 8)) * 8);
-        CopyAsync16(dk + at, a.k_cache + base + r * HD + ch * 8, in);
-        CopyAsync16(dk + kTileElems + at, a.v_cache + base + r * HD + ch * 8, in);
+        CopyAsync16(dk + at, a.k_cache + src, in);
+        CopyAsync16(dk + kTileElems + at, a.v_cache + src, in);
       }
     }
     CopyCommit();
   };
 #pragma unroll
-  for (int i = 0; i < kAttnStages - 1; ++i) issue(i);
+  for (int i = 0; i < ST - 1; ++i) issue(i);
 
   // Q's A fragments in log2 units: rows r0 + gr (a[0], a[2]) and + 8 (a[1], a[3]).
   uint32_t qh[KS][4], ql[KS][4];
@@ -780,34 +814,39 @@ __global__ void __launch_bounds__(kWarps * 32) CascadeAttentionKernel(CascadeAtt
 
   const int mi = lane / 8, mr = lane % 8;
   for (int i = 0; i < mine; ++i) {
-    issue(i + kAttnStages - 1);
-    CopyWait<kAttnStages - 1>();
+    issue(i + ST - 1);
+    CopyWait<ST - 1>();
     __syncthreads();
     if (active) {
-      const uint16_t* sk = cascade_smem + (i % kAttnStages) * 2 * kTileElems;
+      const uint16_t* sk = cascade_smem + (i % ST) * 2 * kTileElems;
       const uint16_t* sv = sk + kTileElems;
-      const int key0 = (t0 + i) * kTile;
-      float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};  // n-tile (keys 8n + 2tq + {0, 1}), rows
+      const int key0 = k_begin + i * KT;
+      // S: n-tile n holds keys 8n + 2tq + {0, 1}; [0..1] row gr, [2..3] row gr + 8.
+      float sc[2 * SUB][4];
 #pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        const int r = mr + 8 * (mi / 2), ch = 2 * kk + mi % 2;
-        uint32_t b[4];
-        LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
+      for (int n = 0; n < 2 * SUB; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0;
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          Mma16(sc[n], qh[kk], b[2 * n], b[2 * n + 1]);
-          Mma16(sc[n], ql[kk], b[2 * n], b[2 * n + 1]);
+      for (int j = 0; j < SUB; ++j)
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          const int r = 16 * j + mr + 8 * (mi / 2), ch = 2 * kk + mi % 2;
+          uint32_t b[4];
+          LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            Mma16(sc[2 * j + n], qh[kk], b[2 * n], b[2 * n + 1]);
+            if (SPLIT) Mma16(sc[2 * j + n], ql[kk], b[2 * n], b[2 * n + 1]);
+          }
         }
-      }
-      float alpha[2], p[2][4];
+      float alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2 * SUB; ++n)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            if (key0 + 8 * n + 2 * tq + c >= keys) sc[n][2 * h + c] = -INFINITY;
+            if (key0 + 8 * n + 2 * tq + c >= k_end) sc[n][2 * h + c] = -INFINITY;
             mx = fmaxf(mx, sc[n][2 * h + c]);
           }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -816,32 +855,37 @@ __global__ void __launch_bounds__(kWarps * 32) CascadeAttentionKernel(CascadeAtt
         alpha[h] = exp2f(mrow[h] - mn);
         float sum = 0;
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2 * SUB; ++n)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) sum += p[n][2 * h + c] = exp2f(sc[n][2 * h + c] - mn);
+          for (int c = 0; c < 2; ++c) sum += sc[n][2 * h + c] = exp2f(sc[n][2 * h + c] - mn);
         lrow[h] = lrow[h] * alpha[h] + sum;
         mrow[h] = mn;
       }
-      // P's A fragments: rows gr / gr + 8, keys 2tq + {0, 1} / 8 + 2tq + {0, 1}.
-      uint32_t ph[4], pl[4];
-      SplitPair(p[0][0], p[0][1], ph[0], pl[0]);
-      SplitPair(p[0][2], p[0][3], ph[1], pl[1]);
-      SplitPair(p[1][0], p[1][1], ph[2], pl[2]);
-      SplitPair(p[1][2], p[1][3], ph[3], pl[3]);
 #pragma unroll
-      for (int jj = 0; jj < NT / 2; ++jj) {
-        const int r = mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
-        uint32_t b[4];
-        LdMatrix4<true>(b, sv + r * HD + (ch ^ (r % 8)) * 8);
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float(&on)[4] = o[2 * jj + h];
-          on[0] *= alpha[0];
-          on[1] *= alpha[0];
-          on[2] *= alpha[1];
-          on[3] *= alpha[1];
-          Mma16(on, ph, b[2 * h], b[2 * h + 1]);
-          Mma16(on, pl, b[2 * h], b[2 * h + 1]);
+      for (int j = 0; j < SUB; ++j) {
+        // P's A fragments for keys 16j..: rows gr / gr + 8, keys 2tq + {0, 1} / 8 + 2tq + {0, 1}.
+        uint32_t ph[4], pl[4];
+        SplitPair(sc[2 * j][0], sc[2 * j][1], ph[0], pl[0]);
+        SplitPair(sc[2 * j][2], sc[2 * j][3], ph[1], pl[1]);
+        SplitPair(sc[2 * j + 1][0], sc[2 * j + 1][1], ph[2], pl[2]);
+        SplitPair(sc[2 * j + 1][2], sc[2 * j + 1][3], ph[3], pl[3]);
+#pragma unroll
+        for (int jj = 0; jj < NT / 2; ++jj) {
+          const int r = 16 * j + mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
+          uint32_t b[4];
+          LdMatrix4<true>(b, sv + r * HD + (ch ^ (r % 8)) * 8);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            Mma16(o[2 * jj + h], ph, b[2 * h], b[2 * h + 1]);
+            if (SPLIT) Mma16(o[2 * jj + h], pl, b[2 * h], b[2 * h + 1]);
+          }
         }
       }
     }
@@ -1525,15 +1569,31 @@ bool CascadeAttentionSupports(int head_dim, int group, int block_size) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && block_size % 16 == 0;
 }
 
+template <int HD, int KT, int W, bool SPLIT>
+int LaunchCascade(const CascadeAttentionArgs& a, cudaStream_t s) {
+  static std::atomic<int> configured[64] = {};
+  constexpr int smem = CascadeSmem<HD, KT>();
+  if (const int e = AllowSmem(CascadeAttentionKernel<HD, KT, W, SPLIT>, smem, 0, configured))
+    return e;
+  const dim3 grid(a.n_work, a.n_kv), block(W * 32);
+  return Launch(CascadeAttentionKernel<HD, KT, W, SPLIT>, grid, block, smem, s, a);
+}
+
+template <int HD>
+int LaunchCascadeHd(const CascadeAttentionArgs& a, cudaStream_t s) {
+  if (a.tile_keys == 16) return LaunchCascade<HD, 16, 4, true>(a, s);
+  if (a.warps == 8)
+    return a.split ? LaunchCascade<HD, 64, 8, true>(a, s) : LaunchCascade<HD, 64, 8, false>(a, s);
+  return a.split ? LaunchCascade<HD, 64, 4, true>(a, s) : LaunchCascade<HD, 64, 4, false>(a, s);
+}
+
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
   if (a.n_work == 0) return 0;
   if (!CascadeAttentionSupports(a.head_dim, a.n_head / a.n_kv, a.block_size) || a.n_ranges < 1 ||
-      a.n_ranges > kMaxPrefixRanges)
+      a.n_ranges > kMaxPrefixRanges || (a.tile_keys != 16 && a.tile_keys != 64) ||
+      (a.warps != 4 && a.warps != 8) || (a.tile_keys == 16 && (a.warps != 4 || !a.split)))
     return -1;
-  const dim3 grid(a.n_work, a.n_kv), block(kWarps * 32);
-  if (a.head_dim == 64)
-    return Launch(CascadeAttentionKernel<64>, grid, block, AttnStageBytes<64>(), S(stream), a);
-  return Launch(CascadeAttentionKernel<128>, grid, block, AttnStageBytes<128>(), S(stream), a);
+  return a.head_dim == 64 ? LaunchCascadeHd<64>(a, S(stream)) : LaunchCascadeHd<128>(a, S(stream));
 }
 
 int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,

@@ -771,8 +771,12 @@ class CudaBackend final : public Backend {
     int off, m, keys, seq;  // members' entries [off, off + m) of kCascade*; seq: a member's table
   };
   // Finds the groups of this batch (decode tokens only) into groups_ and the
-  // kKeyStart / kCascadeRows / kCascadeIndex regions.
-  void FindCascadeGroups(std::span<const BatchSegment> batch, int bs);
+  // kKeyStart / kCascadeRows / kCascadeIndex regions, and CascadeAttention's
+  // work. For a step replayed as a graph of `graph_batch` tokens (0: eager)
+  // the count of key ranges and of work units depend on that batch size
+  // alone (the units past this step's marked idle), so one graph per bucket
+  // serves every cascade step.
+  void FindCascadeGroups(std::span<const BatchSegment> batch, int bs, int graph_batch);
 
   const ModelConfig& full_;  // the whole model
   const ModelConfig c_;      // this rank's share (full_ when alone)
@@ -872,8 +876,8 @@ class CudaBackend final : public Backend {
   // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
   std::map<std::tuple<int, int, int>, int> gemv_choice_;
   std::string gemv_note_;
-  std::map<int, cudaGraphExec_t> graphs_;
-  uint64_t graph_kv_ = 0;  // the CudaKv::id() whose addresses the graphs bake in
+  std::map<int, cudaGraphExec_t> graphs_;  // by bucket * 17 + cascade key ranges (0: none)
+  uint64_t graph_kv_ = 0;                  // the CudaKv::id() whose addresses the graphs bake in
   std::mutex mu_;
 };
 
@@ -1291,7 +1295,7 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
   return Status::Ok();
 }
 
-void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs) {
+void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs, int graph_batch) {
   groups_.clear();
   cascade_work_ = 0;
   if (!cascade_ || bs % 16 != 0) return;
@@ -1336,18 +1340,25 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs)
   if (groups_.empty()) return;
   // Work units for CascadeAttention: each group's query rows per KV head in
   // blocks of 64, each block over one of P key ranges. P fills the device
-  // twice over, keeps at least 4 tiles per range, and fits the range buffer
-  // and the work region.
+  // twice over, keeps at least 4 tiles of 16 keys per range (a range of a
+  // graphed step at least one: a group's prefix holds kCascadeMinKeys), and
+  // fits the range buffer and the work region.
   const int G = c_.n_head / c_.n_head_kv;
   int row_blocks = 0, min_keys = INT32_MAX;
   for (const CascadeGroup& g : groups_) {
     row_blocks += (g.m * G + 63) / 64;
     min_keys = std::min(min_keys, g.keys);
   }
-  int P = (2 * sms_ + row_blocks * c_.n_head_kv - 1) / (row_blocks * c_.n_head_kv);
-  P = std::min({P, kc::kMaxPrefixRanges, std::max(1, min_keys / 64),
-                static_cast<int>(kCascadeRangePairs) / std::max(1, dec),
-                static_cast<int>(kRegionCap) / row_blocks});
+  // A graphed step's bound: its members' rows in blocks of 64, plus one
+  // partial block per group.
+  const int block_bound =
+      graph_batch > 0 ? (graph_batch * G + 63) / 64 + graph_batch / kCascadeMinMembers : 0;
+  const int fill = graph_batch > 0 ? (graph_batch * G + 63) / 64 : row_blocks;
+  int P = (2 * sms_ + fill * c_.n_head_kv - 1) / (fill * c_.n_head_kv);
+  P = std::min({P, kc::kMaxPrefixRanges,
+                graph_batch > 0 ? kCascadeMinKeys / 16 : std::max(1, min_keys / 64),
+                static_cast<int>(kCascadeRangePairs) / std::max({1, dec, graph_batch}),
+                static_cast<int>(kRegionCap) / std::max(row_blocks, block_bound)});
   P = std::max(1, P);
   int32_t* gd = HostRegion(kCascadeGroups);
   int32_t* work = HostRegion(kCascadeWork);
@@ -1358,6 +1369,7 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs)
       for (int r = 0; r < P; ++r)
         work[cascade_work_++] = static_cast<int32_t>(gi) << 16 | rb << 4 | r;
   }
+  for (; cascade_work_ < block_bound * P; ++cascade_work_) work[cascade_work_] = -1;  // idle
   cascade_ranges_n_ = P;
 }
 
@@ -1700,19 +1712,19 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
                                    " tokens exceeds the chunk of " + std::to_string(kMaxChunk));
   BRAID_RETURN_IF_ERROR(EnsureInputs(table_entries));
 
-  // Cascade groups first: a step with them runs eagerly (the groups change
-  // from step to step); other decode-only batches run padded to a graph bucket.
+  // Decode-only batches run padded to a graph bucket, with cascade groups
+  // or without (one graph per bucket and count of key ranges).
   const int S = static_cast<int>(batch.size());
-  std::fill_n(HostRegion(kKeyStart), kRegionCap, 0);
-  FindCascadeGroups(batch, bs);
   int B = T;
-  const bool graph = use_graphs_ && decode_only && S <= kMaxGraphBatch && groups_.empty() &&
-                     (!group_ || group_->graph_safe());
+  const bool graph =
+      use_graphs_ && decode_only && S <= kMaxGraphBatch && (!group_ || group_->graph_safe());
+  if (graph) B = *std::lower_bound(std::begin(kGraphBuckets), std::end(kGraphBuckets), S);
+  std::fill_n(HostRegion(kKeyStart), kRegionCap, 0);
+  FindCascadeGroups(batch, bs, graph ? B : 0);
   if (!groups_.empty()) {
     ++cascade_passes_;
     for (const CascadeGroup& g : groups_) cascade_tokens_ += g.m;
   }
-  if (graph) B = *std::lower_bound(std::begin(kGraphBuckets), std::end(kGraphBuckets), S);
 
   int32_t* ids = HostRegion(kIds);
   int32_t* pos = HostRegion(kPos);
@@ -1778,7 +1790,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       graphs_.clear();
       graph_kv_ = kv.id();
     }
-    auto it = graphs_.find(B);
+    const int key = B * (kc::kMaxPrefixRanges + 1) + (groups_.empty() ? 0 : cascade_ranges_n_);
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       // Plans (cuBLASLt heuristics) are made outside the capture: run once eagerly.
       BRAID_RETURN_IF_ERROR(Enqueue(kv, B, n_decode, R, n_split, true));
@@ -1792,7 +1805,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
       cudaGraphDestroy(g);
       CUDA_TRY(ie);
-      it = graphs_.emplace(B, exec).first;
+      it = graphs_.emplace(key, exec).first;
     } else {
       CUDA_TRY(cudaGraphLaunch(it->second, stream_));
     }

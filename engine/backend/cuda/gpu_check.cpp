@@ -41,7 +41,7 @@
 //       `prompt` tokens after it, greedy, all at once: with cascade
 //       attention off and on (BRAID_CUDA_CASCADE), and the same batch
 //       without the prefix (a step without the long attention), with CUDA
-//       graphs and eagerly (BRAID_CUDA_GRAPHS=0, as cascade steps run):
+//       graphs and eagerly (BRAID_CUDA_GRAPHS=0):
 //       decode tokens/s and ms per decode step, so attention's share and
 //       the eager step's; the outputs with cascade on against off and
 //       against each request alone, and eager against graphs
@@ -969,8 +969,7 @@ int Cascade(const Args& a) {
   const Phase off = phase("cascade off", false, true, false);
   const Phase on = phase("cascade on", true, true, false);
   const Phase bare = phase("no prefix", true, false, false);
-  // The same step without CUDA graphs: what running a step eagerly (as a
-  // step with cascade groups runs) costs by itself.
+  // The same step without CUDA graphs: what running a step eagerly costs.
   setenv("BRAID_CUDA_GRAPHS", "0", 1);
   const Phase eager = phase("no prefix, eager", true, false, false);
   unsetenv("BRAID_CUDA_GRAPHS");

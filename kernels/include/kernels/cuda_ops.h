@@ -110,7 +110,8 @@ bool DecodeAttentionSupports(int head_dim, int group);
 // prefix's keys (positions [0, keys) of every member, the same blocks) and a
 // member's sequence (its block table: tables + seq_table[seq]). Each entry
 // of work is one thread block per KV head: group << 16 | block of 64 query
-// rows << 4 | key range (of n_ranges splitting the prefix's 16-key tiles).
+// rows << 4 | key range (of n_ranges splitting the prefix's 16-key tiles),
+// or -1: an idle block.
 // Writes prefix[index[off + i], h, range] = (unnormalized output, max, sum)
 // for every member i and query head h. head_dim 64 or 128, at most 8 query
 // heads per KV head, block_size a multiple of 16.
@@ -128,6 +129,9 @@ struct CascadeAttentionArgs {
   int n_work = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_ranges = 1;  // <= kMaxPrefixRanges
   float scale = 0;
+  int tile_keys = 64;  // keys per shared-memory tile: 16 or 64
+  int warps = 4;       // per block, 16 query rows each: 4 or 8 (work units of 16 * warps rows)
+  bool split = true;   // Q and P as bf16 high part plus remainder; false: bf16 alone
 };
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream);
 bool CascadeAttentionSupports(int head_dim, int group, int block_size);
