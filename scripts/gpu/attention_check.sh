@@ -24,9 +24,12 @@
 #            4,096-token prefix: cascade on, off, no prefix, and eager)
 #            with either decode kernel (the prefix itself always runs on
 #            tensor cores, CascadeAttention); CASCADE_ATTN="tc" runs the
-#            tensor-core one only
-#   serve    braid bench --serve --rate inf, 200 x 1,024/1,024 on llama8b,
-#            CUDA cores then tensor cores, and at 16 req/s with tensor cores
+#            tensor-core one only, CASCADE_WARPS="4 8" each CascadeAttention
+#            block size (BRAID_CUDA_CASCADE_WARPS)
+#   serve    braid bench --serve, 200 x 1,024/1,024 on llama8b, for each
+#            ATTN:RATE:TOKENS of SERVE_RUNS (default "simt:inf:0 tc:inf:0
+#            tc:16:0": CUDA cores then tensor cores at rate inf, tensor
+#            cores at 16 req/s; TOKENS per step, 0 the backend's default)
 # The models are made by run_all.sh when missing. Few files land in OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -129,25 +132,31 @@ if has cascade; then
   echo "=== cascade (llama8b), CUDA cores then tensor cores" | tee -a "$LOG"
   make_models llama8b make
   for attn in ${CASCADE_ATTN:-simt tc}; do
-    [ "$(left)" -gt 90 ] || break
-    BRAID_CUDA_ATTN=$attn timeout 150 $BIN cascade --model $M/llama8b --ctx 8192 --batches 64 --prefix 4096 \
-      --prompt 32 --gen 128 > "$OUT_ROOT/cascade_$attn.json" 2> "$OUT_ROOT/cascade.err"
-    echo "cascade ($attn) rc $?" | tee -a "$LOG"
-    grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
-    tail -1 "$OUT_ROOT/cascade_$attn.json" | head -c 600 | tee -a "$LOG"; echo | tee -a "$LOG"
+    for w in ${CASCADE_WARPS:-4}; do
+      [ "$(left)" -gt 90 ] || break 2
+      BRAID_CUDA_ATTN=$attn BRAID_CUDA_CASCADE_WARPS=$w timeout 150 $BIN cascade --model $M/llama8b \
+        --ctx 8192 --batches 64 --prefix 4096 --prompt 32 --gen 128 > "$OUT_ROOT/cascade_${attn}_$w.json" \
+        2> "$OUT_ROOT/cascade.err"
+      echo "cascade ($attn, CascadeAttention of $w warps) rc $?" | tee -a "$LOG"
+      grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
+      tail -1 "$OUT_ROOT/cascade_${attn}_$w.json" | head -c 600 | tee -a "$LOG"; echo | tee -a "$LOG"
+    done
   done
 fi
 
 if has serve; then
   echo "=== offline serving, llama8b, 200 x 1024/1024 (braid bench --serve)" | tee -a "$LOG"
-  for run in "simt inf" "tc inf" "tc 16"; do
-    set -- $run
+  # attention kernel:rate:tokens per step (0: the backend's default)
+  for run in ${SERVE_RUNS:-simt:inf:0 tc:inf:0 tc:16:0}; do
+    IFS=: read -r attn rate tokens <<< "$run"
     [ "$(left)" -gt 90 ] || break
-    echo "--- $1, rate $2" | tee -a "$LOG"
-    BRAID_CUDA_ATTN=$1 timeout $(($(left) - 15)) build-gpu/frontend/braid bench --serve --device cuda \
-      -m $M/llama8b --rate $2 --requests 200 --prompt-len 1024 --gen-len 1024 > "$OUT_ROOT/serve_$1_$2.txt" 2>&1
+    name=${attn}_${rate}_${tokens}
+    echo "--- $attn, rate $rate, batch tokens $tokens" | tee -a "$LOG"
+    BRAID_CUDA_ATTN=$attn timeout $(($(left) - 15)) build-gpu/frontend/braid bench --serve --device cuda \
+      -m $M/llama8b --rate $rate --batch-tokens $tokens --requests 200 --prompt-len 1024 --gen-len 1024 \
+      > "$OUT_ROOT/serve_$name.txt" 2>&1
     echo "rc $?" | tee -a "$LOG"
-    grep -iE "tok/s|itl|error" "$OUT_ROOT/serve_$1_$2.txt" | head -6 | tee -a "$LOG"
+    grep -iE "tok/s|itl|error" "$OUT_ROOT/serve_$name.txt" | head -6 | tee -a "$LOG"
   done
 fi
 echo "done in $(($(date +%s) - START)) s" | tee -a "$LOG"

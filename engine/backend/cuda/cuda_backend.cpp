@@ -863,6 +863,9 @@ class CudaBackend final : public Backend {
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
+  // Warps per CascadeAttention block (16 query rows each): 4, or 8 with
+  // BRAID_CUDA_CASCADE_WARPS=8 to measure the other.
+  int cascade_warps_ = 4;
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
   static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
@@ -921,6 +924,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     attention_tc_ = std::string(attn) != "simt";
   if (const char* graphs = std::getenv("BRAID_CUDA_GRAPHS"))
     use_graphs_ = std::string(graphs) != "0";
+  if (const char* warps = std::getenv("BRAID_CUDA_CASCADE_WARPS"))
+    cascade_warps_ = std::string(warps) == "8" ? 8 : 4;
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
   // A shared prefix is attended once per group for every layer alike; with
@@ -1339,21 +1344,21 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   }
   if (groups_.empty()) return;
   // Work units for CascadeAttention: each group's query rows per KV head in
-  // blocks of 64, each block over one of P key ranges. P fills the device
+  // blocks of 16 per warp, each block over one of P key ranges. P fills the device
   // twice over, keeps at least 4 tiles of 16 keys per range (a range of a
   // graphed step at least one: a group's prefix holds kCascadeMinKeys), and
   // fits the range buffer and the work region.
-  const int G = c_.n_head / c_.n_head_kv;
+  const int G = c_.n_head / c_.n_head_kv, per = 16 * cascade_warps_;  // rows per block
   int row_blocks = 0, min_keys = INT32_MAX;
   for (const CascadeGroup& g : groups_) {
-    row_blocks += (g.m * G + 63) / 64;
+    row_blocks += (g.m * G + per - 1) / per;
     min_keys = std::min(min_keys, g.keys);
   }
-  // A graphed step's bound: its members' rows in blocks of 64, plus one
+  // A graphed step's bound: its members' rows in blocks, plus one
   // partial block per group.
   const int block_bound =
-      graph_batch > 0 ? (graph_batch * G + 63) / 64 + graph_batch / kCascadeMinMembers : 0;
-  const int fill = graph_batch > 0 ? (graph_batch * G + 63) / 64 : row_blocks;
+      graph_batch > 0 ? (graph_batch * G + per - 1) / per + graph_batch / kCascadeMinMembers : 0;
+  const int fill = graph_batch > 0 ? (graph_batch * G + per - 1) / per : row_blocks;
   int P = (2 * sms_ + fill * c_.n_head_kv - 1) / (fill * c_.n_head_kv);
   P = std::min({P, kc::kMaxPrefixRanges,
                 graph_batch > 0 ? kCascadeMinKeys / 16 : std::max(1, min_keys / 64),
@@ -1365,7 +1370,7 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const CascadeGroup& g = groups_[gi];
     gd[4 * gi] = g.off, gd[4 * gi + 1] = g.m, gd[4 * gi + 2] = g.keys, gd[4 * gi + 3] = g.seq;
-    for (int rb = 0; rb < (g.m * G + 63) / 64; ++rb)
+    for (int rb = 0; rb < (g.m * G + per - 1) / per; ++rb)
       for (int r = 0; r < P; ++r)
         work[cascade_work_++] = static_cast<int32_t>(gi) << 16 | rb << 4 | r;
   }
@@ -1422,6 +1427,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       ca.block_size = kv.block_size();
       ca.n_ranges = cascade_ranges_n_;
       ca.scale = c.AttnScale();
+      ca.warps = cascade_warps_;
       KERNEL_TRY(kc::CascadeAttention(ca, stream_));
     }
     if (n_decode > 0) {
