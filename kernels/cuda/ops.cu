@@ -825,19 +825,27 @@ __global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentio
       float sc[2 * SUB][4];
 #pragma unroll
       for (int n = 0; n < 2 * SUB; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0;
+        // k-step by k-step, every accumulator's high product before any
+        // remainder's: a product waits on its accumulator's previous one
+        // 2 * SUB products back, not one.
 #pragma unroll
-      for (int j = 0; j < SUB; ++j)
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t b[SUB][4];
 #pragma unroll
-        for (int kk = 0; kk < KS; ++kk) {
+        for (int j = 0; j < SUB; ++j) {
           const int r = 16 * j + mr + 8 * (mi / 2), ch = 2 * kk + mi % 2;
-          uint32_t b[4];
-          LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            Mma16(sc[2 * j + n], qh[kk], b[2 * n], b[2 * n + 1]);
-            if (SPLIT) Mma16(sc[2 * j + n], ql[kk], b[2 * n], b[2 * n + 1]);
-          }
+          LdMatrix4<false>(b[j], sk + r * HD + (ch ^ (r % 8)) * 8);
         }
+#pragma unroll
+        for (int j = 0; j < SUB; ++j)
+#pragma unroll
+          for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], qh[kk], b[j][2 * n], b[j][2 * n + 1]);
+        if (SPLIT)
+#pragma unroll
+          for (int j = 0; j < SUB; ++j)
+#pragma unroll
+            for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], ql[kk], b[j][2 * n], b[j][2 * n + 1]);
+      }
       float alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -876,16 +884,28 @@ __global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentio
         SplitPair(sc[2 * j][2], sc[2 * j][3], ph[1], pl[1]);
         SplitPair(sc[2 * j + 1][0], sc[2 * j + 1][1], ph[2], pl[2]);
         SplitPair(sc[2 * j + 1][2], sc[2 * j + 1][3], ph[3], pl[3]);
+        // Half the output's n-tiles at a time: their high products, then
+        // their remainders'.
 #pragma unroll
-        for (int jj = 0; jj < NT / 2; ++jj) {
-          const int r = 16 * j + mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
-          uint32_t b[4];
-          LdMatrix4<true>(b, sv + r * HD + (ch ^ (r % 8)) * 8);
+        for (int half = 0; half < 2; ++half) {
+          uint32_t b[NT / 4][4];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            Mma16(o[2 * jj + h], ph, b[2 * h], b[2 * h + 1]);
-            if (SPLIT) Mma16(o[2 * jj + h], pl, b[2 * h], b[2 * h + 1]);
+          for (int u = 0; u < NT / 4; ++u) {
+            const int jj = half * NT / 4 + u;
+            const int r = 16 * j + mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
+            LdMatrix4<true>(b[u], sv + r * HD + (ch ^ (r % 8)) * 8);
           }
+#pragma unroll
+          for (int u = 0; u < NT / 4; ++u)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              Mma16(o[2 * (half * NT / 4 + u) + h], ph, b[u][2 * h], b[u][2 * h + 1]);
+          if (SPLIT)
+#pragma unroll
+            for (int u = 0; u < NT / 4; ++u)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                Mma16(o[2 * (half * NT / 4 + u) + h], pl, b[u][2 * h], b[u][2 * h + 1]);
         }
       }
     }
