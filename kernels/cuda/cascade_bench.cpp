@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   const double prefix_bytes = 2.0 * P * n_kv * hd * sizeof(uint16_t);
   // Products of the prefix: Q K^T and P V, 2 flops a multiply-add.
   const double prefix_flops = 4.0 * M * n_head * static_cast<double>(P) * hd;
+  std::printf("resident CascadeAttention blocks per SM: %d (4 warps), %d (8 warps)\n",
+              cuda::CascadeAttentionBlocksPerSm(hd, 4), cuda::CascadeAttentionBlocksPerSm(hd, 8));
   std::printf("full   %8.1f us   split %d\n", full_us, a.n_split);
   std::printf("bare   %8.1f us   split %d\n", bare_us, bare.n_split);
 

@@ -1607,6 +1607,30 @@ int LaunchCascadeHd(const CascadeAttentionArgs& a, cudaStream_t s) {
   return a.split ? LaunchCascade<HD, 64, 4, true>(a, s) : LaunchCascade<HD, 64, 4, false>(a, s);
 }
 
+template <int HD>
+int CascadeResident(int warps) {
+  int n = 0;
+  cudaError_t e;
+  if (warps == 8) {
+    e = cudaFuncSetAttribute(CascadeAttentionKernel<HD, 64, 8, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, CascadeSmem<HD, 64>());
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, CascadeAttentionKernel<HD, 64, 8, true>,
+                                                        8 * 32, CascadeSmem<HD, 64>());
+  } else {
+    e = cudaFuncSetAttribute(CascadeAttentionKernel<HD, 64, 4, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, CascadeSmem<HD, 64>());
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, CascadeAttentionKernel<HD, 64, 4, true>,
+                                                        4 * 32, CascadeSmem<HD, 64>());
+  }
+  return e == cudaSuccess ? std::max(1, n) : 1;
+}
+
+int CascadeAttentionBlocksPerSm(int head_dim, int warps) {
+  return head_dim == 64 ? CascadeResident<64>(warps) : CascadeResident<128>(warps);
+}
+
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
   if (a.n_work == 0) return 0;
   if (!CascadeAttentionSupports(a.head_dim, a.n_head / a.n_kv, a.block_size) || a.n_ranges < 1 ||

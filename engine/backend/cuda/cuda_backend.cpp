@@ -866,6 +866,7 @@ class CudaBackend final : public Backend {
   // Warps per CascadeAttention block (16 query rows each): 4, or 8 with
   // BRAID_CUDA_CASCADE_WARPS=8 to measure the other.
   int cascade_warps_ = 4;
+  int cascade_slots_ = 1;  // CascadeAttention blocks the device holds at once
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
   static constexpr int kCascadeMinMembers = 4, kCascadeMinKeys = 256;
@@ -932,6 +933,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
   cascade_ &= kc::CascadeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv), 16);
+  if (cascade_) cascade_slots_ = sms_ * kc::CascadeAttentionBlocksPerSm(c.head_dim, cascade_warps_);
   gate_ = c.activation == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
@@ -1344,8 +1346,9 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   }
   if (groups_.empty()) return;
   // Work units for CascadeAttention: each group's query rows per KV head in
-  // blocks of 16 per warp, each block over one of P key ranges. P fills the device
-  // twice over, keeps at least 4 tiles of 16 keys per range (a range of a
+  // blocks of 16 per warp, each block over one of P key ranges. P fills the
+  // device's resident blocks once (one wave: a second, partly filled,
+  // measured slower), keeps at least 4 tiles of 16 keys per range (a range of a
   // graphed step at least one: a group's prefix holds kCascadeMinKeys), and
   // fits the range buffer and the work region.
   const int G = c_.n_head / c_.n_head_kv, per = 16 * cascade_warps_;  // rows per block
@@ -1359,7 +1362,7 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   const int block_bound =
       graph_batch > 0 ? (graph_batch * G + per - 1) / per + graph_batch / kCascadeMinMembers : 0;
   const int fill = graph_batch > 0 ? (graph_batch * G + per - 1) / per : row_blocks;
-  int P = (2 * sms_ + fill * c_.n_head_kv - 1) / (fill * c_.n_head_kv);
+  int P = cascade_slots_ / (fill * c_.n_head_kv);
   P = std::min({P, kc::kMaxPrefixRanges,
                 graph_batch > 0 ? kCascadeMinKeys / 16 : std::max(1, min_keys / 64),
                 static_cast<int>(kCascadeRangePairs) / std::max({1, dec, graph_batch}),

@@ -135,6 +135,9 @@ struct CascadeAttentionArgs {
 };
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream);
 bool CascadeAttentionSupports(int head_dim, int group, int block_size);
+// How many CascadeAttention blocks (64-key tiles, `warps` warps) one
+// multiprocessor of the current device holds at once (at least 1).
+int CascadeAttentionBlocksPerSm(int head_dim, int warps);
 
 // Prefill attention of one sequence's chunk through GEMMs: these gather the
 // operands and apply the causal softmax around two batched GEMMs.
