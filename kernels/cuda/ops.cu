@@ -1607,28 +1607,19 @@ int LaunchCascadeHd(const CascadeAttentionArgs& a, cudaStream_t s) {
   return a.split ? LaunchCascade<HD, 64, 4, true>(a, s) : LaunchCascade<HD, 64, 4, false>(a, s);
 }
 
-template <int HD>
-int CascadeResident(int warps) {
+template <int HD, int W>
+int CascadeResident() {
+  constexpr int smem = CascadeSmem<HD, 64>();
+  auto kernel = CascadeAttentionKernel<HD, 64, W, true>;
   int n = 0;
-  cudaError_t e;
-  if (warps == 8) {
-    e = cudaFuncSetAttribute(CascadeAttentionKernel<HD, 64, 8, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, CascadeSmem<HD, 64>());
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, CascadeAttentionKernel<HD, 64, 8, true>,
-                                                        8 * 32, CascadeSmem<HD, 64>());
-  } else {
-    e = cudaFuncSetAttribute(CascadeAttentionKernel<HD, 64, 4, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, CascadeSmem<HD, 64>());
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, CascadeAttentionKernel<HD, 64, 4, true>,
-                                                        4 * 32, CascadeSmem<HD, 64>());
-  }
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, W * 32, smem);
   return e == cudaSuccess ? std::max(1, n) : 1;
 }
 
 int CascadeAttentionBlocksPerSm(int head_dim, int warps) {
-  return head_dim == 64 ? CascadeResident<64>(warps) : CascadeResident<128>(warps);
+  if (head_dim == 64) return warps == 8 ? CascadeResident<64, 8>() : CascadeResident<64, 4>();
+  return warps == 8 ? CascadeResident<128, 8>() : CascadeResident<128, 4>();
 }
 
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
