@@ -308,7 +308,8 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
         sum *= w;
 #pragma unroll 4
         for (int r = 0; r < a.prefix_ranges; ++r) {
-          const float wp = sm_pl[g][r] > 0 ? __expf(sm_pm[g][r] - mall) : 0.0f;
+          if (!(sm_pl[g][r] > 0)) continue;  // an empty range: its output is not read
+          const float wp = __expf(sm_pm[g][r] - mall);
           o += prefix_of(g, r)[d] * wp;
           sum += sm_pl[g][r] * wp;
         }
