@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cascade_plan.h"
 #include "backend/cuda/collective.h"
 #include "kernels/cuda_dequant.h"
 #include "kernels/cuda_ops.h"
@@ -1345,40 +1346,28 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
     }
   }
   if (groups_.empty()) return;
-  // Work units for CascadeAttention: each group's query rows per KV head in
-  // blocks of 16 per warp, each block over one of P key ranges. P fills the
-  // device's resident blocks once (one wave: a second, partly filled,
-  // measured slower), keeps at least 4 tiles of 16 keys per range (a range of a
-  // graphed step at least one: a group's prefix holds kCascadeMinKeys), and
-  // fits the range buffer and the work region.
-  const int G = c_.n_head / c_.n_head_kv, per = 16 * cascade_warps_;  // rows per block
-  int row_blocks = 0, min_keys = INT32_MAX;
-  for (const CascadeGroup& g : groups_) {
-    row_blocks += (g.m * G + per - 1) / per;
-    min_keys = std::min(min_keys, g.keys);
-  }
-  // A graphed step's bound: its members' rows in blocks, plus one
-  // partial block per group.
-  const int block_bound =
-      graph_batch > 0 ? (graph_batch * G + per - 1) / per + graph_batch / kCascadeMinMembers : 0;
-  const int fill = graph_batch > 0 ? (graph_batch * G + per - 1) / per : row_blocks;
-  int P = cascade_slots_ / (fill * c_.n_head_kv);
-  P = std::min({P, kc::kMaxPrefixRanges,
-                graph_batch > 0 ? kCascadeMinKeys / 16 : std::max(1, min_keys / 64),
-                static_cast<int>(kCascadeRangePairs) / std::max({1, dec, graph_batch}),
-                static_cast<int>(kRegionCap) / std::max(row_blocks, block_bound)});
-  P = std::max(1, P);
+  // CascadeAttention's work units (backend/cascade_plan.h).
+  CascadeLimits lim;
+  lim.rows_per_block = 16 * cascade_warps_;
+  lim.group = c_.n_head / c_.n_head_kv;
+  lim.n_kv = c_.n_head_kv;
+  lim.slots = cascade_slots_;
+  lim.max_ranges = kc::kMaxPrefixRanges;
+  lim.min_members = kCascadeMinMembers;
+  lim.min_keys = kCascadeMinKeys;
+  lim.range_pairs = static_cast<int>(kCascadeRangePairs);
+  lim.work_cap = static_cast<int>(kRegionCap);
+  std::vector<CascadeGroupShape> shapes;
+  for (const CascadeGroup& g : groups_) shapes.push_back({g.m, g.keys});
+  const CascadeWorkPlan plan = PlanCascadeWork(shapes, dec, graph_batch, lim);
   int32_t* gd = HostRegion(kCascadeGroups);
-  int32_t* work = HostRegion(kCascadeWork);
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const CascadeGroup& g = groups_[gi];
     gd[4 * gi] = g.off, gd[4 * gi + 1] = g.m, gd[4 * gi + 2] = g.keys, gd[4 * gi + 3] = g.seq;
-    for (int rb = 0; rb < (g.m * G + per - 1) / per; ++rb)
-      for (int r = 0; r < P; ++r)
-        work[cascade_work_++] = static_cast<int32_t>(gi) << 16 | rb << 4 | r;
   }
-  for (; cascade_work_ < block_bound * P; ++cascade_work_) work[cascade_work_] = -1;  // idle
-  cascade_ranges_n_ = P;
+  std::copy(plan.work.begin(), plan.work.end(), HostRegion(kCascadeWork));
+  cascade_work_ = static_cast<int>(plan.work.size());
+  cascade_ranges_n_ = plan.ranges;
 }
 
 Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split, bool argmax) {
