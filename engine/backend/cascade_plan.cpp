@@ -2,8 +2,38 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 
 namespace braid {
+
+std::vector<PrefixGroup> FindPrefixGroups(std::span<const BatchSegment> batch, int bs, int gemm_min,
+                                          int min_members, int min_keys) {
+  std::map<int32_t, std::vector<CascadeMember>> by_first;
+  int row = 0, dec = 0;
+  for (int si = 0; si < static_cast<int>(batch.size()); ++si) {
+    const BatchSegment& s = batch[si];
+    if (s.n_tokens == 1 && s.pos0 >= bs) by_first[s.block_table[0]].push_back({si, dec, row});
+    if (s.n_tokens < gemm_min) dec += s.n_tokens;
+    row += s.n_tokens;
+  }
+  std::vector<PrefixGroup> groups;
+  for (auto& [first, members] : by_first) {
+    if (static_cast<int>(members.size()) < min_members) continue;
+    int blocks = INT_MAX;
+    for (const CascadeMember& m : members) blocks = std::min(blocks, batch[m.seg].pos0 / bs);
+    const int32_t* table0 = batch[members[0].seg].block_table;
+    int shared = 0;
+    for (; shared < blocks; ++shared) {
+      bool same = true;
+      for (const CascadeMember& m : members)
+        same &= batch[m.seg].block_table[shared] == table0[shared];
+      if (!same) break;
+    }
+    if (shared * bs < min_keys) continue;
+    groups.push_back({shared * bs, std::move(members)});
+  }
+  return groups;
+}
 
 CascadeWorkPlan PlanCascadeWork(std::span<const CascadeGroupShape> groups, int n_decode,
                                 int graph_batch, const CascadeLimits& lim) {

@@ -1,6 +1,11 @@
-// How the CUDA backend cuts a step's shared-prefix (cascade) attention into
-// CascadeAttention's thread blocks (backend/cuda/cuda_backend.cpp): pure
-// arithmetic, kept apart so that it is tested without a GPU.
+// How the CUDA backend finds a step's shared-prefix (cascade) groups and
+// cuts their attention into CascadeAttention's thread blocks
+// (backend/cuda/cuda_backend.cpp): plain host code, kept apart so that it
+// is tested without a GPU.
+//
+// A group is the decode tokens (single-token segments) whose sequences'
+// block tables start with the same blocks, the radix cache's sharing: they
+// attend those blocks' positions once for the group.
 //
 // Each group's query rows (its members' query heads of one KV head) go in
 // blocks of `rows_per_block`, and its prefix in `ranges` key ranges; a work
@@ -15,7 +20,26 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace braid {
+
+struct CascadeMember {
+  int seg = 0;  // its segment in the batch
+  int dec = 0;  // its index among the decode tokens (segments under gemm_min tokens)
+  int row = 0;  // its token's row in the batch
+};
+struct PrefixGroup {
+  int keys = 0;  // the shared positions [0, keys): whole blocks before every member's position
+  std::vector<CascadeMember> members;
+};
+// The groups of `batch`: single-token segments past their first block, by
+// their first block, each group's shared blocks the longest run all its
+// members' tables start with that lies before every member's position;
+// groups of fewer than min_members members or min_keys keys are dropped.
+// gemm_min: segments of at least that many tokens are not decode tokens.
+std::vector<PrefixGroup> FindPrefixGroups(std::span<const BatchSegment> batch, int block_size,
+                                          int gemm_min, int min_members, int min_keys);
 
 struct CascadeLimits {
   int rows_per_block = 64;  // 16 per warp

@@ -1,5 +1,6 @@
-// PlanCascadeWork: every (group, row block, range) once, and a graphed
-// step's plan shaped by its batch size alone.
+// FindPrefixGroups: the groups a batch's block tables give; PlanCascadeWork:
+// every (group, row block, range) once, and a graphed step's plan shaped by
+// its batch size alone.
 #include "backend/cascade_plan.h"
 
 #include <doctest/doctest.h>
@@ -12,6 +13,81 @@
 
 namespace braid {
 namespace {
+
+TEST_CASE("prefix groups: decode tokens whose tables start alike, over whole blocks before them") {
+  std::mt19937 rng(9);
+  const int bs = 16, min_members = 4, min_keys = 64, gemm_min = 16;
+  int formed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    // Three families of sequences, each with a shared run of blocks; a
+    // member diverges after a random part of it (a nested or shorter share).
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<BatchSegment> batch;
+    std::vector<int32_t> token(1, 7), chunk(20, 7);
+    int next_block = 0;
+    std::vector<std::vector<int32_t>> family(3);
+    for (auto& f : family)
+      for (int b = 0, n = 2 + static_cast<int>(rng() % 10); b < n; ++b) f.push_back(next_block++);
+    const int n_seqs = 8 + static_cast<int>(rng() % 24);
+    tables.reserve(n_seqs);
+    for (int i = 0; i < n_seqs; ++i) {
+      const auto& f = family[rng() % 3];
+      const int cut = static_cast<int>(rng() % 4);  // usually the whole run, or nearly
+      std::vector<int32_t> t(f.begin(),
+                             f.end() - std::min<int>(cut, static_cast<int>(f.size()) - 1));
+      for (int b = 0, n = 1 + static_cast<int>(rng() % 3); b < n; ++b) t.push_back(next_block++);
+      tables.push_back(std::move(t));
+      BatchSegment s;
+      s.block_table = tables.back().data();
+      const int blocks = static_cast<int>(tables.back().size());
+      const int kind = static_cast<int>(rng() % 6);  // mostly decode tokens
+      s.n_tokens = kind == 0 ? 20 : kind == 1 ? 5 : 1;
+      s.tokens = s.n_tokens == 20 ? chunk.data() : token.data();
+      s.pos0 = std::max(0, blocks * bs - s.n_tokens - static_cast<int>(rng() % bs));
+      batch.push_back(s);
+    }
+    const std::vector<PrefixGroup> groups =
+        FindPrefixGroups(batch, bs, gemm_min, min_members, min_keys);
+    // Decode indices and rows as the backend lays the batch out.
+    std::vector<int> dec(batch.size()), row(batch.size());
+    for (size_t i = 0, d = 0, r = 0; i < batch.size(); ++i) {
+      dec[i] = static_cast<int>(d), row[i] = static_cast<int>(r);
+      d += batch[i].n_tokens < gemm_min ? batch[i].n_tokens : 0;
+      r += batch[i].n_tokens;
+    }
+    std::set<int32_t> firsts;
+    formed += static_cast<int>(groups.size());
+    for (const PrefixGroup& g : groups) {
+      CAPTURE(trial);
+      REQUIRE(static_cast<int>(g.members.size()) >= min_members);
+      CHECK(g.keys >= min_keys);
+      CHECK(g.keys % bs == 0);
+      const int shared = g.keys / bs;
+      const int32_t* t0 = batch[g.members[0].seg].block_table;
+      int least = 1 << 30;
+      bool diverges = false;
+      for (const CascadeMember& m : g.members) {
+        const BatchSegment& s = batch[m.seg];
+        CHECK(s.n_tokens == 1);
+        CHECK(m.dec == dec[m.seg]);
+        CHECK(m.row == row[m.seg]);
+        CHECK(shared <= s.pos0 / bs);  // whole blocks before its position
+        least = std::min(least, s.pos0 / bs);
+        for (int b = 0; b < shared; ++b) CHECK(s.block_table[b] == t0[b]);
+        diverges |= shared < s.pos0 / bs && s.block_table[shared] != t0[shared];
+      }
+      CHECK((shared == least || diverges));  // the longest run they share
+      CHECK(firsts.insert(t0[0]).second);
+      // Every decode token past its first block that starts with that block is in.
+      int with_first = 0;
+      for (const BatchSegment& s : batch)
+        with_first += s.n_tokens == 1 && s.pos0 >= bs && s.block_table[0] == t0[0];
+      CHECK(with_first == static_cast<int>(g.members.size()));
+    }
+  }
+  MESSAGE("groups formed: " << formed);
+  CHECK(formed > 100);  // the batches do form groups
+}
 
 CascadeLimits Limits(int group, int rows_per_block) {
   CascadeLimits l;

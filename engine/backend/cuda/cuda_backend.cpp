@@ -1307,44 +1307,21 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   groups_.clear();
   cascade_work_ = 0;
   if (!cascade_ || bs % 16 != 0) return;
-  // Single-token segments by their first block, with their decode index and
-  // query row (the order Run gives them).
-  struct Member {
-    int seg, dec, row;
-  };
-  std::map<int32_t, std::vector<Member>> by_first;
-  int row = 0, dec = 0;
-  for (int si = 0; si < static_cast<int>(batch.size()); ++si) {
-    const BatchSegment& s = batch[si];
-    const bool gemm = s.n_tokens >= kPrefillGemmMin;
-    if (s.n_tokens == 1 && s.pos0 >= bs) by_first[s.block_table[0]].push_back({si, dec, row});
-    if (!gemm) dec += s.n_tokens;
-    row += s.n_tokens;
-  }
   int32_t* key_start = HostRegion(kKeyStart);
   int32_t* rows = HostRegion(kCascadeRows);
   int32_t* index = HostRegion(kCascadeIndex);
   int n = 0;
-  for (const auto& [first, members] : by_first) {
-    if (static_cast<int>(members.size()) < kCascadeMinMembers) continue;
-    // The blocks every member's table starts with, wholly before each one's position.
-    int blocks = INT32_MAX;
-    for (const Member& m : members) blocks = std::min(blocks, batch[m.seg].pos0 / bs);
-    const int32_t* table0 = batch[members[0].seg].block_table;
-    int shared = 0;
-    for (; shared < blocks; ++shared) {
-      bool same = true;
-      for (const Member& m : members) same &= batch[m.seg].block_table[shared] == table0[shared];
-      if (!same) break;
-    }
-    if (shared * bs < kCascadeMinKeys) continue;
-    groups_.push_back({n, static_cast<int>(members.size()), shared * bs, members[0].seg});
-    for (const Member& m : members) {
-      key_start[m.row] = shared * bs;
+  for (const PrefixGroup& g :
+       FindPrefixGroups(batch, bs, kPrefillGemmMin, kCascadeMinMembers, kCascadeMinKeys)) {
+    groups_.push_back({n, static_cast<int>(g.members.size()), g.keys, g.members[0].seg});
+    for (const CascadeMember& m : g.members) {
+      key_start[m.row] = g.keys;
       rows[n] = m.row;
       index[n++] = m.dec;
     }
   }
+  int dec = 0;  // decode tokens of the step
+  for (const BatchSegment& s : batch) dec += s.n_tokens < kPrefillGemmMin ? s.n_tokens : 0;
   if (groups_.empty()) return;
   // CascadeAttention's work units (backend/cascade_plan.h).
   CascadeLimits lim;
