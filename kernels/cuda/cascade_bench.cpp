@@ -24,20 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "device_copy.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype.h"
 
 using namespace braid::kernels;
+using braid::kernels::cuda_test::ToDevice;
 
 namespace {
-
-template <typename T>
-T* ToDevice(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T));
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
 
 std::vector<int> ParseList(const char* s) {
   std::vector<int> v;

@@ -515,6 +515,12 @@ __device__ __forceinline__ void CopyWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+// bf16 high part and remainder of (x0, x1).
+__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = Pack2(x0, x1);
+  lo = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+
 // Decode attention on tensor cores. Each thread block: one (token, KV head,
 // key range), the range a run of 16-key tiles (a tile lies in one KV block:
 // block_size a multiple of 16), dealt to the 4 warps in turn. Each warp
@@ -601,10 +607,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int d = 16 * kk + 8 * h + 2 * tq;
-        const float x0 = gr < G ? q[d] * sc : 0.0f, x1 = gr < G ? q[d + 1] * sc : 0.0f;
-        const uint32_t hi = Pack2(x0, x1);
-        qh[kk][h] = hi;
-        ql[kk][h] = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+        SplitPair(gr < G ? q[d] * sc : 0.0f, gr < G ? q[d + 1] * sc : 0.0f, qh[kk][h], ql[kk][h]);
       }
   }
   float o[NT][2];
@@ -658,13 +661,9 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
     m = mn;
     uint32_t ph[2], pl[2];  // A fragments: keys 2tq + {0, 1} and 8 + 2tq + {0, 1}
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      ph[n] = Pack2(p[n][0], p[n][1]);
-      pl[n] = Pack2(p[n][0] - __uint_as_float(ph[n] << 16),
-                    p[n][1] - __uint_as_float(ph[n] & 0xffff0000u));
-    }
-    // V's matrices for n-tiles 2jj and 2jj + 1: keys 0-7 and 8-15 (mi % 2),
-    // dims 16jj and 16jj + 8 (mi / 2).
+    for (int n = 0; n < 2; ++n) SplitPair(p[n][0], p[n][1], ph[n], pl[n]);
+      // V's matrices for n-tiles 2jj and 2jj + 1: keys 0-7 and 8-15 (mi % 2),
+      // dims 16jj and 16jj + 8 (mi / 2).
 #pragma unroll
     for (int jj = 0; jj < NT / 2; ++jj) {
       const int r = mr + 8 * (mi % 2), ch = 2 * jj + mi / 2;
@@ -710,12 +709,6 @@ __device__ __forceinline__ void Mma16(float (&c)[4], const uint32_t (&a)[4], uin
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// bf16 high part and remainder of (x0, x1).
-__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  hi = Pack2(x0, x1);
-  lo = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
 }
 
 // Cascade attention on tensor cores: each thread block is one work unit

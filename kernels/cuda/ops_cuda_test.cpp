@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "device_copy.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype.h"
 
 using namespace braid::kernels;
+using braid::kernels::cuda_test::ToDevice;
+using braid::kernels::cuda_test::ToHost;
 
 namespace {
 
@@ -27,19 +30,6 @@ std::vector<float> Random(size_t n, float scale = 1.0f) {
   return v;
 }
 
-template <typename T>
-T* ToDevice(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T));
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
-template <typename T>
-std::vector<T> ToHost(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
 std::vector<float> Bf16ToHost(const uint16_t* d, size_t n) {
   std::vector<uint16_t> h = ToHost(d, n);
   std::vector<float> f(n);
