@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cfloat>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "kernels/cuda_ops.h"
@@ -1074,12 +1076,16 @@ __global__ void DequantizeRowsFp8Kernel(const uint8_t* q, const float* scale, in
   w[2 * i + 1] = ToBf(f.y * s);
 }
 
-// Gemv: 8 warps per block, each warp one output row at a time (rows strided
-// over the grid); every lane streams 16-byte pieces of the row, U (4 or 8)
-// of them in flight, against the block's bf16 copy of x in shared memory. The
-// first pieces of the warp's first row are loaded before waiting for the
-// kernel that writes x. With n a multiple of 8, the warps of a block run
-// the same number of rows, so the SwiGLU epilogue can pair warps 2i, 2i + 1.
+// Gemv: 8 warps per block. The block takes 8 / S output rows at a time
+// (rows strided over the grid), S warps to a row (GemvArgs::split), each
+// warp a slice of k: every lane streams 16-byte pieces of its slice, U (4
+// or 8) of them in flight, against the block's bf16 copy of x in shared
+// memory, and the slices' sums meet in shared memory. Splitting rows lets
+// a matrix with few rows for the grid's warps (6,144 rows on 4,224
+// resident warps) give every warp the same share instead of a second,
+// part-empty round. The first pieces of the warp's first row are loaded
+// before waiting for the kernel that writes x. Rows go round in whole
+// blocks, so every warp of a block runs the same number of rounds.
 constexpr int kGemvWarps = 8;
 
 __device__ __forceinline__ void Unpack(uint4 v, float* f) {
@@ -1134,23 +1140,27 @@ __device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
 template <int M, int U, bool F8>
 __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   extern __shared__ __align__(16) uint16_t xs[];
-  __shared__ float pair[kGemvWarps][M];  // SwiGLU: the block's outputs of one round
+  __shared__ float part[kGemvWarps][M];  // each warp's sums of one round
   Release();
   constexpr int kPer = F8 ? 16 : 8;  // weights per 16-byte piece
   const int K8 = a.k / 8, KP = a.k / kPer;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int row = blockIdx.x * kGemvWarps + warp;
+  const int S = a.split, per_block = kGemvWarps / S;
+  // This warp's row in the block's round, and its slice [p0, p1) of the pieces.
+  const int slot = warp / S, slice = warp % S;
+  const int p0 = slice * KP / S, p1 = (slice + 1) * KP / S;
   auto load = [&](int r, int base, uint4* wv) {
     const uint4* wr = F8 ? reinterpret_cast<const uint4*>(a.w8 + static_cast<int64_t>(r) * a.k)
                          : reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = base + u * 32;
-      wv[u] = i < KP ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
+      wv[u] = i < p1 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
     }
   };
   uint4 wv[U];
-  if (row < a.n) load(row, lane, wv);
+  int row0 = blockIdx.x * per_block;
+  if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
   Acquire();
   if (a.xf) {
     NormRows<M>(a, xs);
@@ -1161,54 +1171,75 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   }
   __syncthreads();
   const uint4* xv = reinterpret_cast<const uint4*>(xs);
-  for (; row < a.n; row += gridDim.x * kGemvWarps) {
+  for (; row0 < a.n; row0 += gridDim.x * per_block) {
+    const int row = row0 + slot;
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0;
-    for (int base = lane; base < KP; base += 32 * U) {
-      if (base != lane) load(row, base, wv);  // the first pieces are already in wv
+    if (row < a.n) {
+      for (int base = p0 + lane; base < p1; base += 32 * U) {
+        if (base != p0 + lane) load(row, base, wv);  // the first pieces are already in wv
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = base + u * 32;
-        if (i >= KP) break;
-        float wf[kPer];
-        if constexpr (F8) {
-          UnpackFp8(wv[u], wf);
-        } else {
-          Unpack(wv[u], wf);
-        }
+        for (int u = 0; u < U; ++u) {
+          const int i = base + u * 32;
+          if (i >= p1) break;
+          float wf[kPer];
+          if constexpr (F8) {
+            UnpackFp8(wv[u], wf);
+          } else {
+            Unpack(wv[u], wf);
+          }
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
+          for (int m = 0; m < M; ++m) {
 #pragma unroll
-          for (int h = 0; h < kPer / 8; ++h) {
-            float xf[8];
-            Unpack(xv[m * K8 + i * (kPer / 8) + h], xf);
+            for (int h = 0; h < kPer / 8; ++h) {
+              float xf[8];
+              Unpack(xv[m * K8 + i * (kPer / 8) + h], xf);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[m] += wf[8 * h + j] * xf[j];
+              for (int j = 0; j < 8; ++j) acc[m] += wf[8 * h + j] * xf[j];
+            }
           }
         }
       }
+      const int next = row + gridDim.x * per_block;
+      if (next < a.n) load(next, p0 + lane, wv);
     }
-    const float row_scale = F8 ? a.w_scale[row] : 1.0f;
-    const int next = row + gridDim.x * kGemvWarps;
-    if (next < a.n) load(next, lane, wv);
+    const float row_scale = F8 && row < a.n ? a.w_scale[row] : 1.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float v = WarpSum(acc[m]) * row_scale;
-      if (a.act) {
-        if (lane == 0) pair[warp][m] = v;
+      if (S == 1 && !a.act) {  // the warp's own row: no meeting needed
+        if (lane == 0 && row < a.n) {
+          float* y = a.y + static_cast<int64_t>(m) * a.n + row;
+          *y = a.accumulate ? *y + v : v;
+        }
       } else if (lane == 0) {
-        float* y = a.y + static_cast<int64_t>(m) * a.n + row;
-        *y = a.accumulate ? *y + v : v;
+        part[warp][m] = v;
       }
     }
-    if (a.act) {
-      __syncthreads();
-      if (warp % 2 == 0 && lane < M)
-        a.act[static_cast<int64_t>(lane) * (a.n / 2) + row / 2] =
-            ToBf(GateOf(a.gate, pair[warp][lane]) * pair[warp + 1][lane]);
-      __syncthreads();
+    if (S == 1 && !a.act) continue;
+    __syncthreads();
+    // The round's sums: of each row its S slices in order; with act, rows
+    // 2j and 2j + 1 (a gate and an up projection) give act[m, j].
+    const int outs = a.act ? per_block / 2 : per_block;
+    for (int e = threadIdx.x; e < outs * M; e += blockDim.x) {
+      const int o = e / M, m = e % M;
+      auto total = [&](int r) {
+        float v = 0;
+        for (int s = 0; s < S; ++s) v += part[r * S + s][m];
+        return v;
+      };
+      if (a.act) {
+        const int r = row0 + 2 * o;
+        if (r < a.n)
+          a.act[static_cast<int64_t>(m) * (a.n / 2) + r / 2] =
+              ToBf(GateOf(a.gate, total(2 * o)) * total(2 * o + 1));
+      } else if (row0 + o < a.n) {
+        float* y = a.y + static_cast<int64_t>(m) * a.n + row0 + o;
+        *y = a.accumulate ? *y + total(o) : total(o);
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -1322,11 +1353,28 @@ int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   constexpr int kStatic = kGemvWarps * M * static_cast<int>(sizeof(float));
   static std::atomic<int> configured[64] = {};  // the largest allowed so far, per device
   if (const int e = AllowSmem(GemvKernel<M, U, F8>, smem, kStatic, configured)) return e;
+  // One round of the blocks that fit on the device at once: more would wait
+  // for a second round, and rows stride over the grid anyway.
   int device = 0;
   cudaGetDevice(&device);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int blocks = std::min((a.n + kGemvWarps - 1) / kGemvWarps, 8 * sms);
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, int> resident;  // by (device, smem)
+  int fit = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    int& r = resident[{device, smem}];
+    if (r == 0) {
+      int sms = 0, per_sm = 0;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, GemvKernel<M, U, F8>, kGemvWarps * 32, smem);
+      if (e != cudaSuccess) return static_cast<int>(e);
+      r = std::max(1, per_sm) * sms;
+    }
+    fit = r;
+  }
+  const int per_block = kGemvWarps / a.split;
+  const int blocks = std::min((a.n + per_block - 1) / per_block, fit);
   return Launch(GemvKernel<M, U, F8>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
 }
 
@@ -1461,7 +1509,8 @@ int GemvOf(const GemvArgs& a, cudaStream_t s) {
 int Gemv(const GemvArgs& a, void* stream) {
   const bool f8 = a.w8 != nullptr;
   if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % (f8 ? 16 : 8) != 0 || (a.act && a.n % 8 != 0) ||
-      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale))
+      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale) ||
+      (a.split != 1 && a.split != 2 && a.split != 4))
     return -1;
   return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
 }

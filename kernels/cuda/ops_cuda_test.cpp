@@ -453,49 +453,52 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     cudaFree(p);
 }
 
-// The matrix-vector kernel for each row count, plain and accumulating,
-// against fp32 loops over the same bf16 inputs.
+// The matrix-vector kernel for each row count, depth and split of k,
+// plain and accumulating, against fp32 loops over the same bf16 inputs.
 void TestGemv() {
-  // n not a multiple of the rows per block; k = 8192 puts 3 rows' shared
-  // copy of x at exactly 48 KB, the default limit that the kernel's static
-  // shared memory then exceeds.
+  // n odd (no multiple of a block's rows for any split); k = 8192 puts 3
+  // rows' shared copy of x at exactly 48 KB, the default limit that the
+  // kernel's static shared memory then exceeds.
   for (int k : {776, 8192}) {
-    const int n = 1000;
+    const int n = 1003;
     std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
     std::vector<uint16_t> w(wf.size());
     for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]), wf[i] = Bf16ToFp32(w[i]);
     uint16_t* dw = ToDevice(w);
     for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
       for (int depth : {4, 8})
-        for (bool acc : {false, true}) {
-          std::vector<float> x = Random(static_cast<size_t>(rows) * k);
-          std::vector<uint16_t> xb(x.size());
-          for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
-          std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
-          std::vector<float> want(static_cast<size_t>(rows) * n);
-          for (int m = 0; m < rows; ++m)
-            for (int r = 0; r < n; ++r) {
-              double d = 0;
-              for (int j = 0; j < k; ++j)
-                d += static_cast<double>(wf[static_cast<size_t>(r) * k + j]) * x[m * k + j];
-              want[m * n + r] = static_cast<float>(d) + (acc ? y0[m * n + r] : 0.0f);
+        for (int split : {1, 2, 4})
+          for (bool acc : {false, true}) {
+            std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+            std::vector<uint16_t> xb(x.size());
+            for (size_t i = 0; i < x.size(); ++i)
+              xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
+            std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+            std::vector<float> want(static_cast<size_t>(rows) * n);
+            for (int m = 0; m < rows; ++m)
+              for (int r = 0; r < n; ++r) {
+                double d = 0;
+                for (int j = 0; j < k; ++j)
+                  d += static_cast<double>(wf[static_cast<size_t>(r) * k + j]) * x[m * k + j];
+                want[m * n + r] = static_cast<float>(d) + (acc ? y0[m * n + r] : 0.0f);
+              }
+            uint16_t* dx = ToDevice(xb);
+            float* dy = ToDevice(y0);
+            cuda::GemvArgs a;
+            a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
+            a.depth = depth, a.split = split;
+            const int e = cuda::Gemv(a, nullptr);
+            const std::string what = "gemv (k " + std::to_string(k) + ", rows " +
+                                     std::to_string(rows) + ", depth " + std::to_string(depth) +
+                                     ", split " + std::to_string(split) +
+                                     (acc ? ", accumulate)" : ")");
+            if (e != 0) {
+              ++failures;
+              std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
             }
-          uint16_t* dx = ToDevice(xb);
-          float* dy = ToDevice(y0);
-          cuda::GemvArgs a;
-          a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
-          a.depth = depth;
-          const int e = cuda::Gemv(a, nullptr);
-          const std::string what = "gemv (k " + std::to_string(k) + ", rows " +
-                                   std::to_string(rows) + ", depth " + std::to_string(depth) +
-                                   (acc ? ", accumulate)" : ")");
-          if (e != 0) {
-            ++failures;
-            std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+            Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+            cudaFree(dx), cudaFree(dy);
           }
-          Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
-          cudaFree(dx), cudaFree(dy);
-        }
     cudaFree(dw);
   }
   const int k = 776;
@@ -508,61 +511,63 @@ void TestGemv() {
   uint16_t* dw2 = ToDevice(w2);
   float* dnorm = ToDevice(norm);
   for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
-    for (int variant = 0; variant < 3; ++variant) {  // plain, SwiGLU, GeGLU behind
-      const bool swiglu = variant > 0;
-      const cuda::Gate gate = variant == 2 ? cuda::Gate::kGeluTanh : cuda::Gate::kSilu;
-      std::vector<float> x = Random(static_cast<size_t>(rows) * k, 3.0f);
-      std::vector<float> xn(x.size());
-      for (int m = 0; m < rows; ++m) {
-        double ss = 0;
-        for (int j = 0; j < k; ++j) ss += x[m * k + j] * x[m * k + j];
-        const float inv = 1.0f / std::sqrt(static_cast<float>(ss / k) + 1e-5f);
-        for (int j = 0; j < k; ++j)
-          xn[m * k + j] = Bf16ToFp32(Fp32ToBf16(x[m * k + j] * inv * norm[j]));
-      }
-      std::vector<float> y(static_cast<size_t>(rows) * n2);
-      for (int m = 0; m < rows; ++m)
-        for (int r = 0; r < n2; ++r) {
-          double d = 0;
+    for (int split : {1, 2, 4})
+      for (int variant = 0; variant < 3; ++variant) {  // plain, SwiGLU, GeGLU behind
+        const bool swiglu = variant > 0;
+        const cuda::Gate gate = variant == 2 ? cuda::Gate::kGeluTanh : cuda::Gate::kSilu;
+        std::vector<float> x = Random(static_cast<size_t>(rows) * k, 3.0f);
+        std::vector<float> xn(x.size());
+        for (int m = 0; m < rows; ++m) {
+          double ss = 0;
+          for (int j = 0; j < k; ++j) ss += x[m * k + j] * x[m * k + j];
+          const float inv = 1.0f / std::sqrt(static_cast<float>(ss / k) + 1e-5f);
           for (int j = 0; j < k; ++j)
-            d += static_cast<double>(w2f[static_cast<size_t>(r) * k + j]) * xn[m * k + j];
-          y[m * n2 + r] = static_cast<float>(d);
+            xn[m * k + j] = Bf16ToFp32(Fp32ToBf16(x[m * k + j] * inv * norm[j]));
         }
-      std::vector<float> want = y;
-      if (swiglu) {
-        want.assign(static_cast<size_t>(rows) * n2 / 2, 0.0f);
+        std::vector<float> y(static_cast<size_t>(rows) * n2);
         for (int m = 0; m < rows; ++m)
-          for (int j = 0; j < n2 / 2; ++j) {
-            const float g = y[m * n2 + 2 * j], u = y[m * n2 + 2 * j + 1];
-            want[m * n2 / 2 + j] = (gate == cuda::Gate::kSilu ? Silu(g) : GeluTanh(g)) * u;
+          for (int r = 0; r < n2; ++r) {
+            double d = 0;
+            for (int j = 0; j < k; ++j)
+              d += static_cast<double>(w2f[static_cast<size_t>(r) * k + j]) * xn[m * k + j];
+            y[m * n2 + r] = static_cast<float>(d);
           }
+        std::vector<float> want = y;
+        if (swiglu) {
+          want.assign(static_cast<size_t>(rows) * n2 / 2, 0.0f);
+          for (int m = 0; m < rows; ++m)
+            for (int j = 0; j < n2 / 2; ++j) {
+              const float g = y[m * n2 + 2 * j], u = y[m * n2 + 2 * j + 1];
+              want[m * n2 / 2 + j] = (gate == cuda::Gate::kSilu ? Silu(g) : GeluTanh(g)) * u;
+            }
+        }
+        float* dx = ToDevice(x);
+        float* dy = nullptr;
+        uint16_t* dact = nullptr;
+        cudaMalloc(&dy, y.size() * sizeof(float));
+        cudaMalloc(&dact, want.size() * sizeof(uint16_t));
+        cuda::GemvArgs a;
+        a.w = dw2, a.xf = dx, a.norm = dnorm, a.eps = 1e-5f, a.y = dy, a.rows = rows, a.n = n2;
+        a.k = k, a.depth = swiglu ? 8 : 4, a.split = split;
+        if (swiglu) a.act = dact;
+        a.gate = gate;
+        const int e = cuda::Gemv(a, nullptr);
+        const std::string what = "gemv with rms norm" +
+                                 std::string(variant == 1   ? " and swiglu"
+                                             : variant == 2 ? " and geglu"
+                                                            : "") +
+                                 " (rows " + std::to_string(rows) + ", split " +
+                                 std::to_string(split) + ")";
+        if (e != 0) {
+          ++failures;
+          std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+        }
+        if (swiglu)
+          Expect(what, Bf16ToHost(dact, want.size()), want, 3e-3f, 1e-2f);
+        else
+          Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+        cudaFree(dx), cudaFree(dy), cudaFree(dact);
       }
-      float* dx = ToDevice(x);
-      float* dy = nullptr;
-      uint16_t* dact = nullptr;
-      cudaMalloc(&dy, y.size() * sizeof(float));
-      cudaMalloc(&dact, want.size() * sizeof(uint16_t));
-      cuda::GemvArgs a;
-      a.w = dw2, a.xf = dx, a.norm = dnorm, a.eps = 1e-5f, a.y = dy, a.rows = rows, a.n = n2;
-      a.k = k, a.depth = swiglu ? 8 : 4;
-      if (swiglu) a.act = dact;
-      a.gate = gate;
-      const int e = cuda::Gemv(a, nullptr);
-      const std::string what = "gemv with rms norm" +
-                               std::string(variant == 1   ? " and swiglu"
-                                           : variant == 2 ? " and geglu"
-                                                          : "") +
-                               " (rows " + std::to_string(rows) + ")";
-      if (e != 0) {
-        ++failures;
-        std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
-      }
-      if (swiglu)
-        Expect(what, Bf16ToHost(dact, want.size()), want, 3e-3f, 1e-2f);
-      else
-        Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
-      cudaFree(dx), cudaFree(dy), cudaFree(dact);
-    }
   cudaFree(dw2), cudaFree(dnorm);
 }
 
@@ -633,27 +638,29 @@ void TestFp8() {
   // The CUDA-core kernel on e4m3 weights (Gemv with w8): x bf16 as it is.
   for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
     for (int depth : {4, 8})
-      for (bool acc : {false, true}) {
-        std::vector<float> x = Random(static_cast<size_t>(rows) * k);
-        std::vector<uint16_t> xb(x.size());
-        for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
-        std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
-        const std::vector<float> want = product(x, rows, acc ? &y0 : nullptr);
-        uint16_t* dx = ToDevice(xb);
-        float* dy = ToDevice(y0);
-        cuda::GemvArgs a;
-        a.w8 = dq, a.w_scale = ds, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k;
-        a.accumulate = acc, a.depth = depth;
-        const int e = cuda::Gemv(a, nullptr);
-        const std::string what = "fp8 gemv, CUDA cores (rows " + std::to_string(rows) + ", depth " +
-                                 std::to_string(depth) + (acc ? ", accumulate)" : ")");
-        if (e != 0) {
-          ++failures;
-          std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+      for (int split : {1, 4})
+        for (bool acc : {false, true}) {
+          std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+          std::vector<uint16_t> xb(x.size());
+          for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]), x[i] = Bf16ToFp32(xb[i]);
+          std::vector<float> y0 = Random(static_cast<size_t>(rows) * n);
+          const std::vector<float> want = product(x, rows, acc ? &y0 : nullptr);
+          uint16_t* dx = ToDevice(xb);
+          float* dy = ToDevice(y0);
+          cuda::GemvArgs a;
+          a.w8 = dq, a.w_scale = ds, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k;
+          a.accumulate = acc, a.depth = depth, a.split = split;
+          const int e = cuda::Gemv(a, nullptr);
+          const std::string what = "fp8 gemv, CUDA cores (rows " + std::to_string(rows) +
+                                   ", depth " + std::to_string(depth) + ", split " +
+                                   std::to_string(split) + (acc ? ", accumulate)" : ")");
+          if (e != 0) {
+            ++failures;
+            std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+          }
+          Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
+          cudaFree(dx), cudaFree(dy);
         }
-        Expect(what, ToHost(dy, want.size()), want, 2e-3f, 2e-3f);
-        cudaFree(dx), cudaFree(dy);
-      }
   // The tensor-core kernel (GemvFp8): x's rows quantized (bf16, or fp32
   // normalized first), against the dequantized operands; the gate behind too.
   for (int rows : {1, 3, 8, 9, 16})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode attention on tensor cores, on the GPU machine, from the repository
 # root with the binaries packed by scripts/gpu/pack_braid.sh (carry build-gpu):
-#   OUT=DIR [STAGES=kernels,cpu,sweep,compare,equal,serve] scripts/gpu/attention_check.sh
+#   OUT=DIR [STAGES=kernels,cpu,sweep,compare,equal,serve] [BASE=...] scripts/gpu/attention_check.sh
 # Stages, in this order:
 #   kernels  kernels_ops_cuda_tests: both decode attention kernels (tensor
 #            cores, CUDA cores) against fp32 loops; a failure stops the run
@@ -11,6 +11,13 @@
 #   bench    cuda_cascade_bench: one layer's shared-prefix attention (64 x
 #            4,096 keys, 8B shape) by kernel, against the same step with
 #            no prefix
+#   gemv     cuda_gemv_bench: the matrix-vector kernel on the 8B and 1B
+#            products of a decode token, for every depth and split of k,
+#            bf16 then e4m3
+#   decode   batch-1 decode of llama8b and llama1b (bf16, then llama8b
+#            fp8), BASE (a braid_gpu_check built from an earlier commit)
+#            and this build alternating, two rounds; with the products
+#            the backend timed and chose at load
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -34,7 +41,7 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 OUT_ROOT=${OUT:?set OUT}
-STAGES=${STAGES:-kernels,cpu,engines,bench,sweep,fp8,compare,equal,cascade,serve}
+STAGES=${STAGES:-kernels,cpu,engines,bench,gemv,decode,sweep,fp8,compare,equal,cascade,serve}
 BIN=build-gpu/engine/braid_gpu_check
 CACHE=/tmp/braid-gpu
 M=$CACHE/models
@@ -88,7 +95,35 @@ if has bench; then
   timeout 120 build-gpu/kernels/cuda_cascade_bench --ranges ${BENCH_RANGES:-1,4,9,16} 2>&1 | tee -a "$LOG"
 fi
 
-if has sweep || has fp8 || has serve; then make_models llama8b make; fi
+if has gemv; then
+  echo "=== the matrix-vector kernel by depth and split (cuda_gemv_bench)" | tee -a "$LOG"
+  timeout 120 build-gpu/kernels/cuda_gemv_bench 2>&1 | tee -a "$LOG"
+  timeout 60 build-gpu/kernels/cuda_gemv_bench --fp8 2>&1 | tee -a "$LOG"
+fi
+
+if has sweep || has fp8 || has serve || has decode; then make_models llama8b make; fi
+if has decode; then make_models llama1b make; fi
+
+if has decode; then
+  echo "=== batch-1 decode, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
+  decode() {  # LABEL BIN SHAPE WEIGHTS
+    timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
+      python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read().strip().splitlines()[-1])
+print("%.1f tok/s, roofline share %.3f" % (j["tokens_per_s"], j["roofline_share"]))
+print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 $1: /" | tee -a "$LOG"
+  }
+  for round in 1 2; do
+    for run in llama8b:bf16 llama1b:bf16 llama8b:fp8; do
+      IFS=: read -r shape w <<< "$run"
+      [ "$(left)" -gt 60 ] || break 2
+      [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w
+      decode new $BIN $shape $w
+    done
+  done
+fi
+
 
 if has sweep; then
   echo "=== llama8b decode sweeps, CUDA cores (simt) and tensor cores (tc) alternating" | tee -a "$LOG"

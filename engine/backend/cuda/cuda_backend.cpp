@@ -731,8 +731,13 @@ class CudaBackend final : public Backend {
   // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
   Status Project(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
                  bool accumulate, bool gated = false);
-  // The matrix-vector kernel's depth for this shape (4 or 8), or 0 for cuBLASLt.
-  int GemvDepth(int n, int k, int m, bool fp8 = false);
+  // How the matrix-vector kernel runs a shape: 16-byte pieces in flight per
+  // lane (4 or 8; 0: cuBLASLt instead) and warps to a row (1, 2 or 4).
+  struct GemvPlan {
+    int depth = 0;
+    int split = 1;
+  };
+  GemvPlan GemvChoice(int n, int k, int m, bool fp8 = false);
   // Project with FP8 weights: for one or two rows the matrix-vector kernel
   // on e4m3 weights (CUDA cores, x as it is); else x's rows quantized to
   // e4m3, then the FP8 tensor-core matrix-vector kernel up to
@@ -744,7 +749,7 @@ class CudaBackend final : public Backend {
   // or fp32 rows normalized with `norm` first; with `gated`, the gate into
   // act_ instead of y.
   Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 int depth, bool accumulate, bool gated);
+                 GemvPlan plan, bool accumulate, bool gated);
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -878,8 +883,8 @@ class CudaBackend final : public Backend {
   DeviceArray<float> cascade_ranges_;
   int cascade_work_ = 0, cascade_ranges_n_ = 1;
   static constexpr size_t kCascadeRangePairs = 4096;  // (decode token, key range) pairs
-  // Per (n, k, probe rows): the matrix-vector kernel's depth, or 0 for cuBLASLt, as measured.
-  std::map<std::tuple<int, int, int>, int> gemv_choice_;
+  // Per (n, k, probe rows): the matrix-vector kernel's plan, as measured.
+  std::map<std::tuple<int, int, int>, GemvPlan> gemv_choice_;
   std::string gemv_note_;
   std::map<int, cudaGraphExec_t> graphs_;  // by bucket * 17 + cascade key ranges (0: none)
   uint64_t graph_kv_ = 0;                  // the CudaKv::id() whose addresses the graphs bake in
@@ -1472,7 +1477,8 @@ Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
 Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, float* y, int m,
                             int n, int k, bool accumulate, bool gated) {
   if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated);
-  const int depth = m <= kc::kGemvMaxRows ? GemvDepth(n, k, m) : 0;
+  const GemvPlan plan = m <= kc::kGemvMaxRows ? GemvChoice(n, k, m) : GemvPlan{};
+  const int depth = plan.depth;
   // What the product does not fuse runs as kernels of its own around it.
   if (norm && !(depth > 0 && fuse_norm_)) {
     KERNEL_TRY(kc::RmsNorm(static_cast<const float*>(x), norm, nullptr, m, k, c_.rms_eps, xn_.get(),
@@ -1482,7 +1488,7 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
   }
   const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, depth, accumulate, epilogue));
+    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue));
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
   }
@@ -1491,9 +1497,10 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
 }
 
 Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, int depth, bool accumulate, bool gated) {
+                            int n, int k, GemvPlan plan, bool accumulate, bool gated) {
   kc::GemvArgs g;
-  g.depth = depth;
+  g.depth = plan.depth;
+  g.split = plan.split;
   g.w = w.bf16;
   g.w8 = w.fp8;  // null for bf16 weights
   g.w_scale = w.scale;
@@ -1545,7 +1552,7 @@ Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w
     // The norm and the gate fused, as for bf16 weights.
     epilogue = gated && fuse_swiglu_;
     BRAID_RETURN_IF_ERROR(
-        RunGemv(x, norm, w, y, m, n, k, GemvDepth(n, k, m, true), accumulate, epilogue));
+        RunGemv(x, norm, w, y, m, n, k, GemvChoice(n, k, m, true), accumulate, epilogue));
   } else {
     // x's rows to e4m3 with a scale each (normalized on the way), for the
     // tensor-core kernel or cuBLASLt's FP8 GEMM.
@@ -1592,18 +1599,18 @@ Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w
   return Status::Ok();
 }
 
-// Times the matrix-vector kernel (4 and 8 pieces in flight per lane)
-// against cuBLASLt on this device for a matrix of this shape (random bf16,
-// 10 replays of each after a warm-up) the first time the shape is used with
-// 1 or kGemvMaxRows rows, and keeps the fastest; rows between take the
-// choice for the nearer of the two.
-int CudaBackend::GemvDepth(int n, int k, int m, bool fp8) {
+// Times the matrix-vector kernel (4 and 8 pieces in flight per lane, 1, 2
+// and 4 warps to a row) against cuBLASLt on this device for a matrix of
+// this shape (random bf16, 10 replays of each after a warm-up) the first
+// time the shape is used with 1 or kGemvMaxRows rows, and keeps the
+// fastest; rows between take the choice for the nearer of the two.
+CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
   const int probe = m <= (1 + kc::kGemvMaxRows) / 2 ? 1 : kc::kGemvMaxRows;
   // FP8 shapes are keyed apart (negative n): their choice is timed on e4m3.
   const auto key = std::make_tuple(fp8 ? -n : n, k, probe);
   auto it = gemv_choice_.find(key);
   if (it != gemv_choice_.end()) return it->second;
-  int depth = 4;
+  GemvPlan plan{4, 1};
   // The matrix: bf16 noise, or for FP8 the same bytes read as e4m3 (two per
   // bf16 element) with unit scales.
   DeviceArray<uint16_t> w, x;
@@ -1620,19 +1627,20 @@ int CudaBackend::GemvDepth(int n, int k, int m, bool fp8) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    auto time = [&](int d) {  // d: gemv depth, 0 for cuBLASLt
+    auto time = [&](GemvPlan p) {  // p.depth 0: cuBLASLt
       float best = 1e30f;
       for (int rep = 0; rep < 11; ++rep) {
         cudaEventRecord(e0, stream_);
-        if (d > 0) {
+        if (p.depth > 0) {
           kc::GemvArgs g;
           g.w = w.get(), g.x = x.get(), g.y = y.get(), g.rows = probe, g.n = n, g.k = k;
-          g.depth = d;
+          g.depth = p.depth;
+          g.split = p.split;
           if (fp8) {
             g.w8 = reinterpret_cast<const uint8_t*>(w.get());
             g.w_scale = scale.get();
           }
-          kc::Gemv(g, stream_);
+          if (kc::Gemv(g, stream_) != 0) return 1e30f;
         } else {
           (void)Gemm(x.get(), w.get(), y.get(), probe, n, k, false);
         }
@@ -1644,25 +1652,30 @@ int CudaBackend::GemvDepth(int n, int k, int m, bool fp8) {
       }
       return best;
     };
+    char note[320];
+    int at = std::snprintf(note, sizeof note, "%s%s%dx%d rows %d: gemv",
+                           gemv_note_.empty() ? "" : "; ", fp8 ? "fp8 " : "", n, k, probe);
+    float best = 1e30f;
+    for (int depth : {4, 8})
+      for (int split : {1, 2, 4}) {
+        const float t = time({depth, split});
+        if (t < best) best = t, plan = {depth, split};
+        at += std::snprintf(note + at, sizeof note - at, " %d/%d %.1f", depth, split, 1e3 * t);
+      }
     // FP8 rows: the kernel reads half the bytes of a bf16 GEMM, which is
     // not timed against it.
-    const float t4 = time(4), t8 = time(8), t_blas = fp8 ? 1e30f : time(0);
-    depth = t8 < t4 ? 8 : 4;
-    const float t_gemv = std::min(t4, t8);
-    if (t_blas < t_gemv) depth = 0;
+    const float t_blas = fp8 ? 1e30f : time({});
+    if (t_blas < best) plan = {};
+    if (!fp8) at += std::snprintf(note + at, sizeof note - at, ", cuBLASLt %.1f", 1e3 * t_blas);
+    std::snprintf(note + at, sizeof note - at, " us: %s", plan.depth == 0 ? "cuBLASLt" : "");
+    gemv_note_ += note;
+    if (plan.depth > 0)
+      gemv_note_ += "gemv " + std::to_string(plan.depth) + "/" + std::to_string(plan.split);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    char note[160];
-    std::snprintf(note, sizeof note, "%s%s%dx%d rows %d: %s (gemv %.1f/%.1f, cuBLASLt %.1f us)",
-                  gemv_note_.empty() ? "" : "; ", fp8 ? "fp8 " : "", n, k, probe,
-                  depth == 0   ? "cuBLASLt"
-                  : depth == 8 ? "gemv 8"
-                               : "gemv 4",
-                  1e3 * t4, 1e3 * t8, 1e3 * t_blas);
-    gemv_note_ += note;
   }
-  gemv_choice_[key] = depth;
-  return depth;
+  gemv_choice_[key] = plan;
+  return plan;
 }
 
 Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory, float* logits,

@@ -179,6 +179,9 @@ struct GemvArgs {
   uint16_t* act = nullptr;
   Gate gate = Gate::kSilu;
   int depth = 4;  // 16-byte pieces of w in flight per lane: 4 or 8
+  // Warps to an output row, each summing a slice of k: 1, 2 or 4. More
+  // give a matrix with few rows work for every resident warp.
+  int split = 1;
   // FP8 weights: with w8 set, the matrix is e4m3 [n, k] (k a multiple of
   // 16) whose row r stands for w8[r, :] * w_scale[r]; w is then unused.
   // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
