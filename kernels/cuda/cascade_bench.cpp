@@ -2,7 +2,7 @@
 // sequences over one P-key prefix, each with `own` keys after it.
 //   full      DecodeAttention over each sequence's P + own keys (no cascade)
 //   cascade   CascadeAttention over the prefix for every member at once
-//             (for each variant of the kernel and count of key ranges), then DecodeAttention over
+//             (for each count of key ranges), then DecodeAttention over
 //             the own keys merging those ranges
 //   bare      DecodeAttention over `own` keys with no prefix at all (the
 //             step the cascade aims to cost as little more than)
@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
   const double prefix_bytes = 2.0 * P * n_kv * hd * sizeof(uint16_t);
   // Products of the prefix: Q K^T and P V, 2 flops a multiply-add.
   const double prefix_flops = 4.0 * M * n_head * static_cast<double>(P) * hd;
-  std::printf("resident CascadeAttention blocks per SM: %d (4 warps), %d (8 warps)\n",
-              cuda::CascadeAttentionBlocksPerSm(hd, 4), cuda::CascadeAttentionBlocksPerSm(hd, 8));
+  std::printf("resident CascadeAttention blocks per SM: %d\n",
+              cuda::CascadeAttentionBlocksPerSm(hd));
   std::printf("full   %8.1f us   split %d\n", full_us, a.n_split);
   std::printf("bare   %8.1f us   split %d\n", bare_us, bare.n_split);
 
@@ -181,43 +181,34 @@ int main(int argc, char** argv) {
   cudaMemcpy(full_h.data(), d_full, full_h.size() * 2, cudaMemcpyDeviceToHost);
   const std::vector<int32_t> groups = {0, M, P, 0};
   int32_t* d_groups = ToDevice(groups);
-  struct Variant {
-    int tile, warps;
-    bool split;
-  };
-  for (const Variant var : {Variant{16, 4, true}, Variant{64, 4, true}, Variant{64, 8, true},
-                            Variant{64, 4, false}, Variant{64, 8, false}})
-    for (int R : range_counts) {
-      const int tile = var.tile;
-      std::vector<int32_t> work;
-      for (int rb = 0; rb * 16 * var.warps < M * G; ++rb)
-        for (int r = 0; r < R; ++r) work.push_back(rb << 4 | r);
-      int32_t* d_work = ToDevice(work);
-      cuda::CascadeAttentionArgs ca;
-      ca.q = dq, ca.k_cache = dk, ca.v_cache = dv, ca.tables = d_tables, ca.seq_table = d_seq_table;
-      ca.groups = d_groups, ca.work = d_work, ca.rows = d_list, ca.index = d_list;
-      ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size()), ca.n_head = n_head;
-      ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs, ca.n_ranges = R, ca.scale = a.scale;
-      ca.tile_keys = tile, ca.warps = var.warps, ca.split = var.split;
-      cuda::DecodeAttentionArgs own_args = a;
-      own_args.out = d_out, own_args.key_start = d_start, own_args.prefix = d_ranges;
-      own_args.prefix_ranges = R, own_args.n_split = splits(own);
-      const double cas_us = time_us([&] { Check(cuda::CascadeAttention(ca, nullptr), "cascade"); });
-      const double own_us =
-          time_us([&] { Check(cuda::DecodeAttention(own_args, nullptr), "own keys"); });
-      cudaMemcpy(got_h.data(), d_out, got_h.size() * 2, cudaMemcpyDeviceToHost);
-      float worst = 0;
-      for (size_t i = 0; i < got_h.size(); ++i)
-        worst = std::max(worst, std::fabs(Bf16ToFp32(got_h[i]) - Bf16ToFp32(full_h[i])));
-      std::printf(
-          "tile %2d, warps %d, %s, ranges %2d: cascade %8.1f us (%zu blocks, %6.0f GB/s of prefix, "
-          "%5.1f "
-          "TFLOP/s), own keys "
-          "+ merge %6.1f us, sum %8.1f us = %.2fx bare; max |cascade - full| %.2e\n",
-          tile, var.warps, var.split ? "split" : "bf16 ", R, cas_us, work.size() * n_kv,
-          prefix_bytes / cas_us / 1e3, prefix_flops / cas_us / 1e6, own_us, cas_us + own_us,
-          (cas_us + own_us) / bare_us, worst);
-      cudaFree(d_work);
-    }
+  for (int R : range_counts) {
+    std::vector<int32_t> work;
+    for (int rb = 0; rb * cuda::kCascadeBlockRows < M * G; ++rb)
+      for (int r = 0; r < R; ++r) work.push_back(rb << 4 | r);
+    int32_t* d_work = ToDevice(work);
+    cuda::CascadeAttentionArgs ca;
+    ca.q = dq, ca.k_cache = dk, ca.v_cache = dv, ca.tables = d_tables, ca.seq_table = d_seq_table;
+    ca.groups = d_groups, ca.work = d_work, ca.rows = d_list, ca.index = d_list;
+    ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size()), ca.n_head = n_head;
+    ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs, ca.n_ranges = R, ca.scale = a.scale;
+    cuda::DecodeAttentionArgs own_args = a;
+    own_args.out = d_out, own_args.key_start = d_start, own_args.prefix = d_ranges;
+    own_args.prefix_ranges = R, own_args.n_split = splits(own);
+    const double cas_us = time_us([&] { Check(cuda::CascadeAttention(ca, nullptr), "cascade"); });
+    const double own_us =
+        time_us([&] { Check(cuda::DecodeAttention(own_args, nullptr), "own keys"); });
+    cudaMemcpy(got_h.data(), d_out, got_h.size() * 2, cudaMemcpyDeviceToHost);
+    float worst = 0;
+    for (size_t i = 0; i < got_h.size(); ++i)
+      worst = std::max(worst, std::fabs(Bf16ToFp32(got_h[i]) - Bf16ToFp32(full_h[i])));
+    std::printf(
+        "ranges %2d: cascade %8.1f us (%zu blocks, %6.0f GB/s of prefix, "
+        "%5.1f "
+        "TFLOP/s), own keys "
+        "+ merge %6.1f us, sum %8.1f us = %.2fx bare; max |cascade - full| %.2e\n",
+        R, cas_us, work.size() * n_kv, prefix_bytes / cas_us / 1e3, prefix_flops / cas_us / 1e6,
+        own_us, cas_us + own_us, (cas_us + own_us) / bare_us, worst);
+    cudaFree(d_work);
+  }
   return 0;
 }

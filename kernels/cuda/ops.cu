@@ -45,6 +45,12 @@ __device__ __forceinline__ void Release() {
 }
 __device__ __forceinline__ void Acquire() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// Starts bringing global bytes [p, p + bytes) into the L2 cache (16-byte
+// aligned, a multiple of 16 bytes); nothing waits for it.
+__device__ __forceinline__ void PrefetchL2(const void* p, int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 template <typename... Params, typename... Args>
 int Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
            Args&&... args) {
@@ -718,27 +724,29 @@ __device__ __forceinline__ void Mma16(float (&c)[4], const uint32_t (&a)[4], uin
 // rows for the KV head are its members' query heads of that KV head (member
 // i, head g at row i * G + g); each warp takes 16 of the block's rows as one
 // full m16 tile. The block streams the range's keys of the group's prefix in
-// tiles of KT keys through ST shared buffers (cp.async, chunks swizzled by
-// row as in the decode kernel; keys past the prefix zero-filled and masked),
-// each tile read once for all 64 rows, and every warp runs S = Q K^T over
-// the tile's KT keys, one online-softmax update, then O += P V, Q and P as
-// bf16 high part plus remainder. Each row's range goes out unnormalized with
-// its max and sum.
-template <int KT>
-__host__ __device__ constexpr int CascadeStages() {
-  return KT == 16 ? 3 : 2;
-}
-template <int HD, int KT>
+// tiles of KT = 64 keys through two shared buffers (cp.async, chunks
+// swizzled by row as in the decode kernel; a tile may span KV blocks; keys
+// past the prefix zero-filled and masked), each tile read once for all 64
+// rows, and every warp runs S = Q K^T over the tile's keys, one
+// online-softmax update, then O += P V, Q and P as bf16 high part plus
+// remainder. Each row's range goes out unnormalized with its max and sum.
+// (Measured against it on an H100: tiles of 16 keys in three buffers, 8
+// warps a block, and bf16 products without the remainders:
+// docs/benchmarks.md.)
+constexpr int kCascadeKeys = 64, kCascadeWarps = 4, kCascadeStages = 2;
+static_assert(kCascadeWarps * 16 == kCascadeBlockRows, "a warp takes 16 query rows");
+template <int HD>
 constexpr int CascadeSmem() {
-  return CascadeStages<KT>() * 2 * KT * HD * static_cast<int>(sizeof(uint16_t));
+  return kCascadeStages * 2 * kCascadeKeys * HD * static_cast<int>(sizeof(uint16_t));
 }
 
-template <int HD, int KT, int W, bool SPLIT>
-__global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentionArgs a) {
+template <int HD>
+__global__ void __launch_bounds__(kCascadeWarps * 32)
+    CascadeAttentionKernel(CascadeAttentionArgs a) {
   extern __shared__ __align__(16) uint16_t cascade_smem[];
   Release();
   Acquire();
-  constexpr int ST = CascadeStages<KT>();
+  constexpr int KT = kCascadeKeys, W = kCascadeWarps, ST = kCascadeStages;
   constexpr int CH = HD / 8, KS = HD / 16, NT = HD / 8, kTileElems = KT * HD;
   constexpr int SUB = KT / 16;   // 16-key steps of P V per tile
   constexpr int kRows = W * 16;  // query rows per block
@@ -836,11 +844,10 @@ __global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentio
         for (int j = 0; j < SUB; ++j)
 #pragma unroll
           for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], qh[kk], b[j][2 * n], b[j][2 * n + 1]);
-        if (SPLIT)
 #pragma unroll
-          for (int j = 0; j < SUB; ++j)
+        for (int j = 0; j < SUB; ++j)
 #pragma unroll
-            for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], ql[kk], b[j][2 * n], b[j][2 * n + 1]);
+          for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], ql[kk], b[j][2 * n], b[j][2 * n + 1]);
       }
       float alpha[2];
 #pragma unroll
@@ -896,12 +903,11 @@ __global__ void __launch_bounds__(W * 32) CascadeAttentionKernel(CascadeAttentio
 #pragma unroll
             for (int h = 0; h < 2; ++h)
               Mma16(o[2 * (half * NT / 4 + u) + h], ph, b[u][2 * h], b[u][2 * h + 1]);
-          if (SPLIT)
 #pragma unroll
-            for (int u = 0; u < NT / 4; ++u)
+          for (int u = 0; u < NT / 4; ++u)
 #pragma unroll
-              for (int h = 0; h < 2; ++h)
-                Mma16(o[2 * (half * NT / 4 + u) + h], pl, b[u][2 * h], b[u][2 * h + 1]);
+            for (int h = 0; h < 2; ++h)
+              Mma16(o[2 * (half * NT / 4 + u) + h], pl, b[u][2 * h], b[u][2 * h + 1]);
         }
       }
     }
@@ -1160,7 +1166,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   };
   uint4 wv[U];
   int row0 = blockIdx.x * per_block;
-  if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
+  if (row0 + slot < a.n) {
+    load(row0 + slot, p0 + lane, wv);
+    // The rest of the first row's slice streams into L2 while the block
+    // waits and normalizes x: a product with few rows per warp would
+    // otherwise start its stream only after that.
+    const int rest = p1 - (p0 + 32 * U);
+    if (lane == 0 && rest > 0) {
+      const uint8_t* row =
+          F8 ? a.w8 + static_cast<int64_t>(row0 + slot) * a.k
+             : reinterpret_cast<const uint8_t*>(a.w + static_cast<int64_t>(row0 + slot) * a.k);
+      PrefetchL2(row + static_cast<int64_t>(p0 + 32 * U) * 16, rest * 16);
+    }
+  }
   Acquire();
   if (a.xf) {
     NormRows<M>(a, xs);
@@ -1632,46 +1650,36 @@ bool CascadeAttentionSupports(int head_dim, int group, int block_size) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && block_size % 16 == 0;
 }
 
-template <int HD, int KT, int W, bool SPLIT>
+template <int HD>
 int LaunchCascade(const CascadeAttentionArgs& a, cudaStream_t s) {
   static std::atomic<int> configured[64] = {};
-  constexpr int smem = CascadeSmem<HD, KT>();
-  if (const int e = AllowSmem(CascadeAttentionKernel<HD, KT, W, SPLIT>, smem, 0, configured))
-    return e;
-  const dim3 grid(a.n_work, a.n_kv), block(W * 32);
-  return Launch(CascadeAttentionKernel<HD, KT, W, SPLIT>, grid, block, smem, s, a);
+  constexpr int smem = CascadeSmem<HD>();
+  if (const int e = AllowSmem(CascadeAttentionKernel<HD>, smem, 0, configured)) return e;
+  const dim3 grid(a.n_work, a.n_kv), block(kCascadeWarps * 32);
+  return Launch(CascadeAttentionKernel<HD>, grid, block, smem, s, a);
 }
 
 template <int HD>
-int LaunchCascadeHd(const CascadeAttentionArgs& a, cudaStream_t s) {
-  if (a.tile_keys == 16) return LaunchCascade<HD, 16, 4, true>(a, s);
-  if (a.warps == 8)
-    return a.split ? LaunchCascade<HD, 64, 8, true>(a, s) : LaunchCascade<HD, 64, 8, false>(a, s);
-  return a.split ? LaunchCascade<HD, 64, 4, true>(a, s) : LaunchCascade<HD, 64, 4, false>(a, s);
-}
-
-template <int HD, int W>
 int CascadeResident() {
-  constexpr int smem = CascadeSmem<HD, 64>();
-  auto kernel = CascadeAttentionKernel<HD, 64, W, true>;
+  constexpr int smem = CascadeSmem<HD>();
+  auto kernel = CascadeAttentionKernel<HD>;
   int n = 0;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, W * 32, smem);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kCascadeWarps * 32, smem);
   return e == cudaSuccess ? std::max(1, n) : 1;
 }
 
-int CascadeAttentionBlocksPerSm(int head_dim, int warps) {
-  if (head_dim == 64) return warps == 8 ? CascadeResident<64, 8>() : CascadeResident<64, 4>();
-  return warps == 8 ? CascadeResident<128, 8>() : CascadeResident<128, 4>();
+int CascadeAttentionBlocksPerSm(int head_dim) {
+  return head_dim == 64 ? CascadeResident<64>() : CascadeResident<128>();
 }
 
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
   if (a.n_work == 0) return 0;
   if (!CascadeAttentionSupports(a.head_dim, a.n_head / a.n_kv, a.block_size) || a.n_ranges < 1 ||
-      a.n_ranges > kMaxPrefixRanges || (a.tile_keys != 16 && a.tile_keys != 64) ||
-      (a.warps != 4 && a.warps != 8) || (a.tile_keys == 16 && (a.warps != 4 || !a.split)))
+      a.n_ranges > kMaxPrefixRanges)
     return -1;
-  return a.head_dim == 64 ? LaunchCascadeHd<64>(a, S(stream)) : LaunchCascadeHd<128>(a, S(stream));
+  return a.head_dim == 64 ? LaunchCascade<64>(a, S(stream)) : LaunchCascade<128>(a, S(stream));
 }
 
 int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,

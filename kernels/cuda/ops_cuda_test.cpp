@@ -404,21 +404,20 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       int32_t* d_groups = ToDevice(groups);
       float* d_ranges = nullptr;
       cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * ranges * (hd + 2) * sizeof(float));
-      // Tiles of 16 keys (4 warps), of 64 keys with 4 and 8 warps; with
-      // 4 warps, idle units (-1) after the real ones.
-      for (const auto& [tile, warps] : {std::pair{16, 4}, std::pair{64, 4}, std::pair{64, 8}}) {
+      // Without and with idle units (-1) after the real ones, as a graphed
+      // step's fixed grid has past its own.
+      for (int idle : {0, 5}) {
         std::vector<int32_t> work;
-        for (int rb = 0; rb * 16 * warps < m * (n_head / n_kv); ++rb)
+        for (int rb = 0; rb * cuda::kCascadeBlockRows < m * (n_head / n_kv); ++rb)
           for (int r = 0; r < ranges; ++r) work.push_back(rb << 4 | r);
-        // Idle units, as a graphed step's fixed grid has past its own.
-        if (warps == 4) work.insert(work.end(), 5, -1);
+        work.insert(work.end(), idle, -1);
         int32_t* d_work = ToDevice(work);
         cuda::CascadeAttentionArgs ca;
         ca.q = d_q, ca.k_cache = d_k, ca.v_cache = d_v, ca.tables = d_tables;
         ca.seq_table = d_seq_table, ca.groups = d_groups, ca.work = d_work, ca.rows = d_members;
         ca.index = d_members, ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size());
         ca.n_head = n_head, ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs;
-        ca.n_ranges = ranges, ca.scale = a.scale, ca.tile_keys = tile, ca.warps = warps;
+        ca.n_ranges = ranges, ca.scale = a.scale;
         int e3 = cuda::CascadeAttention(ca, nullptr);
         cuda::DecodeAttentionArgs c = a;
         c.key_start = d_start, c.prefix = d_ranges, c.prefix_ranges = ranges;
@@ -428,8 +427,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
           std::printf("FAIL grouped cascade (%s): launch error %d\n", name.c_str(), e3);
         }
         Expect("grouped cascade decode attention (" + name + ", " + std::to_string(m) +
-                   " members, tiles of " + std::to_string(tile) + ", " + std::to_string(warps) +
-                   " warps)",
+                   " members, " + std::to_string(idle) + " idle units)",
                Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
         cudaFree(d_work);
       }

@@ -31,8 +31,7 @@
 #            4,096-token prefix: cascade on, off, no prefix, and eager)
 #            with either decode kernel (the prefix itself always runs on
 #            tensor cores, CascadeAttention); CASCADE_ATTN="tc" runs the
-#            tensor-core one only, CASCADE_WARPS="4 8" each CascadeAttention
-#            block size (BRAID_CUDA_CASCADE_WARPS)
+#            tensor-core one only
 #   serve    braid bench --serve, 200 x 1,024/1,024 on llama8b, for each
 #            ATTN:RATE:TOKENS of SERVE_RUNS (default "simt:inf:0 tc:inf:0
 #            tc:16:0": CUDA cores then tensor cores at rate inf, tensor
@@ -167,15 +166,13 @@ if has cascade; then
   echo "=== cascade (llama8b), CUDA cores then tensor cores" | tee -a "$LOG"
   make_models llama8b make
   for attn in ${CASCADE_ATTN:-simt tc}; do
-    for w in ${CASCADE_WARPS:-4}; do
-      [ "$(left)" -gt 90 ] || break 2
-      BRAID_CUDA_ATTN=$attn BRAID_CUDA_CASCADE_WARPS=$w timeout 150 $BIN cascade --model $M/llama8b \
-        --ctx 8192 --batches 64 --prefix 4096 --prompt 32 --gen 128 > "$OUT_ROOT/cascade_${attn}_$w.json" \
-        2> "$OUT_ROOT/cascade.err"
-      echo "cascade ($attn, CascadeAttention of $w warps) rc $?" | tee -a "$LOG"
-      grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
-      tail -1 "$OUT_ROOT/cascade_${attn}_$w.json" | head -c 600 | tee -a "$LOG"; echo | tee -a "$LOG"
-    done
+    [ "$(left)" -gt 90 ] || break
+    BRAID_CUDA_ATTN=$attn timeout 150 $BIN cascade --model $M/llama8b \
+      --ctx 8192 --batches 64 --prefix 4096 --prompt 32 --gen 128 > "$OUT_ROOT/cascade_$attn.json" \
+      2> "$OUT_ROOT/cascade.err"
+    echo "cascade ($attn) rc $?" | tee -a "$LOG"
+    grep -E "^cascade|^no prefix" "$OUT_ROOT/cascade.err" | tee -a "$LOG"
+    tail -1 "$OUT_ROOT/cascade_$attn.json" | head -c 600 | tee -a "$LOG"; echo | tee -a "$LOG"
   done
 fi
 

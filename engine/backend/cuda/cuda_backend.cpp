@@ -869,9 +869,6 @@ class CudaBackend final : public Backend {
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
-  // Warps per CascadeAttention block (16 query rows each): 4, or 8 with
-  // BRAID_CUDA_CASCADE_WARPS=8 to measure the other.
-  int cascade_warps_ = 4;
   int cascade_slots_ = 1;  // CascadeAttention blocks the device holds at once
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
@@ -931,15 +928,13 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     attention_tc_ = std::string(attn) != "simt";
   if (const char* graphs = std::getenv("BRAID_CUDA_GRAPHS"))
     use_graphs_ = std::string(graphs) != "0";
-  if (const char* warps = std::getenv("BRAID_CUDA_CASCADE_WARPS"))
-    cascade_warps_ = std::string(warps) == "8" ? 8 : 4;
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
   cascade_ &= kc::CascadeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv), 16);
-  if (cascade_) cascade_slots_ = sms_ * kc::CascadeAttentionBlocksPerSm(c.head_dim, cascade_warps_);
+  if (cascade_) cascade_slots_ = sms_ * kc::CascadeAttentionBlocksPerSm(c.head_dim);
   gate_ = c.activation == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
@@ -1330,7 +1325,7 @@ void CudaBackend::FindCascadeGroups(std::span<const BatchSegment> batch, int bs,
   if (groups_.empty()) return;
   // CascadeAttention's work units (backend/cascade_plan.h).
   CascadeLimits lim;
-  lim.rows_per_block = 16 * cascade_warps_;
+  lim.rows_per_block = kc::kCascadeBlockRows;
   lim.group = c_.n_head / c_.n_head_kv;
   lim.n_kv = c_.n_head_kv;
   lim.slots = cascade_slots_;
@@ -1401,7 +1396,6 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       ca.block_size = kv.block_size();
       ca.n_ranges = cascade_ranges_n_;
       ca.scale = c.AttnScale();
-      ca.warps = cascade_warps_;
       KERNEL_TRY(kc::CascadeAttention(ca, stream_));
     }
     if (n_decode > 0) {

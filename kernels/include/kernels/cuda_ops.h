@@ -129,15 +129,14 @@ struct CascadeAttentionArgs {
   int n_work = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_ranges = 1;  // <= kMaxPrefixRanges
   float scale = 0;
-  int tile_keys = 64;  // keys per shared-memory tile: 16 or 64
-  int warps = 4;       // per block, 16 query rows each: 4 or 8 (work units of 16 * warps rows)
-  bool split = true;   // Q and P as bf16 high part plus remainder; false: bf16 alone
 };
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream);
+// Query rows per work unit (block) of CascadeAttention.
+inline constexpr int kCascadeBlockRows = 64;
 bool CascadeAttentionSupports(int head_dim, int group, int block_size);
-// How many CascadeAttention blocks (64-key tiles, `warps` warps) one
-// multiprocessor of the current device holds at once (at least 1).
-int CascadeAttentionBlocksPerSm(int head_dim, int warps);
+// How many CascadeAttention blocks one multiprocessor of the current
+// device holds at once (at least 1).
+int CascadeAttentionBlocksPerSm(int head_dim);
 
 // Prefill attention of one sequence's chunk through GEMMs: these gather the
 // operands and apply the causal softmax around two batched GEMMs.
