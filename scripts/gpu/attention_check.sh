@@ -16,8 +16,9 @@
 #            bf16 then e4m3
 #   decode   batch-1 decode of llama8b and llama1b (bf16, then llama8b
 #            fp8), BASE (a braid_gpu_check built from an earlier commit)
-#            and this build alternating, two rounds; with the products
-#            the backend timed and chose at load
+#            and this build alternating, DECODE_ROUNDS (2) rounds, and with
+#            DECODE_UNFUSE (BRAID_CUDA_UNFUSE) this build without those
+#            fusions; with the products the backend timed and chose at load
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -105,20 +106,21 @@ if has decode; then make_models llama1b make; fi
 
 if has decode; then
   echo "=== batch-1 decode, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
-  decode() {  # LABEL BIN SHAPE WEIGHTS
-    timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
+  decode() {  # LABEL BIN SHAPE WEIGHTS [UNFUSE]
+    BRAID_CUDA_UNFUSE=${5:-} timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
       python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read().strip().splitlines()[-1])
 print("%.1f tok/s, roofline share %.3f" % (j["tokens_per_s"], j["roofline_share"]))
 print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 $1: /" | tee -a "$LOG"
   }
-  for round in 1 2; do
+  for round in $(seq ${DECODE_ROUNDS:-2}); do
     for run in llama8b:bf16 llama1b:bf16 llama8b:fp8; do
       IFS=: read -r shape w <<< "$run"
       [ "$(left)" -gt 60 ] || break 2
       [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w
       decode new $BIN $shape $w
+      [ -n "${DECODE_UNFUSE:-}" ] && decode "new unfused $DECODE_UNFUSE" $BIN $shape $w "$DECODE_UNFUSE"
     done
   done
 fi

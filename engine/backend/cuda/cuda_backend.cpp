@@ -729,8 +729,11 @@ class CudaBackend final : public Backend {
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
   // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
+  // With `rope` (the QKV product), RoPE and the KV store are fused behind
+  // where the matrix-vector kernel runs it (*roped set), instead of y.
   Status Project(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 bool accumulate, bool gated = false);
+                 bool accumulate, bool gated = false, const kc::RopeKvArgs* rope = nullptr,
+                 bool* roped = nullptr);
   // How the matrix-vector kernel runs a shape: 16-byte pieces in flight per
   // lane (4 or 8; 0: cuBLASLt instead) and warps to a row (1, 2 or 4).
   struct GemvPlan {
@@ -744,12 +747,12 @@ class CudaBackend final : public Backend {
   // kGemvFp8MaxRows rows, or cuBLASLt's FP8 GEMM; where it has none, the
   // weight dequantized to bf16 for the bf16 GEMM.
   Status ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m, int n,
-                    int k, bool accumulate, bool gated);
+                    int k, bool accumulate, bool gated, const kc::RopeKvArgs* rope, bool* roped);
   // The matrix-vector kernel (bf16 weights, or e4m3 on CUDA cores): x bf16,
   // or fp32 rows normalized with `norm` first; with `gated`, the gate into
-  // act_ instead of y.
+  // act_ instead of y; with `rope`, RoPE and the KV store instead of y.
   Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 GemvPlan plan, bool accumulate, bool gated);
+                 GemvPlan plan, bool accumulate, bool gated, const kc::RopeKvArgs* rope = nullptr);
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -855,9 +858,9 @@ class CudaBackend final : public Backend {
   PinnedArray<uint8_t> staging_;
 
   std::vector<Segment> prefill_;  // of the batch being enqueued
-  // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
+  // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu,rope
   // turns them off one by one, to measure what each is worth.
-  bool fuse_norm_ = true, fuse_swiglu_ = true;
+  bool fuse_norm_ = true, fuse_swiglu_ = true, fuse_rope_ = true;
   kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
@@ -919,6 +922,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     const std::string o = off;
     fuse_norm_ = o.find("norm") == std::string::npos;
     fuse_swiglu_ = o.find("swiglu") == std::string::npos;
+    fuse_rope_ = o.find("rope") == std::string::npos;
   }
   if (const char* keys = std::getenv("BRAID_CUDA_ATTN_KEYS")) {
     const std::string k = keys;
@@ -1354,12 +1358,6 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
-    BRAID_RETURN_IF_ERROR(
-        Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
-    // q/k norms take the bias in with them.
-    if (c.qk_norm)
-      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
-                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
     kc::RopeKvArgs r;
     r.qkv = qkv_.get();
     r.bias = c.qk_norm ? nullptr : l.bqkv.get();
@@ -1376,7 +1374,15 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     r.n_rot = c.n_rot;
     r.block_size = kv.block_size();
     r.neox = c.rope_neox;
-    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    // Per-head q/k norms come between the product and RoPE: not fused.
+    bool roped = false;
+    BRAID_RETURN_IF_ERROR(Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T,
+                                  qkv_dim_, D, false, false, c.qk_norm ? nullptr : &r, &roped));
+    // q/k norms take the bias in with them.
+    if (c.qk_norm)
+      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
+                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
+    if (!roped) KERNEL_TRY(kc::RopeStoreKv(r, stream_));
     if (!groups_.empty()) {
       kc::CascadeAttentionArgs ca;
       ca.q = q_.get();
@@ -1435,13 +1441,19 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
                                   2 * c.n_ff, D, false, true));
     BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.view(), T, c.n_ff, l.post_ffn_norm.get()));
   }
-  if (R > 0) {
+  if (R == T) {
+    // Every row's logits (a decode step): the final norm goes into the
+    // product where it can.
+    BRAID_RETURN_IF_ERROR(Project(x_.get(), out_norm_.get(), Weight{lm_head_}, logits_.get(), R,
+                                  c.n_vocab, D, false));
+  } else if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
                            stream_));
     BRAID_RETURN_IF_ERROR(
         Project(xn_.get(), nullptr, Weight{lm_head_}, logits_.get(), R, c.n_vocab, D, false));
-    if (argmax) KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   }
+  if (R > 0 && argmax)
+    KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
   return Status::Ok();
 }
 
@@ -1469,8 +1481,11 @@ Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
 }
 
 Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, bool accumulate, bool gated) {
-  if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated);
+                            int n, int k, bool accumulate, bool gated, const kc::RopeKvArgs* rope,
+                            bool* roped) {
+  if (roped) *roped = false;
+  if (!fuse_rope_) rope = nullptr;
+  if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated, rope, roped);
   const GemvPlan plan = m <= kc::kGemvMaxRows ? GemvChoice(n, k, m) : GemvPlan{};
   const int depth = plan.depth;
   // What the product does not fuse runs as kernels of its own around it.
@@ -1482,7 +1497,8 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
   }
   const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue));
+    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue, rope));
+    if (roped) *roped = rope != nullptr;
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
   }
@@ -1491,8 +1507,10 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
 }
 
 Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, GemvPlan plan, bool accumulate, bool gated) {
+                            int n, int k, GemvPlan plan, bool accumulate, bool gated,
+                            const kc::RopeKvArgs* rope) {
   kc::GemvArgs g;
+  if (rope) g.rope = *rope;
   g.depth = plan.depth;
   g.split = plan.split;
   g.w = w.bf16;
@@ -1540,13 +1558,15 @@ Status CudaBackend::GemvFp8(const Weight& w, float* y, int m, int n, int k, bool
 }
 
 Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m,
-                               int n, int k, bool accumulate, bool gated) {
+                               int n, int k, bool accumulate, bool gated,
+                               const kc::RopeKvArgs* rope, bool* roped) {
   bool epilogue = false;
   if (m <= kFp8CudaCoreRows) {
-    // The norm and the gate fused, as for bf16 weights.
+    // The norm, the gate and RoPE fused, as for bf16 weights.
     epilogue = gated && fuse_swiglu_;
     BRAID_RETURN_IF_ERROR(
-        RunGemv(x, norm, w, y, m, n, k, GemvChoice(n, k, m, true), accumulate, epilogue));
+        RunGemv(x, norm, w, y, m, n, k, GemvChoice(n, k, m, true), accumulate, epilogue, rope));
+    if (roped) *roped = rope != nullptr;
   } else {
     // x's rows to e4m3 with a scale each (normalized on the way), for the
     // tensor-core kernel or cuBLASLt's FP8 GEMM.
