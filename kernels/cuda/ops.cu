@@ -1135,48 +1135,6 @@ __device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
   }
 }
 
-// With the RoPE epilogue (GemvArgs::rope), the kernel's rows are taken in
-// an order that puts the two rows a rotation pairs side by side: logical
-// rows 2j and 2j + 1 of a Q or K head are its dimensions a and c of
-// rotation pair j (j and j + n_rot / 2 when rotating halves, 2j and 2j + 1
-// when adjacent); dimensions past n_rot and V keep their order.
-__device__ __forceinline__ int RopeRow(const RopeKvArgs& r, int l) {
-  const int hd = r.head_dim, qk = (r.n_head + r.n_kv) * hd;
-  if (l >= qk || !r.neox) return l;
-  const int base = l / hd * hd, d = l - base;
-  if (d >= r.n_rot) return l;
-  return base + (d % 2 ? d / 2 + r.n_rot / 2 : d / 2);
-}
-
-// Rows la (even) and la + 1 of the RoPE order for token m, with sums ya
-// and yc before the bias: adds the bias, rotates Q and K, writes the query
-// or stores K or V, as RopeKvKernel does element for element.
-__device__ void RopeStorePair(const RopeKvArgs& r, int m, int la, float ya, float yc) {
-  const int hd = r.head_dim, q_dim = r.n_head * hd, kv_dim = r.n_kv * hd;
-  const int pa = RopeRow(r, la), pc = RopeRow(r, la + 1);
-  if (r.bias) ya += r.bias[pa], yc += r.bias[pc];
-  if (la < q_dim + kv_dim && la % hd < r.n_rot) {
-    float s, co;
-    sincosf(static_cast<float>(r.pos[m]) * r.inv_freq[la % hd / 2], &s, &co);
-    const float a = ya * co - yc * s, c = ya * s + yc * co;
-    ya = a, yc = c;
-  }
-  if (la < q_dim) {
-    r.q[static_cast<int64_t>(m) * q_dim + pa] = ya;
-    r.q[static_cast<int64_t>(m) * q_dim + pc] = yc;
-    return;
-  }
-  const int slot = r.slot[m];
-  if (slot < 0) return;
-  const int64_t blk = slot / r.block_size, sl = slot % r.block_size;
-  const bool k = la < q_dim + kv_dim;
-  const int e0 = q_dim + (k ? 0 : kv_dim);  // the section's first row
-  const int kvh = (la - e0) / hd;
-  uint16_t* cache = (k ? r.k_cache : r.v_cache) + ((blk * r.n_kv + kvh) * r.block_size + sl) * hd;
-  cache[pa - e0 - kvh * hd] = ToBf(ya);
-  cache[pc - e0 - kvh * hd] = ToBf(yc);
-}
-
 // F8: w8 holds e4m3 weights (16 per 16-byte piece), each row's products
 // multiplied by its scale at the end.
 template <int M, int U, bool F8>
@@ -1191,10 +1149,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   // This warp's row in the block's round, and its slice [p0, p1) of the pieces.
   const int slot = warp / S, slice = warp % S;
   const int p0 = slice * KP / S, p1 = (slice + 1) * KP / S;
-  const bool rope = a.rope.q != nullptr;
-  const bool pairs = rope || a.act;  // the epilogue takes rows 2j and 2j + 1 together
-  auto load = [&](int l, int base, uint4* wv) {
-    const int r = rope ? RopeRow(a.rope, l) : l;
+  auto load = [&](int r, int base, uint4* wv) {
     const uint4* wr = F8 ? reinterpret_cast<const uint4*>(a.w8 + static_cast<int64_t>(r) * a.k)
                          : reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
 #pragma unroll
@@ -1249,11 +1204,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
       const int next = row + gridDim.x * per_block;
       if (next < a.n) load(next, p0 + lane, wv);
     }
-    const float row_scale = F8 && row < a.n ? a.w_scale[rope ? RopeRow(a.rope, row) : row] : 1.0f;
+    const float row_scale = F8 && row < a.n ? a.w_scale[row] : 1.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float v = WarpSum(acc[m]) * row_scale;
-      if (S == 1 && !pairs) {  // the warp's own row: no meeting needed
+      if (S == 1 && !a.act) {  // the warp's own row: no meeting needed
         if (lane == 0 && row < a.n) {
           float* y = a.y + static_cast<int64_t>(m) * a.n + row;
           *y = a.accumulate ? *y + v : v;
@@ -1262,12 +1217,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
         part[warp][m] = v;
       }
     }
-    if (S == 1 && !pairs) continue;
+    if (S == 1 && !a.act) continue;
     __syncthreads();
     // The round's sums: of each row its S slices in order; with act, rows
-    // 2j and 2j + 1 (a gate and an up projection) give act[m, j]; with
-    // rope, they are a rotation's pair.
-    const int outs = pairs ? per_block / 2 : per_block;
+    // 2j and 2j + 1 (a gate and an up projection) give act[m, j].
+    const int outs = a.act ? per_block / 2 : per_block;
     for (int e = threadIdx.x; e < outs * M; e += blockDim.x) {
       const int o = e / M, m = e % M;
       auto total = [&](int r) {
@@ -1275,10 +1229,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
         for (int s = 0; s < S; ++s) v += part[r * S + s][m];
         return v;
       };
-      if (rope) {
-        if (row0 + 2 * o < a.n)
-          RopeStorePair(a.rope, m, row0 + 2 * o, total(2 * o), total(2 * o + 1));
-      } else if (a.act) {
+      if (a.act) {
         const int r = row0 + 2 * o;
         if (r < a.n)
           a.act[static_cast<int64_t>(m) * (a.n / 2) + r / 2] =
@@ -1559,10 +1510,7 @@ int Gemv(const GemvArgs& a, void* stream) {
   const bool f8 = a.w8 != nullptr;
   if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % (f8 ? 16 : 8) != 0 || (a.act && a.n % 8 != 0) ||
       (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale) ||
-      (a.split != 1 && a.split != 2 && a.split != 4) ||
-      (a.rope.q && (a.act || a.rope.n != a.rows || a.rope.head_dim % 2 != 0 ||
-                    a.rope.n_rot % 2 != 0 || a.rope.n_rot > a.rope.head_dim ||
-                    a.n != (a.rope.n_head + 2 * a.rope.n_kv) * a.rope.head_dim)))
+      (a.split != 1 && a.split != 2 && a.split != 4))
     return -1;
   return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
 }

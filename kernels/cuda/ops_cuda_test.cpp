@@ -569,104 +569,6 @@ void TestGemv() {
   cudaFree(dw2), cudaFree(dnorm);
 }
 
-// The matrix-vector kernel with RoPE and the KV store behind (GemvArgs::
-// rope) against the plain kernel followed by RopeStoreKv: the same sums,
-// rotated and stored by the same arithmetic. Shapes:
-// halves and adjacent pairs, partial rotary (n_rot < head_dim), biases,
-// each split of k, a row that stores nothing (slot -1), bf16 and e4m3.
-void TestGemvRope() {
-  struct Shape {
-    int hd, n_head, n_kv, n_rot;
-    bool neox, bias;
-  };
-  const int bs = 16, k = 256, blocks = 4;
-  for (const Shape sh : {Shape{64, 4, 2, 64, true, false}, Shape{64, 4, 2, 32, true, true},
-                         Shape{32, 2, 1, 32, false, true}, Shape{32, 6, 2, 16, false, false}})
-    for (int rows : {1, 3})
-      for (int split : {1, 2, 4})
-        for (bool fp8 : {false, true}) {
-          const int q_dim = sh.n_head * sh.hd, kv_dim = sh.n_kv * sh.hd;
-          const int n = q_dim + 2 * kv_dim;
-          std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
-          std::vector<uint16_t> w(wf.size());
-          for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]);
-          std::vector<uint8_t> w8(wf.size());
-          for (size_t i = 0; i < w8.size(); ++i) w8[i] = static_cast<uint8_t>(rng()) & 0x3b;
-          std::vector<float> scale = Random(n, 0.1f), x = Random(static_cast<size_t>(rows) * k);
-          std::vector<uint16_t> xb(x.size());
-          for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]);
-          std::vector<float> bias = Random(n, 0.5f), inv_freq(sh.n_rot / 2);
-          for (int i = 0; i < sh.n_rot / 2; ++i)
-            inv_freq[i] = std::pow(10000.0f, -2.0f * i / sh.n_rot);
-          std::vector<int32_t> pos, slot;
-          for (int m = 0; m < rows; ++m) {
-            pos.push_back(5 + 17 * m);
-            slot.push_back(m == 1 ? -1 : (3 - m) * bs + m);  // row 1 stores nothing
-          }
-          uint16_t *dw = ToDevice(w), *dx = ToDevice(xb);
-          uint8_t* dw8 = ToDevice(w8);
-          float *ds = ToDevice(scale), *db = sh.bias ? ToDevice(bias) : nullptr;
-          float* dinv = ToDevice(inv_freq);
-          int32_t *dpos = ToDevice(pos), *dslot = ToDevice(slot);
-          const size_t cache = static_cast<size_t>(blocks) * bs * kv_dim;
-          float *dy = nullptr, *dq[2] = {nullptr, nullptr};
-          uint16_t *dk[2] = {nullptr, nullptr}, *dv[2] = {nullptr, nullptr};
-          cudaMalloc(&dy, static_cast<size_t>(rows) * n * sizeof(float));
-          for (int i = 0; i < 2; ++i) {
-            cudaMalloc(&dq[i], static_cast<size_t>(rows) * q_dim * sizeof(float));
-            cudaMalloc(&dk[i], cache * sizeof(uint16_t));
-            cudaMalloc(&dv[i], cache * sizeof(uint16_t));
-            cudaMemset(dq[i], 0, static_cast<size_t>(rows) * q_dim * sizeof(float));
-            cudaMemset(dk[i], 0, cache * sizeof(uint16_t));
-            cudaMemset(dv[i], 0, cache * sizeof(uint16_t));
-          }
-          cuda::GemvArgs g;
-          g.x = dx, g.rows = rows, g.n = n, g.k = k, g.depth = 4, g.split = split;
-          if (fp8) {
-            g.w8 = dw8, g.w_scale = ds;
-          } else {
-            g.w = dw;
-          }
-          cuda::RopeKvArgs r;
-          r.bias = db, r.pos = dpos, r.slot = dslot, r.inv_freq = dinv, r.n = rows;
-          r.n_head = sh.n_head, r.n_kv = sh.n_kv, r.head_dim = sh.hd, r.n_rot = sh.n_rot;
-          r.block_size = bs, r.neox = sh.neox;
-          // Unfused: the product into y, then RopeStoreKv into set 0.
-          cuda::GemvArgs plain = g;
-          plain.y = dy;
-          cuda::RopeKvArgs r0 = r;
-          r0.qkv = dy, r0.q = dq[0], r0.k_cache = dk[0], r0.v_cache = dv[0];
-          int e = cuda::Gemv(plain, nullptr);
-          e = e ? e : cuda::RopeStoreKv(r0, nullptr);
-          // Fused, into set 1.
-          cuda::GemvArgs fused = g;
-          fused.rope = r;
-          fused.rope.q = dq[1], fused.rope.k_cache = dk[1], fused.rope.v_cache = dv[1];
-          e = e ? e : cuda::Gemv(fused, nullptr);
-          const std::string what = "gemv with rope (hd " + std::to_string(sh.hd) + ", n_rot " +
-                                   std::to_string(sh.n_rot) + (sh.neox ? ", halves" : ", pairs") +
-                                   (sh.bias ? ", bias" : "") + ", rows " + std::to_string(rows) +
-                                   ", split " + std::to_string(split) + (fp8 ? ", e4m3)" : ")");
-          if (e != 0) {
-            ++failures;
-            std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
-          }
-          // The compiler may contract the rotation's products differently
-          // in the two kernels: a last-bit difference, a bf16 step at most.
-          Expect(what + " q", ToHost(dq[1], static_cast<size_t>(rows) * q_dim),
-                 ToHost(dq[0], static_cast<size_t>(rows) * q_dim), 1e-6f, 1e-6f);
-          Expect(what + " k", Bf16ToHost(dk[1], cache), Bf16ToHost(dk[0], cache), 1e-6f, 8e-3f);
-          Expect(what + " v", Bf16ToHost(dv[1], cache), Bf16ToHost(dv[0], cache), 0, 0);
-          for (void* p :
-               {static_cast<void*>(dw), static_cast<void*>(dx), static_cast<void*>(dw8),
-                static_cast<void*>(ds), static_cast<void*>(db), static_cast<void*>(dinv),
-                static_cast<void*>(dpos), static_cast<void*>(dslot), static_cast<void*>(dy),
-                static_cast<void*>(dq[0]), static_cast<void*>(dq[1]), static_cast<void*>(dk[0]),
-                static_cast<void*>(dk[1]), static_cast<void*>(dv[0]), static_cast<void*>(dv[1])})
-            cudaFree(p);
-        }
-}
-
 // Rows quantized to e4m3 with a scale each: every element within half a
 // step of e4m3 of its value (relative 1/16), the largest at 448; then the
 // FP8 matrix-vector kernel against fp32 loops over the dequantized operands.
@@ -912,7 +814,6 @@ int main() {
   TestGatedActivation();
   TestWindowedPrefill();
   TestGemv();
-  TestGemvRope();
   TestFp8();
   TestArgmax();
   TestTopK();

@@ -14,11 +14,12 @@
 #   gemv     cuda_gemv_bench: the matrix-vector kernel on the 8B and 1B
 #            products of a decode token, for every depth and split of k,
 #            bf16 then e4m3
-#   decode   batch-1 decode of llama8b and llama1b (bf16, then llama8b
-#            fp8), BASE (a braid_gpu_check built from an earlier commit)
-#            and this build alternating, DECODE_ROUNDS (2) rounds, and with
-#            DECODE_UNFUSE (BRAID_CUDA_UNFUSE) this build without those
-#            fusions; with the products the backend timed and chose at load
+#   decode   batch-1 decode of each SHAPE:WEIGHTS of DECODE_RUNS (default
+#            "llama8b:bf16 llama1b:bf16 llama8b:fp8"), BASE (a
+#            braid_gpu_check built from an earlier commit) and this build
+#            alternating, DECODE_ROUNDS (2) rounds, and with DECODE_UNFUSE
+#            (BRAID_CUDA_UNFUSE) this build without those fusions; the
+#            products the backend timed and chose at load in decode_isa.txt
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -102,7 +103,8 @@ if has gemv; then
 fi
 
 if has sweep || has fp8 || has serve || has decode; then make_models llama8b make; fi
-if has decode; then make_models llama1b make; fi
+DECODE_RUNS=${DECODE_RUNS:-llama8b:bf16 llama1b:bf16 llama8b:fp8}
+if has decode && [[ "$DECODE_RUNS" == *llama1b* ]]; then make_models llama1b make; fi
 
 if has decode; then
   echo "=== batch-1 decode, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
@@ -115,7 +117,7 @@ print("%.1f tok/s, roofline share %.3f" % (j["tokens_per_s"], j["roofline_share"
 print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 $1: /" | tee -a "$LOG"
   }
   for round in $(seq ${DECODE_ROUNDS:-2}); do
-    for run in llama8b:bf16 llama1b:bf16 llama8b:fp8; do
+    for run in $DECODE_RUNS; do
       IFS=: read -r shape w <<< "$run"
       [ "$(left)" -gt 60 ] || break 2
       [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w

@@ -729,11 +729,8 @@ class CudaBackend final : public Backend {
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
   // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
-  // With `rope` (the QKV product), RoPE and the KV store are fused behind
-  // where the matrix-vector kernel runs it (*roped set), instead of y.
   Status Project(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 bool accumulate, bool gated = false, const kc::RopeKvArgs* rope = nullptr,
-                 bool* roped = nullptr);
+                 bool accumulate, bool gated = false);
   // How the matrix-vector kernel runs a shape: 16-byte pieces in flight per
   // lane (4 or 8; 0: cuBLASLt instead) and warps to a row (1, 2 or 4).
   struct GemvPlan {
@@ -747,12 +744,12 @@ class CudaBackend final : public Backend {
   // kGemvFp8MaxRows rows, or cuBLASLt's FP8 GEMM; where it has none, the
   // weight dequantized to bf16 for the bf16 GEMM.
   Status ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m, int n,
-                    int k, bool accumulate, bool gated, const kc::RopeKvArgs* rope, bool* roped);
+                    int k, bool accumulate, bool gated);
   // The matrix-vector kernel (bf16 weights, or e4m3 on CUDA cores): x bf16,
   // or fp32 rows normalized with `norm` first; with `gated`, the gate into
-  // act_ instead of y; with `rope`, RoPE and the KV store instead of y.
+  // act_ instead of y.
   Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 GemvPlan plan, bool accumulate, bool gated, const kc::RopeKvArgs* rope = nullptr);
+                 GemvPlan plan, bool accumulate, bool gated);
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -858,9 +855,9 @@ class CudaBackend final : public Backend {
   PinnedArray<uint8_t> staging_;
 
   std::vector<Segment> prefill_;  // of the batch being enqueued
-  // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu,rope
+  // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
   // turns them off one by one, to measure what each is worth.
-  bool fuse_norm_ = true, fuse_swiglu_ = true, fuse_rope_ = true;
+  bool fuse_norm_ = true, fuse_swiglu_ = true;
   kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
@@ -922,7 +919,6 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     const std::string o = off;
     fuse_norm_ = o.find("norm") == std::string::npos;
     fuse_swiglu_ = o.find("swiglu") == std::string::npos;
-    fuse_rope_ = o.find("rope") == std::string::npos;
   }
   if (const char* keys = std::getenv("BRAID_CUDA_ATTN_KEYS")) {
     const std::string k = keys;
@@ -1358,6 +1354,12 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
+    BRAID_RETURN_IF_ERROR(
+        Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
+    // q/k norms take the bias in with them.
+    if (c.qk_norm)
+      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
+                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
     kc::RopeKvArgs r;
     r.qkv = qkv_.get();
     r.bias = c.qk_norm ? nullptr : l.bqkv.get();
@@ -1374,15 +1376,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     r.n_rot = c.n_rot;
     r.block_size = kv.block_size();
     r.neox = c.rope_neox;
-    // Per-head q/k norms come between the product and RoPE: not fused.
-    bool roped = false;
-    BRAID_RETURN_IF_ERROR(Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T,
-                                  qkv_dim_, D, false, false, c.qk_norm ? nullptr : &r, &roped));
-    // q/k norms take the bias in with them.
-    if (c.qk_norm)
-      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
-                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
-    if (!roped) KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
     if (!groups_.empty()) {
       kc::CascadeAttentionArgs ca;
       ca.q = q_.get();
@@ -1481,11 +1475,8 @@ Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
 }
 
 Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, bool accumulate, bool gated, const kc::RopeKvArgs* rope,
-                            bool* roped) {
-  if (roped) *roped = false;
-  if (!fuse_rope_) rope = nullptr;
-  if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated, rope, roped);
+                            int n, int k, bool accumulate, bool gated) {
+  if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated);
   const GemvPlan plan = m <= kc::kGemvMaxRows ? GemvChoice(n, k, m) : GemvPlan{};
   const int depth = plan.depth;
   // What the product does not fuse runs as kernels of its own around it.
@@ -1497,8 +1488,7 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
   }
   const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue, rope));
-    if (roped) *roped = rope != nullptr;
+    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue));
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
   }
@@ -1507,10 +1497,8 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
 }
 
 Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, GemvPlan plan, bool accumulate, bool gated,
-                            const kc::RopeKvArgs* rope) {
+                            int n, int k, GemvPlan plan, bool accumulate, bool gated) {
   kc::GemvArgs g;
-  if (rope) g.rope = *rope;
   g.depth = plan.depth;
   g.split = plan.split;
   g.w = w.bf16;
@@ -1558,15 +1546,13 @@ Status CudaBackend::GemvFp8(const Weight& w, float* y, int m, int n, int k, bool
 }
 
 Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w, float* y, int m,
-                               int n, int k, bool accumulate, bool gated,
-                               const kc::RopeKvArgs* rope, bool* roped) {
+                               int n, int k, bool accumulate, bool gated) {
   bool epilogue = false;
   if (m <= kFp8CudaCoreRows) {
-    // The norm, the gate and RoPE fused, as for bf16 weights.
+    // The norm and the gate fused, as for bf16 weights.
     epilogue = gated && fuse_swiglu_;
     BRAID_RETURN_IF_ERROR(
-        RunGemv(x, norm, w, y, m, n, k, GemvChoice(n, k, m, true), accumulate, epilogue, rope));
-    if (roped) *roped = rope != nullptr;
+        RunGemv(x, norm, w, y, m, n, k, GemvChoice(n, k, m, true), accumulate, epilogue));
   } else {
     // x's rows to e4m3 with a scale each (normalized on the way), for the
     // tensor-core kernel or cuBLASLt's FP8 GEMM.

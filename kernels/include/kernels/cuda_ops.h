@@ -186,13 +186,6 @@ struct GemvArgs {
   // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
   const uint8_t* w8 = nullptr;
   const float* w_scale = nullptr;
-  // RoPE and the KV store fused behind, in place of RopeStoreKv: with
-  // rope.q set, w is a layer's Q, K and V rows (n = n_head*hd +
-  // 2*n_kv*hd, rope's fields as RopeStoreKv takes them, rope.qkv unused,
-  // rope.n = rows) and each row's rotated queries go to rope.q and its K
-  // and V to the cache, as RopeStoreKv would write them; y is unused. The
-  // kernel computes the rows a rotation pairs in one block round.
-  RopeKvArgs rope;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
