@@ -54,11 +54,7 @@ void Check(int e, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  if (!cuda_test::HaveGpu()) return cuda_test::kNoGpu;
   int M = 64, G = 4, n_kv = 8, hd = 128, P = 4096, own = 160, bs = 16, reps = 50;
   std::vector<int> range_counts = {1, 4, 9, 16};
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -8,17 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "device_copy.h"
 #include "kernels/cuda_dequant.h"
 #include "kernels/quant.h"
 
 using namespace braid::kernels;
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  if (!cuda_test::HaveGpu()) return cuda_test::kNoGpu;
   std::mt19937 rng(7);
   const int64_t n = 32 * 1024;
   int failures = 0;

@@ -1,13 +1,25 @@
-// Host <-> device copies for the CUDA kernel tests and benchmarks.
+// Host <-> device copies for the CUDA kernel tests and benchmarks, and
+// their check for a GPU.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <vector>
 
 namespace braid::kernels::cuda_test {
+
+// The exit code for a run without a GPU (CTest's SKIP_RETURN_CODE).
+inline constexpr int kNoGpu = 77;
+// Whether a GPU is there; says "skipped: no GPU" when not.
+inline bool HaveGpu() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return true;
+  std::printf("skipped: no GPU\n");
+  return false;
+}
 
 // A device copy of `h` (at least one element allocated); the caller frees it.
 template <typename T>

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "device_copy.h"
 #include "kernels/cuda_ops.h"
 
 using namespace braid::kernels::cuda;
@@ -84,11 +85,7 @@ struct Product {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  if (!braid::kernels::cuda_test::HaveGpu()) return braid::kernels::cuda_test::kNoGpu;
   int reps = 50, rows = 1;
   bool fp8 = false;
   for (int i = 1; i < argc; ++i) {

@@ -804,11 +804,7 @@ void TestTopK() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
+  if (!cuda_test::HaveGpu()) return cuda_test::kNoGpu;
   TestRmsNorm();
   TestRmsNormAdd();
   TestGatedActivation();
