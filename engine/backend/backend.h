@@ -33,6 +33,10 @@ struct BatchSegment {
   int n_tokens = 0;
   int pos0 = 0;  // position of tokens[0]; positions < pos0 are in the KV memory
   const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
+  // With slides (KvMemory::n_slides): per entry of block_table its slide,
+  // where the sliding layers' share of the block lies (kv::kNoSlide where
+  // it was let go; the window of every query has its slides).
+  const int32_t* slide_table = nullptr;
   // Logits rows are produced for the new tokens at positions >= logits_from:
   // pos0 + n_tokens - 1 for the last token only, pos0 for all, kNoLogits for none.
   int logits_from = kNoLogits;
@@ -47,6 +51,9 @@ class KvMemory {
   virtual ~KvMemory() = default;
   virtual int n_blocks() const = 0;
   virtual int block_size() const = 0;
+  // Slides kept for a hybrid model's sliding layers (Backend::AllocateKv
+  // with slides); 0: every layer's share of a block is in the block.
+  virtual int n_slides() const { return 0; }
   virtual size_t bytes() const = 0;
 
   // Moving whole blocks to and from host memory (the lower KV tier,
@@ -105,6 +112,17 @@ class Backend {
   // memory for the CPU, the device's free memory after the weights for CUDA).
   virtual uint64_t KvMemoryAvailable() const = 0;
   virtual Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) = 0;
+  // A hybrid model (some layers slide, some not): bytes per block of the
+  // sliding layers' share when this backend can keep it apart, in slides
+  // (kv::BlockPool), else 0. Then AllocateSlidedKv keeps the other layers
+  // in n_blocks blocks and the sliding ones in n_slides slides
+  // (KvBlockBytes - KvSlideBytes and KvSlideBytes bytes each), and
+  // Forward reads each segment's slide_table for the sliding layers.
+  virtual size_t KvSlideBytes(int block_size) const { return 0; }
+  virtual Result<std::unique_ptr<KvMemory>> AllocateSlidedKv(int n_blocks, int n_slides,
+                                                             int block_size) {
+    return Status::Unsupported(name() + " keeps no slides");
+  }
   // Evaluates every segment (total tokens <= max_chunk(), ids valid, block
   // tables long enough), writing K/V into `kv` (allocated by this backend).
   // Logits rows go to host memory `logits` in segment order: none, the last

@@ -53,5 +53,66 @@ TEST_CASE("an empty pool allocates nothing") {
   CHECK_FALSE(pool.Allocate().has_value());
 }
 
+TEST_CASE("with slides, every allocated block comes with a held slide") {
+  BlockPool pool(4, 2);
+  CHECK(pool.num_slides() == 2);
+  BlockId a = *pool.Allocate(), b = *pool.Allocate();
+  CHECK(pool.slide(a) != kNoSlide);
+  CHECK(pool.slide(b) != kNoSlide);
+  CHECK(pool.slide(a) != pool.slide(b));
+  CHECK(pool.slide_holds(a) == 1);
+  // Both slides held: no third block, though blocks are free.
+  CHECK(pool.num_free() == 2);
+  CHECK_FALSE(pool.Allocate().has_value());
+  CHECK(pool.num_free() == 2);
+}
+
+TEST_CASE("a slide let go stays with its block until a new block needs it, oldest first") {
+  BlockPool pool(4, 2);
+  BlockId a = *pool.Allocate(), b = *pool.Allocate();
+  const int32_t sa = pool.slide(a);
+  pool.DropSlide(b);
+  pool.DropSlide(a);
+  CHECK(pool.slide(a) == sa);  // still there: a cache hit may read it
+  BlockId c = *pool.Allocate();
+  CHECK(pool.slide(b) == kNoSlide);  // b's went first
+  CHECK(pool.slide(a) == sa);
+  CHECK(pool.refcount(b) == 1);  // the block itself stays
+  // Held again, a's slide is not taken.
+  pool.HoldSlide(a);
+  CHECK_FALSE(pool.Allocate().has_value());
+  pool.DropSlide(a);
+  BlockId d = *pool.Allocate();
+  CHECK(pool.slide(a) == kNoSlide);
+  CHECK(pool.slide(d) == sa);
+  CHECK(pool.slide(c) != kNoSlide);
+}
+
+TEST_CASE("a freed block gives its slide back") {
+  BlockPool pool(3, 1);
+  BlockId a = *pool.Allocate();
+  pool.DropSlide(a);
+  pool.Release(a);
+  CHECK(pool.num_free() == 3);
+  CHECK(pool.num_free_slides() == 1);
+  BlockId b = *pool.Allocate();
+  CHECK(pool.slide(b) != kNoSlide);
+  // a's stale entry among the let-go slides is skipped.
+  pool.DropSlide(b);
+  BlockId c = *pool.Allocate();
+  CHECK(pool.slide(b) == kNoSlide);
+  CHECK(pool.slide(c) != kNoSlide);
+}
+
+TEST_CASE("without slides, the slide calls change nothing") {
+  BlockPool pool(2);
+  BlockId a = *pool.Allocate();
+  CHECK(pool.slide(a) == kNoSlide);
+  pool.HoldSlide(a);
+  pool.DropSlide(a);
+  CHECK(pool.slide_holds(a) == 0);
+  CHECK(pool.Allocate().has_value());
+}
+
 }  // namespace
 }  // namespace braid::kv

@@ -23,9 +23,10 @@ namespace {
 constexpr int kMaxPoolTokens = 4 << 20;
 
 // The scheduler's settings from the engine's.
-SchedulerConfig SchedulerConfigOf(const EngineOptions& o, const ModelConfig& model) {
+SchedulerConfig SchedulerConfigOf(const EngineOptions& o, const ModelConfig& model, bool slides) {
   SchedulerConfig c;
   c.window = model.AttentionWindow();
+  c.slide_window = slides ? model.sliding_window : 0;
   c.max_running = o.max_running;
   c.max_batch_tokens = o.max_batch_tokens;
   c.latency_batch_tokens = o.latency_batch_tokens;
@@ -47,10 +48,11 @@ ServingEngine::ServingEngine(const EngineOptions& o, std::unique_ptr<BackendMode
       draft_runner_(std::move(draft_runner)),
       kv_(std::move(kv)),
       policy_(std::move(policy)),
-      pool_(kv_->n_blocks()),
+      pool_(kv_->n_blocks(), kv_->n_slides()),
       cache_(pool_, o.block_size,
              o.evict == "next-use" ? kv::EvictOrder::kNextUse : kv::EvictOrder::kLru),
-      scheduler_(SchedulerConfigOf(o, model_->config()), pool_, cache_, *policy_),
+      scheduler_(SchedulerConfigOf(o, model_->config(), kv_->n_slides() > 0), pool_, cache_,
+                 *policy_),
       latency_budget_(o.max_batch_tokens),
       step_cost_(model_->backend().max_chunk()),
       eog_ids_(EndOfGenerationIds(*model_)),
@@ -60,6 +62,7 @@ ServingEngine::ServingEngine(const EngineOptions& o, std::unique_ptr<BackendMode
   // the pool: the rest stays for work that is here now.
   cache_.set_max_held_blocks(pool_.num_blocks() / 2);
   stats_.kv_blocks_total = stats_.kv_blocks_free = pool_.num_blocks();
+  stats_.kv_slides_total = pool_.num_slides();
   stats_.kv_pool_bytes = kv_->bytes();
   stats_.kv_memory_available = kv_memory_available;
   loop_ = std::thread([this] { Loop(); });
@@ -367,14 +370,34 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
                                    std::to_string(backend.max_chunk()) + "], got " +
                                    std::to_string(r.max_batch_tokens));
   const uint64_t available = backend.KvMemoryAvailable();
+  // Slides for a hybrid model's sliding layers: every running sequence's
+  // window and a step's chunk, and a block at each end.
+  const size_t slide_bytes =
+      r.kv_slides && r.kv_host_bytes == 0 ? backend.KvSlideBytes(r.block_size) : 0;
+  int slides = 0;
+  if (slide_bytes > 0)
+    slides =
+        r.max_running *
+        ((model->config().sliding_window + r.max_batch_tokens + r.block_size - 1) / r.block_size +
+         2);
   int blocks = r.kv_blocks > 0 ? r.kv_blocks : (r.kv_tokens + r.block_size - 1) / r.block_size;
   if (r.kv_blocks == 0 && r.kv_tokens == 0) {
+    // The slides' bytes come off the share; blocks cost the other layers'.
+    const double fraction = r.kv_memory_fraction / r.kv_memory_split;
+    const double for_slides = static_cast<double>(slides) * slide_bytes / fraction;
     blocks = KvBlocksForMemory(
-        available, r.kv_memory_fraction / r.kv_memory_split, backend.KvBlockBytes(r.block_size),
+        static_cast<uint64_t>(std::max(0.0, static_cast<double>(available) - for_slides)), fraction,
+        backend.KvBlockBytes(r.block_size) - slide_bytes,
         (model->info().context + r.block_size - 1) / r.block_size, kMaxPoolTokens / r.block_size);
   }
   if (blocks < 1) return Status::InvalidArgument("the KV pool must hold at least one block");
-  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<KvMemory> kv, backend.AllocateKv(blocks, r.block_size));
+  slides = std::min(slides, blocks);
+  std::unique_ptr<KvMemory> kv;
+  if (slides > 0) {
+    BRAID_ASSIGN_OR_RETURN(kv, backend.AllocateSlidedKv(blocks, slides, r.block_size));
+  } else {
+    BRAID_ASSIGN_OR_RETURN(kv, backend.AllocateKv(blocks, r.block_size));
+  }
   BRAID_RETURN_IF_ERROR(backend.Prepare(*kv, r.max_running));
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, OpenDraftModel(r.spec, r.model, *model));
   // The draft's pool holds as many positions as the target's.

@@ -157,6 +157,55 @@ TEST_CASE("a model whose layers all slide runs in a pool shorter than its sequen
   }
 }
 
+TEST_CASE("a hybrid model keeps its sliding layers in few slides, taken back and reused") {
+  // gemma3_tiny: layers sliding, full, sliding, window 8. Its six prompts
+  // (1 to 40 tokens) continue 64 tokens each, up to 104 positions, two at a
+  // time, in a pool of 10 blocks (a sequence needs up to 7) with 8 slides
+  // (2 running x (8 + 16 tokens in 16-token blocks, and one at each end)):
+  // slides outside a window go to other blocks, and a preempted sequence's
+  // cached prefix is reused only as far as its last window's slides are
+  // still there. Admission keeping KV for growth, and none (preemptions);
+  // with slides and without: the continuations are transformers'.
+  const std::string name = "gemma3_tiny";
+  auto records =
+      ReadLogitsFixture(std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/logits/" + name + ".bin");
+  REQUIRE_MESSAGE(records.ok(), records.status().ToString());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const LogitsRecord& r : *records) prompts.push_back(r.ids);
+  for (bool slides : {true, false})
+    for (double reserve : {0.5, 0.0}) {
+      CAPTURE(slides);
+      CAPTURE(reserve);
+      EngineOptions o = Options(10 * 16);
+      o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+      o.model.require_tokenizer = false;  // the fixture has none: ids only
+      o.model.context = 128;
+      o.model.cpu.exact = true;
+      o.max_batch_tokens = 16;
+      o.max_running = 2;
+      o.kv_growth_reserve = reserve;
+      o.kv_slides = slides;
+      auto engine = Engine::Open(o);
+      REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+      auto handles = SubmitGreedy(**engine, prompts, 64);
+      int preemptions = 0;
+      for (size_t i = 0; i < handles.size(); ++i) {
+        CAPTURE(i);
+        Completion c = handles[i]->Wait();
+        CHECK(c.finish_reason == "length");
+        CHECK(c.tokens == (*records)[i].gen);
+        preemptions += c.preemptions;
+      }
+      EngineStats s = (*engine)->stats();
+      MESSAGE("slides " << slides << ", reserve " << reserve << ": " << preemptions
+                        << " preemptions, " << s.kv_slides_taken_back << " slides taken back");
+      CHECK(s.kv_blocks_total == 10);
+      CHECK(s.kv_slides_total == (slides ? 8 : 0));
+      if (slides) CHECK(s.kv_slides_taken_back > 0);
+      CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
+    }
+}
+
 TEST_CASE("batched greedy decoding equals one request at a time, with preemption") {
   if (!HaveModel()) return;
   // A pool far too small for all 32 at once (40 blocks of 16 tokens, while

@@ -187,6 +187,8 @@ void ServingEngine::RefreshGauges() {
   stats_.running = scheduler_.num_running();
   stats_.waiting = scheduler_.num_waiting();
   stats_.kv_blocks_total = pool_.num_blocks();
+  stats_.kv_slides_total = pool_.num_slides();
+  stats_.kv_slides_taken_back = pool_.slides_taken_back();
   stats_.kv_pool_bytes = kv_->bytes();
   stats_.kv_blocks_free = pool_.num_free();
   stats_.kv_blocks_cached = cache_.stats().cached_blocks;

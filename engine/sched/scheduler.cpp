@@ -1,7 +1,6 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
-#include <cassert>
 
 namespace braid {
 
@@ -38,16 +37,24 @@ void Scheduler::Plan(const ScheduledItem& item, StepPlan* plan) {
 bool Scheduler::AllocateBlock(kv::BlockId* id) {
   if (pool_.num_free() == 0) cache_.Evict(1);
   std::optional<kv::BlockId> b = pool_.Allocate();
+  // With slides, a free block may lack a slide to go with it: evicting a
+  // cached block frees its slide too.
+  while (!b && pool_.num_slides() > 0 && cache_.Evict(1) > 0) b = pool_.Allocate();
   if (!b) return false;
   *id = *b;
   return true;
 }
 
 void Scheduler::ReleaseBlocks(SeqState* s) {
-  for (kv::BlockId b : s->blocks)
-    if (b != kv::kNoBlock) pool_.Release(b);
+  for (size_t i = 0; i < s->blocks.size(); ++i) {
+    const kv::BlockId b = s->blocks[i];
+    if (b == kv::kNoBlock) continue;
+    if (static_cast<int>(i) >= s->slides_from) pool_.DropSlide(b);
+    pool_.Release(b);
+  }
   s->blocks.clear();
   s->dropped_blocks = 0;
+  s->slides_from = 0;
   if (s->lock) cache_.Unlock(s->lock);
   s->lock = 0;
   s->num_computed = 0;
@@ -146,6 +153,16 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   kv::LockId lock = 0;
   kv::PrefixMatch match =
       cache_.MatchAndLock(s->salt, std::span<const int32_t>(s->tokens.data(), match_len), &lock);
+  if (config_.slide_window > 0 && !SlidesCover(match.blocks)) {
+    // Some slide of the match's last window was taken back: use the
+    // longest prefix of it whose last window is whole.
+    size_t k = match.blocks.size();
+    while (k > 0 && !SlidesCover(std::span<const kv::BlockId>(match.blocks.data(), k))) --k;
+    cache_.Unlock(lock);
+    lock = 0;
+    match = cache_.MatchAndLock(s->salt,
+                                std::span<const int32_t>(s->tokens.data(), k * block_size_), &lock);
+  }
   // The lower tier may hold the blocks that continue the device's match.
   std::vector<kv::SlotId> host;
   if (tier_ != nullptr && match_len > match.tokens)
@@ -185,9 +202,20 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   if (pool_.num_free() < need) return refuse();
   for (kv::BlockId b : match.blocks) pool_.AddRef(b);
   s->blocks = match.blocks;
+  if (config_.slide_window > 0) {
+    // It holds the slides its first queries read.
+    s->slides_from = FirstSlide(static_cast<int>(match.blocks.size()) * block_size_);
+    for (size_t i = s->slides_from; i < match.blocks.size(); ++i) pool_.HoldSlide(match.blocks[i]);
+  }
   s->lock = lock;
   s->num_computed = known;
   s->inserted_blocks = s->locked_blocks = static_cast<int>(match.blocks.size());
+  if (!EnsureBlocks(s, known + n, plan, /*may_preempt=*/false)) {
+    // Free blocks but no slides to go with them (kv::BlockPool): it waits.
+    ReleaseBlocks(s);
+    for (kv::SlotId slot : host) tier_->Unpin(slot);
+    return false;
+  }
   if (s->preemptions == 0) {
     s->cached_tokens = std::min(match.tokens, s->prompt_len);
     s->host_tokens = std::min(known, s->prompt_len) - s->cached_tokens;
@@ -198,9 +226,6 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   ScheduledItem item{s, s->num_computed, n, known + n == total};
   item.cached = std::max(0, std::min(known, s->prompt_len) - s->charged);
   s->charged += item.cached;
-  const bool ok = EnsureBlocks(s, known + n, plan, /*may_preempt=*/false);
-  assert(ok);
-  (void)ok;
   if (!host.empty())
     plan->loads.push_back({s, static_cast<int>(match.blocks.size()), std::move(host)});
   s->status = SeqStatus::kRunning;
@@ -317,10 +342,13 @@ int Scheduler::AddGuesses(ScheduledItem* item, int guesses, StepPlan* plan) {
   const int end = item->start + item->n_tokens;
   const int room =
       static_cast<int>(s->blocks.size()) * block_size_ - end + pool_.num_free() * block_size_;
-  const int n = std::clamp(guesses, 0, room);
+  int n = std::clamp(guesses, 0, room);
   while (static_cast<int>(s->blocks.size()) < BlocksFor(end + n)) {
     std::optional<kv::BlockId> b = pool_.Allocate();
-    assert(b);
+    if (!b) {  // no slide for it: as many guesses as the blocks held allow
+      n = std::max(0, static_cast<int>(s->blocks.size()) * block_size_ - end);
+      break;
+    }
     s->blocks.push_back(*b);
   }
   item->n_tokens += n;
@@ -341,7 +369,24 @@ void Scheduler::Commit(const StepPlan& plan) {
   }
 }
 
+int Scheduler::FirstSlide(int pos) const {
+  return std::max(0, pos - config_.slide_window + 1) / block_size_;
+}
+
+bool Scheduler::SlidesCover(std::span<const kv::BlockId> blocks) const {
+  const int n = static_cast<int>(blocks.size());
+  for (int i = FirstSlide(n * block_size_); i < n; ++i)
+    if (pool_.slide(blocks[i]) == kv::kNoSlide) return false;
+  return true;
+}
+
 void Scheduler::DropOutOfWindow(SeqState* s) {
+  if (config_.slide_window > 0) {
+    // The next query is at num_computed.
+    const int drop = std::min(static_cast<int>(s->blocks.size()), FirstSlide(s->num_computed));
+    for (int b = s->slides_from; b < drop; ++b) pool_.DropSlide(s->blocks[b]);
+    s->slides_from = std::max(s->slides_from, drop);
+  }
   if (config_.window <= 0 || s->num_computed < s->prompt_len) return;
   // The next query is at num_computed; every later one reads positions
   // from its own minus window - 1 on. Block b ends before that when

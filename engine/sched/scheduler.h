@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,6 +65,13 @@ struct SchedulerConfig {
   // offered (evictable), the rest goes back to the pool, and the sequence
   // offers nothing more. 0: no limit.
   int window = 0;
+  // A hybrid model's sliding layers' window, when the pool keeps their
+  // share of each block apart (kv::BlockPool slides): a sequence holds the
+  // slides of the blocks its next queries read in those layers and lets go
+  // of the others (which stay, unheld, until the pool needs them); a cached
+  // prefix is reused only as far as the slides of its last window are
+  // still there. 0: no slides.
+  int slide_window = 0;
 };
 
 struct ScheduledItem {
@@ -172,8 +180,14 @@ class Scheduler {
   // `reserve` more (FutureBlocks of the running set) are free or evictable.
   bool Admit(SeqState* s, int budget, int reserve, StepPlan* plan);
   void OfferToCache(SeqState* s);
-  // Lets go of the blocks no later query of `s` reads (SchedulerConfig::window).
+  // Lets go of the blocks no later query of `s` reads (SchedulerConfig::window),
+  // and of the slides (SchedulerConfig::slide_window).
   void DropOutOfWindow(SeqState* s);
+  // With slides: the first of `blocks` whose slide a query at `pos` reads.
+  int FirstSlide(int pos) const;
+  // Whether every block a query at blocks.size() * block_size reads in the
+  // sliding layers still has its slide.
+  bool SlidesCover(std::span<const kv::BlockId> blocks) const;
   // Adds an item to the plan and tells the policy the service it gives.
   void Plan(const ScheduledItem& item, StepPlan* plan);
 

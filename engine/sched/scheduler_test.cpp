@@ -24,8 +24,8 @@ struct Sim {
   double clock = 0;
 
   Sim(int blocks, const std::string& policy_name, SchedulerConfig cfg,
-      const FairnessOptions& fairness = {})
-      : pool(blocks),
+      const FairnessOptions& fairness = {}, int slides = 0)
+      : pool(blocks, slides),
         cache(pool, 16),
         policy(MakePolicy(policy_name, fairness)),
         sched(cfg, pool, cache, *policy) {}
@@ -82,6 +82,16 @@ struct Sim {
           CHECK(pool.refcount(q.blocks[b]) >= 1);
         }
       }
+      // With slides: it holds the slides of its blocks from slides_from on,
+      // which covers every position the step's queries read in the sliding
+      // layers.
+      if (const int sw = sched.config().slide_window; sw > 0) {
+        CHECK(q.slides_from * cache.block_size() <= std::max(0, it.start - sw + 1));
+        for (size_t b = q.slides_from; b < q.blocks.size(); ++b) {
+          CHECK(pool.slide(q.blocks[b]) != kv::kNoSlide);
+          CHECK(pool.slide_holds(q.blocks[b]) >= 1);
+        }
+      }
       total += it.n_tokens;
       // One token left and already running before this step: a decode (or
       // the last prompt token after chunked prefill), planned in pass 1.
@@ -113,10 +123,13 @@ TEST_CASE("random workload: invariants hold, everything finishes, no block leaks
     SchedulerConfig cfg;
     cfg.max_running = 8;
     cfg.max_batch_tokens = 48;
-    // A quarter of the runs have a model whose layers all slide.
+    // A quarter of the runs have a model whose layers all slide, a quarter
+    // a hybrid one whose sliding layers keep few slides.
     if (seed % 4 == 0) cfg.window = 8 + static_cast<int>(seed % 40);
+    if (seed % 4 == 2) cfg.slide_window = 8 + static_cast<int>(seed % 40);
     CAPTURE(cfg.window);
-    Sim sim(40, "priority", cfg);
+    CAPTURE(cfg.slide_window);
+    Sim sim(40, "priority", cfg, {}, cfg.slide_window > 0 ? 36 : 0);
     int steps = 0;
     for (int round = 0; round < 400; ++round) {
       if (rng() % 3 == 0) {
@@ -145,9 +158,63 @@ TEST_CASE("random workload: invariants hold, everything finishes, no block leaks
     for (auto& s : sim.seqs) CHECK(s->status == SeqStatus::kFinished);
     // Everything not free is held by the prefix cache, and eviction frees it all.
     CHECK(sim.pool.num_free() + sim.cache.stats().cached_blocks == sim.pool.num_blocks());
+    for (kv::BlockId b : sim.cache.CachedBlocks()) CHECK(sim.pool.slide_holds(b) == 0);
     sim.cache.Evict(sim.pool.num_blocks());
     CHECK(sim.pool.num_free() == sim.pool.num_blocks());
+    CHECK(sim.pool.num_free_slides() == sim.pool.num_slides());
   }
+}
+
+TEST_CASE("slides: a cached prefix is reused as far as its last window's slides remain") {
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 64;
+  cfg.slide_window = 16;
+  Sim sim(32, "fcfs", cfg, {}, /*slides=*/8);
+  SeqState* a = sim.Submit(64, 8, GoalClass::kThroughput, /*shared=*/64);
+  while (!sim.Idle()) sim.Step();
+  // Its 4 prompt blocks are cached; the slides of the first ones were let go.
+  const std::vector<int32_t> prefix(a->tokens.begin(), a->tokens.begin() + 64);
+  const kv::PrefixMatch cached = sim.cache.Lookup(0, prefix);
+  REQUIRE(cached.blocks.size() == 4);
+  for (kv::BlockId b : cached.blocks) CHECK(sim.pool.slide_holds(b) == 0);
+  auto slides_kept = [&] {
+    std::vector<bool> kept;
+    for (kv::BlockId b : cached.blocks) kept.push_back(sim.pool.slide(b) != kv::kNoSlide);
+    return kept;
+  };
+  SUBCASE("every slide still there: the whole match") {
+    SeqState* b = sim.Submit(64, 4, GoalClass::kThroughput, /*shared=*/64);
+    sim.Step();
+    CHECK(b->cached_tokens == 48);  // all but the last block: its last token is computed
+  }
+  SUBCASE("the slides of the match's last window taken back: a shorter match") {
+    // New blocks take back the slides let go longest ago, until block 2's
+    // (the one a query at 48 reads in a window of 16) is gone.
+    std::vector<kv::BlockId> taken;
+    while (sim.pool.slide(cached.blocks[2]) != kv::kNoSlide) {
+      std::optional<kv::BlockId> t = sim.pool.Allocate();
+      REQUIRE(t.has_value());
+      taken.push_back(*t);
+    }
+    for (kv::BlockId t : taken) {
+      sim.pool.DropSlide(t);
+      sim.pool.Release(t);
+    }
+    const std::vector<bool> kept = slides_kept();
+    CHECK_FALSE(kept[2]);
+    // The longest k <= 3 whose window's block (k - 1, for k * 16 - 15 on) has its slide.
+    int want = 0;
+    for (int k = 3; k > 0; --k)
+      if (kept[k - 1]) {
+        want = k;
+        break;
+      }
+    SeqState* b = sim.Submit(64, 4, GoalClass::kThroughput, /*shared=*/64);
+    sim.Step();
+    CHECK(b->cached_tokens == want * 16);
+  }
+  while (!sim.Idle()) sim.Step();
+  CHECK(sim.pool.num_free() + sim.cache.stats().cached_blocks == sim.pool.num_blocks());
 }
 
 TEST_CASE("a sliding window lets go of old blocks: a long output fits a small pool") {

@@ -35,6 +35,9 @@ struct SeqState {
   // Leading blocks it let go because no later query reads them
   // (SchedulerConfig::window); their entries are kv::kNoBlock.
   int dropped_blocks = 0;
+  // With slides (SchedulerConfig::slide_window): leading blocks whose slide
+  // it does not hold; it holds the slides of the rest.
+  int slides_from = 0;
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;

@@ -60,6 +60,8 @@ const char* kBenchHelp =
     "  --kv-host SIZE       a host-memory tier under the KV cache (as braid serve's; default\n"
     "                       off); --rate rows then say the prompt tokens found on the device\n"
     "                       and in the tier, those computed, and the copies each way\n"
+    "  --kv-slides S        on (default) or off: a model whose layers partly slide keeps\n"
+    "                       their KV apart (as braid serve's)\n"
     "  --spec KIND[:N][:fixed]   speculative decoding (docs/speculation.md; default off)\n"
     "  -r, --reps N         1..1000 (default 1)\n"
     "  each request's context (shared prefix + prompt + generated tokens) may be at most\n"

@@ -576,8 +576,11 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
              const std::string& json) {
   const ModelInfo& info = engine.model()->info();
   const EngineStats st = engine.stats();
-  std::printf("device: %s; KV pool %d tokens (%.1f GB)\n", info.device.c_str(),
+  std::printf("device: %s; KV pool %d tokens (%.1f GB)", info.device.c_str(),
               st.kv_blocks_total * block_size, st.kv_pool_bytes / 1e9);
+  if (st.kv_slides_total > 0)
+    std::printf(", the sliding layers' in %d slides of %d tokens", st.kv_slides_total, block_size);
+  std::printf("\n");
   std::printf(
       "| rate req/s | requests | wall s | out tok/s | in tok/s | req/s | TTFT mean ms | p50 | p99 "
       "| ITL mean ms | p50 | p99 | E2E p50 s | p99 | preemptions | steps | forward |\n");
@@ -645,6 +648,7 @@ struct ServeBenchOptions {
   double kv_reserve = 0.5;
   int rate_kv_tokens = 0;
   int64_t kv_host_bytes = 0;   // --kv-host
+  bool kv_slides = true;       // --kv-slides
   std::vector<double> shares;  // --clients
   std::string policy = "fcfs";
   double locality_bound = 0, cached_weight = 0;
@@ -678,6 +682,10 @@ int ReadServeBenchOptions(Args& args, ServeBenchOptions* o) {
     o->kv_host_bytes = *host;
   else
     args.Fail("option --kv-host: " + host.status().message());
+  const std::string slides = args.Str({"--kv-slides"}, "on");
+  if (slides != "on" && slides != "off")
+    args.Fail("option --kv-slides: '" + slides + "' is not on or off");
+  o->kv_slides = slides == "on";
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
     o->shares.push_back(share);
   o->policy = args.Str({"--policy"}, "fcfs");
@@ -720,6 +728,7 @@ int RateBench(const ServeBenchOptions& o) {
   eo.model.context = static_cast<int>(context);
   eo.kv_tokens = o.rate_kv_tokens;
   eo.kv_host_bytes = o.kv_host_bytes;
+  eo.kv_slides = o.kv_slides;
   eo.max_running = o.max_running;
   eo.max_batch_tokens = o.batch_tokens;
   eo.max_waiting = o.requests;

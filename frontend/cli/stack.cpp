@@ -75,6 +75,10 @@ const char* const kStackHelp =
     "      --kv-prefetch P     with --kv-host: on (default) copies a context expected back\n"
     "                          (a program's next call after a tool) from the tier ahead of\n"
     "                          its call, into free blocks; off: only when the call comes\n"
+    "      --kv-slides S       on (default) or off: a model whose layers partly slide\n"
+    "                          (Gemma 3) keeps its sliding layers' KV apart, enough for\n"
+    "                          every running call's window, so a long context costs only\n"
+    "                          the other layers' KV (CPU; not with --kv-host)\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -122,6 +126,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--retain-kv",
                                                      "--kv-host",
                                                      "--kv-prefetch",
+                                                     "--kv-slides",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -193,6 +198,10 @@ StackOptions ReadStackOptions(Args& args) {
   if (prefetch != "on" && prefetch != "off")
     args.Fail("option --kv-prefetch: '" + prefetch + "' is not on or off");
   o.kv_host_prefetch = prefetch == "on";
+  const std::string slides = args.Str({"--kv-slides"}, "on");
+  if (slides != "on" && slides != "off")
+    args.Fail("option --kv-slides: '" + slides + "' is not on or off");
+  o.kv_slides = slides == "on";
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -310,6 +319,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.anti_thrash = options.anti_thrash;
   eo.kv_host_bytes = options.kv_host_bytes;
   eo.kv_host_prefetch = options.kv_host_prefetch;
+  eo.kv_slides = options.kv_slides;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;

@@ -37,6 +37,7 @@ struct StackOptions {
   bool retain_kv = false;        // --retain-kv ttl: RetentionOptions::pin
   int64_t kv_host_bytes = 0;     // --kv-host: EngineOptions::kv_host_bytes, per engine
   bool kv_host_prefetch = true;  // --kv-prefetch: EngineOptions::kv_host_prefetch
+  bool kv_slides = true;         // --kv-slides: EngineOptions::kv_slides
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).
   bool fair = false;

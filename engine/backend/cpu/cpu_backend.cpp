@@ -29,9 +29,11 @@ constexpr int kDescribeBlockSize = 16;
 class CpuKvMemory final : public KvMemory {
  public:
   CpuKvMemory(const ModelConfig& c, int n_blocks, int block_size, kernels::KvType type,
-              bool k_transposed)
-      : store_(c.n_layer, n_blocks, block_size, c.n_head_kv, c.head_dim, type, k_transposed) {}
+              bool k_transposed, int n_slides = 0)
+      : store_(c.n_layer, n_blocks, block_size, c.n_head_kv, c.head_dim, type, k_transposed,
+               n_slides, c.sliding) {}
   int n_blocks() const override { return store_.n_blocks(); }
+  int n_slides() const override { return store_.n_slides(); }
   int block_size() const override { return store_.block_size(); }
   size_t bytes() const override { return store_.bytes(); }
   KvStore& store() { return store_; }
@@ -141,13 +143,27 @@ class CpuBackend final : public Backend {
   uint64_t KvMemoryAvailable() const override { return AvailableMemoryBytes(); }
 
   Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
+    return AllocateSlidedKv(n_blocks, 0, block_size);
+  }
+  // A hybrid model's sliding layers' share of a block.
+  size_t KvSlideBytes(int block_size) const override {
+    int sliding = 0;
+    for (int i = 0; i < config_.n_layer; ++i) sliding += config_.Sliding(i);
+    if (sliding == 0 || sliding == config_.n_layer) return 0;
+    return KvStore::BlockBytes(sliding, block_size, config_.n_head_kv, config_.head_dim,
+                               forward_->KvTypeFor(block_size));
+  }
+  Result<std::unique_ptr<KvMemory>> AllocateSlidedKv(int n_blocks, int n_slides,
+                                                     int block_size) override {
     if (n_blocks < 1 || block_size < 1)
       return Status::InvalidArgument("KV memory needs at least one block of one slot, got " +
                                      std::to_string(n_blocks) + " blocks of " +
                                      std::to_string(block_size));
+    if (n_slides > 0 && KvSlideBytes(block_size) == 0)
+      return Status::InvalidArgument("slides are for models whose layers partly slide");
     return std::unique_ptr<KvMemory>(new CpuKvMemory(config_, n_blocks, block_size,
                                                      forward_->KvTypeFor(block_size),
-                                                     forward_->KTransposed(block_size)));
+                                                     forward_->KTransposed(block_size), n_slides));
   }
 
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
@@ -155,7 +171,12 @@ class CpuBackend final : public Backend {
     if (cpu_kv == nullptr)
       return Status::InvalidArgument("the KV memory was not allocated by the CPU backend");
     int64_t tokens = 0;
-    for (const BatchSegment& s : batch) tokens += s.n_tokens;
+    for (const BatchSegment& s : batch) {
+      tokens += s.n_tokens;
+      if (cpu_kv->n_slides() > 0 && s.slide_table == nullptr)
+        return Status::InvalidArgument(
+            "the KV memory keeps slides: every segment needs its slide table");
+    }
     if (tokens > max_chunk())
       return Status::InvalidArgument("a batch of " + std::to_string(tokens) +
                                      " tokens exceeds the backend's " +

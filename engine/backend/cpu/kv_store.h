@@ -8,6 +8,11 @@
 // (block_size and head_dim multiples of 4).
 // Which blocks a sequence uses is its block table (kv::BlockPool and the
 // radix cache decide that); this class only holds the numbers.
+//
+// With slides (a hybrid model's sliding layers kept apart, kv::BlockPool),
+// the layers `sliding` marks hold n_slides blocks (slides, indexed by a
+// sequence's slide table) and the others n_blocks; a block's bytes
+// (block_bytes, CopyBlockOut/In) are then those of the other layers.
 #pragma once
 
 #include <cstddef>
@@ -24,24 +29,28 @@ namespace braid {
 class KvStore {
  public:
   KvStore(int n_layer, int n_blocks, int block_size, int n_kv, int head_dim,
-          kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false)
+          kernels::KvType type = kernels::KvType::kF32, bool k_transposed = false, int n_slides = 0,
+          const std::vector<bool>& sliding = {})
       : n_layer_(n_layer),
         n_blocks_(n_blocks),
+        n_slides_(n_slides),
         block_size_(block_size),
         n_kv_(n_kv),
         head_dim_(head_dim),
         type_(type),
         k_transposed_(k_transposed),
         elem_(kernels::KvElementBytes(type)),
-        k_(static_cast<size_t>(n_layer) * n_blocks * block_size * n_kv * head_dim * elem_),
+        layer_base_(LayerBases(n_layer, n_blocks, n_slides, sliding)),
+        k_(layer_base_.back() * block_size * n_kv * head_dim * elem_),
         v_(k_.size()),
-        k_scale_(type == kernels::KvType::kQ8
-                     ? static_cast<size_t>(n_layer) * n_blocks * n_kv * block_size
-                     : 0),
+        k_scale_(type == kernels::KvType::kQ8 ? layer_base_.back() * n_kv * block_size : 0),
         v_scale_(k_scale_.size()) {}
 
   int n_layer() const { return n_layer_; }
   int n_blocks() const { return n_blocks_; }
+  int n_slides() const { return n_slides_; }
+  // Whether layer `layer` is kept in slides (read through the slide table).
+  bool InSlides(int layer) const { return !full_[layer]; }
   int block_size() const { return block_size_; }
   int kv_dim() const { return n_kv_ * head_dim_; }
   kernels::KvType type() const { return type_; }
@@ -73,8 +82,12 @@ class KvStore {
     }
   }
 
-  // bytes() / n_blocks(): what CopyBlockOut writes.
-  size_t block_bytes() const { return BlockBytes(n_layer_, block_size_, n_kv_, head_dim_, type_); }
+  // What CopyBlockOut writes: bytes() / n_blocks() without slides.
+  size_t block_bytes() const {
+    int full = 0;
+    for (int l = 0; l < n_layer_; ++l) full += !InSlides(l);
+    return BlockBytes(full, block_size_, n_kv_, head_dim_, type_);
+  }
   // Copies every layer's K and V (and q8 scales) of `block` to `dst`
   // (block_bytes()), or back from `src`.
   void CopyBlockOut(int block, uint8_t* dst) const {
@@ -128,6 +141,7 @@ class KvStore {
                               ? static_cast<size_t>(s.block_size_) * s.n_kv_ * sizeof(float)
                               : 0;
     for (int layer = 0; layer < s.n_layer_; ++layer) {
+      if (s.InSlides(layer)) continue;
       const size_t at = s.Offset(layer, block) * s.elem_;
       f(s.k_.data() + at, tile);
       f(s.v_.data() + at, tile);
@@ -140,12 +154,25 @@ class KvStore {
   // First element of (layer, block), and its first row scale (kQ8: one per slot and KV head).
   size_t Offset(int layer, int block) const { return ScaleOffset(layer, block) * head_dim_; }
   size_t ScaleOffset(int layer, int block) const {
-    return (static_cast<size_t>(layer) * n_blocks_ + block) * block_size_ * n_kv_;
+    return (layer_base_[layer] + block) * block_size_ * n_kv_;
   }
-  int n_layer_, n_blocks_, block_size_, n_kv_, head_dim_;
+  // Per layer its first block in the store, and the total after the last.
+  std::vector<size_t> LayerBases(int n_layer, int n_blocks, int n_slides,
+                                 const std::vector<bool>& sliding) {
+    std::vector<size_t> base(1, 0);
+    for (int l = 0; l < n_layer; ++l) {
+      const bool slides = n_slides > 0 && l < static_cast<int>(sliding.size()) && sliding[l];
+      full_.push_back(!slides);
+      base.push_back(base.back() + static_cast<size_t>(slides ? n_slides : n_blocks));
+    }
+    return base;
+  }
+  int n_layer_, n_blocks_, n_slides_, block_size_, n_kv_, head_dim_;
   kernels::KvType type_;
   bool k_transposed_;
   size_t elem_;
+  std::vector<bool> full_;  // per layer: not in slides (set by LayerBases)
+  std::vector<size_t> layer_base_;
   // Zeroed, and touched only as blocks fill (a pool sized from memory costs
   // what its sequences use).
   kernels::ZeroedBuffer<uint8_t> k_, v_;

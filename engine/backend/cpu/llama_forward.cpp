@@ -280,8 +280,9 @@ void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, K
   if (!l.k_norm.empty()) kernels::RmsNorm(k, l.k_norm.data(), c_.rms_eps, hd, k);
   kernels::RopeApply(k, c_.n_rot, RopeCos(layer, t), RopeSin(layer, t), c_.rope_neox);
   const int bs = kv.block_size(), pos = pos_[t];
-  kv.Put(false, layer, table_[t][pos / bs], pos % bs, g, k);
-  kv.Put(true, layer, table_[t][pos / bs], pos % bs, g, v);
+  const int32_t block = Table(kv, layer, t)[pos / bs];
+  kv.Put(false, layer, block, pos % bs, g, k);
+  kv.Put(true, layer, block, pos % bs, g, v);
 }
 
 // Biases, rotations and K/V stores of the team's tokens, split over its threads.
@@ -341,7 +342,7 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
       RopeStoreKv(l, layer, t, h / group, kv);
       for (int i = 0; i < per_item; ++i) RopeQuery(l, layer, t, h + i);
     }
-    pk.block_table = table_[t];
+    pk.block_table = Table(kv, layer, t);
     const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
     const int len = pos_[t] + 1;
     if (window > 0 && len > window) {
@@ -351,7 +352,7 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
     }
     const bool ahead = next >= 0 && !windowed(next);
     kernels::AttendNext nx{};
-    if (ahead) nx = {table_[token(next)], head(next) / group, pos_[token(next)] + 1};
+    if (ahead) nx = {Table(kv, layer, token(next)), head(next) / group, pos_[token(next)] + 1};
     kernels::AttendPaged(&q_[off], per_item, hd, pk, h / group, len, scale, scratch, &att_[off],
                          ahead ? &nx : nullptr);
   };
@@ -359,7 +360,7 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
   // first item of a run: its K rows before it).
   auto items_from = [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
-    pk.block_table = table_[token(begin)];
+    pk.block_table = Table(kv, layer, token(begin));
     if (!windowed(begin))
       kernels::AttendPrefetch(pk, hd, head(begin) / group, pos_[token(begin)] + 1);
     for (int64_t it = begin; it < end; ++it) item(it, it + 1 < end ? it + 1 : -1);
@@ -542,6 +543,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
   ids_.clear();
   pos_.clear();
   table_.clear();
+  slide_table_.clear();
   out_rows_.clear();
   for (const BatchSegment& seg : batch) {
     for (int i = 0; i < seg.n_tokens; ++i) {
@@ -549,6 +551,7 @@ void LlamaForward::Forward(std::span<const BatchSegment> batch, KvStore& kv, flo
       ids_.push_back(seg.tokens[i]);
       pos_.push_back(seg.pos0 + i);
       table_.push_back(seg.block_table);
+      slide_table_.push_back(seg.slide_table);
     }
   }
   const int n = static_cast<int>(ids_.size());

@@ -180,6 +180,12 @@ class LlamaForward {
   // Per token of the current batch: its position and its segment's block table.
   std::vector<int> pos_;
   std::vector<const int32_t*> table_;
+  std::vector<const int32_t*> slide_table_;  // per token; null without slides
+  // Token t's table for layer `layer`: its slide table where kv keeps the
+  // layer in slides.
+  const int32_t* Table(const KvStore& kv, int layer, int t) const {
+    return kv.InSlides(layer) ? slide_table_[t] : table_[t];
+  }
   std::vector<int32_t> ids_;
   std::vector<int> out_rows_;  // tokens whose logits are wanted
   std::vector<Team> teams_;    // Teams(): one per thread, or one for all

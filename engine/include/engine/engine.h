@@ -85,6 +85,13 @@ struct EngineOptions {
   // recomputed. Its size in bytes: 0 = none, -1 = a quarter of the host's
   // available memory. Greedy outputs are the same with it or without.
   int64_t kv_host_bytes = 0;
+  // A hybrid model's sliding layers (Gemma 3: five in six) keep their KV in
+  // slides apart from the blocks (kv::BlockPool), enough for every running
+  // sequence's window (max_running x (window + max_batch_tokens)), so a
+  // long context costs the other layers' KV; slides no window needs stay
+  // for prefix hits until taken back. Off, with the host tier, or on a
+  // backend without slides (CUDA), a block holds every layer's share.
+  bool kv_slides = true;
   // With the tier: prefixes expected back (ExpectUse, Prefetch) are copied
   // back ahead of their request, into free blocks.
   bool kv_host_prefetch = true;
@@ -128,6 +135,10 @@ using DeltaCallback = std::function<void(const Delta&)>;
 struct EngineStats {
   int running = 0, waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  // Slides (EngineOptions::kv_slides): in all, and taken back from blocks
+  // whose slide no window held so far.
+  int kv_slides_total = 0;
+  uint64_t kv_slides_taken_back = 0;
   uint64_t kv_pool_bytes = 0;  // the KV pool's size (all blocks, K and V)
   // The memory the pool could take when the engine opened
   // (Backend::KvMemoryAvailable: the host's, or the device's after the weights).
