@@ -184,6 +184,12 @@ std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineSta
        [](const EngineStats& s) { return static_cast<double>(s.kv_blocks_cached); }},
       {"kv_blocks_total", "gauge", "KV cache blocks in all.",
        [](const EngineStats& s) { return static_cast<double>(s.kv_blocks_total); }},
+      {"kv_slides_total", "gauge",
+       "KV slides in all: a hybrid model's sliding layers' share of blocks (0: none).",
+       [](const EngineStats& s) { return static_cast<double>(s.kv_slides_total); }},
+      {"kv_slides_taken_back_total", "counter",
+       "KV slides taken back from cached blocks whose slide no window held.",
+       [](const EngineStats& s) { return static_cast<double>(s.kv_slides_taken_back); }},
       {"kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).",
        [](const EngineStats& s) {
          return s.kv_blocks_total > 0

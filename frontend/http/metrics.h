@@ -78,7 +78,8 @@ void KeepOnlyClient(const std::string& client, MetricsSnapshot* m,
 // generation_tokens_total, client_prompt_tokens_total,
 // client_generation_tokens_total, client_requests_total (label client);
 // num_requests_running, num_requests_waiting, kv_blocks_used, kv_blocks_free,
-// kv_blocks_cached, kv_blocks_total, kv_cache_usage_perc (gauges); prefix_cache_queries_total,
+// kv_blocks_cached, kv_blocks_total, kv_slides_total, kv_cache_usage_perc (gauges);
+// kv_slides_taken_back_total, prefix_cache_queries_total,
 // prefix_cache_hits_total (tokens), engine_preemptions_total.
 std::string RenderPrometheus(const MetricsSnapshot& m, std::span<const EngineStats> engines,
                              std::string_view model_name);

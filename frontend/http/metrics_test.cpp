@@ -65,6 +65,8 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   e.kv_blocks_total = 100;
   e.kv_blocks_free = 75;
   e.kv_blocks_cached = 10;
+  e.kv_slides_total = 12;
+  e.kv_slides_taken_back = 3;
   e.prompt_tokens = 400;
   e.cached_prompt_tokens = 120;
   e.spec_proposed = 50;
@@ -92,6 +94,8 @@ TEST_CASE("the Prometheus text has cumulative buckets, totals and engine gauges"
   has("braid:kv_blocks_cached{model_name=\"m1\",engine=\"0\"} 10");
   has("braid:kv_blocks_total{model_name=\"m1\",engine=\"0\"} 100");
   has("braid:kv_cache_usage_perc{model_name=\"m1\",engine=\"0\"} 0.25");
+  has("braid:kv_slides_total{model_name=\"m1\",engine=\"0\"} 12");
+  has("braid:kv_slides_taken_back_total{model_name=\"m1\",engine=\"0\"} 3");
   has("braid:prefix_cache_queries_total{model_name=\"m1\",engine=\"0\"} 400");
   has("braid:prefix_cache_hits_total{model_name=\"m1\",engine=\"0\"} 120");
   has("braid:spec_decode_num_draft_tokens_total{model_name=\"m1\",engine=\"0\"} 50");
