@@ -115,6 +115,36 @@ TEST_CASE("Engine::Open: a step takes at most the backend's chunk of tokens") {
   CHECK_MESSAGE(good.ok(), good.status().ToString());
 }
 
+// A tiny fixture model's transformers continuations (64 greedy tokens per
+// prompt) run through the serving engine with `o` (pool and steps set by
+// the caller): every continuation must be transformers', and the pool
+// whole again once they are done. Returns the preemptions.
+int RunFixtureContinuations(const std::string& name, EngineOptions o, EngineStats* stats) {
+  auto records =
+      ReadLogitsFixture(std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/logits/" + name + ".bin");
+  REQUIRE_MESSAGE(records.ok(), records.status().ToString());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const LogitsRecord& r : *records) prompts.push_back(r.ids);
+  o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+  o.model.require_tokenizer = false;  // the fixture has none: ids only
+  o.model.context = 128;
+  o.model.cpu.exact = true;
+  auto engine = Engine::Open(o);
+  REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+  auto handles = SubmitGreedy(**engine, prompts, 64);
+  int preemptions = 0;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    CAPTURE(i);
+    Completion c = handles[i]->Wait();
+    CHECK(c.finish_reason == "length");
+    CHECK(c.tokens == (*records)[i].gen);
+    preemptions += c.preemptions;
+  }
+  *stats = (*engine)->stats();
+  CHECK(stats->kv_blocks_free + stats->kv_blocks_cached == stats->kv_blocks_total);
+  return preemptions;
+}
+
 TEST_CASE("a model whose layers all slide runs in a pool shorter than its sequences") {
   // mistral_sliding_tiny: window 8 in both layers. Its six prompts (1 to 40
   // tokens) continue 64 tokens each, up to 104 positions, all at once in a
@@ -123,37 +153,16 @@ TEST_CASE("a model whose layers all slide runs in a pool shorter than its sequen
   // blocks, or the window and a step's 16 tokens). Admission keeping KV for
   // growth, and none (preemptions and recomputes): the continuations are
   // transformers'.
-  const std::string name = "mistral_sliding_tiny";
-  auto records =
-      ReadLogitsFixture(std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/logits/" + name + ".bin");
-  REQUIRE_MESSAGE(records.ok(), records.status().ToString());
-  std::vector<std::vector<int32_t>> prompts;
-  for (const LogitsRecord& r : *records) prompts.push_back(r.ids);
   for (double reserve : {0.5, 0.0}) {
     CAPTURE(reserve);
     EngineOptions o = Options(4 * 16);
-    o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-    o.model.require_tokenizer = false;  // the fixture has none: ids only
-    o.model.context = 128;
-    o.model.cpu.exact = true;
     o.max_batch_tokens = 16;
     o.kv_growth_reserve = reserve;
-    auto engine = Engine::Open(o);
-    REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
-    auto handles = SubmitGreedy(**engine, prompts, 64);
-    int preemptions = 0;
-    for (size_t i = 0; i < handles.size(); ++i) {
-      CAPTURE(i);
-      Completion c = handles[i]->Wait();
-      CHECK(c.finish_reason == "length");
-      CHECK(c.tokens == (*records)[i].gen);
-      preemptions += c.preemptions;
-    }
+    EngineStats s;
+    const int preemptions = RunFixtureContinuations("mistral_sliding_tiny", o, &s);
     MESSAGE("KV growth reserve " << reserve << ": " << preemptions << " preemptions");
     if (reserve == 0) CHECK(preemptions > 0);
-    EngineStats s = (*engine)->stats();
     CHECK(s.kv_blocks_total == 4);
-    CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
   }
 }
 
@@ -166,43 +175,22 @@ TEST_CASE("a hybrid model keeps its sliding layers in few slides, taken back and
   // cached prefix is reused only as far as its last window's slides are
   // still there. Admission keeping KV for growth, and none (preemptions);
   // with slides and without: the continuations are transformers'.
-  const std::string name = "gemma3_tiny";
-  auto records =
-      ReadLogitsFixture(std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/logits/" + name + ".bin");
-  REQUIRE_MESSAGE(records.ok(), records.status().ToString());
-  std::vector<std::vector<int32_t>> prompts;
-  for (const LogitsRecord& r : *records) prompts.push_back(r.ids);
   for (bool slides : {true, false})
     for (double reserve : {0.5, 0.0}) {
       CAPTURE(slides);
       CAPTURE(reserve);
       EngineOptions o = Options(10 * 16);
-      o.model.path = std::string(BRAID_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-      o.model.require_tokenizer = false;  // the fixture has none: ids only
-      o.model.context = 128;
-      o.model.cpu.exact = true;
       o.max_batch_tokens = 16;
       o.max_running = 2;
       o.kv_growth_reserve = reserve;
       o.kv_slides = slides;
-      auto engine = Engine::Open(o);
-      REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
-      auto handles = SubmitGreedy(**engine, prompts, 64);
-      int preemptions = 0;
-      for (size_t i = 0; i < handles.size(); ++i) {
-        CAPTURE(i);
-        Completion c = handles[i]->Wait();
-        CHECK(c.finish_reason == "length");
-        CHECK(c.tokens == (*records)[i].gen);
-        preemptions += c.preemptions;
-      }
-      EngineStats s = (*engine)->stats();
+      EngineStats s;
+      const int preemptions = RunFixtureContinuations("gemma3_tiny", o, &s);
       MESSAGE("slides " << slides << ", reserve " << reserve << ": " << preemptions
                         << " preemptions, " << s.kv_slides_taken_back << " slides taken back");
       CHECK(s.kv_blocks_total == 10);
       CHECK(s.kv_slides_total == (slides ? 8 : 0));
       if (slides) CHECK(s.kv_slides_taken_back > 0);
-      CHECK(s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total);
     }
 }
 
