@@ -374,16 +374,19 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   // window and a step's chunk, and a block at each end.
   const size_t slide_bytes =
       r.kv_slides && r.kv_host_bytes == 0 ? backend.KvSlideBytes(r.block_size) : 0;
-  int slides = 0;
-  if (slide_bytes > 0)
-    slides =
-        r.max_running *
-        ((model->config().sliding_window + r.max_batch_tokens + r.block_size - 1) / r.block_size +
-         2);
+  const int slides_per_sequence =
+      (model->config().sliding_window + r.max_batch_tokens + r.block_size - 1) / r.block_size + 2;
+  int slides = slide_bytes > 0 ? r.max_running * slides_per_sequence : 0;
   int blocks = r.kv_blocks > 0 ? r.kv_blocks : (r.kv_tokens + r.block_size - 1) / r.block_size;
   if (r.kv_blocks == 0 && r.kv_tokens == 0) {
-    // The slides' bytes come off the share; blocks cost the other layers'.
+    // The slides take at most half the share (one sequence's at least:
+    // when fewer windows fit, sequences wait for slides), their bytes come
+    // off it, and blocks cost the other layers'.
     const double fraction = r.kv_memory_fraction / r.kv_memory_split;
+    if (slide_bytes > 0)
+      slides = static_cast<int>(std::max<double>(
+          slides_per_sequence,
+          std::min<double>(slides, static_cast<double>(available) * fraction / 2 / slide_bytes)));
     const double for_slides = static_cast<double>(slides) * slide_bytes / fraction;
     blocks = KvBlocksForMemory(
         static_cast<uint64_t>(std::max(0.0, static_cast<double>(available) - for_slides)), fraction,
