@@ -88,10 +88,10 @@ struct EngineOptions {
   // A hybrid model's sliding layers (Gemma 3: five in six) keep their KV in
   // slides apart from the blocks (kv::BlockPool), enough for every running
   // sequence's window (max_running x (window + max_batch_tokens); sized
-  // from memory, at most half of it), so a
-  // long context costs the other layers' KV; slides no window needs stay
-  // for prefix hits until taken back. Off, with the host tier, or on a
-  // backend without slides (CUDA), a block holds every layer's share.
+  // from memory, at most half of it), so a long context costs the other
+  // layers' KV; slides no window needs stay for prefix hits until taken
+  // back. Off, with the host tier, or on a backend without slides (CUDA),
+  // a block holds every layer's share.
   bool kv_slides = true;
   // With the tier: prefixes expected back (ExpectUse, Prefetch) are copied
   // back ahead of their request, into free blocks.
