@@ -65,7 +65,20 @@ void BlockPool::DropSlide(BlockId id) {
   if (slide_of_.empty()) return;
   assert(slide_holds_[id] > 0 && "DropSlide of an unheld slide");
   if (slide_holds_[id] <= 0) return;
-  if (--slide_holds_[id] == 0) let_go_.push_back(id);
+  if (--slide_holds_[id] > 0) return;
+  let_go_.push_back(id);
+  // Entries of blocks held again or freed since, and repeats, are dropped
+  // once they outnumber the blocks: the queue stays within twice the pool.
+  if (let_go_.size() > 2 * refs_.size() + 16) {
+    std::vector<char> seen(refs_.size(), 0);
+    std::deque<BlockId> kept;
+    for (BlockId b : let_go_) {
+      if (slide_of_[b] == kNoSlide || slide_holds_[b] > 0 || seen[b]) continue;
+      seen[b] = 1;
+      kept.push_back(b);
+    }
+    let_go_.swap(kept);
+  }
 }
 
 void BlockPool::AddRef(BlockId id) {

@@ -104,6 +104,23 @@ TEST_CASE("a freed block gives its slide back") {
   CHECK(pool.slide(c) != kNoSlide);
 }
 
+TEST_CASE("a slide held and let go many times is still taken back once, in order") {
+  BlockPool pool(3, 2);
+  BlockId a = *pool.Allocate(), b = *pool.Allocate();
+  pool.DropSlide(b);
+  for (int i = 0; i < 1000; ++i) {  // the queue of let-go slides is compacted on the way
+    pool.HoldSlide(a);
+    pool.DropSlide(a);
+  }
+  pool.DropSlide(a);
+  pool.HoldSlide(a);
+  BlockId c = *pool.Allocate();  // b's, let go first
+  CHECK(pool.slide(b) == kNoSlide);
+  CHECK(pool.slide(a) != kNoSlide);
+  CHECK(pool.slide(c) != kNoSlide);
+  CHECK_FALSE(pool.Allocate().has_value());  // a's is held
+}
+
 TEST_CASE("without slides, the slide calls change nothing") {
   BlockPool pool(2);
   BlockId a = *pool.Allocate();
