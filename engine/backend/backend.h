@@ -34,8 +34,8 @@ struct BatchSegment {
   int pos0 = 0;  // position of tokens[0]; positions < pos0 are in the KV memory
   const int32_t* block_table = nullptr;  // blocks holding positions [0, pos0 + n_tokens)
   // With slides (KvMemory::n_slides): per entry of block_table its slide,
-  // where the sliding layers' share of the block lies (kv::kNoSlide where
-  // it was let go; the window of every query has its slides).
+  // where the sliding layers' share of the block lies; only the entries a
+  // query's window reads need be current.
   const int32_t* slide_table = nullptr;
   // Logits rows are produced for the new tokens at positions >= logits_from:
   // pos0 + n_tokens - 1 for the last token only, pos0 for all, kNoLogits for none.

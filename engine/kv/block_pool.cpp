@@ -38,18 +38,14 @@ std::optional<int32_t> BlockPool::TakeSlide() {
 
 std::optional<BlockId> BlockPool::Allocate() {
   if (free_.empty()) return std::nullopt;
-  int32_t slide = kNoSlide;
-  if (!slide_of_.empty()) {
-    std::optional<int32_t> s = TakeSlide();
-    if (!s) return std::nullopt;
-    slide = *s;
-  }
+  std::optional<int32_t> slide;
+  if (!slide_of_.empty() && !(slide = TakeSlide())) return std::nullopt;
   BlockId id = free_.back();
   free_.pop_back();
   assert(refs_[id] == 0 && "a block on the free list is referenced");
   refs_[id] = 1;
-  if (!slide_of_.empty()) {
-    slide_of_[id] = slide;
+  if (slide) {
+    slide_of_[id] = *slide;
     slide_holds_[id] = 1;
   }
   return id;

@@ -39,7 +39,7 @@ void ServingEngine::Step(Active& active) {
     if (!active.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
-  batch_.Assemble(plan, by_seq, pool_);
+  batch_.Assemble(plan, by_seq);
   const auto t0 = ServingClock::now();
   const Status forward = batch_.Forward(model_->backend(), *kv_);
   const auto t1 = ServingClock::now();

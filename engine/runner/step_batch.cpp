@@ -27,11 +27,8 @@ bool StepBatch::Plain(const ScheduledItem& it, int item_rows, ServingRequest& r)
          it.seq->generated() + it.guesses >= r.request().sampling.min_tokens;
 }
 
-void StepBatch::Assemble(const StepPlan& plan, const RequestsBySeq& by_seq,
-                         const kv::BlockPool& pool) {
+void StepBatch::Assemble(const StepPlan& plan, const RequestsBySeq& by_seq) {
   segments_.clear();
-  const bool slides = pool.num_slides() > 0;
-  if (slides && slide_tables_.size() < plan.items.size()) slide_tables_.resize(plan.items.size());
   first_row_.clear();
   rows_ = 0;
   bool argmax = true, top = true;
@@ -44,13 +41,7 @@ void StepBatch::Assemble(const StepPlan& plan, const RequestsBySeq& by_seq,
     seg.n_tokens = it.n_tokens;
     seg.pos0 = it.start;
     seg.block_table = it.seq->blocks.data();
-    if (slides) {
-      std::vector<int32_t>& t = slide_tables_[segments_.size()];
-      t.clear();
-      for (kv::BlockId b : it.seq->blocks)
-        t.push_back(b == kv::kNoBlock ? kv::kNoSlide : pool.slide(b));
-      seg.slide_table = t.data();
-    }
+    if (!it.seq->slides.empty()) seg.slide_table = it.seq->slides.data();
     seg.logits_from = LogitsFrom(it);
     first_row_.push_back(rows_);
     const int item_rows = std::max(0, it.start + it.n_tokens - seg.logits_from);

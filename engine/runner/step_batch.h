@@ -39,9 +39,8 @@ class StepBatch {
 
   // Builds the segments of `plan`: an item that checks guesses runs its
   // request's pass() (the last token, then the guesses), others their
-  // sequence's tokens; chooses what the rows bring back. With slides in
-  // `pool`, each segment gets its slide table.
-  void Assemble(const StepPlan& plan, const RequestsBySeq& by_seq, const kv::BlockPool& pool);
+  // sequence's tokens; chooses what the rows bring back.
+  void Assemble(const StepPlan& plan, const RequestsBySeq& by_seq);
   // Runs the assembled batch through `backend` on `kv`. Errors: the
   // backend's (the step's requests then fail).
   Status Forward(Backend& backend, KvMemory& kv);
@@ -68,8 +67,7 @@ class StepBatch {
   const int n_vocab_;
   const std::vector<int32_t>& eog_ids_;
   std::vector<BatchSegment> segments_;
-  std::vector<std::vector<int32_t>> slide_tables_;  // per segment, with slides
-  std::vector<int> first_row_;                      // per item
+  std::vector<int> first_row_;  // per item
   int rows_ = 0;
   Output output_ = Output::kLogits;
   int top_k_ = 1;

@@ -53,6 +53,7 @@ void Scheduler::ReleaseBlocks(SeqState* s) {
     pool_.Release(b);
   }
   s->blocks.clear();
+  s->slides.clear();
   s->dropped_blocks = 0;
   s->slides_from = 0;
   if (s->lock) cache_.Unlock(s->lock);
@@ -98,7 +99,7 @@ bool Scheduler::EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_p
   while (static_cast<int>(s->blocks.size()) < need) {
     kv::BlockId id;
     if (AllocateBlock(&id)) {
-      s->blocks.push_back(id);
+      Append(s, id);
       continue;
     }
     if (!may_preempt) return false;
@@ -200,8 +201,10 @@ bool Scheduler::Admit(SeqState* s, int budget, int reserve, StepPlan* plan) {
   if (reserving && available() < want) return refuse();
   if (pool_.num_free() < need) cache_.Evict(need - pool_.num_free());
   if (pool_.num_free() < need) return refuse();
-  for (kv::BlockId b : match.blocks) pool_.AddRef(b);
-  s->blocks = match.blocks;
+  for (kv::BlockId b : match.blocks) {
+    pool_.AddRef(b);
+    Append(s, b);
+  }
   if (config_.slide_window > 0) {
     // It holds the slides its first queries read.
     s->slides_from = FirstSlide(static_cast<int>(match.blocks.size()) * block_size_);
@@ -349,7 +352,7 @@ int Scheduler::AddGuesses(ScheduledItem* item, int guesses, StepPlan* plan) {
       n = std::max(0, static_cast<int>(s->blocks.size()) * block_size_ - end);
       break;
     }
-    s->blocks.push_back(*b);
+    Append(s, *b);
   }
   item->n_tokens += n;
   item->guesses += n;
@@ -367,6 +370,11 @@ void Scheduler::Commit(const StepPlan& plan) {
       OfferToCache(it.seq);
     DropOutOfWindow(it.seq);
   }
+}
+
+void Scheduler::Append(SeqState* s, kv::BlockId b) {
+  s->blocks.push_back(b);
+  if (config_.slide_window > 0) s->slides.push_back(pool_.slide(b));
 }
 
 int Scheduler::FirstSlide(int pos) const {

@@ -166,6 +166,8 @@ class Scheduler {
 
  private:
   bool EnsureBlocks(SeqState* s, int tokens, StepPlan* plan, bool may_preempt);
+  // Appends block b to s's table (and, with slides, its slide).
+  void Append(SeqState* s, kv::BlockId b);
   bool AllocateBlock(kv::BlockId* id);
   void Preempt(SeqState* victim, StepPlan* plan);
   // Blocks `s` may still take: its prompt still to compute and growth_ratio_

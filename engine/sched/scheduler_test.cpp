@@ -89,6 +89,7 @@ struct Sim {
         CHECK(q.slides_from * cache.block_size() <= std::max(0, it.start - sw + 1));
         for (size_t b = q.slides_from; b < q.blocks.size(); ++b) {
           CHECK(pool.slide(q.blocks[b]) != kv::kNoSlide);
+          CHECK(q.slides[b] == pool.slide(q.blocks[b]));  // the slide table it is read through
           CHECK(pool.slide_holds(q.blocks[b]) >= 1);
         }
       }

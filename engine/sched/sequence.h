@@ -38,6 +38,10 @@ struct SeqState {
   // With slides (SchedulerConfig::slide_window): leading blocks whose slide
   // it does not hold; it holds the slides of the rest.
   int slides_from = 0;
+  // With slides: per entry of `blocks`, the slide its block had when the
+  // sequence took it (the slide table forward passes read; entries before
+  // slides_from may have been taken back since, and are not read).
+  std::vector<int32_t> slides;
   // Prompt positions up to which its client has been charged
   // (AdmissionPolicy::OnService; cached positions count, at their own price).
   int charged = 0;

@@ -40,7 +40,8 @@ class KvStore {
         type_(type),
         k_transposed_(k_transposed),
         elem_(kernels::KvElementBytes(type)),
-        layer_base_(LayerBases(n_layer, n_blocks, n_slides, sliding)),
+        full_(FullLayers(n_layer, n_slides, sliding)),
+        layer_base_(LayerBases(full_, n_blocks, n_slides)),
         k_(layer_base_.back() * block_size * n_kv * head_dim * elem_),
         v_(k_.size()),
         k_scale_(type == kernels::KvType::kQ8 ? layer_base_.back() * n_kv * block_size : 0),
@@ -156,22 +157,24 @@ class KvStore {
   size_t ScaleOffset(int layer, int block) const {
     return (layer_base_[layer] + block) * block_size_ * n_kv_;
   }
+  // Per layer whether it is kept in blocks (not in slides).
+  static std::vector<bool> FullLayers(int n_layer, int n_slides, const std::vector<bool>& sliding) {
+    std::vector<bool> full(n_layer, true);
+    for (int l = 0; l < n_layer && l < static_cast<int>(sliding.size()); ++l)
+      full[l] = n_slides == 0 || !sliding[l];
+    return full;
+  }
   // Per layer its first block in the store, and the total after the last.
-  std::vector<size_t> LayerBases(int n_layer, int n_blocks, int n_slides,
-                                 const std::vector<bool>& sliding) {
+  static std::vector<size_t> LayerBases(const std::vector<bool>& full, int n_blocks, int n_slides) {
     std::vector<size_t> base(1, 0);
-    for (int l = 0; l < n_layer; ++l) {
-      const bool slides = n_slides > 0 && l < static_cast<int>(sliding.size()) && sliding[l];
-      full_.push_back(!slides);
-      base.push_back(base.back() + static_cast<size_t>(slides ? n_slides : n_blocks));
-    }
+    for (bool f : full) base.push_back(base.back() + static_cast<size_t>(f ? n_blocks : n_slides));
     return base;
   }
   int n_layer_, n_blocks_, n_slides_, block_size_, n_kv_, head_dim_;
   kernels::KvType type_;
   bool k_transposed_;
   size_t elem_;
-  std::vector<bool> full_;  // per layer: not in slides (set by LayerBases)
+  std::vector<bool> full_;  // per layer: not in slides
   std::vector<size_t> layer_base_;
   // Zeroed, and touched only as blocks fill (a pool sized from memory costs
   // what its sequences use).
