@@ -8,11 +8,17 @@
 # 3. run_all.sh make,ref,braid,compare for the qwen3 and gemma3 shapes
 #    (random weights, transformers bf16 on the same GPU) and llama1b,
 #    llama8b (that nothing of the Llama block moved);
-# 4. with BASE (a braid_gpu_check built from an earlier commit): batch-1
+# 4. Gemma 3's sliding layers in slides: braid_gpu_check slides-equal (greedy
+#    outputs with slides, preempting and taking slides back, equal to those
+#    without; the default pool's positions both ways) and offline serving
+#    with slides on and off (braid bench --serve);
+# 5. with BASE (a braid_gpu_check built from an earlier commit): batch-1
 #    decode of llama1b and llama8b and a batch sweep of llama8b, the base
 #    and this build alternating, so that the two are timed on one card.
-# Everything lands in OUT: kernels.txt, cpu_<fixture>.json, run_all's
-# results.json and log, bench.txt.
+# SHAPES (default qwen3,gemma3,llama1b,llama8b) picks step 3's shapes; step 4
+# needs gemma3 among them. Everything lands in OUT: kernels.txt,
+# cpu_<fixture>.json, run_all's results.json and log, slides.json,
+# slides_bench.txt, bench.txt.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 OUT_ROOT=${OUT:?set OUT}
@@ -49,12 +55,28 @@ done
 
 echo "=== families against transformers"
 OUT=$OUT_ROOT DEADLINE_S=$((380 - ($(date +%s) - START))) scripts/gpu/run_all.sh \
-  --stages make,ref,braid,compare --shapes qwen3,gemma3,llama1b,llama8b > "$OUT_ROOT/run_all.out" 2>&1
+  --stages make,ref,braid,compare --shapes "${SHAPES:-qwen3,gemma3,llama1b,llama8b}" \
+  > "$OUT_ROOT/run_all.out" 2>&1
 tail -12 "$OUT_ROOT/run_all.out"
+
+M=/tmp/braid-gpu/models
+if [ -d "$M/gemma3" ]; then
+  echo "=== Gemma 3's sliding layers in slides"
+  timeout 240 $BIN slides-equal --model "$M/gemma3" > "$OUT_ROOT/slides.json" 2> "$OUT_ROOT/slides.log"
+  echo "rc $?"; tail -1 "$OUT_ROOT/slides.json"; tail -3 "$OUT_ROOT/slides.log"
+  : > "$OUT_ROOT/slides_bench.txt"
+  for slides in on off; do
+    [ $(( $(date +%s) - START )) -lt 480 ] || break
+    echo "--- --kv-slides $slides" >> "$OUT_ROOT/slides_bench.txt"
+    timeout 100 build-gpu/frontend/braid bench --serve -m "$M/gemma3" --device cuda --rate inf \
+      --requests 128 --prompt-len 2048 --gen-len 256 --kv-slides $slides \
+      >> "$OUT_ROOT/slides_bench.txt" 2>&1
+  done
+  cat "$OUT_ROOT/slides_bench.txt"
+fi
 
 [ -n "$BASE" ] || exit 0
 echo "=== decode: base and this build, alternating"
-M=/tmp/braid-gpu/models
 : > "$OUT_ROOT/bench.txt"
 decode() {  # LABEL BIN SHAPE
   local tps

@@ -292,8 +292,11 @@ class CudaKv final : public KvMemory {
   // One extra block past n_blocks takes the writes of padding tokens.
   // `compute` is the backend's stream, `compute_mu` the lock its forward
   // passes hold while they enqueue work there (graph captures included).
+  // With n_slides > 0 the layers `sliding` marks keep n_slides slides (and
+  // one for padding) instead of blocks (kv::BlockPool).
   static Result<std::unique_ptr<CudaKv>> Make(int device, cudaStream_t compute,
                                               std::mutex* compute_mu, int n_layer, int n_blocks,
+                                              int n_slides, const std::vector<bool>& sliding,
                                               int block_size, int n_kv, int head_dim) {
     std::unique_ptr<CudaKv> kv(new CudaKv());
     kv->device_ = device;
@@ -301,11 +304,19 @@ class CudaKv final : public KvMemory {
     kv->compute_mu_ = compute_mu;
     kv->n_layer_ = n_layer;
     kv->n_blocks_ = n_blocks;
+    kv->n_slides_ = n_slides;
     kv->block_size_ = block_size;
     kv->block_elems_ = static_cast<size_t>(block_size) * n_kv * head_dim;
     kv->layer_elems_ = static_cast<size_t>(n_blocks + 1) * kv->block_elems_;
-    BRAID_RETURN_IF_ERROR(kv->k_.Allocate(kv->layer_elems_ * n_layer));
-    BRAID_RETURN_IF_ERROR(kv->v_.Allocate(kv->layer_elems_ * n_layer));
+    size_t total = 0;
+    for (int i = 0; i < n_layer; ++i) {
+      kv->base_.push_back(total);
+      kv->slides_.push_back(n_slides > 0 && sliding[static_cast<size_t>(i)]);
+      total +=
+          static_cast<size_t>(kv->slides_.back() ? n_slides + 1 : n_blocks + 1) * kv->block_elems_;
+    }
+    BRAID_RETURN_IF_ERROR(kv->k_.Allocate(total));
+    BRAID_RETURN_IF_ERROR(kv->v_.Allocate(total));
     CUDA_TRY(cudaStreamCreateWithFlags(&kv->copy_, cudaStreamNonBlocking));
     CUDA_TRY(cudaEventCreateWithFlags(&kv->computed_, cudaEventDisableTiming));
     kv->out_fence_.assign(static_cast<size_t>(n_blocks) + 1, 0);
@@ -327,11 +338,15 @@ class CudaKv final : public KvMemory {
     if (copy_) cudaStreamDestroy(copy_);
   }
   int n_blocks() const override { return n_blocks_; }
+  int n_slides() const override { return n_slides_; }
   int block_size() const override { return block_size_; }
   size_t bytes() const override { return 2 * k_.size() * sizeof(uint16_t); }
-  uint16_t* k(int layer) const { return k_.get() + layer * layer_elems_; }
-  uint16_t* v(int layer) const { return v_.get() + layer * layer_elems_; }
+  uint16_t* k(int layer) const { return k_.get() + base_[static_cast<size_t>(layer)]; }
+  uint16_t* v(int layer) const { return v_.get() + base_[static_cast<size_t>(layer)]; }
+  // Whether layer `layer` is kept in slides (read through slide tables).
+  bool InSlides(int layer) const { return slides_[static_cast<size_t>(layer)]; }
   int trash_block() const { return n_blocks_; }
+  int trash_slide() const { return n_slides_; }
   // Unique per allocation: graphs bake in the device addresses of one.
   uint64_t id() const { return id_; }
 
@@ -439,6 +454,8 @@ class CudaKv final : public KvMemory {
   // Enqueues the copies of `blocks` to (`out`) or from host[i], between a
   // start and an end event, after the forward passes enqueued so far.
   Result<uint64_t> Copy(std::span<const int32_t> blocks, uint8_t* const* host, bool out) {
+    if (n_slides_ > 0)  // a block's sliding layers lie in a slide this memory cannot name
+      return Status::Unsupported("KV memory with slides copies no blocks to or from the host");
     for (int32_t b : blocks)
       if (b < 0 || b >= n_blocks_)
         return Status::InvalidArgument("KV copy of block " + std::to_string(b) + " of " +
@@ -511,9 +528,11 @@ class CudaKv final : public KvMemory {
   }
   uint64_t id_ = 0;
   int device_ = 0;
-  int n_layer_ = 0, n_blocks_ = 0, block_size_ = 0;
-  size_t block_elems_ = 0;  // of one block of one layer
-  size_t layer_elems_ = 0;
+  int n_layer_ = 0, n_blocks_ = 0, n_slides_ = 0, block_size_ = 0;
+  size_t block_elems_ = 0;    // of one block of one layer
+  size_t layer_elems_ = 0;    // of one layer kept in blocks
+  std::vector<size_t> base_;  // per layer: where its K (or V) starts
+  std::vector<bool> slides_;  // per layer: kept in slides
   DeviceArray<uint16_t> k_, v_;
   bool strided_ = true;  // else one copy per piece
 
@@ -623,11 +642,30 @@ class CudaBackend final : public Backend {
     return free > reserve ? free - reserve : 0;
   }
   Result<std::unique_ptr<KvMemory>> AllocateKv(int n_blocks, int block_size) override {
+    return AllocateSlidedKv(n_blocks, 0, block_size);
+  }
+  // A hybrid model's sliding layers' share of a block (Gemma 3).
+  size_t KvSlideBytes(int block_size) const override {
+    int sliding = 0;
+    for (int i = 0; i < c_.n_layer; ++i) sliding += c_.Sliding(i);
+    if (sliding == 0 || sliding == c_.n_layer) return 0;
+    return KvBlockBytes(block_size) / c_.n_layer * sliding;
+  }
+  Result<std::unique_ptr<KvMemory>> AllocateSlidedKv(int n_blocks, int n_slides,
+                                                     int block_size) override {
+    if (n_blocks < 1 || block_size < 1 || n_slides < 0)
+      return Status::InvalidArgument("KV memory needs at least one block of one slot, got " +
+                                     std::to_string(n_blocks) + " blocks of " +
+                                     std::to_string(block_size));
+    if (n_slides > 0 && KvSlideBytes(block_size) == 0)
+      return Status::InvalidArgument("slides are for models whose layers partly slide");
+    std::vector<bool> sliding;
+    for (int i = 0; i < c_.n_layer; ++i) sliding.push_back(c_.Sliding(i));
     std::lock_guard<std::mutex> lock(mu_);
     CUDA_TRY(cudaSetDevice(device_));
     BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaKv> kv,
-                           CudaKv::Make(device_, stream_, &mu_, c_.n_layer, n_blocks, block_size,
-                                        c_.n_head_kv, c_.head_dim));
+                           CudaKv::Make(device_, stream_, &mu_, c_.n_layer, n_blocks, n_slides,
+                                        sliding, block_size, c_.n_head_kv, c_.head_dim));
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
@@ -648,7 +686,7 @@ class CudaBackend final : public Backend {
   // position 0 of the trash block (which only padding uses).
   Status Prepare(KvMemory& kv_memory, int max_batch) override {
     auto& kv = static_cast<CudaKv&>(kv_memory);
-    const int32_t table[1] = {kv.trash_block()};
+    const int32_t table[1] = {kv.trash_block()}, slides[1] = {kv.trash_slide()};
     const int32_t token = 0;
     std::vector<BatchSegment> batch;
     std::vector<int32_t> ids(kMaxGraphBatch);
@@ -659,6 +697,7 @@ class CudaBackend final : public Backend {
       seg.n_tokens = 1;
       seg.pos0 = 0;
       seg.block_table = table;
+      if (kv.n_slides() > 0) seg.slide_table = slides;
       seg.logits_from = 0;
       batch.assign(b, seg);
       BRAID_RETURN_IF_ERROR(Run(batch, kv, nullptr, ids.data()));
@@ -827,7 +866,8 @@ class CudaBackend final : public Backend {
 
   // Inputs: host staging (pinned) and device copy with the same layout:
   // ids, pos, slot, tok_seq, decode list, logit rows [kMaxChunk + kMaxGraphBatch each],
-  // seq_table [kMaxChunk + 1], then packed block tables.
+  // seq_table [kMaxChunk + 1], ..., then packed block tables (with slides,
+  // each segment's block table followed by its slide table).
   enum Region {
     kIds,
     kPos,
@@ -836,6 +876,8 @@ class CudaBackend final : public Backend {
     kDecode,
     kRows,
     kSeqTable,
+    kSlideSlot,      // with slides: per token, its slot in the sliding layers
+    kSlideTable,     // with slides: per segment, where its slide table starts
     kKeyStart,       // per token: where its decode attention starts (cascade members)
     kCascadeRows,    // per group member: its query row
     kCascadeIndex,   // per group member: its index in the decode list
@@ -1273,7 +1315,8 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
   const int window = Window(layer);
   const int key0 = window > 0 ? std::max(0, pos0 - window + 1) : 0;
   const int n_keys = pos0 + n - key0;
-  const int32_t* table = DevTables() + HostRegion(kSeqTable)[seq];
+  const int32_t* table =
+      DevTables() + HostRegion(kv.InSlides(layer) ? kSlideTable : kSeqTable)[seq];
   KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, key0, n_keys, c_.n_head_kv, hd,
                           kv.block_size(), kc_.get(), vc_.get(), stream_));
   // Query rows per pass so that the scores fit the workspace.
@@ -1364,7 +1407,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     r.qkv = qkv_.get();
     r.bias = c.qk_norm ? nullptr : l.bqkv.get();
     r.pos = DevRegion(kPos);
-    r.slot = DevRegion(kSlot);
+    r.slot = DevRegion(kv.InSlides(i) ? kSlideSlot : kSlot);
     r.inv_freq = c.Sliding(i) ? inv_freq_local_.get() : inv_freq_.get();
     r.q = q_.get();
     r.k_cache = kv.k(i);
@@ -1406,7 +1449,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
       a.tokens = DevRegion(kDecode);
       a.pos = DevRegion(kPos);
       a.tok_seq = DevRegion(kTokSeq);
-      a.seq_table = DevRegion(kSeqTable);
+      a.seq_table = DevRegion(kv.InSlides(i) ? kSlideTable : kSeqTable);
       a.tables = DevTables();
       a.out = att_.get();
       a.partial = partial_.get();
@@ -1686,13 +1729,17 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   CUDA_TRY(cudaSetDevice(device_));
   auto& kv = static_cast<CudaKv&>(kv_memory);  // allocated by AllocateKv of this backend
   const int bs = kv.block_size();
+  const bool slides = kv.n_slides() > 0;
   int T = 0;
-  size_t table_entries = 1;
+  size_t table_entries = 2;
   bool decode_only = true;
   for (const BatchSegment& s : batch) {
     T += s.n_tokens;
-    table_entries += (s.pos0 + s.n_tokens + bs - 1) / bs;
+    table_entries += (slides ? 2 : 1) * static_cast<size_t>((s.pos0 + s.n_tokens + bs - 1) / bs);
     decode_only &= s.n_tokens == 1;
+    if (slides && s.slide_table == nullptr)
+      return Status::InvalidArgument(
+          "the KV memory keeps slides: every segment needs its slide table");
   }
   if (T == 0) return Status::Ok();
   if (T > kMaxChunk)
@@ -1721,6 +1768,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   int32_t* dec = HostRegion(kDecode);
   int32_t* rows = HostRegion(kRows);
   int32_t* seq_table = HostRegion(kSeqTable);
+  int32_t* slide_slot = HostRegion(kSlideSlot);
+  int32_t* slide_table = HostRegion(kSlideTable);
   int32_t* tables = HostTables();
   int t = 0, n_decode = 0, R = 0, max_keys = 1;
   size_t tab = 0;
@@ -1732,6 +1781,11 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     seq_table[si] = static_cast<int32_t>(tab);
     std::memcpy(tables + tab, s.block_table, n_blocks * sizeof(int32_t));
     tab += n_blocks;
+    if (slides) {
+      slide_table[si] = static_cast<int32_t>(tab);
+      std::memcpy(tables + tab, s.slide_table, n_blocks * sizeof(int32_t));
+      tab += n_blocks;
+    }
     const bool gemm = s.n_tokens >= kPrefillGemmMin;
     if (gemm) prefill_.push_back({t, s.n_tokens, s.pos0, si});
     for (int j = 0; j < s.n_tokens; ++j, ++t) {
@@ -1739,6 +1793,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       ids[t] = s.tokens[j];
       pos[t] = p;
       slot[t] = s.block_table[p / bs] * bs + p % bs;
+      if (slides) slide_slot[t] = s.slide_table[p / bs] * bs + p % bs;
       tok_seq[t] = si;
       if (!gemm) dec[n_decode++] = t;
       if (want && p >= s.logits_from) {
@@ -1755,10 +1810,13 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     // Padding: token 0 at position 0 of a sequence whose only block is the trash block.
     seq_table[S] = static_cast<int32_t>(tab);
     tables[tab++] = kv.trash_block();
+    slide_table[S] = static_cast<int32_t>(tab);
+    tables[tab++] = kv.trash_slide();
     for (; t < B; ++t) {
       ids[t] = 0;
       pos[t] = 0;
       slot[t] = kv.trash_block() * bs;
+      slide_slot[t] = kv.trash_slide() * bs;
       tok_seq[t] = S;
       dec[n_decode++] = t;
     }

@@ -139,7 +139,8 @@ Args Parse(int argc, char** argv) {
   if (argc < 2)
     Fail(
         "usage: braid_gpu_check "
-        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|tier-equal|cascade|tp|"
+        "run|compare-cpu|batch|decode|sweep|spec|serve-spec|serve-equal|tier-equal|slides-equal|"
+        "cascade|tp|"
         "copy|engines "
         "--model DIR "
         "...");
@@ -889,6 +890,107 @@ int TierEqual(const Args& a) {
   return same == n && on.host_prompt_tokens > 0 && on.host_copy_failures == 0 ? 0 : 1;
 }
 
+// A hybrid model's sliding layers in slides change no greedy output: 32
+// requests (prompts of 200-1,400 tokens, half behind one 700-token shared
+// prefix, 16-64 new tokens each) one at a time with slides off, then all at
+// once with slides on, four running and 256 tokens a step on a pool a third
+// of what they need (preemptions; slides taken back from cached blocks).
+// Also prints the positions the default memory share holds each way.
+int SlidesEqual(const Args& a) {
+  std::mt19937 rng(23);
+  const int n = 32, shared = 700;
+  std::uniform_int_distribution<int> plen(200, 700), glen(16, 64);
+  auto open = [&](bool slides, int kv_tokens) {
+    EngineOptions o;
+    o.model.path = a.model;
+    o.model.require_tokenizer = false;  // prompts are token ids
+    o.model.device = a.device;
+    o.model.weights = a.weights;
+    o.model.context = 2048;
+    o.kv_tokens = kv_tokens;
+    o.kv_slides = slides;
+    if (kv_tokens > 0) {
+      o.max_running = 4;
+      o.max_batch_tokens = 256;
+      o.kv_growth_reserve = 0;
+    }
+    return Check(Engine::Open(o), "opening the engine");
+  };
+  // The default pool (sized from memory) both ways.
+  int64_t capacity[2] = {0, 0};
+  uint64_t bytes[2] = {0, 0};
+  int slides_total = 0;
+  for (int on = 0; on < 2; ++on) {
+    auto e = open(on == 1, 0);
+    capacity[on] = static_cast<int64_t>(e->stats().kv_blocks_total) * 16;
+    bytes[on] = e->stats().kv_pool_bytes;
+    if (on) slides_total = e->stats().kv_slides_total;
+    e->Shutdown();
+  }
+  std::vector<GenerationRequest> reqs;
+  size_t need = 0;
+  {
+    auto probe = open(false, 4096);
+    std::uniform_int_distribution<int32_t> pick(100, probe->model()->info().n_vocab - 1);
+    probe->Shutdown();
+    std::vector<int32_t> prefix(shared);
+    for (int32_t& t : prefix) t = pick(rng);
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r;
+      if (i % 2 == 0) r.prompt = prefix;
+      const int len = plen(rng) + (i % 4 == 1 ? 700 : 0);
+      while (static_cast<int>(r.prompt.size()) < len + (i % 2 == 0 ? shared : 0))
+        r.prompt.push_back(pick(rng));
+      r.sampling = SamplingParams::Greedy();
+      r.sampling.max_tokens = glen(rng);
+      r.sampling.ignore_eos = true;
+      need += r.prompt.size() + static_cast<size_t>(r.sampling.max_tokens) + 16;
+      reqs.push_back(std::move(r));
+    }
+  }
+  auto run = [&](bool slides, bool together, EngineStats* stats) {
+    auto engine = open(slides, static_cast<int>(need / 3));
+    std::vector<std::vector<int32_t>> out;
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (const auto& r : reqs) {
+      auto h = Check(engine->Submit(r), "submitting");
+      if (together)
+        hs.push_back(h);
+      else
+        out.push_back(h->Wait().tokens);
+    }
+    for (auto& h : hs) out.push_back(h->Wait().tokens);
+    *stats = engine->stats();
+    engine->Shutdown();
+    return out;
+  };
+  EngineStats off, on;
+  const auto t0 = Clock::now();
+  const auto without = run(false, false, &off);
+  const double off_s = Since(t0);
+  const auto t1 = Clock::now();
+  const auto with = run(true, true, &on);
+  const double on_s = Since(t1);
+  int same = 0;
+  for (size_t i = 0; i < without.size(); ++i) same += without[i] == with[i];
+  Json out = {{"requests", n},
+              {"greedy_identical", same},
+              {"kv_pool_tokens", on.kv_blocks_total * 16},
+              {"kv_slides", on.kv_slides_total},
+              {"slides_taken_back", on.kv_slides_taken_back},
+              {"preemptions", on.preemptions},
+              {"cached_prompt_tokens", on.cached_prompt_tokens},
+              {"off_alone_s", off_s},
+              {"on_together_s", on_s},
+              {"default_pool_tokens_without_slides", capacity[0]},
+              {"default_pool_tokens_with_slides", capacity[1]},
+              {"default_pool_bytes_without_slides", bytes[0]},
+              {"default_pool_bytes_with_slides", bytes[1]},
+              {"default_slides", slides_total}};
+  std::printf("%s\n", out.dump().c_str());
+  return same == n && on.kv_slides_total > 0 && on.kv_slides_taken_back > 0 ? 0 : 1;
+}
+
 int Cascade(const Args& a) {
   const int B = std::stoi(a.batches), P = a.prefix;
   std::mt19937 rng(13);
@@ -1616,6 +1718,7 @@ int main(int argc, char** argv) {
   if (a.cmd == "serve-spec") return ServeSpec(a);
   if (a.cmd == "serve-equal") return ServeEqual(a);
   if (a.cmd == "tier-equal") return TierEqual(a);
+  if (a.cmd == "slides-equal") return SlidesEqual(a);
   if (a.cmd == "cascade") return Cascade(a);
   if (a.cmd == "tp") return TensorParallel(a);
   if (a.cmd == "copy") return CopyBlocks(a);
