@@ -78,6 +78,7 @@
 //       equal those of the first engine running each request alone.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <barrier>
@@ -451,7 +452,10 @@ DecodeTiming TimeDecode(Backend& backend, int n_vocab, int B, int prompt_len, in
       segs[s].block_table = tables[s].data();
       segs[s].logits_from = segs[s].pos0;
     }
+    // A profiler picks the timed steps by this range (scripts/gpu/profile_step.sh).
+    if (step >= warm) nvtxRangePushA("decode_step");
     Check(backend.ForwardArgmax(segs, *kv, next.data()), "decode");
+    if (step >= warm) nvtxRangePop();
   }
   t.step_s = Since(t0) / (gen - warm);
   return t;
