@@ -725,6 +725,18 @@ int ServeSpec(const Args& a) {
   return 0;
 }
 
+// An engine on the model of `a` for requests given as token ids, 2,048
+// positions of context.
+EngineOptions IdsEngineOptions(const Args& a) {
+  EngineOptions o;
+  o.model.path = a.model;
+  o.model.require_tokenizer = false;  // prompts are token ids
+  o.model.device = a.device;
+  o.model.weights = a.weights;
+  o.model.context = 2048;
+  return o;
+}
+
 // 64 mixed requests (random prompts of 5-600 tokens, half of them behind one
 // 512-token shared prefix, 16-128 new tokens each) one at a time, then all at
 // once with a KV pool a third of what they need together (forcing preemption
@@ -743,12 +755,7 @@ int ServeEqual(const Args& a) {
     gens.push_back(glen(rng));
     need += lens.back() + gens.back() + 16;
   }
-  EngineOptions o;
-  o.model.path = a.model;
-  o.model.require_tokenizer = false;  // prompts are token ids
-  o.model.device = a.device;
-  o.model.weights = a.weights;
-  o.model.context = 2048;
+  EngineOptions o = IdsEngineOptions(a);
   o.kv_tokens = static_cast<int>(need / 3);
   o.kv_growth_reserve = 0;  // admit what fits the step, so that decoding preempts
   auto engine = Check(Engine::Open(o), "opening the engine");
@@ -827,12 +834,7 @@ int TierEqual(const Args& a) {
   std::mt19937 rng(17);
   const int n = 64, n_prefix = 8, prefix_len = 768;
   auto open = [&](int64_t host) {
-    EngineOptions o;
-    o.model.path = a.model;
-    o.model.require_tokenizer = false;  // prompts are token ids
-    o.model.device = a.device;
-    o.model.weights = a.weights;
-    o.model.context = 2048;
+    EngineOptions o = IdsEngineOptions(a);
     o.kv_tokens = prefix_len * 5 / 2;
     o.kv_growth_reserve = 0;
     o.kv_host_bytes = host;
@@ -905,12 +907,7 @@ int SlidesEqual(const Args& a) {
   const int n = 32, shared = 700;
   std::uniform_int_distribution<int> plen(200, 700), glen(16, 64);
   auto open = [&](bool slides, int kv_tokens) {
-    EngineOptions o;
-    o.model.path = a.model;
-    o.model.require_tokenizer = false;  // prompts are token ids
-    o.model.device = a.device;
-    o.model.weights = a.weights;
-    o.model.context = 2048;
+    EngineOptions o = IdsEngineOptions(a);
     o.kv_tokens = kv_tokens;
     o.kv_slides = slides;
     if (kv_tokens > 0) {
