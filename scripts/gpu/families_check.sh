@@ -15,8 +15,9 @@
 # 5. with BASE (a braid_gpu_check built from an earlier commit): batch-1
 #    decode of llama1b and llama8b and a batch sweep of llama8b, the base
 #    and this build alternating, so that the two are timed on one card.
-# SHAPES (default qwen3,gemma3,llama1b,llama8b) picks step 3's shapes; step 4
-# needs gemma3 among them. Everything lands in OUT: kernels.txt,
+# STAGES (default kernels,cpu,families,slides,bench) picks the steps (1-5);
+# SHAPES (default qwen3,gemma3,llama1b,llama8b) step 3's shapes; step 4
+# makes the gemma3 checkpoint when step 3 did not. Everything lands in OUT: kernels.txt,
 # cpu_<fixture>.json, run_all's results.json and log, slides.json,
 # slides_bench.txt, bench.txt.
 set -uo pipefail
@@ -30,10 +31,16 @@ START=$(date +%s)
   lscpu | grep 'Model name' | sed 's/  */ /g'
 } | tee "$OUT_ROOT/machine.txt"
 
+STAGES=,${STAGES:-kernels,cpu,families,slides,bench},
+stage() { [[ $STAGES == *,$1,* ]]; }
+
+if stage kernels; then
 echo "=== kernels"
 timeout 120 build-gpu/kernels/kernels_ops_cuda_tests > "$OUT_ROOT/kernels.txt" 2>&1
 echo "rc $?"; grep -E "^FAIL|passed|FAILED" "$OUT_ROOT/kernels.txt"
+fi
 
+if stage cpu; then
 echo "=== CUDA against the CPU on the tiny fixtures"
 for m in llama_tiny llama3_tiny_sharded mistral_tiny_fp16 qwen2_tiny_bf16 qwen3_tiny gemma3_tiny \
          mistral_sliding_tiny; do
@@ -53,15 +60,21 @@ PY
   [ "$rc" = 0 ] || tail -3 "$OUT_ROOT/cpu_$m.log"
 done
 
+fi
+
+if stage families; then
 echo "=== families against transformers"
 OUT=$OUT_ROOT DEADLINE_S=$((380 - ($(date +%s) - START))) scripts/gpu/run_all.sh \
   --stages make,ref,braid,compare --shapes "${SHAPES:-qwen3,gemma3,llama1b,llama8b}" \
   > "$OUT_ROOT/run_all.out" 2>&1
 tail -12 "$OUT_ROOT/run_all.out"
+fi
 
 M=/tmp/braid-gpu/models
-if [ -d "$M/gemma3" ]; then
+if stage slides; then
   echo "=== Gemma 3's sliding layers in slides"
+  [ -d "$M/gemma3" ] || OUT=$OUT_ROOT scripts/gpu/run_all.sh --stages make --shapes gemma3 \
+    > "$OUT_ROOT/make_gemma3.log" 2>&1
   timeout 240 $BIN slides-equal --model "$M/gemma3" > "$OUT_ROOT/slides.json" 2> "$OUT_ROOT/slides.log"
   echo "rc $?"; tail -1 "$OUT_ROOT/slides.json"; tail -3 "$OUT_ROOT/slides.log"
   : > "$OUT_ROOT/slides_bench.txt"
@@ -75,7 +88,7 @@ if [ -d "$M/gemma3" ]; then
   cat "$OUT_ROOT/slides_bench.txt"
 fi
 
-[ -n "$BASE" ] || exit 0
+[ -n "$BASE" ] && stage bench || exit 0
 echo "=== decode: base and this build, alternating"
 : > "$OUT_ROOT/bench.txt"
 decode() {  # LABEL BIN SHAPE
