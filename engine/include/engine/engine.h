@@ -90,8 +90,8 @@ struct EngineOptions {
   // sequence's window (max_running x (window + max_batch_tokens); sized
   // from memory, at most half of it), so a long context costs the other
   // layers' KV; slides no window needs stay for prefix hits until taken
-  // back. Off, with the host tier, or on a backend without slides (CUDA),
-  // a block holds every layer's share.
+  // back. Off, with the host tier, or on a backend without slides (tensor
+  // parallelism), a block holds every layer's share.
   bool kv_slides = true;
   // With the tier: prefixes expected back (ExpectUse, Prefetch) are copied
   // back ahead of their request, into free blocks.
