@@ -17,8 +17,9 @@
 #   decode   batch-1 decode of each SHAPE:WEIGHTS of DECODE_RUNS (default
 #            "llama8b:bf16 llama1b:bf16 llama8b:fp8"), BASE (a
 #            braid_gpu_check built from an earlier commit) and this build
-#            alternating, DECODE_ROUNDS (2) rounds, and with DECODE_UNFUSE
-#            (BRAID_CUDA_UNFUSE) this build without those fusions; the
+#            alternating, DECODE_ROUNDS (2) rounds, and with DECODE_ENV
+#            (say BRAID_CUDA_CHAIN=0 or BRAID_CUDA_UNFUSE=norm) this build
+#            under that environment too; the
 #            products the backend timed and chose at load in decode_isa.txt
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
@@ -108,8 +109,8 @@ if has decode && [[ "$DECODE_RUNS" == *llama1b* ]]; then make_models llama1b mak
 
 if has decode; then
   echo "=== batch-1 decode, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
-  decode() {  # LABEL BIN SHAPE WEIGHTS [UNFUSE]
-    BRAID_CUDA_UNFUSE=${5:-} timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
+  decode() {  # LABEL BIN SHAPE WEIGHTS [VAR=VALUE]
+    env ${5:-} timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
       python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read().strip().splitlines()[-1])
@@ -122,7 +123,7 @@ print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | s
       [ "$(left)" -gt 60 ] || break 2
       [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w
       decode new $BIN $shape $w
-      [ -n "${DECODE_UNFUSE:-}" ] && decode "new unfused $DECODE_UNFUSE" $BIN $shape $w "$DECODE_UNFUSE"
+      [ -n "${DECODE_ENV:-}" ] && decode "new $DECODE_ENV" $BIN $shape $w "$DECODE_ENV"
     done
   done
 fi
