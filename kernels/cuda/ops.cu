@@ -1283,7 +1283,7 @@ __device__ void GridBarrier(unsigned* bar) {
 
 // GemvChain: the phases one after another, a grid barrier between them;
 // each phase's first weights are loaded before the barrier it waits at.
-__global__ void __launch_bounds__(kGemvWarps * 32, 3)
+__global__ void __launch_bounds__(kGemvWarps * 32, 4)
     GemvChainKernel(const GemvArgs* phases, int n, unsigned* barrier) {
   extern __shared__ __align__(16) uint16_t xs[];
   __shared__ float part[kGemvWarps][1];

@@ -900,7 +900,7 @@ int TierEqual(const Args& a) {
 // requests (prompts of 200-1,400 tokens, half behind one 700-token shared
 // prefix, 16-64 new tokens each) one at a time with slides off, then all at
 // once with slides on, four running and 256 tokens a step on a pool a third
-// of what they need (preemptions; slides taken back from cached blocks).
+// of what they need (few slides: they are taken back from cached blocks).
 // Also prints the positions the default memory share holds each way.
 int SlidesEqual(const Args& a) {
   std::mt19937 rng(23);
