@@ -1107,7 +1107,7 @@ __device__ void NormRows(const GemvArgs& a, uint16_t* xs) {
     const float4* x = reinterpret_cast<const float4*>(a.xf + static_cast<int64_t>(m) * a.k);
     float ss = 0;
     for (int i = threadIdx.x; i < K4; i += blockDim.x) {
-      const float4 v = __ldcg(x + i);
+      const float4 v = x[i];
       ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     ss = BlockSum(ss);
@@ -1118,7 +1118,7 @@ __device__ void NormRows(const GemvArgs& a, uint16_t* xs) {
   uint2* out = reinterpret_cast<uint2*>(xs);
   for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
     const int m = e / K4, i = e % K4;
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.xf) + e), g = w[i];
+    const float4 v = reinterpret_cast<const float4*>(a.xf)[e], g = w[i];
     const float s = inv[m];
     out[e] = make_uint2(Pack2(v.x * s * g.x, v.y * s * g.y), Pack2(v.z * s * g.z, v.w * s * g.w));
   }
@@ -1135,16 +1135,13 @@ __device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
   }
 }
 
-// One product by this block, of a GemvKernel launch or a GemvChain phase:
-// xs holds M rows of x (dynamic shared memory), part each warp's sums of a
-// round. `wait()` runs once the block's first weights are loaded, before x
-// is read. Activations (x, xf, an accumulated y) are read past L1: in a
-// chain another block wrote them in this launch.
 // F8: w8 holds e4m3 weights (16 per 16-byte piece), each row's products
 // multiplied by its scale at the end.
-template <int M, int U, bool F8, typename Wait>
-__device__ __forceinline__ void GemvBlock(const GemvArgs& a, uint16_t* xs, float (*part)[M],
-                                          Wait wait) {
+template <int M, int U, bool F8>
+__global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
+  extern __shared__ __align__(16) uint16_t xs[];
+  __shared__ float part[kGemvWarps][M];  // each warp's sums of one round
+  Release();
   constexpr int kPer = F8 ? 16 : 8;  // weights per 16-byte piece
   const int K8 = a.k / 8, KP = a.k / kPer;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1164,13 +1161,13 @@ __device__ __forceinline__ void GemvBlock(const GemvArgs& a, uint16_t* xs, float
   uint4 wv[U];
   int row0 = blockIdx.x * per_block;
   if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
-  wait();
+  Acquire();
   if (a.xf) {
     NormRows<M>(a, xs);
   } else {
     const uint4* src = reinterpret_cast<const uint4*>(a.x);
     uint4* dst = reinterpret_cast<uint4*>(xs);
-    for (int i = threadIdx.x; i < M * K8; i += blockDim.x) dst[i] = __ldcg(src + i);
+    for (int i = threadIdx.x; i < M * K8; i += blockDim.x) dst[i] = src[i];
   }
   __syncthreads();
   const uint4* xv = reinterpret_cast<const uint4*>(xs);
@@ -1214,7 +1211,7 @@ __device__ __forceinline__ void GemvBlock(const GemvArgs& a, uint16_t* xs, float
       if (S == 1 && !a.act) {  // the warp's own row: no meeting needed
         if (lane == 0 && row < a.n) {
           float* y = a.y + static_cast<int64_t>(m) * a.n + row;
-          *y = a.accumulate ? __ldcg(y) + v : v;
+          *y = a.accumulate ? *y + v : v;
         }
       } else if (lane == 0) {
         part[warp][m] = v;
@@ -1239,69 +1236,10 @@ __device__ __forceinline__ void GemvBlock(const GemvArgs& a, uint16_t* xs, float
               ToBf(GateOf(a.gate, total(2 * o)) * total(2 * o + 1));
       } else if (row0 + o < a.n) {
         float* y = a.y + static_cast<int64_t>(m) * a.n + row0 + o;
-        *y = a.accumulate ? __ldcg(y) + total(o) : total(o);
+        *y = a.accumulate ? *y + total(o) : total(o);
       }
     }
     __syncthreads();
-  }
-}
-
-template <int M, int U, bool F8>
-__global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
-  extern __shared__ __align__(16) uint16_t xs[];
-  __shared__ float part[kGemvWarps][M];  // each warp's sums of one round
-  Release();
-  GemvBlock<M, U, F8>(a, xs, part, [] { Acquire(); });
-}
-
-__device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Every block of the grid (all resident: a cooperative launch) waits here
-// for the others. bar[0] counts arrivals, bar[1] the barriers passed; the
-// last to arrive resets the count and moves the generation on, so the
-// barrier serves every phase and launch without being reset.
-__device__ void GridBarrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned gen = LoadAcquire(bar + 1);
-    __threadfence();  // this block's writes before its arrival
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    } else {
-      while (LoadAcquire(bar + 1) == gen) __nanosleep(32);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// GemvChain: the phases one after another, a grid barrier between them;
-// each phase's first weights are loaded before the barrier it waits at.
-__global__ void __launch_bounds__(kGemvWarps * 32, 4)
-    GemvChainKernel(const GemvArgs* phases, int n, unsigned* barrier) {
-  extern __shared__ __align__(16) uint16_t xs[];
-  __shared__ float part[kGemvWarps][1];
-  Release();
-  for (int p = 0; p < n; ++p) {
-    const GemvArgs a = phases[p];
-    auto wait = [&] {
-      if (p == 0)
-        Acquire();
-      else
-        GridBarrier(barrier);
-    };
-    if (a.w8)
-      a.depth == 8 ? GemvBlock<1, 8, true>(a, xs, part, wait)
-                   : GemvBlock<1, 4, true>(a, xs, part, wait);
-    else
-      a.depth == 8 ? GemvBlock<1, 8, false>(a, xs, part, wait)
-                   : GemvBlock<1, 4, false>(a, xs, part, wait);
   }
 }
 
@@ -1568,58 +1506,13 @@ int GemvOf(const GemvArgs& a, cudaStream_t s) {
   }
 }
 
-bool GemvArgsOk(const GemvArgs& a) {
-  const bool f8 = a.w8 != nullptr;
-  return a.rows >= 1 && a.rows <= kGemvMaxRows && a.k % (f8 ? 16 : 8) == 0 &&
-         (!a.act || a.n % 8 == 0) && (!a.xf || a.norm) && (a.depth == 4 || a.depth == 8) &&
-         (!f8 || a.w_scale) && (a.split == 1 || a.split == 2 || a.split == 4);
-}
-
 int Gemv(const GemvArgs& a, void* stream) {
-  if (!GemvArgsOk(a)) return -1;
-  return a.w8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
-}
-
-int GemvChain(const GemvChainArgs& a, void* stream) {
-  if (a.n < 1 || !a.phases || !a.barrier || a.max_k < 8) return -1;
-  const int smem = a.max_k * static_cast<int>(sizeof(uint16_t));
-  static std::atomic<int> configured[64] = {};
-  if (const int e = AllowSmem(GemvChainKernel, smem, kGemvWarps * 4, configured)) return e;
-  int device = 0;
-  cudaGetDevice(&device);
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, int> resident;  // by (device, smem)
-  int blocks = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    int& r = resident[{device, smem}];
-    if (r == 0) {
-      int sms = 0, per_sm = 0, coop = 0;
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
-      if (!coop) return static_cast<int>(cudaErrorNotSupported);
-      const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvChainKernel,
-                                                                          kGemvWarps * 32, smem);
-      if (e != cudaSuccess) return static_cast<int>(e);
-      r = std::max(1, per_sm) * sms;
-    }
-    blocks = r;
-  }
-  // Every block resident at once, or the barrier would wait forever: a
-  // cooperative launch, which may still start while the kernel before ends.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kGemvWarps * 32);
-  config.dynamicSmemBytes = smem;
-  config.stream = S(stream);
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeCooperative;
-  attr[1].val.cooperative = 1;
-  config.attrs = attr;
-  config.numAttrs = 2;
-  return static_cast<int>(cudaLaunchKernelEx(&config, GemvChainKernel, a.phases, a.n, a.barrier));
+  const bool f8 = a.w8 != nullptr;
+  if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % (f8 ? 16 : 8) != 0 || (a.act && a.n % 8 != 0) ||
+      (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale) ||
+      (a.split != 1 && a.split != 2 && a.split != 4))
+    return -1;
+  return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
 }
 
 int GemvFp8(const GemvFp8Args& a, void* stream) {

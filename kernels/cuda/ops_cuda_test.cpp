@@ -801,125 +801,6 @@ void TestTopK() {
   cudaFree(dx);
 }
 
-// GemvChain against the same products launched one by one (Gemv): a
-// layer's products of one token (x += Wo att; h = gate(norm(x) Wgu);
-// x += Wd h; qkv = norm(x) Wqkv) in bf16, in e4m3 and mixed, with depth
-// and split drawn per phase. Each row's sum is computed alike by both, so
-// the results are equal bit for bit. Each chain runs three times (the
-// barrier reused), the last from a captured graph.
-void TestGemvChain() {
-  const int D = 784, Q = 528, F = 512, N3 = 608;
-  auto bf16_matrix = [&](int n, int k) {
-    std::vector<float> f = Random(static_cast<size_t>(n) * k, 0.05f);
-    std::vector<uint16_t> w(f.size());
-    for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(f[i]);
-    return ToDevice(w);
-  };
-  struct Matrix {
-    uint16_t* w = nullptr;
-    uint8_t* q = nullptr;
-    float* scale = nullptr;
-  };
-  auto matrix = [&](int n, int k) {
-    Matrix m;
-    m.w = bf16_matrix(n, k);
-    cudaMalloc(&m.q, static_cast<size_t>(n) * k);
-    cudaMalloc(&m.scale, n * sizeof(float));
-    failures += cuda::QuantizeRowsFp8(m.w, n, k, m.q, m.scale, nullptr) != 0;
-    return m;
-  };
-  const Matrix wo = matrix(D, Q), wgu = matrix(2 * F, D), wd = matrix(D, F), wqkv = matrix(N3, D);
-  float* n1 = ToDevice(Random(D));
-  float* n2 = ToDevice(Random(D));
-  const std::vector<float> x0 = Random(D, 3.0f);
-  std::vector<uint16_t> att(Q);
-  for (uint16_t& v : att) v = Fp32ToBf16(Random(1)[0]);
-  uint16_t* datt = ToDevice(att);
-  unsigned* barrier = nullptr;
-  cudaMalloc(&barrier, 2 * sizeof(unsigned));
-  cudaMemset(barrier, 0, 2 * sizeof(unsigned));
-  cuda::GemvArgs* dphases = nullptr;
-  cudaMalloc(&dphases, 4 * sizeof(cuda::GemvArgs));
-  std::uniform_int_distribution<int> pick(0, 5);
-  for (int trial = 0; trial < 6; ++trial) {
-    const int kind = trial % 3;  // bf16, e4m3, e4m3 with the last product bf16
-    float *x = nullptr, *qkv = nullptr;
-    uint16_t* h = nullptr;
-    cudaMalloc(&x, D * sizeof(float));
-    cudaMalloc(&qkv, N3 * sizeof(float));
-    cudaMalloc(&h, F * sizeof(uint16_t));
-    std::vector<cuda::GemvArgs> ph(4);
-    auto set = [&](cuda::GemvArgs& a, const Matrix& m, bool f8, int n, int k) {
-      if (f8)
-        a.w8 = m.q, a.w_scale = m.scale;
-      else
-        a.w = m.w;
-      a.n = n, a.k = k;
-      const int v = pick(rng);
-      a.depth = v % 2 ? 8 : 4, a.split = 1 << (v / 2);
-    };
-    set(ph[0], wo, kind != 0, D, Q);
-    ph[0].x = datt, ph[0].y = x, ph[0].accumulate = true;
-    set(ph[1], wgu, kind != 0, 2 * F, D);
-    ph[1].xf = x, ph[1].norm = n1, ph[1].eps = 1e-5f, ph[1].act = h;
-    set(ph[2], wd, kind != 0, D, F);
-    ph[2].x = h, ph[2].y = x, ph[2].accumulate = true;
-    set(ph[3], wqkv, kind == 1, N3, D);
-    ph[3].xf = x, ph[3].norm = n2, ph[3].eps = 1e-5f, ph[3].y = qkv;
-    auto reset = [&] { cudaMemcpy(x, x0.data(), D * sizeof(float), cudaMemcpyHostToDevice); };
-    reset();
-    for (const cuda::GemvArgs& a : ph) failures += cuda::Gemv(a, nullptr) != 0;
-    const std::vector<float> want_x = ToHost(x, D), want_qkv = ToHost(qkv, N3);
-    const std::vector<uint16_t> want_h = ToHost(h, F);
-    cudaMemcpy(dphases, ph.data(), 4 * sizeof(cuda::GemvArgs), cudaMemcpyHostToDevice);
-    cuda::GemvChainArgs c;
-    c.phases = dphases, c.n = 4, c.max_k = D, c.barrier = barrier;
-    cudaStream_t stream = nullptr;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    for (int run = 0; run < 3; ++run) {
-      reset();
-      cudaMemset(qkv, 0, N3 * sizeof(float));
-      cudaMemset(h, 0, F * sizeof(uint16_t));
-      int e = 0;
-      if (run < 2) {
-        e = cuda::GemvChain(c, stream);
-      } else {
-        cudaGraph_t g = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-        e = cuda::GemvChain(c, stream);
-        cudaStreamEndCapture(stream, &g);
-        if (e == 0) e = cudaGraphInstantiate(&exec, g, 0);
-        if (e == 0) e = cudaGraphLaunch(exec, stream);
-        if (exec) cudaGraphExecDestroy(exec);
-        if (g) cudaGraphDestroy(g);
-      }
-      if (e == 0) e = cudaStreamSynchronize(stream);
-      std::string what = std::string("gemv chain (") +
-                         (kind == 0   ? "bf16"
-                          : kind == 1 ? "e4m3"
-                                      : "e4m3, bf16 last") +
-                         ", ";
-      for (const cuda::GemvArgs& a : ph)
-        what += std::to_string(a.depth) + "/" + std::to_string(a.split) + " ";
-      what += run == 2 ? "graph)" : "run " + std::to_string(run) + ")";
-      if (e != 0) {
-        ++failures;
-        std::printf("FAIL %s: error %d\n", what.c_str(), e);
-        continue;
-      }
-      const bool same =
-          ToHost(x, D) == want_x && ToHost(qkv, N3) == want_qkv && ToHost(h, F) == want_h;
-      failures += !same;
-      std::printf("%s %s\n", same ? "ok  " : "FAIL", what.c_str());
-    }
-    cudaStreamDestroy(stream);
-    cudaFree(x), cudaFree(qkv), cudaFree(h);
-  }
-  for (const Matrix& m : {wo, wgu, wd, wqkv}) cudaFree(m.w), cudaFree(m.q), cudaFree(m.scale);
-  cudaFree(n1), cudaFree(n2), cudaFree(datt), cudaFree(barrier), cudaFree(dphases);
-}
-
 }  // namespace
 
 int main() {
@@ -929,7 +810,6 @@ int main() {
   TestGatedActivation();
   TestWindowedPrefill();
   TestGemv();
-  TestGemvChain();
   TestFp8();
   TestArgmax();
   TestTopK();

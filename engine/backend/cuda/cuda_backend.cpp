@@ -715,8 +715,7 @@ class CudaBackend final : public Backend {
                 "tensor-core matrix-vector kernel up to 16 rows), bf16 output head"
               : ", bf16 weights") +
         ", cuBLASLt GEMMs, bf16 KV, paged split-K decode attention" +
-        (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)") +
-        (chain_built_ ? ", a layer's products after attention in one kernel at batch 1" : "");
+        (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)");
     if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
     info->threads = 1;
@@ -790,15 +789,6 @@ class CudaBackend final : public Backend {
   // act_ instead of y.
   Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
                  GemvPlan plan, bool accumulate, bool gated);
-  kc::GemvArgs GemvArgsFor(const void* x, const float* norm, const Weight& w, float* y, int m,
-                           int n, int k, GemvPlan plan, bool accumulate, bool gated) const;
-  // A decode step of one token runs each layer's products after attention
-  // as one kc::GemvChain: Wo, gate/up, down, and the next layer's QKV (the
-  // last layer: the output head), three kernels a layer instead of six.
-  // Whether this pass of T tokens does; builds the chains' phases (in
-  // chain_phases_, four a layer) at the first such pass, outside a capture.
-  bool ChainStep(int T);
-  Status BuildChain();
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -910,12 +900,6 @@ class CudaBackend final : public Backend {
   // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
   // turns them off one by one, to measure what each is worth.
   bool fuse_norm_ = true, fuse_swiglu_ = true;
-  // ChainStep; BRAID_CUDA_CHAIN=0 turns it off, to measure what it is worth.
-  bool chain_ = true, chain_built_ = false;
-  DeviceArray<kc::GemvArgs> chain_phases_;
-  DeviceArray<unsigned> chain_barrier_;
-  std::vector<int> chain_n_;  // per layer: its phases (3 when the head is not one)
-  int chain_max_k_ = 0;
   kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
@@ -984,7 +968,6 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   }
   if (const char* attn = std::getenv("BRAID_CUDA_ATTN"))
     attention_tc_ = std::string(attn) != "simt";
-  if (const char* chain = std::getenv("BRAID_CUDA_CHAIN")) chain_ = std::string(chain) != "0";
   if (const char* graphs = std::getenv("BRAID_CUDA_GRAPHS"))
     use_graphs_ = std::string(graphs) != "0";
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
@@ -1411,13 +1394,11 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   const ModelConfig& c = c_;
   const int D = c.n_embd;
   int32_t* ids = DevRegion(kIds);
-  const bool chain = ChainStep(T);
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
     const GpuLayer& l = layers_[i];
-    if (!chain || i == 0)  // else the chain of the layer before computed it
-      BRAID_RETURN_IF_ERROR(
-          Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
+    BRAID_RETURN_IF_ERROR(
+        Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
     // q/k norms take the bias in with them.
     if (c.qk_norm)
       KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
@@ -1492,23 +1473,12 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     }
     for (const Segment& s : prefill_)
       BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
-    if (chain) {
-      kc::GemvChainArgs a;
-      a.phases = chain_phases_.get() + static_cast<size_t>(4) * i;
-      a.n = chain_n_[i];
-      a.max_k = chain_max_k_;
-      a.barrier = chain_barrier_.get();
-      KERNEL_TRY(kc::GemvChain(a, stream_));
-      continue;
-    }
     BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.view(), T, q_dim_, l.post_attn_norm.get()));
     BRAID_RETURN_IF_ERROR(Project(x_.get(), l.ffn_norm.get(), l.wgu.view(), gu_.get(), T,
                                   2 * c.n_ff, D, false, true));
     BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.view(), T, c.n_ff, l.post_ffn_norm.get()));
   }
-  if (chain && chain_n_.back() == 4) {
-    // The last layer's chain computed the logits.
-  } else if (R == T) {
+  if (R == T) {
     // Every row's logits (a decode step): the final norm goes into the
     // product where it can.
     BRAID_RETURN_IF_ERROR(Project(x_.get(), out_norm_.get(), Weight{lm_head_}, logits_.get(), R,
@@ -1571,13 +1541,6 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
 
 Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
                             int n, int k, GemvPlan plan, bool accumulate, bool gated) {
-  KERNEL_TRY(kc::Gemv(GemvArgsFor(x, norm, w, y, m, n, k, plan, accumulate, gated), stream_));
-  return Status::Ok();
-}
-
-kc::GemvArgs CudaBackend::GemvArgsFor(const void* x, const float* norm, const Weight& w, float* y,
-                                      int m, int n, int k, GemvPlan plan, bool accumulate,
-                                      bool gated) const {
   kc::GemvArgs g;
   g.depth = plan.depth;
   g.split = plan.split;
@@ -1600,68 +1563,7 @@ kc::GemvArgs CudaBackend::GemvArgsFor(const void* x, const float* norm, const We
     g.act = act_.get();
     g.gate = gate_;
   }
-  return g;
-}
-
-bool CudaBackend::ChainStep(int T) {
-  if (!chain_ || T != 1 || group_ || c_.post_norms || !fuse_norm_ || !fuse_swiglu_) return false;
-  if (chain_built_) return true;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(stream_, &capturing);
-  if (capturing != cudaStreamCaptureStatusNone) return false;
-  chain_ = BuildChain().ok();
-  chain_built_ = chain_;
-  return chain_;
-}
-
-Status CudaBackend::BuildChain() {
-  const int D = c_.n_embd, L = c_.n_layer;
-  std::vector<kc::GemvArgs> phases(static_cast<size_t>(4) * L);
-  chain_n_.assign(L, 4);
-  // A phase as Project would run it for one row; false where that is not
-  // the matrix-vector kernel.
-  auto phase = [&](kc::GemvArgs* g, const void* x, const float* norm, const Weight& w, float* y,
-                   int n, int k, bool accumulate, bool gated) {
-    const GemvPlan plan = GemvChoice(n, k, 1, w.fp8 != nullptr);
-    if (plan.depth == 0 || (gated && n % 8 != 0)) return false;
-    *g = GemvArgsFor(x, norm, w, y, 1, n, k, plan, accumulate, gated);
-    return kc::GemvArgsOk(*g);
-  };
-  for (int i = 0; i < L; ++i) {
-    const GpuLayer& l = layers_[i];
-    kc::GemvArgs* p = &phases[static_cast<size_t>(4) * i];
-    bool ok = phase(p, att_.get(), nullptr, l.wo.view(), x_.get(), D, q_dim_, true, false) &&
-              phase(p + 1, x_.get(), l.ffn_norm.get(), l.wgu.view(), gu_.get(), 2 * c_.n_ff, D,
-                    false, true) &&
-              phase(p + 2, act_.get(), nullptr, l.wdown.view(), x_.get(), D, c_.n_ff, true, false);
-    if (i + 1 < L) {
-      const GpuLayer& next = layers_[i + 1];
-      ok = ok && phase(p + 3, x_.get(), next.attn_norm.get(), next.wqkv.view(), qkv_.get(),
-                       qkv_dim_, D, false, false);
-    } else if (!phase(p + 3, x_.get(), out_norm_.get(), Weight{lm_head_}, logits_.get(), c_.n_vocab,
-                      D, false, false)) {
-      chain_n_[i] = 3;  // the head runs as it would alone
-    }
-    if (!ok) return Status::Unsupported("a layer product is not the matrix-vector kernel's");
-  }
-  chain_max_k_ = std::max({D, q_dim_, c_.n_ff});
-  BRAID_RETURN_IF_ERROR(chain_phases_.Allocate(phases.size()));
-  BRAID_RETURN_IF_ERROR(chain_barrier_.Allocate(2));
-  CUDA_TRY(cudaMemcpyAsync(chain_phases_.get(), phases.data(), phases.size() * sizeof(kc::GemvArgs),
-                           cudaMemcpyHostToDevice, stream_));
-  CUDA_TRY(cudaMemsetAsync(chain_barrier_.get(), 0, 2 * sizeof(unsigned), stream_));
-  // A launch of layer 0's chain, to learn whether the device takes it (the
-  // pass that follows writes every buffer it touches anew).
-  kc::GemvChainArgs a;
-  a.phases = chain_phases_.get();
-  a.n = chain_n_[0];
-  a.max_k = chain_max_k_;
-  a.barrier = chain_barrier_.get();
-  if (kc::GemvChain(a, stream_) != 0) {
-    cudaGetLastError();
-    return Status::Unsupported("the device takes no cooperative launch of the chain");
-  }
-  CUDA_TRY(cudaStreamSynchronize(stream_));
+  KERNEL_TRY(kc::Gemv(g, stream_));
   return Status::Ok();
 }
 

@@ -188,27 +188,6 @@ struct GemvArgs {
   const float* w_scale = nullptr;
 };
 int Gemv(const GemvArgs& a, void* stream);
-// Whether Gemv takes `a` (it returns -1 where not).
-bool GemvArgsOk(const GemvArgs& a);
-
-// Products of one token run back to back in one launch (a decode step of
-// one sequence): phase p computes as Gemv(phases[p]) would (rows 1), after
-// every block finished phase p - 1, so it may read what the phases before
-// wrote; each block loads its first weights of a phase before waiting for
-// the one before. Fewer kernel boundaries: their ramps and tails overlap.
-// `phases` lies in device memory (read at each launch, so a captured graph
-// sees it as it is then), every entry GemvArgsOk with rows 1; max_k is
-// their largest k. `barrier` is two words of device memory, zero before
-// the first launch and used by one stream at a time. A cooperative launch
-// (every block resident at once): cudaErrorNotSupported where the device
-// has none.
-struct GemvChainArgs {
-  const GemvArgs* phases = nullptr;
-  int n = 0;
-  int max_k = 0;
-  unsigned* barrier = nullptr;
-};
-int GemvChain(const GemvChainArgs& a, void* stream);
 
 // out[r] = the index of the largest of x[r, 0..n) (the first on ties), r < rows.
 int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream);
