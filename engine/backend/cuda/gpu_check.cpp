@@ -114,6 +114,23 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// How many outputs of `x` equal those of `y` at the same index.
+int CountSame(const std::vector<std::vector<int32_t>>& x,
+              const std::vector<std::vector<int32_t>>& y) {
+  int same = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) same += x[i] == y[i];
+  return same;
+}
+
+// f(), with the seconds it took in *seconds.
+template <typename F>
+auto Timed(F&& f, double* seconds) {
+  const auto t0 = Clock::now();
+  auto r = f();
+  *seconds = Since(t0);
+  return r;
+}
+
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "braid_gpu_check: %s\n", what.c_str());
   std::exit(1);
@@ -786,18 +803,10 @@ int ServeEqual(const Args& a) {
     for (auto& h : hs) out.push_back(h->Wait().tokens);
     return out;
   };
-  auto count_same = [](const auto& x, const auto& y) {
-    int same = 0;
-    for (size_t i = 0; i < x.size(); ++i) same += x[i] == y[i];
-    return same;
-  };
-  const auto t0 = Clock::now();
-  const auto alone = run(reqs, false, 1);
-  const double alone_s = Since(t0);
+  double alone_s = 0, together_s = 0;
+  const auto alone = Timed([&] { return run(reqs, false, 1); }, &alone_s);
   const uint64_t pre0 = engine->stats().preemptions;
-  const auto t1 = Clock::now();
-  const auto together = run(reqs, true, 2);
-  const double together_s = Since(t1);
+  const auto together = Timed([&] { return run(reqs, true, 2); }, &together_s);
   const uint64_t preempted = engine->stats().preemptions - pre0;
   // Sampling.
   std::vector<GenerationRequest> sampled = reqs, full;
@@ -816,15 +825,14 @@ int ServeEqual(const Args& a) {
               {"preemptions", preempted},
               {"cascade_passes", engine->stats().cascade_passes},
               {"cascade_tokens", engine->stats().cascade_tokens},
-              {"greedy_identical", count_same(alone, together)},
+              {"greedy_identical", CountSame(alone, together)},
               {"alone_s", alone_s},
               {"together_s", together_s},
-              {"sampled_top_k_rows_vs_whole_rows_identical", count_same(s_top, s_full)},
-              {"sampled_batched_vs_alone_identical", count_same(s_top, s_together)}};
+              {"sampled_top_k_rows_vs_whole_rows_identical", CountSame(s_top, s_full)},
+              {"sampled_batched_vs_alone_identical", CountSame(s_top, s_together)}};
   engine->Shutdown();
   std::printf("%s\n", out.dump().c_str());
-  return count_same(alone, together) == n && count_same(s_top, s_full) == n && preempted > 0 ? 0
-                                                                                             : 1;
+  return CountSame(alone, together) == n && CountSame(s_top, s_full) == n && preempted > 0 ? 0 : 1;
 }
 
 // The host KV tier changes no greedy output: 64 requests in waves of 8 over
@@ -873,14 +881,10 @@ int TierEqual(const Args& a) {
     return out;
   };
   EngineStats off, on;
-  const auto t0 = Clock::now();
-  const auto without = run(0, &off);
-  const double off_s = Since(t0);
-  const auto t1 = Clock::now();
-  const auto with = run(int64_t{8} << 30, &on);
-  const double on_s = Since(t1);
-  int same = 0;
-  for (size_t i = 0; i < without.size(); ++i) same += without[i] == with[i];
+  double off_s = 0, on_s = 0;
+  const auto without = Timed([&] { return run(0, &off); }, &off_s);
+  const auto with = Timed([&] { return run(int64_t{8} << 30, &on); }, &on_s);
+  const int same = CountSame(without, with);
   Json out = {{"requests", n},
               {"greedy_identical", same},
               {"kv_pool_tokens", on.kv_blocks_total * 16},
@@ -966,14 +970,10 @@ int SlidesEqual(const Args& a) {
     return out;
   };
   EngineStats off, on;
-  const auto t0 = Clock::now();
-  const auto without = run(false, false, &off);
-  const double off_s = Since(t0);
-  const auto t1 = Clock::now();
-  const auto with = run(true, true, &on);
-  const double on_s = Since(t1);
-  int same = 0;
-  for (size_t i = 0; i < without.size(); ++i) same += without[i] == with[i];
+  double off_s = 0, on_s = 0;
+  const auto without = Timed([&] { return run(false, false, &off); }, &off_s);
+  const auto with = Timed([&] { return run(true, true, &on); }, &on_s);
+  const int same = CountSame(without, with);
   Json out = {{"requests", n},
               {"greedy_identical", same},
               {"kv_pool_tokens", on.kv_blocks_total * 16},
@@ -1077,11 +1077,7 @@ int Cascade(const Args& a) {
   const Phase eager = phase("no prefix, eager", true, false, false);
   unsetenv("BRAID_CUDA_GRAPHS");
   const Phase alone = phase("each alone", true, true, true);
-  auto same = [&](const Phase& x, const Phase& y) {
-    int n = 0;
-    for (int i = 0; i < B; ++i) n += x.out[i] == y.out[i];
-    return n;
-  };
+  auto same = [](const Phase& x, const Phase& y) { return CountSame(x.out, y.out); };
   Json rows = Json::array();
   for (const Phase* ph : {&off, &on, &bare, &eager})
     rows.push_back({{"phase", ph->name},
