@@ -54,10 +54,12 @@ ServingEngine::ServingEngine(const EngineOptions& o, std::unique_ptr<BackendMode
       scheduler_(SchedulerConfigOf(o, model_->config(), kv_->n_slides() > 0), pool_, cache_,
                  *policy_),
       latency_budget_(o.max_batch_tokens),
+      step_budget_(o.max_batch_tokens, o.step_ms, o.block_size),
       step_cost_(model_->backend().max_chunk()),
       eog_ids_(EndOfGenerationIds(*model_)),
       batch_(model_->config().n_vocab, eog_ids_) {
   scheduler_.set_latency_budget(&latency_budget_);
+  if (o.step_ms > 0) scheduler_.set_step_budget(&step_budget_);
   // Contexts held through tool calls (ExpectUse) never take more than half
   // the pool: the rest stays for work that is here now.
   cache_.set_max_held_blocks(pool_.num_blocks() / 2);
@@ -320,6 +322,9 @@ Status ValidateOptions(const EngineOptions& o) {
   if (o.latency_batch_tokens < 0)
     return Status::InvalidArgument(
         "latency_batch_tokens must be >= 0 (0 = learned from step times)");
+  if (!(o.step_ms >= 0 && o.step_ms <= 1e6))
+    return Status::InvalidArgument("step_ms must be in [0, 1000000] (0 = no target), got " +
+                                   std::to_string(o.step_ms));
   if (o.kv_blocks < 0 || o.kv_tokens < 0)
     return Status::InvalidArgument("KV pool size must be >= 0");
   if (!(o.kv_memory_fraction >= 0.0 && o.kv_memory_fraction <= 0.95))

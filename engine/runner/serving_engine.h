@@ -37,6 +37,7 @@
 #include "sched/latency_budget.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
+#include "sched/step_budget.h"
 #include "spec/goodput.h"
 #include "spec/proposer.h"
 
@@ -149,6 +150,7 @@ class ServingEngine final : public Engine {
   Scheduler scheduler_;
   std::unique_ptr<TierIo> tier_io_;     // the lower KV tier (null: none), under kv_mu_
   LatencyBudget latency_budget_;        // step loop only
+  StepBudget step_budget_;              // step loop only; read by scheduler_ with step_ms
   spec::StepCost step_cost_;            // step loop only
   const std::vector<int32_t> eog_ids_;  // masked before a request's min_tokens
   spec::SuffixStore suffix_store_;

@@ -88,6 +88,8 @@ TEST_CASE("Engine::Open refuses bad options with an error naming the option") {
       {"max_running", [](EngineOptions& o) { o.max_running = -1; }},
       {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = -1; }},
       {"latency_batch_tokens", [](EngineOptions& o) { o.latency_batch_tokens = -1; }},
+      {"step_ms", [](EngineOptions& o) { o.step_ms = -1; }},
+      {"step_ms", [](EngineOptions& o) { o.step_ms = std::nan(""); }},
       {"policy", [](EngineOptions& o) { o.policy = "lifo"; }},
   };
   for (const Bad& b : cases) {
@@ -357,6 +359,23 @@ TEST_CASE("a repeated 1,000-token prefix comes from the cache; salts keep tenant
 // prompt and output, announced with ExpectUse while the "tool" runs, in a
 // pool too small for every context. Under every admission order, eviction
 // order and admission rule, greedy outputs equal one request at a time.
+TEST_CASE("a step-time target changes no greedy output") {
+  if (!HaveModel()) return;
+  // A target no step meets: prompts go in chunks of one block beside the decodes.
+  EngineOptions o = Options(4096);
+  o.step_ms = 0.001;
+  auto engine = Engine::Open(o);
+  REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
+  Engine& e = **engine;
+  auto prompts = Prompts(*e.model(), 4);
+  std::vector<std::shared_ptr<RequestHandle>> hs = SubmitGreedy(e, prompts, 8);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(hs[i]->Wait().tokens == Alone(*e.model(), prompts[i], 8));
+  }
+  CHECK(e.stats().prompt_tokens > 0);
+}
+
 TEST_CASE("agent serving switches change no greedy output") {
   if (!HaveModel()) return;
   struct Setting {

@@ -50,6 +50,7 @@ void ServingEngine::Step(Active& active) {
   bool latency_only = true;
   for (const ScheduledItem& it : plan.items) latency_only &= it.seq->goal == GoalClass::kLatency;
   latency_budget_.Observe(plan.n_tokens, Ms(t0, t1), latency_only);
+  if (options_.step_ms > 0) step_budget_.Observe(plan.n_tokens, Ms(t0, t1));
   Retire(plan, by_seq, active, t0, t1, propose_seconds, tally);
 }
 

@@ -258,9 +258,17 @@ StepPlan Scheduler::Schedule() {
   if (cap <= 0)
     cap = latency_budget_ != nullptr ? latency_budget_->Cap(latency_tokens) : latency_tokens;
   int budget = config_.max_batch_tokens;
+  // With a step-time target, prompt chunks fill the step up to its cap (a
+  // granule of them at least); decodes always run.
+  const int step_cap = step_budget_ ? step_budget_->Cap() : config_.max_batch_tokens;
+  int chunk_floor = step_budget_ ? step_budget_->granule() : 0;
   auto allowance = [&](const SeqState* s) {
-    if (!latency || s->goal == GoalClass::kLatency) return budget;
-    return std::max(0, std::min(budget, cap - plan.n_tokens));
+    int n = budget;
+    if (latency && s->goal != GoalClass::kLatency)
+      n = std::max(0, std::min(n, cap - plan.n_tokens));
+    const bool decode = static_cast<int>(s->tokens.size()) - s->num_computed == 1;
+    if (!decode) n = std::min(n, std::max(chunk_floor, step_cap - plan.n_tokens));
+    return n;
   };
 
   // 1. Decodes, then 2. prefill chunks, each in policy order. Preemption may
@@ -281,6 +289,7 @@ StepPlan Scheduler::Schedule() {
       Plan({s, s->num_computed, n, s->num_computed + n == static_cast<int>(s->tokens.size())},
            &plan);
       budget -= n;
+      if (!decode) chunk_floor = std::max(0, chunk_floor - n);
     }
   }
 
@@ -312,6 +321,7 @@ StepPlan Scheduler::Schedule() {
     waiting_.erase(waiting_.begin() + static_cast<long>(at));
     if (!cached.empty()) cached.erase(cached.begin() + static_cast<long>(at));
     budget -= plan.items.back().n_tokens;
+    chunk_floor = std::max(0, chunk_floor - plan.items.back().n_tokens);
   }
   return plan;
 }

@@ -25,6 +25,7 @@
 #include "sched/latency_budget.h"
 #include "sched/policy.h"
 #include "sched/sequence.h"
+#include "sched/step_budget.h"
 
 namespace braid {
 
@@ -129,6 +130,10 @@ class Scheduler {
 
   // The learned step cap used when config().latency_batch_tokens is 0 (not owned).
   void set_latency_budget(const LatencyBudget* budget) { latency_budget_ = budget; }
+  // A step-time target (EngineOptions::step_ms; not owned, null: none):
+  // prompt chunks join a step while it holds at most budget->Cap() tokens,
+  // one granule of them at least; decodes are never held back.
+  void set_step_budget(const StepBudget* budget) { step_budget_ = budget; }
 
   // Queues a new sequence (status waiting, no blocks).
   void Add(SeqState* s);
@@ -195,6 +200,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   const LatencyBudget* latency_budget_ = nullptr;
+  const StepBudget* step_budget_ = nullptr;
   kv::BlockPool& pool_;
   kv::RadixCache& cache_;
   AdmissionPolicy& policy_;

@@ -442,6 +442,53 @@ TEST_CASE("chunked prefill respects the budget and decodes keep running") {
   CHECK(b->num_computed < 200);
 }
 
+TEST_CASE("a step-time target caps prompt chunks, never decodes, and lets prompts progress") {
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 256;
+  cfg.max_running = 16;
+  Sim sim(512, "fcfs", cfg);
+  // Steps measured so far: up to 48 tokens within 10 ms, 49-64 over.
+  StepBudget budget(256, 10.0, 16, 1000);
+  budget.Observe(16, 4.0);
+  budget.Observe(32, 7.0);
+  budget.Observe(48, 9.5);
+  budget.Observe(64, 12.0);
+  REQUIRE(budget.Cap() == 48);
+  sim.sched.set_step_budget(&budget);
+  std::vector<SeqState*> decoding;
+  for (int i = 0; i < 8; ++i) decoding.push_back(sim.Submit(4, 100));
+  for (int i = 0; i < 4; ++i) sim.Step();  // their prompts, then decodes
+  SeqState* big = sim.Submit(500, 4);
+  for (int i = 0; i < 6; ++i) {
+    const StepPlan p = sim.Step();
+    int decodes = 0, chunk = 0;
+    for (const ScheduledItem& it : p.items) {
+      if (it.seq == big)
+        chunk = it.n_tokens;
+      else
+        ++decodes;
+    }
+    CHECK(decodes == 8);     // every decode runs
+    CHECK(chunk == 48 - 8);  // the prompt fills the step to the cap
+    CHECK(p.n_tokens == 48);
+  }
+  // Decodes alone over the cap: a granule of prompt still joins each step.
+  StepBudget tight(256, 1.0, 16, 1000);
+  tight.Observe(8, 3.0);
+  REQUIRE(tight.Cap() == 16);
+  sim.sched.set_step_budget(&tight);
+  for (int i = 0; i < 3; ++i) {
+    const int before = big->num_computed;
+    const StepPlan p = sim.Step();
+    CHECK(p.n_tokens == 8 + 16);
+    CHECK(big->num_computed == before + 16);
+  }
+  sim.sched.set_step_budget(nullptr);
+  const int rest = big->prompt_len - big->num_computed;
+  REQUIRE(rest > 100);
+  CHECK(sim.Step().n_tokens == 8 + rest);  // no target: the rest of the prompt at once
+}
+
 TEST_CASE("latency-class work caps the step and is admitted first") {
   SchedulerConfig cfg;
   cfg.max_batch_tokens = 128;

@@ -53,6 +53,8 @@ const char* kBenchHelp =
     "  --batch-tokens N     tokens per engine step, 0..2048 (default 0: the backend's, 256\n"
     "                       on the CPU, 1024 on CUDA; at most its largest step)\n"
     "  --latency-batch-tokens N  a latency-class step's tokens, 0..2048 (0 = learned)\n"
+    "  --step-ms MS         a target for a step's forward pass (as braid serve's; default 0: "
+    "none)\n"
     "  --max-running N      sequences decoding together in --rate mode, 0..4096 (default 0:\n"
     "                       the backend's, 64 on the CPU, 256 on CUDA)\n"
     "  --kv-tokens N        the KV pool in --rate mode, 0..4194304 (default 0: from memory)\n"

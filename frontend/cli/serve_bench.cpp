@@ -649,6 +649,7 @@ struct ServeBenchOptions {
   int rate_kv_tokens = 0;
   int64_t kv_host_bytes = 0;   // --kv-host
   bool kv_slides = true;       // --kv-slides
+  double step_ms = 0;          // --step-ms
   std::vector<double> shares;  // --clients
   std::string policy = "fcfs";
   double locality_bound = 0, cached_weight = 0;
@@ -686,6 +687,7 @@ int ReadServeBenchOptions(Args& args, ServeBenchOptions* o) {
   if (slides != "on" && slides != "off")
     args.Fail("option --kv-slides: '" + slides + "' is not on or off");
   o->kv_slides = slides == "on";
+  o->step_ms = args.Num({"--step-ms"}, 0, 0, 1e6);
   for (int share : ParseList(args, "--clients", args.Str({"--clients"}, "1"), 1, 1000))
     o->shares.push_back(share);
   o->policy = args.Str({"--policy"}, "fcfs");
@@ -731,6 +733,7 @@ int RateBench(const ServeBenchOptions& o) {
   eo.kv_slides = o.kv_slides;
   eo.max_running = o.max_running;
   eo.max_batch_tokens = o.batch_tokens;
+  eo.step_ms = o.step_ms;
   eo.max_waiting = o.requests;
   eo.kv_growth_reserve = o.kv_reserve;
   eo.policy = o.policy;
@@ -774,6 +777,7 @@ std::optional<EngineOptions> LevelEngineOptions(const ServeBenchOptions& o) {
   eo.max_batch_tokens = o.batch_tokens;
   eo.policy = o.latency_mix > 0 ? "priority" : "fcfs";
   eo.latency_batch_tokens = o.latency_tokens;
+  eo.step_ms = o.step_ms;
   eo.spec = o.spec;
   return eo;
 }

@@ -80,6 +80,10 @@ const char* const kStackHelp =
     "                          every running call's window, so a long context costs only\n"
     "                          the other layers' KV (not with --kv-host, nor with tensor\n"
     "                          parallelism)\n"
+    "      --step-ms MS        prompt chunks join a step only up to the size whose measured\n"
+    "                          forward passes take at most MS ms (a block of them at least),\n"
+    "                          so decoding calls' inter-token times stay near MS; 0 (default):\n"
+    "                          every step takes the whole token budget\n"
     "      --kv-tokens N       KV cache tokens per engine, 0..4194304 (default 0: sized from\n"
     "                          memory, see --kv-memory)\n"
     "      --kv-memory F       with --kv-tokens 0: the KV caches take this fraction of the\n"
@@ -128,6 +132,7 @@ const std::vector<std::string> kStackValueOptions = {"-m",
                                                      "--kv-host",
                                                      "--kv-prefetch",
                                                      "--kv-slides",
+                                                     "--step-ms",
                                                      "--kv-tokens",
                                                      "--kv-memory",
                                                      "--spec",
@@ -203,6 +208,7 @@ StackOptions ReadStackOptions(Args& args) {
   if (slides != "on" && slides != "off")
     args.Fail("option --kv-slides: '" + slides + "' is not on or off");
   o.kv_slides = slides == "on";
+  o.step_ms = args.Num({"--step-ms"}, 0, 0, 1e6);
   auto spec = ParseSpecOptions(args.Str({"--spec"}, "off"));
   if (spec.ok())
     o.spec = *spec;
@@ -321,6 +327,7 @@ EngineOptions EmbeddedOptions(const StackOptions& options, int threads, int shar
   eo.kv_host_bytes = options.kv_host_bytes;
   eo.kv_host_prefetch = options.kv_host_prefetch;
   eo.kv_slides = options.kv_slides;
+  eo.step_ms = options.step_ms;
   eo.policy = options.fair && options.policy == "priority" ? "vtc" : options.policy;
   eo.fairness.client_weights = options.client_weights;
   eo.fairness.locality_bound = options.locality_bound;

@@ -38,6 +38,7 @@ struct StackOptions {
   int64_t kv_host_bytes = 0;     // --kv-host: EngineOptions::kv_host_bytes, per engine
   bool kv_host_prefetch = true;  // --kv-prefetch: EngineOptions::kv_host_prefetch
   bool kv_slides = true;         // --kv-slides: EngineOptions::kv_slides
+  double step_ms = 0;            // --step-ms: EngineOptions::step_ms
   // --fair: "priority" becomes "vtc" (fair sharing between clients), with
   // these shares (--client-weights NAME=W,...).
   bool fair = false;

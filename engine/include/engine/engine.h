@@ -68,6 +68,12 @@ struct EngineOptions {
   // max_chunk; 0 = the backend's choice (256 on the CPU, 1,024 on CUDA).
   int max_batch_tokens = 0;
   int latency_batch_tokens = 0;
+  // A target for a step's forward pass, in milliseconds (0: none): prompt
+  // chunks join a step only up to the token count whose measured steps stay
+  // within it (sched/step_budget.h; a block's worth of them at least), so
+  // decoding sequences see inter-token times near the target while prompts
+  // are computed beside them. Decodes are never held back.
+  double step_ms = 0;
   // KV kept for the growth of running sequences at admission
   // (SchedulerConfig::growth_reserve): the share of their allowed output
   // counted at first, 0 = none.
