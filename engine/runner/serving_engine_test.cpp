@@ -368,6 +368,10 @@ TEST_CASE("a step-time target changes no greedy output") {
   REQUIRE_MESSAGE(engine.ok(), engine.status().ToString());
   Engine& e = **engine;
   auto prompts = Prompts(*e.model(), 4);
+  for (auto& p : prompts) {  // 4 copies: prompts of several chunks each
+    const std::vector<int32_t> once = p;
+    for (int r = 0; r < 3; ++r) p.insert(p.end(), once.begin(), once.end());
+  }
   std::vector<std::shared_ptr<RequestHandle>> hs = SubmitGreedy(e, prompts, 8);
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
