@@ -64,6 +64,13 @@ struct ModelConfig {
   bool Sliding(int layer) const {
     return layer < static_cast<int>(sliding.size()) && sliding[layer];
   }
+  // How many layers slide when some do and some do not (Gemma 3), else 0:
+  // the layers whose KV a backend may keep apart, in slides.
+  int PartlySlidingLayers() const {
+    int n = 0;
+    for (int i = 0; i < n_layer; ++i) n += Sliding(i);
+    return n < n_layer ? n : 0;
+  }
   // The positions any layer's attention looks back: sliding_window when
   // every layer slides, else 0 (no limit).
   int AttentionWindow() const {

@@ -260,14 +260,14 @@ StepPlan Scheduler::Schedule() {
   int budget = config_.max_batch_tokens;
   // With a step-time target, prompt chunks fill the step up to its cap (a
   // granule of them at least); decodes always run.
-  const int step_cap = step_budget_ ? step_budget_->Cap() : config_.max_batch_tokens;
+  const int step_cap = step_budget_ ? step_budget_->Cap() : 0;
   int chunk_floor = step_budget_ ? step_budget_->granule() : 0;
   auto allowance = [&](const SeqState* s) {
     int n = budget;
     if (latency && s->goal != GoalClass::kLatency)
       n = std::max(0, std::min(n, cap - plan.n_tokens));
     const bool decode = static_cast<int>(s->tokens.size()) - s->num_computed == 1;
-    if (!decode) n = std::min(n, std::max(chunk_floor, step_cap - plan.n_tokens));
+    if (step_budget_ && !decode) n = std::min(n, std::max(chunk_floor, step_cap - plan.n_tokens));
     return n;
   };
 

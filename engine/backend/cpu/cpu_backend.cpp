@@ -147,9 +147,8 @@ class CpuBackend final : public Backend {
   }
   // A hybrid model's sliding layers' share of a block.
   size_t KvSlideBytes(int block_size) const override {
-    int sliding = 0;
-    for (int i = 0; i < config_.n_layer; ++i) sliding += config_.Sliding(i);
-    if (sliding == 0 || sliding == config_.n_layer) return 0;
+    const int sliding = config_.PartlySlidingLayers();
+    if (sliding == 0) return 0;
     return KvStore::BlockBytes(sliding, block_size, config_.n_head_kv, config_.head_dim,
                                forward_->KvTypeFor(block_size));
   }

@@ -646,10 +646,7 @@ class CudaBackend final : public Backend {
   }
   // A hybrid model's sliding layers' share of a block (Gemma 3).
   size_t KvSlideBytes(int block_size) const override {
-    int sliding = 0;
-    for (int i = 0; i < c_.n_layer; ++i) sliding += c_.Sliding(i);
-    if (sliding == 0 || sliding == c_.n_layer) return 0;
-    return KvBlockBytes(block_size) / c_.n_layer * sliding;
+    return KvBlockBytes(block_size) / c_.n_layer * c_.PartlySlidingLayers();
   }
   Result<std::unique_ptr<KvMemory>> AllocateSlidedKv(int n_blocks, int n_slides,
                                                      int block_size) override {
