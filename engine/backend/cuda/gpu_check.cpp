@@ -924,20 +924,19 @@ int SlidesEqual(const Args& a) {
   // The default pool (sized from memory) both ways.
   int64_t capacity[2] = {0, 0};
   uint64_t bytes[2] = {0, 0};
-  int slides_total = 0;
+  int slides_total = 0, n_vocab = 0;
   for (int on = 0; on < 2; ++on) {
     auto e = open(on == 1, 0);
     capacity[on] = static_cast<int64_t>(e->stats().kv_blocks_total) * 16;
     bytes[on] = e->stats().kv_pool_bytes;
     if (on) slides_total = e->stats().kv_slides_total;
+    n_vocab = e->model()->info().n_vocab;
     e->Shutdown();
   }
   std::vector<GenerationRequest> reqs;
   size_t need = 0;
   {
-    auto probe = open(false, 4096);
-    std::uniform_int_distribution<int32_t> pick(100, probe->model()->info().n_vocab - 1);
-    probe->Shutdown();
+    std::uniform_int_distribution<int32_t> pick(100, n_vocab - 1);
     std::vector<int32_t> prefix(shared);
     for (int32_t& t : prefix) t = pick(rng);
     for (int i = 0; i < n; ++i) {
