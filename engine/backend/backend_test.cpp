@@ -7,8 +7,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "backend/cpu/llama_forward.h"
+#include "model/family.h"
 
 #ifdef BRAID_HAVE_CUDA
 #include "backend/cuda/collective.h"
@@ -125,6 +129,43 @@ TEST_CASE("ExpandDevices: --tp groups the GPUs, one engine per group") {
   CHECK(zero.status().message() == "tensor parallelism must be 1 or more GPUs, got 0");
   auto all = ExpandDevices("cuda:all", 1);
   if (!all.ok()) CHECK(all.status().message() == "device 'cuda:all': no GPU is visible");
+}
+
+// Every family's block in each backend's steps; a block whose ops come in an
+// order no step covers (a parallel block: attention and MLP both from one
+// norm of x, as GPT-J's) refused, naming the op.
+TEST_CASE("backends plan every family's block and refuse a block they have no step for") {
+  std::vector<std::function<Status(const ModelConfig&)>> plans = {
+      [](const ModelConfig& c) { return LlamaForward::Plan(c).status(); }};
+#ifdef BRAID_HAVE_CUDA
+  plans.push_back([](const ModelConfig& c) { return PlanCudaBlock(c); });
+#endif
+  const std::string names[] = {"the CPU backend", "the CUDA backend"};
+  for (size_t b = 0; b < plans.size(); ++b) {
+    for (const Family* f : Families()) {
+      ModelConfig c;
+      c.arch = f->arch;
+      c.block.assign(f->block.begin(), f->block.end());
+      CAPTURE(f->gguf_arch);
+      CHECK(plans[b](c).ok());
+    }
+    ModelConfig parallel;
+    parallel.block = {{Op::kNorm, TensorRole::kAttnNorm},
+                      {Op::kQkv},
+                      {Op::kRope},
+                      {Op::kAttention},
+                      {Op::kWo},
+                      {Op::kGateUp},
+                      {Op::kGate},
+                      {Op::kDown},
+                      {Op::kAdd}};
+    const Status s = plans[b](parallel);
+    CHECK(s.code() == StatusCode::kUnsupported);
+    CHECK(s.message() == names[b] +
+                             " cannot run this llama model: it has no step for the op 'wo' at op 5 "
+                             "of its block, after 'attention' (norm qkv rope attention wo gate_up "
+                             "gate down add)");
+  }
 }
 
 TEST_CASE("OpenBackend: the CPU backend runs a batch") {

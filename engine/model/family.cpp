@@ -87,10 +87,8 @@ bool TensorRequired(const TensorSpec& spec, const ModelConfig& c) {
       return false;
     case Presence::kQkvBias:
       return c.qkv_bias;
-    case Presence::kQkNorm:
-      return c.qk_norm;
-    case Presence::kPostNorms:
-      return c.post_norms;
+    case Presence::kBlock:
+      return BlockReads(c.block, spec.role);
     case Presence::kUnlessTied:
       return !c.tied_embeddings;
   }
@@ -100,9 +98,7 @@ bool TensorRequired(const TensorSpec& spec, const ModelConfig& c) {
 std::vector<std::string> RequiredOps(const ModelConfig& c, int context) {
   std::vector<std::string> ops;
   if (c.qkv_bias) ops.push_back("qkv_bias");
-  if (c.qk_norm) ops.push_back("qk_norm");
-  if (c.post_norms) ops.push_back("post_norms");
-  if (c.activation == Activation::kGeluTanh) ops.push_back("gelu_tanh");
+  if (c.GateActivation() == Activation::kGeluTanh) ops.push_back("gelu_tanh");
   if (c.embed_scale != 1.0f) ops.push_back("embed_scale");
   if (c.attn_scale > 0.0f) ops.push_back("attn_scale");
   if (c.sliding_window > 0 && (context <= 0 || c.sliding_window < context))

@@ -5,13 +5,15 @@
 // family_mistral.cpp, family_qwen2.cpp, family_qwen3.cpp, family_gemma3.cpp),
 // as llama.cpp's src/models/.
 //
-// The block a family describes is the Llama block plus traits (q/k norms,
-// post norms, GeGLU, scaled embeddings, sliding-window layers), which the
-// file loaders turn into the model's ModelConfig. Each trait is an op that a
-// backend implements or lacks; RequiredOps lists a model's, and a backend
-// refuses a model whose ops it lacks (CheckOps), naming the op.
+// A family writes its block once, as the ops every layer runs in order
+// (block.h: which norms where, q/k norms, which gate activation), and the
+// parameters its files do not state (scaled embeddings, which layers slide);
+// the file loaders copy them into the model's ModelConfig. Backends plan the
+// block into their own steps (PlanBlock) and refuse one they cannot run,
+// naming the op; the ops' parameters are features a backend has or lacks
+// (RequiredOps, CheckOps), refused by name too.
 //
-// A family is plain constant data: its names, the traits of its block, and
+// A family is plain constant data: its names, its block, and
 // two tensor lists (the model's global tensors, then each layer's). Lists
 // are in the order validation checks them, so the first missing or misshaped
 // tensor named in an error is always the same.
@@ -28,33 +30,6 @@
 
 namespace braid {
 
-// What a tensor is, whatever its name: backends map roles to their fields.
-enum class TensorRole {
-  // Global.
-  kTokenEmbd,   // [n_vocab rows of n_embd]
-  kOutputNorm,  // [n_embd]
-  kOutput,      // [n_vocab, n_embd]; absent when the head reuses kTokenEmbd
-  kRopeFreqs,   // [n_rot / 2] per-frequency divisors (Llama 3.1 GGUFs)
-  // Per layer.
-  kAttnNorm,      // [n_embd]
-  kWq,            // [n_head * head_dim, n_embd] (rows = outputs)
-  kWk,            // [n_head_kv * head_dim, n_embd]
-  kWv,            // [n_head_kv * head_dim, n_embd]
-  kWo,            // [n_embd, n_head * head_dim]
-  kBq,            // [n_head * head_dim]
-  kBk,            // [n_head_kv * head_dim]
-  kBv,            // [n_head_kv * head_dim]
-  kBo,            // [n_embd]
-  kFfnNorm,       // [n_embd]
-  kWGate,         // [n_ff, n_embd]
-  kWUp,           // [n_ff, n_embd]
-  kWDown,         // [n_embd, n_ff]
-  kAttnQNorm,     // [head_dim], shared by every query head (qk_norm)
-  kAttnKNorm,     // [head_dim], shared by every KV head (qk_norm)
-  kPostAttnNorm,  // [n_embd] (post_norms)
-  kPostFfnNorm,   // [n_embd] (post_norms)
-};
-
 // One dimension of a tensor's shape, as a function of the config.
 enum class Dim { kNone, kEmbd, kVocab, kQ, kKv, kFf, kHalfRot, kHead };
 
@@ -64,8 +39,7 @@ enum class Presence {
   kOptional,    // validated when present
   kQkvBias,     // required when ModelConfig::qkv_bias, else optional
   kUnlessTied,  // required unless ModelConfig::tied_embeddings
-  kQkNorm,      // required when ModelConfig::qk_norm
-  kPostNorms,   // required when ModelConfig::post_norms
+  kBlock,       // required when an op of the block reads it (BlockReads)
 };
 
 struct TensorSpec {
@@ -90,18 +64,15 @@ struct Family {
   // Q, K and V projections carry biases (Hugging Face checkpoints; a GGUF
   // file says so by having them).
   bool qkv_bias;
-  // q and k get an RMS norm per head before RoPE (Qwen3 style).
-  bool qk_norm;
   // GGUF files rotate split halves ("neox"); false: adjacent pairs, llama.cpp
   // having permuted Q/K rows. Hugging Face checkpoints always rotate halves.
   bool gguf_rope_neox;
   std::span<const TensorSpec> globals;
   std::span<const TensorSpec> layer;
-  // The block's traits beyond the Llama block (ModelConfig says what each means).
-  Activation activation = Activation::kSilu;
-  const char* hf_activation_key = "hidden_act";  // config.json key naming it
-  bool post_norms = false;
-  bool embed_scaled = false;  // embeddings times sqrt(n_embd)
+  // The ops every layer runs, in order (block.h).
+  std::span<const BlockOp> block = LlamaBlock();
+  const char* hf_activation_key = "hidden_act";  // config.json key naming the gate's
+  bool embed_scaled = false;                     // embeddings times sqrt(n_embd)
   float hf_norm_offset = 0.0f;
   // GGUF files do not say which layers slide: every swa_period-th layer is
   // global, the others slide with base rope_local_base (0: none slide).
@@ -112,9 +83,9 @@ struct Family {
   bool hf_window_all_layers = false;
 };
 
-// The ops a model needs beyond the Llama block's (RMS norms, GQA attention
-// with RoPE, SwiGLU), by name: "qkv_bias", "qk_norm", "post_norms",
-// "gelu_tanh", "embed_scale", "attn_scale", "sliding_window", "rope_llama3".
+// The features a model's ops need beyond their plain forms (RMS norms, GQA
+// attention with RoPE, SwiGLU), by name: "qkv_bias", "gelu_tanh",
+// "embed_scale", "attn_scale", "sliding_window", "rope_llama3".
 // A window no shorter than `context` (the positions a sequence may hold;
 // 0: unknown) never limits attention, so it needs no op.
 std::vector<std::string> RequiredOps(const ModelConfig& config, int context = 0);

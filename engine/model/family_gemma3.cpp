@@ -31,6 +31,23 @@ constexpr TensorSpec kLayer[] = {
 
 constexpr std::string_view kHfTypes[] = {"gemma3_text"};
 
+constexpr BlockOp kBlock[] = {
+    {Op::kNorm, TensorRole::kAttnNorm},
+    {Op::kQkv},
+    {Op::kQkNorm},
+    {Op::kRope},
+    {Op::kAttention},
+    {Op::kWo},
+    {Op::kPostNorm, TensorRole::kPostAttnNorm},
+    {Op::kAdd},
+    {Op::kNorm, TensorRole::kFfnNorm},
+    {Op::kGateUp},
+    {Op::kGate, {}, Activation::kGeluTanh},
+    {Op::kDown},
+    {Op::kPostNorm, TensorRole::kPostFfnNorm},
+    {Op::kAdd},
+};
+
 }  // namespace
 
 const Family& Gemma3Family() {
@@ -39,13 +56,11 @@ const Family& Gemma3Family() {
       .gguf_arch = "gemma3",
       .hf_model_types = kHfTypes,
       .qkv_bias = false,
-      .qk_norm = true,
       .gguf_rope_neox = true,
       .globals = LlamaGlobalTensors(),
       .layer = kLayer,
-      .activation = Activation::kGeluTanh,
+      .block = kBlock,
       .hf_activation_key = "hidden_activation",
-      .post_norms = true,
       .embed_scaled = true,
       .hf_norm_offset = 1.0f,
       .gguf_swa_period = 6,

@@ -49,7 +49,6 @@ const Family& LlamaFamily() {
       .gguf_arch = "llama",
       .hf_model_types = kHfTypes,
       .qkv_bias = false,
-      .qk_norm = false,
       .gguf_rope_neox = false,
       .globals = kGlobals,
       .layer = kLayer,

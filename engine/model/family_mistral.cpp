@@ -14,7 +14,6 @@ const Family& MistralFamily() {
       .gguf_arch = "mistral",
       .hf_model_types = kHfTypes,
       .qkv_bias = false,
-      .qk_norm = false,
       .gguf_rope_neox = false,
       .globals = LlamaGlobalTensors(),
       .layer = LlamaLayerTensors(),

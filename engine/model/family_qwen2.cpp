@@ -14,7 +14,6 @@ const Family& Qwen2Family() {
       .gguf_arch = "qwen2",
       .hf_model_types = kHfTypes,
       .qkv_bias = true,
-      .qk_norm = false,
       .gguf_rope_neox = true,
       .globals = LlamaGlobalTensors(),
       .layer = LlamaLayerTensors(),

@@ -17,8 +17,8 @@ constexpr TensorSpec kLayer[] = {
   {TensorRole::kBq,        "attn_q.bias",        "self_attn.q_proj.bias",           {Dim::kQ, Dim::kNone},    Presence::kQkvBias,  true},
   {TensorRole::kBk,        "attn_k.bias",        "self_attn.k_proj.bias",           {Dim::kKv, Dim::kNone},   Presence::kQkvBias,  true},
   {TensorRole::kBv,        "attn_v.bias",        "self_attn.v_proj.bias",           {Dim::kKv, Dim::kNone},   Presence::kQkvBias,  true},
-  {TensorRole::kAttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight",         {Dim::kHead, Dim::kNone}, Presence::kQkNorm,   true},
-  {TensorRole::kAttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight",         {Dim::kHead, Dim::kNone}, Presence::kQkNorm,   true},
+  {TensorRole::kAttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight",         {Dim::kHead, Dim::kNone}, Presence::kBlock,    true},
+  {TensorRole::kAttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight",         {Dim::kHead, Dim::kNone}, Presence::kBlock,    true},
   {TensorRole::kFfnNorm,   "ffn_norm.weight",    "post_attention_layernorm.weight", {Dim::kEmbd, Dim::kNone}, Presence::kRequired, true},
   {TensorRole::kWGate,     "ffn_gate.weight",    "mlp.gate_proj.weight",            {Dim::kEmbd, Dim::kFf},   Presence::kRequired, true},
   {TensorRole::kWUp,       "ffn_up.weight",      "mlp.up_proj.weight",              {Dim::kEmbd, Dim::kFf},   Presence::kRequired, true},
@@ -28,6 +28,21 @@ constexpr TensorSpec kLayer[] = {
 
 constexpr std::string_view kHfTypes[] = {"qwen3"};
 
+constexpr BlockOp kBlock[] = {
+    {Op::kNorm, TensorRole::kAttnNorm},
+    {Op::kQkv},
+    {Op::kQkNorm},
+    {Op::kRope},
+    {Op::kAttention},
+    {Op::kWo},
+    {Op::kAdd},
+    {Op::kNorm, TensorRole::kFfnNorm},
+    {Op::kGateUp},
+    {Op::kGate, {}, Activation::kSilu},
+    {Op::kDown},
+    {Op::kAdd},
+};
+
 }  // namespace
 
 const Family& Qwen3Family() {
@@ -36,10 +51,10 @@ const Family& Qwen3Family() {
       .gguf_arch = "qwen3",
       .hf_model_types = kHfTypes,
       .qkv_bias = false,
-      .qk_norm = true,
       .gguf_rope_neox = true,
       .globals = LlamaGlobalTensors(),
       .layer = kLayer,
+      .block = kBlock,
   };
   return f;
 }

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/family.h"
@@ -9,6 +10,16 @@ namespace braid {
 const char* ArchName(Arch a) {
   const Family* f = FindFamily(a);
   return f != nullptr ? f->gguf_arch : "unknown";
+}
+
+bool ModelConfig::Has(Op op) const {
+  return std::any_of(block.begin(), block.end(), [&](const BlockOp& o) { return o.op == op; });
+}
+
+Activation ModelConfig::GateActivation() const {
+  for (const BlockOp& o : block)
+    if (o.op == Op::kGate) return o.act;
+  return Activation::kSilu;
 }
 
 float ModelConfig::AttnScale() const {

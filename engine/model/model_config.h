@@ -1,20 +1,16 @@
-// The hyper-parameters of a model, whatever file it came from: the Llama
-// block's numbers, and the traits its family adds to that block (family.h).
+// The hyper-parameters of a model, whatever file it came from: its block's
+// ops (block.h, as its family writes them), their sizes and parameters.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "model/block.h"
+
 namespace braid {
 
 enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kGemma3 };
 const char* ArchName(Arch a);
-
-// The feed-forward block's gate activation: out = act(gate) * up.
-enum class Activation {
-  kSilu,      // SwiGLU (Llama, Qwen)
-  kGeluTanh,  // GeGLU with tanh-approximated GELU (Gemma)
-};
 
 struct RopeScaling {
   // Llama 3 frequency scaling ("rope_type": "llama3"); factor 0 means none.
@@ -44,11 +40,10 @@ struct ModelConfig {
   bool qkv_bias = false;         // qwen2
   bool tied_embeddings = false;  // output head reuses token_embd
 
-  // Traits beyond the Llama block (each an op a backend must implement:
+  // The ops every layer runs, in order: the family's block (block.h).
+  std::vector<BlockOp> block{LlamaBlock().begin(), LlamaBlock().end()};
+  // Parameters of ops (each a feature a backend must implement:
   // RequiredOps in family.h).
-  Activation activation = Activation::kSilu;
-  bool qk_norm = false;      // per-head RMS norm of q and k before RoPE (Qwen3, Gemma 3)
-  bool post_norms = false;   // RMS norm of the attention and FFN outputs before each residual add
   float embed_scale = 1.0f;  // embeddings multiplied by this (Gemma: sqrt(n_embd))
   float attn_scale = 0.0f;   // scores' scale; 0: 1 / sqrt(head_dim)
   // Added to every norm weight as it is read (Gemma checkpoints store w - 1;
@@ -61,6 +56,9 @@ struct ModelConfig {
   std::vector<bool> sliding;
   float rope_local_base = 0.0f;
 
+  bool Has(Op op) const;
+  // The gate op's activation (SiLU where the block has none).
+  Activation GateActivation() const;
   bool Sliding(int layer) const {
     return layer < static_cast<int>(sliding.size()) && sliding[layer];
   }

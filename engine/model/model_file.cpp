@@ -97,9 +97,7 @@ Status GgufRopeScaling(const GgufFile& g, const std::string& p, ModelConfig* c) 
 
 // The block's traits that the family fixes, whatever the file.
 void FamilyTraits(const Family& family, ModelConfig* c) {
-  c->qk_norm = family.qk_norm;
-  c->activation = family.activation;
-  c->post_norms = family.post_norms;
+  c->block.assign(family.block.begin(), family.block.end());
   if (family.embed_scaled) c->embed_scale = std::sqrt(static_cast<float>(c->n_embd));
 }
 
@@ -355,7 +353,8 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   const Family* family = FindFamilyByHfModelType(mt->get<std::string>());
   if (family == nullptr) return UnsupportedFamily(path, "model_type", mt->get<std::string>());
   c.arch = family->arch;
-  const char* act_name = family->activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh";
+  c.block.assign(family->block.begin(), family->block.end());
+  const char* act_name = c.GateActivation() == Activation::kSilu ? "silu" : "gelu_pytorch_tanh";
   auto act = j.find(family->hf_activation_key);
   if (act != j.end() && !(act->is_string() && act->get<std::string>() == act_name)) {
     return Status::Unsupported(path + ": " + family->hf_activation_key + " " + act->dump() +

@@ -310,11 +310,12 @@ Result<std::string> CpuBackend::ChooseStream(CpuOptions::Stream option) {
 
 Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const ModelOptions& options,
                                                 int context) {
-  // The ops beyond the Llama block that this backend implements (family.h).
-  static constexpr std::string_view kOps[] = {"qkv_bias",       "qk_norm",     "post_norms",
-                                              "gelu_tanh",      "embed_scale", "attn_scale",
-                                              "sliding_window", "rope_llama3"};
+  // The ops' features this backend implements (family.h), and the model's
+  // block in its steps.
+  static constexpr std::string_view kOps[] = {"qkv_bias",   "gelu_tanh",      "embed_scale",
+                                              "attn_scale", "sliding_window", "rope_llama3"};
   BRAID_RETURN_IF_ERROR(CheckOps(file.config(), context, kOps, "the CPU backend"));
+  BRAID_RETURN_IF_ERROR(LlamaForward::Plan(file.config()).status());
   if (options.weights == ModelOptions::Weights::kFp8)
     return Status::Unsupported(
         "FP8 weights (--weights fp8) run on the CUDA backend only; the CPU reads the file's "

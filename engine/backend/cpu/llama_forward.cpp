@@ -40,6 +40,9 @@ LlamaForward::LlamaForward(const ModelConfig& config, const LlamaWeights& weight
       max_chunk_(max_chunk),
       profile_(options.profile_stages),
       clocks_(static_cast<size_t>(pool.capacity())) {
+  // OpenCpuBackend refused a block this backend cannot plan.
+  Result<std::vector<PlannedStep>> plan = Plan(c_);
+  if (plan.ok()) plan_ = std::move(plan.value());
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   inv_freq_ = RopeInverseFrequencies(c_);
@@ -258,18 +261,19 @@ const float* LlamaForward::RopeSin(int layer, int t) const {
 
 // Adds query head h's bias, normalizes it (qk_norm) and rotates it (token t
 // of the batch).
-void LlamaForward::RopeQuery(const LayerWeights& l, int layer, int t, int h) {
+void LlamaForward::RopeQuery(const LayerWeights& l, int layer, int t, int h, bool qk_norm) {
   const int hd = c_.head_dim;
   float* q = &q_[static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd];
   if (!l.bq.empty())
     for (int i = 0; i < hd; ++i) q[i] += l.bq[h * hd + i];
-  if (!l.q_norm.empty()) kernels::RmsNorm(q, l.q_norm.data(), c_.rms_eps, hd, q);
+  if (qk_norm) kernels::RmsNorm(q, l.q_norm.data(), c_.rms_eps, hd, q);
   kernels::RopeApply(q, c_.n_rot, RopeCos(layer, t), RopeSin(layer, t), c_.rope_neox);
 }
 
 // Adds KV head g's biases, normalizes k (qk_norm), rotates it, and stores k
 // and v at token t's position.
-void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv) {
+void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, bool qk_norm,
+                               KvStore& kv) {
   const int hd = c_.head_dim;
   float* k = &k_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
   float* v = &v_[static_cast<size_t>(t) * kv_dim_ + static_cast<size_t>(g) * hd];
@@ -277,7 +281,7 @@ void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, K
     for (int i = 0; i < hd; ++i) k[i] += l.bk[g * hd + i];
   if (!l.bv.empty())
     for (int i = 0; i < hd; ++i) v[i] += l.bv[g * hd + i];
-  if (!l.k_norm.empty()) kernels::RmsNorm(k, l.k_norm.data(), c_.rms_eps, hd, k);
+  if (qk_norm) kernels::RmsNorm(k, l.k_norm.data(), c_.rms_eps, hd, k);
   kernels::RopeApply(k, c_.n_rot, RopeCos(layer, t), RopeSin(layer, t), c_.rope_neox);
   const int bs = kv.block_size(), pos = pos_[t];
   const int32_t block = Table(kv, layer, t)[pos / bs];
@@ -286,16 +290,17 @@ void LlamaForward::RopeStoreKv(const LayerWeights& l, int layer, int t, int g, K
 }
 
 // Biases, rotations and K/V stores of the team's tokens, split over its threads.
-void LlamaForward::RopeAndStore(const Team& tm, const LayerWeights& l, int layer, KvStore& kv) {
+void LlamaForward::RopeAndStore(const Team& tm, const LayerWeights& l, int layer, bool qk_norm,
+                                KvStore& kv) {
   const int heads = c_.n_head + c_.n_head_kv;
   int64_t b, e;
   Range(static_cast<int64_t>(tm.n) * heads, tm.size, tm.index, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
     const int t = tm.t0 + static_cast<int>(it / heads), h = static_cast<int>(it % heads);
     if (h < c_.n_head) {
-      RopeQuery(l, layer, t, h);
+      RopeQuery(l, layer, t, h, qk_norm);
     } else {
-      RopeStoreKv(l, layer, t, h - c_.n_head, kv);
+      RopeStoreKv(l, layer, t, h - c_.n_head, qk_norm, kv);
     }
   }
 }
@@ -317,7 +322,7 @@ bool LlamaForward::AttentionFuses(const Team& tm, bool decode_only) const {
 // rotates and stores its own token's K/V head and rotates its query heads: no
 // other item reads them.
 void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, bool fused,
-                             KvStore& kv) {
+                             bool qk_norm, KvStore& kv) {
   const int hd = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.AttnScale();
@@ -339,8 +344,8 @@ void LlamaForward::Attention(const Team& tm, const LayerWeights& l, int layer, b
   auto item = [&](int64_t it, int64_t next) {
     const int t = token(it), h = head(it);
     if (fused) {
-      RopeStoreKv(l, layer, t, h / group, kv);
-      for (int i = 0; i < per_item; ++i) RopeQuery(l, layer, t, h + i);
+      RopeStoreKv(l, layer, t, h / group, qk_norm, kv);
+      for (int i = 0; i < per_item; ++i) RopeQuery(l, layer, t, h + i, qk_norm);
     }
     pk.block_table = Table(kv, layer, t);
     const size_t off = static_cast<size_t>(t) * q_dim_ + static_cast<size_t>(h) * hd;
@@ -421,8 +426,46 @@ void LlamaForward::Teams(std::span<const BatchSegment> batch) {
   teams_ = std::move(teams);
 }
 
+namespace {
+
+// The runs of the block's ops this backend executes as one step.
+constexpr Op kNormQkv[] = {Op::kNorm, Op::kQkv};
+constexpr Op kRopeAttention[] = {Op::kRope, Op::kAttention};
+constexpr Op kQkNormRopeAttention[] = {Op::kQkNorm, Op::kRope, Op::kAttention};
+constexpr Op kWoAdd[] = {Op::kWo, Op::kAdd};
+constexpr Op kWoPostNormAdd[] = {Op::kWo, Op::kPostNorm, Op::kAdd};
+constexpr Op kNormGateUp[] = {Op::kNorm, Op::kGateUp, Op::kGate};
+constexpr Op kDownAdd[] = {Op::kDown, Op::kAdd};
+constexpr Op kDownPostNormAdd[] = {Op::kDown, Op::kPostNorm, Op::kAdd};
+
+}  // namespace
+
+Result<std::vector<PlannedStep>> LlamaForward::Plan(const ModelConfig& c) {
+  static constexpr StepKind kSteps[] = {
+      {kStepNormQkv, kNormQkv},
+      {kStepAttention, kRopeAttention},
+      {kStepAttention, kQkNormRopeAttention},
+      {kStepWo, kWoAdd},
+      {kStepWo, kWoPostNormAdd},
+      {kStepNormGateUp, kNormGateUp},
+      {kStepDown, kDownAdd},
+      {kStepDown, kDownPostNormAdd},
+  };
+  return PlanBlock(c.block, kSteps, ArchName(c.arch), "the CPU backend");
+}
+
+// A step's norm weight: the one of its op `i` (a norm, or a post norm whose
+// absence leaves the step's last op an add: then none).
+const std::vector<float>& LlamaForward::NormOf(const LayerWeights& l, const PlannedStep& s,
+                                               size_t i) const {
+  static const std::vector<float> kNone;
+  if (i >= s.ops.size() || (s.ops[i].op != Op::kNorm && s.ops[i].op != Op::kPostNorm)) return kNone;
+  const std::vector<float>* w = LayerVector(l, s.ops[i].weight);
+  return w != nullptr ? *w : kNone;
+}
+
 // Every layer for one team's tokens (the rows [t0, t0 + n) of every
-// activation buffer).
+// activation buffer), each layer the planned steps of the model's block.
 void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   const int E = c_.n_embd;
   const int n = tm.n;
@@ -444,73 +487,91 @@ void LlamaForward::Layers(const Team& tm, KvStore& kv, bool decode_only) {
   Sync(tm);
   for (int layer = 0; layer < c_.n_layer; ++layer) {
     const LayerWeights& l = w_.layers[layer];
-    // Attention block.
-    Normalize(tm, n, l.attn_norm, x, xn);
-    Quantize(tm, n, l.wq, xn, rows_of(xq_, l.wq));
-    // K and V usually share Q's activation type; quantize again if not.
-    const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
-    const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
-    if (!k_same) Quantize(tm, n, l.wk, xn, rows_of(xq_k_, l.wk));
-    if (!v_same) Quantize(tm, n, l.wv, xn, rows_of(xq_v_, l.wv));
-    const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
-    Sync(tm);
-    EndStage(tm.tid, kStageNormQkv);
-    // Q, K and V: each thread its share of the rows, no barrier between them.
-    auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq, float* y,
-                   int64_t ldy) {
-      const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
-      const uint8_t* xqt = rows_of(xq, w);
-      ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
-        MatMulRows(tm, w, n, xn, xqt, prep, y + t0 * ldy, ldy, r0, r1);
-      });
-    };
-    qkv(l.wq, true, xq_, q_.data(), q_dim_);
-    qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
-    qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
-    Sync(tm);
-    EndStage(tm.tid, kStageQkv);
-    if (!fuse_attention) {
-      RopeAndStore(tm, l, layer, kv);
-      Sync(tm);
-    }
-    Attention(tm, l, layer, fuse_attention, kv);
-    // Attention leaves the memory bus idle: fetch this thread's share of Wo
-    // meanwhile (at decode, where the matmuls wait on memory).
-    if (decode_only)
-      ForRows(tm, l.wo.rows, [&](int64_t r0, int64_t r1) { kernels::PrefetchRows(l.wo, r0, r1); });
-    Sync(tm);
-    EndStage(tm.tid, kStageAttention);
-    AddProjection(tm, l.wo, att, attq_, prep_att, l.post_attn_norm);  // x += Wo att
-    EndStage(tm.tid, kStageWo);
-    // Feed-forward block.
-    Normalize(tm, n, l.ffn_norm, x, xn);
-    Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
-    const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
-    if (!up_same) Quantize(tm, n, l.w_up, xn, rows_of(xq_k_, l.w_up));
-    const bool g_prep = Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) && up_same &&
-                        SharesPrepared(l.w_up, l.w_gate);
-    Sync(tm);
-    EndStage(tm.tid, kStageNormFfn);
-    // Gate and up rows of the thread's share together, then SwiGLU on them.
-    const uint8_t* gate_q = rows_of(xq_, l.w_gate);
-    const uint8_t* up_q = rows_of(up_same ? xq_ : xq_k_, l.w_up);
-    ForRows(tm, l.w_gate.rows, [&](int64_t r0, int64_t r1) {
-      const uint8_t* prep = g_prep ? prep_in : nullptr;
-      MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
-      MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
-      for (int t = 0; t < n; ++t) {
-        float* g = &hh[t * c_.n_ff + r0];
-        if (c_.activation == Activation::kGeluTanh) {
-          kernels::GeGluTanh(g, &up[t * c_.n_ff + r0], r1 - r0, g);
-        } else {
-          kernels::SwiGlu(g, &up[t * c_.n_ff + r0], r1 - r0, g);
+    for (const PlannedStep& step : plan_) {
+      switch (step.id) {
+        case kStepNormQkv: {  // h = rms(x); q, k, v = W h
+          Normalize(tm, n, NormOf(l, step, 0), x, xn);
+          Quantize(tm, n, l.wq, xn, rows_of(xq_, l.wq));
+          // K and V usually share Q's activation type; quantize again if not.
+          const bool k_same = SameActivation(l.wk, l.wq, act_precision_);
+          const bool v_same = SameActivation(l.wv, l.wq, act_precision_);
+          if (!k_same) Quantize(tm, n, l.wk, xn, rows_of(xq_k_, l.wk));
+          if (!v_same) Quantize(tm, n, l.wv, xn, rows_of(xq_v_, l.wv));
+          const bool q_prep = Prepare(tm, n, l.wq, rows_of(xq_, l.wq), prep_in);
+          Sync(tm);
+          EndStage(tm.tid, kStageNormQkv);
+          // Q, K and V: each thread its share of the rows, no barrier between them.
+          auto qkv = [&](const kernels::MatrixView& w, bool same, std::vector<uint8_t>& xq,
+                         float* y, int64_t ldy) {
+            const uint8_t* prep = q_prep && same && SharesPrepared(w, l.wq) ? prep_in : nullptr;
+            const uint8_t* xqt = rows_of(xq, w);
+            ForRows(tm, w.rows, [&](int64_t r0, int64_t r1) {
+              MatMulRows(tm, w, n, xn, xqt, prep, y + t0 * ldy, ldy, r0, r1);
+            });
+          };
+          qkv(l.wq, true, xq_, q_.data(), q_dim_);
+          qkv(l.wk, k_same, k_same ? xq_ : xq_k_, k_.data(), kv_dim_);
+          qkv(l.wv, v_same, v_same ? xq_ : xq_v_, v_.data(), kv_dim_);
+          Sync(tm);
+          EndStage(tm.tid, kStageQkv);
+          break;
         }
+        case kStepAttention: {  // [q/k norms], RoPE and K/V stores, attention
+          const bool qk_norm = step.ops[0].op == Op::kQkNorm;
+          if (!fuse_attention) {
+            RopeAndStore(tm, l, layer, qk_norm, kv);
+            Sync(tm);
+          }
+          Attention(tm, l, layer, fuse_attention, qk_norm, kv);
+          // Attention leaves the memory bus idle: fetch this thread's share of
+          // Wo meanwhile (at decode, where the matmuls wait on memory).
+          if (decode_only)
+            ForRows(tm, l.wo.rows,
+                    [&](int64_t r0, int64_t r1) { kernels::PrefetchRows(l.wo, r0, r1); });
+          Sync(tm);
+          EndStage(tm.tid, kStageAttention);
+          break;
+        }
+        case kStepWo:  // x += [post norm of] Wo att
+          AddProjection(tm, l.wo, att, attq_, prep_att, NormOf(l, step, 1));
+          EndStage(tm.tid, kStageWo);
+          break;
+        case kStepNormGateUp: {  // h = rms(x); a = act(Wgate h) * Wup h
+          Normalize(tm, n, NormOf(l, step, 0), x, xn);
+          Quantize(tm, n, l.w_gate, xn, rows_of(xq_, l.w_gate));
+          const bool up_same = SameActivation(l.w_up, l.w_gate, act_precision_);
+          if (!up_same) Quantize(tm, n, l.w_up, xn, rows_of(xq_k_, l.w_up));
+          const bool g_prep = Prepare(tm, n, l.w_gate, rows_of(xq_, l.w_gate), prep_in) &&
+                              up_same && SharesPrepared(l.w_up, l.w_gate);
+          Sync(tm);
+          EndStage(tm.tid, kStageNormFfn);
+          // Gate and up rows of the thread's share together, then the gate on them.
+          const Activation act = step.ops[2].act;
+          const uint8_t* gate_q = rows_of(xq_, l.w_gate);
+          const uint8_t* up_q = rows_of(up_same ? xq_ : xq_k_, l.w_up);
+          ForRows(tm, l.w_gate.rows, [&](int64_t r0, int64_t r1) {
+            const uint8_t* prep = g_prep ? prep_in : nullptr;
+            MatMulRows(tm, l.w_gate, n, xn, gate_q, prep, hh, c_.n_ff, r0, r1);
+            MatMulRows(tm, l.w_up, n, xn, up_q, prep, up, c_.n_ff, r0, r1);
+            for (int t = 0; t < n; ++t) {
+              float* g = &hh[t * c_.n_ff + r0];
+              if (act == Activation::kGeluTanh) {
+                kernels::GeGluTanh(g, &up[t * c_.n_ff + r0], r1 - r0, g);
+              } else {
+                kernels::SwiGlu(g, &up[t * c_.n_ff + r0], r1 - r0, g);
+              }
+            }
+          });
+          Sync(tm);
+          EndStage(tm.tid, kStageGateUp);
+          break;
+        }
+        case kStepDown:  // x += [post norm of] Wdown a
+          AddProjection(tm, l.w_down, hh, hq_, prep_h, NormOf(l, step, 1));
+          EndStage(tm.tid, kStageDown);
+          break;
       }
-    });
-    Sync(tm);
-    EndStage(tm.tid, kStageGateUp);
-    AddProjection(tm, l.w_down, hh, hq_, prep_h, l.post_ffn_norm);  // x += Wdown h
-    EndStage(tm.tid, kStageDown);
+    }
   }
 }
 

@@ -1,10 +1,14 @@
-// The forward pass of the Llama block and the traits families add to it
-// (ModelConfig; family.h):
-//   h = x + post(Wo * attn(rope(qn(Wq*rms(x)+bq)), rope(kn(Wk*rms(x)+bk)), Wv*rms(x)+bv))
-//   x = h + post(Wdown * (act(Wgate*rms(h)) * Wup*rms(h)))
-// where qn, kn are per-head RMS norms (qk_norm), post an RMS norm
-// (post_norms), act SiLU or tanh-GELU, and attention over a sliding window
-// on the layers that slide, each kind of layer with its own RoPE frequencies.
+// The forward pass of a model's block (block.h), planned into this
+// backend's steps (Plan), each a run of the block's ops:
+//   norm, qkv                      h = rms(x); q, k, v = Wq h + bq, Wk h + bk, Wv h + bv
+//   [qk_norm], rope, attention     per-head RMS norms of q and k, rotations
+//                                  and K/V stores, attention (over a
+//                                  sliding window on the layers that slide,
+//                                  each kind of layer with its own RoPE
+//                                  frequencies)
+//   wo, [post_norm], add           x += [rms of] Wo att
+//   norm, gate_up, gate            h = rms(x); a = act(Wgate h) * Wup h (SiLU or tanh-GELU)
+//   down, [post_norm], add         x += [rms of] Wdown a
 // over a ragged batch of sequences (each a chunk of new tokens after its
 // cached positions, its KV in a paged KvStore), as one parallel region on a
 // thread pool: every stage splits its work between the threads and ends in a
@@ -44,6 +48,11 @@ class LlamaForward {
   // Reads `options.exact`, `precision`, `kv_cache` and `profile_stages`.
   LlamaForward(const ModelConfig& config, const LlamaWeights& weights, kernels::ThreadPool& pool,
                const CpuOptions& options, int max_chunk, int max_context);
+
+  // The steps below, and `config`'s block planned into them (Unsupported,
+  // naming the op, for a block they do not cover).
+  enum StepId { kStepNormQkv, kStepAttention, kStepWo, kStepNormGateUp, kStepDown };
+  static Result<std::vector<PlannedStep>> Plan(const ModelConfig& config);
 
   int max_chunk() const { return max_chunk_; }
   // The element type of KV stores of `block_size` given to Forward: the one
@@ -146,13 +155,18 @@ class LlamaForward {
   // The RoPE angles of token t for layer `layer` (sliding layers have their own).
   const float* RopeCos(int layer, int t) const;
   const float* RopeSin(int layer, int t) const;
-  void RopeQuery(const LayerWeights& l, int layer, int t, int h);
-  void RopeStoreKv(const LayerWeights& l, int layer, int t, int g, KvStore& kv);
-  void RopeAndStore(const Team& tm, const LayerWeights& l, int layer, KvStore& kv);
+  // qk_norm: q and k normalized per head before they rotate.
+  void RopeQuery(const LayerWeights& l, int layer, int t, int h, bool qk_norm);
+  void RopeStoreKv(const LayerWeights& l, int layer, int t, int g, bool qk_norm, KvStore& kv);
+  void RopeAndStore(const Team& tm, const LayerWeights& l, int layer, bool qk_norm, KvStore& kv);
   bool AttentionFuses(const Team& tm, bool decode_only) const;
-  void Attention(const Team& tm, const LayerWeights& l, int layer, bool fused, KvStore& kv);
+  void Attention(const Team& tm, const LayerWeights& l, int layer, bool fused, bool qk_norm,
+                 KvStore& kv);
+  // The weight of norm op `i` of `step` (empty where that op is no norm).
+  const std::vector<float>& NormOf(const LayerWeights& l, const PlannedStep& step, size_t i) const;
 
   const ModelConfig& c_;
+  std::vector<PlannedStep> plan_;  // c_.block as steps
   const LlamaWeights& w_;
   kernels::ThreadPool& pool_;
   bool exact_;

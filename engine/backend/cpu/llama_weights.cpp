@@ -85,6 +85,35 @@ Result<std::vector<float>> Vector(const ModelFile& f, const std::string& name,
 
 }  // namespace
 
+std::vector<float>* LayerVector(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::kAttnNorm:
+      return &l.attn_norm;
+    case TensorRole::kFfnNorm:
+      return &l.ffn_norm;
+    case TensorRole::kAttnQNorm:
+      return &l.q_norm;
+    case TensorRole::kAttnKNorm:
+      return &l.k_norm;
+    case TensorRole::kPostAttnNorm:
+      return &l.post_attn_norm;
+    case TensorRole::kPostFfnNorm:
+      return &l.post_ffn_norm;
+    case TensorRole::kBq:
+      return &l.bq;
+    case TensorRole::kBk:
+      return &l.bk;
+    case TensorRole::kBv:
+      return &l.bv;
+    default:
+      return nullptr;
+  }
+}
+
+const std::vector<float>* LayerVector(const LayerWeights& l, TensorRole role) {
+  return LayerVector(const_cast<LayerWeights&>(l), role);
+}
+
 void InterleaveForFastPath(LlamaWeights* w) {
   std::vector<kernels::MatrixView*> todo;
   for (LayerWeights& l : w->layers)
@@ -141,31 +170,6 @@ kernels::MatrixView* MatrixFor(LayerWeights& l, TensorRole role) {
   }
 }
 
-std::vector<float>* VectorFor(LayerWeights& l, TensorRole role) {
-  switch (role) {
-    case TensorRole::kAttnNorm:
-      return &l.attn_norm;
-    case TensorRole::kFfnNorm:
-      return &l.ffn_norm;
-    case TensorRole::kAttnQNorm:
-      return &l.q_norm;
-    case TensorRole::kAttnKNorm:
-      return &l.k_norm;
-    case TensorRole::kPostAttnNorm:
-      return &l.post_attn_norm;
-    case TensorRole::kPostFfnNorm:
-      return &l.post_ffn_norm;
-    case TensorRole::kBq:
-      return &l.bq;
-    case TensorRole::kBk:
-      return &l.bk;
-    case TensorRole::kBv:
-      return &l.bv;
-    default:
-      return nullptr;
-  }
-}
-
 }  // namespace
 
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {
@@ -185,7 +189,7 @@ Result<LlamaWeights> BuildLlamaWeights(const ModelFile& f) {
       const std::string name = TensorName(t, i);
       if (kernels::MatrixView* m = MatrixFor(l, t.role)) {
         BRAID_ASSIGN_OR_RETURN(*m, Matrix(f, name, &w.repacked));
-      } else if (std::vector<float>* v = VectorFor(l, t.role)) {
+      } else if (std::vector<float>* v = LayerVector(l, t.role)) {
         const bool bias =
             t.role == TensorRole::kBq || t.role == TensorRole::kBk || t.role == TensorRole::kBv;
         BRAID_ASSIGN_OR_RETURN(*v, Vector(f, name, bias ? 0.0f : c.norm_offset));

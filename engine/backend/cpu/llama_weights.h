@@ -34,6 +34,11 @@ struct LlamaWeights {
   std::vector<std::shared_ptr<uint8_t[]>> repacked;
 };
 
+// Where a layer keeps the fp32 vector of `role` (a norm's weight, a bias);
+// nullptr for a role it keeps as a matrix or not at all.
+std::vector<float>* LayerVector(LayerWeights& l, TensorRole role);
+const std::vector<float>* LayerVector(const LayerWeights& l, TensorRole role);
+
 // Builds views over `file` (which must outlive the result). Errors name the
 // tensor whose type the kernels cannot multiply.
 Result<LlamaWeights> BuildLlamaWeights(const ModelFile& file);

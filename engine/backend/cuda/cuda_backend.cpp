@@ -567,10 +567,53 @@ struct GpuMatrix {
 
 struct GpuLayer {
   DeviceArray<float> attn_norm, ffn_norm, bqkv;
-  DeviceArray<float> q_norm, k_norm;                 // qk_norm
-  DeviceArray<float> post_attn_norm, post_ffn_norm;  // post_norms
+  DeviceArray<float> q_norm, k_norm;                 // the qk_norm op's
+  DeviceArray<float> post_attn_norm, post_ffn_norm;  // post_norm ops'
   GpuMatrix wqkv, wo, wgu, wdown;
+  // Where the layer keeps the norm weight of `role` (nullptr: no norm's).
+  DeviceArray<float>* Norm(TensorRole role) {
+    switch (role) {
+      case TensorRole::kAttnNorm:
+        return &attn_norm;
+      case TensorRole::kFfnNorm:
+        return &ffn_norm;
+      case TensorRole::kAttnQNorm:
+        return &q_norm;
+      case TensorRole::kAttnKNorm:
+        return &k_norm;
+      case TensorRole::kPostAttnNorm:
+        return &post_attn_norm;
+      case TensorRole::kPostFfnNorm:
+        return &post_ffn_norm;
+      default:
+        return nullptr;
+    }
+  }
 };
+
+// The runs of the block's ops (block.h) this backend executes as one step.
+enum StepId { kStepNormQkv, kStepAttention, kStepWo, kStepNormGateUp, kStepDown };
+constexpr Op kNormQkv[] = {Op::kNorm, Op::kQkv};
+constexpr Op kRopeAttention[] = {Op::kRope, Op::kAttention};
+constexpr Op kQkNormRopeAttention[] = {Op::kQkNorm, Op::kRope, Op::kAttention};
+constexpr Op kWoAdd[] = {Op::kWo, Op::kAdd};
+constexpr Op kWoPostNormAdd[] = {Op::kWo, Op::kPostNorm, Op::kAdd};
+constexpr Op kNormGateUp[] = {Op::kNorm, Op::kGateUp, Op::kGate};
+constexpr Op kDownAdd[] = {Op::kDown, Op::kAdd};
+constexpr Op kDownPostNormAdd[] = {Op::kDown, Op::kPostNorm, Op::kAdd};
+constexpr StepKind kSteps[] = {
+    {kStepNormQkv, kNormQkv},
+    {kStepAttention, kRopeAttention},
+    {kStepAttention, kQkNormRopeAttention},
+    {kStepWo, kWoAdd},
+    {kStepWo, kWoPostNormAdd},
+    {kStepNormGateUp, kNormGateUp},
+    {kStepDown, kDownAdd},
+    {kStepDown, kDownPostNormAdd},
+};
+Result<std::vector<PlannedStep>> PlanSteps(const ModelConfig& c) {
+  return PlanBlock(c.block, kSteps, ArchName(c.arch), "the CUDA backend");
+}
 
 // Batch sizes that decode graphs are captured for.
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
@@ -607,11 +650,12 @@ class CudaBackend final : public Backend {
   static Result<std::unique_ptr<Backend>> Open(const ModelFile& file, const ModelOptions& options,
                                                int device, int context, Collective* group) {
     const ModelConfig& c = file.config();
-    // The ops beyond the Llama block that this backend implements (family.h).
-    static constexpr std::string_view kOps[] = {"qkv_bias",       "qk_norm",     "post_norms",
-                                                "gelu_tanh",      "embed_scale", "attn_scale",
-                                                "sliding_window", "rope_llama3"};
+    // The ops' features this backend implements (family.h), and the model's
+    // block in its steps.
+    static constexpr std::string_view kOps[] = {"qkv_bias",   "gelu_tanh",      "embed_scale",
+                                                "attn_scale", "sliding_window", "rope_llama3"};
     BRAID_RETURN_IF_ERROR(CheckOps(c, context, kOps, "the CUDA backend"));
+    BRAID_RETURN_IF_ERROR(PlanCudaBlock(c));
     const int world = group ? group->size() : 1;
     if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
       return Status::Unsupported(
@@ -750,7 +794,7 @@ class CudaBackend final : public Backend {
   // output before its post norm) become their sum on every rank.
   Status ReduceSum(float* p, size_t n);
   // x_ += the product of a layer's branch, Wo or down (x: its input, k wide),
-  // normalized first with post_norm when the model has post norms.
+  // normalized first with post_norm where given (a post_norm op).
   Status AddBranch(const uint16_t* x, const Weight& w, int m, int k, const float* post_norm);
   // With FP8 weights: m's e4m3 rows and scales, then its bf16 copy let go.
   Status Quantize(GpuMatrix* m, int64_t rows, int64_t cols);
@@ -796,6 +840,9 @@ class CudaBackend final : public Backend {
   // Enqueues the forward pass over the inputs in device memory.
   // With `argmax`, the ids of the logits rows' largest values into argmax_ too.
   Status Enqueue(CudaKv& kv, int n_tokens, int n_decode, int n_rows, int n_split, bool argmax);
+  // Layer i's attention step: q/k norms (with `qk_norm`), RoPE and the K/V
+  // stores, then attention (cascade, decode, prefill) into att_.
+  Status Attend(CudaKv& kv, int i, int n_tokens, int n_decode, int n_split, bool qk_norm);
   Status PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq);
   // The positions layer `layer` attends back (its sliding window), or 0.
   int Window(int layer) const { return c_.Sliding(layer) ? c_.sliding_window : 0; }
@@ -922,6 +969,7 @@ class CudaBackend final : public Backend {
   // Per (n, k, probe rows): the matrix-vector kernel's plan, as measured.
   std::map<std::tuple<int, int, int>, GemvPlan> gemv_choice_;
   std::string gemv_note_;
+  std::vector<PlannedStep> plan_;          // c_.block in this backend's steps
   std::map<int, cudaGraphExec_t> graphs_;  // by bucket * 17 + cascade key ranges (0: none)
   uint64_t graph_kv_ = 0;                  // the CudaKv::id() whose addresses the graphs bake in
   std::mutex mu_;
@@ -974,7 +1022,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
   cascade_ &= kc::CascadeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv), 16);
   if (cascade_) cascade_slots_ = sms_ * kc::CascadeAttentionBlocksPerSm(c.head_dim);
-  gate_ = c.activation == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
+  BRAID_ASSIGN_OR_RETURN(plan_, PlanSteps(c));
+  gate_ = c.GateActivation() == Activation::kGeluTanh ? kc::Gate::kGeluTanh : kc::Gate::kSilu;
   CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&blas_));
   BLAS_TRY(cublasSetStream(blas_, stream_));
@@ -987,7 +1036,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
 
   const size_t T = kMaxChunk + kMaxGraphBatch;
   BRAID_RETURN_IF_ERROR(x_.Allocate(T * c.n_embd));
-  if (c.post_norms) BRAID_RETURN_IF_ERROR(branch_.Allocate(T * c.n_embd));
+  if (c.Has(Op::kPostNorm)) BRAID_RETURN_IF_ERROR(branch_.Allocate(T * c.n_embd));
   if (fp8_) {
     BRAID_RETURN_IF_ERROR(x8_.Allocate(T * std::max({c.n_embd, q_dim_, c.n_ff})));
     BRAID_RETURN_IF_ERROR(x8_scale_.Allocate(T));
@@ -1217,20 +1266,14 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
   for (int i = 0; i < c.n_layer; ++i) {
     GpuLayer& l = layers_[i];
     auto tensor = [&](TensorRole role) { return find(role, i); };
-    // The norms (whole on every rank: q/k norms are per head dimension).
-    std::vector<std::pair<TensorRole, DeviceArray<float>*>> norms = {
-        {TensorRole::kAttnNorm, &l.attn_norm}, {TensorRole::kFfnNorm, &l.ffn_norm}};
-    if (c.qk_norm) {
-      norms.push_back({TensorRole::kAttnQNorm, &l.q_norm});
-      norms.push_back({TensorRole::kAttnKNorm, &l.k_norm});
-    }
-    if (c.post_norms) {
-      norms.push_back({TensorRole::kPostAttnNorm, &l.post_attn_norm});
-      norms.push_back({TensorRole::kPostFfnNorm, &l.post_ffn_norm});
-    }
-    for (auto [role, dst] : norms) {
+    // The norms the block reads (whole on every rank: q/k norms are per
+    // head dimension).
+    for (TensorRole role :
+         {TensorRole::kAttnNorm, TensorRole::kFfnNorm, TensorRole::kAttnQNorm,
+          TensorRole::kAttnKNorm, TensorRole::kPostAttnNorm, TensorRole::kPostFfnNorm}) {
+      if (!BlockReads(c.block, role)) continue;
       BRAID_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(role));
-      BRAID_RETURN_IF_ERROR(UploadNorm(*t, dst));
+      BRAID_RETURN_IF_ERROR(UploadNorm(*t, l.Norm(role)));
     }
 
     // Tensor parallelism: this rank's heads of Q, K and V (rows), its MLP
@@ -1393,87 +1436,34 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   int32_t* ids = DevRegion(kIds);
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
   for (int i = 0; i < c.n_layer; ++i) {
-    const GpuLayer& l = layers_[i];
-    BRAID_RETURN_IF_ERROR(
-        Project(x_.get(), l.attn_norm.get(), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
-    // q/k norms take the bias in with them.
-    if (c.qk_norm)
-      KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
-                            c.n_head_kv, c.head_dim, c.rms_eps, stream_));
-    kc::RopeKvArgs r;
-    r.qkv = qkv_.get();
-    r.bias = c.qk_norm ? nullptr : l.bqkv.get();
-    r.pos = DevRegion(kPos);
-    r.slot = DevRegion(kv.InSlides(i) ? kSlideSlot : kSlot);
-    r.inv_freq = c.Sliding(i) ? inv_freq_local_.get() : inv_freq_.get();
-    r.q = q_.get();
-    r.k_cache = kv.k(i);
-    r.v_cache = kv.v(i);
-    r.n = T;
-    r.n_head = c.n_head;
-    r.n_kv = c.n_head_kv;
-    r.head_dim = c.head_dim;
-    r.n_rot = c.n_rot;
-    r.block_size = kv.block_size();
-    r.neox = c.rope_neox;
-    KERNEL_TRY(kc::RopeStoreKv(r, stream_));
-    if (!groups_.empty()) {
-      kc::CascadeAttentionArgs ca;
-      ca.q = q_.get();
-      ca.k_cache = kv.k(i);
-      ca.v_cache = kv.v(i);
-      ca.tables = DevTables();
-      ca.seq_table = DevRegion(kSeqTable);
-      ca.groups = DevRegion(kCascadeGroups);
-      ca.work = DevRegion(kCascadeWork);
-      ca.rows = DevRegion(kCascadeRows);
-      ca.index = DevRegion(kCascadeIndex);
-      ca.prefix = cascade_ranges_.get();
-      ca.n_work = cascade_work_;
-      ca.n_head = c.n_head;
-      ca.n_kv = c.n_head_kv;
-      ca.head_dim = c.head_dim;
-      ca.block_size = kv.block_size();
-      ca.n_ranges = cascade_ranges_n_;
-      ca.scale = c.AttnScale();
-      KERNEL_TRY(kc::CascadeAttention(ca, stream_));
-    }
-    if (n_decode > 0) {
-      kc::DecodeAttentionArgs a;
-      a.q = q_.get();
-      a.k_cache = kv.k(i);
-      a.v_cache = kv.v(i);
-      a.tokens = DevRegion(kDecode);
-      a.pos = DevRegion(kPos);
-      a.tok_seq = DevRegion(kTokSeq);
-      a.seq_table = DevRegion(kv.InSlides(i) ? kSlideTable : kSeqTable);
-      a.tables = DevTables();
-      a.out = att_.get();
-      a.partial = partial_.get();
-      a.counters = counters_.get();
-      a.n = n_decode;
-      a.n_head = c.n_head;
-      a.n_kv = c.n_head_kv;
-      a.head_dim = c.head_dim;
-      a.block_size = kv.block_size();
-      a.n_split = n_split;
-      a.keys_in_flight = attention_keys_;
-      a.tensor_cores = attention_tc_;
-      a.scale = c.AttnScale();
-      a.window = Window(i);
-      if (!groups_.empty()) {
-        a.key_start = DevRegion(kKeyStart);
-        a.prefix = cascade_ranges_.get();
-        a.prefix_ranges = cascade_ranges_n_;
+    GpuLayer& l = layers_[i];
+    // The weight of norm op `k` of `step` (nullptr where it is no norm).
+    auto norm = [&](const PlannedStep& step, size_t k) -> const float* {
+      if (k >= step.ops.size() || (step.ops[k].op != Op::kNorm && step.ops[k].op != Op::kPostNorm))
+        return nullptr;
+      return l.Norm(step.ops[k].weight)->get();
+    };
+    for (const PlannedStep& step : plan_) {
+      switch (step.id) {
+        case kStepNormQkv:
+          BRAID_RETURN_IF_ERROR(
+              Project(x_.get(), norm(step, 0), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
+          break;
+        case kStepAttention:
+          BRAID_RETURN_IF_ERROR(Attend(kv, i, T, n_decode, n_split, step.ops[0].op == Op::kQkNorm));
+          break;
+        case kStepWo:
+          BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.view(), T, q_dim_, norm(step, 1)));
+          break;
+        case kStepNormGateUp:
+          BRAID_RETURN_IF_ERROR(Project(x_.get(), norm(step, 0), l.wgu.view(), gu_.get(), T,
+                                        2 * c.n_ff, D, false, true));
+          break;
+        case kStepDown:
+          BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.view(), T, c.n_ff, norm(step, 1)));
+          break;
       }
-      KERNEL_TRY(kc::DecodeAttention(a, stream_));
     }
-    for (const Segment& s : prefill_)
-      BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
-    BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.view(), T, q_dim_, l.post_attn_norm.get()));
-    BRAID_RETURN_IF_ERROR(Project(x_.get(), l.ffn_norm.get(), l.wgu.view(), gu_.get(), T,
-                                  2 * c.n_ff, D, false, true));
-    BRAID_RETURN_IF_ERROR(AddBranch(act_.get(), l.wdown.view(), T, c.n_ff, l.post_ffn_norm.get()));
   }
   if (R == T) {
     // Every row's logits (a decode step): the final norm goes into the
@@ -1491,6 +1481,86 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   return Status::Ok();
 }
 
+Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, bool qk_norm) {
+  const ModelConfig& c = c_;
+  const GpuLayer& l = layers_[i];
+  // q/k norms take the bias in with them.
+  if (qk_norm)
+    KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
+                          c.n_head_kv, c.head_dim, c.rms_eps, stream_));
+  kc::RopeKvArgs r;
+  r.qkv = qkv_.get();
+  r.bias = qk_norm ? nullptr : l.bqkv.get();
+  r.pos = DevRegion(kPos);
+  r.slot = DevRegion(kv.InSlides(i) ? kSlideSlot : kSlot);
+  r.inv_freq = c.Sliding(i) ? inv_freq_local_.get() : inv_freq_.get();
+  r.q = q_.get();
+  r.k_cache = kv.k(i);
+  r.v_cache = kv.v(i);
+  r.n = T;
+  r.n_head = c.n_head;
+  r.n_kv = c.n_head_kv;
+  r.head_dim = c.head_dim;
+  r.n_rot = c.n_rot;
+  r.block_size = kv.block_size();
+  r.neox = c.rope_neox;
+  KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+  if (!groups_.empty()) {
+    kc::CascadeAttentionArgs ca;
+    ca.q = q_.get();
+    ca.k_cache = kv.k(i);
+    ca.v_cache = kv.v(i);
+    ca.tables = DevTables();
+    ca.seq_table = DevRegion(kSeqTable);
+    ca.groups = DevRegion(kCascadeGroups);
+    ca.work = DevRegion(kCascadeWork);
+    ca.rows = DevRegion(kCascadeRows);
+    ca.index = DevRegion(kCascadeIndex);
+    ca.prefix = cascade_ranges_.get();
+    ca.n_work = cascade_work_;
+    ca.n_head = c.n_head;
+    ca.n_kv = c.n_head_kv;
+    ca.head_dim = c.head_dim;
+    ca.block_size = kv.block_size();
+    ca.n_ranges = cascade_ranges_n_;
+    ca.scale = c.AttnScale();
+    KERNEL_TRY(kc::CascadeAttention(ca, stream_));
+  }
+  if (n_decode > 0) {
+    kc::DecodeAttentionArgs a;
+    a.q = q_.get();
+    a.k_cache = kv.k(i);
+    a.v_cache = kv.v(i);
+    a.tokens = DevRegion(kDecode);
+    a.pos = DevRegion(kPos);
+    a.tok_seq = DevRegion(kTokSeq);
+    a.seq_table = DevRegion(kv.InSlides(i) ? kSlideTable : kSeqTable);
+    a.tables = DevTables();
+    a.out = att_.get();
+    a.partial = partial_.get();
+    a.counters = counters_.get();
+    a.n = n_decode;
+    a.n_head = c.n_head;
+    a.n_kv = c.n_head_kv;
+    a.head_dim = c.head_dim;
+    a.block_size = kv.block_size();
+    a.n_split = n_split;
+    a.keys_in_flight = attention_keys_;
+    a.tensor_cores = attention_tc_;
+    a.scale = c.AttnScale();
+    a.window = Window(i);
+    if (!groups_.empty()) {
+      a.key_start = DevRegion(kKeyStart);
+      a.prefix = cascade_ranges_.get();
+      a.prefix_ranges = cascade_ranges_n_;
+    }
+    KERNEL_TRY(kc::DecodeAttention(a, stream_));
+  }
+  for (const Segment& s : prefill_)
+    BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
+  return Status::Ok();
+}
+
 Status CudaBackend::ReduceSum(float* p, size_t n) {
   if (!group_) return Status::Ok();
   return group_->AllReduceSum(p, n, stream_);
@@ -1500,7 +1570,7 @@ Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
                               const float* post_norm) {
   const int D = c_.n_embd;
   const size_t n = static_cast<size_t>(m) * D;
-  if (c_.post_norms) {
+  if (post_norm != nullptr) {
     // The branch whole (summed over the ranks), normalized, then added.
     BRAID_RETURN_IF_ERROR(Project(x, nullptr, w, branch_.get(), m, D, k, false));
     BRAID_RETURN_IF_ERROR(ReduceSum(branch_.get(), n));
@@ -1905,6 +1975,8 @@ Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
                                                      int context, Collective& group) {
   return CudaBackend::Open(file, options, device, context, &group);
 }
+
+Status PlanCudaBlock(const ModelConfig& config) { return PlanSteps(config).status(); }
 
 int CudaDeviceCount() {
   int n = 0;

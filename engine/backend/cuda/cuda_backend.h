@@ -1,4 +1,5 @@
-// The CUDA backend: the Llama-family forward pass on one NVIDIA GPU (sm_90).
+// The CUDA backend: a model's block (model/block.h), planned into this
+// backend's steps, on one NVIDIA GPU (sm_90).
 //   weights  bf16 in device memory (bf16 checkpoints as they are; fp16, fp32
 //            and GGUF quantized tensors converted at load), Q/K/V and
 //            gate/up concatenated so that each is one GEMM
@@ -35,6 +36,10 @@ class Collective;
 Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
                                                      const ModelOptions& options, int device,
                                                      int context, Collective& group);
+
+// The model's block in this backend's steps: Unsupported, naming the op,
+// where they do not cover it (needs no device).
+Status PlanCudaBlock(const ModelConfig& config);
 
 // CUDA devices present (0 when there is no driver or no device).
 int CudaDeviceCount();
