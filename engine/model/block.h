@@ -91,6 +91,19 @@ struct StepKind {
   int id;
   std::span<const Op> ops;
 };
+// Runs of ops both backends execute as one step (each declares which it
+// has, under ids of its own).
+namespace runs {
+inline constexpr Op kNormQkv[] = {Op::kNorm, Op::kQkv};
+inline constexpr Op kRopeAttention[] = {Op::kRope, Op::kAttention};
+inline constexpr Op kQkNormRopeAttention[] = {Op::kQkNorm, Op::kRope, Op::kAttention};
+inline constexpr Op kWoAdd[] = {Op::kWo, Op::kAdd};
+inline constexpr Op kWoPostNormAdd[] = {Op::kWo, Op::kPostNorm, Op::kAdd};
+inline constexpr Op kNormGateUp[] = {Op::kNorm, Op::kGateUp, Op::kGate};
+inline constexpr Op kDownAdd[] = {Op::kDown, Op::kAdd};
+inline constexpr Op kDownPostNormAdd[] = {Op::kDown, Op::kPostNorm, Op::kAdd};
+}  // namespace runs
+
 // A step of a planned block: its kind's id and the block's ops it covers.
 struct PlannedStep {
   int id;

@@ -426,30 +426,16 @@ void LlamaForward::Teams(std::span<const BatchSegment> batch) {
   teams_ = std::move(teams);
 }
 
-namespace {
-
-// The runs of the block's ops this backend executes as one step.
-constexpr Op kNormQkv[] = {Op::kNorm, Op::kQkv};
-constexpr Op kRopeAttention[] = {Op::kRope, Op::kAttention};
-constexpr Op kQkNormRopeAttention[] = {Op::kQkNorm, Op::kRope, Op::kAttention};
-constexpr Op kWoAdd[] = {Op::kWo, Op::kAdd};
-constexpr Op kWoPostNormAdd[] = {Op::kWo, Op::kPostNorm, Op::kAdd};
-constexpr Op kNormGateUp[] = {Op::kNorm, Op::kGateUp, Op::kGate};
-constexpr Op kDownAdd[] = {Op::kDown, Op::kAdd};
-constexpr Op kDownPostNormAdd[] = {Op::kDown, Op::kPostNorm, Op::kAdd};
-
-}  // namespace
-
 Result<std::vector<PlannedStep>> LlamaForward::Plan(const ModelConfig& c) {
   static constexpr StepKind kSteps[] = {
-      {kStepNormQkv, kNormQkv},
-      {kStepAttention, kRopeAttention},
-      {kStepAttention, kQkNormRopeAttention},
-      {kStepWo, kWoAdd},
-      {kStepWo, kWoPostNormAdd},
-      {kStepNormGateUp, kNormGateUp},
-      {kStepDown, kDownAdd},
-      {kStepDown, kDownPostNormAdd},
+      {kStepNormQkv, runs::kNormQkv},
+      {kStepAttention, runs::kRopeAttention},
+      {kStepAttention, runs::kQkNormRopeAttention},
+      {kStepWo, runs::kWoAdd},
+      {kStepWo, runs::kWoPostNormAdd},
+      {kStepNormGateUp, runs::kNormGateUp},
+      {kStepDown, runs::kDownAdd},
+      {kStepDown, runs::kDownPostNormAdd},
   };
   return PlanBlock(c.block, kSteps, ArchName(c.arch), "the CPU backend");
 }

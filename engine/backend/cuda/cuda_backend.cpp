@@ -593,23 +593,15 @@ struct GpuLayer {
 
 // The runs of the block's ops (block.h) this backend executes as one step.
 enum StepId { kStepNormQkv, kStepAttention, kStepWo, kStepNormGateUp, kStepDown };
-constexpr Op kNormQkv[] = {Op::kNorm, Op::kQkv};
-constexpr Op kRopeAttention[] = {Op::kRope, Op::kAttention};
-constexpr Op kQkNormRopeAttention[] = {Op::kQkNorm, Op::kRope, Op::kAttention};
-constexpr Op kWoAdd[] = {Op::kWo, Op::kAdd};
-constexpr Op kWoPostNormAdd[] = {Op::kWo, Op::kPostNorm, Op::kAdd};
-constexpr Op kNormGateUp[] = {Op::kNorm, Op::kGateUp, Op::kGate};
-constexpr Op kDownAdd[] = {Op::kDown, Op::kAdd};
-constexpr Op kDownPostNormAdd[] = {Op::kDown, Op::kPostNorm, Op::kAdd};
 constexpr StepKind kSteps[] = {
-    {kStepNormQkv, kNormQkv},
-    {kStepAttention, kRopeAttention},
-    {kStepAttention, kQkNormRopeAttention},
-    {kStepWo, kWoAdd},
-    {kStepWo, kWoPostNormAdd},
-    {kStepNormGateUp, kNormGateUp},
-    {kStepDown, kDownAdd},
-    {kStepDown, kDownPostNormAdd},
+    {kStepNormQkv, runs::kNormQkv},
+    {kStepAttention, runs::kRopeAttention},
+    {kStepAttention, runs::kQkNormRopeAttention},
+    {kStepWo, runs::kWoAdd},
+    {kStepWo, runs::kWoPostNormAdd},
+    {kStepNormGateUp, runs::kNormGateUp},
+    {kStepDown, runs::kDownAdd},
+    {kStepDown, runs::kDownPostNormAdd},
 };
 Result<std::vector<PlannedStep>> PlanSteps(const ModelConfig& c) {
   return PlanBlock(c.block, kSteps, ArchName(c.arch), "the CUDA backend");
