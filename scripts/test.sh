@@ -10,6 +10,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# ccache keys paths under the checkout as relative ones (as scripts/build.sh).
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 t0=$(date +%s)
