@@ -72,6 +72,15 @@ bool BlockReads(std::span<const BlockOp> block, TensorRole role) {
 Result<std::vector<PlannedStep>> PlanBlock(std::span<const BlockOp> block,
                                            std::span<const StepKind> steps,
                                            const std::string& model, const std::string& backend) {
+  for (size_t i = 0; i < block.size(); ++i) {
+    const BlockOp& o = block[i];
+    const bool norm_weight =
+        o.weight == TensorRole::kAttnNorm || o.weight == TensorRole::kFfnNorm ||
+        o.weight == TensorRole::kPostAttnNorm || o.weight == TensorRole::kPostFfnNorm;
+    if ((o.op == Op::kNorm || o.op == Op::kPostNorm) && !norm_weight)
+      return Status::InvalidArgument("the " + model + " block's op " + std::to_string(i + 1) +
+                                     " ('" + OpName(o.op) + "') names a weight that is no norm's");
+  }
   std::vector<PlannedStep> plan;
   size_t at = 0;
   while (at < block.size()) {

@@ -109,7 +109,8 @@ struct PlannedStep {
   int id;
   std::span<const BlockOp> ops;
 };
-// `block` as a sequence of `steps`, the longest that matches at each op.
+// `block` as a sequence of `steps`, the longest that matches at each op;
+// InvalidArgument where a norm op names a weight that is no norm's.
 // Unsupported, naming the first op no step covers where the block runs it,
 // `model` ("gemma3") and `backend` ("the CPU backend"). The result's spans
 // point into `block`.

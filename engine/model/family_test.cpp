@@ -145,6 +145,13 @@ TEST_CASE("PlanBlock: the longest step at each op; an op no step covers is named
   CHECK(bad.status().message() ==
         "the test backend cannot run this qwen3 model: it has no step for the op 'qk_norm' at op "
         "3 of its block, after 'qkv' (norm qkv qk_norm rope)");
+  static constexpr BlockOp kBadNorm[] = {{Op::kNorm, TensorRole::kWq}, {Op::kQkv}};
+  Result<std::vector<PlannedStep>> weight =
+      PlanBlock(kBadNorm, kSteps, "llama", "the test backend");
+  REQUIRE_FALSE(weight.ok());
+  CHECK(weight.status().code() == StatusCode::kInvalidArgument);
+  CHECK(weight.status().message() ==
+        "the llama block's op 1 ('norm') names a weight that is no norm's");
 }
 
 TEST_CASE("families: Qwen3 and Gemma 3 name their q/k norms; Gemma 3 its post norms") {
