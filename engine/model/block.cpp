@@ -55,6 +55,12 @@ std::string BlockString(std::span<const BlockOp> block) {
   return s;
 }
 
+Activation GateActivation(std::span<const BlockOp> block) {
+  for (const BlockOp& o : block)
+    if (o.op == Op::kGate) return o.act;
+  return Activation::kSilu;
+}
+
 bool BlockReads(std::span<const BlockOp> block, TensorRole role) {
   return std::any_of(block.begin(), block.end(), [&](const BlockOp& o) {
     switch (o.op) {

@@ -83,6 +83,8 @@ struct BlockOp {
 std::span<const BlockOp> LlamaBlock();
 // "norm qkv rope attention wo add ...": the ops' names, for messages.
 std::string BlockString(std::span<const BlockOp> block);
+// The activation of the block's gate op (SiLU where it has none).
+Activation GateActivation(std::span<const BlockOp> block);
 // Whether an op of `block` reads the weight `role` (a norm's).
 bool BlockReads(std::span<const BlockOp> block, TensorRole role);
 

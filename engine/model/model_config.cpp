@@ -16,11 +16,7 @@ bool ModelConfig::Has(Op op) const {
   return std::any_of(block.begin(), block.end(), [&](const BlockOp& o) { return o.op == op; });
 }
 
-Activation ModelConfig::GateActivation() const {
-  for (const BlockOp& o : block)
-    if (o.op == Op::kGate) return o.act;
-  return Activation::kSilu;
-}
+Activation ModelConfig::GateActivation() const { return braid::GateActivation(block); }
 
 float ModelConfig::AttnScale() const {
   return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -353,8 +353,8 @@ Result<ModelConfig> ConfigFromHf(const Json& j, const std::string& path) {
   const Family* family = FindFamilyByHfModelType(mt->get<std::string>());
   if (family == nullptr) return UnsupportedFamily(path, "model_type", mt->get<std::string>());
   c.arch = family->arch;
-  c.block.assign(family->block.begin(), family->block.end());
-  const char* act_name = c.GateActivation() == Activation::kSilu ? "silu" : "gelu_pytorch_tanh";
+  const char* act_name =
+      GateActivation(family->block) == Activation::kSilu ? "silu" : "gelu_pytorch_tanh";
   auto act = j.find(family->hf_activation_key);
   if (act != j.end() && !(act->is_string() && act->get<std::string>() == act_name)) {
     return Status::Unsupported(path + ": " + family->hf_activation_key + " " + act->dump() +
