@@ -34,6 +34,11 @@ __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
 int Err() { return static_cast<int>(cudaGetLastError()); }
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
 
+// Asks L2 for bytes [p, p + n) (both multiples of 16), not waiting for them.
+__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t n) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+}
+
 // Programmatic dependent launch (sm_90): kernels of the decode path are
 // launched so that each may start while the one before it finishes. Each
 // lets its successor launch at once (Release) and, before it touches
@@ -232,9 +237,12 @@ constexpr int kWarps = 4;
 // The keys the token of decode attention block (blockIdx.x, ...) attends:
 // [start, n_keys). A cascade member attends its keys from key_start on; the
 // keys before were attended for its group, as ranges (a.prefix) to merge. A
-// sliding window starts the keys later still.
+// sliding window starts the keys later still. The token splits its keys
+// into `ranges` of the grid's a.n_split, each of at least a.range_keys keys
+// (a short context is not cut into ranges that cost more to merge than to
+// attend); blocks of ranges past them have nothing to do.
 struct DecodeKeys {
-  int t, n_keys, start;
+  int t, n_keys, start, ranges;
   bool has_prefix;
 };
 __device__ __forceinline__ DecodeKeys KeysOf(const DecodeAttentionArgs& a) {
@@ -244,17 +252,18 @@ __device__ __forceinline__ DecodeKeys KeysOf(const DecodeAttentionArgs& a) {
   const int ks0 = a.key_start ? a.key_start[k.t] : 0;
   k.has_prefix = ks0 > 0;
   k.start = a.window > 0 ? max(ks0, k.n_keys - a.window) : ks0;
+  k.ranges = min(a.n_split, max(1, (k.n_keys - k.start) / max(1, a.range_keys)));
   return k;
 }
 
 // The end of a decode attention block of (token a.tokens[blockIdx.x], KV
-// head blockIdx.y, range blockIdx.z): NSUB partial results in shared memory
-// (unnormalized outputs, maxima, sums per query head; a sum of 0 for none)
-// merged into the range's result; with several ranges the last block of the
-// (token, KV head) to finish merges them all, and the group's prefix ranges
-// where there are some.
+// head blockIdx.y, range blockIdx.z of the token's n_ranges): NSUB partial
+// results in shared memory (unnormalized outputs, maxima, sums per query
+// head; a sum of 0 for none) merged into the range's result; with several
+// ranges the last block of the (token, KV head) to finish merges them all,
+// and the group's prefix ranges where there are some.
 template <int HD, int GMAX, int NSUB>
-__device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
+__device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix, int n_ranges,
                              const float (*sm_acc)[GMAX][HD], const float (*sm_m)[GMAX],
                              const float (*sm_l)[GMAX]) {
   const int t = a.tokens[blockIdx.x];
@@ -274,13 +283,13 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
     return a.partial +
            ((static_cast<int64_t>(blockIdx.x) * a.n_head + kvh * G + g) * a.n_split + s) * (HD + 2);
   };
-  // Ranges n_split on, when there is a prefix, are the group's.
+  // Ranges n_ranges on, when there is a prefix, are the group's.
   auto part = [&](int g, int s) -> const float* {
-    return s >= a.n_split ? prefix_of(g, s - a.n_split) : partial_at(g, s);
+    return s >= n_ranges ? prefix_of(g, s - n_ranges) : partial_at(g, s);
   };
   // One range: the group's prefix ranges merge here. Their maxima and sums
   // first, all loaded in one round; then each output a sum of independent loads.
-  const bool merge_prefix = a.n_split == 1 && has_prefix;
+  const bool merge_prefix = n_ranges == 1 && has_prefix;
   __shared__ float sm_pm[GMAX][kMaxPrefixRanges], sm_pl[GMAX][kMaxPrefixRanges];
   if (merge_prefix) {
     for (int e = threadIdx.x; e < G * a.prefix_ranges; e += blockDim.x) {
@@ -301,7 +310,7 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
       sum += sm_l[s][g] * w;
       o += sm_acc[s][g][d] * w;
     }
-    if (a.n_split == 1) {
+    if (n_ranges == 1) {
       if (merge_prefix) {  // the group's ranges
         float mall = sum > 0 ? mx : -FLT_MAX;
         for (int r = 0; r < a.prefix_ranges; ++r) mall = fmaxf(mall, sm_pm[g][r]);
@@ -326,20 +335,20 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix,
       }
     }
   }
-  if (a.n_split == 1) return;
+  if (n_ranges == 1) return;
   // The last range of this (token, KV head) to finish merges them all.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
   int* counter = a.counters + blockIdx.x * a.n_kv + kvh;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == a.n_split - 1;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == n_ranges - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
   // Weights of the ranges per head first (all loads in one round), then the
   // outputs, each a sum over ranges of independent loads.
   constexpr int kMaxRanges = 32 + kMaxPrefixRanges;
-  const int ranges = a.n_split + (has_prefix ? a.prefix_ranges : 0);
+  const int ranges = n_ranges + (has_prefix ? a.prefix_ranges : 0);
   __shared__ float sm_w[GMAX][kMaxRanges], sm_rl[GMAX][kMaxRanges], sm_sum[GMAX];
   for (int e = threadIdx.x; e < G * ranges; e += blockDim.x) {
     const float* p = part(e / ranges, e % ranges);
@@ -391,8 +400,9 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
   const int t = keys.t, n_keys = keys.n_keys, ks = keys.start;
   const bool has_prefix = keys.has_prefix;
   const int kvh = blockIdx.y, split = blockIdx.z;
+  if (split >= keys.ranges) return;
   const int G = a.n_head / a.n_kv;
-  const int chunk = (n_keys - ks + a.n_split - 1) / a.n_split;
+  const int chunk = (n_keys - ks + keys.ranges - 1) / keys.ranges;
   const int k0 = ks + split * chunk, k1 = min(n_keys, k0 + chunk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = warp * (32 / kLanes) + lane / kLanes;
@@ -473,7 +483,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       sm_l[sub][g] = l[g];
     }
   }
-  FinishDecode<HD, GMAX, kSub>(a, has_prefix, sm_acc, sm_m, sm_l);
+  FinishDecode<HD, GMAX, kSub>(a, has_prefix, keys.ranges, sm_acc, sm_m, sm_l);
 }
 
 // D = A B + C on tensor cores (mma m16n8k16, bf16 in, fp32 out) for the
@@ -564,6 +574,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   const int t = keys.t, n_keys = keys.n_keys, ks = keys.start;
   const bool has_prefix = keys.has_prefix;
   const int kvh = blockIdx.y, split = blockIdx.z;
+  if (split >= keys.ranges) return;
   const int G = a.n_head / a.n_kv;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int gr = lane / 4, tq = lane % 4;
@@ -573,7 +584,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
 
   // This warp's tiles: first + split * per + warp, every kWarps-th after.
   const int first = ks / kTile, end = (n_keys + kTile - 1) / kTile;
-  const int per = (end - first + a.n_split - 1) / a.n_split;
+  const int per = (end - first + keys.ranges - 1) / keys.ranges;
   const int t0 = first + split * per + warp, t1 = min(end, first + (split + 1) * per);
   const int mine = t0 < t1 ? (t1 - t0 + kWarps - 1) / kWarps : 0;
   auto issue = [&](int i) {  // the warp's i-th tile into stage i % kAttnStages
@@ -699,7 +710,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
       sm_l[warp][gr] = l;
     }
   }
-  FinishDecode<HD, GMAX, kWarps>(a, has_prefix, sm_acc, sm_m, sm_l);
+  FinishDecode<HD, GMAX, kWarps>(a, has_prefix, keys.ranges, sm_acc, sm_m, sm_l);
 }
 
 // All 16 rows of A: a[0..3] are this lane's pairs of rows lane / 4 and + 8
@@ -1160,6 +1171,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   };
   uint4 wv[U];
   int row0 = blockIdx.x * per_block;
+  if (a.prefetch > 0 && threadIdx.x == 0) {
+    // The block's rows of each round are contiguous: one request a round.
+    const int64_t row_bytes = static_cast<int64_t>(a.k) * (F8 ? 1 : 2);
+    const char* w = F8 ? reinterpret_cast<const char*>(a.w8) : reinterpret_cast<const char*>(a.w);
+    int64_t left = a.prefetch / gridDim.x;
+    for (int r = row0; r < a.n && left >= 16; r += gridDim.x * per_block) {
+      const int64_t bytes = min(left, min(per_block, a.n - r) * row_bytes) & ~int64_t{15};
+      PrefetchL2(w + r * row_bytes, static_cast<uint32_t>(bytes));
+      left -= bytes;
+    }
+  }
   if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
   Acquire();
   if (a.xf) {
@@ -1378,34 +1400,6 @@ int LaunchGemv(const GemvArgs& a, cudaStream_t s) {
   return Launch(GemvKernel<M, U, F8>, dim3(blocks), dim3(kGemvWarps * 32), smem, s, a);
 }
 
-__global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
-  Release();
-  Acquire();
-  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
-  float best = -FLT_MAX;
-  int at = 0x7fffffff;
-  bool finite = true;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    finite &= isfinite(row[i]);
-    if (row[i] > best) best = row[i], at = i;  // strided: the first of this thread's maxima
-  }
-  finite = __syncthreads_and(finite);
-  __shared__ float sb[32];
-  __shared__ int si[32];
-  for (int o = 16; o > 0; o >>= 1) {
-    const float b = __shfl_xor_sync(0xffffffffu, best, o);
-    const int i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (b > best || (b == best && i < at)) best = b, at = i;
-  }
-  if (threadIdx.x % 32 == 0) sb[threadIdx.x / 32] = best, si[threadIdx.x / 32] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
-      if (sb[w] > best || (sb[w] == best && si[w] < at)) best = sb[w], at = si[w];
-    out[blockIdx.x] = finite ? at : -1;
-  }
-}
-
 // Top-k of a row. Keys are the floats' bits mapped so that unsigned order is
 // float order (-0 taken as +0, as the host's comparison does); the k-th
 // largest key is found by four rounds of an 8-bit radix histogram, then the
@@ -1414,6 +1408,51 @@ __global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
 __device__ __forceinline__ uint32_t OrderKey(float f) {
   const uint32_t b = f == 0.0f ? 0u : __float_as_uint(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Argmax of a row in kArgmaxParts blocks (one block reading 0.5 MB of
+// logits waits on memory for ~50 us; the parts read theirs at once). Each
+// part takes the largest key (OrderKey << 32 | ~index: the lowest index of
+// equal values the largest; a part that saw a value not finite: all ones)
+// into its row's scratch[0] by atomicMax, counts itself in scratch[1], and
+// the last part reads and clears both: the scratch is zero between calls.
+constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxParts = 32;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    ArgmaxKernel(const float* x, int n, int chunk, unsigned long long* scratch, int32_t* out) {
+  Release();
+  Acquire();
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  const int begin = blockIdx.y * chunk, end = min(n, begin + chunk);
+  unsigned long long best = 0;
+  bool finite = true;
+#pragma unroll 8
+  for (int i = begin + threadIdx.x; i < end; i += kArgmaxThreads) {
+    const float v = row[i];
+    finite &= isfinite(v);
+    const unsigned long long key = static_cast<unsigned long long>(OrderKey(v)) << 32 |
+                                   (0xffffffffu - static_cast<uint32_t>(i));
+    best = key > best ? key : best;
+  }
+  finite = __syncthreads_and(finite);
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other > best ? other : best;
+  }
+  __shared__ unsigned long long warp_best[kArgmaxThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = best;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kArgmaxThreads / 32; ++w) best = warp_best[w] > best ? warp_best[w] : best;
+  unsigned long long* key = scratch + 2 * static_cast<int64_t>(blockIdx.x);
+  atomicMax(key, finite ? best : ~0ull);
+  __threadfence();
+  if (atomicAdd(key + 1, 1ull) != gridDim.y - 1) return;
+  const unsigned long long top = atomicExch(key, 0ull);
+  key[1] = 0;
+  out[blockIdx.x] =
+      top == ~0ull ? -1 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(top));
 }
 
 __global__ void __launch_bounds__(1024)
@@ -1550,8 +1589,12 @@ int DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t n, int k, ui
   return Err();
 }
 
-int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream) {
-  return rows > 0 ? Launch(ArgmaxKernel, dim3(rows), dim3(1024), 0, S(stream), x, n, out) : 0;
+int ArgmaxRows(const float* x, int rows, int n, int32_t* out, uint64_t* scratch, void* stream) {
+  if (rows <= 0 || n <= 0) return 0;
+  const int parts = std::min(kArgmaxParts, (n + 8 * kArgmaxThreads - 1) / (8 * kArgmaxThreads));
+  const int chunk = (n + parts - 1) / parts;
+  return Launch(ArgmaxKernel, dim3(rows, parts), dim3(kArgmaxThreads), 0, S(stream), x, n, chunk,
+                reinterpret_cast<unsigned long long*>(scratch), out);
 }
 
 int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, void* stream) {

@@ -183,7 +183,8 @@ void TestWindowedPrefill() {
 // With qk_norm, QkNorm normalizes Q's and K's heads (adding the bias) first;
 // with a window, each token attends its last `window` positions only.
 void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_split,
-                   int keys_in_flight = 4, bool qk_norm = false, int window = 0) {
+                   int keys_in_flight = 4, bool qk_norm = false, int window = 0,
+                   int range_keys = 64) {
   const int bs = 16, n_rot = hd;
   const std::vector<int> lens = {1, 37, 300};  // sequence lengths
   const int S = static_cast<int>(lens.size());
@@ -295,7 +296,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
                             std::to_string(n_kv) + (neox ? ", neox" : ", pairs") +
                             (bias ? ", bias" : "") + (qk_norm ? ", qk norm" : "") +
                             (window ? ", window " + std::to_string(window) : "") + ", split " +
-                            std::to_string(n_split) + ", keys " + std::to_string(keys_in_flight);
+                            std::to_string(n_split) + " (ranges of " + std::to_string(range_keys) +
+                            "+), keys " + std::to_string(keys_in_flight);
   Expect("rope q (" + shape + ")", ToHost(d_q, q_ref.size()), q_ref, 2e-4f, 2e-4f);
   Expect("rope k store (" + shape + ")", Bf16ToHost(d_k, cache), k_ref, 1e-3f, 8e-3f);
   Expect("v store (" + shape + ")", Bf16ToHost(d_v, cache), v_ref, 1e-3f, 8e-3f);
@@ -314,6 +316,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
     a.counters = d_counters;
     a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.block_size = bs, a.n_split = n_split;
     a.keys_in_flight = keys_in_flight;
+    a.range_keys = range_keys;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     a.window = window;
     a.tensor_cores = tc;
@@ -752,17 +755,29 @@ void TestFp8() {
 void TestArgmax() {
   const int rows = 4, n = 70000;
   std::vector<float> x = Random(static_cast<size_t>(rows) * n);
-  x[5] = 50, x[n + n - 1] = 50, x[2 * n + 100] = 50, x[2 * n + 200] = 50;  // a tie: first wins
-  x[3 * n + 7] = std::nanf("");                                            // a row with a NaN: -1
+  x[5] = 50, x[n + n - 1] = 50;
+  // Ties, within one part of the row and across parts: the first wins.
+  x[2 * n + 100] = 50, x[2 * n + 200] = 50, x[2 * n + 60000] = 50;
+  x[3 * n + 7] = std::nanf("");  // a row with a NaN: -1
   float* dx = ToDevice(x);
   int32_t* out = nullptr;
+  uint64_t* scratch = nullptr;
   cudaMalloc(&out, rows * sizeof(int32_t));
-  cuda::ArgmaxRows(dx, rows, n, out, nullptr);
-  const std::vector<int32_t> got = ToHost(out, rows);
-  const bool ok = got[0] == 5 && got[1] == n - 1 && got[2] == 100 && got[3] == -1;
-  failures += !ok;
-  std::printf("%s argmax (%d %d %d %d)\n", ok ? "ok  " : "FAIL", got[0], got[1], got[2], got[3]);
-  cudaFree(dx), cudaFree(out);
+  cudaMalloc(&scratch, 2 * rows * sizeof(uint64_t));
+  cudaMemset(scratch, 0, 2 * rows * sizeof(uint64_t));
+  // Twice: the scratch is left as the next call needs it.
+  for (int call = 0; call < 2; ++call) {
+    const int e = cuda::ArgmaxRows(dx, rows, n, out, scratch, nullptr);
+    const std::vector<int32_t> got = ToHost(out, rows);
+    const std::vector<uint64_t> left = ToHost(scratch, 2 * rows);
+    const bool clear = std::all_of(left.begin(), left.end(), [](uint64_t w) { return w == 0; });
+    const bool ok =
+        e == 0 && clear && got[0] == 5 && got[1] == n - 1 && got[2] == 100 && got[3] == -1;
+    failures += !ok;
+    std::printf("%s argmax, call %d (%d %d %d %d; scratch %s)\n", ok ? "ok  " : "FAIL", call,
+                got[0], got[1], got[2], got[3], clear ? "clear" : "not clear");
+  }
+  cudaFree(dx), cudaFree(out), cudaFree(scratch);
 }
 
 // Against a host sort by (value descending, index ascending).
@@ -820,12 +835,12 @@ int main() {
   TestAttention(128, 12, 2, true, true, 1);       // qwen2: 6 query heads per KV head, biases
   TestAttention(16, 4, 2, true, false, 2);
   TestAttention(32, 8, 8, false, true, 1);
-  TestAttention(128, 16, 8, true, false, 2, 4, true);      // qwen3: q/k norms
-  TestAttention(256, 4, 1, true, false, 1, 4, true, 100);  // gemma 3: hd 256, window
-  TestAttention(256, 8, 1, true, true, 3, 4, true, 45);    // a window across split ranges
+  TestAttention(128, 16, 8, true, false, 2, 4, true);       // qwen3: q/k norms
+  TestAttention(256, 4, 1, true, false, 1, 4, true, 100);   // gemma 3: hd 256, window
+  TestAttention(256, 8, 1, true, true, 3, 4, true, 45, 8);  // a window across split ranges
   TestAttention(256, 4, 1, true, false, 4);
-  TestAttention(128, 32, 8, false, false, 3, 4, false, 45);  // hd 128: a window across ranges
-  TestAttention(64, 16, 8, true, false, 32);                 // ranges shorter than a tile
+  TestAttention(128, 32, 8, false, false, 3, 4, false, 45, 8);  // hd 128: a window across ranges
+  TestAttention(64, 16, 8, true, false, 32, 4, false, 0, 1);    // ranges shorter than a tile
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

@@ -17,9 +17,9 @@
 #   decode   batch-1 decode of each SHAPE:WEIGHTS of DECODE_RUNS (default
 #            "llama8b:bf16 llama1b:bf16 llama8b:fp8"), BASE (a
 #            braid_gpu_check built from an earlier commit) and this build
-#            alternating, DECODE_ROUNDS (2) rounds, and with DECODE_ENV
-#            (say BRAID_CUDA_CHAIN=0 or BRAID_CUDA_UNFUSE=norm) this build
-#            under that environment too; the
+#            alternating, DECODE_ROUNDS (2) rounds, and under each
+#            VAR=VALUE of DECODE_ENV (say "BRAID_CUDA_PREFETCH=0
+#            BRAID_CUDA_UNFUSE=norm") this build once more; the
 #            products the backend timed and chose at load in decode_isa.txt
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
@@ -124,7 +124,7 @@ print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | s
       [ "$(left)" -gt 60 ] || break 2
       [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w
       decode new $BIN $shape $w
-      [ -n "${DECODE_ENV:-}" ] && decode "new $DECODE_ENV" $BIN $shape $w "$DECODE_ENV"
+      for e in ${DECODE_ENV:-}; do decode "new $e" $BIN $shape $w "$e"; done
     done
   done
 fi

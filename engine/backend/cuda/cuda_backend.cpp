@@ -838,7 +838,7 @@ class CudaBackend final : public Backend {
   Status PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq);
   // The positions layer `layer` attends back (its sliding window), or 0.
   int Window(int layer) const { return c_.Sliding(layer) ? c_.sliding_window : 0; }
-  int SplitFor(int n_decode, int max_keys) const;
+  int SplitFor(int n_decode) const;
 
   struct Segment {  // a prefill segment (GEMM attention)
     int row0, n, pos0, seq;
@@ -890,6 +890,7 @@ class CudaBackend final : public Backend {
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
   DeviceArray<float> branch_;  // post norms: a branch's output before its norm
   DeviceArray<int32_t> argmax_, counters_;
+  DeviceArray<uint64_t> argmax_scratch_;  // kc::ArgmaxRows', zero between calls
   PinnedArray<int32_t> argmax_host_;
   DeviceArray<int32_t> topk_ids_;
   PinnedArray<int32_t> topk_ids_host_;
@@ -944,6 +945,13 @@ class CudaBackend final : public Backend {
   // (kc::DecodeAttentionArgs::tensor_cores), or with BRAID_CUDA_ATTN=simt
   // on CUDA cores, to measure the other.
   bool attention_tc_ = true;
+  // The fewest keys a decode attention range takes
+  // (kc::DecodeAttentionArgs::range_keys); BRAID_CUDA_RANGE_KEYS=1 splits
+  // every context as widely as the batch allows, to measure what it costs.
+  int attention_range_keys_ = kc::DecodeAttentionArgs{}.range_keys;
+  // Bytes of a product's weights asked of L2 before its input is ready
+  // (kc::GemvArgs::prefetch): half of L2; BRAID_CUDA_PREFETCH=0 none.
+  int64_t gemv_prefetch_ = 0;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1009,6 +1017,11 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     use_graphs_ = std::string(graphs) != "0";
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
+  gemv_prefetch_ = prop.l2CacheSize / 2;
+  if (const char* prefetch = std::getenv("BRAID_CUDA_PREFETCH"))
+    gemv_prefetch_ = std::string(prefetch) == "0" ? 0 : gemv_prefetch_;
+  if (const char* range = std::getenv("BRAID_CUDA_RANGE_KEYS"))
+    attention_range_keys_ = std::max(1, std::atoi(range));
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
@@ -1042,6 +1055,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(logits_.Allocate(T * static_cast<size_t>(c.n_vocab)));
   BRAID_RETURN_IF_ERROR(logits_host_.Allocate(T * static_cast<size_t>(c.n_vocab)));
   BRAID_RETURN_IF_ERROR(argmax_.Allocate(T));
+  BRAID_RETURN_IF_ERROR(argmax_scratch_.Allocate(2 * T));
+  CUDA_TRY(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.size() * sizeof(uint64_t)));
   BRAID_RETURN_IF_ERROR(argmax_host_.Allocate(T));
   BRAID_RETURN_IF_ERROR(topk_ids_.Allocate(T * kMaxTopK));
   BRAID_RETURN_IF_ERROR(topk_ids_host_.Allocate(T * kMaxTopK));
@@ -1328,11 +1343,12 @@ Status CudaBackend::Quantize(GpuMatrix* m, int64_t rows, int64_t cols) {
   return Status::Ok();
 }
 
-int CudaBackend::SplitFor(int n_decode, int max_keys) const {
+int CudaBackend::SplitFor(int n_decode) const {
   // Enough (token, KV head, range) blocks for two waves over the device, at
-  // least 32 keys per range, at most 4096 (token, range) pairs.
+  // most 4096 (token, range) pairs. A token with a short context uses fewer
+  // ranges (DecodeAttentionArgs::range_keys), so one split serves every
+  // context and a graph keeps it.
   int split = std::max(1, 2 * sms_ / std::max(1, n_decode * c_.n_head_kv));
-  split = std::min(split, std::max(1, (max_keys + 31) / 32));
   split = std::min(split, std::max(1, 4096 / std::max(1, n_decode)));
   return std::min(split, 32);
 }
@@ -1469,7 +1485,8 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
         Project(xn_.get(), nullptr, Weight{lm_head_}, logits_.get(), R, c.n_vocab, D, false));
   }
   if (R > 0 && argmax)
-    KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), stream_));
+    KERNEL_TRY(
+        kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), argmax_scratch_.get(), stream_));
   return Status::Ok();
 }
 
@@ -1538,6 +1555,7 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     a.block_size = kv.block_size();
     a.n_split = n_split;
     a.keys_in_flight = attention_keys_;
+    a.range_keys = attention_range_keys_;
     a.tensor_cores = attention_tc_;
     a.scale = c.AttnScale();
     a.window = Window(i);
@@ -1611,6 +1629,7 @@ Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, f
   g.n = n;
   g.k = k;
   g.accumulate = accumulate;
+  g.prefetch = gemv_prefetch_;
   if (norm) {
     g.xf = static_cast<const float*>(x);
     g.norm = norm;
@@ -1830,7 +1849,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   int32_t* slide_slot = HostRegion(kSlideSlot);
   int32_t* slide_table = HostRegion(kSlideTable);
   int32_t* tables = HostTables();
-  int t = 0, n_decode = 0, R = 0, max_keys = 1;
+  int t = 0, n_decode = 0, R = 0;
   size_t tab = 0;
   std::vector<int> wanted;  // graph: rows of the padded batch whose logits are returned
   prefill_.clear();
@@ -1862,9 +1881,8 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
           rows[R++] = t;
       }
     }
-    max_keys = std::max(max_keys, s.pos0 + s.n_tokens);
   }
-  int n_split = SplitFor(n_decode, max_keys);
+  int n_split = SplitFor(n_decode);
   if (graph) {
     // Padding: token 0 at position 0 of a sequence whose only block is the trash block.
     seq_table[S] = static_cast<int32_t>(tab);
@@ -1881,7 +1899,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     }
     for (int i = 0; i < B; ++i) rows[i] = i;
     R = B;
-    n_split = SplitFor(B, 1 << 30);  // fixed per bucket: the graph serves every context
+    n_split = SplitFor(B);
     // Graphs always end in the argmax: one graph per bucket serves both outputs.
   }
   // The KV copies this pass must come after, before it touches the pool.

@@ -75,7 +75,10 @@ struct DecodeAttentionArgs {
   float* partial = nullptr;            // n_split > 1: [n, n_head, n_split, hd + 2] workspace
   int* counters = nullptr;             // n_split > 1: [n, n_kv] zeros, left zero
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
-  int n_split = 1;         // key ranges per (token, KV head) (<= 32), merged by the last to finish
+  int n_split = 1;  // key ranges per (token, KV head) (<= 32), merged by the last to finish
+  // The fewest keys a range takes: a token with fewer than n_split *
+  // range_keys keys to attend uses fewer ranges (one below 2 * range_keys).
+  int range_keys = 64;
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
   // Tensor cores (mma) where the shape allows: head_dim 64 or 128 and
   // block_size a multiple of 16; else, or when false, CUDA cores.
@@ -186,11 +189,17 @@ struct GemvArgs {
   // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
   const uint8_t* w8 = nullptr;
   const float* w_scale = nullptr;
+  // Bytes of w, at most, asked of L2 before waiting for the kernel that
+  // writes x (each block its first rows, an equal share): the weights stream
+  // in while that kernel finishes. 0: none.
+  int64_t prefetch = 0;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
-// out[r] = the index of the largest of x[r, 0..n) (the first on ties), r < rows.
-int ArgmaxRows(const float* x, int rows, int n, int32_t* out, void* stream);
+// out[r] = the index of the largest of x[r, 0..n) (the first on ties; -1
+// where the row holds a value not finite), r < rows. `scratch`: 2 * rows
+// words, zero before the call (cudaMemset once) and left zero after it.
+int ArgmaxRows(const float* x, int rows, int n, int32_t* out, uint64_t* scratch, void* stream);
 
 // The k largest of each row x[r, 0..n), r < rows, in descending order (ties:
 // the lower index first), into ids[r, 0..k) and vals[r, 0..k); a row holding
