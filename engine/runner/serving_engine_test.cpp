@@ -680,6 +680,23 @@ TEST_CASE("stats carry each client's service, queue and fair-share counter") {
   }
 }
 
+TEST_CASE("stats count the decode-only steps apart from those that compute prompt tokens") {
+  if (!HaveModel()) return;
+  auto engine = Engine::Open(Options(4096));
+  REQUIRE(engine.ok());
+  Engine& e = **engine;
+  // A prompt of one step's chunk at most, then five tokens by decode alone.
+  const std::vector<int32_t> prompt = Prompts(*e.model(), 1)[0];
+  REQUIRE(prompt.size() < 64);
+  SubmitGreedy(e, {prompt}, 6)[0]->Wait();
+  const EngineStats st = e.stats();
+  CHECK(st.steps == 6);
+  CHECK(st.decode_steps == 5);
+  CHECK(st.decode_step_tokens == 5);
+  CHECK(st.decode_step_seconds > 0);
+  CHECK(st.decode_step_seconds < st.forward_seconds);
+}
+
 }  // namespace
 }  // namespace braid
 

@@ -175,6 +175,11 @@ void ServingEngine::RecordStep(const StepTally& t, double forward_seconds, doubl
   stats_.decode_tokens_out += t.decode_tokens_out;
   stats_.propose_seconds += propose_seconds;
   stats_.forward_seconds += forward_seconds;
+  if (t.prefill_tokens == 0 && t.decode_tokens > 0) {
+    stats_.decode_steps++;
+    stats_.decode_step_tokens += t.generated;
+    stats_.decode_step_seconds += forward_seconds;
+  }
   const double secs = std::max(1e-9, forward_seconds);
   auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.9 * avg + 0.1 * x; };
   if (t.prefill_tokens > 0 && t.decode_tokens == 0)

@@ -288,6 +288,10 @@ struct RateResult {
   // (the rest: scheduling, sampling, streaming, idle between arrivals).
   uint64_t steps = 0;
   double forward_share = 0;
+  // Steps that computed no prompt token, the tokens they produced and their
+  // forward seconds: the decode-only rate beside the whole run's.
+  uint64_t decode_steps = 0, decode_step_tokens = 0;
+  double decode_step_s = 0;
   double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
   // The KV tiers (EngineStats): prompt tokens found on the device, copied
   // back from the host tier, and computed; the copies each way.
@@ -466,6 +470,9 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.preemptions = after.preemptions - before.preemptions;
   rr.steps = after.steps - before.steps;
   rr.forward_share = (after.forward_seconds - before.forward_seconds) / end_s;
+  rr.decode_steps = after.decode_steps - before.decode_steps;
+  rr.decode_step_tokens = after.decode_step_tokens - before.decode_step_tokens;
+  rr.decode_step_s = after.decode_step_seconds - before.decode_step_seconds;
   rr.tier = after.kv_host_blocks_total > 0;
   rr.n_device = static_cast<int>(by_source[0].size());
   rr.n_host = static_cast<int>(by_source[1].size());
@@ -508,6 +515,13 @@ void PrintRateRow(const RateResult& x, const std::string& policy,
       "  TTFT p50 of requests whose prompt came mostly from the device cache %.1f ms (%d), "
       "the host tier %.1f ms (%d), computed %.1f ms (%d)\n",
       x.ttft_device, x.n_device, x.ttft_host, x.n_host, x.ttft_computed, x.n_computed);
+  const double rest_s = x.forward_share * x.wall_s - x.decode_step_s;
+  std::printf(
+      "  steps with no prompt token: %llu of %llu, %.2f s of forward passes, %.1f tok/s in "
+      "them (%.1f ms a step); steps with prompt tokens: %.2f s\n",
+      static_cast<unsigned long long>(x.decode_steps), static_cast<unsigned long long>(x.steps),
+      x.decode_step_s, x.decode_step_s > 0 ? x.decode_step_tokens / x.decode_step_s : 0.0,
+      x.decode_steps > 0 ? 1e3 * x.decode_step_s / x.decode_steps : 0.0, rest_s);
   if (x.clients.empty()) return;
   std::printf(
       "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
@@ -533,11 +547,14 @@ void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
                "%.2f, \"ttft_p99_ms\": %.2f, \"itl_mean_ms\": %.3f, \"itl_p50_ms\": %.3f, "
                "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
                "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
-               "\"cached_share\": %.4f",
+               "\"cached_share\": %.4f, \"decode_steps\": %llu, \"decode_step_tokens\": %llu, "
+               "\"decode_step_s\": %.4f",
                sep, x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean,
                x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50, x.e2e_p99,
                static_cast<unsigned long long>(x.preemptions),
-               static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share);
+               static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share,
+               static_cast<unsigned long long>(x.decode_steps),
+               static_cast<unsigned long long>(x.decode_step_tokens), x.decode_step_s);
   std::fprintf(
       f,
       ", \"device_hit_tokens\": %llu, \"host_hit_tokens\": %llu, \"computed_tokens\": "

@@ -165,6 +165,11 @@ struct EngineStats {
   uint64_t host_copy_failures = 0;
   double host_in_exposed_seconds = 0, host_in_hidden_seconds = 0, host_out_seconds = 0;
   uint64_t steps = 0;
+  // Of those, the steps that computed no prompt token (decode only,
+  // speculation's checks included): their count, the tokens they produced
+  // and their forward passes' seconds, apart from the steps with prefill.
+  uint64_t decode_steps = 0, decode_step_tokens = 0;
+  double decode_step_seconds = 0;
   // Speculative decoding: guesses checked and kept; decode passes (a
   // sequence's share of a step, from its last token on) and the tokens they
   // produced, so tokens per target pass = decode_tokens_out / decode_passes;
