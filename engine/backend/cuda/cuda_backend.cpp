@@ -1882,7 +1882,6 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       }
     }
   }
-  int n_split = SplitFor(n_decode);
   if (graph) {
     // Padding: token 0 at position 0 of a sequence whose only block is the trash block.
     seq_table[S] = static_cast<int32_t>(tab);
@@ -1899,9 +1898,10 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     }
     for (int i = 0; i < B; ++i) rows[i] = i;
     R = B;
-    n_split = SplitFor(B);
     // Graphs always end in the argmax: one graph per bucket serves both outputs.
   }
+  // Padded, a graph's batch is B decodes: its split is the bucket's.
+  const int n_split = SplitFor(n_decode);
   // The KV copies this pass must come after, before it touches the pool.
   BRAID_RETURN_IF_ERROR(kv.OrderForward(stream_, slot, graph ? B : T));
   const size_t in_count = kRegions * kRegionCap + tab;
