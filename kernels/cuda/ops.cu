@@ -1412,15 +1412,17 @@ __device__ __forceinline__ uint32_t OrderKey(float f) {
 
 // Argmax of a row in kArgmaxParts blocks (one block reading 0.5 MB of
 // logits waits on memory for ~50 us; the parts read theirs at once). Each
-// part takes the largest key (OrderKey << 32 | ~index: the lowest index of
-// equal values the largest; a part that saw a value not finite: all ones)
-// into its row's scratch[0] by atomicMax, counts itself in scratch[1], and
-// the last part reads and clears both: the scratch is zero between calls.
+// part takes the largest key (OrderKey << 32 | ~(index0 + index): the lowest
+// index of equal values the largest; a part that saw a value not finite:
+// all ones) into its row's scratch[0] by atomicMax, counts itself in
+// scratch[1], and the last part writes the key out and clears both: the
+// scratch is zero between calls.
 constexpr int kArgmaxThreads = 256;
 constexpr int kArgmaxParts = 32;
 
 __global__ void __launch_bounds__(kArgmaxThreads)
-    ArgmaxKernel(const float* x, int n, int chunk, unsigned long long* scratch, int32_t* out) {
+    ArgmaxKernel(const float* x, int n, int chunk, uint32_t index0, unsigned long long* scratch,
+                 unsigned long long* keys) {
   Release();
   Acquire();
   const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
@@ -1432,7 +1434,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     const float v = row[i];
     finite &= isfinite(v);
     const unsigned long long key = static_cast<unsigned long long>(OrderKey(v)) << 32 |
-                                   (0xffffffffu - static_cast<uint32_t>(i));
+                                   (0xffffffffu - (index0 + static_cast<uint32_t>(i)));
     best = key > best ? key : best;
   }
   finite = __syncthreads_and(finite);
@@ -1449,10 +1451,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   atomicMax(key, finite ? best : ~0ull);
   __threadfence();
   if (atomicAdd(key + 1, 1ull) != gridDim.y - 1) return;
-  const unsigned long long top = atomicExch(key, 0ull);
+  keys[blockIdx.x] = atomicExch(key, 0ull);
   key[1] = 0;
-  out[blockIdx.x] =
-      top == ~0ull ? -1 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(top));
 }
 
 __global__ void __launch_bounds__(1024)
@@ -1589,12 +1589,15 @@ int DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t n, int k, ui
   return Err();
 }
 
-int ArgmaxRows(const float* x, int rows, int n, int32_t* out, uint64_t* scratch, void* stream) {
+int ArgmaxRows(const float* x, int rows, int n, int index0, uint64_t* keys, uint64_t* scratch,
+               void* stream) {
   if (rows <= 0 || n <= 0) return 0;
+  if (index0 < 0 || static_cast<int64_t>(index0) + n > int64_t{1} << 31) return -1;
   const int parts = std::min(kArgmaxParts, (n + 8 * kArgmaxThreads - 1) / (8 * kArgmaxThreads));
   const int chunk = (n + parts - 1) / parts;
   return Launch(ArgmaxKernel, dim3(rows, parts), dim3(kArgmaxThreads), 0, S(stream), x, n, chunk,
-                reinterpret_cast<unsigned long long*>(scratch), out);
+                static_cast<uint32_t>(index0), reinterpret_cast<unsigned long long*>(scratch),
+                reinterpret_cast<unsigned long long*>(keys));
 }
 
 int TopKRows(const float* x, int rows, int n, int k, int32_t* ids, float* vals, void* stream) {

@@ -760,24 +760,53 @@ void TestArgmax() {
   x[2 * n + 100] = 50, x[2 * n + 200] = 50, x[2 * n + 60000] = 50;
   x[3 * n + 7] = std::nanf("");  // a row with a NaN: -1
   float* dx = ToDevice(x);
-  int32_t* out = nullptr;
-  uint64_t* scratch = nullptr;
-  cudaMalloc(&out, rows * sizeof(int32_t));
+  uint64_t *keys = nullptr, *scratch = nullptr;
+  cudaMalloc(&keys, rows * sizeof(uint64_t));
   cudaMalloc(&scratch, 2 * rows * sizeof(uint64_t));
   cudaMemset(scratch, 0, 2 * rows * sizeof(uint64_t));
+  auto clear = [&] {
+    const std::vector<uint64_t> left = ToHost(scratch, 2 * rows);
+    return std::all_of(left.begin(), left.end(), [](uint64_t w) { return w == 0; });
+  };
   // Twice: the scratch is left as the next call needs it.
   for (int call = 0; call < 2; ++call) {
-    const int e = cuda::ArgmaxRows(dx, rows, n, out, scratch, nullptr);
-    const std::vector<int32_t> got = ToHost(out, rows);
-    const std::vector<uint64_t> left = ToHost(scratch, 2 * rows);
-    const bool clear = std::all_of(left.begin(), left.end(), [](uint64_t w) { return w == 0; });
+    const int e = cuda::ArgmaxRows(dx, rows, n, 0, keys, scratch, nullptr);
+    const std::vector<uint64_t> got = ToHost(keys, rows);
+    int32_t id[rows];
+    for (int r = 0; r < rows; ++r) id[r] = cuda::ArgmaxKeyIndex(got[r]);
     const bool ok =
-        e == 0 && clear && got[0] == 5 && got[1] == n - 1 && got[2] == 100 && got[3] == -1;
+        e == 0 && clear() && id[0] == 5 && id[1] == n - 1 && id[2] == 100 && id[3] == -1;
     failures += !ok;
-    std::printf("%s argmax, call %d (%d %d %d %d; scratch %s)\n", ok ? "ok  " : "FAIL", call,
-                got[0], got[1], got[2], got[3], clear ? "clear" : "not clear");
+    std::printf("%s argmax, call %d (%d %d %d %d)\n", ok ? "ok  " : "FAIL", call, id[0], id[1],
+                id[2], id[3]);
   }
-  cudaFree(dx), cudaFree(out), cudaFree(scratch);
+  // Each row in three slices of its columns (as ranks holding parts of the
+  // vocabulary compute them), each with its first index: the largest key
+  // of the three is the whole row's.
+  {
+    const int cut[4] = {0, 150, 60000, n};
+    std::vector<uint64_t> best(rows, 0);
+    int e = 0;
+    for (int p = 0; p < 3; ++p) {
+      const int w = cut[p + 1] - cut[p];
+      std::vector<float> part(static_cast<size_t>(rows) * w);
+      for (int r = 0; r < rows; ++r)
+        std::copy_n(&x[static_cast<size_t>(r) * n + cut[p]], w, &part[static_cast<size_t>(r) * w]);
+      float* dp = ToDevice(part);
+      e |= cuda::ArgmaxRows(dp, rows, w, cut[p], keys, scratch, nullptr);
+      const std::vector<uint64_t> got = ToHost(keys, rows);
+      for (int r = 0; r < rows; ++r) best[r] = std::max(best[r], got[r]);
+      cudaFree(dp);
+    }
+    int32_t id[rows];
+    for (int r = 0; r < rows; ++r) id[r] = cuda::ArgmaxKeyIndex(best[r]);
+    const bool ok =
+        e == 0 && clear() && id[0] == 5 && id[1] == n - 1 && id[2] == 100 && id[3] == -1;
+    failures += !ok;
+    std::printf("%s argmax over three slices of each row (%d %d %d %d)\n", ok ? "ok  " : "FAIL",
+                id[0], id[1], id[2], id[3]);
+  }
+  cudaFree(dx), cudaFree(keys), cudaFree(scratch);
 }
 
 // Against a host sort by (value descending, index ascending).

@@ -623,14 +623,18 @@ struct Slice {
   int64_t row0 = 0, rows = -1, col0 = 0, cols = -1;
 };
 
-// Where a forward pass returns each logits row's k largest values.
-struct TopK {
-  int k = 0;  // 0: not asked for
+// What a forward pass returns per logits row (host memory; at most one):
+// the logits, the argmax's id or key (kc::ArgmaxRows), or the k largest.
+struct Outputs {
+  float* logits = nullptr;
   int32_t* ids = nullptr;
-  float* values = nullptr;
+  uint64_t* keys = nullptr;
+  int k = 0;  // 0: not asked for
+  int32_t* topk_ids = nullptr;
+  float* topk_values = nullptr;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public CudaRank {
  public:
   ~CudaBackend() override {
     cudaSetDevice(device_);  // the members' device memory and handles are this device's
@@ -639,8 +643,9 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  static Result<std::unique_ptr<Backend>> Open(const ModelFile& file, const ModelOptions& options,
-                                               int device, int context, Collective* group) {
+  static Result<std::unique_ptr<CudaBackend>> Open(const ModelFile& file,
+                                                   const ModelOptions& options, int device,
+                                                   int context, Collective* group) {
     const ModelConfig& c = file.config();
     // The ops' features this backend implements (family.h), and the model's
     // block in its steps.
@@ -655,9 +660,14 @@ class CudaBackend final : public Backend {
           " GPUs splits the KV heads and the MLP columns evenly; this model has " +
           std::to_string(c.n_head_kv) + " KV heads and " + std::to_string(c.n_ff) +
           " MLP columns (the KV heads must be a multiple of the GPUs, the columns of 8 per GPU)");
+    if (VocabSlice(c.n_vocab, world, world - 1).second < 1)
+      return Status::Unsupported("tensor parallelism over " + std::to_string(world) +
+                                 " GPUs splits the output head's " + std::to_string(c.n_vocab) +
+                                 " rows in slices of " + std::to_string(kVocabSliceAlign) +
+                                 " or more; there are too few for that many GPUs");
     std::unique_ptr<CudaBackend> b(new CudaBackend(c, group));
     BRAID_RETURN_IF_ERROR(b->Init(file, options, device, context));
-    return std::unique_ptr<Backend>(std::move(b));
+    return b;
   }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
@@ -702,19 +712,25 @@ class CudaBackend final : public Backend {
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
-    return Run(batch, kv, logits, nullptr);
+    return Run(batch, kv, {.logits = logits});
   }
   Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) override {
-    return Run(batch, kv, nullptr, ids);
+    return Run(batch, kv, {.ids = ids});
+  }
+  Status ForwardArgmaxKeys(std::span<const BatchSegment> batch, KvMemory& kv,
+                           uint64_t* keys) override {
+    return Run(batch, kv, {.keys = keys});
   }
   Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
                      float* values) override {
-    if (k < 1 || k > std::min(kMaxTopK, c_.n_vocab))
+    if (k < 1 || k > std::min(kMaxTopK, head_rows_))
       return Status::InvalidArgument("top-k of logits rows needs k in [1, " +
-                                     std::to_string(std::min(kMaxTopK, c_.n_vocab)) + "], got " +
+                                     std::to_string(std::min(kMaxTopK, head_rows_)) + "], got " +
                                      std::to_string(k));
-    return Run(batch, kv, nullptr, nullptr, TopK{k, ids, values});
+    return Run(batch, kv, {.k = k, .topk_ids = ids, .topk_values = values});
   }
+  int vocab_begin() const override { return vocab0_; }
+  int vocab_end() const override { return vocab0_ + head_rows_; }
   // One decode step at each graph bucket up to max_batch, every token at
   // position 0 of the trash block (which only padding uses).
   Status Prepare(KvMemory& kv_memory, int max_batch) override {
@@ -733,7 +749,7 @@ class CudaBackend final : public Backend {
       if (kv.n_slides() > 0) seg.slide_table = slides;
       seg.logits_from = 0;
       batch.assign(b, seg);
-      BRAID_RETURN_IF_ERROR(Run(batch, kv, nullptr, ids.data()));
+      BRAID_RETURN_IF_ERROR(Run(batch, kv, {.ids = ids.data()}));
     }
     return Status::Ok();
   }
@@ -770,7 +786,19 @@ class CudaBackend final : public Backend {
       : full_(c),
         c_(Share(c, group ? group->size() : 1)),
         group_(group),
-        rank_(group ? group->rank() : 0) {}
+        rank_(group ? group->rank() : 0) {
+    std::tie(vocab0_, head_rows_) = VocabSlice(c.n_vocab, group ? group->size() : 1, rank_);
+  }
+  // Rank `rank`'s rows of an output head of `n_vocab` rows split over
+  // `world` ranks (first, count): equal slices in multiples of
+  // kVocabSliceAlign, the last one what is left (possibly none).
+  static std::pair<int, int> VocabSlice(int n_vocab, int world, int rank) {
+    if (world == 1) return {0, n_vocab};
+    const int per =
+        (n_vocab + world * kVocabSliceAlign - 1) / (world * kVocabSliceAlign) * kVocabSliceAlign;
+    const int first = std::min(n_vocab, rank * per);
+    return {first, std::min(n_vocab, first + per) - first};
+  }
   Status Init(const ModelFile& file, const ModelOptions& options, int device, int context);
   Status LoadWeights(const ModelFile& file);
   // Uploads block `s` of `t` (any file type) as bf16 at dst, its row r at
@@ -794,9 +822,8 @@ class CudaBackend final : public Backend {
               bool accumulate) {
     return gemm_.Run(x, w, y, m, n, k, accumulate);
   }
-  // Forward with logits to `logits`, their argmax to `ids`, or their top k.
-  Status Run(std::span<const BatchSegment> batch, KvMemory& kv, float* logits, int32_t* ids,
-             TopK topk = {});
+  // Forward, returning `out` of the head's rows.
+  Status Run(std::span<const BatchSegment> batch, KvMemory& kv, Outputs out);
   // y (+)= x w^T for m rows, x bf16 or, with `norm`, fp32 rows put through
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
@@ -830,7 +857,7 @@ class CudaBackend final : public Backend {
   static constexpr int kFp8CudaCoreRows = 2;
   Status EnsureInputs(size_t table_entries);
   // Enqueues the forward pass over the inputs in device memory.
-  // With `argmax`, the ids of the logits rows' largest values into argmax_ too.
+  // With `argmax`, the keys of the logits rows' largest values into argmax_ too.
   Status Enqueue(CudaKv& kv, int n_tokens, int n_decode, int n_rows, int n_split, bool argmax);
   // Layer i's attention step: q/k norms (with `qk_norm`), RoPE and the K/V
   // stores, then attention (cascade, decode, prefill) into att_.
@@ -863,6 +890,9 @@ class CudaBackend final : public Backend {
   const ModelConfig c_;      // this rank's share (full_ when alone)
   Collective* group_;        // tensor parallelism: this rank's side of the group, or null
   const int rank_;
+  // The output head's rows this rank holds: [vocab0_, vocab0_ + head_rows_).
+  static constexpr int kVocabSliceAlign = 64;
+  int vocab0_ = 0, head_rows_ = 0;
   int device_ = 0;
   std::string device_name_;
   int sms_ = 0;
@@ -889,9 +919,10 @@ class CudaBackend final : public Backend {
   // Activations, [kMaxChunk rows] each.
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
   DeviceArray<float> branch_;  // post norms: a branch's output before its norm
-  DeviceArray<int32_t> argmax_, counters_;
-  DeviceArray<uint64_t> argmax_scratch_;  // kc::ArgmaxRows', zero between calls
-  PinnedArray<int32_t> argmax_host_;
+  DeviceArray<int32_t> counters_;
+  DeviceArray<uint64_t> argmax_,
+      argmax_scratch_;  // keys; kc::ArgmaxRows' scratch, zero between calls
+  PinnedArray<uint64_t> argmax_host_;
   DeviceArray<int32_t> topk_ids_;
   PinnedArray<int32_t> topk_ids_host_;
   DeviceArray<float> topk_vals_;
@@ -1052,8 +1083,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(att_.Allocate(T * q_dim_));
   BRAID_RETURN_IF_ERROR(gu_.Allocate(T * 2 * c.n_ff));
   BRAID_RETURN_IF_ERROR(act_.Allocate(T * c.n_ff));
-  BRAID_RETURN_IF_ERROR(logits_.Allocate(T * static_cast<size_t>(c.n_vocab)));
-  BRAID_RETURN_IF_ERROR(logits_host_.Allocate(T * static_cast<size_t>(c.n_vocab)));
+  BRAID_RETURN_IF_ERROR(logits_.Allocate(T * static_cast<size_t>(head_rows_)));
+  BRAID_RETURN_IF_ERROR(logits_host_.Allocate(T * static_cast<size_t>(head_rows_)));
   BRAID_RETURN_IF_ERROR(argmax_.Allocate(T));
   BRAID_RETURN_IF_ERROR(argmax_scratch_.Allocate(2 * T));
   CUDA_TRY(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.size() * sizeof(uint64_t)));
@@ -1257,14 +1288,16 @@ Status CudaBackend::LoadWeights(const ModelFile& file) {
   BRAID_RETURN_IF_ERROR(Upload(*embd, embed_.get(), nullptr));
   BRAID_ASSIGN_OR_RETURN(std::string output, name(TensorRole::kOutput, -1));
   const TensorInfo* out = c.tied_embeddings ? nullptr : file.Find(output);
+  // The head: this rank's slice of its rows.
   if (out) {
-    BRAID_RETURN_IF_ERROR(lm_head_own_.Allocate(static_cast<size_t>(c.n_vocab) * c.n_embd));
-    BRAID_RETURN_IF_ERROR(Upload(*out, lm_head_own_.get(), nullptr));
+    BRAID_RETURN_IF_ERROR(lm_head_own_.Allocate(static_cast<size_t>(head_rows_) * c.n_embd));
+    BRAID_RETURN_IF_ERROR(
+        Upload(*out, lm_head_own_.get(), nullptr, 0, {vocab0_, head_rows_, 0, -1}));
     lm_head_ = lm_head_own_.get();
   } else {
-    lm_head_ = embed_.get();
+    lm_head_ = embed_.get() + static_cast<size_t>(vocab0_) * c.n_embd;
   }
-  bytes_per_token_ = matrix_bytes(c.n_vocab, c.n_embd);
+  bytes_per_token_ = matrix_bytes(head_rows_, c.n_embd);
   BRAID_ASSIGN_OR_RETURN(const TensorInfo* on, find(TensorRole::kOutputNorm, -1));
   BRAID_RETURN_IF_ERROR(UploadNorm(*on, &out_norm_));
 
@@ -1477,16 +1510,16 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     // Every row's logits (a decode step): the final norm goes into the
     // product where it can.
     BRAID_RETURN_IF_ERROR(Project(x_.get(), out_norm_.get(), Weight{lm_head_}, logits_.get(), R,
-                                  c.n_vocab, D, false));
+                                  head_rows_, D, false));
   } else if (R > 0) {
     KERNEL_TRY(kc::RmsNorm(x_.get(), out_norm_.get(), DevRegion(kRows), R, D, c.rms_eps, xn_.get(),
                            stream_));
     BRAID_RETURN_IF_ERROR(
-        Project(xn_.get(), nullptr, Weight{lm_head_}, logits_.get(), R, c.n_vocab, D, false));
+        Project(xn_.get(), nullptr, Weight{lm_head_}, logits_.get(), R, head_rows_, D, false));
   }
   if (R > 0 && argmax)
-    KERNEL_TRY(
-        kc::ArgmaxRows(logits_.get(), R, c.n_vocab, argmax_.get(), argmax_scratch_.get(), stream_));
+    KERNEL_TRY(kc::ArgmaxRows(logits_.get(), R, head_rows_, vocab0_, argmax_.get(),
+                              argmax_scratch_.get(), stream_));
   return Status::Ok();
 }
 
@@ -1799,10 +1832,9 @@ CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
   return plan;
 }
 
-Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory, float* logits,
-                        int32_t* out_ids, TopK topk) {
-  const bool argmax = out_ids != nullptr;
-  const bool want = logits != nullptr || argmax || topk.k > 0;
+Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory, Outputs out) {
+  const bool argmax = out.ids != nullptr || out.keys != nullptr;
+  const bool want = out.logits != nullptr || argmax || out.k > 0;
   std::lock_guard<std::mutex> lock(mu_);
   CUDA_TRY(cudaSetDevice(device_));
   auto& kv = static_cast<CudaKv&>(kv_memory);  // allocated by AllocateKv of this backend
@@ -1935,22 +1967,23 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   } else {
     BRAID_RETURN_IF_ERROR(Enqueue(kv, T, n_decode, R, n_split, argmax));
   }
-  const size_t V = static_cast<size_t>(c_.n_vocab);
+  // This rank's columns of each row (all of them when alone).
+  const size_t V = static_cast<size_t>(c_.n_vocab), H = static_cast<size_t>(head_rows_);
   // Top k: over the rows asked for (a graph's are among its first S).
   const int top_rows = graph ? S : R;
-  const size_t K = static_cast<size_t>(topk.k);
-  if (R > 0 && topk.k > 0) {
-    KERNEL_TRY(kc::TopKRows(logits_.get(), top_rows, c_.n_vocab, topk.k, topk_ids_.get(),
+  const size_t K = static_cast<size_t>(out.k);
+  if (R > 0 && out.k > 0) {
+    KERNEL_TRY(kc::TopKRows(logits_.get(), top_rows, head_rows_, out.k, topk_ids_.get(),
                             topk_vals_.get(), stream_));
     CUDA_TRY(cudaMemcpyAsync(topk_ids_host_.get(), topk_ids_.get(), top_rows * K * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream_));
     CUDA_TRY(cudaMemcpyAsync(topk_vals_host_.get(), topk_vals_.get(), top_rows * K * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_));
   } else if (R > 0 && argmax) {
-    CUDA_TRY(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), R * sizeof(int32_t),
+    CUDA_TRY(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), R * sizeof(uint64_t),
                              cudaMemcpyDeviceToHost, stream_));
-  } else if (R > 0 && logits) {
-    CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), logits_.get(), R * V * sizeof(float),
+  } else if (R > 0 && out.logits) {
+    CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), logits_.get(), R * H * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_));
   }
   CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -1959,15 +1992,22 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   const size_t n_out = graph ? wanted.size() : static_cast<size_t>(R);
   for (size_t i = 0; i < n_out; ++i) {
     const size_t row = graph ? wanted[i] : i;
-    if (topk.k > 0) {
-      std::memcpy(topk.ids + i * K, topk_ids_host_.get() + row * K, K * sizeof(int32_t));
-      std::memcpy(topk.values + i * K, topk_vals_host_.get() + row * K, K * sizeof(float));
-    } else if (argmax) {
-      out_ids[i] = argmax_host_.get()[row];
-    } else if (graph || i == 0) {
-      // Contiguous rows when not padded: one copy.
+    if (out.k > 0) {
+      const int32_t* ids = topk_ids_host_.get() + row * K;
+      // Ids of the whole vocabulary (-1, a row not finite, stays).
+      for (size_t j = 0; j < K; ++j)
+        out.topk_ids[i * K + j] = ids[j] < 0 ? ids[j] : ids[j] + vocab0_;
+      std::memcpy(out.topk_values + i * K, topk_vals_host_.get() + row * K, K * sizeof(float));
+    } else if (out.keys) {
+      out.keys[i] = argmax_host_.get()[row];
+    } else if (out.ids) {
+      out.ids[i] = kc::ArgmaxKeyIndex(argmax_host_.get()[row]);
+    } else if (H == V && (graph || i == 0)) {
+      // Whole contiguous rows when not padded: one copy.
       const size_t count = graph ? 1 : n_out;
-      std::memcpy(logits + i * V, logits_host_.get() + row * V, count * V * sizeof(float));
+      std::memcpy(out.logits + i * V, logits_host_.get() + row * V, count * V * sizeof(float));
+    } else if (H < V) {
+      std::memcpy(out.logits + i * V + vocab0_, logits_host_.get() + row * H, H * sizeof(float));
     }
   }
   return Status::Ok();
@@ -1977,13 +2017,17 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
 
 Result<std::unique_ptr<Backend>> OpenCudaBackend(const ModelFile& file, const ModelOptions& options,
                                                  int device, int context) {
-  return CudaBackend::Open(file, options, device, context, nullptr);
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
+                         CudaBackend::Open(file, options, device, context, nullptr));
+  return std::unique_ptr<Backend>(std::move(b));
 }
 
-Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
-                                                     const ModelOptions& options, int device,
-                                                     int context, Collective& group) {
-  return CudaBackend::Open(file, options, device, context, &group);
+Result<std::unique_ptr<CudaRank>> OpenCudaBackendRank(const ModelFile& file,
+                                                      const ModelOptions& options, int device,
+                                                      int context, Collective& group) {
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
+                         CudaBackend::Open(file, options, device, context, &group));
+  return std::unique_ptr<CudaRank>(std::move(b));
 }
 
 Status PlanCudaBlock(const ModelConfig& config) { return PlanSteps(config).status(); }

@@ -13,11 +13,14 @@
 //   decode   batches of single-token segments replayed as CUDA graphs at
 //            bucketed batch sizes (a graph per bucket, captured on first use)
 //   several GPUs  tensor parallel ranks (OpenCudaBackendRank): each holds
-//            its share of the heads and MLP columns, and an NCCL all-reduce
-//            sums the residual stream after Wo and after down
+//            its share of the heads, MLP columns and output head rows, and
+//            an NCCL all-reduce sums the residual stream after Wo and after
+//            down
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 
@@ -31,11 +34,27 @@ class Collective;
 // One rank of a tensor-parallel group (engine/backend/cuda/tp_backend.h
 // drives the ranks): the heads, KV heads and MLP columns of rank
 // group.rank() of group.size(), the residual stream summed over the group
-// after Wo and down. Every rank's Forward must run at the same time as the
-// others', with the same batch.
-Result<std::unique_ptr<Backend>> OpenCudaBackendRank(const ModelFile& file,
-                                                     const ModelOptions& options, int device,
-                                                     int context, Collective& group);
+// after Wo and down, and a slice of the output head's rows (the
+// vocabulary split in equal slices, multiples of 64, the last what is
+// left). Every rank's forward pass must run at the same time as the
+// others', with the same batch. Its outputs are of its slice: Forward
+// writes the slice's columns of each n_vocab()-wide row and no others;
+// ForwardArgmax gives the slice's argmax, ForwardTopK the slice's k largest
+// (k up to min(kMaxTopK, the slice)), ids of the whole vocabulary.
+class CudaRank : public Backend {
+ public:
+  // The slice: ids [vocab_begin(), vocab_end()).
+  virtual int vocab_begin() const = 0;
+  virtual int vocab_end() const = 0;
+  // As ForwardArgmax, each row's key (kernels::cuda::ArgmaxRows) instead:
+  // the largest of the ranks' keys is the row's argmax over the whole
+  // vocabulary (kernels::cuda::ArgmaxKeyIndex).
+  virtual Status ForwardArgmaxKeys(std::span<const BatchSegment> batch, KvMemory& kv,
+                                   uint64_t* keys) = 0;
+};
+Result<std::unique_ptr<CudaRank>> OpenCudaBackendRank(const ModelFile& file,
+                                                      const ModelOptions& options, int device,
+                                                      int context, Collective& group);
 
 // The model's block in this backend's steps: Unsupported, naming the op,
 // where they do not cover it (needs no device).

@@ -54,6 +54,9 @@
 //       share GPU 0 and sum through cuBLAS, outside CUDA graphs: the
 //       shards' arithmetic, not the interconnect); then batch-1 and
 //       batch-64 decode tokens/s of each (not of ranks sharing a GPU).
+//       Each backend's argmax and top 64 must also be exactly those of its
+//       own logits of the same pass (the ranks' slices of the output head
+//       meeting on the host), in an eager pass and a graphed one.
 //       Exits 1 unless every cosine >= 0.999 and every continuation is the
 //       same, also those of eight sequences decoding over one shared
 //       prefix (cascade attention).
@@ -1194,6 +1197,54 @@ void EvaluateBackend(Backend& b, const std::vector<int32_t>& prompt, int n, std:
   }
 }
 
+// A backend's argmax and top k against its own logits of the same pass:
+// the prompts at once with the last token's logits (an eager pass), then
+// one decode token each (a graph's where the backend has them), each pass
+// run for its logits, its argmax and its top k (re-running a pass writes
+// the same K/V). Whether every row's argmax and top 64 (ids and values)
+// are exactly the host's of those logits.
+bool OutputsMatchLogits(Backend& b, const std::vector<std::vector<int32_t>>& prompts) {
+  const int bs = 16, n = static_cast<int>(prompts.size());
+  const int V = b.n_vocab(), k = std::min(Backend::kMaxTopK, V);
+  std::vector<std::vector<int32_t>> tables(n);
+  int blocks = 0;
+  for (int s = 0; s < n; ++s)
+    for (int i = 0; i < (static_cast<int>(prompts[s].size()) + 1 + bs - 1) / bs; ++i)
+      tables[s].push_back(blocks++);
+  auto kv = Check(b.AllocateKv(blocks, bs), "allocating KV");
+  std::vector<BatchSegment> segs(n);
+  std::vector<int32_t> next(n);
+  bool ok = true;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int s = 0; s < n; ++s) {
+      const int len = static_cast<int>(prompts[s].size());
+      segs[s].block_table = tables[s].data();
+      segs[s].tokens = pass == 0 ? prompts[s].data() : &next[s];
+      segs[s].n_tokens = pass == 0 ? len : 1;
+      segs[s].pos0 = pass == 0 ? 0 : len;
+      segs[s].logits_from = pass == 0 ? len - 1 : len;
+    }
+    std::vector<float> logits(static_cast<size_t>(n) * V), values(static_cast<size_t>(n) * k);
+    std::vector<int32_t> ids(n), top(static_cast<size_t>(n) * k);
+    Check(b.Forward(segs, *kv, logits.data()), "logits");
+    Check(b.ForwardArgmax(segs, *kv, ids.data()), "argmax");
+    Check(b.ForwardTopK(segs, *kv, k, top.data(), values.data()), "top k");
+    for (int s = 0; s < n; ++s) {
+      const float* row = &logits[static_cast<size_t>(s) * V];
+      std::vector<int> order(V);
+      for (int i = 0; i < V; ++i) order[i] = i;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int x, int y) {
+        return row[x] > row[y] || (row[x] == row[y] && x < y);
+      });
+      ok &= ids[s] == order[0];
+      for (int j = 0; j < k; ++j)
+        ok &= top[s * k + j] == order[j] && values[s * k + j] == row[order[j]];
+      next[s] = ids[s];
+    }
+  }
+  return ok;
+}
+
 // Eight sequences over one cached 512-token prefix (the same KV blocks, as
 // the radix cache shares them), each with 8 tokens of its own, then 16
 // greedy decode steps of all eight at once: the steps where shared-prefix
@@ -1288,6 +1339,9 @@ int TensorParallel(const Args& a) {
       }
       same += greedy == ref_greedy[i];
     }
+    const bool outputs = OutputsMatchLogits(b, prompts);
+    v["argmax_topk_match_logits"] = outputs;
+    pass &= outputs;
     uint64_t cascade_passes = 0;
     const std::vector<int32_t> cascade = CascadeGreedy(b, &cascade_passes);
     v["cascade_passes"] = cascade_passes;

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/collective.h"
 #include "backend/cuda/cuda_backend.h"
+#include "kernels/cuda_ops.h"
 
 namespace braid {
 namespace {
@@ -224,22 +225,72 @@ class TpBackend final : public Backend {
     }
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
-  // Rank 0's outputs are returned; the others produce the argmax of the
-  // same rows into scratch (the collectives are all in the layers, before
-  // the head, so each rank's sequence of them is the same).
+  // Each rank computes its slice of the head's rows (CudaRank); the slices'
+  // outputs meet here, on the host: logits in place (each rank writes its
+  // columns), the argmax as the largest of the ranks' keys, the top k as
+  // the best k of the ranks' candidates.
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
-    return Each(
-        kv, [&](Backend& b, KvMemory& part) { return b.Forward(batch, part, logits); }, batch);
+    return Each(kv,
+                [&](CudaRank& b, KvMemory& part, int) { return b.Forward(batch, part, logits); });
   }
   Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) override {
-    return Each(
-        kv, [&](Backend& b, KvMemory& part) { return b.ForwardArgmax(batch, part, ids); }, batch);
+    const size_t rows = OutputRows(batch);
+    keys_.resize(static_cast<size_t>(size()));
+    BRAID_RETURN_IF_ERROR(Each(kv, [&](CudaRank& b, KvMemory& part, int r) {
+      std::vector<uint64_t>& keys = keys_[static_cast<size_t>(r)];
+      keys.resize(std::max<size_t>(1, rows));
+      return b.ForwardArgmaxKeys(batch, part, keys.data());
+    }));
+    for (size_t i = 0; i < rows; ++i) {
+      uint64_t best = 0;
+      for (const auto& keys : keys_) best = std::max(best, keys[i]);
+      ids[i] = kernels::cuda::ArgmaxKeyIndex(best);
+    }
+    return Status::Ok();
   }
   Status ForwardTopK(std::span<const BatchSegment> batch, KvMemory& kv, int k, int32_t* ids,
                      float* values) override {
-    return Each(
-        kv, [&](Backend& b, KvMemory& part) { return b.ForwardTopK(batch, part, k, ids, values); },
-        batch);
+    if (k < 1 || k > std::min(kMaxTopK, n_vocab()))
+      return Status::InvalidArgument("top-k of logits rows needs k in [1, " +
+                                     std::to_string(std::min(kMaxTopK, n_vocab())) + "], got " +
+                                     std::to_string(k));
+    const size_t rows = OutputRows(batch);
+    // Rank r's k_r = min(k, its slice) best of each row.
+    std::vector<int> ks(static_cast<size_t>(size()));
+    top_ids_.resize(ks.size());
+    top_values_.resize(ks.size());
+    BRAID_RETURN_IF_ERROR(Each(kv, [&](CudaRank& b, KvMemory& part, int r) {
+      const size_t i = static_cast<size_t>(r);
+      ks[i] = std::min(k, b.vocab_end() - b.vocab_begin());
+      top_ids_[i].resize(std::max<size_t>(1, rows * ks[i]));
+      top_values_[i].resize(top_ids_[i].size());
+      return b.ForwardTopK(batch, part, ks[i], top_ids_[i].data(), top_values_[i].data());
+    }));
+    std::vector<std::pair<float, int32_t>> cand;
+    for (size_t row = 0; row < rows; ++row) {
+      cand.clear();
+      bool finite = true;
+      for (size_t r = 0; r < ks.size(); ++r) {
+        const size_t kr = static_cast<size_t>(ks[r]);
+        finite &= top_ids_[r][row * kr] >= 0;
+        for (size_t j = 0; j < kr; ++j)
+          cand.emplace_back(top_values_[r][row * kr + j], top_ids_[r][row * kr + j]);
+      }
+      int32_t* out_ids = ids + row * static_cast<size_t>(k);
+      float* out_values = values + row * static_cast<size_t>(k);
+      if (!finite) {
+        std::fill_n(out_ids, k, -1);
+        std::fill_n(out_values, k, 0.0f);
+        continue;
+      }
+      // The ranks' slices are disjoint and together hold at least k ids.
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.first > b.first || (a.first == b.first && a.second < b.second);
+                        });
+      for (int j = 0; j < k; ++j) out_ids[j] = cand[j].second, out_values[j] = cand[j].first;
+    }
+    return Status::Ok();
   }
   Status Prepare(KvMemory& kv, int max_batch) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -252,7 +303,7 @@ class TpBackend final : public Backend {
     ranks_[0]->Describe(info);
     info->isa += "; tensor parallel over " + std::to_string(size()) + " GPUs (" + name() + ", " +
                  (nccl_ ? nccl_->version() : std::string("caller's collective")) +
-                 "), figures per GPU";
+                 "), the output head split by vocabulary, figures per GPU";
   }
   void CascadeCounts(uint64_t* passes, uint64_t* tokens) const override {
     ranks_[0]->CascadeCounts(passes, tokens);
@@ -260,29 +311,31 @@ class TpBackend final : public Backend {
 
  private:
   int size() const { return static_cast<int>(devices_.size()); }
-  // Rank 0 runs `first`; every other rank the argmax of the same batch.
-  Status Each(KvMemory& kv, const std::function<Status(Backend&, KvMemory&)>& first,
-              std::span<const BatchSegment> batch) {
+  // Logits rows a batch returns.
+  static size_t OutputRows(std::span<const BatchSegment> batch) {
+    size_t rows = 0;
+    for (const BatchSegment& s : batch)
+      rows += static_cast<size_t>(std::clamp(s.pos0 + s.n_tokens - s.logits_from, 0, s.n_tokens));
+    return rows;
+  }
+  // fn(rank r's backend, its KV memory, r) on every rank at once: the
+  // same batch, so that the ranks' collectives come in the same order.
+  Status Each(KvMemory& kv, const std::function<Status(CudaRank&, KvMemory&, int)>& fn) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& parts = static_cast<TpKv&>(kv).parts;  // allocated by AllocateKv of this backend
-    size_t rows = 0;
-    for (const BatchSegment& s : batch) rows += static_cast<size_t>(s.n_tokens);
-    scratch_.resize(static_cast<size_t>(size()));
     return threads_.RunAll([&](int r) -> Status {
-      Backend& b = *ranks_[static_cast<size_t>(r)];
-      KvMemory& part = *parts[static_cast<size_t>(r)];
-      if (r == 0) return first(b, part);
-      std::vector<int32_t>& ids = scratch_[static_cast<size_t>(r)];
-      ids.resize(std::max(ids.size(), rows));
-      return b.ForwardArgmax(batch, part, ids.data());
+      return fn(*ranks_[static_cast<size_t>(r)], *parts[static_cast<size_t>(r)], r);
     });
   }
 
   std::vector<int> devices_;
   std::unique_ptr<NcclGroup> nccl_;  // null when the caller owns the collectives
-  std::vector<std::unique_ptr<Backend>> ranks_;
+  std::vector<std::unique_ptr<CudaRank>> ranks_;
   RankThreads threads_;
-  std::vector<std::vector<int32_t>> scratch_;  // per rank: argmax rows nobody reads
+  // Per rank, the last pass's argmax keys, or top k ids and values.
+  std::vector<std::vector<uint64_t>> keys_;
+  std::vector<std::vector<int32_t>> top_ids_;
+  std::vector<std::vector<float>> top_values_;
   std::mutex mu_;
 };
 

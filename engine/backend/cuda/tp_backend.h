@@ -7,10 +7,13 @@
 //
 // One host thread per GPU, all in this process, driven by the one step
 // loop: a forward pass hands the same batch to every rank's thread (rank 0
-// on the caller's) and returns when all are done. Every rank computes the
-// logits head (the embedding and head are whole on each GPU); rank 0's are
-// returned. One process per GPU would need the batch sent between
-// processes each step; threads share it in memory.
+// on the caller's) and returns when all are done. The output head's rows
+// are split by vocabulary (the embedding is whole on each GPU): each rank
+// computes its slice's logits and their argmax or top k, and the slices
+// meet on the host (the largest argmax key, the best k candidates, each
+// rank's columns of the logits), a few bytes a row where an all-gather of
+// whole rows would move megabytes. One process per GPU would need the
+// batch sent between processes each step; threads share it in memory.
 #pragma once
 
 #include <memory>

@@ -196,10 +196,18 @@ struct GemvArgs {
 };
 int Gemv(const GemvArgs& a, void* stream);
 
-// out[r] = the index of the largest of x[r, 0..n) (the first on ties; -1
-// where the row holds a value not finite), r < rows. `scratch`: 2 * rows
+// keys[r] = the largest over i < n of (the order-preserving bits of
+// x[r, i]) << 32 | ~(index0 + i), or all ones where the row holds a value
+// not finite, r < rows: ArgmaxKeyIndex(keys[r]) is the index (index0 + i)
+// of the row's largest value (the first on ties; -1 where not finite), and
+// for a row whose columns lie in several slices, each with its index0, the
+// largest of the slices' keys is the whole row's. `scratch`: 2 * rows
 // words, zero before the call (cudaMemset once) and left zero after it.
-int ArgmaxRows(const float* x, int rows, int n, int32_t* out, uint64_t* scratch, void* stream);
+int ArgmaxRows(const float* x, int rows, int n, int index0, uint64_t* keys, uint64_t* scratch,
+               void* stream);
+inline int32_t ArgmaxKeyIndex(uint64_t key) {
+  return key == ~uint64_t{0} ? -1 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
 
 // The k largest of each row x[r, 0..n), r < rows, in descending order (ties:
 // the lower index first), into ids[r, 0..k) and vals[r, 0..k); a row holding
