@@ -34,11 +34,6 @@ __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
 int Err() { return static_cast<int>(cudaGetLastError()); }
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
 
-// Asks L2 for bytes [p, p + n) (both multiples of 16), not waiting for them.
-__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t n) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-}
-
 // Programmatic dependent launch (sm_90): kernels of the decode path are
 // launched so that each may start while the one before it finishes. Each
 // lets its successor launch at once (Release) and, before it touches
@@ -1171,17 +1166,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   };
   uint4 wv[U];
   int row0 = blockIdx.x * per_block;
-  if (a.prefetch > 0 && threadIdx.x == 0) {
-    // The block's rows of each round are contiguous: one request a round.
-    const int64_t row_bytes = static_cast<int64_t>(a.k) * (F8 ? 1 : 2);
-    const char* w = F8 ? reinterpret_cast<const char*>(a.w8) : reinterpret_cast<const char*>(a.w);
-    int64_t left = a.prefetch / gridDim.x;
-    for (int r = row0; r < a.n && left >= 16; r += gridDim.x * per_block) {
-      const int64_t bytes = min(left, min(per_block, a.n - r) * row_bytes) & ~int64_t{15};
-      PrefetchL2(w + r * row_bytes, static_cast<uint32_t>(bytes));
-      left -= bytes;
-    }
-  }
   if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
   Acquire();
   if (a.xf) {

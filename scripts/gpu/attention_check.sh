@@ -18,7 +18,7 @@
 #            "llama8b:bf16 llama1b:bf16 llama8b:fp8"), BASE (a
 #            braid_gpu_check built from an earlier commit) and this build
 #            alternating, DECODE_ROUNDS (2) rounds, and under each
-#            VAR=VALUE of DECODE_ENV (say "BRAID_CUDA_PREFETCH=0
+#            VAR=VALUE of DECODE_ENV (say "BRAID_CUDA_RANGE_KEYS=1
 #            BRAID_CUDA_UNFUSE=norm") this build once more; the
 #            products the backend timed and chose at load in decode_isa.txt
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the

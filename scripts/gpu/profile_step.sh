@@ -2,9 +2,11 @@
 # Where a batch-1 decode step's time goes, on the GPU machine, from the
 # repository root with the binaries packed by scripts/gpu/pack_braid.sh
 # (carry build-gpu):
-#   OUT=DIR scripts/gpu/profile_step.sh SHAPE [braid_gpu_check decode options]
+#   OUT=DIR [CMD=sweep] scripts/gpu/profile_step.sh SHAPE [braid_gpu_check options]
 # Makes the shape's random-weight checkpoint if missing (run_all.sh make),
-# times decode as usual, then has Nsight Compute time every kernel of the
+# times decode as usual (CMD=sweep: `braid_gpu_check sweep`, for a step of
+# several sequences, say `--batches 192 --prompt 1536`), then has Nsight
+# Compute time every kernel of the
 # timed steps alone (braid_gpu_check marks them with the NVTX range
 # decode_step; clocks left alone) and sums them per kernel and per step:
 # OUT/ncu_SHAPE.csv, OUT/profile_SHAPE.txt. The step's time less the sum of
@@ -19,12 +21,13 @@ M=/tmp/braid-gpu/models
 [ -d "$M/$SHAPE" ] || OUT=$OUT_ROOT scripts/gpu/run_all.sh --stages make --shapes "$SHAPE" \
   > "$OUT_ROOT/make_$SHAPE.log" 2>&1
 tag=$SHAPE${1:+_$(echo "$*" | tr -c 'a-z0-9' '_' | sed 's/_*$//')}
-timeout 120 $BIN decode --model "$M/$SHAPE" --prompt 128 --gen 16 "$@" > "$OUT_ROOT/decode_$tag.json"
+CMD=${CMD:-decode}
+timeout 120 $BIN "$CMD" --model "$M/$SHAPE" --prompt 128 --gen 16 "$@" > "$OUT_ROOT/decode_$tag.json"
 tail -1 "$OUT_ROOT/decode_$tag.json"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 timeout 400 "$NCU" --nvtx --nvtx-include "decode_step/" --launch-count 600 --clock-control none \
   --metrics gpu__time_duration.sum --csv --print-units base \
-  $BIN decode --model "$M/$SHAPE" --prompt 128 --gen 8 "$@" > "$OUT_ROOT/ncu_$tag.csv" 2> "$OUT_ROOT/ncu_$tag.log"
+  $BIN "$CMD" --model "$M/$SHAPE" --prompt 128 --gen 8 "$@" > "$OUT_ROOT/ncu_$tag.csv" 2> "$OUT_ROOT/ncu_$tag.log"
 echo "ncu rc $?"
 python3 - "$OUT_ROOT/ncu_$tag.csv" "$OUT_ROOT/decode_$tag.json" <<'PY' | tee "$OUT_ROOT/profile_$tag.txt"
 import csv, json, re, sys

@@ -980,9 +980,6 @@ class CudaBackend final : public CudaRank {
   // (kc::DecodeAttentionArgs::range_keys); BRAID_CUDA_RANGE_KEYS=1 splits
   // every context as widely as the batch allows, to measure what it costs.
   int attention_range_keys_ = kc::DecodeAttentionArgs{}.range_keys;
-  // Bytes of a product's weights asked of L2 before its input is ready
-  // (kc::GemvArgs::prefetch): half of L2; BRAID_CUDA_PREFETCH=0 none.
-  int64_t gemv_prefetch_ = 0;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1048,9 +1045,6 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     use_graphs_ = std::string(graphs) != "0";
   if (const char* cascade = std::getenv("BRAID_CUDA_CASCADE"))
     cascade_ = std::string(cascade) != "0";
-  gemv_prefetch_ = prop.l2CacheSize / 2;
-  if (const char* prefetch = std::getenv("BRAID_CUDA_PREFETCH"))
-    gemv_prefetch_ = std::string(prefetch) == "0" ? 0 : gemv_prefetch_;
   if (const char* range = std::getenv("BRAID_CUDA_RANGE_KEYS"))
     attention_range_keys_ = std::max(1, std::atoi(range));
   // A shared prefix is attended once per group for every layer alike; with
@@ -1662,7 +1656,6 @@ Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, f
   g.n = n;
   g.k = k;
   g.accumulate = accumulate;
-  g.prefetch = gemv_prefetch_;
   if (norm) {
     g.xf = static_cast<const float*>(x);
     g.norm = norm;

@@ -189,10 +189,6 @@ struct GemvArgs {
   // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
   const uint8_t* w8 = nullptr;
   const float* w_scale = nullptr;
-  // Bytes of w, at most, asked of L2 before waiting for the kernel that
-  // writes x (each block its first rows, an equal share): the weights stream
-  // in while that kernel finishes. 0: none.
-  int64_t prefetch = 0;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
