@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace braid {
 namespace {
@@ -17,6 +19,13 @@ struct NcclApi {
   decltype(&ncclCommInitAll) init_all = nullptr;
   decltype(&ncclCommDestroy) destroy = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
+  // Symmetric windows, since 2.27 (null in older libraries).
+  decltype(&ncclMemAlloc) mem_alloc = nullptr;
+  decltype(&ncclMemFree) mem_free = nullptr;
+  decltype(&ncclCommWindowRegister) window_register = nullptr;
+  decltype(&ncclCommWindowDeregister) window_deregister = nullptr;
   std::string error;  // why loading failed, or empty
 };
 
@@ -45,6 +54,14 @@ const NcclApi& Nccl() {
     api.init_all = reinterpret_cast<decltype(api.init_all)>(sym("ncclCommInitAll"));
     api.destroy = reinterpret_cast<decltype(api.destroy)>(sym("ncclCommDestroy"));
     api.all_reduce = reinterpret_cast<decltype(api.all_reduce)>(sym("ncclAllReduce"));
+    api.group_start = reinterpret_cast<decltype(api.group_start)>(sym("ncclGroupStart"));
+    api.group_end = reinterpret_cast<decltype(api.group_end)>(sym("ncclGroupEnd"));
+    api.mem_alloc = reinterpret_cast<decltype(api.mem_alloc)>(dlsym(lib, "ncclMemAlloc"));
+    api.mem_free = reinterpret_cast<decltype(api.mem_free)>(dlsym(lib, "ncclMemFree"));
+    api.window_register =
+        reinterpret_cast<decltype(api.window_register)>(dlsym(lib, "ncclCommWindowRegister"));
+    api.window_deregister =
+        reinterpret_cast<decltype(api.window_deregister)>(dlsym(lib, "ncclCommWindowDeregister"));
   });
   return api;
 }
@@ -55,7 +72,8 @@ Status NcclStatus(ncclResult_t r, const char* what) {
 
 class NcclRank final : public Collective {
  public:
-  NcclRank(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  NcclRank(ncclComm_t comm, int rank, int size, bool windows)
+      : comm_(comm), rank_(rank), size_(size), windows_(windows) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status AllReduceSum(float* buf, size_t n, void* stream) override {
@@ -63,10 +81,58 @@ class NcclRank final : public Collective {
                                              static_cast<cudaStream_t>(stream));
     return r == ncclSuccess ? Status::Ok() : NcclStatus(r, "ncclAllReduce");
   }
+  void* ReduceBuffer(size_t bytes) override {
+    const NcclApi& api = Nccl();
+    if (!windows_) {
+      note_ = "buffers not registered (BRAID_NCCL_WINDOWS=0)";
+      return nullptr;
+    }
+    if (!api.mem_alloc || !api.mem_free || !api.window_register || !api.window_deregister) {
+      note_ = "no symmetric windows in this NCCL";
+      return nullptr;
+    }
+    void* p = nullptr;
+    ncclResult_t r = api.mem_alloc(&p, bytes);
+    if (r != ncclSuccess) {
+      note_ = std::string("ncclMemAlloc: ") + api.error_string(r);
+      return nullptr;
+    }
+    ncclWindow_t win = nullptr;
+    r = api.window_register(comm_, p, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess) {
+      api.mem_free(p);
+      note_ = std::string("ncclCommWindowRegister: ") + api.error_string(r);
+      return nullptr;
+    }
+    cudaGetDevice(&device_);
+    buffers_.push_back({p, win});
+    note_ = "symmetric windows";
+    return p;
+  }
+  std::string buffers() const override { return note_; }
+  // Deregisters the windows (within the caller's ncclGroupStart/End: the
+  // call is collective and one thread makes it for every rank).
+  void Deregister() {
+    for (auto& b : buffers_) Nccl().window_deregister(comm_, b.win);
+  }
+  // Frees the windows' memory, after the communicator is gone.
+  void Free() {
+    if (!buffers_.empty()) cudaSetDevice(device_);
+    for (auto& b : buffers_) Nccl().mem_free(b.p);
+    buffers_.clear();
+  }
 
  private:
   ncclComm_t comm_;
   int rank_, size_;
+  bool windows_;
+  int device_ = 0;  // of the windows' memory
+  struct Window {
+    void* p;
+    ncclWindow_t win;
+  };
+  std::vector<Window> buffers_;
+  std::string note_;
 };
 
 }  // namespace
@@ -84,15 +150,23 @@ Result<std::unique_ptr<NcclGroup>> NcclGroup::Open(const std::vector<int>& devic
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   const ncclResult_t r = api.init_all(comms.data(), n, devices.data());
   if (r != ncclSuccess) return NcclStatus(r, "ncclCommInitAll");
+  const char* windows = std::getenv("BRAID_NCCL_WINDOWS");
+  const bool use_windows = !(windows && std::string(windows) == "0");
   for (int i = 0; i < n; ++i) {
     g->comms_.push_back(comms[static_cast<size_t>(i)]);
-    g->ranks_.push_back(std::make_unique<NcclRank>(comms[static_cast<size_t>(i)], i, n));
+    g->ranks_.push_back(
+        std::make_unique<NcclRank>(comms[static_cast<size_t>(i)], i, n, use_windows));
   }
   return g;
 }
 
 NcclGroup::~NcclGroup() {
-  for (void* c : comms_) Nccl().destroy(static_cast<ncclComm_t>(c));
+  const NcclApi& api = Nccl();
+  api.group_start();
+  for (auto& r : ranks_) static_cast<NcclRank&>(*r).Deregister();
+  api.group_end();
+  for (void* c : comms_) api.destroy(static_cast<ncclComm_t>(c));
+  for (auto& r : ranks_) static_cast<NcclRank&>(*r).Free();
 }
 
 }  // namespace braid

@@ -25,11 +25,24 @@ class Collective {
   virtual Status AllReduceSum(float* buf, size_t n, void* stream) = 0;
   // Whether the call may be captured into a CUDA graph (NCCL's may).
   virtual bool graph_safe() const { return true; }
+  // `bytes` of device memory on this rank's device for buffers AllReduceSum
+  // sums, registered with the library where it has faster kernels for such
+  // memory (NCCL's symmetric windows, since 2.27), owned by the collective;
+  // null where it has none or registering failed (the caller allocates its
+  // own). Collective: every rank calls it, with the same bytes, in the
+  // same order.
+  virtual void* ReduceBuffer(size_t bytes) { return nullptr; }
+  // How the buffers ReduceBuffer gave are registered, for ModelInfo::isa:
+  // "symmetric windows", why not, or empty.
+  virtual std::string buffers() const { return ""; }
 };
 
 // One NCCL communicator per device of a single-process group
-// (ncclCommInitAll). Errors: NCCL not found (the library name and the
-// loader's message), a device NCCL refuses.
+// (ncclCommInitAll). ReduceBuffer gives memory from ncclMemAlloc registered
+// as a symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC),
+// for which NCCL 2.27 and later run their low-latency all-reduce kernels;
+// BRAID_NCCL_WINDOWS=0 turns that off, to measure it. Errors: NCCL not
+// found (the library name and the loader's message), a device NCCL refuses.
 class NcclGroup {
  public:
   static Result<std::unique_ptr<NcclGroup>> Open(const std::vector<int>& devices);

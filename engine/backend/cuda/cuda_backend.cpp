@@ -66,6 +66,13 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray() { Free(); }
+  // n elements at p, owned elsewhere (not freed here).
+  void Adopt(T* p, size_t n) {
+    Free();
+    p_ = p;
+    n_ = n;
+    owned_ = false;
+  }
   Status Allocate(size_t n) {
     Free();
     if (n == 0) return Status::Ok();
@@ -76,10 +83,11 @@ class DeviceArray {
                                        " MiB of device memory: " + cudaGetErrorString(e));
     p_ = static_cast<T*>(p);
     n_ = n;
+    owned_ = true;
     return Status::Ok();
   }
   void Free() {
-    if (p_) cudaFree(p_);
+    if (p_ && owned_) cudaFree(p_);
     p_ = nullptr;
     n_ = 0;
   }
@@ -89,6 +97,7 @@ class DeviceArray {
  private:
   T* p_ = nullptr;
   size_t n_ = 0;
+  bool owned_ = true;
 };
 
 // Pinned host memory.
@@ -1059,14 +1068,26 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BLAS_TRY(cublasSetStream(blas_, stream_));
   BRAID_RETURN_IF_ERROR(gemm_.Init(stream_));
 
+  // The buffers the ranks sum in place (the residual stream, a branch
+  // before its post norm) from the collective where it has memory its
+  // faster kernels need; first, while every rank is sure to be here (the
+  // call is collective).
+  const size_t T = kMaxChunk + kMaxGraphBatch;
+  auto reduced = [&](DeviceArray<float>* a, size_t n) -> Status {
+    if (void* p = group_ ? group_->ReduceBuffer(n * sizeof(float)) : nullptr) {
+      a->Adopt(static_cast<float*>(p), n);
+      return Status::Ok();
+    }
+    return a->Allocate(n);
+  };
+  BRAID_RETURN_IF_ERROR(reduced(&x_, T * c.n_embd));
+  if (c.Has(Op::kPostNorm)) BRAID_RETURN_IF_ERROR(reduced(&branch_, T * c.n_embd));
+
   q_dim_ = c.n_head * c.head_dim;
   kv_dim_ = c.n_head_kv * c.head_dim;
   qkv_dim_ = q_dim_ + 2 * kv_dim_;
   BRAID_RETURN_IF_ERROR(LoadWeights(file));
 
-  const size_t T = kMaxChunk + kMaxGraphBatch;
-  BRAID_RETURN_IF_ERROR(x_.Allocate(T * c.n_embd));
-  if (c.Has(Op::kPostNorm)) BRAID_RETURN_IF_ERROR(branch_.Allocate(T * c.n_embd));
   if (fp8_) {
     BRAID_RETURN_IF_ERROR(x8_.Allocate(T * std::max({c.n_embd, q_dim_, c.n_ff})));
     BRAID_RETURN_IF_ERROR(x8_scale_.Allocate(T));

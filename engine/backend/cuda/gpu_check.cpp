@@ -52,8 +52,10 @@
 //       the code path of every group, all-reduces included) and over
 //       --ranks GPUs (through NCCL where the host has them, else the ranks
 //       share GPU 0 and sum through cuBLAS, outside CUDA graphs: the
-//       shards' arithmetic, not the interconnect); then batch-1 and
-//       batch-64 decode tokens/s of each (not of ranks sharing a GPU).
+//       shards' arithmetic, not the interconnect; on several GPUs also
+//       with BRAID_NCCL_WINDOWS=0, the summed buffers not registered as
+//       symmetric windows); then batch-1 and batch-64 decode tokens/s of
+//       each (not of ranks sharing a GPU).
 //       Each backend's argmax and top 64 must also be exactly those of its
 //       own logits of the same pass (the ranks' slices of the output head
 //       meeting on the host), in an eager pass and a graphed one.
@@ -1381,9 +1383,18 @@ int TensorParallel(const Args& a) {
     std::vector<int> devices;
     if (CudaDeviceCount() >= a.ranks) {
       for (int r = 0; r < a.ranks; ++r) devices.push_back(r);
-      auto tp = Check(OpenTensorParallelBackend(*file, mo, devices, context),
-                      "opening tensor parallelism");
-      measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs", *tp, false, true);
+      {
+        auto tp = Check(OpenTensorParallelBackend(*file, mo, devices, context),
+                        "opening tensor parallelism");
+        measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs", *tp, false, true);
+      }
+      // The same with the summed buffers not registered as NCCL windows.
+      setenv("BRAID_NCCL_WINDOWS", "0", 1);
+      auto plain = Check(OpenTensorParallelBackend(*file, mo, devices, context),
+                         "opening tensor parallelism without windows");
+      unsetenv("BRAID_NCCL_WINDOWS");
+      measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs, no windows", *plain,
+              false, true);
     } else {
       devices.assign(static_cast<size_t>(a.ranks), 0);
       SharedGpuGroup group(a.ranks);

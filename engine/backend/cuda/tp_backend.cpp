@@ -302,7 +302,8 @@ class TpBackend final : public Backend {
   void Describe(ModelInfo* info) const override {
     ranks_[0]->Describe(info);
     info->isa += "; tensor parallel over " + std::to_string(size()) + " GPUs (" + name() + ", " +
-                 (nccl_ ? nccl_->version() : std::string("caller's collective")) +
+                 (nccl_ ? nccl_->version() + ", " + nccl_->rank(0).buffers()
+                        : std::string("caller's collective")) +
                  "), the output head split by vocabulary, figures per GPU";
   }
   void CascadeCounts(uint64_t* passes, uint64_t* tokens) const override {
