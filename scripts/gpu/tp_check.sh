@@ -2,9 +2,9 @@
 # Tensor parallelism on a GPU machine, from the repository root with the
 # binaries in build-gpu/ (braid_gpu_check built here, carried there):
 #
-#   OUT=/path/to/results scripts/gpu/tp_check.sh [RANKS]
+#   OUT=/path/to/results [SHAPES="llama1b llama8b"] scripts/gpu/tp_check.sh [RANKS]
 #
-# Makes the llama1b and llama8b random-weight checkpoints (run_all.sh's make
+# Makes the SHAPES random-weight checkpoints (run_all.sh's make
 # stage), then runs `braid_gpu_check tp --ranks RANKS` (default 2) on each:
 # logits cosine and greedy continuations of the tensor-parallel backend
 # against the one-GPU backend, and decode tokens/s. NCCL is taken from the
@@ -21,8 +21,9 @@ echo "nccl: $nccl"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 lscpu | grep "Model name"
 OUT_ROOT=$OUT
-OUT=/tmp DEADLINE_S=240 scripts/gpu/run_all.sh --stages make --shapes llama1b,llama8b > "$OUT_ROOT/make.log" 2>&1
-for s in llama1b llama8b; do
+SHAPES=${SHAPES:-llama1b llama8b}
+OUT=/tmp DEADLINE_S=240 scripts/gpu/run_all.sh --stages make --shapes "${SHAPES// /,}" > "$OUT_ROOT/make.log" 2>&1
+for s in $SHAPES; do
   echo "== $s"
   timeout 200 build-gpu/engine/braid_gpu_check tp --model /tmp/braid-gpu/models/$s --ranks "$RANKS" \
     > "$OUT_ROOT/tp_$s.json" 2> "$OUT_ROOT/tp_$s.err"
