@@ -74,6 +74,7 @@ class ServingEngine final : public Engine {
   // What a step did, for stats_ (RecordStep).
   struct StepTally {
     int prefill_tokens = 0, decode_tokens = 0;
+    uint64_t decode_context = 0;  // positions the decodes attend (their sequences' lengths)
     uint64_t finished = 0, cancelled = 0, preempted = 0, generated = 0;
     uint64_t prompt_tokens = 0, cached_tokens = 0, host_tokens = 0;
     uint64_t spec_proposed = 0, spec_accepted = 0, decode_passes = 0, decode_tokens_out = 0;

@@ -693,6 +693,8 @@ TEST_CASE("stats count the decode-only steps apart from those that compute promp
   CHECK(st.steps == 6);
   CHECK(st.decode_steps == 5);
   CHECK(st.decode_step_tokens == 5);
+  // The decodes attend positions [0, P + 1), ..., [0, P + 5).
+  CHECK(st.decode_step_context_tokens == 5 * prompt.size() + 15);
   CHECK(st.decode_step_seconds > 0);
   CHECK(st.decode_step_seconds < st.forward_seconds);
 }

@@ -42,10 +42,12 @@ void ServingEngine::RetireItem(const ScheduledItem& it, int row, ServingRequest&
                                ServingClock::time_point t1, StepTally& tally) {
   const bool decode = it.start >= it.seq->prompt_len && it.n_tokens == 1 + it.guesses;
   tally.decode_only &= decode;
-  if (decode)
+  if (decode) {
     ++tally.decode_tokens;
-  else
+    tally.decode_context += static_cast<uint64_t>(it.start + it.n_tokens);
+  } else {
     tally.prefill_tokens += it.n_tokens;
+  }
   const int non_finite_at = ScorePrompt(it, row, r);
   if (non_finite_at >= 0) {
     // The request fails (its caller sees finish_reason "error"); its KV is
@@ -178,6 +180,7 @@ void ServingEngine::RecordStep(const StepTally& t, double forward_seconds, doubl
   if (t.prefill_tokens == 0 && t.decode_tokens > 0) {
     stats_.decode_steps++;
     stats_.decode_step_tokens += t.generated;
+    stats_.decode_step_context_tokens += t.decode_context;
     stats_.decode_step_seconds += forward_seconds;
   }
   const double secs = std::max(1e-9, forward_seconds);

@@ -290,8 +290,11 @@ struct RateResult {
   double forward_share = 0;
   // Steps that computed no prompt token, the tokens they produced and their
   // forward seconds: the decode-only rate beside the whole run's.
-  uint64_t decode_steps = 0, decode_step_tokens = 0;
+  uint64_t decode_steps = 0, decode_step_tokens = 0, decode_step_context = 0;
   double decode_step_s = 0;
+  // Those steps' roofline (0: no bandwidth measured): each reads the weights
+  // and its decodes' KV once, at the bandwidth measured in the run.
+  double decode_step_roofline_s = 0;
   double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
   // The KV tiers (EngineStats): prompt tokens found on the device, copied
   // back from the host tier, and computed; the copies each way.
@@ -473,6 +476,7 @@ Result<RateResult> RunRate(Engine& engine, double rate, int n, int prompt_len, i
   rr.decode_steps = after.decode_steps - before.decode_steps;
   rr.decode_step_tokens = after.decode_step_tokens - before.decode_step_tokens;
   rr.decode_step_s = after.decode_step_seconds - before.decode_step_seconds;
+  rr.decode_step_context = after.decode_step_context_tokens - before.decode_step_context_tokens;
   rr.tier = after.kv_host_blocks_total > 0;
   rr.n_device = static_cast<int>(by_source[0].size());
   rr.n_host = static_cast<int>(by_source[1].size());
@@ -522,6 +526,13 @@ void PrintRateRow(const RateResult& x, const std::string& policy,
       static_cast<unsigned long long>(x.decode_steps), static_cast<unsigned long long>(x.steps),
       x.decode_step_s, x.decode_step_s > 0 ? x.decode_step_tokens / x.decode_step_s : 0.0,
       x.decode_steps > 0 ? 1e3 * x.decode_step_s / x.decode_steps : 0.0, rest_s);
+  if (x.decode_step_roofline_s > 0 && x.decode_steps > 0)
+    std::printf(
+        "  their roofline (the weights and each decode's KV read once a step): %.2f ms a step "
+        "at %.0f tokens of KV a step; reached: %.1f%%\n",
+        1e3 * x.decode_step_roofline_s / x.decode_steps,
+        static_cast<double>(x.decode_step_context) / x.decode_steps,
+        100 * x.decode_step_roofline_s / x.decode_step_s);
   if (x.clients.empty()) return;
   std::printf(
       "  policy %s, %zu clients, %.0f%% of prompt tokens cached; service (1 x prompt tokens "
@@ -548,13 +559,15 @@ void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
                "\"itl_p99_ms\": %.3f, \"e2e_p50_ms\": %.1f, \"e2e_p99_ms\": %.1f, "
                "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
                "\"cached_share\": %.4f, \"decode_steps\": %llu, \"decode_step_tokens\": %llu, "
-               "\"decode_step_s\": %.4f",
+               "\"decode_step_s\": %.4f, \"decode_step_context_tokens\": %llu, "
+               "\"decode_step_roofline_s\": %.4f",
                sep, x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean,
                x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50, x.e2e_p99,
                static_cast<unsigned long long>(x.preemptions),
                static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share,
                static_cast<unsigned long long>(x.decode_steps),
-               static_cast<unsigned long long>(x.decode_step_tokens), x.decode_step_s);
+               static_cast<unsigned long long>(x.decode_step_tokens), x.decode_step_s,
+               static_cast<unsigned long long>(x.decode_step_context), x.decode_step_roofline_s);
   std::fprintf(
       f,
       ", \"device_hit_tokens\": %llu, \"host_hit_tokens\": %llu, \"computed_tokens\": "
@@ -598,6 +611,21 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   if (st.kv_slides_total > 0)
     std::printf(", the sliding layers' in %d slides of %d tokens", st.kv_slides_total, block_size);
   std::printf("\n");
+  // The decode-only steps' roofline: a GPU's device copy bandwidth (bytes
+  // read + written), the CPU's streaming read bandwidth; the weights read
+  // per token and the pool's bytes per token of KV.
+  const bool gpu = info.device.rfind("cuda", 0) == 0;
+  const double bw =
+      gpu ? MeasureDeviceCopyBandwidth(info.device) : MeasureReadBandwidth(info.threads);
+  const double kv_per_token =
+      st.kv_blocks_total > 0
+          ? st.kv_pool_bytes / (static_cast<double>(st.kv_blocks_total) * block_size)
+          : 0;
+  std::printf(
+      "roofline of the decode-only steps: %.1f MB of weights and %.1f KB of KV a token of "
+      "context, at %.1f GB/s (%s)\n",
+      info.bytes_per_token / 1e6, kv_per_token / 1e3, bw / 1e9,
+      gpu ? "device copy bandwidth" : "read bandwidth");
   std::printf(
       "| rate req/s | requests | wall s | out tok/s | in tok/s | req/s | TTFT mean ms | p50 | p99 "
       "| ITL mean ms | p50 | p99 | E2E p50 s | p99 | preemptions | steps | forward |\n");
@@ -624,6 +652,10 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
       std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
       return 1;
     }
+    if (bw > 0)
+      r->decode_step_roofline_s = (static_cast<double>(r->decode_steps) * info.bytes_per_token +
+                                   static_cast<double>(r->decode_step_context) * kv_per_token) /
+                                  bw;
     PrintRateRow(*r, policy, shares);
     std::fflush(stdout);
     results.push_back(*r);

@@ -167,8 +167,10 @@ struct EngineStats {
   uint64_t steps = 0;
   // Of those, the steps that computed no prompt token (decode only,
   // speculation's checks included): their count, the tokens they produced
-  // and their forward passes' seconds, apart from the steps with prefill.
-  uint64_t decode_steps = 0, decode_step_tokens = 0;
+  // and their forward passes' seconds, apart from the steps with prefill;
+  // and the positions their decodes attended (each sequence's length, summed
+  // over the steps): the KV such steps read.
+  uint64_t decode_steps = 0, decode_step_tokens = 0, decode_step_context_tokens = 0;
   double decode_step_seconds = 0;
   // Speculative decoding: guesses checked and kept; decode passes (a
   // sequence's share of a step, from its last token on) and the tokens they
