@@ -235,15 +235,15 @@ class TpBackend final : public Backend {
   }
   Status ForwardArgmax(std::span<const BatchSegment> batch, KvMemory& kv, int32_t* ids) override {
     const size_t rows = OutputRows(batch);
-    keys_.resize(static_cast<size_t>(size()));
+    // Per rank, its keys of each row.
+    std::vector<std::vector<uint64_t>> keys(static_cast<size_t>(size()),
+                                            std::vector<uint64_t>(std::max<size_t>(1, rows)));
     BRAID_RETURN_IF_ERROR(Each(kv, [&](CudaRank& b, KvMemory& part, int r) {
-      std::vector<uint64_t>& keys = keys_[static_cast<size_t>(r)];
-      keys.resize(std::max<size_t>(1, rows));
-      return b.ForwardArgmaxKeys(batch, part, keys.data());
+      return b.ForwardArgmaxKeys(batch, part, keys[static_cast<size_t>(r)].data());
     }));
     for (size_t i = 0; i < rows; ++i) {
       uint64_t best = 0;
-      for (const auto& keys : keys_) best = std::max(best, keys[i]);
+      for (const auto& rank_keys : keys) best = std::max(best, rank_keys[i]);
       ids[i] = kernels::cuda::ArgmaxKeyIndex(best);
     }
     return Status::Ok();
@@ -257,14 +257,14 @@ class TpBackend final : public Backend {
     const size_t rows = OutputRows(batch);
     // Rank r's k_r = min(k, its slice) best of each row.
     std::vector<int> ks(static_cast<size_t>(size()));
-    top_ids_.resize(ks.size());
-    top_values_.resize(ks.size());
+    std::vector<std::vector<int32_t>> top_ids(ks.size());
+    std::vector<std::vector<float>> top_values(ks.size());
     BRAID_RETURN_IF_ERROR(Each(kv, [&](CudaRank& b, KvMemory& part, int r) {
       const size_t i = static_cast<size_t>(r);
       ks[i] = std::min(k, b.vocab_end() - b.vocab_begin());
-      top_ids_[i].resize(std::max<size_t>(1, rows * ks[i]));
-      top_values_[i].resize(top_ids_[i].size());
-      return b.ForwardTopK(batch, part, ks[i], top_ids_[i].data(), top_values_[i].data());
+      top_ids[i].resize(std::max<size_t>(1, rows * ks[i]));
+      top_values[i].resize(top_ids[i].size());
+      return b.ForwardTopK(batch, part, ks[i], top_ids[i].data(), top_values[i].data());
     }));
     std::vector<std::pair<float, int32_t>> cand;
     for (size_t row = 0; row < rows; ++row) {
@@ -272,9 +272,9 @@ class TpBackend final : public Backend {
       bool finite = true;
       for (size_t r = 0; r < ks.size(); ++r) {
         const size_t kr = static_cast<size_t>(ks[r]);
-        finite &= top_ids_[r][row * kr] >= 0;
+        finite &= top_ids[r][row * kr] >= 0;
         for (size_t j = 0; j < kr; ++j)
-          cand.emplace_back(top_values_[r][row * kr + j], top_ids_[r][row * kr + j]);
+          cand.emplace_back(top_values[r][row * kr + j], top_ids[r][row * kr + j]);
       }
       int32_t* out_ids = ids + row * static_cast<size_t>(k);
       float* out_values = values + row * static_cast<size_t>(k);
@@ -333,10 +333,6 @@ class TpBackend final : public Backend {
   std::unique_ptr<NcclGroup> nccl_;  // null when the caller owns the collectives
   std::vector<std::unique_ptr<CudaRank>> ranks_;
   RankThreads threads_;
-  // Per rank, the last pass's argmax keys, or top k ids and values.
-  std::vector<std::vector<uint64_t>> keys_;
-  std::vector<std::vector<int32_t>> top_ids_;
-  std::vector<std::vector<float>> top_values_;
   std::mutex mu_;
 };
 
