@@ -929,8 +929,8 @@ class CudaBackend final : public CudaRank {
   DeviceArray<float> x_, qkv_, q_, gu_, logits_, partial_;
   DeviceArray<float> branch_;  // post norms: a branch's output before its norm
   DeviceArray<int32_t> counters_;
-  DeviceArray<uint64_t> argmax_,
-      argmax_scratch_;  // keys; kc::ArgmaxRows' scratch, zero between calls
+  DeviceArray<uint64_t> argmax_;          // the logits rows' argmax keys (kc::ArgmaxRows)
+  DeviceArray<uint64_t> argmax_scratch_;  // kc::ArgmaxRows' scratch, zero between calls
   PinnedArray<uint64_t> argmax_host_;
   DeviceArray<int32_t> topk_ids_;
   PinnedArray<int32_t> topk_ids_host_;
