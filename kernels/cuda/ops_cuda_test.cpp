@@ -57,8 +57,9 @@ void Expect(const std::string& what, const std::vector<float>& got, const std::v
   }
 }
 
-void TestRmsNorm() {
-  const int n = 5, dim = 300;
+// dim 300 takes the kernel's path of 16-byte pieces, 301 the one of single values.
+void TestRmsNorm(int dim) {
+  const int n = 5;
   auto x = Random(n * dim), w = Random(dim);
   std::vector<int32_t> rows = {4, 0, 2};
   float* dx = ToDevice(x);
@@ -74,7 +75,8 @@ void TestRmsNorm() {
     const float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + 1e-5f);
     for (int i = 0; i < dim; ++i) want.push_back(x[r * dim + i] * inv * w[i]);
   }
-  Expect("rms norm (row list)", Bf16ToHost(out, want.size()), want, 1e-3f, 8e-3f);
+  Expect("rms norm (row list), dim " + std::to_string(dim), Bf16ToHost(out, want.size()), want,
+         1e-3f, 8e-3f);
   cudaFree(dx), cudaFree(dw), cudaFree(dr), cudaFree(out);
 }
 
@@ -85,8 +87,9 @@ float GeluTanh(float g) {
                             (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))));
 }
 
-void TestGatedActivation() {
-  const int n = 3, ff = 700;
+// An even width takes two pairs a thread, an odd one one.
+void TestGatedActivation(int ff) {
+  const int n = 3;
   auto gu = Random(n * 2 * ff, 2.0f);
   float* d = ToDevice(gu);
   uint16_t* out = nullptr;
@@ -100,8 +103,9 @@ void TestGatedActivation() {
         const float g = gu[t * 2 * ff + 2 * j], u = gu[t * 2 * ff + 2 * j + 1];
         want.push_back((gate == cuda::Gate::kSilu ? Silu(g) : GeluTanh(g)) * u);
       }
-    Expect(gate == cuda::Gate::kSilu ? "swiglu" : "geglu (tanh)", Bf16ToHost(out, want.size()),
-           want, 1e-3f, 8e-3f);
+    Expect(std::string(gate == cuda::Gate::kSilu ? "swiglu" : "geglu (tanh)") + ", width " +
+               std::to_string(ff),
+           Bf16ToHost(out, want.size()), want, 1e-3f, 8e-3f);
   }
   cudaFree(d), cudaFree(out);
 }
@@ -849,9 +853,11 @@ void TestTopK() {
 
 int main() {
   if (!cuda_test::HaveGpu()) return cuda_test::kNoGpu;
-  TestRmsNorm();
+  TestRmsNorm(300);
+  TestRmsNorm(301);
   TestRmsNormAdd();
-  TestGatedActivation();
+  TestGatedActivation(700);
+  TestGatedActivation(701);
   TestWindowedPrefill();
   TestGemv();
   TestFp8();

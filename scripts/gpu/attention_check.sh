@@ -21,6 +21,10 @@
 #            VAR=VALUE of DECODE_ENV (say "BRAID_CUDA_RANGE_KEYS=1
 #            BRAID_CUDA_UNFUSE=norm") this build once more; the
 #            products the backend timed and chose at load in decode_isa.txt
+#   batch    llama8b decode steps of many sequences (BATCH_SIZES, default
+#            "64,128,192,256", at BATCH_PROMPT tokens of context, default
+#            1,536), BASE and this build alternating, BATCH_ROUNDS (2)
+#            rounds, each beside its roofline
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -44,7 +48,7 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 OUT_ROOT=${OUT:?set OUT}
-STAGES=${STAGES:-kernels,cpu,engines,bench,gemv,decode,sweep,fp8,compare,equal,cascade,serve}
+STAGES=${STAGES:-kernels,cpu,engines,bench,gemv,decode,batch,sweep,fp8,compare,equal,cascade,serve}
 BIN=build-gpu/engine/braid_gpu_check
 CACHE=/tmp/braid-gpu
 M=$CACHE/models
@@ -104,7 +108,7 @@ if has gemv; then
   timeout 60 build-gpu/kernels/cuda_gemv_bench --fp8 2>&1 | tee -a "$LOG"
 fi
 
-if has sweep || has fp8 || has serve || has decode; then make_models llama8b make; fi
+if has sweep || has batch || has fp8 || has serve || has decode; then make_models llama8b make; fi
 DECODE_RUNS=${DECODE_RUNS:-llama8b:bf16 llama1b:bf16 llama8b:fp8}
 if has decode && [[ "$DECODE_RUNS" == *llama1b* ]]; then make_models llama1b make; fi
 
@@ -129,6 +133,20 @@ print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | s
   done
 fi
 
+if has batch; then
+  echo "=== llama8b steps of many sequences, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
+  for round in $(seq ${BATCH_ROUNDS:-2}); do
+    for b in ${BASE:-} $BIN; do
+      [ "$(left)" -gt 90 ] || break 2
+      label=new; [ "$b" = "$BIN" ] || label=base
+      timeout 150 $b sweep --model $M/llama8b --batches ${BATCH_SIZES:-64,128,192,256} \
+        --prompt ${BATCH_PROMPT:-1536} --gen 16 > "$OUT_ROOT/batch_${label}_$round.json" 2> "$OUT_ROOT/batch.err"
+      grep '^batch' "$OUT_ROOT/batch.err" | sed "s/^/$label: /" | tee -a "$LOG"
+    done
+  done
+  tail -1 "$OUT_ROOT/batch_new_1.json" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("kernels",""))' \
+    > "$OUT_ROOT/batch_isa.txt" 2>&1
+fi
 
 if has sweep; then
   echo "=== llama8b decode sweeps, CUDA cores (simt) and tensor cores (tc) alternating" | tee -a "$LOG"

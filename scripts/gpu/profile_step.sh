@@ -50,8 +50,9 @@ for n, t in times:
     short = re.sub(r"\(.*", "", short)
     total[short] = total.get(short, 0) + t
     count[short] = count.get(short, 0) + 1
-rate = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["tokens_per_s"]
-step_us = 1e6 / rate
+j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+# decode: tokens/s of one sequence; sweep: its rows' step time (the first row's)
+step_us = 1e6 / j["tokens_per_s"] if "tokens_per_s" in j else 1e3 * j["rows"][0]["step_ms"]
 kern_us = sum(total.values()) / steps / 1e3
 print(f"kernels per step {per}, steps {steps}; step {step_us:.1f} us, kernels alone {kern_us:.1f} us, "
       f"boundaries {step_us - kern_us:.1f} us ({(step_us - kern_us) / per:.2f} us per kernel)")

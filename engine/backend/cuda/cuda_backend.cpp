@@ -147,7 +147,7 @@ Status FillNoise(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
 }
 
 // bf16 x bf16 -> fp32 GEMMs through cuBLASLt with one plan (layouts and
-// heuristic algorithm) per shape:
+// algorithm) per shape:
 //   y[m, n] (+)= x[m, k] * w[n, k]^T, i.e. column-major D (n x m) = W^T X.
 class LtGemm {
  public:
@@ -188,17 +188,22 @@ class LtGemm {
                                             sizeof ws));
     BLAS_TRY(cublasLtMatmulDescSetAttribute(desc8_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
                                             sizeof xs));
-    BRAID_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(&plans8_, desc8_, CUDA_R_8F_E4M3, m, n, k));
-    const Plan& p = *plan;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    BRAID_ASSIGN_OR_RETURN(const Plan* plan,
+                           PlanFor(&plans8_, desc8_, CUDA_R_8F_E4M3, {w8, x8, beta, m, n, k}));
+    const Plan& p = *plan;
     BLAS_TRY(cublasLtMatmul(lt_, desc8_, &alpha, w8, p.a, x8, p.b, &beta, y, p.c, y, p.c, &p.algo,
                             workspace_.get(), workspace_.size(), stream_));
     return Status::Ok();
   }
+  // The timed products whose fastest algorithm was not the heuristic's
+  // first: "NxK rows M: first -> chosen us", comma-separated.
+  const std::string& note() const { return note_; }
   Status Run(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
-    BRAID_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(&plans_, desc_, CUDA_R_16BF, m, n, k));
-    const Plan& p = *plan;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    BRAID_ASSIGN_OR_RETURN(const Plan* plan,
+                           PlanFor(&plans_, desc_, CUDA_R_16BF, {w, x, beta, m, n, k}));
+    const Plan& p = *plan;
     BLAS_TRY(cublasLtMatmul(lt_, desc_, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                             workspace_.get(), workspace_.size(), stream_));
     return Status::Ok();
@@ -219,48 +224,114 @@ class LtGemm {
     BLAS_TRY(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     return Status::Ok();
   }
+  // A product as asked for: its operands (W, X), beta and shape.
+  struct Product {
+    const void* w;
+    const void* x;
+    float beta;
+    int m, n, k;
+  };
   // The plan for m x n x k with operands of `type` (made and its algorithm
   // chosen on first use, kept found or not); Unsupported when cuBLASLt has
   // no algorithm for it.
-  Result<const Plan*> PlanFor(Plans* plans, cublasLtMatmulDesc_t desc, cudaDataType type, int m,
-                              int n, int k) {
-    const auto key = std::make_tuple(m, n, k);
+  Result<const Plan*> PlanFor(Plans* plans, cublasLtMatmulDesc_t desc, cudaDataType type,
+                              const Product& q) {
+    const auto key = std::make_tuple(q.m, q.n, q.k);
     auto it = plans->find(key);
     if (it == plans->end()) {
       Plan p;
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
-      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, type, q.k, q.n, q.k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, type, q.k, q.m, q.k));
+      BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, q.n, q.m, q.n));
       it = plans->emplace(key, p).first;  // destroyed with the others, found or not
-      BRAID_RETURN_IF_ERROR(Choose(desc, &it->second));
+      BRAID_RETURN_IF_ERROR(Choose(desc, q, &it->second));
     }
     if (!it->second.ready)
-      return Status::Unsupported(
-          std::string("cuBLASLt has no ") + (type == CUDA_R_8F_E4M3 ? "FP8" : "bf16") +
-          " GEMM for " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      return Status::Unsupported(std::string("cuBLASLt has no ") +
+                                 (type == CUDA_R_8F_E4M3 ? "FP8" : "bf16") + " GEMM for " +
+                                 std::to_string(q.m) + "x" + std::to_string(q.n) + "x" +
+                                 std::to_string(q.k));
     return &it->second;
   }
-  // The heuristic's first algorithm for the plan's layouts under `desc`.
-  Status Choose(cublasLtMatmulDesc_t desc, Plan* p) {
+  // The heuristic's first algorithm for the plan's layouts under `desc`;
+  // for at most kTimedRows rows (the decode steps' products, whose row
+  // counts are the graph buckets), the heuristic's first kCandidates are
+  // timed on this device instead, on the product's own operands into a
+  // scratch output, and the fastest is kept: at 128-256 rows the
+  // heuristic's first choice can be far from the best (a tile for
+  // compute-bound shapes on a product that reads its weights once).
+  Status Choose(cublasLtMatmulDesc_t desc, const Product& q, Plan* p) {
     cublasLtMatmulPreference_t pref;
     BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = workspace_.size();
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
-    cublasLtMatmulHeuristicResult_t result{};
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream_, &capturing);
+    const bool timed = q.m <= kTimedRows && capturing == cudaStreamCaptureStatusNone;
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
-    const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(lt_, desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        lt_, desc, p->a, p->b, p->c, p->c, pref, timed ? kCandidates : 1, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     p->ready = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->ready) p->algo = result.algo;
+    if (!p->ready) return Status::Ok();
+    p->algo = results[0].algo;
+    if (timed && found > 1) TimeCandidates(desc, q, p, results, found);
     return Status::Ok();
   }
+  // Each candidate run once, then timed three times (the least kept).
+  void TimeCandidates(cublasLtMatmulDesc_t desc, const Product& q, Plan* p,
+                      const cublasLtMatmulHeuristicResult_t* results, int found) {
+    DeviceArray<float> out;
+    if (!out.Allocate(static_cast<size_t>(q.m) * q.n).ok()) return;
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess) return;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+      cudaEventDestroy(e0);
+      return;
+    }
+    const float alpha = 1.0f;
+    float first = 0, best = 1e30f;
+    int chosen = 0;
+    for (int i = 0; i < found; ++i) {
+      float t = 1e30f;
+      for (int rep = 0; rep < 4; ++rep) {
+        cudaEventRecord(e0, stream_);
+        const cublasStatus_t r = cublasLtMatmul(lt_, desc, &alpha, q.w, p->a, q.x, p->b, &q.beta,
+                                                out.get(), p->c, out.get(), p->c, &results[i].algo,
+                                                workspace_.get(), workspace_.size(), stream_);
+        cudaEventRecord(e1, stream_);
+        if (r != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(e1) != cudaSuccess) {
+          t = 1e30f;
+          break;
+        }
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (rep > 0) t = std::min(t, ms);
+      }
+      cudaGetLastError();  // a candidate that failed to launch is not reported again
+      if (i == 0) first = t;
+      if (t < best) best = t, chosen = i;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    p->algo = results[chosen].algo;
+    if (chosen > 0 && first < 1e30f) {
+      char note[96];
+      std::snprintf(note, sizeof note, "%s%dx%d rows %d: %.1f -> %.1f us",
+                    note_.empty() ? "" : ", ", q.n, q.k, q.m, 1e3 * first, 1e3 * best);
+      note_ += note;
+    }
+  }
+  static constexpr int kTimedRows = 256;
+  static constexpr int kCandidates = 8;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr, desc8_ = nullptr;
   Plans plans_, plans8_;
   DeviceArray<uint8_t> workspace_;
+  std::string note_;
 };
 
 // As CUDA_TRY, for calls whose failure the caller survives (the KV copies,
@@ -776,6 +847,8 @@ class CudaBackend final : public CudaRank {
         (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)");
     if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
+    if (!gemm_.note().empty())
+      info->isa += "; cuBLASLt algorithms timed, the heuristic's first beaten: " + gemm_.note();
     info->threads = 1;
     info->bytes_per_token = bytes_per_token_;
     info->decode_stages.clear();
