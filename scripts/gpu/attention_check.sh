@@ -40,10 +40,11 @@
 #            tensor cores, CascadeAttention); CASCADE_ATTN="tc" runs the
 #            tensor-core one only
 #   serve    braid bench --serve, 200 x 1,024/1,024 on llama8b, for each
-#            ATTN:RATE:TOKENS[:STEP_MS] of SERVE_RUNS (default "simt:inf:0
-#            tc:inf:0 tc:16:0": CUDA cores then tensor cores at rate inf,
-#            tensor cores at 16 req/s; TOKENS per step, 0 the backend's
-#            default; STEP_MS a step-time target, --step-ms)
+#            ATTN:RATE:TOKENS[:STEP_MS[:WEIGHTS]] of SERVE_RUNS (default
+#            "simt:inf:0 tc:inf:0 tc:16:0": CUDA cores then tensor cores at
+#            rate inf, tensor cores at 16 req/s; TOKENS per step, 0 the
+#            backend's default; STEP_MS a step-time target, --step-ms;
+#            WEIGHTS bf16 (default) or fp8, --weights)
 # The models are made by run_all.sh when missing. Few files land in OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -204,17 +205,18 @@ if has serve; then
   echo "=== offline serving, llama8b, 200 x 1024/1024 (braid bench --serve)" | tee -a "$LOG"
   # attention kernel:rate:tokens per step (0: the backend's default)
   for run in ${SERVE_RUNS:-simt:inf:0 tc:inf:0 tc:16:0}; do
-    IFS=: read -r attn rate tokens step_ms <<< "$run"
+    IFS=: read -r attn rate tokens step_ms weights <<< "$run"
     step_ms=${step_ms:-0}
+    weights=${weights:-bf16}
     [ "$(left)" -gt 90 ] || break
-    name=${attn}_${rate}_${tokens}_${step_ms}
-    echo "--- $attn, rate $rate, batch tokens $tokens, step target $step_ms ms" | tee -a "$LOG"
+    name=${attn}_${rate}_${tokens}_${step_ms}_${weights}
+    echo "--- $attn, rate $rate, batch tokens $tokens, step target $step_ms ms, $weights weights" | tee -a "$LOG"
     BRAID_CUDA_ATTN=$attn timeout $(($(left) - 15)) build-gpu/frontend/braid bench --serve --device cuda \
-      -m $M/llama8b --rate $rate --batch-tokens $tokens --step-ms $step_ms --requests 200 \
+      -m $M/llama8b --weights $weights --rate $rate --batch-tokens $tokens --step-ms $step_ms --requests 200 \
       --prompt-len 1024 --gen-len 1024 \
       > "$OUT_ROOT/serve_$name.txt" 2>&1
     echo "rc $?" | tee -a "$LOG"
-    grep -iE "tok/s|itl|error" "$OUT_ROOT/serve_$name.txt" | head -6 | tee -a "$LOG"
+    grep -iE "tok/s|itl|error|^\| inf|^\| [0-9]|reached" "$OUT_ROOT/serve_$name.txt" | grep -v '^| rate' | head -8 | tee -a "$LOG"
   done
 fi
 echo "done in $(($(date +%s) - START)) s" | tee -a "$LOG"

@@ -199,6 +199,11 @@ class LtGemm {
   // The timed products whose fastest algorithm was not the heuristic's
   // first: "NxK rows M: first -> chosen us", comma-separated.
   const std::string& note() const { return note_; }
+  // Whether plans made from now on (of at most kTimedRows rows) have their
+  // algorithm timed: on for the products of decode steps, whose row counts
+  // are a few graph buckets, off for prefill chunks, whose counts vary from
+  // step to step (each new one would be timed in the middle of serving).
+  void set_timing(bool on) { timing_ = on; }
   Status Run(const uint16_t* x, const uint16_t* w, float* y, int m, int n, int k, bool accumulate) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     BRAID_ASSIGN_OR_RETURN(const Plan* plan,
@@ -214,6 +219,7 @@ class LtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool ready = false;  // false: cuBLASLt has no algorithm for it
+    bool timed = false;  // its algorithm chosen by timing the candidates
   };
   using Plans = std::map<std::tuple<int, int, int>, Plan>;
   // A matmul description for y = x w^T: fp32 compute and scale, W transposed.
@@ -245,6 +251,8 @@ class LtGemm {
       BLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, q.n, q.m, q.n));
       it = plans->emplace(key, p).first;  // destroyed with the others, found or not
       BRAID_RETURN_IF_ERROR(Choose(desc, q, &it->second));
+    } else if (it->second.ready && !it->second.timed && Timing(q)) {
+      BRAID_RETURN_IF_ERROR(Choose(desc, q, &it->second));  // first made outside a decode step
     }
     if (!it->second.ready)
       return Status::Unsupported(std::string("cuBLASLt has no ") +
@@ -253,22 +261,26 @@ class LtGemm {
                                  std::to_string(q.k));
     return &it->second;
   }
+  // Whether a new plan for q is to be timed: asked for (set_timing), at
+  // most kTimedRows rows, and not while a graph is being captured.
+  bool Timing(const Product& q) const {
+    if (!timing_ || q.m > kTimedRows) return false;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream_, &capturing);
+    return capturing == cudaStreamCaptureStatusNone;
+  }
   // The heuristic's first algorithm for the plan's layouts under `desc`;
-  // for at most kTimedRows rows (the decode steps' products, whose row
-  // counts are the graph buckets), the heuristic's first kCandidates are
-  // timed on this device instead, on the product's own operands into a
-  // scratch output, and the fastest is kept: at 128-256 rows the
-  // heuristic's first choice can be far from the best (a tile for
-  // compute-bound shapes on a product that reads its weights once).
+  // when Timing(q), the heuristic's first kCandidates are timed on this
+  // device instead, on the product's own operands into a scratch output,
+  // and the fastest is kept: at 128-256 rows the heuristic's first choice
+  // can be 10-20% slower than another.
   Status Choose(cublasLtMatmulDesc_t desc, const Product& q, Plan* p) {
     cublasLtMatmulPreference_t pref;
     BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = workspace_.size();
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(stream_, &capturing);
-    const bool timed = q.m <= kTimedRows && capturing == cudaStreamCaptureStatusNone;
+    const bool timed = Timing(q);
     cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
@@ -277,6 +289,7 @@ class LtGemm {
     p->ready = s == CUBLAS_STATUS_SUCCESS && found > 0;
     if (!p->ready) return Status::Ok();
     p->algo = results[0].algo;
+    p->timed = timed;
     if (timed && found > 1) TimeCandidates(desc, q, p, results, found);
     return Status::Ok();
   }
@@ -325,13 +338,14 @@ class LtGemm {
     }
   }
   static constexpr int kTimedRows = 256;
-  static constexpr int kCandidates = 8;
+  static constexpr int kCandidates = 24;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr, desc8_ = nullptr;
   Plans plans_, plans8_;
   DeviceArray<uint8_t> workspace_;
   std::string note_;
+  bool timing_ = false;
 };
 
 // As CUDA_TRY, for calls whose failure the caller survives (the KV copies,
@@ -2035,8 +2049,11 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
     const int key = B * (kc::kMaxPrefixRanges + 1) + (groups_.empty() ? 0 : cascade_ranges_n_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      // Plans (cuBLASLt heuristics) are made outside the capture: run once eagerly.
-      BRAID_RETURN_IF_ERROR(Enqueue(kv, B, n_decode, R, n_split, true));
+      // Plans (cuBLASLt algorithms, timed) are made outside the capture: run once eagerly.
+      gemm_.set_timing(true);
+      const Status first = Enqueue(kv, B, n_decode, R, n_split, true);
+      gemm_.set_timing(false);
+      BRAID_RETURN_IF_ERROR(first);
       cudaGraph_t g = nullptr;
       CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       const Status st = Enqueue(kv, B, n_decode, R, n_split, true);
@@ -2129,6 +2146,7 @@ Result<double> MeasureGemmSeconds(const ModelConfig& c, int m, int device) {
   cudaStream_t stream = nullptr;
   CUDA_TRY(cudaStreamCreate(&stream));
   LtGemm gemm;
+  gemm.set_timing(true);  // as the backend's decode steps
   Status st = gemm.Init(stream);
   const int64_t D = c.n_embd, qkv = static_cast<int64_t>(c.n_head + 2 * c.n_head_kv) * c.head_dim,
                 q = static_cast<int64_t>(c.n_head) * c.head_dim;
