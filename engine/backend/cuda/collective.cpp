@@ -84,7 +84,7 @@ class NcclRank final : public Collective {
   void* ReduceBuffer(size_t bytes) override {
     const NcclApi& api = Nccl();
     if (!windows_) {
-      note_ = "buffers not registered (BRAID_NCCL_WINDOWS=1 registers them)";
+      note_ = "buffers not registered (BRAID_NCCL_WINDOWS=0)";
       return nullptr;
     }
     if (!api.mem_alloc || !api.mem_free || !api.window_register || !api.window_deregister) {
@@ -151,7 +151,7 @@ Result<std::unique_ptr<NcclGroup>> NcclGroup::Open(const std::vector<int>& devic
   const ncclResult_t r = api.init_all(comms.data(), n, devices.data());
   if (r != ncclSuccess) return NcclStatus(r, "ncclCommInitAll");
   const char* windows = std::getenv("BRAID_NCCL_WINDOWS");
-  const bool use_windows = windows && std::string(windows) == "1";
+  const bool use_windows = !(windows && std::string(windows) == "0");
   for (int i = 0; i < n; ++i) {
     g->comms_.push_back(comms[static_cast<size_t>(i)]);
     g->ranks_.push_back(

@@ -40,9 +40,9 @@ class Collective {
 // One NCCL communicator per device of a single-process group
 // (ncclCommInitAll). ReduceBuffer gives memory from ncclMemAlloc registered
 // as a symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC),
-// for which NCCL 2.27 and later run their low-latency all-reduce kernels,
-// with BRAID_NCCL_WINDOWS=1 (off by default until measured on several
-// GPUs: braid_gpu_check tp times both). Errors: NCCL not
+// for which NCCL 2.27 and later run their low-latency all-reduce kernels;
+// BRAID_NCCL_WINDOWS=0 leaves plain cudaMalloc buffers (braid_gpu_check tp
+// times both on several GPUs). Errors: NCCL not
 // found (the library name and the loader's message), a device NCCL refuses.
 class NcclGroup {
  public:

@@ -146,6 +146,29 @@ Status FillNoise(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
   return Status::Ok();
 }
 
+// Evicts the device's L2 cache before a timed product (a write over twice
+// its size), so that the product reads its weights from device memory as
+// it does in a forward pass, where the whole model passes through L2
+// between two uses of one matrix: timed warm, a matrix that fits in L2
+// (most of a small model's) favours the variants that are fastest on
+// cached data.
+class L2Flush {
+ public:
+  L2Flush() {
+    int device = 0, bytes = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) == cudaSuccess &&
+        !buf_.Allocate(2 * static_cast<size_t>(bytes)).ok())
+      cudaGetLastError();
+  }
+  void operator()(cudaStream_t stream) const {
+    if (buf_.size() > 0) cudaMemsetAsync(buf_.get(), 0, buf_.size(), stream);
+  }
+
+ private:
+  DeviceArray<uint8_t> buf_;
+};
+
 // bf16 x bf16 -> fp32 GEMMs through cuBLASLt with one plan (layouts and
 // algorithm) per shape:
 //   y[m, n] (+)= x[m, k] * w[n, k]^T, i.e. column-major D (n x m) = W^T X.
@@ -293,7 +316,8 @@ class LtGemm {
     if (timed && found > 1) TimeCandidates(desc, q, p, results, found);
     return Status::Ok();
   }
-  // Each candidate run once, then timed three times (the least kept).
+  // Each candidate run once, then timed three times (the least kept), each
+  // time from a cold L2.
   void TimeCandidates(cublasLtMatmulDesc_t desc, const Product& q, Plan* p,
                       const cublasLtMatmulHeuristicResult_t* results, int found) {
     DeviceArray<float> out;
@@ -304,12 +328,14 @@ class LtGemm {
       cudaEventDestroy(e0);
       return;
     }
+    const L2Flush flush;
     const float alpha = 1.0f;
     float first = 0, best = 1e30f;
     int chosen = 0;
     for (int i = 0; i < found; ++i) {
       float t = 1e30f;
       for (int rep = 0; rep < 4; ++rep) {
+        flush(stream_);
         cudaEventRecord(e0, stream_);
         const cublasStatus_t r = cublasLtMatmul(lt_, desc, &alpha, q.w, p->a, q.x, p->b, &q.beta,
                                                 out.get(), p->c, out.get(), p->c, &results[i].algo,
@@ -1856,7 +1882,7 @@ Status CudaBackend::ProjectFp8(const void* x, const float* norm, const Weight& w
 
 // Times the matrix-vector kernel (4 and 8 pieces in flight per lane, 1, 2
 // and 4 warps to a row) against cuBLASLt on this device for a matrix of
-// this shape (random bf16, 10 replays of each after a warm-up) the first
+// this shape (random bf16, 10 replays of each after a warm-up, each from a cold L2) the first
 // time the shape is used with 1 or kGemvMaxRows rows, and keeps the
 // fastest; rows between take the choice for the nearer of the two.
 CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
@@ -1882,9 +1908,11 @@ CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
+    const L2Flush flush;
     auto time = [&](GemvPlan p) {  // p.depth 0: cuBLASLt
       float best = 1e30f;
       for (int rep = 0; rep < 11; ++rep) {
+        flush(stream_);
         cudaEventRecord(e0, stream_);
         if (p.depth > 0) {
           kc::GemvArgs g;

@@ -53,10 +53,9 @@
 //       --ranks GPUs (through NCCL where the host has them, else the ranks
 //       share GPU 0 and sum through cuBLAS, outside CUDA graphs: the
 //       shards' arithmetic, not the interconnect; on several GPUs also
-//       with BRAID_NCCL_WINDOWS=1, the summed buffers registered as NCCL
-//       symmetric windows); then batch-1 and batch-64 decode tokens/s of
-//       each (not of ranks sharing a GPU). The NCCL group of one runs
-//       with the windows (BRAID_NCCL_WINDOWS=1), so one GPU checks them.
+//       with BRAID_NCCL_WINDOWS=0, the summed buffers not registered as
+//       NCCL symmetric windows); then batch-1 and batch-64 decode tokens/s
+//       of each (not of ranks sharing a GPU).
 //       Each backend's argmax and top 64 must also be exactly those of its
 //       own logits of the same pass (the ranks' slices of the output head
 //       meeting on the host), in an eager pass and a graphed one.
@@ -1376,10 +1375,8 @@ int TensorParallel(const Args& a) {
     measure("one GPU", *one, true, true);
   }
   {
-    setenv("BRAID_NCCL_WINDOWS", "1", 1);
     auto tp1 = Check(OpenTensorParallelBackend(*file, mo, {0}, context),
                      "opening tensor parallelism over one GPU");
-    unsetenv("BRAID_NCCL_WINDOWS");
     measure("tensor parallel, NCCL, 1 rank", *tp1, false, true);
   }
   if (a.ranks > 1) {
@@ -1391,13 +1388,13 @@ int TensorParallel(const Args& a) {
                         "opening tensor parallelism");
         measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs", *tp, false, true);
       }
-      // The same with the summed buffers registered as NCCL symmetric windows.
-      setenv("BRAID_NCCL_WINDOWS", "1", 1);
-      auto windows = Check(OpenTensorParallelBackend(*file, mo, devices, context),
-                           "opening tensor parallelism with windows");
+      // The same with plain buffers, not registered as NCCL symmetric windows.
+      setenv("BRAID_NCCL_WINDOWS", "0", 1);
+      auto plain = Check(OpenTensorParallelBackend(*file, mo, devices, context),
+                         "opening tensor parallelism without windows");
       unsetenv("BRAID_NCCL_WINDOWS");
-      measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs, symmetric windows",
-              *windows, false, true);
+      measure("tensor parallel, NCCL, " + std::to_string(a.ranks) + " GPUs, no windows", *plain,
+              false, true);
     } else {
       devices.assign(static_cast<size_t>(a.ranks), 0);
       SharedGpuGroup group(a.ranks);
