@@ -169,6 +169,18 @@ __global__ void QkNormKernel(float* qkv, const float* bias, const float* q_norm,
   }
 }
 
+// A pair (x0, x1) of a head rotated by pos * inv_freq, rounded the same
+// wherever it is computed (no contraction into fused multiply-adds), so
+// that the RoPE kernel and the matrix-vector kernel's RoPE epilogue agree
+// to the bit.
+__device__ __forceinline__ void RotatePair(float x0, float x1, float inv_freq, int pos, float* y0,
+                                           float* y1) {
+  float s, co;
+  sincosf(static_cast<float>(pos) * inv_freq, &s, &co);
+  *y0 = __fsub_rn(__fmul_rn(x0, co), __fmul_rn(x1, s));
+  *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, co));
+}
+
 // One element of a rotated head: dimension d of `x` (bias added) at `pos`.
 __device__ __forceinline__ float Rotate(const float* x, const float* b, int d, int n_rot, bool neox,
                                         const float* inv_freq, int pos) {
@@ -185,10 +197,9 @@ __device__ __forceinline__ float Rotate(const float* x, const float* b, int d, i
     a = 2 * i;
     c = 2 * i + 1;
   }
-  float s, co;
-  sincosf(static_cast<float>(pos) * inv_freq[i], &s, &co);
-  const float x0 = val(a), x1 = val(c);
-  return d == a ? x0 * co - x1 * s : x0 * s + x1 * co;
+  float y0, y1;
+  RotatePair(val(a), val(c), inv_freq[i], pos, &y0, &y1);
+  return d == a ? y0 : y1;
 }
 
 __global__ void RopeKvKernel(RopeKvArgs a) {
@@ -1169,6 +1180,44 @@ __device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
   }
 }
 
+// The row of Q, K and V that logical row r of a RoPE-fused product is:
+// logical rows 2j and 2j + 1 are a pair that rotates together. Split
+// halves (neox): within a head's first n_rot dimensions, dimension j and
+// j + n_rot / 2; otherwise (adjacent pairs, the dimensions past n_rot, V)
+// the rows in their order.
+__device__ __forceinline__ int RopeRow(const RopeKvArgs& a, int r) {
+  const int hd = a.head_dim;
+  if (!a.neox || r >= (a.n_head + a.n_kv) * hd) return r;
+  const int d = r % hd;
+  if (d >= a.n_rot) return r;
+  return r - d + (d % 2 ? d / 2 + a.n_rot / 2 : d / 2);
+}
+
+// Token m's rows ra and rc of Q, K and V, a pair that rotates together
+// (ra the first), with products x0 and x1: the bias added, rotated where
+// RoPE rotates them, then stored as RopeKvKernel stores them.
+__device__ void RopeStorePair(const RopeKvArgs& a, int m, int ra, int rc, float x0, float x1) {
+  const int hd = a.head_dim, q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
+  x0 = x0 + (a.bias ? a.bias[ra] : 0.0f);
+  x1 = x1 + (a.bias ? a.bias[rc] : 0.0f);
+  const int d = ra % hd;
+  if (ra < q_dim + kv_dim && (a.neox ? d < a.n_rot / 2 : d < a.n_rot))
+    RotatePair(x0, x1, a.inv_freq[a.neox ? d : d / 2], a.pos[m], &x0, &x1);
+  if (ra < q_dim) {
+    a.q[static_cast<int64_t>(m) * q_dim + ra] = x0;
+    a.q[static_cast<int64_t>(m) * q_dim + rc] = x1;
+    return;
+  }
+  const int slot = a.slot[m];
+  if (slot < 0) return;
+  const bool k = ra < q_dim + kv_dim;
+  const int e = ra - (k ? q_dim : q_dim + kv_dim);
+  const int64_t blk = slot / a.block_size, s = slot % a.block_size;
+  uint16_t* head = (k ? a.k_cache : a.v_cache) + ((blk * a.n_kv + e / hd) * a.block_size + s) * hd;
+  head[e % hd] = ToBf(x0);
+  head[e % hd + (rc - ra)] = ToBf(x1);
+}
+
 // F8: w8 holds e4m3 weights (16 per 16-byte piece), each row's products
 // multiplied by its scale at the end.
 template <int M, int U, bool F8>
@@ -1183,7 +1232,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   // This warp's row in the block's round, and its slice [p0, p1) of the pieces.
   const int slot = warp / S, slice = warp % S;
   const int p0 = slice * KP / S, p1 = (slice + 1) * KP / S;
+  const bool rope = a.rope.n_head > 0;
+  const bool paired = a.act || rope;  // rows 2j and 2j + 1 meet behind the product
   auto load = [&](int r, int base, uint4* wv) {
+    if (rope) r = RopeRow(a.rope, r);
     const uint4* wr = F8 ? reinterpret_cast<const uint4*>(a.w8 + static_cast<int64_t>(r) * a.k)
                          : reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(r) * a.k);
 #pragma unroll
@@ -1238,11 +1290,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
       const int next = row + gridDim.x * per_block;
       if (next < a.n) load(next, p0 + lane, wv);
     }
-    const float row_scale = F8 && row < a.n ? a.w_scale[row] : 1.0f;
+    const float row_scale = F8 && row < a.n ? a.w_scale[rope ? RopeRow(a.rope, row) : row] : 1.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float v = WarpSum(acc[m]) * row_scale;
-      if (S == 1 && !a.act) {  // the warp's own row: no meeting needed
+      if (S == 1 && !paired) {  // the warp's own row: no meeting needed
         if (lane == 0 && row < a.n) {
           float* y = a.y + static_cast<int64_t>(m) * a.n + row;
           *y = a.accumulate ? *y + v : v;
@@ -1251,11 +1303,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
         part[warp][m] = v;
       }
     }
-    if (S == 1 && !a.act) continue;
+    if (S == 1 && !paired) continue;
     __syncthreads();
     // The round's sums: of each row its S slices in order; with act, rows
-    // 2j and 2j + 1 (a gate and an up projection) give act[m, j].
-    const int outs = a.act ? per_block / 2 : per_block;
+    // 2j and 2j + 1 (a gate and an up projection) give act[m, j]; with
+    // rope, they are a pair that rotates together.
+    const int outs = paired ? per_block / 2 : per_block;
     for (int e = threadIdx.x; e < outs * M; e += blockDim.x) {
       const int o = e / M, m = e % M;
       auto total = [&](int r) {
@@ -1268,6 +1321,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
         if (r < a.n)
           a.act[static_cast<int64_t>(m) * (a.n / 2) + r / 2] =
               ToBf(GateOf(a.gate, total(2 * o)) * total(2 * o + 1));
+      } else if (rope) {
+        const int r = row0 + 2 * o;
+        if (r < a.n)
+          RopeStorePair(a.rope, m, RopeRow(a.rope, r), RopeRow(a.rope, r + 1), total(2 * o),
+                        total(2 * o + 1));
       } else if (row0 + o < a.n) {
         float* y = a.y + static_cast<int64_t>(m) * a.n + row0 + o;
         *y = a.accumulate ? *y + total(o) : total(o);
@@ -1562,6 +1620,12 @@ int Gemv(const GemvArgs& a, void* stream) {
   if (a.rows < 1 || a.rows > kGemvMaxRows || a.k % (f8 ? 16 : 8) != 0 || (a.act && a.n % 8 != 0) ||
       (a.xf && !a.norm) || (a.depth != 4 && a.depth != 8) || (f8 && !a.w_scale) ||
       (a.split != 1 && a.split != 2 && a.split != 4))
+    return -1;
+  const RopeKvArgs& r = a.rope;
+  if (r.n_head > 0 &&
+      (a.act || r.n != a.rows || r.head_dim % 2 != 0 || r.n_rot % 2 != 0 || r.n_rot > r.head_dim ||
+       a.n != (r.n_head + 2 * r.n_kv) * r.head_dim || !r.q || !r.pos || !r.slot || !r.inv_freq ||
+       !r.k_cache || !r.v_cache || r.block_size < 1))
     return -1;
   return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
 }

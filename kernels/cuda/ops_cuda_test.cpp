@@ -579,6 +579,82 @@ void TestGemv() {
 // Rows quantized to e4m3 with a scale each: every element within half a
 // step of e4m3 of its value (relative 1/16), the largest at 448; then the
 // FP8 matrix-vector kernel against fp32 loops over the dequantized operands.
+// RoPE and the K/V store behind the matrix-vector product: Q and both
+// caches exactly as the product into y followed by RopeStoreKv give them,
+// for split halves and adjacent pairs, a whole and a partial rotation,
+// with and without a bias, a token whose K/V are not stored, every row
+// count, depth and split.
+void TestGemvRope() {
+  const int n_head = 4, n_kv = 2, hd = 64, k = 256, bs = 16, n_blocks = 8;
+  const int n = (n_head + 2 * n_kv) * hd, q_dim = n_head * hd;
+  const size_t cache = static_cast<size_t>(n_blocks) * n_kv * bs * hd;
+  std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = Fp32ToBf16(wf[i]);
+  std::vector<float> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+  uint16_t* dw = ToDevice(w);
+  float* dbias = ToDevice(Random(n));
+  float* dfreq = ToDevice(inv_freq);
+  int32_t* dpos = ToDevice(std::vector<int32_t>{5, 300, 1027, 4000});
+  int32_t* dslot = ToDevice(std::vector<int32_t>{3, 17, -1, 100});
+  float *y = nullptr, *q = nullptr;
+  uint16_t* caches = nullptr;  // K, V by the separate kernel; K, V by the epilogue
+  cudaMalloc(&y, sizeof(float) * cuda::kGemvMaxRows * n);
+  cudaMalloc(&q, sizeof(float) * 2 * cuda::kGemvMaxRows * q_dim);
+  cudaMalloc(&caches, sizeof(uint16_t) * 4 * cache);
+  for (bool neox : {true, false})
+    for (int n_rot : {hd, hd / 2})
+      for (bool bias : {true, false})
+        for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
+          for (int depth : {4, 8})
+            for (int split : {1, 2, 4}) {
+              std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+              std::vector<uint16_t> xb(x.size());
+              for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]);
+              uint16_t* dx = ToDevice(xb);
+              cudaMemset(q, 0, sizeof(float) * 2 * cuda::kGemvMaxRows * q_dim);
+              cudaMemset(caches, 0, sizeof(uint16_t) * 4 * cache);
+              cuda::GemvArgs g;
+              g.w = dw, g.x = dx, g.y = y, g.rows = rows, g.n = n, g.k = k;
+              g.depth = depth, g.split = split;
+              cuda::RopeKvArgs r;
+              r.qkv = y, r.bias = bias ? dbias : nullptr, r.pos = dpos, r.slot = dslot;
+              r.inv_freq = dfreq, r.q = q, r.k_cache = caches, r.v_cache = caches + cache;
+              r.n = rows, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd, r.n_rot = n_rot;
+              r.block_size = bs, r.neox = neox;
+              int e = cuda::Gemv(g, nullptr);
+              e |= cuda::RopeStoreKv(r, nullptr);
+              r.q = q + cuda::kGemvMaxRows * q_dim;
+              r.k_cache = caches + 2 * cache, r.v_cache = caches + 3 * cache;
+              g.y = nullptr;
+              g.rope = r;
+              e |= cuda::Gemv(g, nullptr);
+              const std::string what = std::string("gemv with RoPE behind (") +
+                                       (neox ? "halves" : "pairs") + ", n_rot " +
+                                       std::to_string(n_rot) + (bias ? ", bias" : "") + ", rows " +
+                                       std::to_string(rows) + ", depth " + std::to_string(depth) +
+                                       ", split " + std::to_string(split) + ")";
+              if (e != 0) {
+                ++failures;
+                std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+              }
+              const std::vector<float> qs = ToHost(q, 2 * cuda::kGemvMaxRows * q_dim);
+              const size_t nq = static_cast<size_t>(rows) * q_dim;
+              const size_t at = cuda::kGemvMaxRows * q_dim;
+              Expect(what + ": Q", std::vector<float>(qs.begin() + at, qs.begin() + at + nq),
+                     std::vector<float>(qs.begin(), qs.begin() + nq), 0, 0);
+              const std::vector<float> kv = Bf16ToHost(caches, 4 * cache);
+              Expect(what + ": K and V caches",
+                     std::vector<float>(kv.begin() + 2 * cache, kv.end()),
+                     std::vector<float>(kv.begin(), kv.begin() + 2 * cache), 0, 0);
+              cudaFree(dx);
+            }
+  cudaFree(dw), cudaFree(dbias), cudaFree(dfreq), cudaFree(dpos), cudaFree(dslot);
+  cudaFree(y), cudaFree(q), cudaFree(caches);
+}
+
 void TestFp8() {
   const int n = 1000, k = 832;  // k a multiple of 64, n of 8 (not of the rows per block)
   std::vector<float> wf = Random(static_cast<size_t>(n) * k, 0.05f);
@@ -860,6 +936,7 @@ int main() {
   TestGatedActivation(701);
   TestWindowedPrefill();
   TestGemv();
+  TestGemvRope();
   TestFp8();
   TestArgmax();
   TestTopK();

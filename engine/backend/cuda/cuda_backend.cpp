@@ -952,8 +952,12 @@ class CudaBackend final : public CudaRank {
   // RMSNorm first: the matrix-vector kernel for a few rows (the norm fused
   // in), else cuBLASLt. With `gated`, w holds gate and up rows interleaved
   // and the result is act_ = bf16(act(gate) * up) [m, n / 2] (y: scratch).
+  // With `rope` (a layer's Q, K and V rows), the matrix-vector kernel may
+  // take RoPE and the K/V store behind (rope's RopeStoreKv then is not to
+  // run): *rope_fused says whether it did.
   Status Project(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 bool accumulate, bool gated = false);
+                 bool accumulate, bool gated = false, const kc::RopeKvArgs* rope = nullptr,
+                 bool* rope_fused = nullptr);
   // How the matrix-vector kernel runs a shape: 16-byte pieces in flight per
   // lane (4 or 8; 0: cuBLASLt instead) and warps to a row (1, 2 or 4).
   struct GemvPlan {
@@ -972,7 +976,7 @@ class CudaBackend final : public CudaRank {
   // or fp32 rows normalized with `norm` first; with `gated`, the gate into
   // act_ instead of y.
   Status RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m, int n, int k,
-                 GemvPlan plan, bool accumulate, bool gated);
+                 GemvPlan plan, bool accumulate, bool gated, const kc::RopeKvArgs* rope = nullptr);
   // The FP8 tensor-core matrix-vector kernel over x8_ (quantized rows):
   // into y, or with `gated` the gate into act_.
   Status GemvFp8(const Weight& w, float* y, int m, int n, int k, bool accumulate, bool gated);
@@ -984,8 +988,12 @@ class CudaBackend final : public CudaRank {
   // With `argmax`, the keys of the logits rows' largest values into argmax_ too.
   Status Enqueue(CudaKv& kv, int n_tokens, int n_decode, int n_rows, int n_split, bool argmax);
   // Layer i's attention step: q/k norms (with `qk_norm`), RoPE and the K/V
-  // stores, then attention (cascade, decode, prefill) into att_.
-  Status Attend(CudaKv& kv, int i, int n_tokens, int n_decode, int n_split, bool qk_norm);
+  // stores (unless `rope_done`: the QKV product took them), then attention
+  // (cascade, decode, prefill) into att_.
+  Status Attend(CudaKv& kv, int i, int n_tokens, int n_decode, int n_split, bool qk_norm,
+                bool rope_done);
+  // Layer i's RoPE and K/V store of n_tokens rows of qkv_ into q_ and the cache.
+  kc::RopeKvArgs RopeArgs(CudaKv& kv, int i, int n_tokens, bool qk_norm) const;
   Status PrefillAttention(CudaKv& kv, int layer, int row0, int n, int pos0, int seq);
   // The positions layer `layer` attends back (its sliding window), or 0.
   int Window(int layer) const { return c_.Sliding(layer) ? c_.sliding_window : 0; }
@@ -1092,6 +1100,9 @@ class CudaBackend final : public CudaRank {
   // Fusions into the matrix-vector kernel; BRAID_CUDA_UNFUSE=norm,swiglu
   // turns them off one by one, to measure what each is worth.
   bool fuse_norm_ = true, fuse_swiglu_ = true;
+  // RoPE and the K/V store in the QKV matrix-vector product's epilogue
+  // (BRAID_CUDA_FUSE=rope; not yet the default: unmeasured).
+  bool fuse_rope_ = false;
   kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
   // 4, or BRAID_CUDA_ATTN_KEYS=1 to measure one.
@@ -1159,6 +1170,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     fuse_norm_ = o.find("norm") == std::string::npos;
     fuse_swiglu_ = o.find("swiglu") == std::string::npos;
   }
+  if (const char* on = std::getenv("BRAID_CUDA_FUSE"))
+    fuse_rope_ = std::string(on).find("rope") != std::string::npos;
   if (const char* keys = std::getenv("BRAID_CUDA_ATTN_KEYS")) {
     const std::string k = keys;
     attention_keys_ = k == "1" ? 1 : 4;
@@ -1606,6 +1619,9 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   const int D = c.n_embd;
   int32_t* ids = DevRegion(kIds);
   KERNEL_TRY(kc::Embed(embed_.get(), ids, T, D, c.embed_scale, x_.get(), stream_));
+  bool qk_norm = false;  // the block's attention step begins with q/k norms
+  for (const PlannedStep& step : plan_)
+    if (step.id == kStepAttention) qk_norm = step.ops[0].op == Op::kQkNorm;
   for (int i = 0; i < c.n_layer; ++i) {
     GpuLayer& l = layers_[i];
     // The weight of norm op `k` of `step` (nullptr where it is no norm).
@@ -1614,14 +1630,19 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
         return nullptr;
       return l.Norm(step.ops[k].weight)->get();
     };
+    bool rope_done = false;
     for (const PlannedStep& step : plan_) {
       switch (step.id) {
-        case kStepNormQkv:
-          BRAID_RETURN_IF_ERROR(
-              Project(x_.get(), norm(step, 0), l.wqkv.view(), qkv_.get(), T, qkv_dim_, D, false));
+        case kStepNormQkv: {
+          // The q/k norms need a head's whole row: RoPE goes behind the product only without them.
+          const kc::RopeKvArgs rope = RopeArgs(kv, i, T, qk_norm);
+          BRAID_RETURN_IF_ERROR(Project(x_.get(), norm(step, 0), l.wqkv.view(), qkv_.get(), T,
+                                        qkv_dim_, D, false, false,
+                                        fuse_rope_ && !qk_norm ? &rope : nullptr, &rope_done));
           break;
+        }
         case kStepAttention:
-          BRAID_RETURN_IF_ERROR(Attend(kv, i, T, n_decode, n_split, step.ops[0].op == Op::kQkNorm));
+          BRAID_RETURN_IF_ERROR(Attend(kv, i, T, n_decode, n_split, qk_norm, rope_done));
           break;
         case kStepWo:
           BRAID_RETURN_IF_ERROR(AddBranch(att_.get(), l.wo.view(), T, q_dim_, norm(step, 1)));
@@ -1653,13 +1674,9 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   return Status::Ok();
 }
 
-Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, bool qk_norm) {
+kc::RopeKvArgs CudaBackend::RopeArgs(CudaKv& kv, int i, int T, bool qk_norm) const {
   const ModelConfig& c = c_;
   const GpuLayer& l = layers_[i];
-  // q/k norms take the bias in with them.
-  if (qk_norm)
-    KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
-                          c.n_head_kv, c.head_dim, c.rms_eps, stream_));
   kc::RopeKvArgs r;
   r.qkv = qkv_.get();
   r.bias = qk_norm ? nullptr : l.bqkv.get();
@@ -1676,7 +1693,18 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
   r.n_rot = c.n_rot;
   r.block_size = kv.block_size();
   r.neox = c.rope_neox;
-  KERNEL_TRY(kc::RopeStoreKv(r, stream_));
+  return r;
+}
+
+Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, bool qk_norm,
+                           bool rope_done) {
+  const ModelConfig& c = c_;
+  const GpuLayer& l = layers_[i];
+  // q/k norms take the bias in with them.
+  if (qk_norm)
+    KERNEL_TRY(kc::QkNorm(qkv_.get(), l.bqkv.get(), l.q_norm.get(), l.k_norm.get(), T, c.n_head,
+                          c.n_head_kv, c.head_dim, c.rms_eps, stream_));
+  if (!rope_done) KERNEL_TRY(kc::RopeStoreKv(RopeArgs(kv, i, T, qk_norm), stream_));
   if (!groups_.empty()) {
     kc::CascadeAttentionArgs ca;
     ca.q = q_.get();
@@ -1758,7 +1786,9 @@ Status CudaBackend::AddBranch(const uint16_t* x, const Weight& w, int m, int k,
 }
 
 Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, bool accumulate, bool gated) {
+                            int n, int k, bool accumulate, bool gated, const kc::RopeKvArgs* rope,
+                            bool* rope_fused) {
+  if (rope_fused) *rope_fused = false;
   if (w.fp8) return ProjectFp8(x, norm, w, y, m, n, k, accumulate, gated);
   const GemvPlan plan = m <= kc::kGemvMaxRows ? GemvChoice(n, k, m) : GemvPlan{};
   const int depth = plan.depth;
@@ -1771,7 +1801,10 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
   }
   const bool epilogue = depth > 0 && gated && fuse_swiglu_ && n % 8 == 0;
   if (depth > 0) {
-    BRAID_RETURN_IF_ERROR(RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue));
+    const bool fuse_rope = rope && !gated;
+    BRAID_RETURN_IF_ERROR(
+        RunGemv(x, norm, w, y, m, n, k, plan, accumulate, epilogue, fuse_rope ? rope : nullptr));
+    if (rope_fused) *rope_fused = fuse_rope;
   } else {
     BRAID_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(x), w.bf16, y, m, n, k, accumulate));
   }
@@ -1780,7 +1813,8 @@ Status CudaBackend::Project(const void* x, const float* norm, const Weight& w, f
 }
 
 Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, float* y, int m,
-                            int n, int k, GemvPlan plan, bool accumulate, bool gated) {
+                            int n, int k, GemvPlan plan, bool accumulate, bool gated,
+                            const kc::RopeKvArgs* rope) {
   kc::GemvArgs g;
   g.depth = plan.depth;
   g.split = plan.split;
@@ -1803,6 +1837,7 @@ Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, f
     g.act = act_.get();
     g.gate = gate_;
   }
+  if (rope) g.rope = *rope;
   KERNEL_TRY(kc::Gemv(g, stream_));
   return Status::Ok();
 }

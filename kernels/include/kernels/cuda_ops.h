@@ -189,6 +189,13 @@ struct GemvArgs {
   // (Decode steps of one or two tokens: unlike GemvFp8, x stays bf16.)
   const uint8_t* w8 = nullptr;
   const float* w_scale = nullptr;
+  // RoPE and the K/V store fused behind (rope.n_head > 0, no act): w is a
+  // layer's Q, K and V rows and, instead of y, each token's rotated Q goes
+  // to rope.q and its K and V to rope's caches, exactly as RopeStoreKv
+  // stores them from y (rope.qkv unused, rope.n == rows). The rows are
+  // taken in the pairs that rotate together (split halves: dimensions i and
+  // i + n_rot / 2 of a head), so that both products meet in one block.
+  RopeKvArgs rope;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
