@@ -181,59 +181,57 @@ __device__ __forceinline__ void RotatePair(float x0, float x1, float inv_freq, i
   *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, co));
 }
 
-// One element of a rotated head: dimension d of `x` (bias added) at `pos`.
-__device__ __forceinline__ float Rotate(const float* x, const float* b, int d, int n_rot, bool neox,
-                                        const float* inv_freq, int pos) {
-  auto val = [&](int i) { return x[i] + (b ? b[i] : 0.0f); };
-  if (d >= n_rot) return val(d);
-  const int half = n_rot / 2;
-  int i, a, c;
-  if (neox) {
-    i = d < half ? d : d - half;
-    a = i;
-    c = i + half;
-  } else {
-    i = d / 2;
-    a = 2 * i;
-    c = 2 * i + 1;
-  }
-  float y0, y1;
-  RotatePair(val(a), val(c), inv_freq[i], pos, &y0, &y1);
-  return d == a ? y0 : y1;
+// The row of Q, K and V that logical row r is, where logical rows 2j and
+// 2j + 1 are a pair that rotates together (RopeKvKernel's threads, the
+// RoPE-fused matrix-vector product's rows). Split
+// halves (neox): within a head's first n_rot dimensions, dimension j and
+// j + n_rot / 2; otherwise (adjacent pairs, the dimensions past n_rot, V)
+// the rows in their order.
+__device__ __forceinline__ int RopeRow(const RopeKvArgs& a, int r) {
+  const int hd = a.head_dim;
+  if (!a.neox || r >= (a.n_head + a.n_kv) * hd) return r;
+  const int d = r % hd;
+  if (d >= a.n_rot) return r;
+  return r - d + (d % 2 ? d / 2 + a.n_rot / 2 : d / 2);
 }
 
+// Token m's rows ra and rc of Q, K and V, a pair that rotates together
+// (ra the first), with products x0 and x1: the bias added, rotated where
+// RoPE rotates them, then stored as RopeKvKernel stores them.
+__device__ void RopeStorePair(const RopeKvArgs& a, int m, int ra, int rc, float x0, float x1) {
+  const int hd = a.head_dim, q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
+  x0 = x0 + (a.bias ? a.bias[ra] : 0.0f);
+  x1 = x1 + (a.bias ? a.bias[rc] : 0.0f);
+  const int d = ra % hd;
+  if (ra < q_dim + kv_dim && (a.neox ? d < a.n_rot / 2 : d < a.n_rot))
+    RotatePair(x0, x1, a.inv_freq[a.neox ? d : d / 2], a.pos[m], &x0, &x1);
+  if (ra < q_dim) {
+    a.q[static_cast<int64_t>(m) * q_dim + ra] = x0;
+    a.q[static_cast<int64_t>(m) * q_dim + rc] = x1;
+    return;
+  }
+  const int slot = a.slot[m];
+  if (slot < 0) return;
+  const bool k = ra < q_dim + kv_dim;
+  const int e = ra - (k ? q_dim : q_dim + kv_dim);
+  const int64_t blk = slot / a.block_size, s = slot % a.block_size;
+  uint16_t* head = (k ? a.k_cache : a.v_cache) + ((blk * a.n_kv + e / hd) * a.block_size + s) * hd;
+  head[e % hd] = ToBf(x0);
+  head[e % hd + (rc - ra)] = ToBf(x1);
+}
+
+// One thread per pair of a token's Q, K and V that rotates together
+// (RopeRow's pairs): the bias added, rotated, then Q written and K and V
+// stored.
 __global__ void RopeKvKernel(RopeKvArgs a) {
   Release();
   Acquire();
   const int t = blockIdx.x;
-  const int hd = a.head_dim;
-  const int q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
-  const int width = q_dim + 2 * kv_dim;
+  const int width = (a.n_head + 2 * a.n_kv) * a.head_dim;
   const float* row = a.qkv + static_cast<int64_t>(t) * width;
-  const int pos = a.pos[t];
-  const int slot = a.slot[t];
-  // One element per thread: blocks along y cover the token's row.
-  for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < width; e += gridDim.y * blockDim.x) {
-    const int head_base = e < q_dim ? (e / hd) * hd : q_dim + ((e - q_dim) / hd) * hd;
-    const int d = e - head_base;
-    if (e < q_dim) {
-      a.q[static_cast<int64_t>(t) * q_dim + e] =
-          Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot, a.neox,
-                 a.inv_freq, pos);
-      continue;
-    }
-    if (slot < 0) continue;
-    const int64_t blk = slot / a.block_size, s = slot % a.block_size;
-    if (e < q_dim + kv_dim) {
-      const int kvh = (e - q_dim) / hd;
-      const float v = Rotate(row + head_base, a.bias ? a.bias + head_base : nullptr, d, a.n_rot,
-                             a.neox, a.inv_freq, pos);
-      a.k_cache[((blk * a.n_kv + kvh) * a.block_size + s) * hd + d] = ToBf(v);
-    } else {
-      const int kvh = (e - q_dim - kv_dim) / hd;
-      const float v = row[e] + (a.bias ? a.bias[e] : 0.0f);
-      a.v_cache[((blk * a.n_kv + kvh) * a.block_size + s) * hd + d] = ToBf(v);
-    }
+  for (int p = blockIdx.y * blockDim.x + threadIdx.x; 2 * p < width; p += gridDim.y * blockDim.x) {
+    const int ra = RopeRow(a, 2 * p), rc = RopeRow(a, 2 * p + 1);
+    RopeStorePair(a, t, ra, rc, row[ra], row[rc]);
   }
 }
 
@@ -1180,44 +1178,6 @@ __device__ __forceinline__ void UnpackFp8(uint4 v, float* f) {
   }
 }
 
-// The row of Q, K and V that logical row r of a RoPE-fused product is:
-// logical rows 2j and 2j + 1 are a pair that rotates together. Split
-// halves (neox): within a head's first n_rot dimensions, dimension j and
-// j + n_rot / 2; otherwise (adjacent pairs, the dimensions past n_rot, V)
-// the rows in their order.
-__device__ __forceinline__ int RopeRow(const RopeKvArgs& a, int r) {
-  const int hd = a.head_dim;
-  if (!a.neox || r >= (a.n_head + a.n_kv) * hd) return r;
-  const int d = r % hd;
-  if (d >= a.n_rot) return r;
-  return r - d + (d % 2 ? d / 2 + a.n_rot / 2 : d / 2);
-}
-
-// Token m's rows ra and rc of Q, K and V, a pair that rotates together
-// (ra the first), with products x0 and x1: the bias added, rotated where
-// RoPE rotates them, then stored as RopeKvKernel stores them.
-__device__ void RopeStorePair(const RopeKvArgs& a, int m, int ra, int rc, float x0, float x1) {
-  const int hd = a.head_dim, q_dim = a.n_head * hd, kv_dim = a.n_kv * hd;
-  x0 = x0 + (a.bias ? a.bias[ra] : 0.0f);
-  x1 = x1 + (a.bias ? a.bias[rc] : 0.0f);
-  const int d = ra % hd;
-  if (ra < q_dim + kv_dim && (a.neox ? d < a.n_rot / 2 : d < a.n_rot))
-    RotatePair(x0, x1, a.inv_freq[a.neox ? d : d / 2], a.pos[m], &x0, &x1);
-  if (ra < q_dim) {
-    a.q[static_cast<int64_t>(m) * q_dim + ra] = x0;
-    a.q[static_cast<int64_t>(m) * q_dim + rc] = x1;
-    return;
-  }
-  const int slot = a.slot[m];
-  if (slot < 0) return;
-  const bool k = ra < q_dim + kv_dim;
-  const int e = ra - (k ? q_dim : q_dim + kv_dim);
-  const int64_t blk = slot / a.block_size, s = slot % a.block_size;
-  uint16_t* head = (k ? a.k_cache : a.v_cache) + ((blk * a.n_kv + e / hd) * a.block_size + s) * hd;
-  head[e % hd] = ToBf(x0);
-  head[e % hd + (rc - ra)] = ToBf(x1);
-}
-
 // F8: w8 holds e4m3 weights (16 per 16-byte piece), each row's products
 // multiplied by its scale at the end.
 template <int M, int U, bool F8>
@@ -1708,8 +1668,9 @@ int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim,
 }
 
 int RopeStoreKv(const RopeKvArgs& a, void* stream) {
-  const int width = (a.n_head + 2 * a.n_kv) * a.head_dim;
-  return a.n > 0 ? Launch(RopeKvKernel, dim3(a.n, (width + 255) / 256), dim3(256), 0, S(stream), a)
+  if (a.head_dim % 2 != 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim) return -1;
+  const int pairs = (a.n_head + 2 * a.n_kv) * a.head_dim / 2;
+  return a.n > 0 ? Launch(RopeKvKernel, dim3(a.n, (pairs + 255) / 256), dim3(256), 0, S(stream), a)
                  : 0;
 }
 

@@ -579,6 +579,60 @@ void TestGemv() {
 // Rows quantized to e4m3 with a scale each: every element within half a
 // step of e4m3 of its value (relative 1/16), the largest at 448; then the
 // FP8 matrix-vector kernel against fp32 loops over the dequantized operands.
+// RopeStoreKv against a loop: both layouts, a partial rotation, a bias, a
+// token whose K and V are not stored.
+void TestRopeStoreKv() {
+  const int n_head = 4, n_kv = 2, hd = 32, bs = 4, T = 3;
+  const int q_dim = n_head * hd, kv_dim = n_kv * hd, width = q_dim + 2 * kv_dim;
+  const std::vector<int32_t> pos = {0, 77, 1500}, slot = {2, -1, 9};
+  const size_t cache = static_cast<size_t>(3) * n_kv * bs * hd;  // 3 blocks
+  for (bool neox : {true, false})
+    for (int n_rot : {hd, hd / 2}) {
+      const std::vector<float> qkv = Random(static_cast<size_t>(T) * width), b = Random(width);
+      std::vector<float> inv_freq(n_rot / 2);
+      for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / n_rot);
+      std::vector<float> want_q(static_cast<size_t>(T) * q_dim), want_kv(2 * cache, 0.0f);
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> x(width);
+        for (int e = 0; e < width; ++e) x[e] = static_cast<double>(qkv[t * width + e]) + b[e];
+        for (int h = 0; h < n_head + n_kv; ++h)  // Q's and K's heads rotate
+          for (int i = 0; i < n_rot / 2; ++i) {
+            const int i0 = h * hd + (neox ? i : 2 * i),
+                      i1 = h * hd + (neox ? i + n_rot / 2 : 2 * i + 1);
+            const double a = static_cast<double>(static_cast<float>(pos[t]) * inv_freq[i]);
+            const double x0 = x[i0], x1 = x[i1];
+            x[i0] = x0 * std::cos(a) - x1 * std::sin(a);
+            x[i1] = x0 * std::sin(a) + x1 * std::cos(a);
+          }
+        for (int e = 0; e < q_dim; ++e) want_q[t * q_dim + e] = static_cast<float>(x[e]);
+        if (slot[t] < 0) continue;
+        for (int e = 0; e < 2 * kv_dim; ++e) {
+          const int part = e / kv_dim, kvh = e % kv_dim / hd, d = e % hd;
+          want_kv[part * cache +
+                  ((static_cast<size_t>(slot[t] / bs) * n_kv + kvh) * bs + slot[t] % bs) * hd + d] =
+              static_cast<float>(x[q_dim + e]);
+        }
+      }
+      float *dqkv = ToDevice(qkv), *db = ToDevice(b), *dfreq = ToDevice(inv_freq), *dq = nullptr;
+      int32_t *dpos = ToDevice(pos), *dslot = ToDevice(slot);
+      uint16_t* dkv = nullptr;
+      cudaMalloc(&dq, sizeof(float) * T * q_dim);
+      cudaMalloc(&dkv, sizeof(uint16_t) * 2 * cache);
+      cudaMemset(dkv, 0, sizeof(uint16_t) * 2 * cache);
+      cuda::RopeKvArgs r;
+      r.qkv = dqkv, r.bias = db, r.pos = dpos, r.slot = dslot, r.inv_freq = dfreq, r.q = dq;
+      r.k_cache = dkv, r.v_cache = dkv + cache, r.n = T, r.n_head = n_head, r.n_kv = n_kv;
+      r.head_dim = hd, r.n_rot = n_rot, r.block_size = bs, r.neox = neox;
+      failures += cuda::RopeStoreKv(r, nullptr) != 0;
+      const std::string what = std::string("rope and K/V store (") + (neox ? "halves" : "pairs") +
+                               ", n_rot " + std::to_string(n_rot) + ")";
+      Expect(what + ": Q", ToHost(dq, want_q.size()), want_q, 1e-5f, 1e-5f);
+      Expect(what + ": K and V", Bf16ToHost(dkv, 2 * cache), want_kv, 1e-3f, 8e-3f);
+      cudaFree(dqkv), cudaFree(db), cudaFree(dfreq), cudaFree(dq), cudaFree(dpos), cudaFree(dslot);
+      cudaFree(dkv);
+    }
+}
+
 // RoPE and the K/V store behind the matrix-vector product: Q and both
 // caches exactly as the product into y followed by RopeStoreKv give them,
 // for split halves and adjacent pairs, a whole and a partial rotation,
@@ -936,6 +990,7 @@ int main() {
   TestGatedActivation(701);
   TestWindowedPrefill();
   TestGemv();
+  TestRopeStoreKv();
   TestGemvRope();
   TestFp8();
   TestArgmax();

@@ -38,7 +38,8 @@ struct RopeKvArgs {
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0, block_size = 0;
   bool neox = false;  // rotate split halves (HF) rather than adjacent pairs (GGUF llama)
 };
-// Adds the bias, rotates Q and K by position, writes Q and stores K and V.
+// Adds the bias, rotates Q and K by position, writes Q and stores K and V
+// (head_dim and n_rot even, n_rot <= head_dim; else -1).
 int RopeStoreKv(const RopeKvArgs& a, void* stream);
 
 // Per-head RMS norms of Q and K (Qwen3, Gemma 3), in place in qkv [n,
