@@ -322,6 +322,9 @@ class LtGemm {
   // time from a cold L2.
   void TimeCandidates(cublasLtMatmulDesc_t desc, const Product& q, Plan* p,
                       const cublasLtMatmulHeuristicResult_t* results, int found) {
+    // The stream's work done before anything here allocates (as GemvChoice
+    // explains: under tensor parallelism an all-reduce may still wait here).
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) return;
     DeviceArray<float> out;
     if (!out.Allocate(static_cast<size_t>(q.m) * q.n).ok()) return;
     cudaEvent_t e0, e1;
@@ -1936,8 +1939,17 @@ CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
   const size_t w_elems = fp8 ? (static_cast<size_t>(n) * k + 1) / 2 : static_cast<size_t>(n) * k;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream_, &capturing);
-  if (capturing == cudaStreamCaptureStatusNone && w.Allocate(w_elems).ok() &&
-      x.Allocate(static_cast<size_t>(probe) * k).ok() &&
+  // Under tensor parallelism this runs in the middle of a pass, after
+  // all-reduces that wait for the other ranks' matching ones. cudaMalloc and
+  // cudaFree take a driver lock that the other ranks' threads may need
+  // before they can launch theirs, and cudaFree waits for this device: with
+  // an all-reduce of ours still waiting on this stream, that is a deadlock
+  // (rank A in cudaFree waits for its all-reduce, rank B waits for the lock
+  // before launching the matching one). So the stream's work is waited for
+  // first, holding no lock: then our all-reduces have met theirs, and
+  // nothing allocated or freed here waits for another rank.
+  if (capturing == cudaStreamCaptureStatusNone && cudaStreamSynchronize(stream_) == cudaSuccess &&
+      w.Allocate(w_elems).ok() && x.Allocate(static_cast<size_t>(probe) * k).ok() &&
       y.Allocate(static_cast<size_t>(probe) * n).ok() && scale.Allocate(n).ok() &&
       cudaMemset(scale.get(), 0, n * sizeof(float)) == cudaSuccess &&
       FillNoise(w.get(), w.size(), 987654321u, stream_).ok() &&
