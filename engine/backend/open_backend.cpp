@@ -175,6 +175,17 @@ Result<std::vector<std::string>> ExpandDevices(const std::string& device, int te
   return out;
 }
 
+double MeasureDeviceGemmRate(const std::string& device) {
+  const Result<DeviceSpec> spec = ParseDevice(device);
+  if (!spec.ok() || spec.value().kind != DeviceSpec::Kind::kCuda) return 0;
+#ifdef BRAID_HAVE_CUDA
+  const Result<double> rate = MeasureCudaGemmRate(spec.value().index);
+  return rate.ok() ? rate.value() : 0;
+#else
+  return 0;
+#endif
+}
+
 double MeasureDeviceCopyBandwidth(const std::string& device) {
   const Result<DeviceSpec> spec = ParseDevice(device);
   if (!spec.ok() || spec.value().kind != DeviceSpec::Kind::kCuda) return 0;

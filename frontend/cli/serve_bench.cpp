@@ -20,6 +20,7 @@
 #include "cli/model_options.h"
 #include "cli/stack.h"
 #include "engine/engine.h"
+#include "engine/roofline.h"
 #include "engine/system_probe.h"
 
 namespace braid::cli {
@@ -295,7 +296,8 @@ struct RateResult {
   // Those steps' roofline (0: no bandwidth measured): each reads the weights
   // and its decodes' KV once, at the bandwidth measured in the run.
   double decode_step_roofline_s = 0;
-  double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
+  bool decode_step_products_bound = false;  // in the roofline, products over weight bytes
+  double cached_share = 0;                  // of the prompt tokens, those found in the prefix cache
   // The KV tiers (EngineStats): prompt tokens found on the device, copied
   // back from the host tier, and computed; the copies each way.
   uint64_t device_hits = 0, host_hits = 0, computed = 0;
@@ -528,10 +530,14 @@ void PrintRateRow(const RateResult& x, const std::string& policy,
       x.decode_steps > 0 ? 1e3 * x.decode_step_s / x.decode_steps : 0.0, rest_s);
   if (x.decode_step_roofline_s > 0 && x.decode_steps > 0)
     std::printf(
-        "  their roofline (the weights and each decode's KV read once a step): %.2f ms a step "
-        "at %.0f tokens of KV a step; reached: %.1f%%\n",
+        "  their roofline (a step reads the weights once, or computes its products at the "
+        "GEMM rate where that is slower, and reads each decode's KV once): %.2f ms a step at "
+        "%.1f sequences and %.0f tokens of KV a step, %s; reached: %.1f%%\n",
         1e3 * x.decode_step_roofline_s / x.decode_steps,
+        static_cast<double>(x.decode_step_tokens) / x.decode_steps,
         static_cast<double>(x.decode_step_context) / x.decode_steps,
+        x.decode_step_products_bound ? "the products slower than the weights' read"
+                                     : "the weights' read slower than the products",
         100 * x.decode_step_roofline_s / x.decode_step_s);
   if (x.clients.empty()) return;
   std::printf(
@@ -560,14 +566,15 @@ void WriteRateJson(FILE* f, const char* sep, const RateResult& x,
                "\"preemptions\": %llu, \"steps\": %llu, \"forward_share\": %.4f, "
                "\"cached_share\": %.4f, \"decode_steps\": %llu, \"decode_step_tokens\": %llu, "
                "\"decode_step_s\": %.4f, \"decode_step_context_tokens\": %llu, "
-               "\"decode_step_roofline_s\": %.4f",
+               "\"decode_step_roofline_s\": %.4f, \"decode_step_products_bound\": %s",
                sep, x.rate, x.requests, x.wall_s, x.out_tok_s, x.in_tok_s, x.req_s, x.ttft_mean,
                x.ttft_p50, x.ttft_p99, x.itl_mean, x.itl_p50, x.itl_p99, x.e2e_p50, x.e2e_p99,
                static_cast<unsigned long long>(x.preemptions),
                static_cast<unsigned long long>(x.steps), x.forward_share, x.cached_share,
                static_cast<unsigned long long>(x.decode_steps),
                static_cast<unsigned long long>(x.decode_step_tokens), x.decode_step_s,
-               static_cast<unsigned long long>(x.decode_step_context), x.decode_step_roofline_s);
+               static_cast<unsigned long long>(x.decode_step_context), x.decode_step_roofline_s,
+               x.decode_step_products_bound ? "true" : "false");
   std::fprintf(
       f,
       ", \"device_hit_tokens\": %llu, \"host_hit_tokens\": %llu, \"computed_tokens\": "
@@ -617,15 +624,26 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
   const bool gpu = info.device.rfind("cuda", 0) == 0;
   const double bw =
       gpu ? MeasureDeviceCopyBandwidth(info.device) : MeasureReadBandwidth(info.threads);
+  // And the rate of their products: a GPU's bf16 GEMM rate on a large
+  // product, the CPU's int8 dot-product peak (its batched matmuls' limit);
+  // 2 operations a parameter and sequence, the embedding table left out
+  // (a tied head's products with it: a lower bound either way), the
+  // attention's left out.
+  const double peak = gpu ? MeasureDeviceGemmRate(info.device) : MeasureInt8GemmPeak(info.threads);
+  const double ops_per_seq =
+      2.0 * std::max(0.0, static_cast<double>(info.n_params) -
+                              static_cast<double>(info.n_vocab) * info.n_embd);
   const double kv_per_token =
       st.kv_blocks_total > 0
           ? st.kv_pool_bytes / (static_cast<double>(st.kv_blocks_total) * block_size)
           : 0;
   std::printf(
       "roofline of the decode-only steps: %.1f MB of weights and %.1f KB of KV a token of "
-      "context, at %.1f GB/s (%s)\n",
+      "context, at %.1f GB/s (%s); products of %.2f G operations a sequence at %.2f T operations/s "
+      "(%s)\n",
       info.bytes_per_token / 1e6, kv_per_token / 1e3, bw / 1e9,
-      gpu ? "device copy bandwidth" : "read bandwidth");
+      gpu ? "device copy bandwidth" : "read bandwidth", ops_per_seq / 1e9, peak / 1e12,
+      gpu ? "bf16 GEMM of 4096 x 4096 x 8192" : "int8 dot-product peak");
   std::printf(
       "| rate req/s | requests | wall s | out tok/s | in tok/s | req/s | TTFT mean ms | p50 | p99 "
       "| ITL mean ms | p50 | p99 | E2E p50 s | p99 | preemptions | steps | forward |\n");
@@ -652,10 +670,11 @@ int RateMain(Engine& engine, int block_size, const std::vector<double>& rates, i
       std::fprintf(stderr, "braid bench: %s\n", r.status().message().c_str());
       return 1;
     }
-    if (bw > 0)
-      r->decode_step_roofline_s = (static_cast<double>(r->decode_steps) * info.bytes_per_token +
-                                   static_cast<double>(r->decode_step_context) * kv_per_token) /
-                                  bw;
+    const DecodeRoofline roof = DecodeStepsRoofline(
+        r->decode_steps, r->decode_step_tokens, r->decode_step_context,
+        static_cast<double>(info.bytes_per_token), kv_per_token, bw, ops_per_seq, peak);
+    r->decode_step_roofline_s = roof.seconds;
+    r->decode_step_products_bound = roof.products_bound;
     PrintRateRow(*r, policy, shares);
     std::fflush(stdout);
     results.push_back(*r);

@@ -67,6 +67,11 @@ int CudaDeviceCount();
 // the median of several copies of a buffer far larger than the L2 cache.
 Result<double> MeasureCudaCopyBandwidth(int device);
 
+// The bf16 GEMM rate of `device` in operations/second (a multiply-add is 2):
+// the best of several 4096 x 4096 x 8192 products through the backend's
+// cuBLASLt settings (bf16 inputs, fp32 accumulate and output).
+Result<double> MeasureCudaGemmRate(int device);
+
 // Seconds of the GEMMs of one decode step of `m` tokens on a model of
 // config `c` (every layer's Q/K/V, Wo, gate/up and down, and the head) with
 // the backend's cuBLASLt settings, on random bf16 weights, replayed as one

@@ -48,6 +48,10 @@ double MeasureStreamBandwidth(int threads, const std::vector<uint64_t>& stages);
 // a build without the CUDA backend.
 double MeasureDeviceCopyBandwidth(const std::string& device);
 
+// The bf16 GEMM rate of that GPU in operations/second (a multiply-add is 2),
+// the best of several large products (4096 x 4096 x 8192); 0 as above.
+double MeasureDeviceGemmRate(const std::string& device);
+
 // Peak int8 dot-product rate in operations/second (a multiply-add is 2) with
 // `threads` threads: a loop of vpdpbusd (AVX-512 VNNI) or maddubs (AVX2) on
 // register-resident data, best of a few repetitions; 0 where neither exists.
