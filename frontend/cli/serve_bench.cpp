@@ -293,11 +293,11 @@ struct RateResult {
   // forward seconds: the decode-only rate beside the whole run's.
   uint64_t decode_steps = 0, decode_step_tokens = 0, decode_step_context = 0;
   double decode_step_s = 0;
-  // Those steps' roofline (0: no bandwidth measured): each reads the weights
-  // and its decodes' KV once, at the bandwidth measured in the run.
+  // Those steps' roofline (DecodeStepsRoofline; 0: no bandwidth measured)
+  // and whether the products rather than the weights' read bound it.
   double decode_step_roofline_s = 0;
-  bool decode_step_products_bound = false;  // in the roofline, products over weight bytes
-  double cached_share = 0;                  // of the prompt tokens, those found in the prefix cache
+  bool decode_step_products_bound = false;
+  double cached_share = 0;  // of the prompt tokens, those found in the prefix cache
   // The KV tiers (EngineStats): prompt tokens found on the device, copied
   // back from the host tier, and computed; the copies each way.
   uint64_t device_hits = 0, host_hits = 0, computed = 0;

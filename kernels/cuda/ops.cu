@@ -183,10 +183,9 @@ __device__ __forceinline__ void RotatePair(float x0, float x1, float inv_freq, i
 
 // The row of Q, K and V that logical row r is, where logical rows 2j and
 // 2j + 1 are a pair that rotates together (RopeKvKernel's threads, the
-// RoPE-fused matrix-vector product's rows). Split
-// halves (neox): within a head's first n_rot dimensions, dimension j and
-// j + n_rot / 2; otherwise (adjacent pairs, the dimensions past n_rot, V)
-// the rows in their order.
+// RoPE-fused matrix-vector product's rows). Split halves (neox): within a
+// head's first n_rot dimensions, dimension j and j + n_rot / 2; otherwise
+// (adjacent pairs, the dimensions past n_rot, V) the rows in their order.
 __device__ __forceinline__ int RopeRow(const RopeKvArgs& a, int r) {
   const int hd = a.head_dim;
   if (!a.neox || r >= (a.n_head + a.n_kv) * hd) return r;
@@ -1558,6 +1557,11 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0 && s_bad) ids[static_cast<int64_t>(blockIdx.x) * k] = -1;
 }
 
+// Whether a's heads split into the pairs RopeRow takes.
+bool RopePairs(const RopeKvArgs& a) {
+  return a.head_dim % 2 == 0 && a.n_rot % 2 == 0 && a.n_rot <= a.head_dim;
+}
+
 }  // namespace
 
 template <bool F8>
@@ -1583,9 +1587,8 @@ int Gemv(const GemvArgs& a, void* stream) {
     return -1;
   const RopeKvArgs& r = a.rope;
   if (r.n_head > 0 &&
-      (a.act || r.n != a.rows || r.head_dim % 2 != 0 || r.n_rot % 2 != 0 || r.n_rot > r.head_dim ||
-       a.n != (r.n_head + 2 * r.n_kv) * r.head_dim || !r.q || !r.pos || !r.slot || !r.inv_freq ||
-       !r.k_cache || !r.v_cache || r.block_size < 1))
+      (a.act || r.n != a.rows || !RopePairs(r) || a.n != (r.n_head + 2 * r.n_kv) * r.head_dim ||
+       !r.q || !r.pos || !r.slot || !r.inv_freq || !r.k_cache || !r.v_cache || r.block_size < 1))
     return -1;
   return f8 ? GemvOf<true>(a, S(stream)) : GemvOf<false>(a, S(stream));
 }
@@ -1668,7 +1671,7 @@ int RmsNorm(const float* x, const float* w, const int32_t* rows, int n, int dim,
 }
 
 int RopeStoreKv(const RopeKvArgs& a, void* stream) {
-  if (a.head_dim % 2 != 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim) return -1;
+  if (!RopePairs(a)) return -1;
   const int pairs = (a.n_head + 2 * a.n_kv) * a.head_dim / 2;
   return a.n > 0 ? Launch(RopeKvKernel, dim3(a.n, (pairs + 255) / 256), dim3(256), 0, S(stream), a)
                  : 0;

@@ -146,6 +146,36 @@ Status FillNoise(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
   return Status::Ok();
 }
 
+// The least time in ms of `reps` runs of run() on `stream`, after `warm`
+// untimed ones, each run after before() (outside the timed span); 1e30 as
+// soon as run() returns false.
+template <typename Run, typename Before>
+float LeastMs(cudaStream_t stream, int warm, int reps, Run&& run, Before&& before) {
+  cudaEvent_t e0, e1;
+  if (cudaEventCreate(&e0) != cudaSuccess) return 1e30f;
+  if (cudaEventCreate(&e1) != cudaSuccess) {
+    cudaEventDestroy(e0);
+    return 1e30f;
+  }
+  float best = 1e30f;
+  for (int i = 0; i < warm + reps; ++i) {
+    before();
+    cudaEventRecord(e0, stream);
+    const bool ok = run();
+    cudaEventRecord(e1, stream);
+    if (!ok || cudaEventSynchronize(e1) != cudaSuccess) {
+      best = 1e30f;
+      break;
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= warm) best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return best;
+}
+
 // Evicts the device's L2 cache before a timed product (a write over twice
 // its size), so that the product reads its weights from device memory as
 // it does in a forward pass, where the whole model passes through L2
@@ -327,39 +357,23 @@ class LtGemm {
     if (cudaStreamSynchronize(stream_) != cudaSuccess) return;
     DeviceArray<float> out;
     if (!out.Allocate(static_cast<size_t>(q.m) * q.n).ok()) return;
-    cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess) return;
-    if (cudaEventCreate(&e1) != cudaSuccess) {
-      cudaEventDestroy(e0);
-      return;
-    }
     const L2Flush flush;
     const float alpha = 1.0f;
     float first = 0, best = 1e30f;
     int chosen = 0;
     for (int i = 0; i < found; ++i) {
-      float t = 1e30f;
-      for (int rep = 0; rep < 4; ++rep) {
-        flush(stream_);
-        cudaEventRecord(e0, stream_);
-        const cublasStatus_t r = cublasLtMatmul(lt_, desc, &alpha, q.w, p->a, q.x, p->b, &q.beta,
-                                                out.get(), p->c, out.get(), p->c, &results[i].algo,
-                                                workspace_.get(), workspace_.size(), stream_);
-        cudaEventRecord(e1, stream_);
-        if (r != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(e1) != cudaSuccess) {
-          t = 1e30f;
-          break;
-        }
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (rep > 0) t = std::min(t, ms);
-      }
+      const float t = LeastMs(
+          stream_, 1, 3,
+          [&] {
+            return cublasLtMatmul(lt_, desc, &alpha, q.w, p->a, q.x, p->b, &q.beta, out.get(), p->c,
+                                  out.get(), p->c, &results[i].algo, workspace_.get(),
+                                  workspace_.size(), stream_) == CUBLAS_STATUS_SUCCESS;
+          },
+          [&] { flush(stream_); });
       cudaGetLastError();  // a candidate that failed to launch is not reported again
       if (i == 0) first = t;
       if (t < best) best = t, chosen = i;
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     p->algo = results[chosen].algo;
     if (chosen > 0 && first < 1e30f) {
       char note[96];
@@ -1954,33 +1968,23 @@ CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
       cudaMemset(scale.get(), 0, n * sizeof(float)) == cudaSuccess &&
       FillNoise(w.get(), w.size(), 987654321u, stream_).ok() &&
       FillNoise(x.get(), x.size(), 123456789u, stream_).ok()) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
     auto time = [&](GemvPlan p) {  // p.depth 0: cuBLASLt
-      float best = 1e30f;
-      for (int rep = 0; rep < 11; ++rep) {
-        cudaEventRecord(e0, stream_);
-        if (p.depth > 0) {
-          kc::GemvArgs g;
-          g.w = w.get(), g.x = x.get(), g.y = y.get(), g.rows = probe, g.n = n, g.k = k;
-          g.depth = p.depth;
-          g.split = p.split;
-          if (fp8) {
-            g.w8 = reinterpret_cast<const uint8_t*>(w.get());
-            g.w_scale = scale.get();
-          }
-          if (kc::Gemv(g, stream_) != 0) return 1e30f;
-        } else {
+      auto run = [&] {
+        if (p.depth == 0) {
           (void)Gemm(x.get(), w.get(), y.get(), probe, n, k, false);
+          return true;
         }
-        cudaEventRecord(e1, stream_);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (rep > 0) best = std::min(best, ms);
-      }
-      return best;
+        kc::GemvArgs g;
+        g.w = w.get(), g.x = x.get(), g.y = y.get(), g.rows = probe, g.n = n, g.k = k;
+        g.depth = p.depth;
+        g.split = p.split;
+        if (fp8) {
+          g.w8 = reinterpret_cast<const uint8_t*>(w.get());
+          g.w_scale = scale.get();
+        }
+        return kc::Gemv(g, stream_) == 0;
+      };
+      return LeastMs(stream_, 1, 10, run, [] {});
     };
     char note[320];
     int at = std::snprintf(note, sizeof note, "%s%s%dx%d rows %d: gemv",
@@ -2001,8 +2005,6 @@ CudaBackend::GemvPlan CudaBackend::GemvChoice(int n, int k, int m, bool fp8) {
     gemv_note_ += note;
     if (plan.depth > 0)
       gemv_note_ += "gemv " + std::to_string(plan.depth) + "/" + std::to_string(plan.split);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
   }
   gemv_choice_[key] = plan;
   return plan;
@@ -2304,28 +2306,20 @@ Result<double> MeasureCudaGemmRate(int device) {
   if (st.ok()) st = y.Allocate(static_cast<size_t>(m) * n);
   if (st.ok()) st = FillNoise(x.get(), x.size(), 54321u, stream);
   if (st.ok()) st = FillNoise(w.get(), w.size(), 54322u, stream);
-  float best = 0;
-  if (st.ok()) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 10 && st.ok(); ++i) {
-      cudaEventRecord(e0, stream);
-      st = gemm.Run(x.get(), w.get(), y.get(), m, n, k, false);
-      cudaEventRecord(e1, stream);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (i >= 2 && (best == 0 || ms < best)) best = ms;  // two warm-ups
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-  }
+  float best = 1e30f;
+  if (st.ok())
+    best = LeastMs(
+        stream, 2, 8,
+        [&] {
+          st = gemm.Run(x.get(), w.get(), y.get(), m, n, k, false);
+          return st.ok();
+        },
+        [] {});
   cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
   BRAID_RETURN_IF_ERROR(st);
   CUDA_TRY(cudaGetLastError());
-  if (best <= 0) return Status::Internal("the GEMM was not timed");
+  if (best >= 1e30f) return Status::Internal("the GEMM was not timed");
   return 2.0 * m * n * k / (best * 1e-3);
 }
 
