@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -593,7 +594,6 @@ template <int HD>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAttentionArgs a) {
   extern __shared__ __align__(16) uint16_t attn_smem[];
   Release();
-  Acquire();
   constexpr int GMAX = 8, kTile = 16;
   constexpr int CH = HD / 8;              // 16-byte chunks per key row
   constexpr int KS = HD / 16;             // k-steps of Q K^T
@@ -618,7 +618,14 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   const int per = (end - first + keys.ranges - 1) / keys.ranges;
   const int t0 = first + split * per + warp, t1 = min(end, first + (split + 1) * per);
   const int mine = t0 < t1 ? (t1 - t0 + kWarps - 1) / kWarps : 0;
-  auto issue = [&](int i) {  // the warp's i-th tile into stage i % kAttnStages
+  // Keys before `earlier` were stored by earlier passes (DecodeAttentionArgs::
+  // step_keys): the first tiles' rows of those go out before waiting for
+  // the kernels ahead, the rest (this pass's own keys) after.
+  const int earlier = a.step_keys > 0 ? n_keys - a.step_keys : INT_MIN;
+  // The warp's i-th tile into stage i % kAttnStages: its rows of keys
+  // before `earlier` (and the zero-filled ones) when part is 0, the others
+  // when 1, all when 2; the group is committed after parts 1 and 2.
+  auto issue = [&](int i, int part) {
     if (i < mine) {
       const int key0 = (t0 + i * kWarps) * kTile;
       const int64_t base =
@@ -630,15 +637,19 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
         const int c = lane + 32 * u, r = c / CH, ch = c % CH;
         const int key = key0 + r;
         const bool in = key >= ks && key < n_keys;
+        if (part != 2 && (part == 0) != (!in || key < earlier)) continue;
         const int at = r * HD + ((ch ^ (r % 8)) * 8);
         CopyAsync16(dk + at, a.k_cache + base + r * HD + ch * 8, in);
         CopyAsync16(dk + kTileElems + at, a.v_cache + base + r * HD + ch * 8, in);
       }
     }
-    CopyCommit();  // an empty group past the last tile keeps the counts uniform
+    if (part != 0) CopyCommit();  // an empty group past the last tile keeps the counts uniform
   };
 #pragma unroll
-  for (int i = 0; i < kAttnStages - 1; ++i) issue(i);
+  for (int i = 0; i < kAttnStages - 1; ++i) issue(i, 0);
+  Acquire();
+#pragma unroll
+  for (int i = 0; i < kAttnStages - 1; ++i) issue(i, 1);
 
   // Q's A fragments in log2 units (row gr: query head kvh * G + gr; zero
   // rows past G), high parts and remainders.
@@ -662,7 +673,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   // ldmatrix rows this lane gives: matrix mi = lane / 8, row lane % 8.
   const int mi = lane / 8, mr = lane % 8;
   for (int i = 0; i < mine; ++i) {
-    issue(i + kAttnStages - 1);
+    issue(i + kAttnStages - 1, 2);
     CopyWait<kAttnStages - 1>();
     __syncwarp();
     const uint16_t* sk = stage_k + (i % kAttnStages) * 2 * kTileElems;

@@ -363,6 +363,21 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
         reference(t, h, window > 0 ? std::max(0, pos[t] + 1 - window) : 0, pos[t] + 1,
                   &want[static_cast<size_t>(t) * q_dim + h * hd]);
     Expect("decode attention (" + name + ")", Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
+    if (tc) {
+      // The cache is stored and synchronized: every key but each token's
+      // last may be loaded before the wait (as a decode pass's are), and
+      // the cascade below runs so too.
+      cudaMemset(d_out, 0, static_cast<size_t>(T) * q_dim * sizeof(uint16_t));
+      a.step_keys = 1;
+      const int e1 = cuda::DecodeAttention(a, nullptr);
+      if (e1 != 0) {
+        ++failures;
+        std::printf("FAIL decode attention, earlier keys first (%s): launch error %d\n",
+                    name.c_str(), e1);
+      }
+      Expect("decode attention, earlier keys first (" + name + ")", Bf16ToHost(d_out, want.size()),
+             want, 2e-3f, 1e-2f);
+    }
 
     // Cascade: each token's keys before key_start attended elsewhere (here in
     // double on the host), handed over as one range per head (normalized

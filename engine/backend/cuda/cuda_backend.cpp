@@ -1132,6 +1132,12 @@ class CudaBackend final : public CudaRank {
   // (kc::DecodeAttentionArgs::range_keys); BRAID_CUDA_RANGE_KEYS=1 splits
   // every context as widely as the batch allows, to measure what it costs.
   int attention_range_keys_ = kc::DecodeAttentionArgs{}.range_keys;
+  // The most tokens a decode-attention segment of this pass holds
+  // (kc::DecodeAttentionArgs::step_keys): its keys before are loaded before
+  // the kernels ahead finish; BRAID_CUDA_EARLY_KEYS=0 waits for them, to
+  // measure what loading early is worth.
+  int step_keys_ = 0;
+  bool early_keys_ = true;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1201,6 +1207,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     cascade_ = std::string(cascade) != "0";
   if (const char* range = std::getenv("BRAID_CUDA_RANGE_KEYS"))
     attention_range_keys_ = std::max(1, std::atoi(range));
+  if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
+    early_keys_ = std::string(early) != "0";
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
@@ -1764,6 +1772,7 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     a.n_split = n_split;
     a.keys_in_flight = attention_keys_;
     a.range_keys = attention_range_keys_;
+    a.step_keys = early_keys_ ? step_keys_ : 0;
     a.tensor_cores = attention_tc_;
     a.scale = c.AttnScale();
     a.window = Window(i);
@@ -2063,6 +2072,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   size_t tab = 0;
   std::vector<int> wanted;  // graph: rows of the padded batch whose logits are returned
   prefill_.clear();
+  step_keys_ = 0;
   for (int si = 0; si < S; ++si) {
     const BatchSegment& s = batch[si];
     const int n_blocks = (s.pos0 + s.n_tokens + bs - 1) / bs;
@@ -2075,7 +2085,10 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
       tab += n_blocks;
     }
     const bool gemm = s.n_tokens >= kPrefillGemmMin;
-    if (gemm) prefill_.push_back({t, s.n_tokens, s.pos0, si});
+    if (gemm)
+      prefill_.push_back({t, s.n_tokens, s.pos0, si});
+    else
+      step_keys_ = std::max(step_keys_, s.n_tokens);
     for (int j = 0; j < s.n_tokens; ++j, ++t) {
       const int p = s.pos0 + j;
       ids[t] = s.tokens[j];

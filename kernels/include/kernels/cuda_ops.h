@@ -81,6 +81,12 @@ struct DecodeAttentionArgs {
   // range_keys keys to attend uses fewer ranges (one below 2 * range_keys).
   int range_keys = 64;
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
+  // The most keys any one sequence stores in this pass (its tokens' own), or
+  // 0 when not known. Keys more than step_keys behind a token's last were
+  // stored by earlier passes, already finished: the tensor-core kernel
+  // loads its first tiles of those before waiting for the kernels ahead of
+  // it (programmatic dependent launch).
+  int step_keys = 0;
   // Tensor cores (mma) where the shape allows: head_dim 64 or 128 and
   // block_size a multiple of 16; else, or when false, CUDA cores.
   bool tensor_cores = true;
