@@ -58,7 +58,8 @@ expect tokenizer_vocab "tokenizer/qwen2: tokenizer has [0-9]+ tokens but the mod
 expect option "temperature|temp" generate -m "$model" -p hi --temp -1
 expect unknown "unknown option" generate -m "$model" -p hi --bogus
 expect precision "precision must be split16 or int8" generate -m "$model" -p hi --precision int4
-expect kv "kv must be f16, f32 or q8" generate -m "$model" -p hi --kv q4
+expect kv "kv must be f16, f32, q8 or fp8" generate -m "$model" -p hi --kv q4
+expect kv_fp8_cpu "an FP8 KV cache \\(--kv fp8\\) is the CUDA backend's" generate -m "$model" -p hi --kv fp8
 expect spec "spec: expected off, ngram, suffix, draft" generate -m "$model" -p hi --spec drafty
 expect spec_draft_layers "the draft must have fewer layers than the target's 30" generate -m "$model" -p hi --spec draft=30
 expect spec_draft_file "draft model: .*nowhere.gguf" generate -m "$model" -p hi --spec draft=nowhere.gguf

@@ -43,8 +43,10 @@ ModelOptions ReadModelOptions(Args& args) {
     o.cpu.kv_cache = CpuOptions::KvCache::kF32;
   } else if (kv == "q8") {
     o.cpu.kv_cache = CpuOptions::KvCache::kQ8;
+  } else if (kv == "fp8") {
+    o.kv_cache = ModelOptions::KvCache::kFp8;
   } else if (kv != "f16") {
-    args.Fail("--kv must be f16, f32 or q8, not '" + kv + "'");
+    args.Fail("--kv must be f16, f32, q8 or fp8, not '" + kv + "'");
   }
   const std::string w = args.Str({"--weights"}, "bf16");
   if (w == "fp8") {

@@ -17,7 +17,7 @@ inline constexpr long long kMaxTensorParallel = 64;
 
 // -m/--model (default: the bundled model), --tokenizer PATH, --device cpu|cuda[:N[+M..]],
 // --tp N (GPUs per model among those --device lists), -t/--threads,
-// --ctx, --exact, --precision split16|int8, --kv f16|f32|q8, --stream auto|nt|t0.
+// --ctx, --exact, --precision split16|int8, --kv f16|f32|q8|fp8, --stream auto|nt|t0.
 ModelOptions ReadModelOptions(Args& args);
 void PrintModelInfo(const ModelInfo& info);
 

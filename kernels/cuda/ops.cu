@@ -27,6 +27,17 @@ __device__ __forceinline__ uint16_t ToBf(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+// Two e4m3 values (the first in the low byte) as fp16 (exact), as floats.
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint16_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ float2 Fp8x2ToFloat2(uint16_t v) {
+  const uint32_t h = Fp8x2ToHalf2(v);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+__device__ __forceinline__ float Fp8ToFloat(uint8_t v) { return Fp8x2ToFloat2(v).x; }
+
 // Two floats as a bf16 pair, lo in the low half.
 __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
   return static_cast<uint32_t>(ToBf(lo)) | (static_cast<uint32_t>(ToBf(hi)) << 16);
@@ -215,9 +226,17 @@ __device__ void RopeStorePair(const RopeKvArgs& a, int m, int ra, int rc, float 
   const bool k = ra < q_dim + kv_dim;
   const int e = ra - (k ? q_dim : q_dim + kv_dim);
   const int64_t blk = slot / a.block_size, s = slot % a.block_size;
-  uint16_t* head = (k ? a.k_cache : a.v_cache) + ((blk * a.n_kv + e / hd) * a.block_size + s) * hd;
-  head[e % hd] = ToBf(x0);
-  head[e % hd + (rc - ra)] = ToBf(x1);
+  const int64_t at = ((blk * a.n_kv + e / hd) * a.block_size + s) * hd + e % hd;
+  void* cache = k ? a.k_cache : a.v_cache;
+  if (a.cache == KvCache::kE4m3) {
+    uint8_t* c = static_cast<uint8_t*>(cache);
+    c[at] = __nv_cvt_float_to_fp8(x0, __NV_SATFINITE, __NV_E4M3);
+    c[at + (rc - ra)] = __nv_cvt_float_to_fp8(x1, __NV_SATFINITE, __NV_E4M3);
+  } else {
+    uint16_t* c = static_cast<uint16_t*>(cache);
+    c[at] = ToBf(x0);
+    c[at + (rc - ra)] = ToBf(x1);
+  }
 }
 
 // One thread per pair of a token's Q, K and V that rotates together
@@ -419,7 +438,29 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix, int 
 // shared memory, and with several ranges the last block of a (token, KV head)
 // to finish merges the ranges.
 
-template <int HD, int GMAX, int U>
+// 8 elements of a K or V row as floats: 16 bytes of bf16, or (F8) 8 bytes
+// of e4m3 in r.x, r.y.
+template <bool F8>
+__device__ __forceinline__ void KvToFloat(uint4 r, float* f) {
+  if constexpr (F8) {
+    const uint32_t w[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = Fp8x2ToFloat2(static_cast<uint16_t>(w[i] & 0xffffu));
+      const float2 hi = Fp8x2ToFloat2(static_cast<uint16_t>(w[i] >> 16));
+      f[4 * i] = lo.x, f[4 * i + 1] = lo.y, f[4 * i + 2] = hi.x, f[4 * i + 3] = hi.y;
+    }
+  } else {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+}
+
+template <int HD, int GMAX, int U, bool F8>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
   Release();
   Acquire();
@@ -469,8 +510,17 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
       if (valid[u]) {
         const int64_t blk = table[k / a.block_size];
         const int64_t base = (blk * a.n_kv + kvh) * head_stride + (k % a.block_size) * HD + d0;
-        kr[u] = *reinterpret_cast<const uint4*>(a.k_cache + base);
-        vr[u] = *reinterpret_cast<const uint4*>(a.v_cache + base);
+        if constexpr (F8) {
+          const uint2 kk =
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(a.k_cache) + base);
+          const uint2 vv =
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(a.v_cache) + base);
+          kr[u] = make_uint4(kk.x, kk.y, 0, 0);
+          vr[u] = make_uint4(vv.x, vv.y, 0, 0);
+        } else {
+          kr[u] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.k_cache) + base);
+          vr[u] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.v_cache) + base);
+        }
       } else {
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
@@ -478,15 +528,8 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float kf[8], vf[8];
-      const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w};
-      const uint32_t vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        kf[2 * i] = __uint_as_float(kw[i] << 16);
-        kf[2 * i + 1] = __uint_as_float(kw[i] & 0xffff0000u);
-        vf[2 * i] = __uint_as_float(vw[i] << 16);
-        vf[2 * i + 1] = __uint_as_float(vw[i] & 0xffff0000u);
-      }
+      KvToFloat<F8>(kr[u], kf);
+      KvToFloat<F8>(vr[u], vf);
 #pragma unroll
       for (int g = 0; g < GMAX; ++g) {
         if (g >= G) break;
@@ -522,13 +565,22 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionKernel(DecodeAtten
 // top 8 rows of A only: a0/a2 are this lane's pairs of row lane / 4 (k
 // pairs 2 (lane % 4) and + 8), the bottom rows zero; c the lane's two
 // outputs of row lane / 4 (columns 2 (lane % 4), + 1).
+// H: fp16 operands instead (an e4m3 cache's keys and values, read as fp16).
+template <bool H = false>
 __device__ __forceinline__ void MmaTop(float (&c)[2], uint32_t a0, uint32_t a2, uint32_t b0,
                                        uint32_t b1) {
   [[maybe_unused]] float d2, d3;
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%10,%10};"
-      : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+  if constexpr (H) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%10,%10};"
+        : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%10,%10};"
+        : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+  }
 }
 
 // Four 8x8 bf16 matrices from shared memory, lanes 8i..8i+7 giving the rows
@@ -559,10 +611,42 @@ __device__ __forceinline__ void CopyWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// bf16 high part and remainder of (x0, x1).
+// bf16 (H: fp16) high part and remainder of (x0, x1), x0 in the low halves.
+template <bool H = false>
 __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  hi = Pack2(x0, x1);
-  lo = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+  if constexpr (H) {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    const float2 back = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x0 - back.x, x1 - back.y);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  } else {
+    hi = Pack2(x0, x1);
+    lo = Pack2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+  }
+}
+
+// An e4m3 tile of `rows` rows of HD bytes (row r at r * HD, unswizzled)
+// into fp16 rows as ldmatrix reads them: 16-byte chunk c of row r at
+// c ^ (r % 8); by `threads` threads, this one `tid`. A thread's two stores
+// go to chunks 2ch and 2ch + 1, in an order that keeps 8 neighbouring
+// threads' stores in distinct banks.
+template <int HD>
+__device__ __forceinline__ void Fp8TileToHalf(const uint8_t* src, uint16_t* dst, int rows, int tid,
+                                              int threads) {
+  constexpr int CH = HD / 16;  // e4m3 chunks per row
+  for (int c = tid; c < rows * CH; c += threads) {
+    const int r = c / CH, ch = c % CH;
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + r * HD + ch * 16);
+    const uint4 lo = make_uint4(Fp8x2ToHalf2(raw.x & 0xffffu), Fp8x2ToHalf2(raw.x >> 16),
+                                Fp8x2ToHalf2(raw.y & 0xffffu), Fp8x2ToHalf2(raw.y >> 16));
+    const uint4 hi = make_uint4(Fp8x2ToHalf2(raw.z & 0xffffu), Fp8x2ToHalf2(raw.z >> 16),
+                                Fp8x2ToHalf2(raw.w & 0xffffu), Fp8x2ToHalf2(raw.w >> 16));
+    uint16_t* row = dst + r * HD;
+    const bool hi_first = ch >= CH / 2;
+    *reinterpret_cast<uint4*>(row + (((2 * ch + hi_first) ^ (r % 8)) * 8)) = hi_first ? hi : lo;
+    *reinterpret_cast<uint4*>(row + (((2 * ch + !hi_first) ^ (r % 8)) * 8)) = hi_first ? lo : hi;
+  }
 }
 
 // Decode attention on tensor cores. Each thread block: one (token, KV head,
@@ -580,22 +664,29 @@ __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint
 // ldmatrix reads fall in distinct banks.
 constexpr int kAttnStages = 3;
 
-// Shared memory of one set of stages (keys and values of kAttnStages tiles).
-template <int HD>
-constexpr int AttnStageBytes() {
-  return kAttnStages * 2 * 16 * HD * static_cast<int>(sizeof(uint16_t));
+// A warp's shared memory: one set of stages (keys and values of
+// kAttnStages tiles, as cached) and, with an e4m3 cache (F8), the tile in
+// use as fp16.
+template <int HD, bool F8>
+__host__ __device__ constexpr int AttnStageBytes() {
+  return kAttnStages * 2 * 16 * HD * (F8 ? 1 : 2);
 }
-template <int HD>
-constexpr int AttnSmem() {
-  return kWarps * AttnStageBytes<HD>();
+template <int HD, bool F8>
+__host__ __device__ constexpr int AttnWarpBytes() {
+  return AttnStageBytes<HD, F8>() + (F8 ? 2 * 16 * HD * 2 : 0);
+}
+template <int HD, bool F8>
+__host__ __device__ constexpr int AttnSmem() {
+  return kWarps * AttnWarpBytes<HD, F8>();
 }
 
-template <int HD>
+template <int HD, bool F8>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAttentionArgs a) {
-  extern __shared__ __align__(16) uint16_t attn_smem[];
+  extern __shared__ __align__(16) uint8_t attn_smem[];
   Release();
   constexpr int GMAX = 8, kTile = 16;
-  constexpr int CH = HD / 8;              // 16-byte chunks per key row
+  constexpr int EB = F8 ? 1 : 2;          // bytes of a cached element
+  constexpr int CH = HD * EB / 16;        // 16-byte chunks per key row, as cached
   constexpr int KS = HD / 16;             // k-steps of Q K^T
   constexpr int NT = HD / 8;              // n-tiles of P V
   constexpr int kTileElems = kTile * HD;  // one tile's keys (or values)
@@ -611,7 +702,10 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   const int gr = lane / 4, tq = lane % 4;
   const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
   const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
-  uint16_t* stage_k = attn_smem + warp * kAttnStages * 2 * kTileElems;  // [stage][K, V][tile]
+  uint8_t* stage_k = attn_smem + warp * AttnWarpBytes<HD, F8>();  // [stage][K, V][tile]
+  uint16_t* tile_h = reinterpret_cast<uint16_t*>(stage_k + AttnStageBytes<HD, F8>());  // F8
+  const uint8_t* k_cache = static_cast<const uint8_t*>(a.k_cache);
+  const uint8_t* v_cache = static_cast<const uint8_t*>(a.v_cache);
 
   // This warp's tiles: first + split * per + warp, every kWarps-th after.
   const int first = ks / kTile, end = (n_keys + kTile - 1) / kTile;
@@ -631,16 +725,19 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
       const int64_t base =
           (static_cast<int64_t>(table[key0 / a.block_size]) * a.n_kv + kvh) * head_stride +
           (key0 % a.block_size) * HD;
-      uint16_t* dk = stage_k + (i % kAttnStages) * 2 * kTileElems;
+      uint8_t* dk = stage_k + (i % kAttnStages) * 2 * kTileElems * EB;
 #pragma unroll
       for (int u = 0; u < kTile * CH / 32; ++u) {
         const int c = lane + 32 * u, r = c / CH, ch = c % CH;
         const int key = key0 + r;
         const bool in = key >= ks && key < n_keys;
         if (part != 2 && (part == 0) != (!in || key < earlier)) continue;
-        const int at = r * HD + ((ch ^ (r % 8)) * 8);
-        CopyAsync16(dk + at, a.k_cache + base + r * HD + ch * 8, in);
-        CopyAsync16(dk + kTileElems + at, a.v_cache + base + r * HD + ch * 8, in);
+        // bf16 rows swizzled as ldmatrix reads them; e4m3 rows as they
+        // are, swizzled when converted.
+        const int at = (r * HD + (F8 ? ch * 16 : (ch ^ (r % 8)) * 8)) * EB;
+        const int64_t src = (base + r * HD) * EB + ch * 16;
+        CopyAsync16(dk + at, k_cache + src, in);
+        CopyAsync16(dk + kTileElems * EB + at, v_cache + src, in);
       }
     }
     if (part != 0) CopyCommit();  // an empty group past the last tile keeps the counts uniform
@@ -662,7 +759,8 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int d = 16 * kk + 8 * h + 2 * tq;
-        SplitPair(gr < G ? q[d] * sc : 0.0f, gr < G ? q[d + 1] * sc : 0.0f, qh[kk][h], ql[kk][h]);
+        SplitPair<F8>(gr < G ? q[d] * sc : 0.0f, gr < G ? q[d + 1] * sc : 0.0f, qh[kk][h],
+                      ql[kk][h]);
       }
   }
   float o[NT][2];
@@ -676,7 +774,13 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
     issue(i + kAttnStages - 1, 2);
     CopyWait<kAttnStages - 1>();
     __syncwarp();
-    const uint16_t* sk = stage_k + (i % kAttnStages) * 2 * kTileElems;
+    const uint8_t* stage = stage_k + (i % kAttnStages) * 2 * kTileElems * EB;
+    const uint16_t* sk = reinterpret_cast<const uint16_t*>(stage);
+    if constexpr (F8) {
+      Fp8TileToHalf<HD>(stage, tile_h, 2 * kTile, lane, 32);  // keys, then values
+      __syncwarp();
+      sk = tile_h;
+    }
     const uint16_t* sv = sk + kTileElems;
     const int key0 = (t0 + i * kWarps) * kTile;
     // S: keys 8n + 2tq + {0, 1} of row gr. K's matrices for k-step kk:
@@ -689,8 +793,8 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
       LdMatrix4<false>(b, sk + r * HD + (ch ^ (r % 8)) * 8);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        MmaTop(sc[n], qh[kk][0], qh[kk][1], b[2 * n], b[2 * n + 1]);
-        MmaTop(sc[n], ql[kk][0], ql[kk][1], b[2 * n], b[2 * n + 1]);
+        MmaTop<F8>(sc[n], qh[kk][0], qh[kk][1], b[2 * n], b[2 * n + 1]);
+        MmaTop<F8>(sc[n], ql[kk][0], ql[kk][1], b[2 * n], b[2 * n + 1]);
       }
     }
     float mx = -INFINITY;
@@ -716,7 +820,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
     m = mn;
     uint32_t ph[2], pl[2];  // A fragments: keys 2tq + {0, 1} and 8 + 2tq + {0, 1}
 #pragma unroll
-    for (int n = 0; n < 2; ++n) SplitPair(p[n][0], p[n][1], ph[n], pl[n]);
+    for (int n = 0; n < 2; ++n) SplitPair<F8>(p[n][0], p[n][1], ph[n], pl[n]);
       // V's matrices for n-tiles 2jj and 2jj + 1: keys 0-7 and 8-15 (mi % 2),
       // dims 16jj and 16jj + 8 (mi / 2).
 #pragma unroll
@@ -729,11 +833,11 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
         float(&on)[2] = o[2 * jj + h];
         on[0] *= alpha;
         on[1] *= alpha;
-        MmaTop(on, ph[0], ph[1], b[2 * h], b[2 * h + 1]);
-        MmaTop(on, pl[0], pl[1], b[2 * h], b[2 * h + 1]);
+        MmaTop<F8>(on, ph[0], ph[1], b[2 * h], b[2 * h + 1]);
+        MmaTop<F8>(on, pl[0], pl[1], b[2 * h], b[2 * h + 1]);
       }
     }
-    __syncwarp();  // the stage is refilled by the next iteration's issue
+    __syncwarp();  // the stage (and the fp16 tile) is refilled by the next iteration
   }
   CopyWait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -758,12 +862,21 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
 // All 16 rows of A: a[0..3] are this lane's pairs of rows lane / 4 and + 8
 // (k pairs 2 (lane % 4) and + 8, in mma's order); c its outputs of rows
 // lane / 4 (c[0], c[1]) and + 8 (c[2], c[3]).
+// H: fp16 operands.
+template <bool H = false>
 __device__ __forceinline__ void Mma16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                       uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (H) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // Cascade attention on tensor cores: each thread block is one work unit
@@ -782,19 +895,25 @@ __device__ __forceinline__ void Mma16(float (&c)[4], const uint32_t (&a)[4], uin
 // docs/benchmarks.md.)
 constexpr int kCascadeKeys = 64, kCascadeWarps = 4, kCascadeStages = 2;
 static_assert(kCascadeWarps * 16 == kCascadeBlockRows, "a warp takes 16 query rows");
-template <int HD>
-constexpr int CascadeSmem() {
-  return kCascadeStages * 2 * kCascadeKeys * HD * static_cast<int>(sizeof(uint16_t));
+// The stages as cached, and with an e4m3 cache (F8) the tile in use as fp16.
+template <int HD, bool F8>
+__host__ __device__ constexpr int CascadeStageBytes() {
+  return kCascadeStages * 2 * kCascadeKeys * HD * (F8 ? 1 : 2);
+}
+template <int HD, bool F8>
+__host__ __device__ constexpr int CascadeSmem() {
+  return CascadeStageBytes<HD, F8>() + (F8 ? 2 * kCascadeKeys * HD * 2 : 0);
 }
 
-template <int HD>
+template <int HD, bool F8>
 __global__ void __launch_bounds__(kCascadeWarps * 32)
     CascadeAttentionKernel(CascadeAttentionArgs a) {
-  extern __shared__ __align__(16) uint16_t cascade_smem[];
+  extern __shared__ __align__(16) uint8_t cascade_smem[];
   Release();
   Acquire();
   constexpr int KT = kCascadeKeys, W = kCascadeWarps, ST = kCascadeStages;
-  constexpr int CH = HD / 8, KS = HD / 16, NT = HD / 8, kTileElems = KT * HD;
+  constexpr int EB = F8 ? 1 : 2;  // bytes of a cached element
+  constexpr int CH = HD * EB / 16, KS = HD / 16, NT = HD / 8, kTileElems = KT * HD;
   constexpr int SUB = KT / 16;   // 16-key steps of P V per tile
   constexpr int kRows = W * 16;  // query rows per block
   const int unit = a.work[blockIdx.x];
@@ -807,6 +926,9 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int gr = lane / 4, tq = lane % 4;
   const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
+  const uint8_t* k_cache = static_cast<const uint8_t*>(a.k_cache);
+  const uint8_t* v_cache = static_cast<const uint8_t*>(a.v_cache);
+  uint16_t* tile_h = reinterpret_cast<uint16_t*>(cascade_smem + CascadeStageBytes<HD, F8>());
   const int r0 = rb * kRows + 16 * warp;  // this warp's first row
   const bool active = r0 < n_rows;
 
@@ -819,7 +941,7 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
   auto issue = [&](int i) {  // keys k_begin + i * KT .. into stage i % ST
     if (i < mine) {
       const int key0 = k_begin + i * KT;
-      uint16_t* dk = cascade_smem + (i % ST) * 2 * kTileElems;
+      uint8_t* dk = cascade_smem + (i % ST) * 2 * kTileElems * EB;
 #pragma unroll
       for (int u = 0; u < KT * CH / (W * 32); ++u) {
         const int c = threadIdx.x + W * 32 * u, r = c / CH, ch = c % CH;
@@ -827,11 +949,15 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
         const bool in = key < k_end;
         const int kk = in ? key : k_begin;  // an address inside the prefix either way
         const int64_t src =
-            (static_cast<int64_t>(table[kk / a.block_size]) * a.n_kv + kvh) * head_stride +
-            (kk % a.block_size) * HD + ch * 8;
-        const int at = r * HD + ((ch ^ (r % 8)) * 8);
-        CopyAsync16(dk + at, a.k_cache + src, in);
-        CopyAsync16(dk + kTileElems + at, a.v_cache + src, in);
+            ((static_cast<int64_t>(table[kk / a.block_size]) * a.n_kv + kvh) * head_stride +
+             (kk % a.block_size) * HD) *
+                EB +
+            ch * 16;
+        // bf16 rows swizzled as ldmatrix reads them; e4m3 rows as they
+        // are, swizzled when converted.
+        const int at = (r * HD + (F8 ? ch * 16 : (ch ^ (r % 8)) * 8)) * EB;
+        CopyAsync16(dk + at, k_cache + src, in);
+        CopyAsync16(dk + kTileElems * EB + at, v_cache + src, in);
       }
     }
     CopyCommit();
@@ -854,8 +980,8 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int d = 16 * kk + 8 * half + 2 * tq;
-        SplitPair(q ? q[d] * sc : 0.0f, q ? q[d + 1] * sc : 0.0f, qh[kk][h + 2 * half],
-                  ql[kk][h + 2 * half]);
+        SplitPair<F8>(q ? q[d] * sc : 0.0f, q ? q[d + 1] * sc : 0.0f, qh[kk][h + 2 * half],
+                      ql[kk][h + 2 * half]);
       }
   }
   float o[NT][4];
@@ -868,8 +994,14 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
     issue(i + ST - 1);
     CopyWait<ST - 1>();
     __syncthreads();
+    const uint8_t* stage = cascade_smem + (i % ST) * 2 * kTileElems * EB;
+    const uint16_t* sk = reinterpret_cast<const uint16_t*>(stage);
+    if constexpr (F8) {
+      Fp8TileToHalf<HD>(stage, tile_h, 2 * KT, threadIdx.x, W * 32);  // keys, then values
+      __syncthreads();
+      sk = tile_h;
+    }
     if (active) {
-      const uint16_t* sk = cascade_smem + (i % ST) * 2 * kTileElems;
       const uint16_t* sv = sk + kTileElems;
       const int key0 = k_begin + i * KT;
       // S: n-tile n holds keys 8n + 2tq + {0, 1}; [0..1] row gr, [2..3] row gr + 8.
@@ -890,11 +1022,13 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
 #pragma unroll
         for (int j = 0; j < SUB; ++j)
 #pragma unroll
-          for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], qh[kk], b[j][2 * n], b[j][2 * n + 1]);
+          for (int n = 0; n < 2; ++n)
+            Mma16<F8>(sc[2 * j + n], qh[kk], b[j][2 * n], b[j][2 * n + 1]);
 #pragma unroll
         for (int j = 0; j < SUB; ++j)
 #pragma unroll
-          for (int n = 0; n < 2; ++n) Mma16(sc[2 * j + n], ql[kk], b[j][2 * n], b[j][2 * n + 1]);
+          for (int n = 0; n < 2; ++n)
+            Mma16<F8>(sc[2 * j + n], ql[kk], b[j][2 * n], b[j][2 * n + 1]);
       }
       float alpha[2];
 #pragma unroll
@@ -930,10 +1064,10 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
       for (int j = 0; j < SUB; ++j) {
         // P's A fragments for keys 16j..: rows gr / gr + 8, keys 2tq + {0, 1} / 8 + 2tq + {0, 1}.
         uint32_t ph[4], pl[4];
-        SplitPair(sc[2 * j][0], sc[2 * j][1], ph[0], pl[0]);
-        SplitPair(sc[2 * j][2], sc[2 * j][3], ph[1], pl[1]);
-        SplitPair(sc[2 * j + 1][0], sc[2 * j + 1][1], ph[2], pl[2]);
-        SplitPair(sc[2 * j + 1][2], sc[2 * j + 1][3], ph[3], pl[3]);
+        SplitPair<F8>(sc[2 * j][0], sc[2 * j][1], ph[0], pl[0]);
+        SplitPair<F8>(sc[2 * j][2], sc[2 * j][3], ph[1], pl[1]);
+        SplitPair<F8>(sc[2 * j + 1][0], sc[2 * j + 1][1], ph[2], pl[2]);
+        SplitPair<F8>(sc[2 * j + 1][2], sc[2 * j + 1][3], ph[3], pl[3]);
         // Half the output's n-tiles at a time: their high products, then
         // their remainders'.
 #pragma unroll
@@ -949,12 +1083,12 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
           for (int u = 0; u < NT / 4; ++u)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              Mma16(o[2 * (half * NT / 4 + u) + h], ph, b[u][2 * h], b[u][2 * h + 1]);
+              Mma16<F8>(o[2 * (half * NT / 4 + u) + h], ph, b[u][2 * h], b[u][2 * h + 1]);
 #pragma unroll
           for (int u = 0; u < NT / 4; ++u)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              Mma16(o[2 * (half * NT / 4 + u) + h], pl, b[u][2 * h], b[u][2 * h + 1]);
+              Mma16<F8>(o[2 * (half * NT / 4 + u) + h], pl, b[u][2 * h], b[u][2 * h + 1]);
         }
       }
     }
@@ -1003,34 +1137,52 @@ int AllowSmem(Kernel kernel, int bytes, int static_bytes, std::atomic<int> (&con
   return 0;
 }
 
-template <int HD>
+template <int HD, bool F8>
 int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
   static std::atomic<int> configured[64] = {};
-  constexpr int smem = AttnSmem<HD>();
+  constexpr int smem = AttnSmem<HD, F8>();
   static_assert(smem >= kWarps * 8 * HD * static_cast<int>(sizeof(float)), "sm_acc fits");
-  if (const int e = AllowSmem(DecodeAttentionMmaKernel<HD>, smem, 2 * kWarps * 8 * 4, configured))
+  if (const int e =
+          AllowSmem(DecodeAttentionMmaKernel<HD, F8>, smem, 2 * kWarps * 8 * 4, configured))
     return e;
   const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
-  return Launch(DecodeAttentionMmaKernel<HD>, grid, block, smem, s, a);
+  return Launch(DecodeAttentionMmaKernel<HD, F8>, grid, block, smem, s, a);
+}
+template <int HD>
+int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
+  return a.cache == KvCache::kE4m3 ? LaunchDecodeMma<HD, true>(a, s)
+                                   : LaunchDecodeMma<HD, false>(a, s);
 }
 
-template <int HD, int GMAX>
+template <int HD, int GMAX, bool F8>
 int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
   const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
-  return a.keys_in_flight == 1 ? Launch(DecodeAttentionKernel<HD, GMAX, 1>, grid, block, 0, s, a)
-                               : Launch(DecodeAttentionKernel<HD, GMAX, 4>, grid, block, 0, s, a);
+  return a.keys_in_flight == 1
+             ? Launch(DecodeAttentionKernel<HD, GMAX, 1, F8>, grid, block, 0, s, a)
+             : Launch(DecodeAttentionKernel<HD, GMAX, 4, F8>, grid, block, 0, s, a);
+}
+template <int HD, int GMAX>
+int LaunchDecode(const DecodeAttentionArgs& a, cudaStream_t s) {
+  return a.cache == KvCache::kE4m3 ? LaunchDecode<HD, GMAX, true>(a, s)
+                                   : LaunchDecode<HD, GMAX, false>(a, s);
 }
 
-__global__ void GatherKvKernel(const uint16_t* k_cache, const uint16_t* v_cache,
-                               const int32_t* table, int key0, int n_keys, int n_kv, int hd, int bs,
-                               uint16_t* kc, uint16_t* vc) {
+template <bool F8>
+__global__ void GatherKvKernel(const void* k_cache, const void* v_cache, const int32_t* table,
+                               int key0, int n_keys, int n_kv, int hd, int bs, uint16_t* kc,
+                               uint16_t* vc) {
   const int i = blockIdx.x, kvh = blockIdx.y, key = key0 + i;
   const int64_t blk = table[key / bs];
   const int64_t src = ((blk * n_kv + kvh) * bs + key % bs) * hd;
   const int64_t dst = (static_cast<int64_t>(kvh) * n_keys + i) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    kc[dst + d] = k_cache[src + d];
-    vc[dst + d] = v_cache[src + d];
+    if constexpr (F8) {  // e4m3 values are bf16 values: exact
+      kc[dst + d] = ToBf(Fp8ToFloat(static_cast<const uint8_t*>(k_cache)[src + d]));
+      vc[dst + d] = ToBf(Fp8ToFloat(static_cast<const uint8_t*>(v_cache)[src + d]));
+    } else {
+      kc[dst + d] = static_cast<const uint16_t*>(k_cache)[src + d];
+      vc[dst + d] = static_cast<const uint16_t*>(v_cache)[src + d];
+    }
   }
 }
 
@@ -1112,11 +1264,6 @@ __global__ void QuantizeRowsFp8Kernel(const uint16_t* w, int k, uint8_t* q, floa
   for (int i = threadIdx.x; i < k; i += blockDim.x)
     out[i] = __nv_cvt_float_to_fp8(Bf(row[i]) * inv, __NV_SATFINITE, __NV_E4M3);
   if (threadIdx.x == 0) scale[r] = s;
-}
-
-__device__ __forceinline__ float2 Fp8x2ToFloat2(uint16_t v) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 __global__ void DequantizeRowsFp8Kernel(const uint8_t* q, const float* scale, int64_t n, int k,
@@ -1730,19 +1877,26 @@ bool CascadeAttentionSupports(int head_dim, int group, int block_size) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && block_size % 16 == 0;
 }
 
-template <int HD>
+template <int HD, bool F8>
 int LaunchCascade(const CascadeAttentionArgs& a, cudaStream_t s) {
   static std::atomic<int> configured[64] = {};
-  constexpr int smem = CascadeSmem<HD>();
-  if (const int e = AllowSmem(CascadeAttentionKernel<HD>, smem, 0, configured)) return e;
+  constexpr int smem = CascadeSmem<HD, F8>();
+  if (const int e = AllowSmem(CascadeAttentionKernel<HD, F8>, smem, 0, configured)) return e;
   const dim3 grid(a.n_work, a.n_kv), block(kCascadeWarps * 32);
-  return Launch(CascadeAttentionKernel<HD>, grid, block, smem, s, a);
+  return Launch(CascadeAttentionKernel<HD, F8>, grid, block, smem, s, a);
+}
+template <int HD>
+int LaunchCascade(const CascadeAttentionArgs& a, cudaStream_t s) {
+  return a.cache == KvCache::kE4m3 ? LaunchCascade<HD, true>(a, s) : LaunchCascade<HD, false>(a, s);
 }
 
+// Blocks of the bf16-cache kernel resident per SM (the e4m3 one needs as
+// much shared memory: stages of half the bytes plus an fp16 tile).
 template <int HD>
 int CascadeResident() {
-  constexpr int smem = CascadeSmem<HD>();
-  auto kernel = CascadeAttentionKernel<HD>;
+  static_assert(CascadeSmem<HD, true>() <= CascadeSmem<HD, false>(), "as many fit");
+  constexpr int smem = CascadeSmem<HD, false>();
+  auto kernel = CascadeAttentionKernel<HD, false>;
   int n = 0;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e == cudaSuccess)
@@ -1762,11 +1916,16 @@ int CascadeAttention(const CascadeAttentionArgs& a, void* stream) {
   return a.head_dim == 64 ? LaunchCascade<64>(a, S(stream)) : LaunchCascade<128>(a, S(stream));
 }
 
-int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,
-             int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc,
-             void* stream) {
-  GatherKvKernel<<<dim3(n_keys, n_kv), head_dim, 0, S(stream)>>>(
-      k_cache, v_cache, table, key0, n_keys, n_kv, head_dim, block_size, kc, vc);
+int GatherKv(const void* k_cache, const void* v_cache, KvCache cache, const int32_t* table,
+             int key0, int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc,
+             uint16_t* vc, void* stream) {
+  const dim3 grid(n_keys, n_kv);
+  if (cache == KvCache::kE4m3)
+    GatherKvKernel<true><<<grid, head_dim, 0, S(stream)>>>(k_cache, v_cache, table, key0, n_keys,
+                                                           n_kv, head_dim, block_size, kc, vc);
+  else
+    GatherKvKernel<false><<<grid, head_dim, 0, S(stream)>>>(k_cache, v_cache, table, key0, n_keys,
+                                                            n_kv, head_dim, block_size, kc, vc);
   return Err();
 }
 

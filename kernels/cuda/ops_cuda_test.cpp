@@ -37,6 +37,22 @@ std::vector<float> Bf16ToHost(const uint16_t* d, size_t n) {
   return f;
 }
 
+std::vector<float> Fp8ToHost(const uint8_t* d, size_t n) {
+  std::vector<uint8_t> h = ToHost(d, n);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = Fp8E4M3ToFp32(h[i]);
+  return f;
+}
+// A KV cache's n elements (bf16 or e4m3) as floats.
+std::vector<float> CacheToHost(const void* d, size_t n, cuda::KvCache c) {
+  return c == cuda::KvCache::kE4m3 ? Fp8ToHost(static_cast<const uint8_t*>(d), n)
+                                   : Bf16ToHost(static_cast<const uint16_t*>(d), n);
+}
+// Tolerances of a value stored in a KV cache: bf16's, or e4m3's (rounded to
+// nearest: within half a step, 1/16 of the value, or 2^-10 below 2^-6): an
+// absolute 1e-3 and this relative one.
+float CacheRtol(cuda::KvCache c) { return c == cuda::KvCache::kE4m3 ? 0.0626f : 8e-3f; }
+
 // |got - want| <= atol + rtol * |want| everywhere.
 void Expect(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
             float atol, float rtol) {
@@ -162,7 +178,8 @@ void TestWindowedPrefill() {
   int32_t* dt = ToDevice(table);
   cudaMalloc(&kc, static_cast<size_t>(n_kv) * count * hd * sizeof(uint16_t));
   cudaMalloc(&vc, static_cast<size_t>(n_kv) * count * hd * sizeof(uint16_t));
-  const int e2 = cuda::GatherKv(dk, dv, dt, from, count, n_kv, hd, bs, kc, vc, nullptr);
+  const int e2 =
+      cuda::GatherKv(dk, dv, cuda::KvCache::kBf16, dt, from, count, n_kv, hd, bs, kc, vc, nullptr);
   failures += e2 != 0;
   std::vector<float> kw, vw;
   for (int g = 0; g < n_kv; ++g)
@@ -176,6 +193,28 @@ void TestWindowedPrefill() {
       }
   Expect("gather of keys from a later block (K)", Bf16ToHost(kc, kw.size()), kw, 0, 0);
   Expect("gather of keys from a later block (V)", Bf16ToHost(vc, vw.size()), vw, 0, 0);
+  // The same from an e4m3 cache: every byte but NaN's, read back exactly.
+  {
+    std::vector<uint8_t> k8(cache), v8(cache);
+    for (size_t i = 0; i < cache; ++i)
+      k8[i] = static_cast<uint8_t>(i % 127), v8[i] = static_cast<uint8_t>(128 + i % 127);
+    uint8_t *dk8 = ToDevice(k8), *dv8 = ToDevice(v8);
+    failures += cuda::GatherKv(dk8, dv8, cuda::KvCache::kE4m3, dt, from, count, n_kv, hd, bs, kc,
+                               vc, nullptr) != 0;
+    std::vector<float> k8w, v8w;
+    for (int g = 0; g < n_kv; ++g)
+      for (int i = 0; i < count; ++i)
+        for (int d = 0; d < hd; ++d) {
+          const int key = from + i;
+          const size_t at =
+              ((static_cast<size_t>(table[key / bs]) * n_kv + g) * bs + key % bs) * hd + d;
+          k8w.push_back(Fp8E4M3ToFp32(k8[at]));
+          v8w.push_back(Fp8E4M3ToFp32(v8[at]));
+        }
+    Expect("gather of e4m3 keys (K)", Bf16ToHost(kc, k8w.size()), k8w, 0, 0);
+    Expect("gather of e4m3 keys (V)", Bf16ToHost(vc, v8w.size()), v8w, 0, 0);
+    cudaFree(dk8), cudaFree(dv8);
+  }
   for (void* p : {static_cast<void*>(ds), static_cast<void*>(dp), static_cast<void*>(dk),
                   static_cast<void*>(dv), static_cast<void*>(dt), static_cast<void*>(kc),
                   static_cast<void*>(vc)})
@@ -188,7 +227,7 @@ void TestWindowedPrefill() {
 // with a window, each token attends its last `window` positions only.
 void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_split,
                    int keys_in_flight = 4, bool qk_norm = false, int window = 0,
-                   int range_keys = 64) {
+                   int range_keys = 64, cuda::KvCache kv = cuda::KvCache::kBf16) {
   const int bs = 16, n_rot = hd;
   const std::vector<int> lens = {1, 37, 300};  // sequence lengths
   const int S = static_cast<int>(lens.size());
@@ -233,13 +272,14 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   int32_t *d_tables = ToDevice(tables), *d_seq_table = ToDevice(seq_table);
   float* d_inv = ToDevice(inv_freq);
   float* d_q = nullptr;
-  uint16_t *d_k = nullptr, *d_v = nullptr, *d_out = nullptr;
+  void *d_k = nullptr, *d_v = nullptr;
+  uint16_t* d_out = nullptr;
   float* d_part = nullptr;
   int32_t* d_counters = nullptr;
   const size_t cache = static_cast<size_t>(blocks) * bs * kv_dim;
   cudaMalloc(&d_q, static_cast<size_t>(T) * q_dim * sizeof(float));
-  cudaMalloc(&d_k, cache * sizeof(uint16_t));
-  cudaMalloc(&d_v, cache * sizeof(uint16_t));
+  cudaMalloc(&d_k, cache * cuda::KvCacheBytes(kv));
+  cudaMalloc(&d_v, cache * cuda::KvCacheBytes(kv));
   cudaMalloc(&d_out, static_cast<size_t>(T) * q_dim * sizeof(uint16_t));
   cudaMalloc(&d_part, static_cast<size_t>(T) * n_head * n_split * (hd + 2) * sizeof(float));
   cudaMalloc(&d_counters, static_cast<size_t>(T) * n_kv * sizeof(int32_t));
@@ -248,7 +288,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   cuda::RopeKvArgs r;
   r.qkv = d_qkv, r.bias = qk_norm ? nullptr : d_b, r.pos = d_pos, r.slot = d_slot,
   r.inv_freq = d_inv, r.q = d_q;
-  r.k_cache = d_k, r.v_cache = d_v, r.n = T, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd;
+  r.k_cache = d_k, r.v_cache = d_v, r.cache = kv;
+  r.n = T, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd;
   r.n_rot = n_rot, r.block_size = bs, r.neox = neox;
   cuda::RopeStoreKv(r, nullptr);
 
@@ -301,10 +342,11 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
                             (bias ? ", bias" : "") + (qk_norm ? ", qk norm" : "") +
                             (window ? ", window " + std::to_string(window) : "") + ", split " +
                             std::to_string(n_split) + " (ranges of " + std::to_string(range_keys) +
-                            "+), keys " + std::to_string(keys_in_flight);
+                            "+), keys " + std::to_string(keys_in_flight) +
+                            (kv == cuda::KvCache::kE4m3 ? ", e4m3 cache" : "");
   Expect("rope q (" + shape + ")", ToHost(d_q, q_ref.size()), q_ref, 2e-4f, 2e-4f);
-  Expect("rope k store (" + shape + ")", Bf16ToHost(d_k, cache), k_ref, 1e-3f, 8e-3f);
-  Expect("v store (" + shape + ")", Bf16ToHost(d_v, cache), v_ref, 1e-3f, 8e-3f);
+  Expect("rope k store (" + shape + ")", CacheToHost(d_k, cache, kv), k_ref, 1e-3f, CacheRtol(kv));
+  Expect("v store (" + shape + ")", CacheToHost(d_v, cache, kv), v_ref, 1e-3f, CacheRtol(kv));
 
   // Attention for every token over its own positions [0, pos].
   std::vector<int32_t> list(T);
@@ -314,7 +356,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
   for (bool tc : {true, false}) {
     const std::string name = shape + (tc ? ", tensor cores" : ", CUDA cores");
     cuda::DecodeAttentionArgs a;
-    a.q = d_q, a.k_cache = d_k, a.v_cache = d_v, a.tokens = d_list, a.pos = d_pos,
+    a.q = d_q, a.k_cache = d_k, a.v_cache = d_v, a.cache = kv, a.tokens = d_list, a.pos = d_pos,
     a.tok_seq = d_seq;
     a.seq_table = d_seq_table, a.tables = d_tables, a.out = d_out, a.partial = d_part, a.n = T;
     a.counters = d_counters;
@@ -329,7 +371,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       ++failures;
       std::printf("FAIL decode attention (%s): launch error %d\n", name.c_str(), e);
     }
-    const std::vector<float> k_stored = Bf16ToHost(d_k, cache), v_stored = Bf16ToHost(d_v, cache);
+    const std::vector<float> k_stored = CacheToHost(d_k, cache, kv),
+                             v_stored = CacheToHost(d_v, cache, kv);
     const int G = n_head / n_kv;
     // Token t, head h over its keys [k0, k1), in double: the output into
     // out[0, hd), the log-sum-exp of the scaled scores returned.
@@ -435,7 +478,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
         work.insert(work.end(), idle, -1);
         int32_t* d_work = ToDevice(work);
         cuda::CascadeAttentionArgs ca;
-        ca.q = d_q, ca.k_cache = d_k, ca.v_cache = d_v, ca.tables = d_tables;
+        ca.q = d_q, ca.k_cache = d_k, ca.v_cache = d_v, ca.cache = kv, ca.tables = d_tables;
         ca.seq_table = d_seq_table, ca.groups = d_groups, ca.work = d_work, ca.rows = d_members;
         ca.index = d_members, ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size());
         ca.n_head = n_head, ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs;
@@ -630,21 +673,26 @@ void TestRopeStoreKv() {
       }
       float *dqkv = ToDevice(qkv), *db = ToDevice(b), *dfreq = ToDevice(inv_freq), *dq = nullptr;
       int32_t *dpos = ToDevice(pos), *dslot = ToDevice(slot);
-      uint16_t* dkv = nullptr;
       cudaMalloc(&dq, sizeof(float) * T * q_dim);
-      cudaMalloc(&dkv, sizeof(uint16_t) * 2 * cache);
-      cudaMemset(dkv, 0, sizeof(uint16_t) * 2 * cache);
-      cuda::RopeKvArgs r;
-      r.qkv = dqkv, r.bias = db, r.pos = dpos, r.slot = dslot, r.inv_freq = dfreq, r.q = dq;
-      r.k_cache = dkv, r.v_cache = dkv + cache, r.n = T, r.n_head = n_head, r.n_kv = n_kv;
-      r.head_dim = hd, r.n_rot = n_rot, r.block_size = bs, r.neox = neox;
-      failures += cuda::RopeStoreKv(r, nullptr) != 0;
-      const std::string what = std::string("rope and K/V store (") + (neox ? "halves" : "pairs") +
-                               ", n_rot " + std::to_string(n_rot) + ")";
-      Expect(what + ": Q", ToHost(dq, want_q.size()), want_q, 1e-5f, 1e-5f);
-      Expect(what + ": K and V", Bf16ToHost(dkv, 2 * cache), want_kv, 1e-3f, 8e-3f);
+      for (cuda::KvCache kv : {cuda::KvCache::kBf16, cuda::KvCache::kE4m3}) {
+        const size_t eb = cuda::KvCacheBytes(kv);
+        uint8_t* dkv = nullptr;
+        cudaMalloc(&dkv, eb * 2 * cache);
+        cudaMemset(dkv, 0, eb * 2 * cache);
+        cuda::RopeKvArgs r;
+        r.qkv = dqkv, r.bias = db, r.pos = dpos, r.slot = dslot, r.inv_freq = dfreq, r.q = dq;
+        r.k_cache = dkv, r.v_cache = dkv + eb * cache, r.cache = kv;
+        r.n = T, r.n_head = n_head, r.n_kv = n_kv;
+        r.head_dim = hd, r.n_rot = n_rot, r.block_size = bs, r.neox = neox;
+        failures += cuda::RopeStoreKv(r, nullptr) != 0;
+        const std::string what = std::string("rope and K/V store (") + (neox ? "halves" : "pairs") +
+                                 ", n_rot " + std::to_string(n_rot) +
+                                 (kv == cuda::KvCache::kE4m3 ? ", e4m3 cache)" : ")");
+        Expect(what + ": Q", ToHost(dq, want_q.size()), want_q, 1e-5f, 1e-5f);
+        Expect(what + ": K and V", CacheToHost(dkv, 2 * cache, kv), want_kv, 1e-3f, CacheRtol(kv));
+        cudaFree(dkv);
+      }
       cudaFree(dqkv), cudaFree(db), cudaFree(dfreq), cudaFree(dq), cudaFree(dpos), cudaFree(dslot);
-      cudaFree(dkv);
     }
 }
 
@@ -669,57 +717,62 @@ void TestGemvRope() {
   int32_t* dpos = ToDevice(std::vector<int32_t>{5, 300, 1027, 4000});
   int32_t* dslot = ToDevice(std::vector<int32_t>{3, 17, -1, 100});
   float *y = nullptr, *q = nullptr;
-  uint16_t* caches = nullptr;  // K, V by the separate kernel; K, V by the epilogue
+  uint8_t* caches = nullptr;  // K, V by the separate kernel; K, V by the epilogue
   cudaMalloc(&y, sizeof(float) * cuda::kGemvMaxRows * n);
   cudaMalloc(&q, sizeof(float) * 2 * cuda::kGemvMaxRows * q_dim);
   cudaMalloc(&caches, sizeof(uint16_t) * 4 * cache);
-  for (bool neox : {true, false})
-    for (int n_rot : {hd, hd / 2})
-      for (bool bias : {true, false})
-        for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
-          for (int depth : {4, 8})
-            for (int split : {1, 2, 4}) {
-              std::vector<float> x = Random(static_cast<size_t>(rows) * k);
-              std::vector<uint16_t> xb(x.size());
-              for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]);
-              uint16_t* dx = ToDevice(xb);
-              cudaMemset(q, 0, sizeof(float) * 2 * cuda::kGemvMaxRows * q_dim);
-              cudaMemset(caches, 0, sizeof(uint16_t) * 4 * cache);
-              cuda::GemvArgs g;
-              g.w = dw, g.x = dx, g.y = y, g.rows = rows, g.n = n, g.k = k;
-              g.depth = depth, g.split = split;
-              cuda::RopeKvArgs r;
-              r.qkv = y, r.bias = bias ? dbias : nullptr, r.pos = dpos, r.slot = dslot;
-              r.inv_freq = dfreq, r.q = q, r.k_cache = caches, r.v_cache = caches + cache;
-              r.n = rows, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd, r.n_rot = n_rot;
-              r.block_size = bs, r.neox = neox;
-              int e = cuda::Gemv(g, nullptr);
-              e |= cuda::RopeStoreKv(r, nullptr);
-              r.q = q + cuda::kGemvMaxRows * q_dim;
-              r.k_cache = caches + 2 * cache, r.v_cache = caches + 3 * cache;
-              g.y = nullptr;
-              g.rope = r;
-              e |= cuda::Gemv(g, nullptr);
-              const std::string what = std::string("gemv with RoPE behind (") +
-                                       (neox ? "halves" : "pairs") + ", n_rot " +
-                                       std::to_string(n_rot) + (bias ? ", bias" : "") + ", rows " +
-                                       std::to_string(rows) + ", depth " + std::to_string(depth) +
-                                       ", split " + std::to_string(split) + ")";
-              if (e != 0) {
-                ++failures;
-                std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+  // An e4m3 cache for a whole rotation with a bias.
+  for (cuda::KvCache kv : {cuda::KvCache::kBf16, cuda::KvCache::kE4m3})
+    for (bool neox : {true, false})
+      for (int n_rot : {hd, hd / 2})
+        for (bool bias : {true, false})
+          for (int rows = 1; rows <= cuda::kGemvMaxRows; ++rows)
+            for (int depth : {4, 8})
+              for (int split : {1, 2, 4}) {
+                if (kv == cuda::KvCache::kE4m3 && (n_rot != hd || !bias)) continue;
+                const size_t eb = cuda::KvCacheBytes(kv);
+                std::vector<float> x = Random(static_cast<size_t>(rows) * k);
+                std::vector<uint16_t> xb(x.size());
+                for (size_t i = 0; i < x.size(); ++i) xb[i] = Fp32ToBf16(x[i]);
+                uint16_t* dx = ToDevice(xb);
+                cudaMemset(q, 0, sizeof(float) * 2 * cuda::kGemvMaxRows * q_dim);
+                cudaMemset(caches, 0, eb * 4 * cache);
+                cuda::GemvArgs g;
+                g.w = dw, g.x = dx, g.y = y, g.rows = rows, g.n = n, g.k = k;
+                g.depth = depth, g.split = split;
+                cuda::RopeKvArgs r;
+                r.qkv = y, r.bias = bias ? dbias : nullptr, r.pos = dpos, r.slot = dslot;
+                r.inv_freq = dfreq, r.q = q, r.k_cache = caches, r.v_cache = caches + eb * cache;
+                r.cache = kv;
+                r.n = rows, r.n_head = n_head, r.n_kv = n_kv, r.head_dim = hd, r.n_rot = n_rot;
+                r.block_size = bs, r.neox = neox;
+                int e = cuda::Gemv(g, nullptr);
+                e |= cuda::RopeStoreKv(r, nullptr);
+                r.q = q + cuda::kGemvMaxRows * q_dim;
+                r.k_cache = caches + 2 * eb * cache, r.v_cache = caches + 3 * eb * cache;
+                g.y = nullptr;
+                g.rope = r;
+                e |= cuda::Gemv(g, nullptr);
+                const std::string what =
+                    std::string("gemv with RoPE behind (") + (neox ? "halves" : "pairs") +
+                    ", n_rot " + std::to_string(n_rot) + (bias ? ", bias" : "") + ", rows " +
+                    std::to_string(rows) + ", depth " + std::to_string(depth) + ", split " +
+                    std::to_string(split) + (kv == cuda::KvCache::kE4m3 ? ", e4m3 cache)" : ")");
+                if (e != 0) {
+                  ++failures;
+                  std::printf("FAIL %s: launch error %d\n", what.c_str(), e);
+                }
+                const std::vector<float> qs = ToHost(q, 2 * cuda::kGemvMaxRows * q_dim);
+                const size_t nq = static_cast<size_t>(rows) * q_dim;
+                const size_t at = cuda::kGemvMaxRows * q_dim;
+                Expect(what + ": Q", std::vector<float>(qs.begin() + at, qs.begin() + at + nq),
+                       std::vector<float>(qs.begin(), qs.begin() + nq), 0, 0);
+                const std::vector<float> kvs = CacheToHost(caches, 4 * cache, kv);
+                Expect(what + ": K and V caches",
+                       std::vector<float>(kvs.begin() + 2 * cache, kvs.end()),
+                       std::vector<float>(kvs.begin(), kvs.begin() + 2 * cache), 0, 0);
+                cudaFree(dx);
               }
-              const std::vector<float> qs = ToHost(q, 2 * cuda::kGemvMaxRows * q_dim);
-              const size_t nq = static_cast<size_t>(rows) * q_dim;
-              const size_t at = cuda::kGemvMaxRows * q_dim;
-              Expect(what + ": Q", std::vector<float>(qs.begin() + at, qs.begin() + at + nq),
-                     std::vector<float>(qs.begin(), qs.begin() + nq), 0, 0);
-              const std::vector<float> kv = Bf16ToHost(caches, 4 * cache);
-              Expect(what + ": K and V caches",
-                     std::vector<float>(kv.begin() + 2 * cache, kv.end()),
-                     std::vector<float>(kv.begin(), kv.begin() + 2 * cache), 0, 0);
-              cudaFree(dx);
-            }
   cudaFree(dw), cudaFree(dbias), cudaFree(dfreq), cudaFree(dpos), cudaFree(dslot);
   cudaFree(y), cudaFree(q), cudaFree(caches);
 }
@@ -1023,6 +1076,11 @@ int main() {
   TestAttention(256, 4, 1, true, false, 4);
   TestAttention(128, 32, 8, false, false, 3, 4, false, 45, 8);  // hd 128: a window across ranges
   TestAttention(64, 16, 8, true, false, 32, 4, false, 0, 1);    // ranges shorter than a tile
+  // An e4m3 cache: both decode kernels, the cascade, several ranges, a window.
+  TestAttention(128, 32, 8, false, false, 3, 4, false, 0, 64, cuda::KvCache::kE4m3);
+  TestAttention(64, 32, 8, true, true, 4, 1, false, 0, 8, cuda::KvCache::kE4m3);
+  TestAttention(128, 16, 8, true, false, 2, 4, true, 0, 64, cuda::KvCache::kE4m3);
+  TestAttention(256, 8, 1, true, true, 3, 4, true, 45, 8, cuda::KvCache::kE4m3);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

@@ -14,8 +14,9 @@
 #   gemv     cuda_gemv_bench: the matrix-vector kernel on the 8B and 1B
 #            products of a decode token, for every depth and split of k,
 #            bf16 then e4m3
-#   decode   batch-1 decode of each SHAPE:WEIGHTS of DECODE_RUNS (default
-#            "llama8b:bf16 llama1b:bf16 llama8b:fp8"), BASE (a
+#   decode   batch-1 decode of each SHAPE:WEIGHTS[:KV] of DECODE_RUNS (default
+#            "llama8b:bf16 llama1b:bf16 llama8b:fp8"; KV bf16 or fp8, the
+#            KV cache, fp8 for this build only), BASE (a
 #            braid_gpu_check built from an earlier commit) and this build
 #            alternating, DECODE_ROUNDS (2) rounds, and under each
 #            VAR=VALUE of DECODE_ENV (say "BRAID_CUDA_RANGE_KEYS=1
@@ -24,7 +25,8 @@
 #   batch    llama8b decode steps of many sequences (BATCH_SIZES, default
 #            "64,128,192,256", at BATCH_PROMPT tokens of context, default
 #            1,536), BASE and this build alternating, BATCH_ROUNDS (2)
-#            rounds, each beside its roofline
+#            rounds, each beside its roofline; this build once per KV
+#            cache of BATCH_KV (default "bf16"; say "bf16 fp8")
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -34,17 +36,20 @@
 #            (logits cosine, greedy, 32 ragged batched = alone)
 #   equal    braid_gpu_check serve-equal on llama1b (64 mixed requests,
 #            preemption and cascade)
+#   (compare and equal pass BRAID_GPU_FLAGS to braid_gpu_check: say
+#   "--kv fp8")
 #   cascade  braid_gpu_check cascade on llama8b (64 requests over a
 #            4,096-token prefix: cascade on, off, no prefix, and eager)
 #            with either decode kernel (the prefix itself always runs on
 #            tensor cores, CascadeAttention); CASCADE_ATTN="tc" runs the
 #            tensor-core one only
 #   serve    braid bench --serve, 200 x 1,024/1,024 on llama8b, for each
-#            ATTN:RATE:TOKENS[:STEP_MS[:WEIGHTS]] of SERVE_RUNS (default
+#            ATTN:RATE:TOKENS[:STEP_MS[:WEIGHTS[:KV]]] of SERVE_RUNS (default
 #            "simt:inf:0 tc:inf:0 tc:16:0": CUDA cores then tensor cores at
 #            rate inf, tensor cores at 16 req/s; TOKENS per step, 0 the
 #            backend's default; STEP_MS a step-time target, --step-ms;
-#            WEIGHTS bf16 (default) or fp8, --weights)
+#            WEIGHTS bf16 (default) or fp8, --weights; KV bf16 (default)
+#            or fp8, the KV cache, --kv)
 # The models are made by run_all.sh when missing. Few files land in OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -115,21 +120,23 @@ if has decode && [[ "$DECODE_RUNS" == *llama1b* ]]; then make_models llama1b mak
 
 if has decode; then
   echo "=== batch-1 decode, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
-  decode() {  # LABEL BIN SHAPE WEIGHTS [VAR=VALUE]
-    env ${5:-} timeout 90 "$2" decode --weights $4 --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
+  decode() {  # LABEL BIN SHAPE WEIGHTS KV [VAR=VALUE]
+    local kv=(); [ "$5" = bf16 ] || kv=(--kv "$5")
+    env ${6:-} timeout 90 "$2" decode --weights $4 "${kv[@]}" --model $M/$3 --prompt 128 --gen 128 2> /dev/null |
       python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read().strip().splitlines()[-1])
 print("%.1f tok/s, roofline share %.3f" % (j["tokens_per_s"], j["roofline_share"]))
-print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 $1: /" | tee -a "$LOG"
+print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 kv $5 $1: /" | tee -a "$LOG"
   }
   for round in $(seq ${DECODE_ROUNDS:-2}); do
     for run in $DECODE_RUNS; do
-      IFS=: read -r shape w <<< "$run"
+      IFS=: read -r shape w kv <<< "$run"
+      kv=${kv:-bf16}
       [ "$(left)" -gt 60 ] || break 2
-      [ -n "${BASE:-}" ] && decode base "$BASE" $shape $w
-      decode new $BIN $shape $w
-      for e in ${DECODE_ENV:-}; do decode "new $e" $BIN $shape $w "$e"; done
+      [ -n "${BASE:-}" ] && [ $kv = bf16 ] && decode base "$BASE" $shape $w $kv
+      decode new $BIN $shape $w $kv
+      for e in ${DECODE_ENV:-}; do decode "new $e" $BIN $shape $w $kv "$e"; done
     done
   done
 fi
@@ -137,10 +144,14 @@ fi
 if has batch; then
   echo "=== llama8b steps of many sequences, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
   for round in $(seq ${BATCH_ROUNDS:-2}); do
-    for b in ${BASE:-} $BIN; do
+    runs=(); [ -n "${BASE:-}" ] && runs=("$BASE:bf16")
+    for kv in ${BATCH_KV:-bf16}; do runs+=("$BIN:$kv"); done
+    for r in "${runs[@]}"; do
+      b=${r%:*} kv=${r##*:}
       [ "$(left)" -gt 90 ] || break 2
       label=new; [ "$b" = "$BIN" ] || label=base
-      timeout 150 $b sweep --model $M/llama8b --batches ${BATCH_SIZES:-64,128,192,256} \
+      opt=(); [ $kv = bf16 ] || { opt=(--kv $kv); label=${label}_$kv; }
+      timeout 150 $b sweep --model $M/llama8b "${opt[@]}" --batches ${BATCH_SIZES:-64,128,192,256} \
         --prompt ${BATCH_PROMPT:-1536} --gen 16 > "$OUT_ROOT/batch_${label}_$round.json" 2> "$OUT_ROOT/batch.err"
       grep '^batch' "$OUT_ROOT/batch.err" | sed "s/^/$label: /" | tee -a "$LOG"
     done
@@ -183,7 +194,7 @@ fi
 if has equal; then
   echo "=== serve-equal (llama1b)" | tee -a "$LOG"
   make_models llama1b make
-  timeout 200 $BIN serve-equal --model $M/llama1b > "$OUT_ROOT/equal.json" 2> "$OUT_ROOT/equal.err"
+  timeout 200 $BIN serve-equal --model $M/llama1b ${BRAID_GPU_FLAGS:-} > "$OUT_ROOT/equal.json" 2> "$OUT_ROOT/equal.err"
   echo "serve-equal rc $? $(tail -1 "$OUT_ROOT/equal.json" | head -c 400)" | tee -a "$LOG"
 fi
 
@@ -205,14 +216,16 @@ if has serve; then
   echo "=== offline serving, llama8b, 200 x 1024/1024 (braid bench --serve)" | tee -a "$LOG"
   # attention kernel:rate:tokens per step (0: the backend's default)
   for run in ${SERVE_RUNS:-simt:inf:0 tc:inf:0 tc:16:0}; do
-    IFS=: read -r attn rate tokens step_ms weights <<< "$run"
+    IFS=: read -r attn rate tokens step_ms weights kv <<< "$run"
     step_ms=${step_ms:-0}
     weights=${weights:-bf16}
+    kv=${kv:-bf16}
     [ "$(left)" -gt 90 ] || break
-    name=${attn}_${rate}_${tokens}_${step_ms}_${weights}
-    echo "--- $attn, rate $rate, batch tokens $tokens, step target $step_ms ms, $weights weights" | tee -a "$LOG"
+    name=${attn}_${rate}_${tokens}_${step_ms}_${weights}_${kv}
+    echo "--- $attn, rate $rate, batch tokens $tokens, step target $step_ms ms, $weights weights, $kv KV" | tee -a "$LOG"
+    opt=(); [ $kv = bf16 ] || opt=(--kv $kv)
     BRAID_CUDA_ATTN=$attn timeout $(($(left) - 15)) build-gpu/frontend/braid bench --serve --device cuda \
-      -m $M/llama8b --weights $weights --rate $rate --batch-tokens $tokens --step-ms $step_ms --requests 200 \
+      -m $M/llama8b --weights $weights "${opt[@]}" --rate $rate --batch-tokens $tokens --step-ms $step_ms --requests 200 \
       --prompt-len 1024 --gen-len 1024 \
       > "$OUT_ROOT/serve_$name.txt" 2>&1
     echo "rc $?" | tee -a "$LOG"

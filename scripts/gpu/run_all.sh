@@ -8,6 +8,7 @@
 #   OUT              result folder; receives results.json and run_all.log [--out]
 #   CACHE            models, references, engine outputs (default /tmp/braid-gpu) [--cache]
 #   BRAID_GPU_CHECK  the engine's check binary (default build-gpu/engine/braid_gpu_check) [--bin]
+#   BRAID_GPU_FLAGS  more options of its run and batch commands (say "--kv fp8")
 #   STAGES, SHAPES   as the options; PYTHON (default python3)
 #   DEVICE           cuda (default), or cpu to try the scripts here with --shapes tiny,...
 #                    (the Python steps then get --device cpu --tiny) [--device]
@@ -139,9 +140,9 @@ for s in "${SHAPE_LIST[@]}"; do
       rm -rf "$braid" && mkdir -p "$braid"
       rm -f "$res.batch.out"
       step braid "$s" 240 - -- "$BIN" run --model "$model" --device cuda --prompts "$ref/prompts.json" \
-        --out-dir "$braid"
+        --out-dir "$braid" ${BRAID_GPU_FLAGS:-}
       step batch "$s" 240 "$res.batch.out" -- "$BIN" batch --model "$model" \
-        --prompts "$ref/batch_prompts.json" --gen 32
+        --prompts "$ref/batch_prompts.json" --gen 32 ${BRAID_GPU_FLAGS:-}
     fi
   fi
   if has_stage compare; then

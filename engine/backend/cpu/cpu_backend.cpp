@@ -320,6 +320,10 @@ Result<std::unique_ptr<Backend>> OpenCpuBackend(const ModelFile& file, const Mod
     return Status::Unsupported(
         "FP8 weights (--weights fp8) run on the CUDA backend only; the CPU reads the file's "
         "own types (--device cuda, or leave --weights out)");
+  if (options.kv_cache == ModelOptions::KvCache::kFp8)
+    return Status::Unsupported(
+        "an FP8 KV cache (--kv fp8) is the CUDA backend's; the CPU keeps f16, q8 or f32 "
+        "(--device cuda, or --kv f16|q8|f32)");
   BRAID_ASSIGN_OR_RETURN(LlamaWeights weights, BuildLlamaWeights(file));
   if (!options.cpu.exact) InterleaveForFastPath(&weights);
   const int threads = options.threads > 0 ? options.threads : DefaultCpuThreads();

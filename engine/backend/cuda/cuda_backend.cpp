@@ -432,11 +432,13 @@ class CudaKv final : public KvMemory {
   // `compute` is the backend's stream, `compute_mu` the lock its forward
   // passes hold while they enqueue work there (graph captures included).
   // With n_slides > 0 the layers `sliding` marks keep n_slides slides (and
-  // one for padding) instead of blocks (kv::BlockPool).
+  // one for padding) instead of blocks (kv::BlockPool). Elements are
+  // `cache`'s (bf16 or e4m3).
   static Result<std::unique_ptr<CudaKv>> Make(int device, cudaStream_t compute,
                                               std::mutex* compute_mu, int n_layer, int n_blocks,
                                               int n_slides, const std::vector<bool>& sliding,
-                                              int block_size, int n_kv, int head_dim) {
+                                              int block_size, int n_kv, int head_dim,
+                                              kc::KvCache cache) {
     std::unique_ptr<CudaKv> kv(new CudaKv());
     kv->device_ = device;
     kv->compute_ = compute;
@@ -445,14 +447,15 @@ class CudaKv final : public KvMemory {
     kv->n_blocks_ = n_blocks;
     kv->n_slides_ = n_slides;
     kv->block_size_ = block_size;
-    kv->block_elems_ = static_cast<size_t>(block_size) * n_kv * head_dim;
-    kv->layer_elems_ = static_cast<size_t>(n_blocks + 1) * kv->block_elems_;
+    kv->cache_ = cache;
+    kv->piece_bytes_ = static_cast<size_t>(block_size) * n_kv * head_dim * kc::KvCacheBytes(cache);
+    kv->layer_bytes_ = static_cast<size_t>(n_blocks + 1) * kv->piece_bytes_;
     size_t total = 0;
     for (int i = 0; i < n_layer; ++i) {
       kv->base_.push_back(total);
       kv->slides_.push_back(n_slides > 0 && sliding[static_cast<size_t>(i)]);
       total +=
-          static_cast<size_t>(kv->slides_.back() ? n_slides + 1 : n_blocks + 1) * kv->block_elems_;
+          static_cast<size_t>(kv->slides_.back() ? n_slides + 1 : n_blocks + 1) * kv->piece_bytes_;
     }
     BRAID_RETURN_IF_ERROR(kv->k_.Allocate(total));
     BRAID_RETURN_IF_ERROR(kv->v_.Allocate(total));
@@ -462,7 +465,7 @@ class CudaKv final : public KvMemory {
     // A strided copy's pitch (one layer's K or V) has a limit (2 GiB).
     int max_pitch = 0;
     CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
-    kv->strided_ = kv->layer_elems_ * sizeof(uint16_t) <= static_cast<size_t>(max_pitch);
+    kv->strided_ = kv->layer_bytes_ <= static_cast<size_t>(max_pitch);
     return kv;
   }
   ~CudaKv() override {
@@ -479,9 +482,10 @@ class CudaKv final : public KvMemory {
   int n_blocks() const override { return n_blocks_; }
   int n_slides() const override { return n_slides_; }
   int block_size() const override { return block_size_; }
-  size_t bytes() const override { return 2 * k_.size() * sizeof(uint16_t); }
-  uint16_t* k(int layer) const { return k_.get() + base_[static_cast<size_t>(layer)]; }
-  uint16_t* v(int layer) const { return v_.get() + base_[static_cast<size_t>(layer)]; }
+  size_t bytes() const override { return 2 * k_.size(); }
+  kc::KvCache cache() const { return cache_; }
+  uint8_t* k(int layer) const { return k_.get() + base_[static_cast<size_t>(layer)]; }
+  uint8_t* v(int layer) const { return v_.get() + base_[static_cast<size_t>(layer)]; }
   // Whether layer `layer` is kept in slides (read through slide tables).
   bool InSlides(int layer) const { return slides_[static_cast<size_t>(layer)]; }
   int trash_block() const { return n_blocks_; }
@@ -490,7 +494,7 @@ class CudaKv final : public KvMemory {
   uint64_t id() const { return id_; }
 
   // A block on the host: every layer's K piece, then every layer's V piece.
-  size_t block_bytes() const override { return 2 * n_layer_ * piece_bytes(); }
+  size_t block_bytes() const override { return 2 * n_layer_ * piece_bytes_; }
   // Portable: one registration serves every GPU (tensor parallel ranks).
   Status RegisterHost(void* p, size_t bytes) override {
     CUDA_TRY_CLEAR(cudaSetDevice(device_));
@@ -563,11 +567,9 @@ class CudaKv final : public KvMemory {
     static std::atomic<uint64_t> next{1};
     id_ = next++;
   }
-  size_t piece_bytes() const { return block_elems_ * sizeof(uint16_t); }
   // One block of one layer's K (half 0) or V (half 1).
   uint8_t* Piece(int half, int layer, int32_t block) const {
-    return reinterpret_cast<uint8_t*>((half ? v(layer) : k(layer)) +
-                                      static_cast<size_t>(block) * block_elems_);
+    return (half ? v(layer) : k(layer)) + static_cast<size_t>(block) * piece_bytes_;
   }
   // Whether `fence` is kept and its copy still runs (mu_ held).
   bool Running(uint64_t fence) {
@@ -637,10 +639,10 @@ class CudaKv final : public KvMemory {
     if (strided_) {
       // Per block, K then V: n_layer rows of one piece, a layer apart on the
       // device and packed on the host.
-      const size_t piece = piece_bytes(), layer_bytes = layer_elems_ * sizeof(uint16_t);
+      const size_t piece = piece_bytes_, layer_bytes = layer_bytes_;
       for (size_t i = 0; i < blocks.size(); ++i)
         for (int half = 0; half < 2; ++half) {
-          uint16_t* dev = (half ? v_ : k_).get() + static_cast<size_t>(blocks[i]) * block_elems_;
+          uint8_t* dev = (half ? v_ : k_).get() + static_cast<size_t>(blocks[i]) * piece_bytes_;
           uint8_t* h = host[i] + static_cast<size_t>(half) * n_layer_ * piece;
           if (out)
             CUDA_TRY_CLEAR(cudaMemcpy2DAsync(h, piece, dev, layer_bytes, piece, n_layer_,
@@ -651,7 +653,7 @@ class CudaKv final : public KvMemory {
         }
     } else {
       // Layers too far apart for a strided copy: one copy per piece.
-      const size_t piece = piece_bytes();
+      const size_t piece = piece_bytes_;
       for (size_t i = 0; i < blocks.size(); ++i)
         for (int half = 0; half < 2; ++half)
           for (int layer = 0; layer < n_layer_; ++layer) {
@@ -668,11 +670,12 @@ class CudaKv final : public KvMemory {
   uint64_t id_ = 0;
   int device_ = 0;
   int n_layer_ = 0, n_blocks_ = 0, n_slides_ = 0, block_size_ = 0;
-  size_t block_elems_ = 0;    // of one block of one layer
-  size_t layer_elems_ = 0;    // of one layer kept in blocks
-  std::vector<size_t> base_;  // per layer: where its K (or V) starts
+  kc::KvCache cache_ = kc::KvCache::kBf16;
+  size_t piece_bytes_ = 0;    // of one block of one layer's K (or V)
+  size_t layer_bytes_ = 0;    // of one layer kept in blocks
+  std::vector<size_t> base_;  // per layer: where its K (or V) starts, in bytes
   std::vector<bool> slides_;  // per layer: kept in slides
-  DeviceArray<uint16_t> k_, v_;
+  DeviceArray<uint8_t> k_, v_;
   bool strided_ = true;  // else one copy per piece
 
   cudaStream_t compute_ = nullptr;  // the backend's
@@ -792,6 +795,10 @@ class CudaBackend final : public CudaRank {
                                                 "attn_scale", "sliding_window", "rope_llama3"};
     BRAID_RETURN_IF_ERROR(CheckOps(c, context, kOps, "the CUDA backend"));
     BRAID_RETURN_IF_ERROR(PlanCudaBlock(c));
+    if (options.cpu.kv_cache != CpuOptions::KvCache::kF16)
+      return Status::Unsupported(
+          "the CUDA backend keeps its KV cache in bf16 (--kv f16, the default) or e4m3 (--kv "
+          "fp8); q8 and f32 are the CPU's");
     const int world = group ? group->size() : 1;
     if (c.n_head_kv % world != 0 || c.n_ff % (8 * world) != 0)
       return Status::Unsupported(
@@ -817,7 +824,8 @@ class CudaBackend final : public CudaRank {
   // at once; the pool takes nearly all the memory the weights leave.
   ServingDefaults serving_defaults() const override { return {1024, kMaxGraphBatch, 0.9}; }
   size_t KvBlockBytes(int block_size) const override {
-    return size_t{2} * c_.n_layer * block_size * c_.n_head_kv * c_.head_dim * sizeof(uint16_t);
+    return size_t{2} * c_.n_layer * block_size * c_.n_head_kv * c_.head_dim *
+           kc::KvCacheBytes(kv_cache_);
   }
   uint64_t KvMemoryAvailable() const override {
     size_t free = 0, total = 0;
@@ -847,7 +855,7 @@ class CudaBackend final : public CudaRank {
     CUDA_TRY(cudaSetDevice(device_));
     BRAID_ASSIGN_OR_RETURN(std::unique_ptr<CudaKv> kv,
                            CudaKv::Make(device_, stream_, &mu_, c_.n_layer, n_blocks, n_slides,
-                                        sliding, block_size, c_.n_head_kv, c_.head_dim));
+                                        sliding, block_size, c_.n_head_kv, c_.head_dim, kv_cache_));
     return std::unique_ptr<KvMemory>(std::move(kv));
   }
   Status Forward(std::span<const BatchSegment> batch, KvMemory& kv, float* logits) override {
@@ -902,7 +910,9 @@ class CudaBackend final : public CudaRank {
         (fp8_ ? ", fp8 (e4m3) layer weights with a scale per row (an f16 "
                 "tensor-core matrix-vector kernel up to 16 rows), bf16 output head"
               : ", bf16 weights") +
-        ", cuBLASLt GEMMs, bf16 KV, paged split-K decode attention" +
+        ", cuBLASLt GEMMs" +
+        (kv_cache_ == kc::KvCache::kE4m3 ? ", fp8 (e4m3) KV, read as fp16" : ", bf16 KV") +
+        ", paged split-K decode attention" +
         (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)");
     if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
@@ -1056,6 +1066,8 @@ class CudaBackend final : public CudaRank {
   DeviceArray<uint16_t> embed_, lm_head_own_;
   const uint16_t* lm_head_ = nullptr;
   bool fp8_ = false;  // the layers' matrices are e4m3 (ModelOptions::Weights::kFp8)
+  // The KV cache's elements (ModelOptions::kv_cache).
+  kc::KvCache kv_cache_ = kc::KvCache::kBf16;
   // FP8 GEMMs: quantized activation rows and their scales; the bf16 copy of
   // a weight where cuBLASLt has no FP8 GEMM for its shape.
   DeviceArray<uint8_t> x8_;
@@ -1165,6 +1177,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
                          int context) {
   const ModelConfig& c = c_;
   fp8_ = options.weights == ModelOptions::Weights::kFp8;
+  if (options.kv_cache == ModelOptions::KvCache::kFp8) kv_cache_ = kc::KvCache::kE4m3;
   if (!kc::DecodeAttentionSupports(c.head_dim, c.n_head / std::max(1, c.n_head_kv)) ||
       c.n_head % c.n_head_kv != 0)
     return Status::Unsupported(
@@ -1566,8 +1579,8 @@ Status CudaBackend::PrefillAttention(CudaKv& kv, int layer, int row0, int n, int
   const int n_keys = pos0 + n - key0;
   const int32_t* table =
       DevTables() + HostRegion(kv.InSlides(layer) ? kSlideTable : kSeqTable)[seq];
-  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), table, key0, n_keys, c_.n_head_kv, hd,
-                          kv.block_size(), kc_.get(), vc_.get(), stream_));
+  KERNEL_TRY(kc::GatherKv(kv.k(layer), kv.v(layer), kv.cache(), table, key0, n_keys, c_.n_head_kv,
+                          hd, kv.block_size(), kc_.get(), vc_.get(), stream_));
   // Query rows per pass so that the scores fit the workspace.
   const size_t per_row = static_cast<size_t>(H) * n_keys;
   const int rows = static_cast<int>(std::max<size_t>(1, std::min<size_t>(n, s_.size() / per_row)));
@@ -1711,6 +1724,7 @@ kc::RopeKvArgs CudaBackend::RopeArgs(CudaKv& kv, int i, int T, bool qk_norm) con
   r.q = q_.get();
   r.k_cache = kv.k(i);
   r.v_cache = kv.v(i);
+  r.cache = kv.cache();
   r.n = T;
   r.n_head = c.n_head;
   r.n_kv = c.n_head_kv;
@@ -1735,6 +1749,7 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     ca.q = q_.get();
     ca.k_cache = kv.k(i);
     ca.v_cache = kv.v(i);
+    ca.cache = kv.cache();
     ca.tables = DevTables();
     ca.seq_table = DevRegion(kSeqTable);
     ca.groups = DevRegion(kCascadeGroups);
@@ -1756,6 +1771,7 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     a.q = q_.get();
     a.k_cache = kv.k(i);
     a.v_cache = kv.v(i);
+    a.cache = kv.cache();
     a.tokens = DevRegion(kDecode);
     a.pos = DevRegion(kPos);
     a.tok_seq = DevRegion(kTokSeq);

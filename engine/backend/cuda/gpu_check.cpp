@@ -10,7 +10,8 @@
 //       logits cosine and greedy continuations; exits 1 unless every
 //       cosine >= 0.999 and every continuation is the same
 // Without a GPU every command exits 77 (skipped). Every command takes
-// --weights fp8: the CUDA layer weights quantized at load (ModelOptions).
+// --weights fp8: the CUDA layer weights quantized at load, and --kv fp8: the
+// CUDA backend's KV cache in e4m3 (ModelOptions).
 //   batch --model DIR --prompts P.json --gen N
 //       the serving engine on the GPU: every prompt alone, then all at once;
 //       greedy tokens must be the same
@@ -155,7 +156,8 @@ struct Args {
   std::string modes = "off,ngram,suffix,ngram:8:fixed";  // serve-spec's --spec values
   int prompt = 128, gen = 128, ctx = 0, prefix = 4096, ranks = 2;
   int blocks = 0, share = 1;  // copy's pool (0: sized from memory) and ranks on one GPU
-  ModelOptions::Weights weights = ModelOptions::Weights::kBf16;  // --weights bf16|fp8
+  ModelOptions::Weights weights = ModelOptions::Weights::kBf16;   // --weights bf16|fp8
+  ModelOptions::KvCache kv_cache = ModelOptions::KvCache::kBf16;  // --kv bf16|fp8
 };
 
 Args Parse(int argc, char** argv) {
@@ -201,6 +203,8 @@ Args Parse(int argc, char** argv) {
       a.share = std::stoi(v);
     else if (k == "--weights" && (v == "bf16" || v == "fp8"))
       a.weights = v == "fp8" ? ModelOptions::Weights::kFp8 : ModelOptions::Weights::kBf16;
+    else if (k == "--kv" && (v == "bf16" || v == "fp8"))
+      a.kv_cache = v == "fp8" ? ModelOptions::KvCache::kFp8 : ModelOptions::KvCache::kBf16;
     else
       Fail("unknown option " + k);
   }
@@ -214,7 +218,10 @@ std::unique_ptr<Model> OpenModel(const Args& a, const std::string& device, bool 
   o.path = a.model;
   o.require_tokenizer = false;  // prompts are token ids
   o.device = device;
-  if (device != "cpu") o.weights = a.weights;
+  if (device != "cpu") {
+    o.weights = a.weights;
+    o.kv_cache = a.kv_cache;
+  }
   o.context = a.ctx;
   o.cpu.exact = exact;
   const auto t0 = Clock::now();
@@ -373,6 +380,7 @@ int Batch(const Args& a) {
   o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
   o.model.weights = a.weights;
+  o.model.kv_cache = a.kv_cache;
   o.model.context = a.ctx;
   o.max_batch_tokens = 2048;
   o.max_running = 64;
@@ -489,6 +497,7 @@ int Decode(const Args& a) {
   mo.path = a.model;
   mo.device = a.device;
   mo.weights = a.weights;
+  mo.kv_cache = a.kv_cache;
   auto backend = Check(OpenBackend(*file, mo, a.prompt + a.gen + 16), "opening the backend");
   const int n_vocab = backend->n_vocab();
   std::mt19937 rng(11);
@@ -543,6 +552,7 @@ int Sweep(const Args& a) {
   mo.path = a.model;
   mo.device = a.device;
   mo.weights = a.weights;
+  mo.kv_cache = a.kv_cache;
   const int context = a.prompt + a.gen + 16;
   auto backend = Check(OpenBackend(*file, mo, context), "opening the backend");
   ModelInfo info;
@@ -671,6 +681,7 @@ int ServeSpec(const Args& a) {
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
     o.model.weights = a.weights;
+    o.model.kv_cache = a.kv_cache;
     o.model.context = a.ctx;
     o.max_batch_tokens = a.device == "cpu" ? 256 : 2048;
     o.max_running = most;
@@ -755,6 +766,7 @@ EngineOptions IdsEngineOptions(const Args& a) {
   o.model.require_tokenizer = false;  // prompts are token ids
   o.model.device = a.device;
   o.model.weights = a.weights;
+  o.model.kv_cache = a.kv_cache;
   o.model.context = 2048;
   return o;
 }
@@ -1015,6 +1027,7 @@ int Cascade(const Args& a) {
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = a.device;
     o.model.weights = a.weights;
+    o.model.kv_cache = a.kv_cache;
     o.model.context = a.ctx;
     o.max_batch_tokens = 2048;
     o.max_running = B + 1;
@@ -1669,6 +1682,7 @@ int CopyBlocks(const Args& a) {
   mo.path = a.model;
   mo.device = a.device;
   mo.weights = a.weights;
+  mo.kv_cache = a.kv_cache;
   const int context = 1024, bs = 16;
   const DeviceSpec spec = Check(ParseDevice(a.device), "parsing --device");
   if (spec.kind != DeviceSpec::Kind::kCuda) Fail("copy: --device must name a GPU");
@@ -1706,6 +1720,7 @@ int Engines(const Args& a) {
     o.model.require_tokenizer = false;  // prompts are token ids
     o.model.device = d;
     o.model.weights = a.weights;
+    o.model.kv_cache = a.kv_cache;
     o.model.context = 1024;
     o.kv_tokens = 32 * 1024;
     return Check(Engine::Open(o), ("opening an engine on " + d).c_str());

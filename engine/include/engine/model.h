@@ -82,6 +82,11 @@ struct ModelOptions {
   // a scale per output row (the embedding and output head stay bf16).
   enum class Weights { kBf16, kFp8 };
   Weights weights = Weights::kBf16;
+  // The CUDA backend's KV cache: bf16, or FP8 (e4m3: each value rounded to
+  // nearest, beyond +-448 saturated, no scale), half the bytes a token.
+  // The CPU backend keeps its own (CpuOptions::kv_cache) and refuses kFp8.
+  enum class KvCache { kBf16, kFp8 };
+  KvCache kv_cache = KvCache::kBf16;
   CpuOptions cpu;
 };
 

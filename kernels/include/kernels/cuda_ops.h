@@ -9,14 +9,19 @@
 // dependent launch: each may start while the previous kernel on the stream
 // finishes, and waits for it before reading what it wrote.
 //
-// KV layout, per layer: [block][kv_head][slot][head_dim] bf16 for K and for V
-// (one KV head's rows of a block contiguous); a token's KV slot is
-// block * block_size + slot.
+// KV layout, per layer: [block][kv_head][slot][head_dim] for K and for V
+// (one KV head's rows of a block contiguous), each element bf16 or e4m3
+// (KvCache); a token's KV slot is block * block_size + slot.
 #pragma once
 
 #include <cstdint>
 
 namespace braid::kernels::cuda {
+
+// The KV cache's elements: bf16, or FP8 e4m3 (stored from fp32 rounded to
+// nearest, beyond +-448 saturated, no scale; read back exactly, as fp16).
+enum class KvCache : uint8_t { kBf16, kE4m3 };
+inline constexpr int KvCacheBytes(KvCache c) { return c == KvCache::kE4m3 ? 1 : 2; }
 
 // x[t, :] = table[ids[t], :] * scale as fp32, for t < n.
 int Embed(const uint16_t* table, const int32_t* ids, int n, int dim, float scale, float* x,
@@ -33,8 +38,9 @@ struct RopeKvArgs {
   const int32_t* slot = nullptr;    // [n] KV slots (block * block_size + slot); < 0: not stored
   const float* inv_freq = nullptr;  // [n_rot / 2]
   float* q = nullptr;               // out: [n, n_head*hd] rotated queries
-  uint16_t* k_cache = nullptr;      // this layer's K and V
-  uint16_t* v_cache = nullptr;
+  void* k_cache = nullptr;          // this layer's K and V
+  void* v_cache = nullptr;
+  KvCache cache = KvCache::kBf16;
   int n = 0, n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0, block_size = 0;
   bool neox = false;  // rotate split halves (HF) rather than adjacent pairs (GGUF llama)
 };
@@ -64,9 +70,10 @@ int GatedActivation(const float* gu, int n, int n_ff, Gate gate, uint16_t* out, 
 int RmsNormAdd(const float* y, const float* w, int n, int dim, float eps, float* x, void* stream);
 
 struct DecodeAttentionArgs {
-  const float* q = nullptr;           // [tokens, n_head*hd] rotated queries
-  const uint16_t* k_cache = nullptr;  // this layer's K and V
-  const uint16_t* v_cache = nullptr;
+  const float* q = nullptr;       // [tokens, n_head*hd] rotated queries
+  const void* k_cache = nullptr;  // this layer's K and V
+  const void* v_cache = nullptr;
+  KvCache cache = KvCache::kBf16;
   const int32_t* tokens = nullptr;     // [n] which rows of q to attend for
   const int32_t* pos = nullptr;        // [tokens] positions: token t sees keys [0, pos[t]]
   const int32_t* tok_seq = nullptr;    // [tokens] the sequence of each token
@@ -127,8 +134,9 @@ bool DecodeAttentionSupports(int head_dim, int group);
 // heads per KV head, block_size a multiple of 16.
 struct CascadeAttentionArgs {
   const float* q = nullptr;  // [tokens, n_head*hd] rotated queries
-  const uint16_t* k_cache = nullptr;
-  const uint16_t* v_cache = nullptr;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  KvCache cache = KvCache::kBf16;
   const int32_t* tables = nullptr;
   const int32_t* seq_table = nullptr;
   const int32_t* groups = nullptr;
@@ -150,10 +158,10 @@ int CascadeAttentionBlocksPerSm(int head_dim);
 
 // Prefill attention of one sequence's chunk through GEMMs: these gather the
 // operands and apply the causal softmax around two batched GEMMs.
-//   kc, vc [n_kv][n_keys][hd] <- the sequence's positions [key0, key0 + n_keys)
-int GatherKv(const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* table, int key0,
-             int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc, uint16_t* vc,
-             void* stream);
+//   kc, vc [n_kv][n_keys][hd] (bf16) <- the sequence's positions [key0, key0 + n_keys)
+int GatherKv(const void* k_cache, const void* v_cache, KvCache cache, const int32_t* table,
+             int key0, int n_keys, int n_kv, int head_dim, int block_size, uint16_t* kc,
+             uint16_t* vc, void* stream);
 //   qh [n_head][n][hd] (bf16) <- q [n rows from row0, n_head*hd] (fp32)
 int GatherHeads(const float* q, int row0, int n, int n_head, int head_dim, uint16_t* qh,
                 void* stream);
