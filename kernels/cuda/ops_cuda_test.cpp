@@ -181,16 +181,20 @@ void TestWindowedPrefill() {
   const int e2 =
       cuda::GatherKv(dk, dv, cuda::KvCache::kBf16, dt, from, count, n_kv, hd, bs, kc, vc, nullptr);
   failures += e2 != 0;
-  std::vector<float> kw, vw;
-  for (int g = 0; g < n_kv; ++g)
-    for (int i = 0; i < count; ++i)
-      for (int d = 0; d < hd; ++d) {
-        const int key = from + i;
-        const size_t at =
-            ((static_cast<size_t>(table[key / bs]) * n_kv + g) * bs + key % bs) * hd + d;
-        kw.push_back(Bf16ToFp32(kh[at]));
-        vw.push_back(Bf16ToFp32(vh[at]));
-      }
+  // The gathered rows' values, cache element `at` read by value(at).
+  auto gathered = [&](auto value) {
+    std::vector<float> w;
+    for (int g = 0; g < n_kv; ++g)
+      for (int i = 0; i < count; ++i)
+        for (int d = 0; d < hd; ++d) {
+          const int key = from + i;
+          w.push_back(
+              value(((static_cast<size_t>(table[key / bs]) * n_kv + g) * bs + key % bs) * hd + d));
+        }
+    return w;
+  };
+  const auto kw = gathered([&](size_t at) { return Bf16ToFp32(kh[at]); });
+  const auto vw = gathered([&](size_t at) { return Bf16ToFp32(vh[at]); });
   Expect("gather of keys from a later block (K)", Bf16ToHost(kc, kw.size()), kw, 0, 0);
   Expect("gather of keys from a later block (V)", Bf16ToHost(vc, vw.size()), vw, 0, 0);
   // The same from an e4m3 cache: every byte but NaN's, read back exactly.
@@ -201,16 +205,8 @@ void TestWindowedPrefill() {
     uint8_t *dk8 = ToDevice(k8), *dv8 = ToDevice(v8);
     failures += cuda::GatherKv(dk8, dv8, cuda::KvCache::kE4m3, dt, from, count, n_kv, hd, bs, kc,
                                vc, nullptr) != 0;
-    std::vector<float> k8w, v8w;
-    for (int g = 0; g < n_kv; ++g)
-      for (int i = 0; i < count; ++i)
-        for (int d = 0; d < hd; ++d) {
-          const int key = from + i;
-          const size_t at =
-              ((static_cast<size_t>(table[key / bs]) * n_kv + g) * bs + key % bs) * hd + d;
-          k8w.push_back(Fp8E4M3ToFp32(k8[at]));
-          v8w.push_back(Fp8E4M3ToFp32(v8[at]));
-        }
+    const auto k8w = gathered([&](size_t at) { return Fp8E4M3ToFp32(k8[at]); });
+    const auto v8w = gathered([&](size_t at) { return Fp8E4M3ToFp32(v8[at]); });
     Expect("gather of e4m3 keys (K)", Bf16ToHost(kc, k8w.size()), k8w, 0, 0);
     Expect("gather of e4m3 keys (V)", Bf16ToHost(vc, v8w.size()), v8w, 0, 0);
     cudaFree(dk8), cudaFree(dv8);
