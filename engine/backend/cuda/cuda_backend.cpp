@@ -1145,11 +1145,11 @@ class CudaBackend final : public CudaRank {
   // every context as widely as the batch allows, to measure what it costs.
   int attention_range_keys_ = kc::DecodeAttentionArgs{}.range_keys;
   // The most tokens a decode-attention segment of this pass holds
-  // (kc::DecodeAttentionArgs::step_keys): its keys before are loaded before
-  // the kernels ahead finish; BRAID_CUDA_EARLY_KEYS=0 waits for them, to
-  // measure what loading early is worth.
+  // (kc::DecodeAttentionArgs::step_keys). With BRAID_CUDA_EARLY_KEYS=1 the
+  // keys before are loaded before the kernels ahead finish; not yet the
+  // default, as it has not run on a GPU.
   int step_keys_ = 0;
-  bool early_keys_ = true;
+  bool early_keys_ = false;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1221,7 +1221,7 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   if (const char* range = std::getenv("BRAID_CUDA_RANGE_KEYS"))
     attention_range_keys_ = std::max(1, std::atoi(range));
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
-    early_keys_ = std::string(early) != "0";
+    early_keys_ = std::string(early) == "1";
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
