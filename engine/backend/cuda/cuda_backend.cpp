@@ -1147,7 +1147,7 @@ class CudaBackend final : public CudaRank {
   // The most tokens a decode-attention segment of this pass holds
   // (kc::DecodeAttentionArgs::step_keys). With BRAID_CUDA_EARLY_KEYS=1 the
   // keys before are loaded before the kernels ahead finish; not yet the
-  // default, as it has not run on a GPU.
+  // default, as it has not been timed in alternating rounds.
   int step_keys_ = 0;
   bool early_keys_ = false;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
