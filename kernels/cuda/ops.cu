@@ -652,7 +652,7 @@ __device__ __forceinline__ void Fp8TileToHalf(const uint8_t* src, uint16_t* dst,
 // Decode attention on tensor cores. Each thread block: one (token, KV head,
 // key range), the range a run of 16-key tiles (a tile lies in one KV block:
 // block_size a multiple of 16), dealt to the 4 warps in turn. Each warp
-// streams its tiles through kAttnStages buffers of its own in shared memory
+// streams its tiles through ST buffers of its own in shared memory
 // (cp.async, keys and values outside the token's range zero-filled), so
 // that its next tiles are in flight while it computes one, and keeps its own
 // online softmax. Per tile: S = Q K^T (the KV head's query heads as A's
@@ -661,26 +661,26 @@ __device__ __forceinline__ void Fp8TileToHalf(const uint8_t* src, uint16_t* dst,
 // high part and a bf16 remainder, two products each, so that scores and
 // weights keep about fp32's precision against the bf16 cache. Rows of 16-byte
 // chunks are stored with chunk c of row r at c ^ (r % 8): the 8 rows an
-// ldmatrix reads fall in distinct banks.
-constexpr int kAttnStages = 3;
+// ldmatrix reads fall in distinct banks. ST is 3 with a bf16 cache; an
+// e4m3 cache's tiles are half the bytes, so 4 stages would keep more of
+// them in flight in the same shared memory (DecodeAttentionArgs::fp8_stages).
 
-// A warp's shared memory: one set of stages (keys and values of
-// kAttnStages tiles, as cached) and, with an e4m3 cache (F8), the tile in
-// use as fp16.
-template <int HD, bool F8>
+// A warp's shared memory: ST stages (keys and values of a tile, as cached)
+// and, with an e4m3 cache (F8), the tile in use as fp16.
+template <int HD, bool F8, int ST>
 __host__ __device__ constexpr int AttnStageBytes() {
-  return kAttnStages * 2 * 16 * HD * (F8 ? 1 : 2);
+  return ST * 2 * 16 * HD * (F8 ? 1 : 2);
 }
-template <int HD, bool F8>
+template <int HD, bool F8, int ST>
 __host__ __device__ constexpr int AttnWarpBytes() {
-  return AttnStageBytes<HD, F8>() + (F8 ? 2 * 16 * HD * 2 : 0);
+  return AttnStageBytes<HD, F8, ST>() + (F8 ? 2 * 16 * HD * 2 : 0);
 }
-template <int HD, bool F8>
+template <int HD, bool F8, int ST>
 __host__ __device__ constexpr int AttnSmem() {
-  return kWarps * AttnWarpBytes<HD, F8>();
+  return kWarps * AttnWarpBytes<HD, F8, ST>();
 }
 
-template <int HD, bool F8>
+template <int HD, bool F8, int ST>
 __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAttentionArgs a) {
   extern __shared__ __align__(16) uint8_t attn_smem[];
   Release();
@@ -702,8 +702,8 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   const int gr = lane / 4, tq = lane % 4;
   const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
   const int64_t head_stride = static_cast<int64_t>(a.block_size) * HD;
-  uint8_t* stage_k = attn_smem + warp * AttnWarpBytes<HD, F8>();  // [stage][K, V][tile]
-  uint16_t* tile_h = reinterpret_cast<uint16_t*>(stage_k + AttnStageBytes<HD, F8>());  // F8
+  uint8_t* stage_k = attn_smem + warp * AttnWarpBytes<HD, F8, ST>();  // [stage][K, V][tile]
+  uint16_t* tile_h = reinterpret_cast<uint16_t*>(stage_k + AttnStageBytes<HD, F8, ST>());  // F8
   const uint8_t* k_cache = static_cast<const uint8_t*>(a.k_cache);
   const uint8_t* v_cache = static_cast<const uint8_t*>(a.v_cache);
 
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   // step_keys): the first tiles' rows of those go out before waiting for
   // the kernels ahead, the rest (this pass's own keys) after.
   const int earlier = a.step_keys > 0 ? n_keys - a.step_keys : INT_MIN;
-  // The warp's i-th tile into stage i % kAttnStages: its rows of keys
+  // The warp's i-th tile into stage i % ST: its rows of keys
   // before `earlier` (and the zero-filled ones) when part is 0, the others
   // when 1, all when 2; the group is committed after parts 1 and 2.
   auto issue = [&](int i, int part) {
@@ -725,7 +725,7 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
       const int64_t base =
           (static_cast<int64_t>(table[key0 / a.block_size]) * a.n_kv + kvh) * head_stride +
           (key0 % a.block_size) * HD;
-      uint8_t* dk = stage_k + (i % kAttnStages) * 2 * kTileElems * EB;
+      uint8_t* dk = stage_k + (i % ST) * 2 * kTileElems * EB;
 #pragma unroll
       for (int u = 0; u < kTile * CH / 32; ++u) {
         const int c = lane + 32 * u, r = c / CH, ch = c % CH;
@@ -743,10 +743,10 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
     if (part != 0) CopyCommit();  // an empty group past the last tile keeps the counts uniform
   };
 #pragma unroll
-  for (int i = 0; i < kAttnStages - 1; ++i) issue(i, 0);
+  for (int i = 0; i < ST - 1; ++i) issue(i, 0);
   Acquire();
 #pragma unroll
-  for (int i = 0; i < kAttnStages - 1; ++i) issue(i, 1);
+  for (int i = 0; i < ST - 1; ++i) issue(i, 1);
 
   // Q's A fragments in log2 units (row gr: query head kvh * G + gr; zero
   // rows past G), high parts and remainders.
@@ -771,10 +771,10 @@ __global__ void __launch_bounds__(kWarps * 32) DecodeAttentionMmaKernel(DecodeAt
   // ldmatrix rows this lane gives: matrix mi = lane / 8, row lane % 8.
   const int mi = lane / 8, mr = lane % 8;
   for (int i = 0; i < mine; ++i) {
-    issue(i + kAttnStages - 1, 2);
-    CopyWait<kAttnStages - 1>();
+    issue(i + ST - 1, 2);
+    CopyWait<ST - 1>();
     __syncwarp();
-    const uint8_t* stage = stage_k + (i % kAttnStages) * 2 * kTileElems * EB;
+    const uint8_t* stage = stage_k + (i % ST) * 2 * kTileElems * EB;
     const uint16_t* sk = reinterpret_cast<const uint16_t*>(stage);
     if constexpr (F8) {
       Fp8TileToHalf<HD>(stage, tile_h, 2 * kTile, lane, 32);  // keys, then values
@@ -1137,21 +1137,23 @@ int AllowSmem(Kernel kernel, int bytes, int static_bytes, std::atomic<int> (&con
   return 0;
 }
 
-template <int HD, bool F8>
+template <int HD, bool F8, int ST>
 int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
   static std::atomic<int> configured[64] = {};
-  constexpr int smem = AttnSmem<HD, F8>();
+  constexpr int smem = AttnSmem<HD, F8, ST>();
   static_assert(smem >= kWarps * 8 * HD * static_cast<int>(sizeof(float)), "sm_acc fits");
   if (const int e =
-          AllowSmem(DecodeAttentionMmaKernel<HD, F8>, smem, 2 * kWarps * 8 * 4, configured))
+          AllowSmem(DecodeAttentionMmaKernel<HD, F8, ST>, smem, 2 * kWarps * 8 * 4, configured))
     return e;
   const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
-  return Launch(DecodeAttentionMmaKernel<HD, F8>, grid, block, smem, s, a);
+  return Launch(DecodeAttentionMmaKernel<HD, F8, ST>, grid, block, smem, s, a);
 }
 template <int HD>
 int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
-  return a.cache == KvCache::kE4m3 ? LaunchDecodeMma<HD, true>(a, s)
-                                   : LaunchDecodeMma<HD, false>(a, s);
+  static_assert(AttnSmem<HD, true, 4>() <= AttnSmem<HD, false, 3>(), "as many blocks fit");
+  if (a.cache != KvCache::kE4m3) return LaunchDecodeMma<HD, false, 3>(a, s);
+  return a.fp8_stages == 4 ? LaunchDecodeMma<HD, true, 4>(a, s)
+                           : LaunchDecodeMma<HD, true, 3>(a, s);
 }
 
 template <int HD, int GMAX, bool F8>
