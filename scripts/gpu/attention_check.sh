@@ -26,7 +26,9 @@
 #            "64,128,192,256", at BATCH_PROMPT tokens of context, default
 #            1,536), BASE and this build alternating, BATCH_ROUNDS (2)
 #            rounds, each beside its roofline; this build once per KV
-#            cache of BATCH_KV (default "bf16"; say "bf16 fp8")
+#            cache of BATCH_KV (default "bf16"; say "bf16 fp8"), and once
+#            more per KV cache under each VAR=VALUE of BATCH_ENV (say
+#            "BRAID_CUDA_FP8_STAGES=4")
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline
@@ -144,14 +146,18 @@ fi
 if has batch; then
   echo "=== llama8b steps of many sequences, ${BASE:-no base} and this build alternating" | tee -a "$LOG"
   for round in $(seq ${BATCH_ROUNDS:-2}); do
-    runs=(); [ -n "${BASE:-}" ] && runs=("$BASE:bf16")
-    for kv in ${BATCH_KV:-bf16}; do runs+=("$BIN:$kv"); done
+    runs=(); [ -n "${BASE:-}" ] && runs=("$BASE:bf16:")
+    for kv in ${BATCH_KV:-bf16}; do
+      runs+=("$BIN:$kv:")
+      for e in ${BATCH_ENV:-}; do runs+=("$BIN:$kv:$e"); done
+    done
     for r in "${runs[@]}"; do
-      b=${r%:*} kv=${r##*:}
+      IFS=: read -r b kv e <<< "$r"
       [ "$(left)" -gt 90 ] || break 2
       label=new; [ "$b" = "$BIN" ] || label=base
       opt=(); [ $kv = bf16 ] || { opt=(--kv $kv); label=${label}_$kv; }
-      timeout 150 $b sweep --model $M/llama8b "${opt[@]}" --batches ${BATCH_SIZES:-64,128,192,256} \
+      [ -z "$e" ] || label=${label}_${e//[^A-Za-z0-9]/_}
+      env $e timeout 150 $b sweep --model $M/llama8b "${opt[@]}" --batches ${BATCH_SIZES:-64,128,192,256} \
         --prompt ${BATCH_PROMPT:-1536} --gen 16 > "$OUT_ROOT/batch_${label}_$round.json" 2> "$OUT_ROOT/batch.err"
       grep '^batch' "$OUT_ROOT/batch.err" | sed "s/^/$label: /" | tee -a "$LOG"
     done
