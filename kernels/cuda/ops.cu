@@ -910,7 +910,7 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
     CascadeAttentionKernel(CascadeAttentionArgs a) {
   extern __shared__ __align__(16) uint8_t cascade_smem[];
   Release();
-  Acquire();
+  if (!a.early_keys) Acquire();
   constexpr int KT = kCascadeKeys, W = kCascadeWarps, ST = kCascadeStages;
   constexpr int EB = F8 ? 1 : 2;  // bytes of a cached element
   constexpr int CH = HD * EB / 16, KS = HD / 16, NT = HD / 8, kTileElems = KT * HD;
@@ -964,6 +964,7 @@ __global__ void __launch_bounds__(kCascadeWarps * 32)
   };
 #pragma unroll
   for (int i = 0; i < ST - 1; ++i) issue(i);
+  if (a.early_keys) Acquire();  // the prefix's first tiles are on their way
 
   // Q's A fragments in log2 units: rows r0 + gr (a[0], a[2]) and + 8 (a[1], a[3]).
   uint32_t qh[KS][4], ql[KS][4];

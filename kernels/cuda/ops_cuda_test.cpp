@@ -474,7 +474,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
       float* d_ranges = nullptr;
       cudaMalloc(&d_ranges, static_cast<size_t>(T) * n_head * ranges * (hd + 2) * sizeof(float));
       // Without and with idle units (-1) after the real ones, as a graphed
-      // step's fixed grid has past its own.
+      // step's fixed grid has past its own; the second also loading the
+      // prefix's first tiles before the wait (the cache is stored).
       for (int idle : {0, 5}) {
         std::vector<int32_t> work;
         for (int rb = 0; rb * cuda::kCascadeBlockRows < m * (n_head / n_kv); ++rb)
@@ -486,7 +487,7 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
         ca.seq_table = d_seq_table, ca.groups = d_groups, ca.work = d_work, ca.rows = d_members;
         ca.index = d_members, ca.prefix = d_ranges, ca.n_work = static_cast<int>(work.size());
         ca.n_head = n_head, ca.n_kv = n_kv, ca.head_dim = hd, ca.block_size = bs;
-        ca.n_ranges = ranges, ca.scale = a.scale;
+        ca.n_ranges = ranges, ca.scale = a.scale, ca.early_keys = idle > 0;
         int e3 = cuda::CascadeAttention(ca, nullptr);
         cuda::DecodeAttentionArgs c = a;
         c.key_start = d_start, c.prefix = d_ranges, c.prefix_ranges = ranges;
@@ -496,7 +497,8 @@ void TestAttention(int hd, int n_head, int n_kv, bool neox, bool bias, int n_spl
           std::printf("FAIL grouped cascade (%s): launch error %d\n", name.c_str(), e3);
         }
         Expect("grouped cascade decode attention (" + name + ", " + std::to_string(m) +
-                   " members, " + std::to_string(idle) + " idle units)",
+                   " members, " + std::to_string(idle) + " idle units" +
+                   (ca.early_keys ? ", prefix loaded early)" : ")"),
                Bf16ToHost(d_out, want.size()), want, 2e-3f, 1e-2f);
         cudaFree(d_work);
       }

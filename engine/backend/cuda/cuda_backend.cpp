@@ -1146,7 +1146,8 @@ class CudaBackend final : public CudaRank {
   int attention_range_keys_ = kc::DecodeAttentionArgs{}.range_keys;
   // The most tokens a decode-attention segment of this pass holds
   // (kc::DecodeAttentionArgs::step_keys). With BRAID_CUDA_EARLY_KEYS=1 the
-  // keys before are loaded before the kernels ahead finish; not yet the
+  // keys before (and a cascade group's prefix, CascadeAttentionArgs::
+  // early_keys) are loaded before the kernels ahead finish; not yet the
   // default, as it has not been timed in alternating rounds.
   int step_keys_ = 0;
   bool early_keys_ = false;
@@ -1770,6 +1771,7 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     ca.block_size = kv.block_size();
     ca.n_ranges = cascade_ranges_n_;
     ca.scale = c.AttnScale();
+    ca.early_keys = early_keys_;
     KERNEL_TRY(kc::CascadeAttention(ca, stream_));
   }
   if (n_decode > 0) {

@@ -151,6 +151,10 @@ struct CascadeAttentionArgs {
   int n_work = 0, n_head = 0, n_kv = 0, head_dim = 0, block_size = 0;
   int n_ranges = 1;  // <= kMaxPrefixRanges
   float scale = 0;
+  // A group's prefix lies in full blocks that passes already finished
+  // stored: with early_keys its first tiles are loaded before waiting for
+  // the kernels ahead (programmatic dependent launch).
+  bool early_keys = false;
 };
 int CascadeAttention(const CascadeAttentionArgs& a, void* stream);
 // Query rows per work unit (block) of CascadeAttention.
