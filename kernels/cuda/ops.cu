@@ -438,6 +438,16 @@ __device__ void FinishDecode(const DecodeAttentionArgs& a, bool has_prefix, int 
 // shared memory, and with several ranges the last block of a (token, KV head)
 // to finish merges the ranges.
 
+// Eight bf16s of a 16-byte piece as floats.
+__device__ __forceinline__ void Unpack(uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
 // 8 elements of a K or V row as floats: 16 bytes of bf16, or (F8) 8 bytes
 // of e4m3 in r.x, r.y.
 template <bool F8>
@@ -451,12 +461,7 @@ __device__ __forceinline__ void KvToFloat(uint4 r, float* f) {
       f[4 * i] = lo.x, f[4 * i + 1] = lo.y, f[4 * i + 2] = hi.x, f[4 * i + 3] = hi.y;
     }
   } else {
-    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    Unpack(r, f);
   }
 }
 
@@ -1290,15 +1295,6 @@ __global__ void DequantizeRowsFp8Kernel(const uint8_t* q, const float* scale, in
 // before waiting for the kernel that writes x. Rows go round in whole
 // blocks, so every warp of a block runs the same number of rounds.
 constexpr int kGemvWarps = 8;
-
-__device__ __forceinline__ void Unpack(uint4 v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 
 // xs[m, :] = bf16(xf[m, :] / rms(xf[m, :]) * norm), m < M, by the whole block.
 template <int M>
