@@ -1055,6 +1055,210 @@ void TestTopK() {
 
 }  // namespace
 
+// Every layer of a one-token decode step in one launch (DecodeLayers)
+// against fp64 loops with the same bf16 roundings: the residual after the
+// layers, and each layer's K and V stored at the token's slot. The
+// reference attends over the cache as stored (the token's own K and V read
+// back), so an e4m3 cache is checked by its stored values. Run twice from
+// the same state: the counters are left zero and the result repeats to
+// the bit.
+void TestDecodeLayers(int hd, int n_head, int n_kv, int d, int n_ff, int n_layer, int pos,
+                      bool neox, cuda::KvCache kv, int range_keys = 32) {
+  const std::string name = "decode layers (hd " + std::to_string(hd) + ", heads " +
+                           std::to_string(n_head) + "/" + std::to_string(n_kv) + ", d " +
+                           std::to_string(d) + ", ff " + std::to_string(n_ff) + ", pos " +
+                           std::to_string(pos) + ", ranges of " + std::to_string(range_keys) + "+" +
+                           (kv == cuda::KvCache::kE4m3 ? ", e4m3" : "") + ")";
+  const char* refusal = cuda::DecodeLayersRefusal(d, n_head, n_kv, hd, hd, n_ff);
+  if (*refusal) {
+    ++failures;
+    std::printf("FAIL %s: refused: %s\n", name.c_str(), refusal);
+    return;
+  }
+  const int bs = 16, q_dim = n_head * hd, kv_dim = n_kv * hd, width = q_dim + 2 * kv_dim;
+  const int grp = n_head / n_kv;
+  const int n_blocks = (pos + 1 + bs - 1) / bs + 3;  // a few blocks the token does not use
+  std::vector<int32_t> perm(n_blocks);
+  for (int i = 0; i < n_blocks; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int32_t> table(perm.begin(), perm.begin() + (pos + 1 + bs - 1) / bs);
+  const size_t cache = static_cast<size_t>(n_blocks) * bs * kv_dim;
+  auto bf16 = [](const std::vector<float>& f) {
+    std::vector<uint16_t> b(f.size());
+    for (size_t i = 0; i < f.size(); ++i) b[i] = Fp32ToBf16(f[i]);
+    return b;
+  };
+  auto round = [](float f) { return Bf16ToFp32(Fp32ToBf16(f)); };
+  struct Layer {
+    std::vector<uint16_t> wqkv, wo, wgu, wdown;
+    std::vector<float> an, fn;
+    void *k = nullptr, *v = nullptr;
+  };
+  std::vector<Layer> layers(n_layer);
+  std::vector<cuda::DecodeLayer> dev(n_layer);
+  std::vector<void*> allocs;
+  for (int l = 0; l < n_layer; ++l) {
+    Layer& L = layers[l];
+    L.wqkv = bf16(Random(static_cast<size_t>(width) * d, 1.0f / std::sqrt(d)));
+    L.wo = bf16(Random(static_cast<size_t>(d) * q_dim, 1.0f / std::sqrt(q_dim)));
+    L.wgu = bf16(Random(static_cast<size_t>(2) * n_ff * d, 1.0f / std::sqrt(d)));
+    L.wdown = bf16(Random(static_cast<size_t>(d) * n_ff, 1.0f / std::sqrt(n_ff)));
+    L.an = Random(d, 0.2f);
+    L.fn = Random(d, 0.2f);
+    for (float& w : L.an) w += 1;
+    for (float& w : L.fn) w += 1;
+    // The cache: random keys and values everywhere (stored as the kernels store them).
+    std::vector<float> kvals = Random(cache), vvals = Random(cache);
+    if (kv == cuda::KvCache::kE4m3) {
+      std::vector<uint8_t> k8(cache), v8(cache);
+      // Any sign, exponent field below 8: |value| < 2, never NaN.
+      for (size_t i = 0; i < cache; ++i)
+        k8[i] = static_cast<uint8_t>(rng() & 0xbf), v8[i] = static_cast<uint8_t>(rng() & 0xbf);
+      L.k = ToDevice(k8), L.v = ToDevice(v8);
+    } else {
+      L.k = ToDevice(bf16(kvals)), L.v = ToDevice(bf16(vvals));
+    }
+    cuda::DecodeLayer& D = dev[l];
+    D.wqkv = ToDevice(L.wqkv), D.wo = ToDevice(L.wo), D.wgu = ToDevice(L.wgu);
+    D.wdown = ToDevice(L.wdown), D.attn_norm = ToDevice(L.an), D.ffn_norm = ToDevice(L.fn);
+    D.k_cache = L.k, D.v_cache = L.v;
+    allocs.insert(allocs.end(), {(void*)D.wqkv, (void*)D.wo, (void*)D.wgu, (void*)D.wdown,
+                                 (void*)D.attn_norm, (void*)D.ffn_norm, L.k, L.v});
+  }
+  std::vector<float> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / hd);
+  const std::vector<float> x0 = Random(d);
+  const int32_t slot = table[pos / bs] * bs + pos % bs;
+  const std::vector<int32_t> zero = {0}, posv = {pos}, slotv = {slot}, seq_table = {0};
+  cuda::DecodeLayersArgs a;
+  a.layers = ToDevice(dev);
+  a.n_layer = n_layer;
+  a.x = ToDevice(x0);
+  cudaMalloc(&a.qkv, width * sizeof(float));
+  cudaMalloc(&a.att, q_dim * sizeof(uint16_t));
+  cudaMalloc(&a.act, n_ff * sizeof(uint16_t));
+  cudaMalloc(&a.partial, static_cast<size_t>(n_kv) * cuda::kDecodeLayersRanges * grp * (hd + 2) *
+                             sizeof(float));
+  const int n_counters = cuda::DecodeLayersCounters(n_layer, n_kv);
+  cudaMalloc(&a.counters, n_counters * sizeof(int));
+  cudaMemset(a.counters, 0, n_counters * sizeof(int));
+  a.tokens = ToDevice(zero), a.pos = ToDevice(posv), a.slot = ToDevice(slotv);
+  a.tok_seq = ToDevice(zero), a.seq_table = ToDevice(seq_table), a.tables = ToDevice(table);
+  a.inv_freq = ToDevice(inv_freq);
+  a.cache = kv;
+  a.d = d, a.n_head = n_head, a.n_kv = n_kv, a.head_dim = hd, a.n_rot = hd, a.n_ff = n_ff;
+  a.block_size = bs;
+  a.neox = neox;
+  a.eps = 1e-5f;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.range_keys = range_keys;
+  int e = cuda::DecodeLayers(a, nullptr);
+  const cudaError_t sync = cudaDeviceSynchronize();
+  if (e != 0 || sync != cudaSuccess) {
+    ++failures;
+    std::printf("FAIL %s: launch error %d, %s\n", name.c_str(), e, cudaGetErrorString(sync));
+    return;
+  }
+  const std::vector<float> got = ToHost(a.x, d);
+  // The reference, layer by layer.
+  std::vector<double> x(x0.begin(), x0.end());
+  auto norm = [&](const std::vector<float>& w) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const float inv = static_cast<float>(1 / std::sqrt(ss / d + a.eps));
+    std::vector<float> xn(d);
+    for (int i = 0; i < d; ++i) xn[i] = round(static_cast<float>(x[i]) * inv * w[i]);
+    return xn;
+  };
+  auto product = [](const std::vector<uint16_t>& w, const std::vector<float>& in, int rows) {
+    const size_t k = in.size();
+    std::vector<double> y(rows);
+    for (int r = 0; r < rows; ++r) {
+      double s = 0;
+      for (size_t j = 0; j < k; ++j) s += static_cast<double>(Bf16ToFp32(w[r * k + j])) * in[j];
+      y[r] = s;
+    }
+    return y;
+  };
+  auto rotate = [&](std::vector<double>& v, int off) {
+    for (int i = 0; i < hd / 2; ++i) {
+      const double ang = static_cast<double>(pos) * inv_freq[i], c = std::cos(ang),
+                   s = std::sin(ang);
+      const int i0 = off + (neox ? i : 2 * i), i1 = off + (neox ? i + hd / 2 : 2 * i + 1);
+      const double y0 = v[i0] * c - v[i1] * s, y1 = v[i0] * s + v[i1] * c;
+      v[i0] = y0, v[i1] = y1;
+    }
+  };
+  for (int l = 0; l < n_layer; ++l) {
+    Layer& L = layers[l];
+    std::vector<double> qkv = product(L.wqkv, norm(L.an), width);
+    for (int h = 0; h < n_head + n_kv; ++h) rotate(qkv, h * hd);
+    const std::vector<float> ks = CacheToHost(L.k, cache, kv), vs = CacheToHost(L.v, cache, kv);
+    // The token's K and V as stored.
+    std::vector<float> k_new(kv_dim), v_new(kv_dim), k_want(kv_dim), v_want(kv_dim);
+    for (int g = 0; g < n_kv; ++g)
+      for (int i = 0; i < hd; ++i) {
+        const size_t at = ((static_cast<size_t>(slot / bs) * n_kv + g) * bs + slot % bs) * hd + i;
+        k_new[g * hd + i] = ks[at], v_new[g * hd + i] = vs[at];
+        k_want[g * hd + i] = static_cast<float>(qkv[q_dim + g * hd + i]);
+        v_want[g * hd + i] = static_cast<float>(qkv[q_dim + kv_dim + g * hd + i]);
+      }
+    Expect(name + ": layer " + std::to_string(l) + " K stored", k_new, k_want, 1e-2f,
+           CacheRtol(kv));
+    Expect(name + ": layer " + std::to_string(l) + " V stored", v_new, v_want, 1e-2f,
+           CacheRtol(kv));
+    std::vector<float> att(q_dim);
+    for (int h = 0; h < n_head; ++h) {
+      const int g = h / grp;
+      std::vector<double> sc(pos + 1);
+      double mx = -1e300;
+      for (int k = 0; k <= pos; ++k) {
+        const size_t at = ((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd;
+        double dot = 0;
+        for (int i = 0; i < hd; ++i) dot += qkv[h * hd + i] * ks[at + i];
+        sc[k] = dot * a.scale;
+        mx = std::max(mx, sc[k]);
+      }
+      double sum = 0;
+      for (double& s : sc) sum += (s = std::exp(s - mx));
+      for (int i = 0; i < hd; ++i) {
+        double o = 0;
+        for (int k = 0; k <= pos; ++k)
+          o += sc[k] * vs[((static_cast<size_t>(table[k / bs]) * n_kv + g) * bs + k % bs) * hd + i];
+        att[h * hd + i] = round(static_cast<float>(o / sum));
+      }
+    }
+    const std::vector<double> wo = product(L.wo, att, d);
+    for (int i = 0; i < d; ++i) x[i] += wo[i];
+    const std::vector<double> gu = product(L.wgu, norm(L.fn), 2 * n_ff);
+    std::vector<float> act(n_ff);
+    for (int j = 0; j < n_ff; ++j)
+      act[j] = round(static_cast<float>(Silu(static_cast<float>(gu[2 * j])) * gu[2 * j + 1]));
+    const std::vector<double> down = product(L.wdown, act, d);
+    for (int i = 0; i < d; ++i) x[i] += down[i];
+  }
+  const std::vector<float> want(x.begin(), x.end());
+  Expect(name + ": the residual", got, want, 1e-2f, 1e-2f);
+  // Again from the same state: the same bits.
+  cudaMemcpy(a.x, x0.data(), d * sizeof(float), cudaMemcpyHostToDevice);
+  e = cuda::DecodeLayers(a, nullptr);
+  cudaDeviceSynchronize();
+  const std::vector<float> again = ToHost(a.x, d);
+  const std::vector<int> counters = ToHost(a.counters, n_counters);
+  const bool same = e == 0 && again == got,
+             zeroed = std::all_of(counters.begin(), counters.end(), [](int c) { return c == 0; });
+  if (!same || !zeroed) ++failures;
+  std::printf("%s %s: a second run repeats to the bit, counters left zero\n",
+              same && zeroed ? "ok  " : "FAIL", name.c_str());
+  for (void* p : allocs) cudaFree(p);
+  for (const void* p :
+       {(const void*)a.layers, (const void*)a.x, (const void*)a.qkv, (const void*)a.att,
+        (const void*)a.act, (const void*)a.partial, (const void*)a.counters, (const void*)a.tokens,
+        (const void*)a.pos, (const void*)a.slot, (const void*)a.tok_seq, (const void*)a.seq_table,
+        (const void*)a.tables, (const void*)a.inv_freq})
+    cudaFree(const_cast<void*>(p));
+}
+
 int main() {
   if (!cuda_test::HaveGpu()) return cuda_test::kNoGpu;
   TestRmsNorm(300);
@@ -1087,6 +1291,13 @@ int main() {
   TestAttention(64, 32, 8, true, true, 4, 1, false, 0, 8, cuda::KvCache::kE4m3);
   TestAttention(128, 16, 8, true, false, 2, 4, true, 0, 64, cuda::KvCache::kE4m3);
   TestAttention(256, 8, 1, true, true, 3, 4, true, 45, 8, cuda::KvCache::kE4m3);
+  // Every layer of a step in one launch: several ranges, one range, down
+  // rows longer than a stage, 8 query heads per KV head, an e4m3 cache.
+  TestDecodeLayers(64, 8, 2, 512, 1024, 2, 100, true, cuda::KvCache::kBf16);
+  TestDecodeLayers(64, 8, 2, 512, 1024, 2, 5, false, cuda::KvCache::kE4m3);
+  TestDecodeLayers(128, 8, 2, 1024, 9216, 2, 700, false, cuda::KvCache::kBf16);
+  TestDecodeLayers(128, 16, 2, 2048, 2048, 3, 300, true, cuda::KvCache::kE4m3, 1);
+  TestDecodeLayers(64, 32, 8, 2048, 8192, 2, 140, true, cuda::KvCache::kBf16);  // the 1B's layer
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

@@ -914,6 +914,8 @@ class CudaBackend final : public CudaRank {
         (kv_cache_ == kc::KvCache::kE4m3 ? ", fp8 (e4m3) KV, read as fp16" : ", bf16 KV") +
         ", paged split-K decode attention" +
         (use_graphs_ ? ", CUDA graphs for decode" : ", decode steps eager (BRAID_CUDA_GRAPHS=0)");
+    if (layers_kernel_) info->isa += ", one token's layers in one persistent launch";
+    if (!layers_refusal_.empty()) info->isa += "; BRAID_CUDA_LAYERS=1 refused: " + layers_refusal_;
     if (!fp8_gemm_note_.empty()) info->isa += "; " + fp8_gemm_note_;
     if (!gemv_note_.empty()) info->isa += "; few-row products measured: " + gemv_note_;
     if (!gemm_.note().empty())
@@ -1158,6 +1160,16 @@ class CudaBackend final : public CudaRank {
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
+  // A step of one decode token runs its layers as one persistent launch
+  // (kc::DecodeLayers) with BRAID_CUDA_LAYERS=1, where the model allows
+  // (layers_refusal_ says why not); not yet the default, as it has not been
+  // timed against the per-op path.
+  bool layers_kernel_ = false;
+  std::string layers_refusal_;
+  DeviceArray<kc::DecodeLayer> layer_table_;  // its layers, for layer_table_kv_'s KV memory
+  uint64_t layer_table_kv_ = 0;
+  DeviceArray<int32_t> layer_counters_;
+  Status EnsureLayerTable(CudaKv& kv);
   int cascade_slots_ = 1;  // CascadeAttention blocks the device holds at once
   // Cascade attention for groups of at least kCascadeMin* (on; BRAID_CUDA_CASCADE=0 off).
   bool cascade_ = true;
@@ -1229,6 +1241,8 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     fp8_stages_ = std::string(stages) == "4" ? 4 : 3;
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
     early_keys_ = std::string(early) == "1";
+  if (const char* layers = std::getenv("BRAID_CUDA_LAYERS"))
+    layers_kernel_ = std::string(layers) == "1";
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
@@ -1294,6 +1308,24 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   BRAID_RETURN_IF_ERROR(
       cascade_ranges_.Allocate(std::max(T, kCascadeRangePairs) * c.n_head * (c.head_dim + 2)));
   BRAID_RETURN_IF_ERROR(EnsureInputs(size_t{4} * (context / 16 + 2) * 64));
+  if (layers_kernel_) {
+    // The persistent layers kernel covers the Llama block with bf16 weights, alone on its device.
+    layers_refusal_ =
+        kc::DecodeLayersRefusal(c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_rot, c.n_ff);
+    if (fp8_) layers_refusal_ = "fp8 weights";
+    if (group_) layers_refusal_ = "tensor parallelism";
+    if (c.Has(Op::kQkNorm) || c.Has(Op::kPostNorm)) layers_refusal_ = "q/k or post norms";
+    if (layers_[0].bqkv.get()) layers_refusal_ = "Q/K/V biases";
+    for (int i = 0; i < c.n_layer; ++i)
+      if (c.Sliding(i)) layers_refusal_ = "sliding windows";
+    layers_kernel_ = layers_refusal_.empty();
+    if (layers_kernel_) {
+      const int n = kc::DecodeLayersCounters(c.n_layer, c.n_head_kv);
+      BRAID_RETURN_IF_ERROR(layer_counters_.Allocate(n));
+      CUDA_TRY(cudaMemset(layer_counters_.get(), 0, n * sizeof(int32_t)));
+      BRAID_RETURN_IF_ERROR(layer_table_.Allocate(c.n_layer));
+    }
+  }
   for (bool local : {false, true}) {
     const std::vector<float> inv = RopeInverseFrequencies(c, local);
     DeviceArray<float>& d = local ? inv_freq_local_ : inv_freq_;
@@ -1667,7 +1699,41 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
   bool qk_norm = false;  // the block's attention step begins with q/k norms
   for (const PlannedStep& step : plan_)
     if (step.id == kStepAttention) qk_norm = step.ops[0].op == Op::kQkNorm;
-  for (int i = 0; i < c.n_layer; ++i) {
+  // One decode token: every layer in one launch, where that is on.
+  const bool one_launch =
+      layers_kernel_ && T == 1 && n_decode == 1 && groups_.empty() && layer_table_kv_ == kv.id();
+  if (one_launch) {
+    kc::DecodeLayersArgs a;
+    a.layers = layer_table_.get();
+    a.n_layer = c.n_layer;
+    a.x = x_.get();
+    a.qkv = qkv_.get();
+    a.att = att_.get();
+    a.act = act_.get();
+    a.partial = partial_.get();
+    a.counters = layer_counters_.get();
+    a.tokens = DevRegion(kDecode);
+    a.pos = DevRegion(kPos);
+    a.slot = DevRegion(kSlot);
+    a.tok_seq = DevRegion(kTokSeq);
+    a.seq_table = DevRegion(kSeqTable);
+    a.tables = DevTables();
+    a.inv_freq = inv_freq_.get();
+    a.cache = kv.cache();
+    a.d = D;
+    a.n_head = c.n_head;
+    a.n_kv = c.n_head_kv;
+    a.head_dim = c.head_dim;
+    a.n_rot = c.n_rot;
+    a.n_ff = c.n_ff;
+    a.block_size = kv.block_size();
+    a.neox = c.rope_neox;
+    a.gate = gate_;
+    a.eps = c.rms_eps;
+    a.scale = c.AttnScale();
+    KERNEL_TRY(kc::DecodeLayers(a, stream_));
+  }
+  for (int i = 0; i < (one_launch ? 0 : c.n_layer); ++i) {
     GpuLayer& l = layers_[i];
     // The weight of norm op `k` of `step` (nullptr where it is no norm).
     auto norm = [&](const PlannedStep& step, size_t k) -> const float* {
@@ -1810,6 +1876,28 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
   }
   for (const Segment& s : prefill_)
     BRAID_RETURN_IF_ERROR(PrefillAttention(kv, i, s.row0, s.n, s.pos0, s.seq));
+  return Status::Ok();
+}
+
+Status CudaBackend::EnsureLayerTable(CudaKv& kv) {
+  if (!layers_kernel_ || layer_table_kv_ == kv.id()) return Status::Ok();
+  std::vector<kc::DecodeLayer> table(c_.n_layer);
+  for (int i = 0; i < c_.n_layer; ++i) {
+    const GpuLayer& l = layers_[i];
+    kc::DecodeLayer& t = table[i];
+    t.wqkv = l.wqkv.bf16.get();
+    t.wo = l.wo.bf16.get();
+    t.wgu = l.wgu.bf16.get();
+    t.wdown = l.wdown.bf16.get();
+    t.attn_norm = l.attn_norm.get();
+    t.ffn_norm = l.ffn_norm.get();
+    t.k_cache = kv.k(i);
+    t.v_cache = kv.v(i);
+  }
+  CUDA_TRY(cudaMemcpyAsync(layer_table_.get(), table.data(), table.size() * sizeof(table[0]),
+                           cudaMemcpyHostToDevice, stream_));
+  CUDA_TRY(cudaStreamSynchronize(stream_));
+  layer_table_kv_ = kv.id();
   return Status::Ok();
 }
 
@@ -2152,6 +2240,7 @@ Status CudaBackend::Run(std::span<const BatchSegment> batch, KvMemory& kv_memory
   const int n_split = SplitFor(n_decode);
   // The KV copies this pass must come after, before it touches the pool.
   BRAID_RETURN_IF_ERROR(kv.OrderForward(stream_, slot, graph ? B : T));
+  BRAID_RETURN_IF_ERROR(EnsureLayerTable(kv));
   const size_t in_count = kRegions * kRegionCap + tab;
   CUDA_TRY(cudaMemcpyAsync(in_dev_.get(), in_host_.get(), in_count * sizeof(int32_t),
                            cudaMemcpyHostToDevice, stream_));

@@ -222,6 +222,68 @@ struct GemvArgs {
 };
 int Gemv(const GemvArgs& a, void* stream);
 
+// Every layer of a decode step of one token in one persistent launch (batch
+// 1): a block per multiprocessor, each with a loader warp that streams the
+// block's share of every layer's matrices (its rows of Q/K/V, Wo, gate/up
+// and down, in that order, layer after layer) into a ring of shared-memory
+// stages by bulk copies, running ahead of the arithmetic as far as the ring
+// allows, and eight warps that take each stage's rows against the phase's
+// input once the phase's dependence is met (counters in global memory, no
+// grid barrier): Q/K/V after the last layer's down rows, the attention of a
+// KV head after every Q/K/V row, Wo after every head, gate/up after Wo,
+// down after gate/up. So the weights keep streaming while a block waits.
+// The RMSNorms go in front of Q/K/V and gate/up (each block normalizes the
+// residual into its shared memory), SwiGLU behind gate/up, Wo and down add
+// into the residual x, and the attention blocks (a KV head's key range
+// each) rotate Q and K themselves, store the token's K and V (the last
+// range), attend with every query head of their KV head on CUDA cores, and
+// merge their ranges (the last to finish). The Llama block only: no biases,
+// q/k norms, post norms or windows; bf16 weights.
+struct DecodeLayer {
+  const uint16_t* wqkv = nullptr;    // [(n_head + 2 n_kv) hd, d]
+  const uint16_t* wo = nullptr;      // [d, n_head hd]
+  const uint16_t* wgu = nullptr;     // [2 n_ff, d]: gate and up rows interleaved (2j, 2j + 1)
+  const uint16_t* wdown = nullptr;   // [d, n_ff]
+  const float* attn_norm = nullptr;  // [d]
+  const float* ffn_norm = nullptr;   // [d]
+  void* k_cache = nullptr;           // the layer's K and V
+  void* v_cache = nullptr;
+};
+struct DecodeLayersArgs {
+  const DecodeLayer* layers = nullptr;  // device memory, [n_layer]
+  int n_layer = 0;
+  float* x = nullptr;  // [d] the residual: in, the embedded token; out, after the last layer
+  // Workspace: qkv [(n_head + 2 n_kv) hd] fp32, att [n_head hd] and act
+  // [n_ff] bf16, partial [n_kv * kDecodeLayersRanges * group * (hd + 2)],
+  // counters [DecodeLayersCounters(n_layer, n_kv)] zero, left zero.
+  float* qkv = nullptr;
+  uint16_t* att = nullptr;
+  uint16_t* act = nullptr;
+  float* partial = nullptr;
+  int* counters = nullptr;
+  // The token is tokens[0], with DecodeAttentionArgs's regions.
+  const int32_t* tokens = nullptr;
+  const int32_t* pos = nullptr;
+  const int32_t* slot = nullptr;
+  const int32_t* tok_seq = nullptr;
+  const int32_t* seq_table = nullptr;
+  const int32_t* tables = nullptr;
+  const float* inv_freq = nullptr;
+  KvCache cache = KvCache::kBf16;
+  int d = 0, n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0, n_ff = 0, block_size = 0;
+  bool neox = false;
+  Gate gate = Gate::kSilu;
+  float eps = 0, scale = 0;
+  int range_keys = 32;  // the fewest keys an attention block takes (ranges below that merge)
+};
+inline constexpr int kDecodeLayersRanges = 32;
+inline int DecodeLayersCounters(int n_layer, int n_kv) { return n_layer * (5 + n_kv) + 1; }
+// Whether DecodeLayers runs this shape on the current device (head_dim 64
+// or 128, group <= 8, d, n_head hd and n_ff multiples of 256, n_rot even,
+// enough shared memory); "" when it does, else why not.
+const char* DecodeLayersRefusal(int d, int n_head, int n_kv, int head_dim, int n_rot, int n_ff);
+int DecodeLayers(const DecodeLayersArgs& a, void* stream);
+
 // keys[r] = the largest over i < n of (the order-preserving bits of
 // x[r, i]) << 32 | ~(index0 + i), or all ones where the row holds a value
 // not finite, r < rows: ArgmaxKeyIndex(keys[r]) is the index (index0 + i)

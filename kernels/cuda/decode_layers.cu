@@ -1,0 +1,677 @@
+// DecodeLayers (kernels/cuda_ops.h): every layer of a one-token decode step
+// in one persistent launch.
+//
+// One block per multiprocessor; warp kConsumerWarps of each block loads,
+// the others compute. The loader's lane 0 walks the block's share of every
+// matrix of every layer in the order they are used (Q/K/V, Wo, gate/up,
+// down) and copies it into a ring of kChunk-byte stages with bulk copies
+// (cp.async.bulk, completing on the stage's "full" mbarrier); it reuses a
+// stage once every computing warp has arrived on its "empty" mbarrier. It
+// never waits for data, so while the computing warps wait for a phase's
+// input the ring fills with the next phase's weights.
+//
+// A block's share of a matrix is a contiguous run of rows (of a gate/up
+// pair at a time), so its bytes are contiguous; a stage holds whole rows,
+// or, for rows longer than a stage, an equal part of one row. The
+// computing warps take a stage's 16-byte pieces against the phase's input
+// (bf16, in shared memory), each warp summing its pieces of a row and
+// adding the sum into its own slot of the row's accumulator (so the order
+// of the sums is fixed: the result does not depend on timing); at the end
+// of the phase the slots are summed and the outputs written.
+//
+// Phases meet through counters in global memory, each raised by a block
+// when its part is written (fence, then atomicAdd) and read with acquire
+// loads; the last block to leave sets them back to zero.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cstdint>
+
+#include "device.cuh"
+#include "kernels/cuda_ops.h"
+
+namespace braid::kernels::cuda {
+namespace {
+
+using namespace dev;
+
+constexpr int kConsumerWarps = 8;
+constexpr int kConsumers = kConsumerWarps * 32;
+constexpr int kThreads = kConsumers + 32;
+constexpr int kChunk = 16384;  // bytes a stage
+constexpr int kMaxStages = 16;
+constexpr int kBarBytes = 2 * kMaxStages * 8;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Counters of a layer: offsets into its run of 5 + n_kv.
+enum Counter { kQkvDone, kAttDone, kWoDone, kGuDone, kDownDone, kRanges };
+
+struct Plan {
+  int blocks = 0;                                // the grid: one block per multiprocessor
+  int stages = 0;                                // of the ring
+  int n_split = 1;                               // attention blocks per KV head
+  int pieces_d = 1, pieces_q = 1, pieces_f = 1;  // stages a row of k = d, n_head hd, n_ff takes
+  int max_rows = 0;                              // the most rows of one phase a block takes
+  int acc_off = 0, scr_off = 0, ring_off = 0;    // shared memory layout (bytes)
+  int smem = 0;
+};
+
+// ---- mbarriers, bulk copies, counters ----
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
+}
+// Waits until the phase of the barrier with this parity has completed.
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(SmemAddr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void BulkCopy(void* dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SmemAddr(dst)),
+      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
+      : "memory");
+}
+__device__ __forceinline__ int LoadAcquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A barrier of the computing warps only (the loader never joins).
+__device__ __forceinline__ void ConsumerSync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+}
+// Sum over the computing threads; red holds kConsumerWarps floats.
+__device__ float ConsumerSum(float v, float* red) {
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  ConsumerSync();
+  float total = 0;
+  for (int w = 0; w < kConsumerWarps; ++w) total += red[w];
+  ConsumerSync();
+  return total;
+}
+// Waits (thread 0 polls, the others meet it) until *c reaches target.
+__device__ void WaitCount(const int* c, int target) {
+  if (threadIdx.x == 0)
+    while (LoadAcquire(c) < target) {
+    }
+  ConsumerSync();
+}
+// Raises *c once every computing thread's writes are done.
+__device__ void Signal(int* c) {
+  ConsumerSync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(c, 1);
+  }
+}
+
+// ---- a block's share of a matrix, in stages ----
+
+struct Share {
+  const uint16_t* w = nullptr;
+  int k = 0, row0 = 0, row1 = 0, pieces = 1, rows_per_chunk = 1, chunks = 0;
+};
+// Rows of `rows` taken `unit` at a time, split evenly over the blocks.
+__device__ Share ShareOf(const uint16_t* w, int rows, int k, int unit, int pieces, int b, int G) {
+  Share s;
+  s.w = w;
+  s.k = k;
+  s.pieces = pieces;
+  const int units = rows / unit;
+  s.row0 = unit * static_cast<int>(static_cast<int64_t>(units) * b / G);
+  s.row1 = unit * static_cast<int>(static_cast<int64_t>(units) * (b + 1) / G);
+  if (pieces == 1) {
+    s.rows_per_chunk = max(1, kChunk / (2 * k));
+    s.chunks = (s.row1 - s.row0 + s.rows_per_chunk - 1) / s.rows_per_chunk;
+  } else {
+    s.chunks = (s.row1 - s.row0) * pieces;
+  }
+  return s;
+}
+// Phase p (0 Q/K/V, 1 Wo, 2 gate/up, 3 down) of layer L.
+__device__ Share PhaseShare(const DecodeLayersArgs& a, const Plan& pl, const DecodeLayer& L,
+                            int p) {
+  const int q_dim = a.n_head * a.head_dim, b = blockIdx.x, G = pl.blocks;
+  switch (p) {
+    case 0:
+      return ShareOf(L.wqkv, q_dim + 2 * a.n_kv * a.head_dim, a.d, 1, pl.pieces_d, b, G);
+    case 1:
+      return ShareOf(L.wo, a.d, q_dim, 1, pl.pieces_q, b, G);
+    case 2:
+      return ShareOf(L.wgu, 2 * a.n_ff, a.d, 2, pl.pieces_d, b, G);
+    default:
+      return ShareOf(L.wdown, a.d, a.n_ff, 1, pl.pieces_f, b, G);
+  }
+}
+struct Chunk {
+  int r0 = 0, nr = 0, k0 = 0, kk = 0;  // rows [r0, r0 + nr), columns [k0, k0 + kk)
+};
+__device__ Chunk ChunkOf(const Share& s, int c) {
+  Chunk ch;
+  if (s.pieces == 1) {
+    ch.r0 = s.row0 + c * s.rows_per_chunk;
+    ch.nr = min(s.rows_per_chunk, s.row1 - ch.r0);
+    ch.kk = s.k;
+  } else {
+    ch.r0 = s.row0 + c / s.pieces;
+    ch.nr = 1;
+    ch.kk = s.k / s.pieces;
+    ch.k0 = (c % s.pieces) * ch.kk;
+  }
+  return ch;
+}
+
+// The loader: every stage of every phase of every layer, in order.
+__device__ void Load(const DecodeLayersArgs& a, const Plan& pl, uint8_t* ring, uint64_t* full,
+                     uint64_t* empty) {
+  int it = 0;
+  for (int l = 0; l < a.n_layer; ++l) {
+    const DecodeLayer L = a.layers[l];
+    for (int p = 0; p < 4; ++p) {
+      const Share s = PhaseShare(a, pl, L, p);
+      for (int c = 0; c < s.chunks; ++c, ++it) {
+        const int st = it % pl.stages;
+        MbarWait(&empty[st], ((it / pl.stages) & 1) ^ 1);
+        const Chunk ch = ChunkOf(s, c);
+        const uint32_t bytes = static_cast<uint32_t>(ch.nr) * ch.kk * 2;
+        MbarExpectTx(&full[st], bytes);
+        BulkCopy(ring + static_cast<size_t>(st) * kChunk,
+                 s.w + static_cast<int64_t>(ch.r0) * s.k + ch.k0, bytes, &full[st]);
+      }
+    }
+  }
+}
+
+// The computing warps' part of a phase's product: every stage of the share
+// against xs, into acc[row - row0][warp]. `it` counts the stages taken.
+__device__ void Product(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
+                        uint64_t* full, uint64_t* empty, int stages, int& it) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int c = 0; c < s.chunks; ++c, ++it) {
+    const int st = it % stages;
+    const Chunk ch = ChunkOf(s, c);
+    MbarWait(&full[st], (it / stages) & 1);
+    const uint4* wv = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(st) * kChunk);
+    const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8;
+    // A row's pieces are a multiple of 32, so a warp's lanes share a row.
+    const int per_row = ch.kk / 8, total = ch.nr * per_row;
+    int row = -1;
+    float sum = 0;
+    auto flush = [&]() {
+      const float v = WarpSum(sum);
+      if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
+    };
+    for (int i = threadIdx.x; i < total; i += kConsumers) {
+      const int r = i / per_row;
+      if (r != row) {
+        if (row >= 0) flush();
+        row = r;
+        sum = 0;
+      }
+      float wf[8], xf[8];
+      Unpack(wv[i], wf);
+      Unpack(xv[i - r * per_row], xf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += wf[j] * xf[j];
+    }
+    if (row >= 0) flush();
+    __syncwarp();
+    if (lane == 0) MbarArrive(&empty[st]);
+  }
+}
+
+// The row sums of a phase: fn(r, total) for each of its rows r (local to
+// the share); the slots are left zero for the next phase.
+template <typename Fn>
+__device__ void RowSums(const Share& s, float* acc, int step, Fn fn) {
+  ConsumerSync();
+  const int rows = s.row1 - s.row0;
+  for (int r = threadIdx.x * step; r < rows; r += kConsumers * step) {
+    float t[2] = {0, 0};
+    for (int j = 0; j < step; ++j) {
+      float* slot = acc + (r + j) * kConsumerWarps;
+      for (int w = 0; w < kConsumerWarps; ++w) {
+        t[j] += slot[w];
+        slot[w] = 0;
+      }
+    }
+    fn(r, t);
+  }
+}
+
+// xs = bf16(x / rms(x) * w), x read from L2 (other blocks wrote it).
+__device__ void NormInput(const float* x, const float* w, int d, float eps, uint16_t* xs,
+                          float* red) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  float ss = 0;
+  for (int i = threadIdx.x; i < d / 4; i += kConsumers) {
+    const float4 v = __ldcg(x4 + i);
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  ss = ConsumerSum(ss, red);
+  const float inv = rsqrtf(ss / d + eps);
+  uint2* out = reinterpret_cast<uint2*>(xs);
+  for (int i = threadIdx.x; i < d / 4; i += kConsumers) {
+    const float4 v = __ldcg(x4 + i), g = w4[i];
+    out[i] = make_uint2(Pack2(v.x * inv * g.x, v.y * inv * g.y),
+                        Pack2(v.z * inv * g.z, v.w * inv * g.w));
+  }
+  ConsumerSync();
+}
+// xs = src (n bf16, a multiple of 8), read from L2.
+__device__ void CopyInput(const uint16_t* src, int n, uint16_t* xs) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(xs);
+  for (int i = threadIdx.x; i < n / 8; i += kConsumers) d[i] = __ldcg(s + i);
+  ConsumerSync();
+}
+
+// ---- attention of one KV head's key range ----
+
+// A lane's HD / 32 elements of a cached K or V row, as floats.
+template <int HD, bool F8>
+__device__ __forceinline__ void LoadKv(const void* cache, int64_t at, float* f) {
+  constexpr int DL = HD / 32;
+  if constexpr (F8) {
+    const uint8_t* c = static_cast<const uint8_t*>(cache) + at;
+    if constexpr (DL == 4) {
+      const uint32_t v = __ldcg(reinterpret_cast<const unsigned int*>(c));
+      const float2 lo = Fp8x2ToFloat2(static_cast<uint16_t>(v & 0xffffu));
+      const float2 hi = Fp8x2ToFloat2(static_cast<uint16_t>(v >> 16));
+      f[0] = lo.x, f[1] = lo.y, f[2] = hi.x, f[3] = hi.y;
+    } else {
+      const float2 v = Fp8x2ToFloat2(__ldcg(reinterpret_cast<const unsigned short*>(c)));
+      f[0] = v.x, f[1] = v.y;
+    }
+  } else {
+    const uint16_t* c = static_cast<const uint16_t*>(cache) + at;
+    if constexpr (DL == 4) {
+      const uint2 v = __ldcg(reinterpret_cast<const uint2*>(c));
+      f[0] = __uint_as_float(v.x << 16), f[1] = __uint_as_float(v.x & 0xffff0000u);
+      f[2] = __uint_as_float(v.y << 16), f[3] = __uint_as_float(v.y & 0xffff0000u);
+    } else {
+      const uint32_t v = __ldcg(reinterpret_cast<const unsigned int*>(c));
+      f[0] = __uint_as_float(v << 16), f[1] = __uint_as_float(v & 0xffff0000u);
+    }
+  }
+}
+
+// Block (g, s) of a layer's attention: KV head g's key range s of `used`.
+// Rotates the group's queries (and, for the last range, the token's K,
+// stored with V), attends on CUDA cores (each warp every eighth key, an
+// online softmax per query head in log2 units), meets its warps in shared
+// memory and writes the group's output (one range) or its range to
+// `partial`, where the last range to finish merges them.
+template <int HD, bool F8>
+__device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int* cnt, int g, int s,
+                            float* scr, int* flag) {
+  constexpr int DL = HD / 32;
+  constexpr int kKeysInFlight = 16 / DL;  // keys each warp loads before using the first
+  const int grp = a.n_head / a.n_kv, q_dim = a.n_head * HD, kv_dim = a.n_kv * HD;
+  const int t = a.tokens[0], pos = a.pos[t], keys = pos + 1;
+  const int used =
+      min(kDecodeLayersRanges,
+          max(1, min(keys / max(1, a.range_keys), static_cast<int>(gridDim.x) / a.n_kv)));
+  if (s >= used) return;
+  const int k0 = static_cast<int>(static_cast<int64_t>(keys) * s / used);
+  const int k1 = static_cast<int>(static_cast<int64_t>(keys) * (s + 1) / used);
+  RopeKvArgs rk;
+  rk.pos = a.pos + t;
+  rk.slot = a.slot + t;
+  rk.inv_freq = a.inv_freq;
+  rk.k_cache = L.k_cache;
+  rk.v_cache = L.v_cache;
+  rk.cache = a.cache;
+  rk.n = 1, rk.n_head = a.n_head, rk.n_kv = a.n_kv, rk.head_dim = HD, rk.n_rot = a.n_rot;
+  rk.block_size = a.block_size;
+  rk.neox = a.neox;
+  float* qs = scr;                // [grp][HD] rotated queries
+  float* wpart = scr + grp * HD;  // [warp][grp][HD + 2]: each warp's (output, max, sum)
+  const int q0 = g * grp * HD;
+  for (int p = threadIdx.x; p < grp * HD / 2; p += kConsumers) {
+    const int ra = RopeRow(rk, q0 + 2 * p), rc = RopeRow(rk, q0 + 2 * p + 1);
+    float x0 = __ldcg(a.qkv + ra), x1 = __ldcg(a.qkv + rc);
+    const int d = ra % HD;
+    if (a.neox ? d < a.n_rot / 2 : d < a.n_rot)
+      RotatePair(x0, x1, a.inv_freq[a.neox ? d : d / 2], pos, &x0, &x1);
+    qs[ra - q0] = x0;
+    qs[rc - q0] = x1;
+  }
+  if (s == used - 1) {  // the token's own K and V, which this range attends last
+    for (int p = threadIdx.x; p < HD; p += kConsumers) {
+      const int r = 2 * p < HD ? q_dim + g * HD + 2 * p : q_dim + kv_dim + g * HD + 2 * p - HD;
+      const int ra = RopeRow(rk, r), rc = RopeRow(rk, r + 1);
+      RopeStorePair(rk, 0, ra, rc, __ldcg(a.qkv + ra), __ldcg(a.qkv + rc));
+    }
+  }
+  ConsumerSync();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int G8 = 8;  // most query heads per KV head
+  float q[G8][DL], o[G8][DL], m[G8], l[G8];
+  const float qscale = a.scale * kLog2e;
+#pragma unroll
+  for (int h = 0; h < G8; ++h) {
+    m[h] = -FLT_MAX, l[h] = 0;
+#pragma unroll
+    for (int i = 0; i < DL; ++i) {
+      q[h][i] = h < grp ? qs[h * HD + lane * DL + i] * qscale : 0.0f;
+      o[h][i] = 0;
+    }
+  }
+  const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
+  for (int base = k0 + warp; base < k1; base += kConsumerWarps * kKeysInFlight) {
+    float kf[kKeysInFlight][DL], vf[kKeysInFlight][DL];
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) {
+      const int key = base + u * kConsumerWarps;
+      if (key < k1) {
+        const int64_t at =
+            ((static_cast<int64_t>(table[key / a.block_size]) * a.n_kv + g) * a.block_size +
+             key % a.block_size) *
+                HD +
+            lane * DL;
+        LoadKv<HD, F8>(L.k_cache, at, kf[u]);
+        LoadKv<HD, F8>(L.v_cache, at, vf[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) {
+      if (base + u * kConsumerWarps >= k1) break;
+#pragma unroll
+      for (int h = 0; h < G8; ++h) {
+        if (h >= grp) break;
+        float sc = 0;
+#pragma unroll
+        for (int i = 0; i < DL; ++i) sc += q[h][i] * kf[u][i];
+        sc = WarpSum(sc);
+        const float mn = fmaxf(m[h], sc), corr = exp2f(m[h] - mn), p = exp2f(sc - mn);
+        l[h] = l[h] * corr + p;
+#pragma unroll
+        for (int i = 0; i < DL; ++i) o[h][i] = o[h][i] * corr + p * vf[u][i];
+        m[h] = mn;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < G8; ++h) {
+    if (h >= grp) break;
+    float* wp = wpart + (warp * grp + h) * (HD + 2);
+#pragma unroll
+    for (int i = 0; i < DL; ++i) wp[lane * DL + i] = o[h][i];
+    if (lane == 0) wp[HD] = m[h], wp[HD + 1] = l[h];
+  }
+  ConsumerSync();
+  // The warps met: (output, max, sum) of this range per query head.
+  const int stride = kDecodeLayersRanges * grp * (HD + 2);
+  float* part = a.partial + static_cast<int64_t>(g) * stride;
+  for (int e = threadIdx.x; e < grp * HD; e += kConsumers) {
+    const int h = e / HD, d = e % HD;
+    float mx = -FLT_MAX;
+    for (int w = 0; w < kConsumerWarps; ++w)
+      if (wpart[(w * grp + h) * (HD + 2) + HD + 1] > 0)
+        mx = fmaxf(mx, wpart[(w * grp + h) * (HD + 2) + HD]);
+    float sum = 0, out = 0;
+    for (int w = 0; w < kConsumerWarps; ++w) {
+      const float* wp = wpart + (w * grp + h) * (HD + 2);
+      if (wp[HD + 1] > 0) {
+        const float f = exp2f(wp[HD] - mx);
+        sum += wp[HD + 1] * f;
+        out += wp[d] * f;
+      }
+    }
+    if (used == 1) {
+      a.att[q0 + e] = ToBf(out / sum);
+    } else {
+      float* pr = part + (s * grp + h) * (HD + 2);
+      pr[d] = out;
+      if (d == 0) pr[HD] = mx, pr[HD + 1] = sum;
+    }
+  }
+  if (used == 1) {
+    Signal(cnt + kAttDone);
+    return;
+  }
+  ConsumerSync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *flag = atomicAdd(cnt + kRanges + g, 1) == used - 1;
+    __threadfence();
+  }
+  ConsumerSync();
+  if (!*flag) return;
+  // The last range of this KV head: merge them all.
+  for (int e = threadIdx.x; e < grp * HD; e += kConsumers) {
+    const int h = e / HD, d = e % HD;
+    float mx = -FLT_MAX;
+    for (int r = 0; r < used; ++r) mx = fmaxf(mx, __ldcg(part + (r * grp + h) * (HD + 2) + HD));
+    float sum = 0, out = 0;
+    for (int r = 0; r < used; ++r) {
+      const float* pr = part + (r * grp + h) * (HD + 2);
+      const float f = exp2f(__ldcg(pr + HD) - mx);
+      sum += __ldcg(pr + HD + 1) * f;
+      out += __ldcg(pr + d) * f;
+    }
+    a.att[q0 + e] = ToBf(out / sum);
+  }
+  Signal(cnt + kAttDone);
+}
+
+template <int HD, bool F8>
+__global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersArgs a, Plan pl) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float red[kConsumerWarps];
+  __shared__ int flag;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+  uint64_t* empty = full + kMaxStages;
+  float* acc = reinterpret_cast<float*>(smem + pl.acc_off);
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem + pl.scr_off);
+  float* scr = reinterpret_cast<float*>(smem + pl.scr_off);
+  uint8_t* ring = smem + pl.ring_off;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < pl.stages; ++s) {
+      MbarInit(&full[s], 1);
+      MbarInit(&empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  for (int i = threadIdx.x; i < pl.max_rows * kConsumerWarps; i += kThreads) acc[i] = 0;
+  __syncthreads();
+  if (warp == kConsumerWarps) {
+    if (lane == 0) Load(a, pl, ring, full, empty);
+    return;
+  }
+  const int G = pl.blocks, b = blockIdx.x, per_layer = 5 + a.n_kv;
+  const int q_dim = a.n_head * HD;
+  int it = 0;
+  for (int l = 0; l < a.n_layer; ++l) {
+    const DecodeLayer L = a.layers[l];
+    int* cnt = a.counters + l * per_layer;
+    // Q/K/V, after the last layer's down rows.
+    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G);
+    NormInput(a.x, L.attn_norm, a.d, a.eps, xs, red);
+    Share s = PhaseShare(a, pl, L, 0);
+    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
+    Signal(cnt + kQkvDone);
+    // Attention, in the first n_kv * n_split blocks.
+    if (b < a.n_kv * pl.n_split) {
+      WaitCount(cnt + kQkvDone, G);
+      AttendRange<HD, F8>(a, L, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
+    }
+    // Wo, into the residual.
+    WaitCount(cnt + kAttDone, a.n_kv);
+    CopyInput(a.att, q_dim, xs);
+    s = PhaseShare(a, pl, L, 1);
+    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    RowSums(s, acc, 1, [&](int r, const float* t) {
+      float* x = a.x + s.row0 + r;
+      *x = __ldcg(x) + t[0];
+    });
+    Signal(cnt + kWoDone);
+    // Gate/up and the gate.
+    WaitCount(cnt + kWoDone, G);
+    NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
+    s = PhaseShare(a, pl, L, 2);
+    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    RowSums(s, acc, 2, [&](int r, const float* t) {
+      a.act[(s.row0 + r) / 2] = ToBf(GateOf(a.gate, t[0]) * t[1]);
+    });
+    Signal(cnt + kGuDone);
+    // Down, into the residual.
+    WaitCount(cnt + kGuDone, G);
+    CopyInput(a.act, a.n_ff, xs);
+    s = PhaseShare(a, pl, L, 3);
+    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    RowSums(s, acc, 1, [&](int r, const float* t) {
+      float* x = a.x + s.row0 + r;
+      *x = __ldcg(x) + t[0];
+    });
+    Signal(cnt + kDownDone);
+  }
+  // The last block out sets every counter back to zero.
+  ConsumerSync();
+  if (threadIdx.x == 0) {
+    const int n = a.n_layer * per_layer + 1;  // DecodeLayersCounters
+    __threadfence();
+    if (atomicAdd(a.counters + n - 1, 1) == G - 1) {
+      for (int i = 0; i < n; ++i) a.counters[i] = 0;
+      __threadfence();
+    }
+  }
+}
+
+// The fewest equal parts of a row of k (bf16) that each fit a stage and
+// hold a multiple of 256 elements (so a warp's 32 pieces share a row); 0
+// if there are none.
+int PiecesOf(int k) {
+  for (int p = std::max(1, (2 * k + kChunk - 1) / kChunk); 256 * p <= k; ++p)
+    if (k % (256 * p) == 0) return p;
+  return 0;
+}
+
+struct Device {
+  int sms = 0, smem_optin = 0;
+};
+Device DeviceInfo() {
+  static std::atomic<int> cached[64][2] = {};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  Device d;
+  if (dev < 64 && cached[dev][0].load() > 0) {
+    d.sms = cached[dev][0].load();
+    d.smem_optin = cached[dev][1].load();
+    return d;
+  }
+  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (dev < 64) {
+    cached[dev][1] = d.smem_optin;
+    cached[dev][0] = d.sms;
+  }
+  return d;
+}
+
+int Round128(int n) { return (n + 127) / 128 * 128; }
+
+// The plan for a shape on this device; stages 0 when it does not fit.
+Plan PlanFor(int d, int n_head, int n_kv, int head_dim, int n_ff) {
+  const Device dev = DeviceInfo();
+  Plan p;
+  p.blocks = dev.sms;
+  const int q_dim = n_head * head_dim, grp = n_head / n_kv;
+  p.pieces_d = PiecesOf(d);
+  p.pieces_q = PiecesOf(q_dim);
+  p.pieces_f = PiecesOf(n_ff);
+  p.n_split = std::min(kDecodeLayersRanges, std::max(1, p.blocks / n_kv));
+  auto most = [&](int rows, int unit) { return (rows / unit + p.blocks - 1) / p.blocks * unit; };
+  p.max_rows = std::max({most(q_dim + 2 * n_kv * head_dim, 1), most(d, 1), most(2 * n_ff, 2)});
+  p.acc_off = kBarBytes;
+  const int input = 2 * std::max({d, q_dim, n_ff});
+  const int attention = 4 * (grp * head_dim + kConsumerWarps * grp * (head_dim + 2));
+  p.scr_off = p.acc_off + Round128(4 * p.max_rows * kConsumerWarps);
+  p.ring_off = p.scr_off + Round128(std::max(input, attention));
+  const int statics = 256;  // the kernel's own __shared__ words, with room
+  p.stages = std::min(kMaxStages, (dev.smem_optin - statics - p.ring_off) / kChunk);
+  if (p.stages < 2) p.stages = 0;
+  p.smem = p.ring_off + p.stages * kChunk;
+  return p;
+}
+
+template <int HD, bool F8>
+int LaunchLayers(const DecodeLayersArgs& a, const Plan& p, cudaStream_t s) {
+  static std::atomic<int> configured[64] = {};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 64 && configured[dev].load() < p.smem) {
+    const cudaError_t e = cudaFuncSetAttribute(DecodeLayersKernel<HD, F8>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    configured[dev] = p.smem;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(p.blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = p.smem;
+  config.stream = s;
+  // Every block must be resident at once: they wait for one another.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, DecodeLayersKernel<HD, F8>, a, p));
+}
+
+}  // namespace
+
+const char* DecodeLayersRefusal(int d, int n_head, int n_kv, int head_dim, int n_rot, int n_ff) {
+  if (head_dim != 64 && head_dim != 128) return "head_dim is not 64 or 128";
+  if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 8)
+    return "more than 8 query heads per KV head";
+  if (d % 256 != 0 || (n_head * head_dim) % 256 != 0 || n_ff % 256 != 0)
+    return "a dimension is not a multiple of 256";
+  if (n_rot % 2 != 0 || n_rot > head_dim) return "the rotated dimensions";
+  if (!PiecesOf(d) || !PiecesOf(n_head * head_dim) || !PiecesOf(n_ff))
+    return "a row does not split into stages";
+  if (PlanFor(d, n_head, n_kv, head_dim, n_ff).stages == 0) return "too little shared memory";
+  return "";
+}
+
+int DecodeLayers(const DecodeLayersArgs& a, void* stream) {
+  if (*DecodeLayersRefusal(a.d, a.n_head, a.n_kv, a.head_dim, a.n_rot, a.n_ff) != '\0') return -1;
+  const Plan p = PlanFor(a.d, a.n_head, a.n_kv, a.head_dim, a.n_ff);
+  const bool f8 = a.cache == KvCache::kE4m3;
+  if (a.head_dim == 64)
+    return f8 ? LaunchLayers<64, true>(a, p, S(stream)) : LaunchLayers<64, false>(a, p, S(stream));
+  return f8 ? LaunchLayers<128, true>(a, p, S(stream)) : LaunchLayers<128, false>(a, p, S(stream));
+}
+
+}  // namespace braid::kernels::cuda
