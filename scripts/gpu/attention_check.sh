@@ -128,7 +128,7 @@ if has decode; then
       python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read().strip().splitlines()[-1])
-print("%.1f tok/s, roofline share %.3f" % (j["tokens_per_s"], j["roofline_share"]))
+print("%.1f tok/s, roofline share %.3f, greedy %s" % (j["tokens_per_s"], j["roofline_share"], j.get("greedy_fnv", "-")))
 print(j.get("kernels", ""), file=sys.stderr)' 2>> "$OUT_ROOT/decode_isa.txt" | sed "s/^/$3 $4 kv $5 $1: /" | tee -a "$LOG"
   }
   for round in $(seq ${DECODE_ROUNDS:-2}); do

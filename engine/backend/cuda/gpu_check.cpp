@@ -432,6 +432,7 @@ int Batch(const Args& a) {
 // after 3 warm-up steps, and the prefill tokens/s.
 struct DecodeTiming {
   double step_s = 0, prefill_tokens_per_s = 0;
+  std::vector<int32_t> tokens;  // the first sequence's greedy tokens
 };
 DecodeTiming TimeDecode(Backend& backend, int n_vocab, int B, int prompt_len, int gen,
                         std::mt19937& rng) {
@@ -486,6 +487,7 @@ DecodeTiming TimeDecode(Backend& backend, int n_vocab, int B, int prompt_len, in
     if (step >= warm) nvtxRangePushA("decode_step");
     Check(backend.ForwardArgmax(segs, *kv, next.data()), "decode");
     if (step >= warm) nvtxRangePop();
+    t.tokens.push_back(next[0]);
   }
   t.step_s = Since(t0) / (gen - warm);
   return t;
@@ -502,8 +504,12 @@ int Decode(const Args& a) {
   const int n_vocab = backend->n_vocab();
   std::mt19937 rng(11);
   std::vector<double> steps;
-  for (int round = 0; round < 3; ++round)
-    steps.push_back(TimeDecode(*backend, n_vocab, 1, a.prompt, a.gen, rng).step_s);
+  uint64_t greedy = 1469598103934665603ull;  // FNV-1a of every round's tokens: paths that agree
+  for (int round = 0; round < 3; ++round) {
+    const DecodeTiming t = TimeDecode(*backend, n_vocab, 1, a.prompt, a.gen, rng);
+    steps.push_back(t.step_s);
+    for (int32_t id : t.tokens) greedy = (greedy ^ static_cast<uint32_t>(id)) * 1099511628211ull;
+  }
   std::sort(steps.begin(), steps.end());
   const double rate = 1.0 / steps[steps.size() / 2];
   ModelInfo info;
@@ -533,6 +539,7 @@ int Decode(const Args& a) {
               {"roofline_share", rate / roofline},
               {"prompt", a.prompt},
               {"gen", a.gen},
+              {"greedy_fnv", std::to_string(greedy)},
               {"kernels", info.isa}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
