@@ -115,9 +115,10 @@ __device__ float ConsumerSum(float v, float* red) {
   ConsumerSync();
   return total;
 }
-// Waits (thread 0 polls, the others meet it) until *c reaches target.
-__device__ void WaitCount(const int* c, int target) {
-  if (threadIdx.x == 0)
+// Waits (thread 0 polls, the others meet it) until *c reaches target
+// (unless told not to wait, DecodeLayersArgs::no_waits).
+__device__ void WaitCount(const int* c, int target, bool skip = false) {
+  if (threadIdx.x == 0 && !skip)
     while (LoadAcquire(c) < target) {
     }
   ConsumerSync();
@@ -219,16 +220,19 @@ __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const ui
     MbarWait(&full[st], (it / stages) & 1);
     const uint4* wv = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(st) * kChunk);
     const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8;
-    // A row's pieces are a multiple of 32, so a warp's lanes share a row.
-    const int per_row = ch.kk / 8, total = ch.nr * per_row;
+    // Each warp takes a contiguous run of the stage's 16-byte pieces, in
+    // runs of 32 (a row's pieces are a multiple of 32, so a run lies in one
+    // row): one warp sum per row it touches, mostly one per stage.
+    const int per_row = ch.kk / 8, runs = ch.nr * per_row / 32;
+    const int u0 = warp * runs / kConsumerWarps, u1 = (warp + 1) * runs / kConsumerWarps;
     int row = -1;
     float sum = 0;
     auto flush = [&]() {
       const float v = WarpSum(sum);
       if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
     };
-    for (int i = threadIdx.x; i < total; i += kConsumers) {
-      const int r = i / per_row;
+    for (int u = u0; u < u1; ++u) {
+      const int r = u * 32 / per_row, i = u * 32 + lane;
       if (r != row) {
         if (row >= 0) flush();
         row = r;
@@ -237,8 +241,10 @@ __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const ui
       float wf[8], xf[8];
       Unpack(wv[i], wf);
       Unpack(xv[i - r * per_row], xf);
+      float s0 = 0, s1 = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum += wf[j] * xf[j];
+      for (int j = 0; j < 8; j += 2) s0 += wf[j] * xf[j], s1 += wf[j + 1] * xf[j + 1];
+      sum += s0 + s1;
     }
     if (row >= 0) flush();
     __syncwarp();
@@ -515,19 +521,19 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     const DecodeLayer L = a.layers[l];
     int* cnt = a.counters + l * per_layer;
     // Q/K/V, after the last layer's down rows.
-    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G);
+    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G, a.no_waits);
     NormInput(a.x, L.attn_norm, a.d, a.eps, xs, red);
     Share s = PhaseShare(a, pl, L, 0);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
     RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
     Signal(cnt + kQkvDone);
     // Attention, in the first n_kv * n_split blocks.
-    if (b < a.n_kv * pl.n_split) {
-      WaitCount(cnt + kQkvDone, G);
+    if (b < a.n_kv * pl.n_split && !a.no_waits) {
+      WaitCount(cnt + kQkvDone, G, a.no_waits);
       AttendRange<HD, F8>(a, L, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
     }
     // Wo, into the residual.
-    WaitCount(cnt + kAttDone, a.n_kv);
+    WaitCount(cnt + kAttDone, a.n_kv, a.no_waits);
     CopyInput(a.att, q_dim, xs);
     s = PhaseShare(a, pl, L, 1);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -537,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     });
     Signal(cnt + kWoDone);
     // Gate/up and the gate.
-    WaitCount(cnt + kWoDone, G);
+    WaitCount(cnt + kWoDone, G, a.no_waits);
     NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
     s = PhaseShare(a, pl, L, 2);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -546,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     });
     Signal(cnt + kGuDone);
     // Down, into the residual.
-    WaitCount(cnt + kGuDone, G);
+    WaitCount(cnt + kGuDone, G, a.no_waits);
     CopyInput(a.act, a.n_ff, xs);
     s = PhaseShare(a, pl, L, 3);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -667,7 +673,11 @@ const char* DecodeLayersRefusal(int d, int n_head, int n_kv, int head_dim, int n
 
 int DecodeLayers(const DecodeLayersArgs& a, void* stream) {
   if (*DecodeLayersRefusal(a.d, a.n_head, a.n_kv, a.head_dim, a.n_rot, a.n_ff) != '\0') return -1;
-  const Plan p = PlanFor(a.d, a.n_head, a.n_kv, a.head_dim, a.n_ff);
+  Plan p = PlanFor(a.d, a.n_head, a.n_kv, a.head_dim, a.n_ff);
+  if (a.stages > 0 && a.stages < p.stages) {
+    p.stages = std::max(2, a.stages);
+    p.smem = p.ring_off + p.stages * kChunk;
+  }
   const bool f8 = a.cache == KvCache::kE4m3;
   if (a.head_dim == 64)
     return f8 ? LaunchLayers<64, true>(a, p, S(stream)) : LaunchLayers<64, false>(a, p, S(stream));

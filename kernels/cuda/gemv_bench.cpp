@@ -24,56 +24,11 @@
 #include "kernels/cuda_ops.h"
 
 using namespace braid::kernels::cuda;
+using braid::kernels::cuda_test::Check;
+using braid::kernels::cuda_test::CopyRate;
+using braid::kernels::cuda_test::Noise;
 
 namespace {
-
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-// Device bytes filled with small random values (bf16 or e4m3 alike: random
-// bytes with the exponent's high bits cleared stay finite and small).
-void* Noise(size_t bytes, uint32_t seed) {
-  void* p = nullptr;
-  Check(cudaMalloc(&p, bytes), "cudaMalloc");
-  std::vector<uint8_t> h(bytes);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i < bytes; ++i) h[i] = static_cast<uint8_t>(rng()) & 0x3b;
-  Check(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  return p;
-}
-
-// Read-and-write bytes per second of a 2 GiB device-to-device copy (median).
-double CopyRate() {
-  const size_t bytes = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  Check(cudaMalloc(&a, bytes), "cudaMalloc");
-  Check(cudaMalloc(&b, bytes), "cudaMalloc");
-  cudaMemset(a, 1, bytes);
-  cudaMemset(b, 2, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> rates;
-  for (int i = 0; i < 8; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 2) rates.push_back(2.0 * bytes / (ms * 1e-3));
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
-}
 
 struct Product {
   const char* model;

@@ -25,7 +25,7 @@ cp "$build/engine/braid_gpu_check" build-gpu/engine/
 strip build-gpu/engine/braid_gpu_check
 # The CUDA kernel tests (against fp32 loops) and benchmarks, when built.
 mkdir -p build-gpu/kernels
-for t in kernels_ops_cuda_tests kernels_dequant_cuda_tests cuda_cascade_bench cuda_gemv_bench; do
+for t in kernels_ops_cuda_tests kernels_dequant_cuda_tests cuda_cascade_bench cuda_gemv_bench cuda_layers_bench; do
   [ -x "$build/kernels/$t" ] && cp "$build/kernels/$t" build-gpu/kernels/ && strip build-gpu/kernels/$t
 done
 for lib in libedit.so.2 liblua5.4.so.0 libsqlite3.so.0 libtinfo.so.6 libbsd.so.0 libmd.so.0; do

@@ -275,6 +275,11 @@ struct DecodeLayersArgs {
   Gate gate = Gate::kSilu;
   float eps = 0, scale = 0;
   int range_keys = 32;  // the fewest keys an attention block takes (ranges below that merge)
+  // For measuring (cuda_layers_bench): the ring's stages (0: as many as
+  // fit), and no_waits, where no phase waits for another (the results are
+  // wrong; the weights' stream is timed alone).
+  int stages = 0;
+  bool no_waits = false;
 };
 inline constexpr int kDecodeLayersRanges = 32;
 inline int DecodeLayersCounters(int n_layer, int n_kv) { return n_layer * (5 + n_kv) + 1; }
