@@ -534,9 +534,9 @@ __device__ __forceinline__ void Fp8TileToHalf(const uint8_t* src, uint16_t* dst,
 // high part and a bf16 remainder, two products each, so that scores and
 // weights keep about fp32's precision against the bf16 cache. Rows of 16-byte
 // chunks are stored with chunk c of row r at c ^ (r % 8): the 8 rows an
-// ldmatrix reads fall in distinct banks. ST is 3 with a bf16 cache; an
-// e4m3 cache's tiles are half the bytes, so 4 stages would keep more of
-// them in flight in the same shared memory (DecodeAttentionArgs::fp8_stages).
+// ldmatrix reads fall in distinct banks. ST is 3 (kAttnStages) with either
+// cache: four stages of an e4m3 cache's half-size tiles, in the same shared
+// memory, were measured no faster (docs/benchmarks.md).
 
 // A warp's shared memory: ST stages (keys and values of a tile, as cached)
 // and, with an e4m3 cache (F8), the tile in use as fp16.
@@ -1022,12 +1022,11 @@ int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
   const dim3 grid(a.n, a.n_kv, a.n_split), block(kWarps * 32);
   return Launch(DecodeAttentionMmaKernel<HD, F8, ST>, grid, block, smem, s, a);
 }
+constexpr int kAttnStages = 3;
 template <int HD>
 int LaunchDecodeMma(const DecodeAttentionArgs& a, cudaStream_t s) {
-  static_assert(AttnSmem<HD, true, 4>() <= AttnSmem<HD, false, 3>(), "as many blocks fit");
-  if (a.cache != KvCache::kE4m3) return LaunchDecodeMma<HD, false, 3>(a, s);
-  return a.fp8_stages == 4 ? LaunchDecodeMma<HD, true, 4>(a, s)
-                           : LaunchDecodeMma<HD, true, 3>(a, s);
+  return a.cache == KvCache::kE4m3 ? LaunchDecodeMma<HD, true, kAttnStages>(a, s)
+                                   : LaunchDecodeMma<HD, false, kAttnStages>(a, s);
 }
 
 template <int HD, int GMAX, bool F8>

@@ -28,7 +28,7 @@
 #            rounds, each beside its roofline; this build once per KV
 #            cache of BATCH_KV (default "bf16"; say "bf16 fp8"), and once
 #            more per KV cache under each VAR=VALUE of BATCH_ENV (say
-#            "BRAID_CUDA_FP8_STAGES=4")
+#            "BRAID_CUDA_EARLY_KEYS=1")
 #   sweep    llama8b decode sweeps at 512 and 4,096 tokens of context, the
 #            CUDA-core kernel (BRAID_CUDA_ATTN=simt) and the tensor-core one
 #            alternating, each beside its roofline

@@ -1153,10 +1153,6 @@ class CudaBackend final : public CudaRank {
   // default, as it has not been timed in alternating rounds.
   int step_keys_ = 0;
   bool early_keys_ = false;
-  // An e4m3 cache's stages per warp in decode attention
-  // (kc::DecodeAttentionArgs::fp8_stages): 3; BRAID_CUDA_FP8_STAGES=4 takes
-  // one more, not yet the default, as it has not run on a GPU.
-  int fp8_stages_ = kc::DecodeAttentionArgs{}.fp8_stages;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1237,8 +1233,6 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     cascade_ = std::string(cascade) != "0";
   if (const char* range = std::getenv("BRAID_CUDA_RANGE_KEYS"))
     attention_range_keys_ = std::max(1, std::atoi(range));
-  if (const char* stages = std::getenv("BRAID_CUDA_FP8_STAGES"))
-    fp8_stages_ = std::string(stages) == "4" ? 4 : 3;
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
     early_keys_ = std::string(early) == "1";
   if (const char* layers = std::getenv("BRAID_CUDA_LAYERS"))
@@ -1863,7 +1857,6 @@ Status CudaBackend::Attend(CudaKv& kv, int i, int T, int n_decode, int n_split, 
     a.keys_in_flight = attention_keys_;
     a.range_keys = attention_range_keys_;
     a.step_keys = early_keys_ ? step_keys_ : 0;
-    a.fp8_stages = fp8_stages_;
     a.tensor_cores = attention_tc_;
     a.scale = c.AttnScale();
     a.window = Window(i);

@@ -88,10 +88,6 @@ struct DecodeAttentionArgs {
   // range_keys keys to attend uses fewer ranges (one below 2 * range_keys).
   int range_keys = 64;
   int keys_in_flight = 4;  // keys each lane group loads before using the first: 1 or 4
-  // An e4m3 cache's stages per warp in the tensor-core kernel: 3, as the
-  // bf16 kernel's, or 4 (its tiles are half a bf16 tile's bytes, so one
-  // more in flight in the same shared memory).
-  int fp8_stages = 3;
   // The most keys any one sequence stores in this pass (its tokens' own), or
   // 0 when not known. Keys more than step_keys behind a token's last were
   // stored by earlier passes, already finished: the tensor-core kernel
