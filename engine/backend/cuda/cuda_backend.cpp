@@ -1132,7 +1132,7 @@ class CudaBackend final : public CudaRank {
   // turns them off one by one, to measure what each is worth.
   bool fuse_norm_ = true, fuse_swiglu_ = true;
   // RoPE and the K/V store in the QKV matrix-vector product's epilogue
-  // (BRAID_CUDA_FUSE=rope; not yet the default: unmeasured).
+  // (BRAID_CUDA_FUSE=rope; off: measured no faster at batch 1).
   bool fuse_rope_ = false;
   kc::Gate gate_ = kc::Gate::kSilu;
   // Keys each lane group of the decode attention kernel loads at once:
@@ -1149,8 +1149,8 @@ class CudaBackend final : public CudaRank {
   // The most tokens a decode-attention segment of this pass holds
   // (kc::DecodeAttentionArgs::step_keys). With BRAID_CUDA_EARLY_KEYS=1 the
   // keys before (and a cascade group's prefix, CascadeAttentionArgs::
-  // early_keys) are loaded before the kernels ahead finish; not yet the
-  // default, as it has not been timed in alternating rounds.
+  // early_keys) are loaded before the kernels ahead finish; off by
+  // default, as alternating rounds at batch 1 found it no faster.
   int step_keys_ = 0;
   bool early_keys_ = false;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
@@ -1158,8 +1158,8 @@ class CudaBackend final : public CudaRank {
   bool use_graphs_ = true;
   // A step of one decode token runs its layers as one persistent launch
   // (kc::DecodeLayers) with BRAID_CUDA_LAYERS=1, where the model allows
-  // (layers_refusal_ says why not); not yet the default, as it has not been
-  // timed against the per-op path.
+  // (layers_refusal_ says why not); off by default: measured slower than
+  // one kernel a product (docs/benchmarks.md).
   bool layers_kernel_ = false;
   std::string layers_refusal_;
   DeviceArray<kc::DecodeLayer> layer_table_;  // its layers, for layer_table_kv_'s KV memory
