@@ -642,18 +642,12 @@ int LaunchLayers(const DecodeLayersArgs& a, const Plan& p, cudaStream_t s) {
     if (e != cudaSuccess) return static_cast<int>(e);
     configured[dev] = p.smem;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(p.blocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = p.smem;
-  config.stream = s;
   // Every block must be resident at once: they wait for one another.
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&config, DecodeLayersKernel<HD, F8>, a, p));
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  return LaunchWith(attr, DecodeLayersKernel<HD, F8>, dim3(p.blocks), dim3(kThreads),
+                    static_cast<size_t>(p.smem), s, a, p);
 }
 
 }  // namespace

@@ -53,20 +53,27 @@ __device__ __forceinline__ void Release() {
 }
 __device__ __forceinline__ void Acquire() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// kernel<<<grid, block, smem, s>>>(args...) with one launch attribute.
 template <typename... Params, typename... Args>
-int Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-           Args&&... args) {
+int LaunchWith(cudaLaunchAttribute attr, void (*kernel)(Params...), dim3 grid, dim3 block,
+               size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
+  config.attrs = &attr;
   config.numAttrs = 1;
   return static_cast<int>(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+// The decode path's launches: programmatic dependent launch.
+template <typename... Params, typename... Args>
+int Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+           Args&&... args) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return LaunchWith(attr, kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ float WarpSum(float v) {

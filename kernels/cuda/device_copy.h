@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -30,6 +31,11 @@ T* ToDevice(const std::vector<T>& h) {
   cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T));
   cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
   return d;
+}
+
+// cudaFree of each.
+inline void FreeAll(std::initializer_list<const void*> ps) {
+  for (const void* p : ps) cudaFree(const_cast<void*>(p));
 }
 
 template <typename T>

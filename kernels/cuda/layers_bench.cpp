@@ -114,12 +114,9 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   for (void* p : owned) cudaFree(p);
-  for (const void* p :
-       {(const void*)a.layers, (const void*)a.x, (const void*)a.qkv, (const void*)a.att,
-        (const void*)a.act, (const void*)a.partial, (const void*)a.counters, (const void*)a.tokens,
-        (const void*)a.pos, (const void*)a.slot, (const void*)a.tok_seq, (const void*)a.seq_table,
-        (const void*)a.tables, (const void*)a.inv_freq})
-    cudaFree(const_cast<void*>(p));
+  braid::kernels::cuda_test::FreeAll({a.layers, a.x, a.qkv, a.att, a.act, a.partial, a.counters,
+                                      a.tokens, a.pos, a.slot, a.tok_seq, a.seq_table, a.tables,
+                                      a.inv_freq});
 }
 
 }  // namespace
