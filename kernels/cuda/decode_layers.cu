@@ -20,7 +20,7 @@
 // of the phase the slots are summed and the outputs written.
 //
 // Phases meet through counters in global memory, each raised by a block
-// when its part is written (fence, then atomicAdd) and read with acquire
+// when its part is written (a release add) and read with acquire
 // loads; the last block to leave sets them back to zero.
 #include <cuda_runtime.h>
 
@@ -115,21 +115,29 @@ __device__ float ConsumerSum(float v, float* red) {
   ConsumerSync();
   return total;
 }
-// Waits (thread 0 polls, the others meet it) until *c reaches target
-// (unless told not to wait, DecodeLayersArgs::no_waits).
-__device__ void WaitCount(const int* c, int target, bool skip = false) {
+// Waits (thread 0 polls, sleeping poll_ns between looks; the others meet
+// it) until *c reaches target (unless told not to wait,
+// DecodeLayersArgs::no_waits).
+__device__ void WaitCount(const int* c, int target, bool skip, int poll_ns) {
   if (threadIdx.x == 0 && !skip)
-    while (LoadAcquire(c) < target) {
-    }
+    while (LoadAcquire(c) < target)
+      if (poll_ns > 0) __nanosleep(poll_ns);
   ConsumerSync();
 }
-// Raises *c once every computing thread's writes are done.
+// Raises *c once every computing thread's writes are done (the barrier
+// orders them before thread 0's release).
 __device__ void Signal(int* c) {
   ConsumerSync();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(c, 1);
-  }
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(c) : "memory");
+}
+
+// The trace's mark m of layer l (DecodeLayersArgs::trace), by thread 0.
+__device__ void Mark(const DecodeLayersArgs& a, int l, int m) {
+  if (a.trace == nullptr || threadIdx.x != 0) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  a.trace[(static_cast<int64_t>(l) * kDecodeLayersMarks + m) * gridDim.x + blockIdx.x] =
+      static_cast<int64_t>(t);
 }
 
 // ---- a block's share of a matrix, in stages ----
@@ -188,24 +196,46 @@ __device__ Chunk ChunkOf(const Share& s, int c) {
   return ch;
 }
 
-// The loader: every stage of every phase of every layer, in order.
+// A place in the loader's walk: chunk c of phase p of layer l.
+struct Cursor {
+  int l = 0, p = 0, c = 0;
+  Share s;
+};
+__device__ Cursor First(const DecodeLayersArgs& a, const Plan& pl) {
+  Cursor q;
+  q.s = PhaseShare(a, pl, a.layers[0], 0);
+  return q;
+}
+// The next chunk; q.l == n_layer past the last.
+__device__ void Advance(const DecodeLayersArgs& a, const Plan& pl, Cursor& q) {
+  if (++q.c < q.s.chunks) return;
+  q.c = 0;
+  if (++q.p == 4) q.p = 0, ++q.l;
+  if (q.l < a.n_layer) q.s = PhaseShare(a, pl, a.layers[q.l], q.p);
+}
+
+// The loader: every stage of every phase of every layer, in order, and
+// l2_ahead stages ahead of that, requests that L2 fetch them.
 __device__ void Load(const DecodeLayersArgs& a, const Plan& pl, uint8_t* ring, uint64_t* full,
                      uint64_t* empty) {
-  int it = 0;
-  for (int l = 0; l < a.n_layer; ++l) {
-    const DecodeLayer L = a.layers[l];
-    for (int p = 0; p < 4; ++p) {
-      const Share s = PhaseShare(a, pl, L, p);
-      for (int c = 0; c < s.chunks; ++c, ++it) {
-        const int st = it % pl.stages;
-        MbarWait(&empty[st], ((it / pl.stages) & 1) ^ 1);
-        const Chunk ch = ChunkOf(s, c);
-        const uint32_t bytes = static_cast<uint32_t>(ch.nr) * ch.kk * 2;
-        MbarExpectTx(&full[st], bytes);
-        BulkCopy(ring + static_cast<size_t>(st) * kChunk,
-                 s.w + static_cast<int64_t>(ch.r0) * s.k + ch.k0, bytes, &full[st]);
-      }
+  Cursor q = First(a, pl), pre = q;
+  int ahead = 0;  // chunks asked of L2 past q
+  for (int it = 0; q.l < a.n_layer; ++it, Advance(a, pl, q), --ahead) {
+    for (; ahead <= a.l2_ahead && pre.l < a.n_layer; ++ahead, Advance(a, pl, pre)) {
+      if (ahead == 0) continue;  // q's own chunk is copied now
+      const Chunk ch = ChunkOf(pre.s, pre.c);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                       pre.s.w + static_cast<int64_t>(ch.r0) * pre.s.k + ch.k0),
+                   "r"(static_cast<uint32_t>(ch.nr) * ch.kk * 2)
+                   : "memory");
     }
+    const int st = it % pl.stages;
+    MbarWait(&empty[st], ((it / pl.stages) & 1) ^ 1);
+    const Chunk ch = ChunkOf(q.s, q.c);
+    const uint32_t bytes = static_cast<uint32_t>(ch.nr) * ch.kk * 2;
+    MbarExpectTx(&full[st], bytes);
+    BulkCopy(ring + static_cast<size_t>(st) * kChunk,
+             q.s.w + static_cast<int64_t>(ch.r0) * q.s.k + ch.k0, bytes, &full[st]);
   }
 }
 
@@ -521,19 +551,25 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     const DecodeLayer L = a.layers[l];
     int* cnt = a.counters + l * per_layer;
     // Q/K/V, after the last layer's down rows.
-    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G, a.no_waits);
+    Mark(a, l, 0);
+    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G, a.no_waits, a.poll_ns);
+    Mark(a, l, 1);
     NormInput(a.x, L.attn_norm, a.d, a.eps, xs, red);
+    Mark(a, l, 2);
     Share s = PhaseShare(a, pl, L, 0);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
     RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
     Signal(cnt + kQkvDone);
+    Mark(a, l, 3);
     // Attention, in the first n_kv * n_split blocks.
     if (b < a.n_kv * pl.n_split && !a.no_waits) {
-      WaitCount(cnt + kQkvDone, G, a.no_waits);
+      WaitCount(cnt + kQkvDone, G, a.no_waits, a.poll_ns);
       AttendRange<HD, F8>(a, L, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
     }
+    Mark(a, l, 4);
     // Wo, into the residual.
-    WaitCount(cnt + kAttDone, a.n_kv, a.no_waits);
+    WaitCount(cnt + kAttDone, a.n_kv, a.no_waits, a.poll_ns);
+    Mark(a, l, 5);
     CopyInput(a.att, q_dim, xs);
     s = PhaseShare(a, pl, L, 1);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -542,8 +578,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       *x = __ldcg(x) + t[0];
     });
     Signal(cnt + kWoDone);
+    Mark(a, l, 6);
     // Gate/up and the gate.
-    WaitCount(cnt + kWoDone, G, a.no_waits);
+    WaitCount(cnt + kWoDone, G, a.no_waits, a.poll_ns);
+    Mark(a, l, 7);
     NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
     s = PhaseShare(a, pl, L, 2);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -551,8 +589,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       a.act[(s.row0 + r) / 2] = ToBf(GateOf(a.gate, t[0]) * t[1]);
     });
     Signal(cnt + kGuDone);
+    Mark(a, l, 8);
     // Down, into the residual.
-    WaitCount(cnt + kGuDone, G, a.no_waits);
+    WaitCount(cnt + kGuDone, G, a.no_waits, a.poll_ns);
+    Mark(a, l, 9);
     CopyInput(a.act, a.n_ff, xs);
     s = PhaseShare(a, pl, L, 3);
     Product(s, xs, acc, ring, full, empty, pl.stages, it);
@@ -561,6 +601,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       *x = __ldcg(x) + t[0];
     });
     Signal(cnt + kDownDone);
+    Mark(a, l, 10);
   }
   // The last block out sets every counter back to zero.
   ConsumerSync();

@@ -1,11 +1,14 @@
 // Times DecodeLayers (a one-token step's layers in one launch) on the
 // Llama-3.2-1B and Llama-3-8B shapes (random weights, a context of --pos
 // keys), as it runs and with no phase waiting for another (the weights'
-// stream alone: DecodeLayersArgs::no_waits), for several ring depths.
-// Prints microseconds per step, the layers' weights read per second and its
-// share of the device-to-device copy rate measured in the same run (bytes
-// read and written over the copy's time, as the engine's roofline counts
-// it). Exits 77 without a GPU.
+// stream alone: DecodeLayersArgs::no_waits), for several ring depths, and
+// with the loader's L2 look-ahead and the polls' sleep. Prints microseconds
+// per step, the layers' weights read per second and its share of the
+// device-to-device copy rate measured in the same run (bytes read and
+// written over the copy's time, as the engine's roofline counts it), and
+// for each configuration at full depth a trace of one launch: the time
+// between the kernel's marks (DecodeLayersArgs::trace). Exits 77 without a
+// GPU.
 //   layers_bench [--reps 20] [--pos 200]
 #include <cuda_runtime.h>
 
@@ -89,28 +92,88 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   a.neox = true;
   a.eps = 1e-5f;
   a.scale = 1.0f / 8;
+  // Each configuration timed, then one launch of it traced: where a
+  // layer's time goes, per interval between marks, the mean over layers
+  // (the first left out) of the mean and the largest over blocks.
+  struct Config {
+    const char* name;
+    bool no_waits;
+    int stages, l2_ahead, poll_ns;
+  };
+  const Config configs[] = {
+      {"as it runs", false, 4, 0, 0},    {"as it runs", false, 8, 0, 0},
+      {"as it runs", false, 0, 0, 0},    {"stream alone", true, 4, 0, 0},
+      {"stream alone", true, 8, 0, 0},   {"stream alone", true, 0, 0, 0},
+      {"L2 ahead 16", false, 0, 16, 0},  {"L2 ahead 32", false, 0, 32, 0},
+      {"poll 200 ns", false, 0, 0, 200}, {"L2 32 poll 200", false, 0, 32, 200},
+  };
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t marks = static_cast<size_t>(s.n_layer) * kDecodeLayersMarks * sms;
+  int64_t* trace = nullptr;
+  Check(cudaMalloc(&trace, marks * sizeof(int64_t)), "cudaMalloc");
+  static const char* kInterval[kDecodeLayersMarks - 1] = {
+      "wait down", "norm",    "Q/K/V",   "attention",    "wait att",
+      "Wo",        "wait Wo", "gate/up", "wait gate/up", "down"};
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  for (bool no_waits : {false, true})
-    for (int stages : {4, 8, 0}) {
-      a.no_waits = no_waits;
-      a.stages = stages;
-      Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");  // warm
-      cudaEventRecord(e0);
-      for (int r = 0; r < reps; ++r) DecodeLayers(a, nullptr);
-      cudaEventRecord(e1);
-      Check(cudaEventSynchronize(e1), "DecodeLayers");
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      const double us = 1e3 * ms / reps;
-      const double rate = static_cast<double>(layer_bytes) * s.n_layer / (us * 1e-6);
-      std::printf(
-          "%-8s %-13s stages %-4s %9.1f us a step, layers' weights at %7.1f GB/s, %5.1f%% of "
-          "copy\n",
-          s.name, no_waits ? "stream alone" : "as it runs",
-          stages ? std::to_string(stages).c_str() : "max", us, rate / 1e9, 100 * rate / copy);
+  for (const Config& c : configs) {
+    a.no_waits = c.no_waits;
+    a.stages = c.stages;
+    a.l2_ahead = c.l2_ahead;
+    a.poll_ns = c.poll_ns;
+    a.trace = nullptr;
+    Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");  // warm
+    cudaEventRecord(e0);
+    for (int r = 0; r < reps; ++r) DecodeLayers(a, nullptr);
+    cudaEventRecord(e1);
+    Check(cudaEventSynchronize(e1), "DecodeLayers");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double us = 1e3 * ms / reps;
+    const double rate = static_cast<double>(layer_bytes) * s.n_layer / (us * 1e-6);
+    std::printf(
+        "%-8s %-15s stages %-4s %9.1f us a step, layers' weights at %7.1f GB/s, %5.1f%% of "
+        "copy\n",
+        s.name, c.name, c.stages ? std::to_string(c.stages).c_str() : "max", us, rate / 1e9,
+        100 * rate / copy);
+    if (c.stages != 0) continue;
+    a.trace = trace;
+    Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");
+    std::vector<int64_t> t(marks);
+    Check(cudaMemcpy(t.data(), trace, marks * sizeof(int64_t), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    auto at = [&](int l, int m, int b) {
+      return t[(static_cast<size_t>(l) * kDecodeLayersMarks + m) * sms + b];
+    };
+    std::printf("  trace, us mean/most over blocks:");
+    for (int m = 0; m + 1 < kDecodeLayersMarks; ++m) {
+      double mean = 0, most = 0;
+      for (int l = 1; l < s.n_layer; ++l) {
+        double sum = 0, mx = 0;
+        for (int b = 0; b < sms; ++b) {
+          const double d = 1e-3 * static_cast<double>(at(l, m + 1, b) - at(l, m, b));
+          sum += d;
+          mx = std::max(mx, d);
+        }
+        mean += sum / sms;
+        most += mx;
+      }
+      std::printf(" %s %.1f/%.1f;", kInterval[m], mean / (s.n_layer - 1), most / (s.n_layer - 1));
     }
+    double layer = 0;
+    for (int l = 1; l < s.n_layer; ++l) {
+      int64_t first = at(l, 0, 0), last = at(l, kDecodeLayersMarks - 1, 0);
+      for (int b = 1; b < sms; ++b) {
+        first = std::min(first, at(l, 0, b));
+        last = std::max(last, at(l, kDecodeLayersMarks - 1, b));
+      }
+      layer += 1e-3 * static_cast<double>(last - first);
+    }
+    std::printf(" a layer %.1f\n", layer / (s.n_layer - 1));
+  }
+  cudaFree(trace);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   for (void* p : owned) cudaFree(p);

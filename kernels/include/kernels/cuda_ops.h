@@ -276,8 +276,23 @@ struct DecodeLayersArgs {
   // wrong; the weights' stream is timed alone).
   int stages = 0;
   bool no_waits = false;
+  // How many stages' worth of weights past the one it is copying the
+  // loader asks L2 to fetch (0: none), so that the memory keeps reading
+  // while the ring is full and its block waits; and the nanoseconds a
+  // waiting block sleeps between looks at a counter (0: it spins).
+  int l2_ahead = 0;
+  int poll_ns = 0;
+  // trace (null: off): the global timer (ns) at each of a layer's
+  // kDecodeLayersMarks points, [n_layer][kDecodeLayersMarks][blocks];
+  // blocks = the multiprocessors of the device.
+  int64_t* trace = nullptr;
 };
 inline constexpr int kDecodeLayersRanges = 32;
+// The points a trace marks in each layer, in order: start, down of the
+// last layer met, input normed, Q/K/V rows summed, attention done (or
+// skipped), attention met, Wo done, Wo met, gate/up done, gate/up met,
+// down done.
+inline constexpr int kDecodeLayersMarks = 11;
 inline int DecodeLayersCounters(int n_layer, int n_kv) { return n_layer * (5 + n_kv) + 1; }
 // Whether DecodeLayers runs this shape on the current device (head_dim 64
 // or 128, group <= 8, d, n_head hd and n_ff multiples of 256, n_rot even,
