@@ -2,13 +2,13 @@
 // Llama-3.2-1B and Llama-3-8B shapes (random weights, a context of --pos
 // keys), as it runs and with no phase waiting for another (the weights'
 // stream alone: DecodeLayersArgs::no_waits), for several ring depths, and
-// with the loader's L2 look-ahead and the polls' sleep. Prints microseconds
-// per step, the layers' weights read per second and its share of the
-// device-to-device copy rate measured in the same run (bytes read and
-// written over the copy's time, as the engine's roofline counts it), and
-// for each configuration at full depth a trace of one launch: the time
-// between the kernel's marks (DecodeLayersArgs::trace). Exits 77 without a
-// GPU.
+// with the loader's L2 look-ahead, the polls' sleep and attention in one
+// range a KV head. Prints microseconds per step, the layers' weights read
+// per second and its share of the device-to-device copy rate measured in
+// the same run (bytes read and written over the copy's time, as the
+// engine's roofline counts it), and for each configuration at full depth a
+// trace of one launch: the time between the kernel's marks
+// (DecodeLayersArgs::trace). Exits 77 without a GPU.
 //   layers_bench [--reps 20] [--pos 200]
 #include <cuda_runtime.h>
 
@@ -98,14 +98,15 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   struct Config {
     const char* name;
     bool no_waits;
-    int stages, l2_ahead, poll_ns;
+    int stages, l2_ahead, poll_ns, range_keys = 32;
   };
   const Config configs[] = {
-      {"as it runs", false, 4, 0, 0},    {"as it runs", false, 8, 0, 0},
-      {"as it runs", false, 0, 0, 0},    {"stream alone", true, 4, 0, 0},
-      {"stream alone", true, 8, 0, 0},   {"stream alone", true, 0, 0, 0},
-      {"L2 ahead 16", false, 0, 16, 0},  {"L2 ahead 32", false, 0, 32, 0},
-      {"poll 200 ns", false, 0, 0, 200}, {"L2 32 poll 200", false, 0, 32, 200},
+      {"as it runs", false, 4, 0, 0},         {"as it runs", false, 8, 0, 0},
+      {"as it runs", false, 0, 0, 0},         {"stream alone", true, 4, 0, 0},
+      {"stream alone", true, 8, 0, 0},        {"stream alone", true, 0, 0, 0},
+      {"L2 ahead 16", false, 0, 16, 0},       {"L2 ahead 32", false, 0, 32, 0},
+      {"poll 200 ns", false, 0, 0, 200},      {"L2 32 poll 200", false, 0, 32, 200},
+      {"one range", false, 0, 0, 0, 1 << 20},
   };
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -123,6 +124,7 @@ void Run(const Shape& s, int reps, int pos, double copy) {
     a.stages = c.stages;
     a.l2_ahead = c.l2_ahead;
     a.poll_ns = c.poll_ns;
+    a.range_keys = c.range_keys;
     a.trace = nullptr;
     Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");  // warm
     cudaEventRecord(e0);
