@@ -1230,18 +1230,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(GemvArgs a) {
   uint4 wv[U];
   int row0 = blockIdx.x * per_block;
   if (row0 + slot < a.n) load(row0 + slot, p0 + lane, wv);
-  // The first rounds' rows into L2 (GemvArgs::l2_rounds), a thread a row.
-  if (static_cast<int>(threadIdx.x) < a.l2_rounds * per_block) {
-    int r = row0 + (threadIdx.x / per_block) * gridDim.x * per_block + threadIdx.x % per_block;
-    if (r < a.n) {
-      if (rope) r = RopeRow(a.rope, r);
-      const void* src = F8 ? static_cast<const void*>(a.w8 + static_cast<int64_t>(r) * a.k)
-                           : static_cast<const void*>(a.w + static_cast<int64_t>(r) * a.k);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-                   "r"(static_cast<uint32_t>(a.k * (F8 ? 1 : 2)))
-                   : "memory");
-    }
-  }
   Acquire();
   if (a.xf) {
     NormRows<M>(a, xs);

@@ -548,7 +548,6 @@ void TestGemv() {
             cuda::GemvArgs a;
             a.w = dw, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k, a.accumulate = acc;
             a.depth = depth, a.split = split;
-            a.l2_rounds = acc ? 2 : 0;  // asking L2 for rows ahead changes nothing
             const int e = cuda::Gemv(a, nullptr);
             const std::string what = "gemv (k " + std::to_string(k) + ", rows " +
                                      std::to_string(rows) + ", depth " + std::to_string(depth) +
@@ -739,7 +738,6 @@ void TestGemvRope() {
                 cuda::GemvArgs g;
                 g.w = dw, g.x = dx, g.y = y, g.rows = rows, g.n = n, g.k = k;
                 g.depth = depth, g.split = split;
-                g.l2_rounds = depth == 8 ? 1 : 0;
                 cuda::RopeKvArgs r;
                 r.qkv = y, r.bias = bias ? dbias : nullptr, r.pos = dpos, r.slot = dslot;
                 r.inv_freq = dfreq, r.q = q, r.k_cache = caches, r.v_cache = caches + eb * cache;
@@ -853,7 +851,6 @@ void TestFp8() {
           cuda::GemvArgs a;
           a.w8 = dq, a.w_scale = ds, a.x = dx, a.y = dy, a.rows = rows, a.n = n, a.k = k;
           a.accumulate = acc, a.depth = depth, a.split = split;
-          a.l2_rounds = acc ? 1 : 0;
           const int e = cuda::Gemv(a, nullptr);
           const std::string what = "fp8 gemv, CUDA cores (rows " + std::to_string(rows) +
                                    ", depth " + std::to_string(depth) + ", split " +

@@ -1153,10 +1153,6 @@ class CudaBackend final : public CudaRank {
   // default, as alternating rounds at batch 1 found it no faster.
   int step_keys_ = 0;
   bool early_keys_ = false;
-  // With BRAID_CUDA_L2_ROUNDS=N each decode product's blocks ask L2 for
-  // their first N rounds of weights before the kernel ahead ends
-  // (kc::GemvArgs::l2_rounds); 0 (none) until timed on a GPU.
-  int l2_rounds_ = 0;
   // Decode-only steps replay CUDA graphs; BRAID_CUDA_GRAPHS=0 runs them
   // eagerly, to measure what the graphs are worth.
   bool use_graphs_ = true;
@@ -1239,8 +1235,6 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     attention_range_keys_ = std::max(1, std::atoi(range));
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
     early_keys_ = std::string(early) == "1";
-  if (const char* rounds = std::getenv("BRAID_CUDA_L2_ROUNDS"))
-    l2_rounds_ = std::clamp(std::atoi(rounds), 0, 8);
   if (const char* layers = std::getenv("BRAID_CUDA_LAYERS"))
     layers_kernel_ = std::string(layers) == "1";
   // A shared prefix is attended once per group for every layer alike; with
@@ -1956,7 +1950,6 @@ Status CudaBackend::RunGemv(const void* x, const float* norm, const Weight& w, f
   kc::GemvArgs g;
   g.depth = plan.depth;
   g.split = plan.split;
-  g.l2_rounds = l2_rounds_;
   g.w = w.bf16;
   g.w8 = w.fp8;  // null for bf16 weights
   g.w_scale = w.scale;

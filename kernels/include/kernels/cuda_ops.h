@@ -215,10 +215,6 @@ struct GemvArgs {
   // taken in the pairs that rotate together (split halves: dimensions i and
   // i + n_rot / 2 of a head), so that both products meet in one block.
   RopeKvArgs rope;
-  // Rounds of its rows (per_block rows each, the first l2_rounds) whose
-  // weights each block asks L2 for before it waits for the kernel ahead
-  // (0: none), so that the memory keeps reading while that kernel ends.
-  int l2_rounds = 0;
 };
 int Gemv(const GemvArgs& a, void* stream);
 
