@@ -40,7 +40,7 @@ using namespace dev;
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = kConsumerWarps * 32;
 constexpr int kThreads = kConsumers + 32;
-constexpr int kChunk = 16384;  // bytes a stage
+constexpr int kChunk = 32768;  // bytes a stage
 constexpr int kMaxStages = 16;
 constexpr int kBarBytes = 2 * kMaxStages * 8;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -115,13 +115,12 @@ __device__ float ConsumerSum(float v, float* red) {
   ConsumerSync();
   return total;
 }
-// Waits (thread 0 polls, sleeping poll_ns between looks; the others meet
-// it) until *c reaches target (unless told not to wait,
-// DecodeLayersArgs::no_waits).
-__device__ void WaitCount(const int* c, int target, bool skip, int poll_ns) {
+// Waits (thread 0 polls, the others meet it) until *c reaches target
+// (unless told not to wait, DecodeLayersArgs::no_waits).
+__device__ void WaitCount(const int* c, int target, bool skip) {
   if (threadIdx.x == 0 && !skip)
-    while (LoadAcquire(c) < target)
-      if (poll_ns > 0) __nanosleep(poll_ns);
+    while (LoadAcquire(c) < target) {
+    }
   ConsumerSync();
 }
 // Raises *c once every computing thread's writes are done (the barrier
@@ -201,11 +200,6 @@ struct Cursor {
   int l = 0, p = 0, c = 0;
   Share s;
 };
-__device__ Cursor First(const DecodeLayersArgs& a, const Plan& pl) {
-  Cursor q;
-  q.s = PhaseShare(a, pl, a.layers[0], 0);
-  return q;
-}
 // The next chunk; q.l == n_layer past the last.
 __device__ void Advance(const DecodeLayersArgs& a, const Plan& pl, Cursor& q) {
   if (++q.c < q.s.chunks) return;
@@ -213,72 +207,80 @@ __device__ void Advance(const DecodeLayersArgs& a, const Plan& pl, Cursor& q) {
   if (++q.p == 4) q.p = 0, ++q.l;
   if (q.l < a.n_layer) q.s = PhaseShare(a, pl, a.layers[q.l], q.p);
 }
+// The stage in use and the parity of its barriers' current phase.
+struct RingPos {
+  int st = 0;
+  uint32_t parity = 0;
+};
+__device__ __forceinline__ void NextStage(RingPos& r, int stages) {
+  if (++r.st == stages) r.st = 0, r.parity ^= 1;
+}
 
-// The loader: every stage of every phase of every layer, in order, and
-// l2_ahead stages ahead of that, requests that L2 fetch them.
+// The loader: every stage of every phase of every layer, in order.
 __device__ void Load(const DecodeLayersArgs& a, const Plan& pl, uint8_t* ring, uint64_t* full,
                      uint64_t* empty) {
-  Cursor q = First(a, pl), pre = q;
-  int ahead = 0;  // chunks asked of L2 past q
-  for (int it = 0; q.l < a.n_layer; ++it, Advance(a, pl, q), --ahead) {
-    for (; ahead <= a.l2_ahead && pre.l < a.n_layer; ++ahead, Advance(a, pl, pre)) {
-      if (ahead == 0) continue;  // q's own chunk is copied now
-      const Chunk ch = ChunkOf(pre.s, pre.c);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                       pre.s.w + static_cast<int64_t>(ch.r0) * pre.s.k + ch.k0),
-                   "r"(static_cast<uint32_t>(ch.nr) * ch.kk * 2)
-                   : "memory");
-    }
-    const int st = it % pl.stages;
-    MbarWait(&empty[st], ((it / pl.stages) & 1) ^ 1);
+  Cursor q;
+  q.s = PhaseShare(a, pl, a.layers[0], 0);
+  for (RingPos r; q.l < a.n_layer; Advance(a, pl, q), NextStage(r, pl.stages)) {
     const Chunk ch = ChunkOf(q.s, q.c);
     const uint32_t bytes = static_cast<uint32_t>(ch.nr) * ch.kk * 2;
-    MbarExpectTx(&full[st], bytes);
-    BulkCopy(ring + static_cast<size_t>(st) * kChunk,
-             q.s.w + static_cast<int64_t>(ch.r0) * q.s.k + ch.k0, bytes, &full[st]);
+    MbarWait(&empty[r.st], r.parity ^ 1);
+    MbarExpectTx(&full[r.st], bytes);
+    BulkCopy(ring + static_cast<size_t>(r.st) * kChunk,
+             q.s.w + static_cast<int64_t>(ch.r0) * q.s.k + ch.k0, bytes, &full[r.st]);
+  }
+}
+
+// a += the even, b += the odd products of 8 bf16 weights and 8 bf16 inputs.
+__device__ __forceinline__ void Dot8(uint4 w, uint4 x, float& a, float& b) {
+  const uint32_t wa[4] = {w.x, w.y, w.z, w.w}, xa[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    a = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(xa[i] << 16), a);
+    b = fmaf(__uint_as_float(wa[i] & 0xffff0000u), __uint_as_float(xa[i] & 0xffff0000u), b);
   }
 }
 
 // The computing warps' part of a phase's product: every stage of the share
-// against xs, into acc[row - row0][warp]. `it` counts the stages taken.
+// against xs, into acc[row - row0][warp]. Each warp takes a contiguous run
+// of a stage's 16-byte pieces, in runs of 32 (a row's pieces in a stage are
+// a multiple of 32, so a run lies in one row), four runs at a time, and
+// adds one warp sum per row it touches (mostly one a stage) into its slot.
 __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
-                        uint64_t* full, uint64_t* empty, int stages, int& it) {
+                        uint64_t* full, uint64_t* empty, int stages, RingPos& rp) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int c = 0; c < s.chunks; ++c, ++it) {
-    const int st = it % stages;
+  const int per_row = s.k / s.pieces / 8;  // pieces of a row in a stage
+  for (int c = 0; c < s.chunks; ++c, NextStage(rp, stages)) {
     const Chunk ch = ChunkOf(s, c);
-    MbarWait(&full[st], (it / stages) & 1);
-    const uint4* wv = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(st) * kChunk);
-    const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8;
-    // Each warp takes a contiguous run of the stage's 16-byte pieces, in
-    // runs of 32 (a row's pieces are a multiple of 32, so a run lies in one
-    // row): one warp sum per row it touches, mostly one per stage.
-    const int per_row = ch.kk / 8, runs = ch.nr * per_row / 32;
+    const int runs = ch.nr * per_row / 32;
     const int u0 = warp * runs / kConsumerWarps, u1 = (warp + 1) * runs / kConsumerWarps;
-    int row = -1;
-    float sum = 0;
-    auto flush = [&]() {
-      const float v = WarpSum(sum);
-      if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
-    };
-    for (int u = u0; u < u1; ++u) {
-      const int r = u * 32 / per_row, i = u * 32 + lane;
-      if (r != row) {
-        if (row >= 0) flush();
-        row = r;
-        sum = 0;
-      }
-      float wf[8], xf[8];
-      Unpack(wv[i], wf);
-      Unpack(xv[i - r * per_row], xf);
-      float s0 = 0, s1 = 0;
+    int row = u0 * 32 / per_row, col = u0 * 32 - row * per_row;
+    const uint4* wv =
+        reinterpret_cast<const uint4*>(ring + static_cast<size_t>(rp.st) * kChunk) + lane;
+    const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8 + lane;
+    MbarWait(&full[rp.st], rp.parity);
+    for (int u = u0; u < u1;) {
+      const int n = min(u1 - u, (per_row - col) / 32);  // runs left in this row
+      const uint4* wp = wv + u * 32;
+      const uint4* xp = xv + col;
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int j = 0;
+      for (; j + 4 <= n; j += 4) {
+        uint4 w[4], x[4];
 #pragma unroll
-      for (int j = 0; j < 8; j += 2) s0 += wf[j] * xf[j], s1 += wf[j + 1] * xf[j + 1];
-      sum += s0 + s1;
+        for (int i = 0; i < 4; ++i) w[i] = wp[(j + i) * 32], x[i] = xp[(j + i) * 32];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) Dot8(w[i], x[i], a[2 * i], a[2 * i + 1]);
+      }
+      for (; j < n; ++j) Dot8(wp[j * 32], xp[j * 32], a[0], a[1]);
+      const float v = WarpSum(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+      if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
+      u += n;
+      col += 32 * n;
+      if (col == per_row) col = 0, ++row;
     }
-    if (row >= 0) flush();
     __syncwarp();
-    if (lane == 0) MbarArrive(&empty[st]);
+    if (lane == 0) MbarArrive(&empty[rp.st]);
   }
 }
 
@@ -546,33 +548,33 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
   }
   const int G = pl.blocks, b = blockIdx.x, per_layer = 5 + a.n_kv;
   const int q_dim = a.n_head * HD;
-  int it = 0;
+  RingPos rp;
   for (int l = 0; l < a.n_layer; ++l) {
     const DecodeLayer L = a.layers[l];
     int* cnt = a.counters + l * per_layer;
     // Q/K/V, after the last layer's down rows.
     Mark(a, l, 0);
-    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G, a.no_waits, a.poll_ns);
+    if (l > 0) WaitCount(cnt - per_layer + kDownDone, G, a.no_waits);
     Mark(a, l, 1);
     NormInput(a.x, L.attn_norm, a.d, a.eps, xs, red);
     Mark(a, l, 2);
     Share s = PhaseShare(a, pl, L, 0);
-    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
     RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
     Signal(cnt + kQkvDone);
     Mark(a, l, 3);
     // Attention, in the first n_kv * n_split blocks.
     if (b < a.n_kv * pl.n_split && !a.no_waits) {
-      WaitCount(cnt + kQkvDone, G, a.no_waits, a.poll_ns);
+      WaitCount(cnt + kQkvDone, G, a.no_waits);
       AttendRange<HD, F8>(a, L, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
     }
     Mark(a, l, 4);
     // Wo, into the residual.
-    WaitCount(cnt + kAttDone, a.n_kv, a.no_waits, a.poll_ns);
+    WaitCount(cnt + kAttDone, a.n_kv, a.no_waits);
     Mark(a, l, 5);
     CopyInput(a.att, q_dim, xs);
     s = PhaseShare(a, pl, L, 1);
-    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
     RowSums(s, acc, 1, [&](int r, const float* t) {
       float* x = a.x + s.row0 + r;
       *x = __ldcg(x) + t[0];
@@ -580,22 +582,22 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     Signal(cnt + kWoDone);
     Mark(a, l, 6);
     // Gate/up and the gate.
-    WaitCount(cnt + kWoDone, G, a.no_waits, a.poll_ns);
+    WaitCount(cnt + kWoDone, G, a.no_waits);
     Mark(a, l, 7);
     NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
     s = PhaseShare(a, pl, L, 2);
-    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
     RowSums(s, acc, 2, [&](int r, const float* t) {
       a.act[(s.row0 + r) / 2] = ToBf(GateOf(a.gate, t[0]) * t[1]);
     });
     Signal(cnt + kGuDone);
     Mark(a, l, 8);
     // Down, into the residual.
-    WaitCount(cnt + kGuDone, G, a.no_waits, a.poll_ns);
+    WaitCount(cnt + kGuDone, G, a.no_waits);
     Mark(a, l, 9);
     CopyInput(a.act, a.n_ff, xs);
     s = PhaseShare(a, pl, L, 3);
-    Product(s, xs, acc, ring, full, empty, pl.stages, it);
+    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
     RowSums(s, acc, 1, [&](int r, const float* t) {
       float* x = a.x + s.row0 + r;
       *x = __ldcg(x) + t[0];

@@ -1284,7 +1284,7 @@ int main() {
   // rows longer than a stage, 8 query heads per KV head, an e4m3 cache.
   TestDecodeLayers(64, 8, 2, 512, 1024, 2, 100, true, cuda::KvCache::kBf16);
   TestDecodeLayers(64, 8, 2, 512, 1024, 2, 5, false, cuda::KvCache::kE4m3);
-  TestDecodeLayers(128, 8, 2, 1024, 9216, 2, 700, false, cuda::KvCache::kBf16);
+  TestDecodeLayers(128, 8, 2, 1024, 18432, 2, 700, false, cuda::KvCache::kBf16);
   TestDecodeLayers(128, 16, 2, 2048, 2048, 3, 300, true, cuda::KvCache::kE4m3, 1);
   TestDecodeLayers(64, 32, 8, 2048, 8192, 2, 140, true, cuda::KvCache::kBf16);  // the 1B's layer
   const cudaError_t e = cudaDeviceSynchronize();

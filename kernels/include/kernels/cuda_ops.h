@@ -276,12 +276,6 @@ struct DecodeLayersArgs {
   // wrong; the weights' stream is timed alone).
   int stages = 0;
   bool no_waits = false;
-  // How many stages' worth of weights past the one it is copying the
-  // loader asks L2 to fetch (0: none), so that the memory keeps reading
-  // while the ring is full and its block waits; and the nanoseconds a
-  // waiting block sleeps between looks at a counter (0: it spins).
-  int l2_ahead = 0;
-  int poll_ns = 0;
   // trace (null: off): the global timer (ns) at each of a layer's
   // kDecodeLayersMarks points, [n_layer][kDecodeLayersMarks][blocks];
   // blocks = the multiprocessors of the device.
