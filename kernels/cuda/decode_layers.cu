@@ -368,8 +368,8 @@ __device__ __forceinline__ void LoadKv(const void* cache, int64_t at, float* f) 
 // memory and writes the group's output (one range) or its range to
 // `partial`, where the last range to finish merges them.
 template <int HD, bool F8>
-__device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int* cnt, int g, int s,
-                            float* scr, int* flag) {
+__device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int layer, int* cnt,
+                            int g, int s, float* scr, int* flag) {
   constexpr int DL = HD / 32;
   constexpr int kKeysInFlight = 16 / DL;  // keys each warp loads before using the first
   const int grp = a.n_head / a.n_kv, q_dim = a.n_head * HD, kv_dim = a.n_kv * HD;
@@ -393,6 +393,29 @@ __device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int
   float* qs = scr;                // [grp][HD] rotated queries
   float* wpart = scr + grp * HD;  // [warp][grp][HD + 2]: each warp's (output, max, sum)
   const int q0 = g * grp * HD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
+  // Each warp takes every eighth key from k0 + warp, kKeysInFlight at a
+  // time. Its first keys, but the token's own (stored below), are loaded
+  // before the wait for Q/K/V: they were cached by earlier steps.
+  float kf[kKeysInFlight][DL], vf[kKeysInFlight][DL];
+  auto load = [&](int key, float* kr, float* vr) {
+    const int64_t at =
+        ((static_cast<int64_t>(table[key / a.block_size]) * a.n_kv + g) * a.block_size +
+         key % a.block_size) *
+            HD +
+        lane * DL;
+    LoadKv<HD, F8>(L.k_cache, at, kr);
+    LoadKv<HD, F8>(L.v_cache, at, vr);
+  };
+  const int base0 = k0 + warp;
+#pragma unroll
+  for (int u = 0; u < kKeysInFlight; ++u) {
+    const int key = base0 + u * kConsumerWarps;
+    if (key < k1 && key != pos) load(key, kf[u], vf[u]);
+  }
+  WaitCount(cnt + kQkvDone, static_cast<int>(gridDim.x), false);
+  Mark(a, layer, 4);
   for (int p = threadIdx.x; p < grp * HD / 2; p += kConsumers) {
     const int ra = RopeRow(rk, q0 + 2 * p), rc = RopeRow(rk, q0 + 2 * p + 1);
     float x0 = __ldcg(a.qkv + ra), x1 = __ldcg(a.qkv + rc);
@@ -410,7 +433,9 @@ __device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int
     }
   }
   ConsumerSync();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int u = 0; u < kKeysInFlight; ++u)
+    if (base0 + u * kConsumerWarps == pos && pos < k1) load(pos, kf[u], vf[u]);
   constexpr int G8 = 8;  // most query heads per KV head
   float q[G8][DL], o[G8][DL], m[G8], l[G8];
   const float qscale = a.scale * kLog2e;
@@ -423,21 +448,11 @@ __device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int
       o[h][i] = 0;
     }
   }
-  const int32_t* table = a.tables + a.seq_table[a.tok_seq[t]];
-  for (int base = k0 + warp; base < k1; base += kConsumerWarps * kKeysInFlight) {
-    float kf[kKeysInFlight][DL], vf[kKeysInFlight][DL];
+  for (int base = base0; base < k1; base += kConsumerWarps * kKeysInFlight) {
+    if (base != base0) {
 #pragma unroll
-    for (int u = 0; u < kKeysInFlight; ++u) {
-      const int key = base + u * kConsumerWarps;
-      if (key < k1) {
-        const int64_t at =
-            ((static_cast<int64_t>(table[key / a.block_size]) * a.n_kv + g) * a.block_size +
-             key % a.block_size) *
-                HD +
-            lane * DL;
-        LoadKv<HD, F8>(L.k_cache, at, kf[u]);
-        LoadKv<HD, F8>(L.v_cache, at, vf[u]);
-      }
+      for (int u = 0; u < kKeysInFlight; ++u)
+        if (base + u * kConsumerWarps < k1) load(base + u * kConsumerWarps, kf[u], vf[u]);
     }
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u) {
@@ -466,6 +481,7 @@ __device__ void AttendRange(const DecodeLayersArgs& a, const DecodeLayer& L, int
     if (lane == 0) wp[HD] = m[h], wp[HD + 1] = l[h];
   }
   ConsumerSync();
+  Mark(a, layer, 5);
   // The warps met: (output, max, sum) of this range per query head.
   const int stride = kDecodeLayersRanges * grp * (HD + 2);
   float* part = a.partial + static_cast<int64_t>(g) * stride;
@@ -563,15 +579,16 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
     Signal(cnt + kQkvDone);
     Mark(a, l, 3);
-    // Attention, in the first n_kv * n_split blocks.
-    if (b < a.n_kv * pl.n_split && !a.no_waits) {
-      WaitCount(cnt + kQkvDone, G, a.no_waits);
-      AttendRange<HD, F8>(a, L, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
-    }
+    // Attention, in the first n_kv * n_split blocks (marks 4 and 5 are
+    // written again by those that attend).
     Mark(a, l, 4);
+    Mark(a, l, 5);
+    if (b < a.n_kv * pl.n_split && !a.no_waits)
+      AttendRange<HD, F8>(a, L, l, cnt, b / pl.n_split, b % pl.n_split, scr, &flag);
+    Mark(a, l, 6);
     // Wo, into the residual.
     WaitCount(cnt + kAttDone, a.n_kv, a.no_waits);
-    Mark(a, l, 5);
+    Mark(a, l, 7);
     CopyInput(a.att, q_dim, xs);
     s = PhaseShare(a, pl, L, 1);
     Product(s, xs, acc, ring, full, empty, pl.stages, rp);
@@ -580,10 +597,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       *x = __ldcg(x) + t[0];
     });
     Signal(cnt + kWoDone);
-    Mark(a, l, 6);
+    Mark(a, l, 8);
     // Gate/up and the gate.
     WaitCount(cnt + kWoDone, G, a.no_waits);
-    Mark(a, l, 7);
+    Mark(a, l, 9);
     NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
     s = PhaseShare(a, pl, L, 2);
     Product(s, xs, acc, ring, full, empty, pl.stages, rp);
@@ -591,10 +608,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       a.act[(s.row0 + r) / 2] = ToBf(GateOf(a.gate, t[0]) * t[1]);
     });
     Signal(cnt + kGuDone);
-    Mark(a, l, 8);
+    Mark(a, l, 10);
     // Down, into the residual.
     WaitCount(cnt + kGuDone, G, a.no_waits);
-    Mark(a, l, 9);
+    Mark(a, l, 11);
     CopyInput(a.act, a.n_ff, xs);
     s = PhaseShare(a, pl, L, 3);
     Product(s, xs, acc, ring, full, empty, pl.stages, rp);
@@ -603,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       *x = __ldcg(x) + t[0];
     });
     Signal(cnt + kDownDone);
-    Mark(a, l, 10);
+    Mark(a, l, 12);
   }
   // The last block out sets every counter back to zero.
   ConsumerSync();

@@ -110,8 +110,8 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   int64_t* trace = nullptr;
   Check(cudaMalloc(&trace, marks * sizeof(int64_t)), "cudaMalloc");
   static const char* kInterval[kDecodeLayersMarks - 1] = {
-      "wait down", "norm",    "Q/K/V",   "attention",    "wait att",
-      "Wo",        "wait Wo", "gate/up", "wait gate/up", "down"};
+      "wait down", "norm", "Q/K/V",   "wait Q/K/V", "attend",       "merge",
+      "wait att",  "Wo",   "wait Wo", "gate/up",    "wait gate/up", "down"};
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);

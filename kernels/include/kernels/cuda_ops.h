@@ -283,10 +283,11 @@ struct DecodeLayersArgs {
 };
 inline constexpr int kDecodeLayersRanges = 32;
 // The points a trace marks in each layer, in order: start, down of the
-// last layer met, input normed, Q/K/V rows summed, attention done (or
-// skipped), attention met, Wo done, Wo met, gate/up done, gate/up met,
-// down done.
-inline constexpr int kDecodeLayersMarks = 11;
+// last layer met, input normed, Q/K/V rows summed, Q/K/V met and keys
+// attended (in the blocks that attend; elsewhere both as the last), the
+// range written or merged (attention done, or skipped), attention met, Wo
+// done, Wo met, gate/up done, gate/up met, down done.
+inline constexpr int kDecodeLayersMarks = 13;
 inline int DecodeLayersCounters(int n_layer, int n_kv) { return n_layer * (5 + n_kv) + 1; }
 // Whether DecodeLayers runs this shape on the current device (head_dim 64
 // or 128, group <= 8, d, n_head hd and n_ff multiples of 256, n_rot even,
