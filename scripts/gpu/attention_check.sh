@@ -14,6 +14,10 @@
 #   gemv     cuda_gemv_bench: the matrix-vector kernel on the 8B and 1B
 #            products of a decode token, for every depth and split of k,
 #            bf16 then e4m3
+#   layers   cuda_layers_bench: a token's layers in one launch
+#            (kc::DecodeLayers) on the 1B and 8B shapes, as it runs and
+#            with no waits, each beside the copy rate, with a trace of
+#            where a layer's time goes
 #   decode   batch-1 decode of each SHAPE:WEIGHTS[:KV] of DECODE_RUNS (default
 #            "llama8b:bf16 llama1b:bf16 llama8b:fp8"; KV bf16 or fp8, the
 #            KV cache, fp8 for this build only), BASE (a
@@ -56,7 +60,8 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 OUT_ROOT=${OUT:?set OUT}
-STAGES=${STAGES:-kernels,cpu,engines,bench,gemv,decode,batch,sweep,fp8,compare,equal,cascade,serve}
+mkdir -p "$OUT_ROOT"
+STAGES=${STAGES:-kernels,cpu,engines,bench,gemv,layers,decode,batch,sweep,fp8,compare,equal,cascade,serve}
 BIN=build-gpu/engine/braid_gpu_check
 CACHE=/tmp/braid-gpu
 M=$CACHE/models
@@ -114,6 +119,11 @@ if has gemv; then
   echo "=== the matrix-vector kernel by depth and split (cuda_gemv_bench)" | tee -a "$LOG"
   timeout 120 build-gpu/kernels/cuda_gemv_bench 2>&1 | tee -a "$LOG"
   timeout 60 build-gpu/kernels/cuda_gemv_bench --fp8 2>&1 | tee -a "$LOG"
+fi
+
+if has layers; then
+  echo "=== a token's layers in one launch (cuda_layers_bench)" | tee -a "$LOG"
+  timeout 180 build-gpu/kernels/cuda_layers_bench 2>&1 | tee -a "$LOG"
 fi
 
 if has sweep || has batch || has fp8 || has serve || has decode; then make_models llama8b make; fi
