@@ -31,16 +31,16 @@
 
 #include "device.cuh"
 #include "kernels/cuda_ops.h"
+#include "layers_plan.h"
 
 namespace braid::kernels::cuda {
 namespace {
 
 using namespace dev;
+using namespace layers;
 
-constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = kConsumerWarps * 32;
 constexpr int kThreads = kConsumers + 32;
-constexpr int kChunk = 32768;  // bytes a stage
 constexpr int kMaxStages = 16;
 constexpr int kBarBytes = 2 * kMaxStages * 8;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -141,27 +141,6 @@ __device__ void Mark(const DecodeLayersArgs& a, int l, int m) {
 
 // ---- a block's share of a matrix, in stages ----
 
-struct Share {
-  const uint16_t* w = nullptr;
-  int k = 0, row0 = 0, row1 = 0, pieces = 1, rows_per_chunk = 1, chunks = 0;
-};
-// Rows of `rows` taken `unit` at a time, split evenly over the blocks.
-__device__ Share ShareOf(const uint16_t* w, int rows, int k, int unit, int pieces, int b, int G) {
-  Share s;
-  s.w = w;
-  s.k = k;
-  s.pieces = pieces;
-  const int units = rows / unit;
-  s.row0 = unit * static_cast<int>(static_cast<int64_t>(units) * b / G);
-  s.row1 = unit * static_cast<int>(static_cast<int64_t>(units) * (b + 1) / G);
-  if (pieces == 1) {
-    s.rows_per_chunk = max(1, kChunk / (2 * k));
-    s.chunks = (s.row1 - s.row0 + s.rows_per_chunk - 1) / s.rows_per_chunk;
-  } else {
-    s.chunks = (s.row1 - s.row0) * pieces;
-  }
-  return s;
-}
 // Phase p (0 Q/K/V, 1 Wo, 2 gate/up, 3 down) of layer L.
 __device__ Share PhaseShare(const DecodeLayersArgs& a, const Plan& pl, const DecodeLayer& L,
                             int p) {
@@ -177,24 +156,6 @@ __device__ Share PhaseShare(const DecodeLayersArgs& a, const Plan& pl, const Dec
       return ShareOf(L.wdown, a.d, a.n_ff, 1, pl.pieces_f, b, G);
   }
 }
-struct Chunk {
-  int r0 = 0, nr = 0, k0 = 0, kk = 0;  // rows [r0, r0 + nr), columns [k0, k0 + kk)
-};
-__device__ Chunk ChunkOf(const Share& s, int c) {
-  Chunk ch;
-  if (s.pieces == 1) {
-    ch.r0 = s.row0 + c * s.rows_per_chunk;
-    ch.nr = min(s.rows_per_chunk, s.row1 - ch.r0);
-    ch.kk = s.k;
-  } else {
-    ch.r0 = s.row0 + c / s.pieces;
-    ch.nr = 1;
-    ch.kk = s.k / s.pieces;
-    ch.k0 = (c % s.pieces) * ch.kk;
-  }
-  return ch;
-}
-
 // A place in the loader's walk: chunk c of phase p of layer l.
 struct Cursor {
   int l = 0, p = 0, c = 0;
@@ -242,25 +203,20 @@ __device__ __forceinline__ void Dot8(uint4 w, uint4 x, float& a, float& b) {
 }
 
 // The computing warps' part of a phase's product: every stage of the share
-// against xs, into acc[row - row0][warp]. Each warp takes a contiguous run
-// of a stage's 16-byte pieces, in runs of 32 (a row's pieces in a stage are
-// a multiple of 32, so a run lies in one row), four runs at a time, and
-// adds one warp sum per row it touches (mostly one a stage) into its slot.
+// against xs, into acc[row - row0][warp]. Each warp takes its runs of 32
+// of a stage's 16-byte pieces (WarpRuns), four runs at a time, and adds one
+// warp sum per row it touches (mostly one a stage) into its slot.
 __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
                         uint64_t* full, uint64_t* empty, int stages, RingPos& rp) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per_row = s.k / s.pieces / 8;  // pieces of a row in a stage
   for (int c = 0; c < s.chunks; ++c, NextStage(rp, stages)) {
     const Chunk ch = ChunkOf(s, c);
-    const int runs = ch.nr * per_row / 32;
-    const int u0 = warp * runs / kConsumerWarps, u1 = (warp + 1) * runs / kConsumerWarps;
-    int row = u0 * 32 / per_row, col = u0 * 32 - row * per_row;
     const uint4* wv =
         reinterpret_cast<const uint4*>(ring + static_cast<size_t>(rp.st) * kChunk) + lane;
     const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8 + lane;
     MbarWait(&full[rp.st], rp.parity);
-    for (int u = u0; u < u1;) {
-      const int n = min(u1 - u, (per_row - col) / 32);  // runs left in this row
+    WarpRuns(ch, per_row, warp, [&](int row, int col, int u, int n) {
       const uint4* wp = wv + u * 32;
       const uint4* xp = xv + col;
       float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -275,10 +231,7 @@ __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const ui
       for (; j < n; ++j) Dot8(wp[j * 32], xp[j * 32], a[0], a[1]);
       const float v = WarpSum(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
       if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
-      u += n;
-      col += 32 * n;
-      if (col == per_row) col = 0, ++row;
-    }
+    });
     __syncwarp();
     if (lane == 0) MbarArrive(&empty[rp.st]);
   }
@@ -632,15 +585,6 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
       __threadfence();
     }
   }
-}
-
-// The fewest equal parts of a row of k (bf16) that each fit a stage and
-// hold a multiple of 256 elements (so a warp's 32 pieces share a row); 0
-// if there are none.
-int PiecesOf(int k) {
-  for (int p = std::max(1, (2 * k + kChunk - 1) / kChunk); 256 * p <= k; ++p)
-    if (k % (256 * p) == 0) return p;
-  return 0;
 }
 
 struct Device {
