@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace braid::kernels::cuda::layers {
@@ -84,6 +85,28 @@ TEST_CASE("DecodeLayers' stages and warps cover each matrix once") {
       CheckMatrix(2 * s.n_ff, s.d, 2, G);                 // gate/up, in pairs
       CheckMatrix(s.d, s.n_ff, 1, G);                     // down
     }
+}
+
+TEST_CASE("the loader's walk takes every stage of every phase in order") {
+  // Shares of 3 layers x 4 phases, some with no stages (a matrix with
+  // fewer rows than blocks leaves some blocks none).
+  const int n_layer = 3, G = 132;
+  for (int b : {0, 1, 64, 131}) {
+    auto share = [&](int l, int p) {
+      const int rows = (l + p) % 3 == 0 ? 40 : 300 + 100 * p;  // 40 rows: most blocks none
+      return ShareOf(nullptr, rows, 2048, 1, 1, b, G);
+    };
+    std::vector<std::pair<int, int>> want, got;  // (l * 4 + p, c)
+    for (int l = 0; l < n_layer; ++l)
+      for (int p = 0; p < 4; ++p)
+        for (int c = 0; c < share(l, p).chunks; ++c) want.emplace_back(l * 4 + p, c);
+    Cursor q;
+    for (Advance(q, n_layer, share); q.l < n_layer; Advance(q, n_layer, share)) {
+      REQUIRE(got.size() < want.size() + 1);
+      got.emplace_back(q.l * 4 + q.p, q.c);
+    }
+    CHECK(got == want);
+  }
 }
 
 TEST_CASE("a row splits into the fewest equal parts of 256 that fit a stage") {

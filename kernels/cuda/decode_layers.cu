@@ -156,18 +156,6 @@ __device__ Share PhaseShare(const DecodeLayersArgs& a, const Plan& pl, const Dec
       return ShareOf(L.wdown, a.d, a.n_ff, 1, pl.pieces_f, b, G);
   }
 }
-// A place in the loader's walk: chunk c of phase p of layer l.
-struct Cursor {
-  int l = 0, p = 0, c = 0;
-  Share s;
-};
-// The next chunk; q.l == n_layer past the last.
-__device__ void Advance(const DecodeLayersArgs& a, const Plan& pl, Cursor& q) {
-  if (++q.c < q.s.chunks) return;
-  q.c = 0;
-  if (++q.p == 4) q.p = 0, ++q.l;
-  if (q.l < a.n_layer) q.s = PhaseShare(a, pl, a.layers[q.l], q.p);
-}
 // The stage in use and the parity of its barriers' current phase.
 struct RingPos {
   int st = 0;
@@ -180,9 +168,10 @@ __device__ __forceinline__ void NextStage(RingPos& r, int stages) {
 // The loader: every stage of every phase of every layer, in order.
 __device__ void Load(const DecodeLayersArgs& a, const Plan& pl, uint8_t* ring, uint64_t* full,
                      uint64_t* empty) {
+  auto share = [&](int l, int p) { return PhaseShare(a, pl, a.layers[l], p); };
   Cursor q;
-  q.s = PhaseShare(a, pl, a.layers[0], 0);
-  for (RingPos r; q.l < a.n_layer; Advance(a, pl, q), NextStage(r, pl.stages)) {
+  Advance(q, a.n_layer, share);
+  for (RingPos r; q.l < a.n_layer; Advance(q, a.n_layer, share), NextStage(r, pl.stages)) {
     const Chunk ch = ChunkOf(q.s, q.c);
     const uint32_t bytes = static_cast<uint32_t>(ch.nr) * ch.kk * 2;
     MbarWait(&empty[r.st], r.parity ^ 1);

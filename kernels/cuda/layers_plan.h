@@ -62,6 +62,25 @@ BRAID_HD Chunk ChunkOf(const Share& s, int c) {
   }
   return ch;
 }
+// A place in the loader's walk over every stage of every phase of every
+// layer: stage c of phase p (of 4) of layer l, whose share is s.
+struct Cursor {
+  int l = 0, p = -1, c = 0;
+  Share s;  // no chunks: Advance moves to the first stage
+};
+// The next stage, past phases whose share has none; l == n_layer past the
+// last. share(l, p) is the block's share of phase p of layer l.
+template <typename ShareFn>
+BRAID_HD void Advance(Cursor& q, int n_layer, ShareFn&& share) {
+  if (++q.c < q.s.chunks) return;
+  q.c = 0;
+  do {
+    if (++q.p == 4) q.p = 0, ++q.l;
+    if (q.l >= n_layer) return;
+    q.s = share(q.l, q.p);
+  } while (q.s.chunks == 0);
+}
+
 // The fewest equal parts of a row of k (bf16) that each fit a stage and
 // hold a multiple of 256 elements (so that a warp's 32 pieces lie in one
 // row); 0 if there are none.
