@@ -2,12 +2,12 @@
 // Llama-3.2-1B and Llama-3-8B shapes (random weights, a context of --pos
 // keys), as it runs and with no phase waiting for another (the weights'
 // stream alone: DecodeLayersArgs::no_waits), for several ring depths, and
-// with attention in one range a KV head. Prints microseconds per step, the layers' weights read
-// per second and its share of the device-to-device copy rate measured in
-// the same run (bytes read and written over the copy's time, as the
-// engine's roofline counts it), and for each configuration at full depth a
-// trace of one launch: the time between the kernel's marks
-// (DecodeLayersArgs::trace). Exits 77 without a GPU.
+// with attention in one range a KV head. Prints microseconds per step, the
+// layers' weights read per second and its share of the device-to-device
+// copy rate measured in the same run (bytes read and written over the
+// copy's time, as the engine's roofline counts it), and for each
+// configuration at full depth a trace of one launch: the time between the
+// kernel's marks (DecodeLayersArgs::trace). Exits 77 without a GPU.
 //   layers_bench [--reps 20] [--pos 200]
 #include <cuda_runtime.h>
 
@@ -32,6 +32,46 @@ struct Shape {
   const char* name;
   int d, n_head, n_kv, hd, n_ff, n_layer;
 };
+
+// Where a traced launch's layers went: per interval between marks, the
+// mean over layers (the first left out) of the mean and the largest over
+// blocks, and the span of a layer over all blocks.
+void PrintTrace(const int64_t* trace, int n_layer, int sms) {
+  static const char* kInterval[kDecodeLayersMarks - 1] = {
+      "wait down", "norm", "Q/K/V",   "wait Q/K/V", "attend",       "merge",
+      "wait att",  "Wo",   "wait Wo", "gate/up",    "wait gate/up", "down"};
+  const size_t marks = static_cast<size_t>(n_layer) * kDecodeLayersMarks * sms;
+  std::vector<int64_t> t(marks);
+  Check(cudaMemcpy(t.data(), trace, marks * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  auto at = [&](int l, int m, int b) {
+    return t[(static_cast<size_t>(l) * kDecodeLayersMarks + m) * sms + b];
+  };
+  std::printf("  trace, us mean/most over blocks:");
+  for (int m = 0; m + 1 < kDecodeLayersMarks; ++m) {
+    double mean = 0, most = 0;
+    for (int l = 1; l < n_layer; ++l) {
+      double sum = 0, mx = 0;
+      for (int b = 0; b < sms; ++b) {
+        const double d = 1e-3 * static_cast<double>(at(l, m + 1, b) - at(l, m, b));
+        sum += d;
+        mx = std::max(mx, d);
+      }
+      mean += sum / sms;
+      most += mx;
+    }
+    std::printf(" %s %.1f/%.1f;", kInterval[m], mean / (n_layer - 1), most / (n_layer - 1));
+  }
+  double layer = 0;
+  for (int l = 1; l < n_layer; ++l) {
+    int64_t first = at(l, 0, 0), last = at(l, kDecodeLayersMarks - 1, 0);
+    for (int b = 1; b < sms; ++b) {
+      first = std::min(first, at(l, 0, b));
+      last = std::max(last, at(l, kDecodeLayersMarks - 1, b));
+    }
+    layer += 1e-3 * static_cast<double>(last - first);
+  }
+  std::printf(" a layer %.1f\n", layer / (n_layer - 1));
+}
 
 void Run(const Shape& s, int reps, int pos, double copy) {
   const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, width = q_dim + 2 * kv_dim;
@@ -91,9 +131,7 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   a.neox = true;
   a.eps = 1e-5f;
   a.scale = 1.0f / 8;
-  // Each configuration timed, then one launch of it traced: where a
-  // layer's time goes, per interval between marks, the mean over layers
-  // (the first left out) of the mean and the largest over blocks.
+  // Each configuration timed, then one launch of it at full depth traced.
   struct Config {
     const char* name;
     bool no_waits;
@@ -109,9 +147,6 @@ void Run(const Shape& s, int reps, int pos, double copy) {
   const size_t marks = static_cast<size_t>(s.n_layer) * kDecodeLayersMarks * sms;
   int64_t* trace = nullptr;
   Check(cudaMalloc(&trace, marks * sizeof(int64_t)), "cudaMalloc");
-  static const char* kInterval[kDecodeLayersMarks - 1] = {
-      "wait down", "norm", "Q/K/V",   "wait Q/K/V", "attend",       "merge",
-      "wait att",  "Wo",   "wait Wo", "gate/up",    "wait gate/up", "down"};
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
@@ -137,37 +172,7 @@ void Run(const Shape& s, int reps, int pos, double copy) {
     if (c.stages != 0) continue;
     a.trace = trace;
     Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");
-    std::vector<int64_t> t(marks);
-    Check(cudaMemcpy(t.data(), trace, marks * sizeof(int64_t), cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
-    auto at = [&](int l, int m, int b) {
-      return t[(static_cast<size_t>(l) * kDecodeLayersMarks + m) * sms + b];
-    };
-    std::printf("  trace, us mean/most over blocks:");
-    for (int m = 0; m + 1 < kDecodeLayersMarks; ++m) {
-      double mean = 0, most = 0;
-      for (int l = 1; l < s.n_layer; ++l) {
-        double sum = 0, mx = 0;
-        for (int b = 0; b < sms; ++b) {
-          const double d = 1e-3 * static_cast<double>(at(l, m + 1, b) - at(l, m, b));
-          sum += d;
-          mx = std::max(mx, d);
-        }
-        mean += sum / sms;
-        most += mx;
-      }
-      std::printf(" %s %.1f/%.1f;", kInterval[m], mean / (s.n_layer - 1), most / (s.n_layer - 1));
-    }
-    double layer = 0;
-    for (int l = 1; l < s.n_layer; ++l) {
-      int64_t first = at(l, 0, 0), last = at(l, kDecodeLayersMarks - 1, 0);
-      for (int b = 1; b < sms; ++b) {
-        first = std::min(first, at(l, 0, b));
-        last = std::max(last, at(l, kDecodeLayersMarks - 1, b));
-      }
-      layer += 1e-3 * static_cast<double>(last - first);
-    }
-    std::printf(" a layer %.1f\n", layer / (s.n_layer - 1));
+    PrintTrace(trace, s.n_layer, sms);
   }
   cudaFree(trace);
   cudaEventDestroy(e0);
