@@ -226,6 +226,64 @@ __device__ void Product(const Share& s, const uint16_t* xs, float* acc, const ui
   }
 }
 
+// d += A B on tensor cores (m16n8k16, bf16 in, fp32 accumulate), where A's
+// rows 8-15 are zero: a holds A's rows 0-7 (registers 0 and 2 of the
+// fragment), b the whole of B.
+__device__ __forceinline__ void MmaRows8(uint2 a, uint2 b, float* d) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
+}
+
+// Product on tensor cores: the same runs, each 512-byte run two products
+// of a 16 x 8 x 16 tile. For 128 elements of a row (256 bytes), lane i
+// takes elements 4i..4i+3 of the weights (as B) and of the input (as A's
+// row i / 4), so that A's row g and B's column g hold the same 16 elements
+// of group g, in the same order: the diagonal D[g][g] is the dot product
+// of group g, and the diagonal's sum that of the 128 elements. D
+// accumulates over the segment; the rest of D is not read. The diagonal
+// lies in lanes 9g (element 0, g even) and 9g + 4 (element 1, g odd).
+__device__ void ProductMma(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
+                           uint64_t* full, uint64_t* empty, int stages, RingPos& rp) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per_row = s.k / s.pieces / 8;  // 16-byte pieces of a row in a stage
+  for (int c = 0; c < s.chunks; ++c, NextStage(rp, stages)) {
+    const Chunk ch = ChunkOf(s, c);
+    const uint2* wv =
+        reinterpret_cast<const uint2*>(ring + static_cast<size_t>(rp.st) * kChunk) + lane;
+    const uint2* xv = reinterpret_cast<const uint2*>(xs + ch.k0) + lane;
+    MbarWait(&full[rp.st], rp.parity);
+    WarpRuns(ch, per_row, warp, [&](int row, int col, int u, int n) {
+      // A run is 512 bytes: 64 uint2, two tiles of 32.
+      const uint2* wp = wv + u * 64;
+      const uint2* xp = xv + col * 2;
+      float d[4][4] = {};
+      int j = 0;
+      for (; j + 4 <= n; j += 4) {  // four runs: eight tiles
+        uint2 w[8], x[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = wp[(2 * j + i) * 32], x[i] = xp[(2 * j + i) * 32];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) MmaRows8(x[i], w[i], d[i % 4]);
+      }
+      for (; j < n; ++j) {
+        MmaRows8(xp[2 * j * 32], wp[2 * j * 32], d[0]);
+        MmaRows8(xp[(2 * j + 1) * 32], wp[(2 * j + 1) * 32], d[1]);
+      }
+      const int g = lane % 9;
+      float v = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v += g == 0 ? d[i][0] : g == 4 ? d[i][1] : 0.0f;
+      v = WarpSum(v);
+      if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
+    });
+    __syncwarp();
+    if (lane == 0) MbarArrive(&empty[rp.st]);
+  }
+}
+
 // The row sums of a phase: fn(r, total) for each of its rows r (local to
 // the share); the slots are left zero for the next phase.
 template <typename Fn>
@@ -507,6 +565,12 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
   const int G = pl.blocks, b = blockIdx.x, per_layer = 5 + a.n_kv;
   const int q_dim = a.n_head * HD;
   RingPos rp;
+  auto product = [&](const Share& s) {
+    if (a.tensor_cores)
+      ProductMma(s, xs, acc, ring, full, empty, pl.stages, rp);
+    else
+      Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+  };
   for (int l = 0; l < a.n_layer; ++l) {
     const DecodeLayer L = a.layers[l];
     int* cnt = a.counters + l * per_layer;
@@ -517,7 +581,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     NormInput(a.x, L.attn_norm, a.d, a.eps, xs, red);
     Mark(a, l, 2);
     Share s = PhaseShare(a, pl, L, 0);
-    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+    product(s);
     RowSums(s, acc, 1, [&](int r, const float* t) { a.qkv[s.row0 + r] = t[0]; });
     Signal(cnt + kQkvDone);
     Mark(a, l, 3);
@@ -533,7 +597,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     Mark(a, l, 7);
     CopyInput(a.att, q_dim, xs);
     s = PhaseShare(a, pl, L, 1);
-    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+    product(s);
     RowSums(s, acc, 1, [&](int r, const float* t) {
       float* x = a.x + s.row0 + r;
       *x = __ldcg(x) + t[0];
@@ -545,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     Mark(a, l, 9);
     NormInput(a.x, L.ffn_norm, a.d, a.eps, xs, red);
     s = PhaseShare(a, pl, L, 2);
-    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+    product(s);
     RowSums(s, acc, 2, [&](int r, const float* t) {
       a.act[(s.row0 + r) / 2] = ToBf(GateOf(a.gate, t[0]) * t[1]);
     });
@@ -556,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
     Mark(a, l, 11);
     CopyInput(a.act, a.n_ff, xs);
     s = PhaseShare(a, pl, L, 3);
-    Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+    product(s);
     RowSums(s, acc, 1, [&](int r, const float* t) {
       float* x = a.x + s.row0 + r;
       *x = __ldcg(x) + t[0];

@@ -2,7 +2,8 @@
 // Llama-3.2-1B and Llama-3-8B shapes (random weights, a context of --pos
 // keys), as it runs and with no phase waiting for another (the weights'
 // stream alone: DecodeLayersArgs::no_waits), for several ring depths, and
-// with attention in one range a KV head. Prints microseconds per step, the
+// with attention in one range a KV head, and with the products on tensor
+// cores (DecodeLayersArgs::tensor_cores, "tc"). Prints microseconds per step, the
 // layers' weights read per second and its share of the device-to-device
 // copy rate measured in the same run (bytes read and written over the
 // copy's time, as the engine's roofline counts it), and for each
@@ -136,11 +137,18 @@ void Run(const Shape& s, int reps, int pos, double copy) {
     const char* name;
     bool no_waits;
     int stages, range_keys = 32;
+    bool tensor_cores = false;
   };
   const Config configs[] = {
-      {"as it runs", false, 2},         {"as it runs", false, 4},  {"as it runs", false, 0},
-      {"stream alone", true, 2},        {"stream alone", true, 4}, {"stream alone", true, 0},
+      {"as it runs", false, 2},
+      {"as it runs", false, 4},
+      {"as it runs", false, 0},
+      {"stream alone", true, 2},
+      {"stream alone", true, 4},
+      {"stream alone", true, 0},
       {"one range", false, 0, 1 << 20},
+      {"tc, as it runs", false, 0, 32, true},
+      {"tc, stream alone", true, 0, 32, true},
   };
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -154,6 +162,7 @@ void Run(const Shape& s, int reps, int pos, double copy) {
     a.no_waits = c.no_waits;
     a.stages = c.stages;
     a.range_keys = c.range_keys;
+    a.tensor_cores = c.tensor_cores;
     a.trace = nullptr;
     Check(static_cast<cudaError_t>(DecodeLayers(a, nullptr)), "DecodeLayers");  // warm
     cudaEventRecord(e0);
@@ -165,7 +174,7 @@ void Run(const Shape& s, int reps, int pos, double copy) {
     const double us = 1e3 * ms / reps;
     const double rate = static_cast<double>(layer_bytes) * s.n_layer / (us * 1e-6);
     std::printf(
-        "%-8s %-15s stages %-4s %9.1f us a step, layers' weights at %7.1f GB/s, %5.1f%% of "
+        "%-8s %-16s stages %-4s %9.1f us a step, layers' weights at %7.1f GB/s, %5.1f%% of "
         "copy\n",
         s.name, c.name, c.stages ? std::to_string(c.stages).c_str() : "max", us, rate / 1e9,
         100 * rate / copy);

@@ -1055,12 +1055,12 @@ void TestTopK() {
 // the same state: the counters are left zero and the result repeats to
 // the bit.
 void TestDecodeLayers(int hd, int n_head, int n_kv, int d, int n_ff, int n_layer, int pos,
-                      bool neox, cuda::KvCache kv, int range_keys = 32) {
-  const std::string name = "decode layers (hd " + std::to_string(hd) + ", heads " +
-                           std::to_string(n_head) + "/" + std::to_string(n_kv) + ", d " +
-                           std::to_string(d) + ", ff " + std::to_string(n_ff) + ", pos " +
-                           std::to_string(pos) + ", ranges of " + std::to_string(range_keys) + "+" +
-                           (kv == cuda::KvCache::kE4m3 ? ", e4m3" : "") + ")";
+                      bool neox, cuda::KvCache kv, int range_keys = 32, bool tensor_cores = false) {
+  const std::string name =
+      "decode layers (hd " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
+      std::to_string(n_kv) + ", d " + std::to_string(d) + ", ff " + std::to_string(n_ff) +
+      ", pos " + std::to_string(pos) + ", ranges of " + std::to_string(range_keys) + "+" +
+      (kv == cuda::KvCache::kE4m3 ? ", e4m3" : "") + (tensor_cores ? ", tensor cores" : "") + ")";
   const char* refusal = cuda::DecodeLayersRefusal(d, n_head, n_kv, hd, hd, n_ff);
   if (*refusal) {
     ++failures;
@@ -1144,6 +1144,7 @@ void TestDecodeLayers(int hd, int n_head, int n_kv, int d, int n_ff, int n_layer
   a.eps = 1e-5f;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   a.range_keys = range_keys;
+  a.tensor_cores = tensor_cores;
   int e = cuda::DecodeLayers(a, nullptr);
   const cudaError_t sync = cudaDeviceSynchronize();
   if (e != 0 || sync != cudaSuccess) {
@@ -1287,6 +1288,10 @@ int main() {
   TestDecodeLayers(128, 8, 2, 1024, 18432, 2, 700, false, cuda::KvCache::kBf16);
   TestDecodeLayers(128, 16, 2, 2048, 2048, 3, 300, true, cuda::KvCache::kE4m3, 1);
   TestDecodeLayers(64, 32, 8, 2048, 8192, 2, 140, true, cuda::KvCache::kBf16);  // the 1B's layer
+  TestDecodeLayers(64, 8, 2, 512, 1024, 2, 100, true, cuda::KvCache::kBf16, 32, true);
+  TestDecodeLayers(128, 8, 2, 1024, 18432, 2, 700, false, cuda::KvCache::kBf16, 32, true);
+  TestDecodeLayers(128, 16, 2, 2048, 2048, 3, 300, true, cuda::KvCache::kE4m3, 1, true);
+  TestDecodeLayers(64, 32, 8, 2048, 8192, 2, 140, true, cuda::KvCache::kBf16, 32, true);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     std::printf("FAIL: %s\n", cudaGetErrorString(e));

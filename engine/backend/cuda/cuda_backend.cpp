@@ -1161,6 +1161,7 @@ class CudaBackend final : public CudaRank {
   // (layers_refusal_ says why not); off by default: measured slower than
   // one kernel a product (docs/benchmarks.md).
   bool layers_kernel_ = false;
+  bool layers_tensor_cores_ = false;  // BRAID_CUDA_LAYERS=tc: its products on tensor cores
   std::string layers_refusal_;
   DeviceArray<kc::DecodeLayer> layer_table_;  // its layers, for layer_table_kv_'s KV memory
   uint64_t layer_table_kv_ = 0;
@@ -1235,8 +1236,10 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
     attention_range_keys_ = std::max(1, std::atoi(range));
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
     early_keys_ = std::string(early) == "1";
-  if (const char* layers = std::getenv("BRAID_CUDA_LAYERS"))
-    layers_kernel_ = std::string(layers) == "1";
+  if (const char* layers = std::getenv("BRAID_CUDA_LAYERS")) {
+    layers_kernel_ = std::string(layers) == "1" || std::string(layers) == "tc";
+    layers_tensor_cores_ = std::string(layers) == "tc";
+  }
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
   for (int i = 0; i < c.n_layer; ++i) cascade_ &= !c.Sliding(i);
@@ -1725,6 +1728,7 @@ Status CudaBackend::Enqueue(CudaKv& kv, int T, int n_decode, int R, int n_split,
     a.gate = gate_;
     a.eps = c.rms_eps;
     a.scale = c.AttnScale();
+    a.tensor_cores = layers_tensor_cores_;
     KERNEL_TRY(kc::DecodeLayers(a, stream_));
   }
   for (int i = 0; i < (one_launch ? 0 : c.n_layer); ++i) {

@@ -276,6 +276,9 @@ struct DecodeLayersArgs {
   // wrong; the weights' stream is timed alone).
   int stages = 0;
   bool no_waits = false;
+  // The products on tensor cores (mma.sync, fp32 accumulation) instead of
+  // FMAs on CUDA cores.
+  bool tensor_cores = false;
   // trace (null: off): the global timer (ns) at each of a layer's
   // kDecodeLayersMarks points, [n_layer][kDecodeLayersMarks][blocks];
   // blocks = the multiprocessors of the device.
