@@ -191,39 +191,24 @@ __device__ __forceinline__ void Dot8(uint4 w, uint4 x, float& a, float& b) {
   }
 }
 
-// The computing warps' part of a phase's product: every stage of the share
-// against xs, into acc[row - row0][warp]. Each warp takes its runs of 32
-// of a stage's 16-byte pieces (WarpRuns), four runs at a time, and adds one
-// warp sum per row it touches (mostly one a stage) into its slot.
-__device__ void Product(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
-                        uint64_t* full, uint64_t* empty, int stages, RingPos& rp) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int per_row = s.k / s.pieces / 8;  // pieces of a row in a stage
-  for (int c = 0; c < s.chunks; ++c, NextStage(rp, stages)) {
-    const Chunk ch = ChunkOf(s, c);
-    const uint4* wv =
-        reinterpret_cast<const uint4*>(ring + static_cast<size_t>(rp.st) * kChunk) + lane;
-    const uint4* xv = reinterpret_cast<const uint4*>(xs) + ch.k0 / 8 + lane;
-    MbarWait(&full[rp.st], rp.parity);
-    WarpRuns(ch, per_row, warp, [&](int row, int col, int u, int n) {
-      const uint4* wp = wv + u * 32;
-      const uint4* xp = xv + col;
-      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int j = 0;
-      for (; j + 4 <= n; j += 4) {
-        uint4 w[4], x[4];
+// A lane's part of the dot product of n runs of 32 16-byte pieces, the
+// weights from w and the input from x (the first run's first byte and
+// element), on CUDA cores: four runs at a time into eight sums.
+__device__ __forceinline__ float FmaRuns(const uint8_t* w, const uint16_t* x, int n) {
+  const int lane = threadIdx.x % 32;
+  const uint4* wp = reinterpret_cast<const uint4*>(w) + lane;
+  const uint4* xp = reinterpret_cast<const uint4*>(x) + lane;
+  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    uint4 wr[4], xr[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = wp[(j + i) * 32], x[i] = xp[(j + i) * 32];
+    for (int i = 0; i < 4; ++i) wr[i] = wp[(j + i) * 32], xr[i] = xp[(j + i) * 32];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) Dot8(w[i], x[i], a[2 * i], a[2 * i + 1]);
-      }
-      for (; j < n; ++j) Dot8(wp[j * 32], xp[j * 32], a[0], a[1]);
-      const float v = WarpSum(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
-      if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
-    });
-    __syncwarp();
-    if (lane == 0) MbarArrive(&empty[rp.st]);
+    for (int i = 0; i < 4; ++i) Dot8(wr[i], xr[i], a[2 * i], a[2 * i + 1]);
   }
+  for (; j < n; ++j) Dot8(wp[j * 32], xp[j * 32], a[0], a[1]);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 // d += A B on tensor cores (m16n8k16, bf16 in, fp32 accumulate), where A's
@@ -237,46 +222,54 @@ __device__ __forceinline__ void MmaRows8(uint2 a, uint2 b, float* d) {
       : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
 }
 
-// Product on tensor cores: the same runs, each 512-byte run two products
-// of a 16 x 8 x 16 tile. For 128 elements of a row (256 bytes), lane i
-// takes elements 4i..4i+3 of the weights (as B) and of the input (as A's
-// row i / 4), so that A's row g and B's column g hold the same 16 elements
-// of group g, in the same order: the diagonal D[g][g] is the dot product
-// of group g, and the diagonal's sum that of the 128 elements. D
-// accumulates over the segment; the rest of D is not read. The diagonal
-// lies in lanes 9g (element 0, g even) and 9g + 4 (element 1, g odd).
-__device__ void ProductMma(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
-                           uint64_t* full, uint64_t* empty, int stages, RingPos& rp) {
+// FmaRuns on tensor cores: each 512-byte run two products of a 16 x 8 x 16
+// tile. For 128 elements of a row (256 bytes), lane i takes elements
+// 4i..4i+3 of the weights (as B) and of the input (as A's row i / 4), so
+// that A's row g and B's column g hold the same 16 elements of group g, in
+// the same order: the diagonal D[g][g] is the dot product of group g, and
+// the diagonal's sum that of the 128 elements. D accumulates over the
+// runs; the rest of D is not read. The diagonal lies in lanes 9g (element
+// 0, g even) and 9g + 4 (element 1, g odd); the other lanes give 0.
+__device__ __forceinline__ float MmaRuns(const uint8_t* w, const uint16_t* x, int n) {
+  const int lane = threadIdx.x % 32;
+  const uint2* wp = reinterpret_cast<const uint2*>(w) + lane;
+  const uint2* xp = reinterpret_cast<const uint2*>(x) + lane;
+  float d[4][4] = {};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {  // four runs: eight tiles
+    uint2 wr[8], xr[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wr[i] = wp[(2 * j + i) * 32], xr[i] = xp[(2 * j + i) * 32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) MmaRows8(xr[i], wr[i], d[i % 4]);
+  }
+  for (; j < n; ++j) {
+    MmaRows8(xp[2 * j * 32], wp[2 * j * 32], d[0]);
+    MmaRows8(xp[(2 * j + 1) * 32], wp[(2 * j + 1) * 32], d[1]);
+  }
+  const int g = lane % 9;
+  float v = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v += g == 0 ? d[i][0] : g == 4 ? d[i][1] : 0.0f;
+  return v;
+}
+
+// The computing warps' part of a phase's product: every stage of the share
+// against xs, into acc[row - row0][warp]. Each warp takes its runs of 32
+// of a stage's 16-byte pieces (WarpRuns), a segment of one row at a time
+// (runs: FmaRuns or MmaRuns), and adds one warp sum per row it touches
+// (mostly one a stage) into its slot.
+template <typename Runs>
+__device__ void Product(const Share& s, const uint16_t* xs, float* acc, const uint8_t* ring,
+                        uint64_t* full, uint64_t* empty, int stages, RingPos& rp, Runs runs) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int per_row = s.k / s.pieces / 8;  // 16-byte pieces of a row in a stage
+  const int per_row = s.k / s.pieces / 8;  // pieces of a row in a stage
   for (int c = 0; c < s.chunks; ++c, NextStage(rp, stages)) {
     const Chunk ch = ChunkOf(s, c);
-    const uint2* wv =
-        reinterpret_cast<const uint2*>(ring + static_cast<size_t>(rp.st) * kChunk) + lane;
-    const uint2* xv = reinterpret_cast<const uint2*>(xs + ch.k0) + lane;
+    const uint8_t* stage = ring + static_cast<size_t>(rp.st) * kChunk;
     MbarWait(&full[rp.st], rp.parity);
     WarpRuns(ch, per_row, warp, [&](int row, int col, int u, int n) {
-      // A run is 512 bytes: 64 uint2, two tiles of 32.
-      const uint2* wp = wv + u * 64;
-      const uint2* xp = xv + col * 2;
-      float d[4][4] = {};
-      int j = 0;
-      for (; j + 4 <= n; j += 4) {  // four runs: eight tiles
-        uint2 w[8], x[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = wp[(2 * j + i) * 32], x[i] = xp[(2 * j + i) * 32];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) MmaRows8(x[i], w[i], d[i % 4]);
-      }
-      for (; j < n; ++j) {
-        MmaRows8(xp[2 * j * 32], wp[2 * j * 32], d[0]);
-        MmaRows8(xp[(2 * j + 1) * 32], wp[(2 * j + 1) * 32], d[1]);
-      }
-      const int g = lane % 9;
-      float v = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v += g == 0 ? d[i][0] : g == 4 ? d[i][1] : 0.0f;
-      v = WarpSum(v);
+      const float v = WarpSum(runs(stage + u * 512, xs + ch.k0 + col * 8, n));
       if (lane == 0) acc[(ch.r0 - s.row0 + row) * kConsumerWarps + warp] += v;
     });
     __syncwarp();
@@ -567,9 +560,11 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayersKernel(DecodeLayersAr
   RingPos rp;
   auto product = [&](const Share& s) {
     if (a.tensor_cores)
-      ProductMma(s, xs, acc, ring, full, empty, pl.stages, rp);
+      Product(s, xs, acc, ring, full, empty, pl.stages, rp,
+              [](const uint8_t* w, const uint16_t* x, int n) { return MmaRuns(w, x, n); });
     else
-      Product(s, xs, acc, ring, full, empty, pl.stages, rp);
+      Product(s, xs, acc, ring, full, empty, pl.stages, rp,
+              [](const uint8_t* w, const uint16_t* x, int n) { return FmaRuns(w, x, n); });
   };
   for (int l = 0; l < a.n_layer; ++l) {
     const DecodeLayer L = a.layers[l];

@@ -1237,8 +1237,9 @@ Status CudaBackend::Init(const ModelFile& file, const ModelOptions& options, int
   if (const char* early = std::getenv("BRAID_CUDA_EARLY_KEYS"))
     early_keys_ = std::string(early) == "1";
   if (const char* layers = std::getenv("BRAID_CUDA_LAYERS")) {
-    layers_kernel_ = std::string(layers) == "1" || std::string(layers) == "tc";
-    layers_tensor_cores_ = std::string(layers) == "tc";
+    const std::string v = layers;
+    layers_tensor_cores_ = v == "tc";
+    layers_kernel_ = v == "1" || layers_tensor_cores_;
   }
   // A shared prefix is attended once per group for every layer alike; with
   // sliding layers it would be attended outside their windows.
